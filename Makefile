@@ -1,0 +1,105 @@
+# The stock service: build, test, run.
+#
+#   make            build the service and the benchmarks into build/
+#   make test       install what is missing, build with sanitizers, run every test
+#   make demo       install what is missing, bring the local stack up, run the load report
+#   make up / down  start / stop the native local stack (PostgreSQL, Redis, 3 replicas, nginx)
+#   make clean      remove build/ (make down first: .run/ holds the database)
+#
+# Objects go under $(B) (build/ by default). The sanitizer build used by the tests lives in
+# build/san and is made by calling this Makefile again with B=build/san SAN=1.
+
+CC ?= cc
+B ?= build
+SAN ?= 0
+
+PKGS := libmicrohttpd libpq hiredis jansson
+WARN := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
+        -Wcast-qual -Wwrite-strings -Wpointer-arith -Wformat=2 -Wvla
+CFLAGS := -std=gnu11 -O2 -g $(WARN) -D_GNU_SOURCE -I. -MMD -MP \
+          $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+LDLIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lpthread -lm
+TEST_LDLIBS := -lcmocka -lcurl
+
+ifeq ($(SAN),1)
+CFLAGS += -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
+LDFLAGS += -fsanitize=address,undefined
+endif
+
+LOCK_SRC := $(wildcard lock/*.c)
+DB_SRC := $(wildcard db/*.c)
+SERVICE_SRC := $(filter-out service/main.c,$(wildcard service/*.c))
+TEST_SRC := $(wildcard tests/test_*.c)
+TEST_SUPPORT_SRC := $(wildcard tests/support/*.c)
+
+obj = $(patsubst %.c,$(B)/obj/%.o,$(1))
+LOCK_OBJ := $(call obj,$(LOCK_SRC))
+DB_OBJ := $(call obj,$(DB_SRC))
+SERVICE_OBJ := $(call obj,$(SERVICE_SRC))
+MODULE_OBJ := $(SERVICE_OBJ) $(DB_OBJ) $(LOCK_OBJ)
+TEST_SUPPORT_OBJ := $(call obj,$(TEST_SUPPORT_SRC))
+
+PROGRAMS := $(B)/stockd $(B)/lock-bench $(B)/ceiling-bench
+TESTS := $(patsubst tests/%.c,$(B)/tests/%,$(TEST_SRC))
+
+.PHONY: all programs tests test test-unit test-integration test-docker demo up down clean deps
+
+all: programs
+programs: $(PROGRAMS)
+tests: $(TESTS)
+
+$(B)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c -o $@ $<
+
+# The Lua scripts are embedded with .incbin (see lock/scripts.c): rebuild when they change.
+$(B)/obj/lock/scripts.o: $(wildcard lock/*.lua)
+
+$(B)/stockd: $(B)/obj/service/main.o $(MODULE_OBJ)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(B)/lock-bench: $(B)/obj/bench/lock_bench.o $(LOCK_OBJ)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(B)/ceiling-bench: $(B)/obj/bench/ceiling_bench.o $(DB_OBJ) $(LOCK_OBJ)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(B)/tests/%: $(B)/obj/tests/%.o $(TEST_SUPPORT_OBJ) $(MODULE_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(TEST_LDLIBS)
+
+deps:
+	@scripts/deps.sh ensure
+
+# The tests build twice: the release build (so -O2 warnings are errors too) and the
+# sanitizer build they run.
+test: deps
+	$(MAKE) all
+	$(MAKE) B=build/san SAN=1 programs tests
+	tests/run-all.sh build/san
+
+test-unit:
+	$(MAKE) B=build/san SAN=1 tests
+	tests/run-unit.sh build/san
+
+test-integration:
+	$(MAKE) B=build/san SAN=1 programs tests
+	tests/integration.sh build/san
+
+test-docker:
+	docker/test.sh
+
+demo: deps all
+	scripts/stack.sh up
+	loadtest/run
+
+up: deps all
+	scripts/stack.sh up
+
+down:
+	scripts/stack.sh down
+
+clean:
+	rm -rf build
+
+-include $(shell find $(B) -name '*.d' 2>/dev/null)

@@ -1,0 +1,318 @@
+/*
+ * conn.c - one PostgreSQL session: opening it within a time bound, telling a broken
+ * connection from a refused statement, and the transaction helpers.
+ *
+ * Connecting. PQconnectdb() blocks, and its connect_timeout counts whole seconds (at least
+ * two) per address tried. The pool promises a bound in milliseconds, so the connection is
+ * driven by hand instead: PQconnectStartParams() starts it without blocking, and each step
+ * of the handshake (TCP, TLS, authentication, start-up) is a PQconnectPoll() after poll()
+ * says the socket is ready, all under one deadline. A server that accepts the TCP
+ * connection and then never answers cannot hold the caller longer than the bound.
+ * (The host name is still resolved with a blocking getaddrinfo(): use an address, or a
+ * name the resolver answers at once.)
+ *
+ * Errors. PostgreSQL says what went wrong with an SQLSTATE. Two kinds matter to a caller:
+ * the server refused this statement (a constraint, a timeout, a serialization failure: the
+ * session is fine, the transaction is not), or the session itself is gone (the server
+ * restarted, the network dropped, the backend was terminated). The second kind marks the
+ * connection broken, so the pool closes it and opens a new one on next use.
+ *
+ * libpq prints notices (and the server's parting FATAL message on an idle connection) to
+ * stderr by default; this module does not log, so they are dropped.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "db/internal.h"
+
+static void ignore_notice(void *arg, const char *message)
+{
+    (void)arg;
+    (void)message;
+}
+
+/* Copies a libpq message into buf on one line: libpq may put one line per address tried. */
+static void copy_one_line(char *buf, size_t len, const char *msg)
+{
+    size_t i, j = 0;
+
+    if (len == 0)
+        return;
+    for (i = 0; msg && msg[i] != '\0' && j + 1 < len; i++) {
+        if (msg[i] == '\n') {
+            if (msg[i + 1] == '\0')
+                break;
+            if (j + 2 >= len)
+                break;
+            buf[j++] = ';';
+            buf[j++] = ' ';
+        } else {
+            buf[j++] = msg[i];
+        }
+    }
+    buf[j] = '\0';
+}
+
+void db__set_error(db_conn *c, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(c->err, sizeof(c->err), fmt, ap);
+    va_end(ap);
+}
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/*
+ * Waits until pg's socket is ready for what PQconnectPoll asked (reading or writing), or
+ * until deadline. Returns 1 when ready, 0 on timeout, -1 on a poll error.
+ */
+static int wait_socket(PGconn *pg, PostgresPollingStatusType want, int64_t deadline)
+{
+    struct pollfd pfd;
+    int64_t left;
+    int n;
+
+    pfd.fd = PQsocket(pg); /* may change between steps: one socket per address tried */
+    pfd.events = want == PGRES_POLLING_READING ? POLLIN : POLLOUT;
+    pfd.revents = 0;
+    for (;;) {
+        left = deadline - now_ms();
+        if (left <= 0)
+            return 0;
+        n = poll(&pfd, 1, (int)left);
+        if (n >= 0)
+            return n;
+        if (errno != EINTR)
+            return -1;
+    }
+}
+
+/* Runs libpq's connection state machine on pg until it connects, fails or runs out of time. */
+static int drive_connect(PGconn *pg, int timeout_ms, char *err, size_t errlen)
+{
+    PostgresPollingStatusType st = PGRES_POLLING_WRITING; /* what libpq wants first */
+    int64_t deadline = now_ms() + timeout_ms;
+    int ready;
+
+    for (;;) {
+        if (st == PGRES_POLLING_OK)
+            return DB_OK;
+        if (st == PGRES_POLLING_FAILED) {
+            copy_one_line(err, errlen, PQerrorMessage(pg));
+            return DB_ERR_UNAVAILABLE;
+        }
+        ready = wait_socket(pg, st, deadline);
+        if (ready == 0) {
+            snprintf(err, errlen, "no connection to PostgreSQL within %d ms", timeout_ms);
+            return DB_ERR_UNAVAILABLE;
+        }
+        if (ready < 0) {
+            snprintf(err, errlen, "poll: %s", strerror(errno));
+            return DB_ERR_UNAVAILABLE;
+        }
+        st = PQconnectPoll(pg);
+    }
+}
+
+int db__conn_open(db_conn *c, const char *conninfo, int connect_timeout_ms,
+                  int statement_timeout_ms, char *err, size_t errlen)
+{
+    /* expand_dbname = 1: the "dbname" value may be a whole connection string or URI. */
+    const char *const keys[] = {"dbname", "fallback_application_name", NULL};
+    const char *const values[] = {conninfo, "stockd", NULL};
+    PGconn *pg = NULL;
+    int rc;
+
+    snprintf(err, errlen, "%s", "");
+    pg = PQconnectStartParams(keys, values, 1);
+    if (!pg) {
+        snprintf(err, errlen, "out of memory");
+        rc = DB_ERR_NOMEM;
+        goto fail;
+    }
+    if (PQstatus(pg) == CONNECTION_BAD) {
+        copy_one_line(err, errlen, PQerrorMessage(pg));
+        rc = DB_ERR_UNAVAILABLE;
+        goto fail;
+    }
+    rc = drive_connect(pg, connect_timeout_ms, err, errlen);
+    if (rc != DB_OK)
+        goto fail;
+    PQsetNoticeProcessor(pg, ignore_notice, NULL);
+
+    c->pg = pg;
+    c->prepared = 0;
+    c->broken = false;
+    c->err[0] = '\0';
+    rc = db__set_statement_timeout(c, statement_timeout_ms);
+    if (rc != DB_OK) {
+        snprintf(err, errlen, "setting statement_timeout: %s", c->err);
+        db__conn_close(c);
+        return rc;
+    }
+    return DB_OK;
+
+fail:
+    PQfinish(pg);
+    return rc;
+}
+
+void db__conn_close(db_conn *c)
+{
+    PQfinish(c->pg); /* NULL is fine */
+    c->pg = NULL;
+    c->prepared = 0;
+    c->broken = false;
+}
+
+bool db__conn_alive(db_conn *c)
+{
+    struct pollfd pfd;
+    PGnotify *note;
+    int i;
+
+    if (!c->pg || c->broken || PQstatus(c->pg) != CONNECTION_OK)
+        return false;
+    /* An idle session receives nothing unless the server is closing it (or sends a
+     * notice). libpq may need two reads to see the end: the parting message, then EOF. */
+    for (i = 0; i < 4; i++) {
+        pfd.fd = PQsocket(c->pg);
+        pfd.events = POLLIN;
+        pfd.revents = 0;
+        if (poll(&pfd, 1, 0) <= 0)
+            return true; /* nothing to read: alive as far as can be told for free */
+        if (!PQconsumeInput(c->pg) || PQstatus(c->pg) != CONNECTION_OK)
+            return false;
+        while ((note = PQnotifies(c->pg)) != NULL)
+            PQfreemem(note);
+    }
+    return true;
+}
+
+/* Whether an SQLSTATE says the session, not the statement, failed. */
+static bool sqlstate_is_connection(const char *state)
+{
+    if (!state)
+        return false;
+    return strncmp(state, "08", 2) == 0         /* connection exception */
+           || strcmp(state, "57P01") == 0       /* admin_shutdown */
+           || strcmp(state, "57P02") == 0       /* crash_shutdown */
+           || strcmp(state, "57P03") == 0;      /* cannot_connect_now */
+}
+
+int db__check(db_conn *c, PGresult *res, ExecStatusType want)
+{
+    ExecStatusType st = res ? PQresultStatus(res) : PGRES_FATAL_ERROR;
+    const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+    const char *primary = res ? PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY) : NULL;
+    bool lost;
+
+    if (res && st == want)
+        return DB_OK;
+
+    if (primary && state)
+        db__set_error(c, "%s (SQLSTATE %s)", primary, state);
+    else if (res && st != PGRES_FATAL_ERROR)
+        db__set_error(c, "unexpected result %s, wanted %s", PQresStatus(st), PQresStatus(want));
+    else
+        copy_one_line(c->err, sizeof(c->err),
+                      res ? PQresultErrorMessage(res) : PQerrorMessage(c->pg));
+
+    /* A failure without an SQLSTATE comes from libpq itself (the server went away, out of
+     * memory, a protocol error): the session cannot be trusted any more either. */
+    lost = PQstatus(c->pg) != CONNECTION_OK || sqlstate_is_connection(state) ||
+           (st == PGRES_FATAL_ERROR && !state);
+    PQclear(res);
+    if (lost) {
+        c->broken = true;
+        return DB_ERR_UNAVAILABLE;
+    }
+    return DB_ERR_QUERY;
+}
+
+int db__set_statement_timeout(db_conn *c, int ms)
+{
+    char buf[DB__I64_LEN];
+    const char *params[1];
+
+    params[0] = db__i64(buf, ms);
+    return db__run(c, DB__SET_STATEMENT_TIMEOUT, params, NULL);
+}
+
+const char *db_conn_error(const db_conn *conn)
+{
+    return conn ? conn->err : "";
+}
+
+const char *db_strerror(int code)
+{
+    switch (code) {
+    case DB_OK:
+        return "ok";
+    case DB_ERR_UNAVAILABLE:
+        return "PostgreSQL unavailable";
+    case DB_ERR_BUSY:
+        return "no database connection free";
+    case DB_ERR_NOT_FOUND:
+        return "not found";
+    case DB_ERR_QUERY:
+        return "statement refused";
+    case DB_ERR_CONFLICT:
+        return "idempotency key already used";
+    case DB_ERR_FENCED:
+        return "write refused by the fencing token";
+    case DB_ERR_SCHEMA:
+        return "schema not up to date";
+    case DB_ERR_NOMEM:
+        return "out of memory";
+    case DB_ERR_INVALID:
+        return "invalid argument";
+    default:
+        return "unknown error";
+    }
+}
+
+int db_ping(db_conn *conn)
+{
+    int rc = db__run(conn, DB__PING, NULL, NULL);
+
+    return rc == DB_OK ? DB_OK : DB_ERR_UNAVAILABLE;
+}
+
+int db_begin(db_conn *conn)
+{
+    return db__run(conn, DB__BEGIN, NULL, NULL);
+}
+
+int db_commit(db_conn *conn)
+{
+    PGresult *res = NULL;
+    int rc = db__run(conn, DB__COMMIT, NULL, &res);
+
+    if (rc != DB_OK)
+        return rc;
+    /* COMMIT of a transaction that had already failed succeeds as a statement, but it
+     * rolls back: the server says so in the command tag. */
+    if (strcmp(PQcmdStatus(res), "COMMIT") != 0) {
+        db__set_error(conn, "COMMIT rolled back: the transaction had failed");
+        rc = DB_ERR_QUERY;
+    }
+    PQclear(res);
+    return rc;
+}
+
+int db_rollback(db_conn *conn)
+{
+    return db__run(conn, DB__ROLLBACK, NULL, NULL);
+}

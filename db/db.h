@@ -1,0 +1,140 @@
+/*
+ * db.h - the stock service's PostgreSQL layer: a bounded connection pool, the statements
+ * of the read-check-write, the idempotency records, and transaction helpers.
+ *
+ * This module knows libpq and nothing of Redis or HTTP. It does not log: every call
+ * returns 0 or a negative DB_ERR_* code, and the connection keeps the text of its last
+ * error (db_conn_error()) for the caller to report.
+ *
+ * Every statement is prepared once per connection and run with parameters; no SQL is ever
+ * built from values. The SQL text of each statement is written once, in db/statements.c.
+ */
+#ifndef DB_DB_H
+#define DB_DB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum {
+    DB_OK = 0,
+    DB_ERR_UNAVAILABLE = -1, /* cannot connect, or the connection broke: try again later */
+    DB_ERR_BUSY = -2,        /* no pooled connection free within the bound */
+    DB_ERR_NOT_FOUND = -3,   /* no such goods / no such record */
+    DB_ERR_QUERY = -4,       /* PostgreSQL refused a statement (see db_conn_error) */
+    DB_ERR_CONFLICT = -5,    /* idempotency key already recorded by a committed request */
+    DB_ERR_FENCED = -6,      /* the write was refused: the row carries a newer fencing token */
+    DB_ERR_SCHEMA = -7,      /* migrations pending, or the migrations directory is unreadable */
+    DB_ERR_NOMEM = -8,
+    DB_ERR_INVALID = -9,
+};
+
+typedef struct db_pool db_pool;
+typedef struct db_conn db_conn;
+
+typedef struct db_pool_options {
+    const char *conninfo;     /* libpq connection string; required */
+    int size;                 /* connections at most; default 8 */
+    int connect_timeout_ms;   /* default 2000 */
+    int statement_timeout_ms; /* server-side statement_timeout for every session; default 5000 */
+} db_pool_options;
+
+void db_pool_options_init(db_pool_options *opts);
+
+/* Creates an empty pool (connections are opened lazily, so this works while PostgreSQL is
+ * down). *out owns it; free with db_pool_destroy(). */
+int db_pool_create(const db_pool_options *opts, db_pool **out);
+
+/* Closes every connection. All connections must have been released. NULL is a no-op. */
+void db_pool_destroy(db_pool *pool);
+
+/*
+ * Borrows a connection, waiting at most timeout_ms for one to be free. A connection that
+ * is not open (first use, or broken last time) is opened now. Returns DB_OK and sets *out;
+ * DB_ERR_BUSY when none was free in time; DB_ERR_UNAVAILABLE when PostgreSQL cannot be
+ * reached (the error text is in *out's place: see db_last_connect_error()).
+ */
+int db_pool_acquire(db_pool *pool, int timeout_ms, db_conn **out);
+
+/* Returns a borrowed connection. A connection left inside a transaction is rolled back;
+ * a broken one is closed, to be reopened on next use. */
+void db_pool_release(db_pool *pool, db_conn *conn);
+
+/* The text of the last connection failure of db_pool_acquire in this thread. */
+const char *db_last_connect_error(void);
+
+typedef struct db_pool_stats {
+    int size;   /* connections at most */
+    int open;   /* connections open now */
+    int in_use; /* borrowed now */
+} db_pool_stats;
+
+void db_pool_get_stats(db_pool *pool, db_pool_stats *out);
+
+/* The last error PostgreSQL gave on this connection ("" if none). */
+const char *db_conn_error(const db_conn *conn);
+const char *db_strerror(int code);
+
+/* SELECT 1: DB_OK or DB_ERR_UNAVAILABLE. For readiness checks. */
+int db_ping(db_conn *conn);
+
+/* Transactions (READ COMMITTED, PostgreSQL's default). */
+int db_begin(db_conn *conn);
+int db_commit(db_conn *conn);
+int db_rollback(db_conn *conn);
+
+/*
+ * The read-check-write, one statement each.
+ * db_stock_read: plain SELECT of the stock (deliberately no FOR UPDATE: the guard is the
+ *   lesson). DB_ERR_NOT_FOUND for unknown goods.
+ * db_stock_write: sets the stock to new_stock. With fence != NULL the write applies only
+ *   where the stored fencing token is not higher than *fence, and stores *fence; a refused
+ *   write returns DB_ERR_FENCED. With fence == NULL the token is left alone.
+ * db_order_insert: records the order; fence may be NULL. Sets *order_id.
+ */
+int db_stock_read(db_conn *conn, int64_t goods_id, int64_t *stock);
+int db_stock_write(db_conn *conn, int64_t goods_id, int64_t new_stock, const int64_t *fence);
+int db_order_insert(db_conn *conn, int64_t goods_id, int64_t count, const char *mode,
+                    const char *instance, const int64_t *fence, int64_t *order_id);
+
+/*
+ * Idempotency records, unique per (goods, key).
+ * db_idempotency_claim: inside a transaction, inserts an empty record for the key. If
+ *   another transaction is claiming the same key, this waits for it to end. Returns DB_OK
+ *   when the key is now ours, DB_ERR_CONFLICT when a committed request already holds it.
+ * db_idempotency_store: fills the claimed record with the outcome (HTTP status and body).
+ * db_idempotency_fetch: the stored outcome; *body is malloc'd, the caller frees it.
+ *   DB_ERR_NOT_FOUND when there is none (or only an unfinished claim).
+ */
+int db_idempotency_claim(db_conn *conn, int64_t goods_id, const char *key);
+int db_idempotency_store(db_conn *conn, int64_t goods_id, const char *key, int status,
+                         const char *body);
+int db_idempotency_fetch(db_conn *conn, int64_t goods_id, const char *key, int *status,
+                         char **body);
+
+/* Creates the goods if needed, sets stock and initial to `stock`, deletes its orders and
+ * idempotency records: one transaction. */
+int db_goods_reset(db_conn *conn, int64_t goods_id, int64_t stock);
+
+typedef struct db_stock_report {
+    int64_t initial; /* stock set by the last reset */
+    int64_t stock;   /* what the row holds now */
+    int64_t sold;    /* sum of count over the orders */
+    int64_t orders;  /* number of orders */
+} db_stock_report;
+
+/* DB_ERR_NOT_FOUND for unknown goods. */
+int db_stock_report_read(db_conn *conn, int64_t goods_id, db_stock_report *out);
+
+/*
+ * Migrations: files "NNN_name.sql" in `dir`, applied in order of NNN.
+ * db_migrate: applies the pending ones, each in its own transaction, recording each in the
+ *   schema_migrations table, under a PostgreSQL advisory lock so that several processes
+ *   may run it at once. Does nothing when up to date. *applied (if not NULL) gets the
+ *   number of files applied. On failure, msg gets one line saying what went wrong.
+ * db_schema_check: DB_OK when every file in `dir` is recorded as applied; DB_ERR_SCHEMA
+ *   otherwise, with msg naming the first pending file.
+ */
+int db_migrate(db_conn *conn, const char *dir, int *applied, char *msg, size_t msglen);
+int db_schema_check(db_conn *conn, const char *dir, char *msg, size_t msglen);
+
+#endif

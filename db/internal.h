@@ -1,0 +1,143 @@
+/*
+ * internal.h - what the files of db/ share, and the rest of the project must not use.
+ *
+ *   pool.c        the bounded pool: who may borrow which connection, and when
+ *   conn.c        one connection: bounded connect, error mapping, transactions, ping
+ *   statements.c  every SQL text of the service, and running them (prepared on first use)
+ *   stock.c       the read-check-write statements, the reset and the stock report
+ *   idempotency.c the Idempotency-Key records
+ *   migrate.c     the schema migrations
+ *
+ * Names here are db__something: internal but not static, so that each file stays small.
+ */
+#ifndef DB_INTERNAL_H
+#define DB_INTERNAL_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <libpq-fe.h>
+#include <pthread.h>
+
+#include "db/db.h"
+
+/* Room for one error line; longer texts are cut. */
+#define DB__ERR_LEN 512
+
+/* A decimal int64 with its sign and the terminating NUL. */
+#define DB__I64_LEN 24
+
+/*
+ * One pooled connection. Only the borrower touches pg, prepared, broken and err; the pool
+ * touches in_use under its mutex.
+ */
+struct db_conn {
+    db_pool *pool;
+    PGconn *pg;           /* NULL while closed */
+    uint64_t prepared;    /* bit i set: statement i is prepared on this session */
+    bool broken;          /* the session is unusable: closed on release, reopened on use */
+    bool in_use;          /* borrowed (guarded by pool->mu) */
+    char err[DB__ERR_LEN]; /* the last error on this connection, "" if none */
+};
+
+struct db_pool {
+    pthread_mutex_t mu;
+    pthread_cond_t freed; /* signalled when a connection is returned */
+    char *conninfo;
+    int connect_timeout_ms;
+    int statement_timeout_ms;
+    int size;
+    int open;   /* connections with a session (guarded by mu) */
+    int in_use; /* borrowed connections (guarded by mu) */
+    db_conn *conns;
+};
+
+/*
+ * The statements, by number. Their SQL text is in statements.c, in the same order.
+ * DB__STMT_COUNT must stay below 64: db_conn.prepared is a bit set.
+ */
+enum db__stmt_id {
+    /* transaction control: no parameters, sent as plain queries, never prepared */
+    DB__BEGIN,
+    DB__COMMIT,
+    DB__ROLLBACK,
+    /* session */
+    DB__SET_STATEMENT_TIMEOUT,
+    DB__PING,
+    /* the read-check-write */
+    DB__STOCK_READ,
+    DB__STOCK_WRITE,
+    DB__GOODS_EXISTS,
+    DB__ORDER_INSERT,
+    /* idempotency */
+    DB__IDEM_CLAIM,
+    DB__IDEM_STORE,
+    DB__IDEM_FETCH,
+    /* reset and report */
+    DB__GOODS_UPSERT,
+    DB__ORDERS_DELETE,
+    DB__IDEM_DELETE,
+    DB__STOCK_REPORT,
+    /* migrations */
+    DB__MIGRATION_LOCK,
+    DB__MIGRATION_UNLOCK,
+    DB__MIGRATIONS_TABLE_EXISTS,
+    DB__MIGRATIONS_TABLE_CREATE,
+    DB__MIGRATIONS_APPLIED,
+    DB__MIGRATION_RECORD,
+    DB__STMT_COUNT
+};
+
+/*
+ * Runs statement `id` with its parameters (text format; NULL for an SQL NULL; the count is
+ * the statement's own). The statement is prepared on this session the first time it is
+ * used. On DB_OK, *res (if res is not NULL) gets the result, which the caller PQclear()s;
+ * on failure nothing is returned, the error is kept in c->err, and the code says what
+ * kind of failure it was (see db__check).
+ */
+int db__run(db_conn *c, enum db__stmt_id id, const char *const *params, PGresult **res);
+
+/* The SQL text of a statement (for messages and tests). */
+const char *db__sql(enum db__stmt_id id);
+
+/*
+ * Takes ownership of res (clears it) unless it has the status `want`, in which case it
+ * returns DB_OK and leaves res to the caller. Otherwise keeps the error text in c->err and
+ * maps it: a failure of the connection itself (libpq lost the server, SQLSTATE class 08,
+ * or 57P01..57P03: the server is shutting down or starting) is DB_ERR_UNAVAILABLE and marks
+ * the connection broken; every other error is DB_ERR_QUERY, the session stays usable.
+ */
+int db__check(db_conn *c, PGresult *res, ExecStatusType want);
+
+/* Keeps a printf-style error text in c->err. */
+void db__set_error(db_conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Writes v in decimal into buf (DB__I64_LEN bytes) and returns buf. */
+const char *db__i64(char *buf, int64_t v);
+
+/* Parses the text value at (row, col) as an int64; DB_ERR_QUERY if it is not one. */
+int db__get_i64(db_conn *c, const PGresult *res, int row, int col, int64_t *out);
+
+/*
+ * Opens c's session: connects within connect_timeout_ms (the whole handshake, not only the
+ * TCP connect) and sets statement_timeout. On failure c stays closed and err gets one
+ * line. DB_OK, DB_ERR_UNAVAILABLE or DB_ERR_NOMEM.
+ */
+int db__conn_open(db_conn *c, const char *conninfo, int connect_timeout_ms,
+                  int statement_timeout_ms, char *err, size_t errlen);
+
+/* Closes c's session (if any) and forgets what was prepared on it. */
+void db__conn_close(db_conn *c);
+
+/*
+ * Whether an open, idle connection still looks alive, found without a round trip: if the
+ * server has closed it (restart, pg_terminate_backend), the socket is readable and libpq
+ * notices the end when it reads.
+ */
+bool db__conn_alive(db_conn *c);
+
+/* Sets this session's statement_timeout (0: none). */
+int db__set_statement_timeout(db_conn *c, int ms);
+
+#endif

@@ -1,0 +1,276 @@
+/*
+ * pool.c - a bounded pool of PostgreSQL connections.
+ *
+ * The pool has `size` slots, made when the pool is created; a slot's session is opened
+ * the first time it is needed, so the pool can be created while PostgreSQL is down, and
+ * a replica that serves little holds few connections. A thread borrows a slot (waiting
+ * on a condition variable, at most as long as it said), uses it alone, and returns it.
+ *
+ * The mutex guards only the bookkeeping (which slot is borrowed, how many are open).
+ * Connecting and closing happen outside it: the slot is already marked borrowed, so no
+ * other thread touches it, and a slow connect does not stop others from borrowing and
+ * returning the open slots meanwhile.
+ *
+ * Failures heal by themselves: a connection found broken (by a statement, or by the free
+ * check in db__conn_alive when it is borrowed) is closed, and the slot opens a fresh
+ * session the next time it is borrowed. A slot returned in the middle of a transaction is
+ * rolled back first, so the next borrower starts clean and no row stays locked.
+ *
+ * Waiting uses CLOCK_MONOTONIC so that a change of the wall clock cannot stretch a bound.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "db/internal.h"
+
+/* The last failure of db_pool_acquire, per thread: a failed acquire has no connection to
+ * keep its error in. */
+static _Thread_local char last_connect_error[DB__ERR_LEN];
+
+void db_pool_options_init(db_pool_options *opts)
+{
+    memset(opts, 0, sizeof(*opts));
+    opts->size = 8;
+    opts->connect_timeout_ms = 2000;
+    opts->statement_timeout_ms = 5000;
+}
+
+/* A connection string libpq cannot parse will never connect: say so at creation. */
+static bool conninfo_valid(const char *conninfo)
+{
+    PQconninfoOption *parsed = PQconninfoParse(conninfo, NULL);
+
+    if (!parsed)
+        return false;
+    PQconninfoFree(parsed);
+    return true;
+}
+
+static int options_valid(const db_pool_options *opts)
+{
+    if (!opts || !opts->conninfo || !conninfo_valid(opts->conninfo))
+        return 0;
+    if (opts->size < 1 || opts->size > 1000)
+        return 0;
+    if (opts->connect_timeout_ms < 1 || opts->statement_timeout_ms < 0)
+        return 0;
+    return 1;
+}
+
+int db_pool_create(const db_pool_options *opts, db_pool **out)
+{
+    pthread_condattr_t attr;
+    db_pool *pool = NULL;
+    int i, rc = DB_ERR_NOMEM;
+
+    if (!out)
+        return DB_ERR_INVALID;
+    *out = NULL;
+    if (!options_valid(opts))
+        return DB_ERR_INVALID;
+
+    pool = calloc(1, sizeof(*pool));
+    if (!pool)
+        goto fail;
+    pool->conninfo = strdup(opts->conninfo);
+    pool->conns = calloc((size_t)opts->size, sizeof(*pool->conns));
+    if (!pool->conninfo || !pool->conns)
+        goto fail_alloc;
+    pool->size = opts->size;
+    pool->connect_timeout_ms = opts->connect_timeout_ms;
+    pool->statement_timeout_ms = opts->statement_timeout_ms;
+    for (i = 0; i < pool->size; i++)
+        pool->conns[i].pool = pool;
+
+    if (pthread_mutex_init(&pool->mu, NULL) != 0)
+        goto fail_alloc;
+    if (pthread_condattr_init(&attr) != 0)
+        goto fail_mutex;
+    if (pthread_condattr_setclock(&attr, CLOCK_MONOTONIC) != 0 ||
+        pthread_cond_init(&pool->freed, &attr) != 0) {
+        pthread_condattr_destroy(&attr);
+        goto fail_mutex;
+    }
+    pthread_condattr_destroy(&attr);
+    *out = pool;
+    return DB_OK;
+
+fail_mutex:
+    pthread_mutex_destroy(&pool->mu);
+fail_alloc:
+    free(pool->conns);
+    free(pool->conninfo);
+    free(pool);
+fail:
+    return rc;
+}
+
+void db_pool_destroy(db_pool *pool)
+{
+    int i;
+
+    if (!pool)
+        return;
+    for (i = 0; i < pool->size; i++)
+        db__conn_close(&pool->conns[i]);
+    pthread_cond_destroy(&pool->freed);
+    pthread_mutex_destroy(&pool->mu);
+    free(pool->conns);
+    free(pool->conninfo);
+    free(pool);
+}
+
+/* The absolute CLOCK_MONOTONIC time timeout_ms from now. */
+static struct timespec deadline_after(int timeout_ms)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_sec += timeout_ms / 1000;
+    ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    return ts;
+}
+
+/* A free slot, preferring one with an open session (so sessions are opened only when all
+ * the open ones are busy). Called with the mutex held. */
+static db_conn *pick_free(db_pool *pool)
+{
+    db_conn *closed = NULL;
+    int i;
+
+    for (i = 0; i < pool->size; i++) {
+        db_conn *c = &pool->conns[i];
+        if (c->in_use)
+            continue;
+        if (c->pg)
+            return c;
+        if (!closed)
+            closed = c;
+    }
+    return closed;
+}
+
+/* Takes a free slot, waiting until the deadline. NULL when none came free in time. */
+static db_conn *take_slot(db_pool *pool, int timeout_ms)
+{
+    struct timespec deadline = deadline_after(timeout_ms);
+    db_conn *c;
+    int rc = 0;
+
+    pthread_mutex_lock(&pool->mu);
+    while ((c = pick_free(pool)) == NULL && rc != ETIMEDOUT)
+        rc = pthread_cond_timedwait(&pool->freed, &pool->mu, &deadline);
+    if (c) {
+        c->in_use = true;
+        pool->in_use++;
+    }
+    pthread_mutex_unlock(&pool->mu);
+    return c;
+}
+
+/* Gives a slot back (its session open or closed, as the caller left it) and wakes one
+ * waiter. opened / closed: how the caller changed the number of open sessions. */
+static void give_slot(db_pool *pool, db_conn *c, int open_delta)
+{
+    pthread_mutex_lock(&pool->mu);
+    pool->open += open_delta;
+    c->in_use = false;
+    pool->in_use--;
+    pthread_cond_signal(&pool->freed);
+    pthread_mutex_unlock(&pool->mu);
+}
+
+static void add_open(db_pool *pool, int delta)
+{
+    pthread_mutex_lock(&pool->mu);
+    pool->open += delta;
+    pthread_mutex_unlock(&pool->mu);
+}
+
+int db_pool_acquire(db_pool *pool, int timeout_ms, db_conn **out)
+{
+    db_conn *c;
+    int rc;
+
+    if (!out)
+        return DB_ERR_INVALID;
+    *out = NULL;
+    if (!pool || timeout_ms < 0) {
+        snprintf(last_connect_error, sizeof(last_connect_error), "invalid argument");
+        return DB_ERR_INVALID;
+    }
+
+    c = take_slot(pool, timeout_ms);
+    if (!c) {
+        snprintf(last_connect_error, sizeof(last_connect_error),
+                 "no database connection free within %d ms (pool of %d)", timeout_ms,
+                 pool->size);
+        return DB_ERR_BUSY;
+    }
+
+    /* A session the server has closed since its last use is replaced now, rather than
+     * failing the borrower's first statement. */
+    if (c->pg && !db__conn_alive(c)) {
+        db__conn_close(c);
+        add_open(pool, -1);
+    }
+    if (!c->pg) {
+        rc = db__conn_open(c, pool->conninfo, pool->connect_timeout_ms,
+                           pool->statement_timeout_ms, last_connect_error,
+                           sizeof(last_connect_error));
+        if (rc != DB_OK) {
+            give_slot(pool, c, 0);
+            return rc;
+        }
+        add_open(pool, +1);
+    }
+    c->err[0] = '\0'; /* the borrower sees its own errors only */
+    *out = c;
+    return DB_OK;
+}
+
+void db_pool_release(db_pool *pool, db_conn *c)
+{
+    PGTransactionStatusType ts;
+    int open_delta = 0;
+
+    if (!pool || !c)
+        return;
+    if (c->pg && !c->broken) {
+        ts = PQtransactionStatus(c->pg);
+        if (ts == PQTRANS_INTRANS || ts == PQTRANS_INERROR)
+            (void)db_rollback(c); /* on failure it marks c broken */
+        /* Anything but idle now (a query still running, a lost connection): start over. */
+        if (PQtransactionStatus(c->pg) != PQTRANS_IDLE)
+            c->broken = true;
+    }
+    if (c->pg && (c->broken || PQstatus(c->pg) != CONNECTION_OK)) {
+        db__conn_close(c);
+        open_delta = -1;
+    }
+    give_slot(pool, c, open_delta);
+}
+
+const char *db_last_connect_error(void)
+{
+    return last_connect_error;
+}
+
+void db_pool_get_stats(db_pool *pool, db_pool_stats *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (!pool)
+        return;
+    pthread_mutex_lock(&pool->mu);
+    out->size = pool->size;
+    out->open = pool->open;
+    out->in_use = pool->in_use;
+    pthread_mutex_unlock(&pool->mu);
+}

@@ -1,0 +1,211 @@
+/*
+ * statements.c - every SQL text of the service, written once, and how they are run.
+ *
+ * Each statement is prepared (PQprepare) on a session the first time that session runs it,
+ * then executed by name (PQexecPrepared) with its values as separate text parameters. A
+ * value is never part of the SQL text, so no value can change what a statement does, and
+ * nothing needs quoting. Preparing costs one round trip per statement per session, once;
+ * after that each run is one round trip, with the parsing and planning already done.
+ *
+ * A session keeps what it prepared until it closes (a transaction's rollback does not undo
+ * a prepare), so db_conn.prepared is cleared only when the session is closed.
+ *
+ * BEGIN, COMMIT and ROLLBACK have no parameters and nothing to plan: they are sent as plain
+ * queries (PQexec), one round trip each, and never prepared. The migration files are run
+ * with PQexec too, by migrate.c: a file of SQL is the text itself, not a value.
+ *
+ * Parameter types are taken from the SQL (a column compared with $1 gives $1 its type);
+ * where nothing does, the text says it with a cast ($3::bigint).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "db/internal.h"
+
+struct db__stmt {
+    const char *name;   /* the prepared statement's name on the session */
+    const char *sql;
+    int nparams;
+    ExecStatusType want; /* PGRES_TUPLES_OK for statements that return rows */
+    bool plain;          /* sent with PQexec, never prepared */
+};
+
+/* The key of the migrations' advisory lock: any fixed number, the same in every process. */
+#define DB__MIGRATION_LOCK_KEY "7340031001"
+
+static const struct db__stmt stmts[DB__STMT_COUNT] = {
+    [DB__BEGIN] = {"begin", "BEGIN", 0, PGRES_COMMAND_OK, true},
+    [DB__COMMIT] = {"commit", "COMMIT", 0, PGRES_COMMAND_OK, true},
+    [DB__ROLLBACK] = {"rollback", "ROLLBACK", 0, PGRES_COMMAND_OK, true},
+
+    /* set_config() takes the value as a parameter; SET would need it in the text. */
+    [DB__SET_STATEMENT_TIMEOUT] = {"set_statement_timeout",
+                                   "SELECT set_config('statement_timeout', $1, false)", 1,
+                                   PGRES_TUPLES_OK, false},
+    [DB__PING] = {"ping", "SELECT 1", 0, PGRES_TUPLES_OK, false},
+
+    /* Deliberately no FOR UPDATE: two requests may read the same stock. Closing that race
+     * is the guards' job, and what the modes compare. */
+    [DB__STOCK_READ] = {"stock_read", "SELECT stock FROM goods WHERE id = $1", 1,
+                        PGRES_TUPLES_OK, false},
+
+    /* $3 is the writer's fencing token, or NULL. With a token, the row is written only if
+     * no higher token has written it, and then carries this one. Under READ COMMITTED a
+     * writer that waited on the row's lock checks the WHERE again against the row as the
+     * other committed it, so the fence cannot be slipped past by a concurrent write. */
+    [DB__STOCK_WRITE] = {"stock_write",
+                         "UPDATE goods SET stock = $2, fence = COALESCE($3::bigint, fence),"
+                         " updated = now()"
+                         " WHERE id = $1 AND ($3::bigint IS NULL OR fence <= $3::bigint)",
+                         3, PGRES_COMMAND_OK, false},
+    /* Only run when a write changed no row, to tell "unknown goods" from "fenced". */
+    [DB__GOODS_EXISTS] = {"goods_exists", "SELECT 1 FROM goods WHERE id = $1", 1,
+                          PGRES_TUPLES_OK, false},
+    [DB__ORDER_INSERT] = {"order_insert",
+                          "INSERT INTO orders (goods, count, mode, instance, fence)"
+                          " VALUES ($1, $2, $3, $4, $5) RETURNING id",
+                          5, PGRES_TUPLES_OK, false},
+
+    /* ON CONFLICT DO NOTHING waits for a transaction that inserted the same key and has not
+     * ended yet; then it inserts (that one rolled back) or does nothing (it committed). */
+    [DB__IDEM_CLAIM] = {"idem_claim",
+                        "INSERT INTO idempotency (goods, key) VALUES ($1, $2)"
+                        " ON CONFLICT (goods, key) DO NOTHING",
+                        2, PGRES_COMMAND_OK, false},
+    [DB__IDEM_STORE] = {"idem_store",
+                        "UPDATE idempotency SET status = $3, body = $4"
+                        " WHERE goods = $1 AND key = $2 AND status = 0",
+                        4, PGRES_COMMAND_OK, false},
+    [DB__IDEM_FETCH] = {"idem_fetch",
+                        "SELECT status, body FROM idempotency"
+                        " WHERE goods = $1 AND key = $2 AND status <> 0",
+                        2, PGRES_TUPLES_OK, false},
+
+    /* The fence is kept: tokens only grow, and a reset must not let an old holder in. */
+    [DB__GOODS_UPSERT] = {"goods_upsert",
+                          "INSERT INTO goods (id, stock, initial) VALUES ($1, $2, $2)"
+                          " ON CONFLICT (id) DO UPDATE"
+                          " SET stock = EXCLUDED.stock, initial = EXCLUDED.initial,"
+                          " updated = now()",
+                          2, PGRES_COMMAND_OK, false},
+    [DB__ORDERS_DELETE] = {"orders_delete", "DELETE FROM orders WHERE goods = $1", 1,
+                           PGRES_COMMAND_OK, false},
+    [DB__IDEM_DELETE] = {"idem_delete", "DELETE FROM idempotency WHERE goods = $1", 1,
+                         PGRES_COMMAND_OK, false},
+
+    /* One statement, so one snapshot: the stock and the orders are seen as of the same
+     * moment. Read in two statements, a sale committed in between would show up as units
+     * sold that the stock never gave up (or the other way round). */
+    [DB__STOCK_REPORT] = {"stock_report",
+                          "SELECT g.initial, g.stock, o.sold, o.orders FROM goods g,"
+                          " LATERAL (SELECT COALESCE(sum(count), 0) AS sold, count(*) AS orders"
+                          " FROM orders WHERE goods = g.id) o"
+                          " WHERE g.id = $1",
+                          1, PGRES_TUPLES_OK, false},
+
+    /* Session-level advisory lock: held until unlocked or the session ends, so a migrator
+     * that dies mid-way releases it with its connection. */
+    [DB__MIGRATION_LOCK] = {"migration_lock",
+                            "SELECT pg_advisory_lock(" DB__MIGRATION_LOCK_KEY ")", 0,
+                            PGRES_TUPLES_OK, false},
+    [DB__MIGRATION_UNLOCK] = {"migration_unlock",
+                              "SELECT pg_advisory_unlock(" DB__MIGRATION_LOCK_KEY ")", 0,
+                              PGRES_TUPLES_OK, false},
+    [DB__MIGRATIONS_TABLE_EXISTS] = {"migrations_table_exists",
+                                     "SELECT to_regclass('schema_migrations') IS NOT NULL", 0,
+                                     PGRES_TUPLES_OK, false},
+    [DB__MIGRATIONS_TABLE_CREATE] = {"migrations_table_create",
+                                     "CREATE TABLE IF NOT EXISTS schema_migrations ("
+                                     " version bigint PRIMARY KEY,"
+                                     " name text NOT NULL,"
+                                     " applied_at timestamptz NOT NULL DEFAULT now())",
+                                     0, PGRES_COMMAND_OK, false},
+    [DB__MIGRATIONS_APPLIED] = {"migrations_applied",
+                                "SELECT version FROM schema_migrations ORDER BY version", 0,
+                                PGRES_TUPLES_OK, false},
+    [DB__MIGRATION_RECORD] = {"migration_record",
+                              "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)",
+                              2, PGRES_COMMAND_OK, false},
+};
+
+_Static_assert(DB__STMT_COUNT <= 64, "db_conn.prepared is a 64-bit set");
+
+const char *db__sql(enum db__stmt_id id)
+{
+    return stmts[id].sql;
+}
+
+/* Prepares statement id on c's session unless that was done already. */
+static int prepare_once(db_conn *c, enum db__stmt_id id)
+{
+    const struct db__stmt *s = &stmts[id];
+    uint64_t bit = UINT64_C(1) << id;
+    int rc;
+
+    if (c->prepared & bit)
+        return DB_OK;
+    rc = db__check(c, PQprepare(c->pg, s->name, s->sql, s->nparams, NULL), PGRES_COMMAND_OK);
+    if (rc == DB_OK)
+        c->prepared |= bit;
+    return rc;
+}
+
+int db__run(db_conn *c, enum db__stmt_id id, const char *const *params, PGresult **res)
+{
+    const struct db__stmt *s = &stmts[id];
+    PGresult *r = NULL;
+    int rc;
+
+    if (res)
+        *res = NULL;
+    if (!c->pg || c->broken) {
+        db__set_error(c, "the connection is closed");
+        return DB_ERR_UNAVAILABLE;
+    }
+    if (s->plain) {
+        r = PQexec(c->pg, s->sql);
+    } else {
+        rc = prepare_once(c, id);
+        if (rc != DB_OK)
+            return rc;
+        r = PQexecPrepared(c->pg, s->name, s->nparams, params, NULL, NULL, 0);
+    }
+    rc = db__check(c, r, s->want);
+    if (rc != DB_OK)
+        return rc;
+    if (res)
+        *res = r;
+    else
+        PQclear(r);
+    return DB_OK;
+}
+
+const char *db__i64(char *buf, int64_t v)
+{
+    snprintf(buf, DB__I64_LEN, "%" PRId64, v);
+    return buf;
+}
+
+int db__get_i64(db_conn *c, const PGresult *res, int row, int col, int64_t *out)
+{
+    const char *s;
+    char *end = NULL;
+    long long v;
+
+    if (row >= PQntuples(res) || col >= PQnfields(res) || PQgetisnull(res, row, col)) {
+        db__set_error(c, "no integer at row %d, column %d", row, col);
+        return DB_ERR_QUERY;
+    }
+    s = PQgetvalue(res, row, col);
+    errno = 0;
+    v = strtoll(s, &end, 10);
+    if (errno != 0 || end == s || *end != '\0') {
+        db__set_error(c, "not an integer: \"%.40s\"", s);
+        return DB_ERR_QUERY;
+    }
+    *out = (int64_t)v;
+    return DB_OK;
+}

@@ -1,0 +1,173 @@
+/*
+ * stock.c - the statements of the read-check-write, the reset and the stock report.
+ *
+ * A deduction, as service/deduct.c runs it, is five round trips to PostgreSQL:
+ *   BEGIN; SELECT stock (db_stock_read); UPDATE goods (db_stock_write);
+ *   INSERT INTO orders (db_order_insert); COMMIT
+ * (plus, with an Idempotency-Key, the claim and the store). Nothing here adds one on the
+ * path of a sale: a second statement runs only when the first found nothing, to say why.
+ *
+ * Each function is one statement, run inside the caller's transaction if there is one;
+ * db_goods_reset is the exception: it is its own transaction.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "db/internal.h"
+
+int db_stock_read(db_conn *conn, int64_t goods_id, int64_t *stock)
+{
+    char id_buf[DB__I64_LEN];
+    const char *params[1];
+    PGresult *res = NULL;
+    int rc;
+
+    if (!conn || !stock)
+        return DB_ERR_INVALID;
+    params[0] = db__i64(id_buf, goods_id);
+    rc = db__run(conn, DB__STOCK_READ, params, &res);
+    if (rc != DB_OK)
+        return rc;
+    if (PQntuples(res) == 0)
+        rc = DB_ERR_NOT_FOUND;
+    else
+        rc = db__get_i64(conn, res, 0, 0, stock);
+    PQclear(res);
+    return rc;
+}
+
+/* After a write changed no row: was the goods missing, or the fence higher? */
+static int why_not_written(db_conn *conn, const char *id_text, bool fenced)
+{
+    const char *params[1] = {id_text};
+    PGresult *res = NULL;
+    int rc;
+
+    if (!fenced)
+        return DB_ERR_NOT_FOUND; /* without a fence, only a missing row stops the write */
+    rc = db__run(conn, DB__GOODS_EXISTS, params, &res);
+    if (rc != DB_OK)
+        return rc;
+    rc = PQntuples(res) == 0 ? DB_ERR_NOT_FOUND : DB_ERR_FENCED;
+    PQclear(res);
+    if (rc == DB_ERR_FENCED)
+        db__set_error(conn, "goods %s carries a fencing token newer than the writer's", id_text);
+    return rc;
+}
+
+int db_stock_write(db_conn *conn, int64_t goods_id, int64_t new_stock, const int64_t *fence)
+{
+    char id_buf[DB__I64_LEN], stock_buf[DB__I64_LEN], fence_buf[DB__I64_LEN];
+    const char *params[3];
+    PGresult *res = NULL;
+    int rc;
+
+    if (!conn)
+        return DB_ERR_INVALID;
+    params[0] = db__i64(id_buf, goods_id);
+    params[1] = db__i64(stock_buf, new_stock);
+    params[2] = fence ? db__i64(fence_buf, *fence) : NULL; /* NULL: SQL NULL */
+    rc = db__run(conn, DB__STOCK_WRITE, params, &res);
+    if (rc != DB_OK)
+        return rc;
+    if (strcmp(PQcmdTuples(res), "1") != 0)
+        rc = why_not_written(conn, id_buf, fence != NULL);
+    PQclear(res);
+    return rc;
+}
+
+int db_order_insert(db_conn *conn, int64_t goods_id, int64_t count, const char *mode,
+                    const char *instance, const int64_t *fence, int64_t *order_id)
+{
+    char id_buf[DB__I64_LEN], count_buf[DB__I64_LEN], fence_buf[DB__I64_LEN];
+    const char *params[5];
+    PGresult *res = NULL;
+    int rc;
+
+    if (!conn || !mode || !instance || !order_id)
+        return DB_ERR_INVALID;
+    params[0] = db__i64(id_buf, goods_id);
+    params[1] = db__i64(count_buf, count);
+    params[2] = mode;
+    params[3] = instance;
+    params[4] = fence ? db__i64(fence_buf, *fence) : NULL;
+    rc = db__run(conn, DB__ORDER_INSERT, params, &res);
+    if (rc != DB_OK)
+        return rc;
+    rc = db__get_i64(conn, res, 0, 0, order_id);
+    PQclear(res);
+    return rc;
+}
+
+/* The three statements of a reset, inside the transaction db_goods_reset opened. The
+ * goods row is written first: that waits for any deduction holding the row, so the
+ * deletes that follow (each with a fresh snapshot, READ COMMITTED) see its order too. */
+static int reset_statements(db_conn *conn, const char *const *params)
+{
+    int rc;
+
+    rc = db__run(conn, DB__GOODS_UPSERT, params, NULL);
+    if (rc == DB_OK)
+        rc = db__run(conn, DB__ORDERS_DELETE, params, NULL);
+    if (rc == DB_OK)
+        rc = db__run(conn, DB__IDEM_DELETE, params, NULL);
+    return rc;
+}
+
+int db_goods_reset(db_conn *conn, int64_t goods_id, int64_t stock)
+{
+    char id_buf[DB__I64_LEN], stock_buf[DB__I64_LEN];
+    char saved[DB__ERR_LEN];
+    const char *params[2];
+    int rc;
+
+    if (!conn || !conn->pg)
+        return DB_ERR_INVALID;
+    if (PQtransactionStatus(conn->pg) != PQTRANS_IDLE) {
+        db__set_error(conn, "db_goods_reset runs its own transaction: call it outside one");
+        return DB_ERR_INVALID;
+    }
+    params[0] = db__i64(id_buf, goods_id);
+    params[1] = db__i64(stock_buf, stock);
+
+    rc = db_begin(conn);
+    if (rc != DB_OK)
+        return rc;
+    rc = reset_statements(conn, params);
+    if (rc == DB_OK)
+        return db_commit(conn);
+    /* The first error is the one to report: keep its text over the rollback's. */
+    memcpy(saved, conn->err, sizeof(saved));
+    (void)db_rollback(conn);
+    memcpy(conn->err, saved, sizeof(saved));
+    return rc;
+}
+
+int db_stock_report_read(db_conn *conn, int64_t goods_id, db_stock_report *out)
+{
+    char id_buf[DB__I64_LEN];
+    const char *params[1];
+    PGresult *res = NULL;
+    int rc;
+
+    if (!conn || !out)
+        return DB_ERR_INVALID;
+    params[0] = db__i64(id_buf, goods_id);
+    rc = db__run(conn, DB__STOCK_REPORT, params, &res);
+    if (rc != DB_OK)
+        return rc;
+    if (PQntuples(res) == 0) {
+        rc = DB_ERR_NOT_FOUND;
+        goto out;
+    }
+    rc = db__get_i64(conn, res, 0, 0, &out->initial);
+    if (rc == DB_OK)
+        rc = db__get_i64(conn, res, 0, 1, &out->stock);
+    if (rc == DB_OK)
+        rc = db__get_i64(conn, res, 0, 2, &out->sold);
+    if (rc == DB_OK)
+        rc = db__get_i64(conn, res, 0, 3, &out->orders);
+out:
+    PQclear(res);
+    return rc;
+}

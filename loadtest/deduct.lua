@@ -1,0 +1,256 @@
+-- deduct.lua - a wrk 4.1 script that hammers POST /api/deduct and reports, in one line,
+-- what the service answered.
+--
+--   wrk -t2 -c50 -d120s --timeout 10s -s loadtest/deduct.lua http://127.0.0.1:8080/api/deduct \
+--       -- mode=redis goods=1 goods_count=1 count=1 budget=6000 threads=2
+--
+-- Arguments after "--", each key=value, all optional:
+--   mode=NAME       sent as "mode" in the body; empty or absent: the replica's default mode
+--   goods=ID        the first goods id (default 1)
+--   goods_count=N   1 (default): every request hits goods ID, the "hot goods" case;
+--                   N > 1: each request picks one of ID .. ID+N-1 at random
+--   count=N         units per request (default 1)
+--   budget=N        send exactly N requests in all, then stop (default 0: run for -d)
+--   threads=N       with a budget: must equal wrk's -t (wrk does not tell the script)
+--
+-- How wrk runs a script (its SCRIPTING document): every wrk thread has a Lua state of its
+-- own for init/delay/request/response, and one more state, the main one, runs setup() for
+-- each thread before it starts and done() at the end. States share nothing, so each thread
+-- counts its answers in its own globals and done() collects them with thread:get(), through
+-- the thread objects setup() kept.
+--
+-- The budget. wrk has no "stop after N requests": its main thread sleeps for the whole -d
+-- and only then stops the threads. So each thread gets a share of the budget and, per
+-- connection, wrk asks delay() before every request it sends (delay() is called once per
+-- request, then request()). delay() hands out the share one request at a time and parks
+-- the connection (a delay of a day) once it is spent, so the thread sends its share
+-- exactly, never more. When the last of its answers is in, the thread stops its own event
+-- loop (wrk.thread:stop()) and says so on stderr; when every thread has said so, the
+-- driver (loadtest/run) sends wrk SIGINT, which wrk takes as "stop sleeping and report".
+-- A request lost to a socket error is re-sent by wrk on the new connection without
+-- asking delay(): `sent` then exceeds the budget and the error counters say why.
+--
+-- The summary: done() prints one line starting with RESULT, key=value pairs:
+--   requests sent s200 s409 s503 other e503_lock_timeout e503_lock_lost e503_unavailable
+--   seconds rps p50_ms p90_ms p99_ms max_ms errors_connect errors_read errors_write
+--   errors_timeout threads
+-- and, when there were answers other than 200/409/503, a line OTHER status=count ...
+-- Latencies are wrk's own: every answer (200, 409 and 503 alike), after wrk's correction
+-- for coordinated omission. seconds spans the first request to the last answer, measured
+-- by the threads themselves (so the driver's SIGINT delay is not counted); rps is
+-- requests / seconds.
+
+local PARK_MS = 24 * 3600 * 1000 -- "never" for a connection whose thread's share is spent
+local MAX_GOODS = 100000         -- requests are prebuilt, one per goods
+
+-- A monotonic clock in seconds, through LuaJIT's FFI (wrk links LuaJIT); os.clock is CPU
+-- time and os.time whole seconds, neither of any use here.
+local now
+do
+    local ok, ffi = pcall(require, "ffi")
+    if ok then
+        ffi.cdef [[
+            typedef struct { long tv_sec; long tv_nsec; } deduct_timespec;
+            int clock_gettime(int clock_id, deduct_timespec *tp);
+        ]]
+        local ts = ffi.new("deduct_timespec")
+        local CLOCK_MONOTONIC = 1 -- Linux
+        now = function()
+            ffi.C.clock_gettime(CLOCK_MONOTONIC, ts)
+            return tonumber(ts.tv_sec) + tonumber(ts.tv_nsec) * 1e-9
+        end
+    end
+end
+
+-- ---------------------------------------------------------------------------------------
+-- The main state: setup() and done().
+
+local threads = {}
+
+function setup(thread)
+    threads[#threads + 1] = thread
+    thread:set("thread_index", #threads) -- 1-based, set before the thread starts
+end
+
+local function sum_counter(name)
+    local total = 0
+    for _, t in ipairs(threads) do
+        total = total + (t:get("stats")[name] or 0)
+    end
+    return total
+end
+
+function done(summary, latency, requests)
+    local first, last
+    local others = {}
+    for _, t in ipairs(threads) do
+        local s = t:get("stats")
+        if s.t_first and (not first or s.t_first < first) then first = s.t_first end
+        if s.t_last and (not last or s.t_last > last) then last = s.t_last end
+        for status, n in pairs(t:get("others")) do
+            others[status] = (others[status] or 0) + n
+        end
+    end
+
+    local answers = sum_counter("answers")
+    local seconds
+    if first and last and last > first then
+        seconds = last - first
+    else
+        seconds = summary.duration / 1e6 -- no FFI clock: wrk's own run time
+    end
+
+    local function ms(us) return string.format("%.3f", us / 1000) end
+    local e = summary.errors
+    io.write(string.format(
+        "RESULT requests=%d sent=%d s200=%d s409=%d s503=%d other=%d " ..
+        "e503_lock_timeout=%d e503_lock_lost=%d e503_unavailable=%d " ..
+        "seconds=%.3f rps=%.1f p50_ms=%s p90_ms=%s p99_ms=%s max_ms=%s " ..
+        "errors_connect=%d errors_read=%d errors_write=%d errors_timeout=%d threads=%d\n",
+        answers, sum_counter("sent"), sum_counter("s200"), sum_counter("s409"),
+        sum_counter("s503"), sum_counter("other"),
+        sum_counter("e503_lock_timeout"), sum_counter("e503_lock_lost"),
+        sum_counter("e503_unavailable"),
+        seconds, answers / seconds,
+        ms(latency:percentile(50)), ms(latency:percentile(90)), ms(latency:percentile(99)),
+        ms(latency.max),
+        e.connect, e.read, e.write, e.timeout, #threads))
+
+    local parts = {}
+    for status, n in pairs(others) do parts[#parts + 1] = status .. "=" .. n end
+    if #parts > 0 then
+        table.sort(parts)
+        io.write("OTHER " .. table.concat(parts, " ") .. "\n")
+    end
+    io.flush()
+end
+
+-- ---------------------------------------------------------------------------------------
+-- Each thread's state: init(), delay(), request(), response().
+
+-- Read by done() through thread:get(): only numbers and tables of numbers travel.
+stats = {
+    sent = 0, answers = 0, s200 = 0, s409 = 0, s503 = 0, other = 0,
+    e503_lock_timeout = 0, e503_lock_lost = 0, e503_unavailable = 0,
+}
+others = {} -- status -> count, for the statuses outside 200/409/503
+
+local requests_by_goods = {} -- prebuilt HTTP requests, one per goods
+local share = nil            -- this thread's part of the budget; nil: no budget
+local reserved = 0           -- requests delay() has let through
+local finished = false
+
+local function fail(msg)
+    io.stderr:write("deduct.lua: " .. msg .. "\n")
+    os.exit(2)
+end
+
+local function integer_arg(opts, key, default, min, max)
+    local v = opts[key]
+    if v == nil or v == "" then return default end
+    if not v:match("^%d+$") then fail(key .. " must be a whole number, got '" .. v .. "'") end
+    local n = tonumber(v)
+    if n < min or n > max then
+        fail(string.format("%s must be from %d to %d, got %s", key, min, max, v))
+    end
+    return n
+end
+
+function init(args)
+    local opts = {}
+    for i = 0, #args do -- wrk numbers the arguments from 0
+        local a = args[i]
+        if a then
+            local k, v = a:match("^([%w_]+)=(.*)$")
+            if not k then fail("arguments are key=value, got '" .. a .. "'") end
+            opts[k] = v
+        end
+    end
+    local known = { mode = true, goods = true, goods_count = true, count = true,
+                    budget = true, threads = true }
+    for k in pairs(opts) do
+        if not known[k] then fail("unknown argument '" .. k .. "'") end
+    end
+
+    local mode = opts.mode or ""
+    if not mode:match("^[%w_%-]*$") then fail("mode must be a plain name, got '" .. mode .. "'") end
+    local goods = integer_arg(opts, "goods", 1, 1, 2 ^ 53)
+    local goods_count = integer_arg(opts, "goods_count", 1, 1, MAX_GOODS)
+    local count = integer_arg(opts, "count", 1, 1, 10000)
+    local budget = integer_arg(opts, "budget", 0, 0, 2 ^ 53)
+    local nthreads = integer_arg(opts, "threads", 1, 1, 10000)
+
+    local path = wrk.path
+    if path == nil or path == "/" then path = "/api/deduct" end
+    local headers = { ["Content-Type"] = "application/json" }
+    local mode_field = mode ~= "" and string.format(',"mode":"%s"', mode) or ""
+    for i = 1, goods_count do
+        local body = string.format('{"goods_id":%d,"count":%d%s}', goods + i - 1, count,
+                                   mode_field)
+        requests_by_goods[i] = wrk.format("POST", path, headers, body)
+    end
+
+    -- thread_index was set by setup() before this thread started.
+    math.randomseed(os.time() + thread_index * 7919)
+
+    if budget > 0 then
+        if thread_index > nthreads then
+            fail(string.format("threads=%d but wrk runs more threads: pass threads=<wrk -t>",
+                               nthreads))
+        end
+        -- Thread i of n gets budget/n, the first budget%n threads one more.
+        share = math.floor(budget / nthreads)
+        if thread_index <= budget % nthreads then share = share + 1 end
+    else
+        delay = nil -- no budget: wrk then skips delay() altogether (checked after init)
+    end
+end
+
+-- Called when this thread has every answer of its share.
+local function finish()
+    if finished then return end
+    finished = true
+    io.stderr:write(string.format("deduct.lua: thread %d spent its budget of %d\n",
+                                  thread_index, share))
+    wrk.thread:stop()
+end
+
+function delay()
+    if reserved < share then
+        reserved = reserved + 1
+        return 0
+    end
+    if stats.answers >= share then finish() end -- a share of 0 ends here
+    return PARK_MS
+end
+
+function request()
+    if now and not stats.t_first then stats.t_first = now() end
+    stats.sent = stats.sent + 1
+    if #requests_by_goods == 1 then return requests_by_goods[1] end
+    return requests_by_goods[math.random(#requests_by_goods)]
+end
+
+function response(status, headers, body)
+    if now then stats.t_last = now() end
+    stats.answers = stats.answers + 1
+    if status == 200 then
+        stats.s200 = stats.s200 + 1
+    elseif status == 409 then
+        stats.s409 = stats.s409 + 1
+    elseif status == 503 then
+        stats.s503 = stats.s503 + 1
+        -- Which 503: the error names are API.md's.
+        if body:find('"lock_timeout"', 1, true) then
+            stats.e503_lock_timeout = stats.e503_lock_timeout + 1
+        elseif body:find('"lock_lost"', 1, true) then
+            stats.e503_lock_lost = stats.e503_lock_lost + 1
+        elseif body:find('"unavailable"', 1, true) then
+            stats.e503_unavailable = stats.e503_unavailable + 1
+        end
+    else
+        stats.other = stats.other + 1
+        others[status] = (others[status] or 0) + 1
+    end
+    if share and stats.answers >= share then finish() end
+end

@@ -1,0 +1,128 @@
+/*
+ * lock.h - a reentrant distributed lock on Redis, in the style of Redisson's RLock.
+ *
+ * The lock named N lives in Redis as:
+ *   N           a hash {owner -> hold count} with a TTL (the lease);
+ *   N:fence     a counter that only grows (no TTL): the fencing token source;
+ *   N:released  the pub/sub channel a release is announced on.
+ * An owner is "<128-bit random process id in hex>:<thread number>", so reentrancy is per
+ * thread of a process, as in Redisson's "UUID:threadId".
+ *
+ * Every multi-step change is one Lua script (the .lua files of lock/, embedded by the build), so that
+ * the check and the change cannot be separated by another client's command.
+ *
+ * This module knows Redis (through hiredis) and nothing else: it does not log, it returns
+ * negative codes (lock_strerror() names them) and keeps the last Redis error text per
+ * thread for the caller to report (lock_last_error()).
+ *
+ * Threads: one lock_client is shared by all threads of the process. Each call borrows a
+ * command connection from a small bounded pool, so no two threads ever use one hiredis
+ * context at once. The client runs two threads of its own: the subscriber (release
+ * messages) and the watchdog (lease renewal).
+ */
+#ifndef LOCK_LOCK_H
+#define LOCK_LOCK_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Result codes. 0 is success; every failure is negative. */
+enum {
+    LOCK_OK = 0,
+    LOCK_TIMEOUT = -1,   /* try_lock: the lock was held by another owner for the whole wait */
+    LOCK_ERR_REDIS = -2, /* Redis unreachable, timed out or answered an error: not acquired */
+    LOCK_ERR_NOT_HELD = -3, /* unlock/is_held: the caller does not hold this lock */
+    LOCK_ERR_INVALID = -4,  /* bad argument (empty name, lease 0 or < -1, wait < 0, ...) */
+    LOCK_ERR_NOMEM = -5,
+    LOCK_ERR_LOST = -6, /* is_held: the watchdog found the lock gone or taken by another */
+    LOCK_ERR_BUSY = -7, /* no command connection could be had within the wait bound */
+};
+
+/* Pass as lease_ms to let the watchdog renew the lease while the lock is held. */
+#define LOCK_LEASE_WATCHDOG (-1)
+
+typedef struct lock_client lock_client;
+
+typedef struct lock_options {
+    const char *redis_host;   /* default "127.0.0.1" */
+    int redis_port;           /* default 6379 */
+    int connect_timeout_ms;   /* default 500 */
+    int command_timeout_ms;   /* default 500: bounds every round trip */
+    int64_t watchdog_lease_ms; /* lease used with LOCK_LEASE_WATCHDOG; default 30000;
+                                  the watchdog renews every lease/3 */
+    int pool_size;            /* command connections; default 16 */
+} lock_options;
+
+/* Fills *opts with the defaults above. */
+void lock_options_init(lock_options *opts);
+
+/*
+ * Creates the client and starts its subscriber and watchdog threads. Connections to Redis
+ * are made lazily, so this succeeds even while Redis is down. On success *out owns the
+ * client; free it with lock_client_destroy(). Returns LOCK_OK, LOCK_ERR_INVALID or
+ * LOCK_ERR_NOMEM.
+ */
+int lock_client_create(const lock_options *opts, lock_client **out);
+
+/*
+ * Stops the watchdog (it renews nothing more) and the subscriber, closes every connection
+ * and frees the client. Locks still held are not released: their leases run out. Call it
+ * once, after every other call on the client has returned. NULL is a no-op.
+ */
+void lock_client_destroy(lock_client *c);
+
+/*
+ * Takes the lock `name` for the calling thread.
+ *   wait_ms  >= 0: how long to wait in all, round trips included; 0 tries once. The call
+ *            returns no later than wait_ms plus one command timeout.
+ *   lease_ms > 0: the lock expires after lease_ms unless released;
+ *            LOCK_LEASE_WATCHDOG: default lease, renewed by the watchdog while held.
+ * Reentrant: a thread that holds the lock takes it again (the hold count grows; the TTL is
+ * reset) and gets the same fencing token.
+ * Waiting does not poll: the waiter sleeps until a release is announced or the holder's
+ * remaining TTL (or the wait) runs out, plus a little jitter.
+ * Returns LOCK_OK and sets *fence_token (if not NULL) to the token of this holding;
+ * LOCK_TIMEOUT; LOCK_ERR_REDIS (never "acquired" on a lost connection); LOCK_ERR_BUSY;
+ * LOCK_ERR_INVALID.
+ */
+int lock_try_lock(lock_client *c, const char *name, int64_t wait_ms, int64_t lease_ms,
+                  int64_t *fence_token);
+
+/*
+ * Releases one hold of `name` by the calling thread. At hold count zero the key is deleted,
+ * a release message is published and the watchdog stops renewing it.
+ * Returns LOCK_OK; LOCK_ERR_NOT_HELD when the caller is not an owner (another owner's lock
+ * is never touched); LOCK_ERR_REDIS.
+ */
+int lock_unlock(lock_client *c, const char *name);
+
+/*
+ * Whether the calling thread still holds `name`, as far as this process knows: LOCK_OK
+ * while held; LOCK_ERR_LOST when the watchdog found the lock gone or another's (call
+ * lock_unlock() anyway to clear the local record); LOCK_ERR_NOT_HELD when this thread never
+ * took it. Makes no round trip.
+ */
+int lock_is_held(lock_client *c, const char *name);
+
+/* Counters for metrics, read without blocking. */
+typedef struct lock_stats {
+    uint64_t renewals;   /* successful watchdog renewals */
+    uint64_t lost;       /* holdings the watchdog found lost */
+    uint64_t timeouts;   /* try_lock calls that returned LOCK_TIMEOUT */
+    int pool_size;       /* command connections in the pool */
+    int pool_in_use;     /* borrowed right now */
+} lock_stats;
+
+void lock_get_stats(lock_client *c, lock_stats *out);
+
+/* A static English name for a LOCK_* code. */
+const char *lock_strerror(int code);
+
+/* The last Redis error text seen by the calling thread ("" if none); valid until its next
+ * call on any lock_client. */
+const char *lock_last_error(void);
+
+/* Sends PING on a pooled connection: LOCK_OK or LOCK_ERR_REDIS. For readiness checks. */
+int lock_ping(lock_client *c);
+
+#endif

@@ -1,0 +1,316 @@
+/*
+ * config.c - the service's settings, read from environment variables.
+ *
+ * Design: one table, config__settings[], says everything about every setting: the variable,
+ * where it goes in service_config, its default, its bounds and its meaning. Loading, the
+ * --help text and the README's table are all produced from it, so they cannot disagree.
+ * Even the defaults are written as text and go through the same parser as a value from the
+ * environment: a default that breaks its own bounds fails every start (and the tests).
+ *
+ * Numbers are parsed strictly, by hand rather than with strtol(): strtol accepts leading
+ * spaces, a '+' sign and trailing garbage ("80x"), and silently clamps on overflow. Here a
+ * value is digits only, with a leading '-' only where the bounds allow negatives, and must
+ * fit in its bounds; anything else stops the start-up with one line naming the variable,
+ * the rule and the value ("LOCK_WAIT_MS: must be an integer from 0 to 600000, got 'abc'").
+ * Secrets (ADMIN_TOKEN, DATABASE_URL which may carry a password) are never echoed.
+ */
+#include "service/config.h"
+
+#include <arpa/inet.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "service/log.h"
+
+enum config__kind { CONFIG__INT, CONFIG__INT64, CONFIG__STRING };
+
+typedef struct config__setting {
+    const char *var;        /* the environment variable */
+    enum config__kind kind; /* how the field is stored */
+    size_t offset;          /* offsetof(service_config, field) */
+    size_t size;            /* strings: sizeof the field, terminator included */
+    const char *def;        /* the default, as text */
+    int64_t min, max;       /* numbers: the bounds; strings: the length bounds */
+    bool (*valid)(const char *value); /* strings: an extra check, or NULL */
+    const char *rule;       /* strings: what a value must be, for errors and help;
+                               NULL: "<min> to <max> characters" */
+    bool secret;            /* never echo the value */
+    const char *help;       /* what it means */
+} config__setting;
+
+static bool config__valid_instance(const char *value);
+static bool config__valid_ipv4(const char *value);
+static bool config__valid_visible(const char *value);
+static bool config__valid_log_level(const char *value);
+
+#define FIELD(f) offsetof(service_config, f), sizeof(((service_config *)0)->f)
+#define NUMBER(var, kind, f, def, lo, hi, help)                                                \
+    {var, kind, offsetof(service_config, f), 0, def, lo, hi, NULL, NULL, false, help}
+
+/* clang-format off */
+static const config__setting config__settings[] = {
+    NUMBER("PORT", CONFIG__INT, port, "8081", 1, 65535,
+           "TCP port this replica listens on"),
+    {"BIND_ADDRESS", CONFIG__STRING, FIELD(bind_address), "127.0.0.1", 7, 15,
+     config__valid_ipv4, "an IPv4 address such as 127.0.0.1 or 0.0.0.0", false,
+     "address to listen on (0.0.0.0 inside a container)"},
+    {"INSTANCE", CONFIG__STRING, FIELD(instance), "svc-1", 1, 63,
+     config__valid_instance, "1 to 63 characters of A-Za-z0-9_.-", false,
+     "this replica's name, reported in answers and recorded with each order"},
+    {"DATABASE_URL", CONFIG__STRING, FIELD(database_url),
+     "host=127.0.0.1 port=55432 user=postgres dbname=stock", 1, 1023, NULL, NULL, true,
+     "libpq connection string of the stock database"},
+    {"REDIS_HOST", CONFIG__STRING, FIELD(redis_host), "127.0.0.1", 1, 255,
+     config__valid_visible, "1 to 255 characters, no spaces", false,
+     "Redis host name or address"},
+    NUMBER("REDIS_PORT", CONFIG__INT, redis_port, "56379", 1, 65535,
+           "Redis port"),
+    {"MODE", CONFIG__STRING, FIELD(default_mode), "redis", 1, 31,
+     config__valid_visible, "1 to 31 characters, no spaces", false,
+     "default deduction mode when a request names none (see GET /api/modes)"},
+    NUMBER("WORKER_THREADS", CONFIG__INT, worker_threads, "256", 1, 4096,
+           "connections served at once, one thread each; more wait in the accept queue"),
+    NUMBER("LOCK_WAIT_MS", CONFIG__INT64, lock_wait_ms, "2000", 0, 600000,
+           "how long a request waits for a lock before answering 503 lock_timeout"),
+    NUMBER("LOCK_LEASE_MS", CONFIG__INT64, lock_lease_ms, "30000", 300, 600000,
+           "lease of a Redis lock; the watchdog renews it every lease/3 while held"),
+    {"ADMIN_TOKEN", CONFIG__STRING, FIELD(admin_token), "", 0, 255,
+     config__valid_visible, "at most 255 visible ASCII characters, no spaces", true,
+     "when set, POST /api/admin/reset requires 'Authorization: Bearer <token>'"},
+    NUMBER("BUSINESS_DELAY_MS", CONFIG__INT64, business_delay_ms, "0", 0, 60000,
+           "sleep between reading and writing the stock, to widen the race window"),
+    NUMBER("DB_POOL_SIZE", CONFIG__INT, db_pool_size, "16", 1, 256,
+           "PostgreSQL connections per replica"),
+    NUMBER("REDIS_POOL_SIZE", CONFIG__INT, redis_pool_size, "16", 1, 256,
+           "Redis command connections per replica"),
+    NUMBER("DB_WAIT_MS", CONFIG__INT64, db_wait_ms, "2000", 0, 600000,
+           "how long a request waits for a pooled PostgreSQL connection before a 503"),
+    NUMBER("REDIS_TIMEOUT_MS", CONFIG__INT64, redis_timeout_ms, "500", 10, 60000,
+           "Redis connect and command timeout"),
+    NUMBER("CONNECTION_TIMEOUT_S", CONFIG__INT, connection_timeout_s, "30", 1, 3600,
+           "an idle or slow client connection is closed after this many seconds"),
+    {"MIGRATIONS_DIR", CONFIG__STRING, FIELD(migrations_dir), "migrations", 1, 511, NULL,
+     NULL, false, "directory of the numbered NNN_*.sql schema files"},
+    {"LOG_LEVEL", CONFIG__STRING, FIELD(log_level), "info", 1, 15,
+     config__valid_log_level, "one of debug, info, warn, error", false,
+     "least important log lines written to stderr"},
+};
+/* clang-format on */
+
+#undef NUMBER
+#undef FIELD
+
+#define CONFIG__N_SETTINGS (sizeof(config__settings) / sizeof(config__settings[0]))
+
+static bool config__valid_instance(const char *value)
+{
+    for (const char *p = value; *p != '\0'; p++) {
+        char c = *p;
+        bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+                  c == '_' || c == '.' || c == '-';
+        if (!ok)
+            return false;
+    }
+    return true;
+}
+
+static bool config__valid_ipv4(const char *value)
+{
+    struct in_addr addr;
+    /* inet_pton accepts only the dotted quad (no "127.1", no octal), which is what we want. */
+    return inet_pton(AF_INET, value, &addr) == 1;
+}
+
+static bool config__valid_visible(const char *value)
+{
+    for (const unsigned char *p = (const unsigned char *)value; *p != '\0'; p++) {
+        if (*p <= 0x20 || *p >= 0x7f)
+            return false;
+    }
+    return true;
+}
+
+static bool config__valid_log_level(const char *value)
+{
+    return log_level_parse(value) >= 0;
+}
+
+int config__parse_integer(const char *text, int64_t min, int64_t max, int64_t *out)
+{
+    const char *p = text;
+    bool negative = false;
+    int64_t v = 0;
+
+    if (*p == '-' && min < 0) {
+        negative = true;
+        p++;
+    }
+    if (*p == '\0')
+        return -1;
+    for (; *p != '\0'; p++) {
+        if (*p < '0' || *p > '9')
+            return -1;
+        int digit = *p - '0';
+        /* Accumulate towards the sign's side so that INT64_MIN, whose magnitude does not
+         * fit in an int64_t, parses too; the builtins catch any overflow. */
+        if (__builtin_mul_overflow(v, 10, &v))
+            return -1;
+        if (negative ? __builtin_sub_overflow(v, digit, &v) : __builtin_add_overflow(v, digit, &v))
+            return -1;
+    }
+    if (v < min || v > max)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* Copies value into buf for an error line: control and non-ASCII bytes as '?', cut with
+ * "..." after 40 characters so that one bad value cannot flood the line. */
+static const char *config__echo(char *buf, size_t len, const char *value)
+{
+    size_t i = 0, max = len > 44 ? 40 : (len > 4 ? len - 4 : 0);
+
+    for (; value[i] != '\0' && i < max; i++) {
+        unsigned char c = (unsigned char)value[i];
+        buf[i] = (c < 0x20 || c >= 0x7f) ? '?' : (char)c;
+    }
+    if (value[i] != '\0' && len >= 4) {
+        memcpy(buf + i, "...", 3);
+        i += 3;
+    }
+    buf[i] = '\0';
+    return buf;
+}
+
+static int config__load_number(const config__setting *s, const char *value, service_config *out,
+                               char *err, size_t errlen)
+{
+    int64_t v;
+    char echo[48];
+
+    if (config__parse_integer(value, s->min, s->max, &v) < 0) {
+        snprintf(err, errlen, "%s: must be an integer from %lld to %lld, got '%s'", s->var,
+                 (long long)s->min, (long long)s->max, config__echo(echo, sizeof(echo), value));
+        return -1;
+    }
+    if (s->kind == CONFIG__INT)
+        *(int *)(void *)((char *)out + s->offset) = (int)v; /* bounds fit an int */
+    else
+        *(int64_t *)(void *)((char *)out + s->offset) = v;
+    return 0;
+}
+
+static void config__string_rule(const config__setting *s, char *buf, size_t len)
+{
+    if (s->rule != NULL)
+        snprintf(buf, len, "%s", s->rule);
+    else if (s->min > 0)
+        snprintf(buf, len, "%lld to %lld characters", (long long)s->min, (long long)s->max);
+    else
+        snprintf(buf, len, "at most %lld characters", (long long)s->max);
+}
+
+static int config__load_string(const config__setting *s, const char *value, service_config *out,
+                               char *err, size_t errlen)
+{
+    size_t n = strlen(value);
+    char rule[96], echo[48];
+
+    if ((int64_t)n < s->min || (int64_t)n > s->max || (s->valid != NULL && !s->valid(value))) {
+        config__string_rule(s, rule, sizeof(rule));
+        if (s->secret)
+            snprintf(err, errlen, "%s: must be %s (the value is not shown, %zu characters)",
+                     s->var, rule, n);
+        else
+            snprintf(err, errlen, "%s: must be %s, got '%s'", s->var, rule,
+                     config__echo(echo, sizeof(echo), value));
+        return -1;
+    }
+    /* max < size is checked by the tests for every row, so this always fits. */
+    memcpy((char *)out + s->offset, value, n + 1);
+    return 0;
+}
+
+const char *config_lookup_env(const char *name, void *ctx)
+{
+    (void)ctx;
+    return getenv(name);
+}
+
+int config_load(service_config *out, config_lookup_fn lookup, void *ctx, char *err, size_t errlen)
+{
+    int rc = 0;
+
+    if (errlen > 0)
+        err[0] = '\0';
+    memset(out, 0, sizeof(*out));
+    for (size_t i = 0; i < CONFIG__N_SETTINGS && rc == 0; i++) {
+        const config__setting *s = &config__settings[i];
+        const char *value = lookup != NULL ? lookup(s->var, ctx) : NULL;
+        if (value == NULL)
+            value = s->def; /* unset; a variable set to "" is a value, and checked as one */
+        if (s->kind == CONFIG__STRING)
+            rc = config__load_string(s, value, out, err, errlen);
+        else
+            rc = config__load_number(s, value, out, err, errlen);
+    }
+    return rc;
+}
+
+/* What a value may be, for the help and the documentation. */
+static void config__allowed(const config__setting *s, char *buf, size_t len)
+{
+    if (s->kind == CONFIG__STRING)
+        config__string_rule(s, buf, len);
+    else
+        snprintf(buf, len, "integer %lld..%lld", (long long)s->min, (long long)s->max);
+}
+
+void config_print_help(void *file)
+{
+    FILE *f = file;
+    char allowed[96];
+
+    fprintf(f, "Settings, from environment variables (unset means the default):\n\n");
+    for (size_t i = 0; i < CONFIG__N_SETTINGS; i++) {
+        const config__setting *s = &config__settings[i];
+        config__allowed(s, allowed, sizeof(allowed));
+        const char *quote = strchr(s->def, ' ') != NULL ? "'" : ""; /* as a shell would need */
+        fprintf(f, "  %s=%s%s%s\n      %s (%s)\n", s->var, quote, s->def, quote, s->help,
+                allowed);
+    }
+}
+
+void config_print_markdown(void *file)
+{
+    FILE *f = file;
+    char allowed[96];
+
+    fprintf(f, "| Variable | Default | Allowed | Meaning |\n|---|---|---|---|\n");
+    for (size_t i = 0; i < CONFIG__N_SETTINGS; i++) {
+        const config__setting *s = &config__settings[i];
+        config__allowed(s, allowed, sizeof(allowed));
+        fprintf(f, "| `%s` | %s%s%s | %s | %s |\n", s->var, s->def[0] ? "`" : "(empty)",
+                s->def, s->def[0] ? "`" : "", allowed, s->help);
+    }
+}
+
+size_t config__count(void)
+{
+    return CONFIG__N_SETTINGS;
+}
+
+int config__describe(size_t i, const char **var, const char **def, size_t *size, int64_t *max)
+{
+    if (i >= CONFIG__N_SETTINGS)
+        return -1;
+    const config__setting *s = &config__settings[i];
+    *var = s->var;
+    *def = s->def;
+    *size = s->size;
+    *max = s->max;
+    return 0;
+}

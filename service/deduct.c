@@ -1,0 +1,261 @@
+/*
+ * deduct.c - one deduction: the read-check-write under a mode's guard.
+ *
+ * The order of the steps is the lesson, so it is spelled out in deduct_execute():
+ *   1. an idempotent retry is answered from the store before anything is locked;
+ *   2. the guard is taken before the transaction begins;
+ *   3. the stock is read, checked and written back as a value computed here;
+ *   4. the guard is asked whether it still holds, then the transaction commits;
+ *   5. the guard is left only after the commit.
+ * Every failure after BEGIN rolls back, so a request that does not answer 200 sold nothing.
+ */
+#include "service/deduct.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "service/response.h"
+
+/* The pieces of one run, so that the steps below can share them. */
+typedef struct deduction {
+    const deduct_env *env;
+    const mode *mode;
+    int64_t goods_id;
+    int64_t count;
+    const char *key; /* Idempotency-Key or NULL */
+    db_conn *conn;
+    guard_hold hold;
+    deduct_result *out;
+} deduction;
+
+static void sleep_ms(int64_t ms)
+{
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
+
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+/* Sets a 503 answer with `error` and a detail for the log and the body. */
+static int answer_unavailable(deduction *d, const char *error, const char *outcome,
+                              const char *detail)
+{
+    d->out->status = 503;
+    d->out->outcome = outcome;
+    snprintf(d->out->detail, sizeof(d->out->detail), "%s", detail);
+    /* lock_timeout and lock_lost carry no detail in API.md; unavailable says which
+     * dependency failed. */
+    d->out->body = response_error(error, strcmp(error, "unavailable") == 0 ? detail : NULL);
+    return d->out->body != NULL ? 0 : -1;
+}
+
+static int answer_db_failure(deduction *d, const char *what, int rc)
+{
+    char detail[256];
+
+    snprintf(detail, sizeof(detail), "postgresql: %s: %s%s%s", what, db_strerror(rc),
+             d->conn != NULL && db_conn_error(d->conn)[0] ? ": " : "",
+             d->conn != NULL ? db_conn_error(d->conn) : "");
+    return answer_unavailable(d, "unavailable", "unavailable", detail);
+}
+
+/* Answers with an outcome stored earlier under the idempotency key. Takes `body`. */
+static int answer_replay(deduction *d, int status, char *body)
+{
+    d->out->status = status;
+    d->out->body = body;
+    d->out->outcome = "replayed";
+    return 0;
+}
+
+/* Looks for a stored answer on a connection of its own, before any guard is taken, so that
+ * a retry does not queue for the lock. Returns 1 when answered, 0 when not, -1 on OOM. */
+static int try_replay(deduction *d)
+{
+    db_conn *conn = NULL;
+    char *body = NULL;
+    int status = 0, rc;
+
+    if (db_pool_acquire(d->env->db, (int)d->env->db_wait_ms, &conn) != DB_OK)
+        return 0; /* the main path will meet the same failure and answer it */
+    rc = db_idempotency_fetch(conn, d->goods_id, d->key, &status, &body);
+    db_pool_release(d->env->db, conn);
+    if (rc != DB_OK)
+        return 0;
+    return answer_replay(d, status, body) == 0 ? 1 : -1;
+}
+
+/* Stores the answer with the idempotency key, in the transaction of the sale. */
+static int store_answer(deduction *d, int status, const char *body)
+{
+    if (d->key == NULL)
+        return DB_OK;
+    return db_idempotency_store(d->conn, d->goods_id, d->key, status, body);
+}
+
+/*
+ * Inside the open transaction: read, check, write, record. Sets the answer; returns DB_OK
+ * when the transaction should commit, a DB_ERR_* (answer set) when it must roll back,
+ * or DB_ERR_NOMEM.
+ */
+static int read_check_write(deduction *d)
+{
+    const int64_t *fence = d->hold.fenced ? &d->hold.fence : NULL;
+    int64_t stock = 0, order_id = 0;
+    int rc;
+
+    rc = db_stock_read(d->conn, d->goods_id, &stock);
+    if (rc == DB_ERR_NOT_FOUND) {
+        d->out->status = 404;
+        d->out->outcome = "unknown_goods";
+        d->out->body = response_unknown_goods(d->goods_id);
+        goto store;
+    }
+    if (rc != DB_OK)
+        return answer_db_failure(d, "read stock", rc), rc;
+
+    if (stock < d->count) {
+        d->out->status = 409;
+        d->out->outcome = "insufficient_stock";
+        d->out->body = response_insufficient(d->goods_id, stock);
+        goto store;
+    }
+
+    /* The race window: everything another request does between our read and our write
+     * is lost when we write our computed value. BUSINESS_DELAY_MS widens it on purpose. */
+    if (d->env->business_delay_ms > 0)
+        sleep_ms(d->env->business_delay_ms);
+
+    rc = db_stock_write(d->conn, d->goods_id, stock - d->count, fence);
+    if (rc == DB_ERR_FENCED) {
+        char detail[128];
+        snprintf(detail, sizeof(detail), "fencing token %lld is older than the stored one",
+                 (long long)d->hold.fence);
+        answer_unavailable(d, "lock_lost", "lock_lost", detail);
+        return rc;
+    }
+    if (rc != DB_OK)
+        return answer_db_failure(d, "write stock", rc), rc;
+
+    rc = db_order_insert(d->conn, d->goods_id, d->count, d->mode->name, d->env->instance,
+                         fence, &order_id);
+    if (rc != DB_OK)
+        return answer_db_failure(d, "record order", rc), rc;
+
+    d->out->status = 200;
+    d->out->outcome = "deducted";
+    d->out->body = response_deducted(d->goods_id, d->count, stock - d->count, order_id,
+                                     d->mode->name, d->env->instance);
+
+store:
+    if (d->out->body == NULL)
+        return DB_ERR_NOMEM;
+    rc = store_answer(d, d->out->status, d->out->body);
+    if (rc != DB_OK) {
+        free(d->out->body);
+        d->out->body = NULL;
+        return answer_db_failure(d, "store idempotent answer", rc), rc;
+    }
+    return DB_OK;
+}
+
+/* Runs the transaction on d->conn with the guard held. Sets the answer. */
+static int run_transaction(deduction *d)
+{
+    int rc;
+
+    rc = db_begin(d->conn);
+    if (rc != DB_OK)
+        return answer_db_failure(d, "begin", rc);
+
+    if (d->key != NULL) {
+        /* Claiming the key first makes a concurrent twin wait here until we commit, and
+         * then find our answer instead of selling a second time. */
+        rc = db_idempotency_claim(d->conn, d->goods_id, d->key);
+        if (rc == DB_ERR_CONFLICT) {
+            char *body = NULL;
+            int status = 0;
+            db_rollback(d->conn);
+            rc = db_idempotency_fetch(d->conn, d->goods_id, d->key, &status, &body);
+            if (rc != DB_OK)
+                return answer_db_failure(d, "fetch idempotent answer", rc);
+            return answer_replay(d, status, body);
+        }
+        if (rc != DB_OK) {
+            db_rollback(d->conn);
+            return answer_db_failure(d, "claim idempotency key", rc);
+        }
+    }
+
+    rc = read_check_write(d);
+    if (rc == DB_ERR_NOMEM) {
+        db_rollback(d->conn);
+        return -1;
+    }
+    if (rc != DB_OK) {
+        db_rollback(d->conn);
+        return 0; /* the answer is set */
+    }
+
+    /* Last look before the commit: a lock whose lease ran out while we worked may already
+     * belong to someone else, whose write we must not follow with ours. */
+    if (d->mode->still_held(d->env->guards, &d->hold) != GUARD_OK) {
+        db_rollback(d->conn);
+        free(d->out->body);
+        d->out->body = NULL;
+        return answer_unavailable(d, "lock_lost", "lock_lost",
+                                  "the lock's lease was lost before the commit");
+    }
+
+    rc = db_commit(d->conn);
+    if (rc != DB_OK) {
+        free(d->out->body);
+        d->out->body = NULL;
+        return answer_db_failure(d, "commit", rc);
+    }
+    return 0;
+}
+
+int deduct_execute(const deduct_env *env, const mode *m, int64_t goods_id, int64_t count,
+                   const char *idempotency_key, deduct_result *out)
+{
+    deduction d = {.env = env, .mode = m, .goods_id = goods_id, .count = count,
+                   .key = idempotency_key, .out = out};
+    char detail[256] = "";
+    int rc, result;
+
+    memset(out, 0, sizeof(*out));
+
+    if (idempotency_key != NULL) {
+        rc = try_replay(&d);
+        if (rc != 0)
+            return rc > 0 ? 0 : -1;
+    }
+
+    rc = m->enter(env->guards, goods_id, &d.hold, detail, sizeof(detail));
+    out->waited = d.hold.waited;
+    out->wait_seconds = d.hold.wait_seconds;
+    if (rc == GUARD_TIMEOUT)
+        return answer_unavailable(&d, "lock_timeout", "lock_timeout", detail);
+    if (rc != GUARD_OK)
+        return answer_unavailable(&d, "unavailable", "unavailable", detail);
+
+    /* The connection is taken after the guard: a request waiting for the lock should not
+     * hold one of the pool's few connections idle while it waits. */
+    rc = db_pool_acquire(env->db, (int)env->db_wait_ms, &d.conn);
+    if (rc != DB_OK) {
+        snprintf(detail, sizeof(detail), "postgresql: %s%s%s", db_strerror(rc),
+                 rc == DB_ERR_UNAVAILABLE ? ": " : "",
+                 rc == DB_ERR_UNAVAILABLE ? db_last_connect_error() : "");
+        result = answer_unavailable(&d, "unavailable", "unavailable", detail);
+    } else {
+        result = run_transaction(&d);
+        db_pool_release(env->db, d.conn);
+    }
+
+    m->leave(env->guards, &d.hold);
+    return result;
+}

@@ -1,0 +1,39 @@
+/*
+ * http.h - the replica's HTTP server: libmicrohttpd carrying requests to routes.c.
+ *
+ * Threading: one thread per connection, at most WORKER_THREADS connections. A deduction
+ * may wait up to LOCK_WAIT_MS for its lock and then for PostgreSQL; with a thread of its
+ * own, that wait stalls nobody else. (The alternative, suspend/resume with a worker pool,
+ * saves threads but moves the same waiting into a queue of our own; at a few hundred
+ * connections per replica, threads are the simpler correct choice.) Idle or slow clients
+ * are cut after CONNECTION_TIMEOUT_S, so they cannot hold a thread forever.
+ *
+ * Bodies are read as they stream in and refused past REQUEST_MAX_BODY: a declared
+ * Content-Length over the limit is answered 413 before a byte of the body is read; a
+ * chunked body is counted and dropped past the limit, and the connection is closed if
+ * the client keeps sending.
+ */
+#ifndef SERVICE_HTTP_H
+#define SERVICE_HTTP_H
+
+#include <stdint.h>
+
+#include "service/app.h"
+
+typedef struct http_server http_server;
+
+/* Starts listening on config->bind_address:config->port. Returns 0, or -1 with a reason
+ * in err. */
+int http_start(app *a, http_server **out, char *err, size_t errlen);
+
+/*
+ * The graceful half of shutdown: stops accepting connections, answers every further
+ * request with "Connection: close", and waits up to timeout_ms for requests in flight to
+ * finish. Returns the number of requests still in flight (0 when drained).
+ */
+int http_drain(http_server *s, int64_t timeout_ms);
+
+/* Closes every connection, joins the threads and frees the server. NULL is a no-op. */
+void http_stop(http_server *s);
+
+#endif

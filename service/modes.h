@@ -1,0 +1,69 @@
+/*
+ * modes.h - the strategy table: a mode's name, whether it is meant to be safe across
+ * replicas, a one-line summary, and its guard.
+ *
+ * Every mode runs the same read-check-write (service/deduct.c); only the guard around it
+ * differs. A guard is entered before the transaction begins and left after it ends, and
+ * may be asked, just before the commit, whether it still holds. A new mode is one more row
+ * in the table (modes.c) and one guard, nothing else.
+ */
+#ifndef SERVICE_MODES_H
+#define SERVICE_MODES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lock/lock.h"
+
+/* What the guards share: built once at start-up, used by every request thread. */
+typedef struct guard_env guard_env;
+
+typedef struct guard_env_options {
+    lock_client *lock; /* the Redis lock client (redis mode); not owned */
+    int64_t wait_ms;   /* how long a request may wait for its guard (LOCK_WAIT_MS) */
+    int64_t lease_ms;  /* lease passed to lock_try_lock: LOCK_LEASE_WATCHDOG in the service */
+} guard_env_options;
+
+int guard_env_create(const guard_env_options *opts, guard_env **out);
+void guard_env_destroy(guard_env *env);
+
+/* Outcomes of entering a guard. */
+enum {
+    GUARD_OK = 0,
+    GUARD_TIMEOUT = -1,     /* not had within the wait bound: 503 lock_timeout */
+    GUARD_UNAVAILABLE = -2, /* the guard's backing service failed: 503 unavailable */
+    GUARD_LOST = -3,        /* still_held: the holding was lost: 503 lock_lost */
+};
+
+/* One request's holding of its guard. Filled by enter, read by the deduction, emptied by
+ * leave. */
+typedef struct guard_hold {
+    bool fenced;          /* a fencing token comes with this holding */
+    int64_t fence;        /* the token, when fenced */
+    bool waited;          /* the guard has a wait worth measuring (local, redis) */
+    double wait_seconds;  /* how long enter took */
+    char name[64];        /* the lock's name, for the redis guard */
+    void *local;          /* the mutex, for the local guard */
+} guard_hold;
+
+typedef struct mode {
+    const char *name;
+    bool safe;           /* meant to be correct with any number of replicas */
+    const char *summary; /* one line, served by GET /api/modes */
+    /* Takes the guard for goods_id. On failure fills detail (for the 503's "detail"). */
+    int (*enter)(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
+                 size_t detail_len);
+    /* GUARD_OK while the holding is still good; GUARD_LOST otherwise. */
+    int (*still_held)(guard_env *env, const guard_hold *hold);
+    /* Releases the holding. Called once for every successful enter. */
+    void (*leave)(guard_env *env, guard_hold *hold);
+} mode;
+
+/* The table, in the order /api/modes lists it. */
+const mode *modes_all(size_t *count);
+
+/* The mode named `name`, or NULL. */
+const mode *modes_find(const char *name);
+
+#endif

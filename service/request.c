@@ -1,0 +1,475 @@
+/*
+ * request.c - strict parsing and validation of what clients send. Pure code: no I/O.
+ *
+ * Bodies: jansson parses the exact bytes received (json_loadb with the length) with
+ *   JSON_REJECT_DUPLICATES  {"count":1,"count":2} is refused, not "last one wins";
+ *   JSON_DECODE_ANY         so that "5" or "[]" parse and we can say "body must be a JSON
+ *                           object" instead of echoing jansson's "'[' or '{' expected";
+ * and without
+ *   JSON_DISABLE_EOF_CHECK  so anything after the object ("{...} x", "{}{}") is refused;
+ *   JSON_DECODE_INT_AS_REAL so 1 stays an integer and 1.0 / 1e0 stay reals, which we refuse:
+ *                           a count of 1.5 must not become 1;
+ *   JSON_ALLOW_NUL          so "\u0000" inside a string is refused.
+ * jansson also refuses invalid UTF-8 and integers beyond int64. A raw NUL byte is refused
+ * before parsing (JSON has no place for one, and jansson's message for it is obscure).
+ *
+ * Then the checks, in this order, and the first failure is the detail of the 400:
+ *   the body is an object; every key is a known field; each known field is present and of
+ *   its type and range. Integers must be JSON integers: jansson gives a real for 1.0 and 1e0.
+ *
+ * Details are built for a JSON answer and a log line: one line, valid UTF-8 (a client's key
+ * is shown only up to a character boundary, control characters as '?'), and jansson's own
+ * texts, which may quote raw bytes of the body, are reduced to printable ASCII.
+ */
+#include "service/request.h"
+
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#define REQUEST__KEY_SHOWN 48 /* bytes of a client's key shown in a detail */
+#define REQUEST__IDEM_MAX 128
+
+typedef struct request__int_field {
+    const char *name;
+    int64_t min, max;
+} request__int_field;
+
+static const request__int_field request__goods_id = {"goods_id", 1, INT64_MAX};
+static const request__int_field request__count = {"count", 1, REQUEST_MAX_COUNT};
+static const request__int_field request__stock = {"stock", 0, REQUEST_MAX_STOCK};
+
+static const char *const request__deduct_keys[] = {"goods_id", "count", "mode", NULL};
+static const char *const request__reset_keys[] = {"goods_id", "stock", NULL};
+
+/* The integer fields of one body kind, for naming the field of an out-of-range integer
+ * that jansson itself refused (see request__overflow_detail). */
+static const request__int_field *const request__deduct_ints[] = {&request__goods_id,
+                                                                 &request__count, NULL};
+static const request__int_field *const request__reset_ints[] = {&request__goods_id,
+                                                                &request__stock, NULL};
+
+/* Length of the longest prefix of s[0..n) that ends on a UTF-8 character boundary, so that
+ * cutting a text there never leaves half a character (which would make the detail invalid
+ * UTF-8, and jansson would refuse to put it in the answer). */
+static size_t request__utf8_cut(const char *s, size_t n)
+{
+    size_t lead = n;
+    unsigned char c;
+    size_t want;
+
+    /* Step back over continuation bytes (10xxxxxx) to the last character's first byte. */
+    while (lead > 0 && ((unsigned char)s[lead - 1] & 0xc0) == 0x80)
+        lead--;
+    if (lead == 0)
+        return 0;
+    lead--;
+    c = (unsigned char)s[lead];
+    want = c < 0x80 ? 1 : c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : 2;
+    return n - lead >= want ? n : lead;
+}
+
+/* printf into detail, then make sure a cut did not split a UTF-8 character. */
+__attribute__((format(printf, 3, 4))) static void request__detail(char *detail, size_t len,
+                                                                  const char *fmt, ...)
+{
+    va_list ap;
+    int n;
+
+    if (detail == NULL || len == 0)
+        return;
+    va_start(ap, fmt);
+    n = vsnprintf(detail, len, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+        detail[0] = '\0';
+        return;
+    }
+    if ((size_t)n >= len)
+        detail[request__utf8_cut(detail, len - 1)] = '\0';
+}
+
+/* A client's key for a detail: control characters as '?', at most REQUEST__KEY_SHOWN bytes
+ * cut on a character boundary, with "..." when cut. jansson has checked it is UTF-8. */
+static const char *request__show_key(char *buf, size_t len, const char *key)
+{
+    size_t n = strlen(key), keep = n, o = 0;
+
+    if (keep > REQUEST__KEY_SHOWN)
+        keep = request__utf8_cut(key, REQUEST__KEY_SHOWN);
+    if (keep + 4 > len)
+        keep = len > 4 ? request__utf8_cut(key, len - 4) : 0;
+    for (size_t i = 0; i < keep; i++) {
+        unsigned char c = (unsigned char)key[i];
+        buf[o++] = (c < 0x20 || c == 0x7f) ? '?' : (char)c;
+    }
+    if (keep < n && len >= 4) {
+        memcpy(buf + o, "...", 3);
+        o += 3;
+    }
+    buf[o] = '\0';
+    return buf;
+}
+
+/* jansson's error text as printable ASCII: it may quote bytes of the body ("near '\xff'"). */
+static const char *request__ascii(char *buf, size_t len, const char *text)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t o = 0;
+
+    for (const unsigned char *p = (const unsigned char *)text; *p != '\0'; p++) {
+        if (*p >= 0x20 && *p < 0x7f) {
+            if (o + 1 >= len)
+                break;
+            buf[o++] = (char)*p;
+        } else {
+            if (o + 4 >= len)
+                break;
+            buf[o++] = '\\';
+            buf[o++] = 'x';
+            buf[o++] = hex[*p >> 4];
+            buf[o++] = hex[*p & 0x0f];
+        }
+    }
+    buf[o] = '\0';
+    return buf;
+}
+
+static void request__range_detail(const request__int_field *f, char *detail, size_t len)
+{
+    request__detail(detail, len, "%s must be an integer from %lld to %lld", f->name,
+                    (long long)f->min, (long long)f->max);
+}
+
+static bool request__is_space(char c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r'; /* JSON's whitespace */
+}
+
+/*
+ * Finds the object key whose closing quote is body[end - 1] and decodes it into key.
+ * jansson reports the offset just past the token it stopped at; for a duplicate key that
+ * token is the key itself. Returns 0, or -1 when body[end - 1] does not close a key.
+ */
+static int request__key_ending_at(const char *body, size_t end, char *key, size_t keylen)
+{
+    json_t *s = NULL;
+    size_t start;
+    int rc = -1;
+
+    if (end < 2 || body[end - 1] != '"')
+        return -1;
+    /* Walk back to the opening quote: a quote preceded by an odd number of backslashes is
+     * escaped and part of the key. */
+    for (start = end - 1; start-- > 0;) {
+        if (body[start] != '"')
+            continue;
+        size_t slashes = 0;
+        while (slashes < start && body[start - 1 - slashes] == '\\')
+            slashes++;
+        if (slashes % 2 == 0)
+            break;
+    }
+    if (start == (size_t)-1)
+        return -1;
+    /* Let jansson undo the escapes: the token was lexed as a valid string already. */
+    s = json_loadb(body + start, end - start, JSON_DECODE_ANY, NULL);
+    if (!json_is_string(s))
+        goto out;
+    snprintf(key, keylen, "%s", json_string_value(s));
+    rc = 0;
+out:
+    json_decref(s);
+    return rc;
+}
+
+/*
+ * jansson refused a number (too big an integer, or a real beyond double). When the number
+ * is the value of one of this body's integer fields ("goods_id": 9223372036854775808), the
+ * detail is that field's rule, like any other out-of-range value. Returns 0 when it could
+ * tell, else -1 (the caller then gives jansson's text).
+ */
+static int request__overflow_detail(const char *body, size_t end,
+                                    const request__int_field *const *ints, char *detail,
+                                    size_t len)
+{
+    char key[64];
+    size_t i = end;
+
+    /* Back over the number token, the blanks, the ':' and the blanks before the key. */
+    while (i > 0 && body[i - 1] != '\0' && strchr("0123456789+-.eE", body[i - 1]) != NULL)
+        i--;
+    if (i == end)
+        return -1;
+    while (i > 0 && request__is_space(body[i - 1]))
+        i--;
+    if (i == 0 || body[i - 1] != ':')
+        return -1;
+    i--;
+    while (i > 0 && request__is_space(body[i - 1]))
+        i--;
+    if (request__key_ending_at(body, i, key, sizeof(key)) < 0)
+        return -1;
+    for (size_t k = 0; ints[k] != NULL; k++) {
+        if (strcmp(key, ints[k]->name) == 0) {
+            request__range_detail(ints[k], detail, len);
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/*
+ * Parses body[0..len) into a JSON object. Returns it (the caller decrefs), or NULL with
+ * detail filled.
+ */
+static json_t *request__load_object(const char *body, size_t len,
+                                    const request__int_field *const *ints, char *detail,
+                                    size_t dlen)
+{
+    json_error_t error;
+    json_t *root = NULL;
+    char text[sizeof(error.text) * 4], key[96], shown[REQUEST__KEY_SHOWN + 4];
+    size_t i;
+
+    if (body == NULL)
+        len = 0;
+    for (i = 0; i < len && request__is_space(body[i]); i++)
+        ;
+    if (i == len) {
+        request__detail(detail, dlen, "body is empty: expected a JSON object");
+        return NULL;
+    }
+    if (memchr(body, '\0', len) != NULL) {
+        request__detail(detail, dlen, "invalid JSON: the body contains a NUL byte");
+        return NULL;
+    }
+
+    root = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &error);
+    if (root == NULL) {
+        size_t pos = error.position >= 0 ? (size_t)error.position : 0;
+        if (pos > len)
+            pos = len;
+        switch (json_error_code(&error)) {
+        case json_error_duplicate_key:
+            if (request__key_ending_at(body, pos, key, sizeof(key)) == 0) {
+                request__detail(detail, dlen, "duplicate key '%s'",
+                                request__show_key(shown, sizeof(shown), key));
+                return NULL;
+            }
+            break;
+        case json_error_numeric_overflow:
+            if (request__overflow_detail(body, pos, ints, detail, dlen) == 0)
+                return NULL;
+            break;
+        default:
+            break;
+        }
+        request__detail(detail, dlen, "invalid JSON: %s at line %d column %d",
+                        request__ascii(text, sizeof(text), error.text), error.line,
+                        error.column);
+        return NULL;
+    }
+    if (!json_is_object(root)) {
+        json_decref(root);
+        request__detail(detail, dlen, "body must be a JSON object");
+        return NULL;
+    }
+    return root;
+}
+
+/* Every key of obj must be one of `allowed` (NULL-terminated). Returns 0 or -1 + detail. */
+static int request__check_keys(json_t *obj, const char *const *allowed, char *detail,
+                               size_t dlen)
+{
+    const char *key;
+    json_t *value;
+    char shown[REQUEST__KEY_SHOWN + 4];
+
+    json_object_foreach(obj, key, value)
+    {
+        size_t i = 0;
+        while (allowed[i] != NULL && strcmp(allowed[i], key) != 0)
+            i++;
+        if (allowed[i] == NULL) {
+            request__detail(detail, dlen, "unknown field '%s'",
+                            request__show_key(shown, sizeof(shown), key));
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Reads the required integer field f of obj. Returns 0, or -1 with detail filled. */
+static int request__get_int(json_t *obj, const request__int_field *f, int64_t *out, char *detail,
+                            size_t dlen)
+{
+    json_t *v = json_object_get(obj, f->name);
+    json_int_t i;
+
+    if (v == NULL) {
+        request__detail(detail, dlen, "missing field '%s'", f->name);
+        return -1;
+    }
+    /* A real (1.0, 1e0, 1.5), a string ("1"), true/false, null, an array or an object: all
+     * refused with the same rule, which says what to send instead. */
+    if (!json_is_integer(v))
+        goto bad;
+    i = json_integer_value(v);
+    if (i < f->min || i > f->max)
+        goto bad;
+    *out = (int64_t)i;
+    return 0;
+bad:
+    request__range_detail(f, detail, dlen);
+    return -1;
+}
+
+int request_parse_deduct(const char *body, size_t len, deduct_request *out, char *detail,
+                         size_t detail_len)
+{
+    json_t *root = NULL, *mode;
+    int rc = -1;
+
+    memset(out, 0, sizeof(*out));
+    root = request__load_object(body, len, request__deduct_ints, detail, detail_len);
+    if (root == NULL)
+        goto out;
+    if (request__check_keys(root, request__deduct_keys, detail, detail_len) < 0)
+        goto out;
+    if (request__get_int(root, &request__goods_id, &out->goods_id, detail, detail_len) < 0)
+        goto out;
+    if (request__get_int(root, &request__count, &out->count, detail, detail_len) < 0)
+        goto out;
+
+    mode = json_object_get(root, "mode");
+    if (mode != NULL) {
+        if (!json_is_string(mode)) {
+            request__detail(detail, detail_len, "mode must be a string");
+            goto out;
+        }
+        out->has_mode = true;
+        /* A name too long to be any mode's stays empty: the caller answers unknown_mode. */
+        if (json_string_length(mode) < sizeof(out->mode))
+            memcpy(out->mode, json_string_value(mode), json_string_length(mode) + 1);
+    }
+    rc = 0;
+out:
+    json_decref(root);
+    if (rc < 0) {
+        /* Nothing half-parsed leaks to a caller that forgets to check. */
+        memset(out, 0, sizeof(*out));
+    }
+    return rc;
+}
+
+int request_parse_reset(const char *body, size_t len, reset_request *out, char *detail,
+                        size_t detail_len)
+{
+    json_t *root = NULL;
+    int rc = -1;
+
+    memset(out, 0, sizeof(*out));
+    root = request__load_object(body, len, request__reset_ints, detail, detail_len);
+    if (root == NULL)
+        goto out;
+    if (request__check_keys(root, request__reset_keys, detail, detail_len) < 0)
+        goto out;
+    if (request__get_int(root, &request__goods_id, &out->goods_id, detail, detail_len) < 0)
+        goto out;
+    if (request__get_int(root, &request__stock, &out->stock, detail, detail_len) < 0)
+        goto out;
+    rc = 0;
+out:
+    json_decref(root);
+    if (rc < 0)
+        memset(out, 0, sizeof(*out));
+    return rc;
+}
+
+int request_parse_goods_id(const char *text, int64_t *out)
+{
+    int64_t v = 0;
+
+    /* No leading zero: one spelling per goods (as in JSON, where 01 is not a number), and
+     * "0" is out of range anyway. */
+    if (text == NULL || text[0] < '1' || text[0] > '9')
+        return -1;
+    for (const char *p = text; *p != '\0'; p++) {
+        if (*p < '0' || *p > '9')
+            return -1;
+        if (__builtin_mul_overflow(v, 10, &v) || __builtin_add_overflow(v, *p - '0', &v))
+            return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+bool request_idempotency_key_valid(const char *key)
+{
+    size_t n = 0;
+
+    if (key == NULL)
+        return false;
+    for (; key[n] != '\0'; n++) {
+        char c = key[n];
+        bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+                  c == '_' || c == '.' || c == ':' || c == '-';
+        if (!ok || n >= REQUEST__IDEM_MAX)
+            return false;
+    }
+    return n >= 1;
+}
+
+static const char *request__skip_blanks(const char *p)
+{
+    while (*p == ' ' || *p == '\t')
+        p++;
+    return p;
+}
+
+bool request_content_type_is_json(const char *value)
+{
+    static const char type[] = "application/json";
+    const char *p;
+
+    if (value == NULL)
+        return false;
+    p = request__skip_blanks(value);
+    if (strncasecmp(p, type, sizeof(type) - 1) != 0)
+        return false;
+    /* The type must end here: "application/jsonx" and "application/json-seq" are other
+     * types. Parameters ("; charset=utf-8") are accepted and not checked: JSON is UTF-8. */
+    p = request__skip_blanks(p + sizeof(type) - 1);
+    return *p == '\0' || *p == ';';
+}
+
+bool request_bearer_matches(const char *authorization, const char *token)
+{
+    const char *given;
+    size_t given_len, token_len;
+    unsigned char diff;
+
+    /* An empty expected token would match "Bearer " : never let it. */
+    if (authorization == NULL || token == NULL || token[0] == '\0')
+        return false;
+    authorization = request__skip_blanks(authorization);
+    if (strncasecmp(authorization, "Bearer", 6) != 0 || authorization[6] != ' ')
+        return false;
+    given = request__skip_blanks(authorization + 6);
+    given_len = strlen(given);
+    while (given_len > 0 && (given[given_len - 1] == ' ' || given[given_len - 1] == '\t'))
+        given_len--;
+    token_len = strlen(token);
+
+    /* Constant time: every byte of the token is compared whatever differs first, so the
+     * time taken says nothing about how much of a guess was right (only about lengths). */
+    diff = given_len != token_len;
+    for (size_t i = 0; i < token_len; i++) {
+        unsigned char g = i < given_len ? (unsigned char)given[i] : 0;
+        diff |= g ^ (unsigned char)token[i];
+    }
+    return diff == 0;
+}

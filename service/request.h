@@ -1,0 +1,59 @@
+/*
+ * request.h - strict parsing and validation of what clients send. Pure code: no I/O.
+ *
+ * Bodies are parsed with jansson, rejecting duplicate keys; only the documented fields are
+ * accepted, integers must be written as integers (not 1.0 nor 1e0) and within range.
+ * On rejection the functions write a one-line explanation into `detail` (the "detail" of the
+ * 400 answer), e.g. "count must be an integer from 1 to 10000".
+ */
+#ifndef SERVICE_REQUEST_H
+#define SERVICE_REQUEST_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define REQUEST_MAX_BODY 16384 /* bytes; a larger body is a 413 */
+#define REQUEST_MAX_COUNT 10000
+#define REQUEST_MAX_STOCK 1000000000
+#define REQUEST_MODE_MAX 32 /* longest accepted mode name, terminator included */
+
+typedef struct deduct_request {
+    int64_t goods_id;            /* 1 .. 2^63-1 */
+    int64_t count;               /* 1 .. 10000 */
+    bool has_mode;               /* the body named a mode */
+    char mode[REQUEST_MODE_MAX]; /* that mode, when has_mode (not checked against the table) */
+} deduct_request;
+
+typedef struct reset_request {
+    int64_t goods_id; /* 1 .. 2^63-1 */
+    int64_t stock;    /* 0 .. 1000000000 */
+} reset_request;
+
+/*
+ * Parses a deduct body: {"goods_id": int, "count": int, "mode"?: string}. Returns 0, or -1
+ * with detail filled. A mode that is a string too long to be any mode's name is kept as an
+ * empty has_mode=true name so that the caller answers unknown_mode.
+ */
+int request_parse_deduct(const char *body, size_t len, deduct_request *out, char *detail,
+                         size_t detail_len);
+
+/* Parses a reset body: {"goods_id": int, "stock": int}. Returns 0 or -1 with detail. */
+int request_parse_reset(const char *body, size_t len, reset_request *out, char *detail,
+                        size_t detail_len);
+
+/* Parses the {goods_id} path segment: decimal digits only, 1 .. 2^63-1. Returns 0 or -1. */
+int request_parse_goods_id(const char *text, int64_t *out);
+
+/* Whether an Idempotency-Key value has the documented shape: 1..128 of [A-Za-z0-9_.:-]. */
+bool request_idempotency_key_valid(const char *key);
+
+/* Whether a Content-Type header value is acceptable for a JSON body: "application/json",
+ * case-insensitive, optionally followed by parameters ("; charset=utf-8"). */
+bool request_content_type_is_json(const char *value);
+
+/* Whether a "Bearer <token>" Authorization value carries `token` (compared in constant
+ * time). */
+bool request_bearer_matches(const char *authorization, const char *token);
+
+#endif

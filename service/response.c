@@ -1,0 +1,211 @@
+/*
+ * response.c - the JSON bodies of API.md, built with jansson.
+ *
+ * Each builder makes a jansson object field by field, in the order API.md shows them
+ * (jansson keeps insertion order), and dumps it compact. json_object_set_new() takes the
+ * value even when it fails, and accepts a NULL value (returning -1), so each builder can
+ * chain the calls, OR their results, and check once: nothing leaks on any path.
+ *
+ * Strings are texts the service chose (error codes, mode names, the instance) or details
+ * that may quote what a client sent. jansson refuses a string that is not valid UTF-8;
+ * rather than answer 500 for that, response__string() replaces every non-ASCII byte of such
+ * a string with '?'.
+ */
+#include "service/response.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A JSON string for s (NULL becomes ""): s itself when it is valid UTF-8, else s with its
+ * non-ASCII bytes as '?'. Returns a new reference, or NULL when out of memory. */
+static json_t *response__string(const char *s)
+{
+    json_t *v;
+    char *copy;
+
+    if (s == NULL)
+        s = "";
+    v = json_string(s);
+    if (v != NULL)
+        return v;
+    copy = strdup(s);
+    if (copy == NULL)
+        return NULL;
+    for (char *p = copy; *p != '\0'; p++) {
+        if ((unsigned char)*p >= 0x80)
+            *p = '?';
+    }
+    v = json_string(copy);
+    free(copy);
+    return v;
+}
+
+static json_t *response__int(int64_t v)
+{
+    return json_integer((json_int_t)v);
+}
+
+/* Dumps obj compact and drops the reference; NULL when obj is NULL or a step failed. */
+static char *response__finish(json_t *obj, int failed)
+{
+    char *out = NULL;
+
+    if (obj != NULL && !failed)
+        out = json_dumps(obj, JSON_COMPACT);
+    json_decref(obj);
+    return out;
+}
+
+char *response_error(const char *error, const char *detail)
+{
+    json_t *o = json_object();
+    int failed = o == NULL;
+
+    if (!failed) {
+        failed |= json_object_set_new(o, "ok", json_false());
+        failed |= json_object_set_new(o, "error", response__string(error));
+        if (detail != NULL)
+            failed |= json_object_set_new(o, "detail", response__string(detail));
+    }
+    return response__finish(o, failed);
+}
+
+char *response_deducted(int64_t goods_id, int64_t count, int64_t remaining, int64_t order_id,
+                        const char *mode, const char *instance)
+{
+    json_t *o = json_object();
+    int failed = o == NULL;
+
+    if (!failed) {
+        failed |= json_object_set_new(o, "ok", json_true());
+        failed |= json_object_set_new(o, "goods_id", response__int(goods_id));
+        failed |= json_object_set_new(o, "count", response__int(count));
+        failed |= json_object_set_new(o, "remaining", response__int(remaining));
+        failed |= json_object_set_new(o, "order_id", response__int(order_id));
+        failed |= json_object_set_new(o, "mode", response__string(mode));
+        failed |= json_object_set_new(o, "instance", response__string(instance));
+    }
+    return response__finish(o, failed);
+}
+
+char *response_insufficient(int64_t goods_id, int64_t remaining)
+{
+    json_t *o = json_object();
+    int failed = o == NULL;
+
+    if (!failed) {
+        failed |= json_object_set_new(o, "ok", json_false());
+        failed |= json_object_set_new(o, "error", json_string("insufficient_stock"));
+        failed |= json_object_set_new(o, "goods_id", response__int(goods_id));
+        failed |= json_object_set_new(o, "remaining", response__int(remaining));
+    }
+    return response__finish(o, failed);
+}
+
+char *response_unknown_goods(int64_t goods_id)
+{
+    json_t *o = json_object();
+    int failed = o == NULL;
+
+    if (!failed) {
+        failed |= json_object_set_new(o, "ok", json_false());
+        failed |= json_object_set_new(o, "error", json_string("unknown_goods"));
+        failed |= json_object_set_new(o, "goods_id", response__int(goods_id));
+    }
+    return response__finish(o, failed);
+}
+
+int64_t response_oversold(int64_t initial, int64_t stock, int64_t sold)
+{
+    int64_t given_up, oversold;
+
+    /* The figures come from the database and are small in practice; saturate rather than
+     * overflow (undefined behaviour) if a broken row ever holds extreme values. */
+    if (__builtin_sub_overflow(initial, stock, &given_up))
+        given_up = initial < stock ? INT64_MIN : INT64_MAX;
+    if (__builtin_sub_overflow(sold, given_up, &oversold))
+        oversold = sold < given_up ? INT64_MIN : INT64_MAX;
+    return oversold;
+}
+
+char *response_stock(int64_t goods_id, int64_t initial, int64_t stock, int64_t sold,
+                     int64_t orders)
+{
+    json_t *o = json_object();
+    int failed = o == NULL;
+
+    if (!failed) {
+        failed |= json_object_set_new(o, "goods_id", response__int(goods_id));
+        failed |= json_object_set_new(o, "initial", response__int(initial));
+        failed |= json_object_set_new(o, "stock", response__int(stock));
+        failed |= json_object_set_new(o, "sold", response__int(sold));
+        failed |= json_object_set_new(o, "orders", response__int(orders));
+        failed |= json_object_set_new(o, "oversold",
+                                      response__int(response_oversold(initial, stock, sold)));
+    }
+    return response__finish(o, failed);
+}
+
+char *response_reset(int64_t goods_id, int64_t stock)
+{
+    json_t *o = json_object();
+    int failed = o == NULL;
+
+    if (!failed) {
+        failed |= json_object_set_new(o, "ok", json_true());
+        failed |= json_object_set_new(o, "goods_id", response__int(goods_id));
+        failed |= json_object_set_new(o, "initial", response__int(stock));
+        failed |= json_object_set_new(o, "stock", response__int(stock));
+    }
+    return response__finish(o, failed);
+}
+
+/* One {"name":..,"safe":..,"summary":..} element. */
+static json_t *response__mode(const response_mode *m)
+{
+    json_t *o = json_object();
+    int failed = o == NULL;
+
+    if (!failed) {
+        failed |= json_object_set_new(o, "name", response__string(m->name));
+        failed |= json_object_set_new(o, "safe", json_boolean(m->safe));
+        failed |= json_object_set_new(o, "summary", response__string(m->summary));
+    }
+    if (failed) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+char *response_modes(const char *default_mode, const response_mode *modes, size_t n)
+{
+    json_t *o = json_object(), *list = json_array();
+    int failed = o == NULL || list == NULL;
+
+    for (size_t i = 0; i < n && !failed; i++)
+        failed |= json_array_append_new(list, response__mode(&modes[i]));
+    if (!failed) {
+        failed |= json_object_set_new(o, "default", response__string(default_mode));
+        failed |= json_object_set_new(o, "modes", list);
+        list = NULL; /* taken by o, even when that failed */
+    }
+    json_decref(list);
+    return response__finish(o, failed);
+}
+
+char *response_health(bool ok, const char *status, const char *instance, const char *detail)
+{
+    json_t *o = json_object();
+    int failed = o == NULL;
+
+    if (!failed) {
+        failed |= json_object_set_new(o, "ok", json_boolean(ok));
+        failed |= json_object_set_new(o, "status", response__string(status));
+        failed |= json_object_set_new(o, "instance", response__string(instance));
+        if (detail != NULL)
+            failed |= json_object_set_new(o, "detail", response__string(detail));
+    }
+    return response__finish(o, failed);
+}

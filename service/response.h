@@ -1,0 +1,53 @@
+/*
+ * response.h - the JSON bodies the service answers with, one builder per shape of
+ * API.md. Pure code: each returns a malloc'd NUL-terminated compact JSON string that the
+ * caller frees with free(), or NULL when out of memory. Fields come in the order API.md
+ * shows. String arguments may be NULL (written as "") and need not be valid UTF-8 (a
+ * string that is not has its non-ASCII bytes written as '?').
+ */
+#ifndef SERVICE_RESPONSE_H
+#define SERVICE_RESPONSE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* {"ok":false,"error":<error>} plus "detail" when detail is not NULL. */
+char *response_error(const char *error, const char *detail);
+
+/* {"ok":true,"goods_id":..,"count":..,"remaining":..,"order_id":..,"mode":..,"instance":..} */
+char *response_deducted(int64_t goods_id, int64_t count, int64_t remaining, int64_t order_id,
+                        const char *mode, const char *instance);
+
+/* 409: {"ok":false,"error":"insufficient_stock","goods_id":..,"remaining":..} */
+char *response_insufficient(int64_t goods_id, int64_t remaining);
+
+/* 404: {"ok":false,"error":"unknown_goods","goods_id":..} */
+char *response_unknown_goods(int64_t goods_id);
+
+/* sold - (initial - stock): units sold that the stock never gave up (saturated at the
+ * int64 limits instead of overflowing). */
+int64_t response_oversold(int64_t initial, int64_t stock, int64_t sold);
+
+/* {"goods_id":..,"initial":..,"stock":..,"sold":..,"orders":..,"oversold":..} where
+ * oversold = response_oversold(initial, stock, sold). */
+char *response_stock(int64_t goods_id, int64_t initial, int64_t stock, int64_t sold,
+                     int64_t orders);
+
+/* {"ok":true,"goods_id":..,"initial":..,"stock":..} */
+char *response_reset(int64_t goods_id, int64_t stock);
+
+typedef struct response_mode {
+    const char *name;
+    bool safe;
+    const char *summary;
+} response_mode;
+
+/* {"default":..,"modes":[{"name":..,"safe":..,"summary":..},...]} */
+char *response_modes(const char *default_mode, const response_mode *modes, size_t n);
+
+/* {"ok":true,"status":<status>,"instance":..} plus "detail" when not NULL, for the health
+ * endpoints ({"ok":false,...} when ok is false). */
+char *response_health(bool ok, const char *status, const char *instance, const char *detail);
+
+#endif

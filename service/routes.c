@@ -1,0 +1,362 @@
+/*
+ * routes.c - the endpoints of API.md and the checks made before a body is read.
+ *
+ * Every handler starts from "unavailable" thinking: it fills the reply only once it knows
+ * the outcome, and every reply is JSON except /metrics. Handlers never block without a
+ * bound: pooled connections are waited for at most DB_WAIT_MS, the lock at most
+ * LOCK_WAIT_MS, and every Redis or PostgreSQL round trip has its own timeout.
+ */
+#include "service/routes.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "service/log.h"
+#include "service/request.h"
+#include "service/response.h"
+
+#define JSON "application/json"
+#define PROMETHEUS_TEXT "text/plain; version=0.0.4; charset=utf-8"
+
+typedef void (*handler_fn)(app *a, const http_request *req, http_reply *reply);
+
+struct route {
+    const char *path;   /* exact path, or a prefix when `prefix` */
+    bool prefix;        /* the path ends in a parameter (/api/stock/{goods_id}) */
+    const char *method; /* GET routes answer HEAD too */
+    bool has_body;      /* POST with a JSON body: Content-Type and size are checked */
+    bool admin;         /* needs the bearer token when ADMIN_TOKEN is set */
+    metrics_route metric;
+    handler_fn handle;
+};
+
+static void reply_json(http_reply *reply, int status, char *body)
+{
+    reply->status = status;
+    reply->body = body;
+    reply->content_type = JSON;
+}
+
+static void reply_error(http_reply *reply, int status, const char *error, const char *detail)
+{
+    reply_json(reply, status, response_error(error, detail));
+}
+
+/* ---- POST /api/deduct ---------------------------------------------------------------- */
+
+/* The mode named by the body, else by the query, else the replica's default. */
+static const mode *choose_mode(app *a, const http_request *req, const deduct_request *dr,
+                               http_reply *reply)
+{
+    const char *name = dr->has_mode ? dr->mode : req->query(req->transport, "mode");
+    const mode *m;
+    char detail[160];
+
+    if (name == NULL)
+        return a->default_mode;
+    m = modes_find(name);
+    if (m == NULL) {
+        char quoted[80];
+        snprintf(detail, sizeof(detail), "unknown mode '%.40s'; known modes: none, local, redis",
+                 name);
+        reply_error(reply, 400, "unknown_mode", detail);
+        log_event(LOG_DEBUG, "unknown_mode", "mode=%s", log_quote(quoted, sizeof(quoted), name));
+    }
+    return m;
+}
+
+static void record_deduction(app *a, const mode *m, const deduct_result *res)
+{
+    metrics_count_deduction(a->metrics, m->name, res->outcome);
+    if (res->waited)
+        metrics_observe_lock_wait(a->metrics, res->wait_seconds);
+    if (strcmp(res->outcome, "lock_timeout") == 0)
+        metrics_count_lock_timeout(a->metrics);
+    if (res->status >= 500) {
+        char quoted[300];
+        log_event(LOG_WARN, "deduct_failed", "mode=%s outcome=%s detail=%s", m->name,
+                  res->outcome, log_quote(quoted, sizeof(quoted), res->detail));
+    }
+}
+
+static void handle_deduct(app *a, const http_request *req, http_reply *reply)
+{
+    deduct_request dr;
+    deduct_result res;
+    const char *key = req->header(req->transport, "Idempotency-Key");
+    const mode *m;
+    char detail[256];
+
+    if (request_parse_deduct(req->body, req->body_len, &dr, detail, sizeof(detail)) != 0) {
+        reply_error(reply, 400, "bad_request", detail);
+        return;
+    }
+    if (key != NULL && !request_idempotency_key_valid(key)) {
+        reply_error(reply, 400, "bad_request",
+                    "Idempotency-Key must be 1 to 128 characters of A-Za-z0-9_.:-");
+        return;
+    }
+    m = choose_mode(a, req, &dr, reply);
+    if (m == NULL)
+        return;
+    if (deduct_execute(&a->deduct, m, dr.goods_id, dr.count, key, &res) != 0) {
+        reply->status = 500;
+        reply->body = NULL;
+        return;
+    }
+    record_deduction(a, m, &res);
+    reply_json(reply, res.status, res.body);
+}
+
+/* ---- GET /api/stock/{goods_id} and POST /api/admin/reset ------------------------------ */
+
+/* Borrows a connection or answers 503. */
+static db_conn *borrow_connection(app *a, http_reply *reply)
+{
+    db_conn *conn = NULL;
+    char detail[256];
+    int rc = db_pool_acquire(a->db, (int)a->config->db_wait_ms, &conn);
+
+    if (rc == DB_OK)
+        return conn;
+    snprintf(detail, sizeof(detail), "postgresql: %s%s%s", db_strerror(rc),
+             rc == DB_ERR_UNAVAILABLE ? ": " : "",
+             rc == DB_ERR_UNAVAILABLE ? db_last_connect_error() : "");
+    reply_error(reply, 503, "unavailable", detail);
+    return NULL;
+}
+
+static void reply_db_failure(http_reply *reply, db_conn *conn, int rc)
+{
+    char detail[256];
+
+    snprintf(detail, sizeof(detail), "postgresql: %s%s%s", db_strerror(rc),
+             db_conn_error(conn)[0] ? ": " : "", db_conn_error(conn));
+    reply_error(reply, 503, "unavailable", detail);
+}
+
+static void handle_stock(app *a, const http_request *req, http_reply *reply)
+{
+    const char *id_text = req->path + strlen("/api/stock/");
+    db_stock_report report;
+    db_conn *conn;
+    int64_t goods_id;
+    int rc;
+
+    if (request_parse_goods_id(id_text, &goods_id) != 0) {
+        reply_error(reply, 400, "bad_request",
+                    "goods_id must be an integer from 1 to 9223372036854775807");
+        return;
+    }
+    conn = borrow_connection(a, reply);
+    if (conn == NULL)
+        return;
+    rc = db_stock_report_read(conn, goods_id, &report);
+    if (rc == DB_OK)
+        reply_json(reply, 200,
+                   response_stock(goods_id, report.initial, report.stock, report.sold,
+                                  report.orders));
+    else if (rc == DB_ERR_NOT_FOUND)
+        reply_json(reply, 404, response_unknown_goods(goods_id));
+    else
+        reply_db_failure(reply, conn, rc);
+    db_pool_release(a->db, conn);
+}
+
+static void handle_reset(app *a, const http_request *req, http_reply *reply)
+{
+    reset_request rr;
+    db_conn *conn;
+    char detail[256];
+    int rc;
+
+    if (request_parse_reset(req->body, req->body_len, &rr, detail, sizeof(detail)) != 0) {
+        reply_error(reply, 400, "bad_request", detail);
+        return;
+    }
+    conn = borrow_connection(a, reply);
+    if (conn == NULL)
+        return;
+    rc = db_goods_reset(conn, rr.goods_id, rr.stock);
+    if (rc == DB_OK) {
+        reply_json(reply, 200, response_reset(rr.goods_id, rr.stock));
+        log_event(LOG_INFO, "reset", "goods_id=%lld stock=%lld", (long long)rr.goods_id,
+                  (long long)rr.stock);
+    } else {
+        reply_db_failure(reply, conn, rc);
+    }
+    db_pool_release(a->db, conn);
+}
+
+/* ---- GET /api/modes, /healthz, /readyz, /metrics -------------------------------------- */
+
+static void handle_modes(app *a, const http_request *req, http_reply *reply)
+{
+    response_mode listed[16];
+    size_t n, i;
+    const mode *all = modes_all(&n);
+
+    (void)req;
+    if (n > sizeof(listed) / sizeof(listed[0]))
+        n = sizeof(listed) / sizeof(listed[0]);
+    for (i = 0; i < n; i++) {
+        listed[i].name = all[i].name;
+        listed[i].safe = all[i].safe;
+        listed[i].summary = all[i].summary;
+    }
+    reply_json(reply, 200, response_modes(a->default_mode->name, listed, n));
+}
+
+static void handle_healthz(app *a, const http_request *req, http_reply *reply)
+{
+    (void)req;
+    reply_json(reply, 200, response_health(true, "alive", a->config->instance, NULL));
+}
+
+/* Ready means: not shutting down, PostgreSQL answers a query and Redis answers PING. */
+static void handle_readyz(app *a, const http_request *req, http_reply *reply)
+{
+    db_conn *conn = NULL;
+    char detail[300];
+    int rc;
+
+    (void)req;
+    if (atomic_load(&a->draining)) {
+        reply_error(reply, 503, "unavailable", "shutting down");
+        return;
+    }
+    rc = db_pool_acquire(a->db, 1000, &conn);
+    if (rc == DB_OK) {
+        rc = db_ping(conn);
+        db_pool_release(a->db, conn);
+    }
+    if (rc != DB_OK) {
+        snprintf(detail, sizeof(detail), "postgresql: %s%s%s", db_strerror(rc),
+                 rc == DB_ERR_UNAVAILABLE && conn == NULL ? ": " : "",
+                 rc == DB_ERR_UNAVAILABLE && conn == NULL ? db_last_connect_error() : "");
+        reply_error(reply, 503, "unavailable", detail);
+        return;
+    }
+    rc = lock_ping(a->lock);
+    if (rc != LOCK_OK) {
+        snprintf(detail, sizeof(detail), "redis: %s%s%s", lock_strerror(rc),
+                 lock_last_error()[0] ? ": " : "", lock_last_error());
+        reply_error(reply, 503, "unavailable", detail);
+        return;
+    }
+    reply_json(reply, 200, response_health(true, "ready", a->config->instance, NULL));
+}
+
+static void handle_metrics(app *a, const http_request *req, http_reply *reply)
+{
+    metrics_external ext = {0};
+    lock_stats ls;
+    db_pool_stats ds;
+
+    (void)req;
+    lock_get_stats(a->lock, &ls);
+    db_pool_get_stats(a->db, &ds);
+    ext.lock_renewals = ls.renewals;
+    ext.lock_lost = ls.lost;
+    ext.redis_pool_size = ls.pool_size;
+    ext.redis_pool_in_use = ls.pool_in_use;
+    ext.db_pool_size = ds.size;
+    ext.db_pool_open = ds.open;
+    ext.db_pool_in_use = ds.in_use;
+    ext.http_connections = atomic_load(&a->connections);
+    reply->status = 200;
+    reply->body = metrics_render(a->metrics, &ext);
+    reply->content_type = PROMETHEUS_TEXT;
+}
+
+/* ---- the table and the checks before the body ---------------------------------------- */
+
+static const route route_table[] = {
+    {"/api/deduct", false, "POST", true, false, ROUTE_DEDUCT, handle_deduct},
+    {"/api/stock/", true, "GET", false, false, ROUTE_STOCK, handle_stock},
+    {"/api/admin/reset", false, "POST", true, true, ROUTE_RESET, handle_reset},
+    {"/api/modes", false, "GET", false, false, ROUTE_MODES, handle_modes},
+    {"/healthz", false, "GET", false, false, ROUTE_HEALTHZ, handle_healthz},
+    {"/readyz", false, "GET", false, false, ROUTE_READYZ, handle_readyz},
+    {"/metrics", false, "GET", false, false, ROUTE_METRICS, handle_metrics},
+};
+
+static const route *find_route(const char *path)
+{
+    size_t i;
+
+    for (i = 0; i < sizeof(route_table) / sizeof(route_table[0]); i++) {
+        const route *r = &route_table[i];
+        if (r->prefix ? strncmp(path, r->path, strlen(r->path)) == 0 : strcmp(path, r->path) == 0)
+            return r;
+    }
+    return NULL;
+}
+
+static bool method_allowed(const route *r, const char *method)
+{
+    if (strcmp(method, r->method) == 0)
+        return true;
+    return strcmp(r->method, "GET") == 0 && strcmp(method, "HEAD") == 0;
+}
+
+/* Whether the declared Content-Length already exceeds the limit. */
+static bool declared_too_large(const http_request *req)
+{
+    const char *text = req->header(req->transport, "Content-Length");
+    unsigned long long declared;
+    char *end;
+
+    if (text == NULL)
+        return false;
+    declared = strtoull(text, &end, 10);
+    return end != text && declared > REQUEST_MAX_BODY;
+}
+
+const route *routes_begin(app *a, const http_request *req, metrics_route *metric_route,
+                          bool *wants_body, http_reply *reply)
+{
+    const route *r = find_route(req->path);
+    const char *content_type;
+
+    *wants_body = false;
+    *metric_route = r != NULL ? r->metric : ROUTE_OTHER;
+    if (r == NULL) {
+        reply_error(reply, 404, "not_found", NULL);
+        return NULL;
+    }
+    if (!method_allowed(r, req->method)) {
+        reply_error(reply, 405, "method_not_allowed", NULL);
+        return NULL;
+    }
+    if (r->admin && a->config->admin_token[0] != '\0' &&
+        !request_bearer_matches(req->header(req->transport, "Authorization"),
+                                a->config->admin_token)) {
+        reply_error(reply, 401, "unauthorized", NULL);
+        return NULL;
+    }
+    if (r->has_body) {
+        content_type = req->header(req->transport, "Content-Type");
+        if (content_type != NULL && !request_content_type_is_json(content_type)) {
+            reply_error(reply, 415, "unsupported_media_type", NULL);
+            return NULL;
+        }
+        if (declared_too_large(req)) {
+            routes_too_large(reply);
+            return NULL;
+        }
+        *wants_body = true;
+    }
+    return r;
+}
+
+void routes_finish(app *a, const route *r, const http_request *req, http_reply *reply)
+{
+    r->handle(a, req, reply);
+}
+
+void routes_too_large(http_reply *reply)
+{
+    reply_error(reply, 413, "payload_too_large", NULL);
+}

@@ -1,0 +1,52 @@
+/*
+ * routes.h - what each path of API.md does. No HTTP library here: a request arrives as a
+ * plain record (method, path, a way to read headers and query arguments, the body), and a
+ * handler answers with a status and a body. http.c carries both over libmicrohttpd.
+ */
+#ifndef SERVICE_ROUTES_H
+#define SERVICE_ROUTES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "service/app.h"
+#include "service/metrics.h"
+
+typedef struct route route;
+
+/* A request as the handlers see it. */
+typedef struct http_request {
+    const char *method;
+    const char *path;
+    /* Looks up a header (case-insensitive) or a query argument; NULL when absent. */
+    const char *(*header)(void *transport, const char *name);
+    const char *(*query)(void *transport, const char *name);
+    void *transport;
+    const char *body; /* not NUL-terminated */
+    size_t body_len;
+} http_request;
+
+/* An answer. body is malloc'd (the carrier frees it); content_type is static. */
+typedef struct http_reply {
+    int status;
+    char *body;
+    const char *content_type;
+} http_reply;
+
+/*
+ * Called when the request line and headers are in, before any body is read: finds the
+ * route, and answers at once what needs no body (404 unknown path, 405 wrong method,
+ * 415 wrong Content-Type, 401 missing token, 413 declared length too large).
+ * Returns the route (NULL if answered), sets *metric_route and *wants_body, and fills
+ * *reply when it answered (reply->body NULL means out of memory: answer 500).
+ */
+const route *routes_begin(app *a, const http_request *req, metrics_route *metric_route,
+                          bool *wants_body, http_reply *reply);
+
+/* Called with the whole body (at most REQUEST_MAX_BODY bytes): runs the handler. */
+void routes_finish(app *a, const route *r, const http_request *req, http_reply *reply);
+
+/* The 413 answer for a body that turned out too large while streaming in. */
+void routes_too_large(http_reply *reply);
+
+#endif
