@@ -28,17 +28,17 @@
 enum config__kind { CONFIG__INT, CONFIG__INT64, CONFIG__STRING };
 
 typedef struct config__setting {
-    const char *var;        /* the environment variable */
-    enum config__kind kind; /* how the field is stored */
-    size_t offset;          /* offsetof(service_config, field) */
-    size_t size;            /* strings: sizeof the field, terminator included */
-    const char *def;        /* the default, as text */
-    int64_t min, max;       /* numbers: the bounds; strings: the length bounds */
+    const char *var;                  /* the environment variable */
+    enum config__kind kind;           /* how the field is stored */
+    size_t offset;                    /* offsetof(service_config, field) */
+    size_t size;                      /* strings: sizeof the field, terminator included */
+    const char *def;                  /* the default, as text */
+    int64_t min, max;                 /* numbers: the bounds; strings: the length bounds */
     bool (*valid)(const char *value); /* strings: an extra check, or NULL */
-    const char *rule;       /* strings: what a value must be, for errors and help;
-                               NULL: "<min> to <max> characters" */
-    bool secret;            /* never echo the value */
-    const char *help;       /* what it means */
+    const char *rule;                 /* strings: what a value must be, for errors and help;
+                                         NULL: "<min> to <max> characters" */
+    bool secret;                      /* never echo the value */
+    const char *help;                 /* what it means */
 } config__setting;
 
 static bool config__valid_instance(const char *value);
@@ -47,8 +47,10 @@ static bool config__valid_visible(const char *value);
 static bool config__valid_log_level(const char *value);
 
 #define FIELD(f) offsetof(service_config, f), sizeof(((service_config *)0)->f)
-#define NUMBER(var, kind, f, def, lo, hi, help)                                                \
-    {var, kind, offsetof(service_config, f), 0, def, lo, hi, NULL, NULL, false, help}
+#define NUMBER(var, kind, f, def, lo, hi, help)                                                    \
+    {                                                                                              \
+        var, kind, offsetof(service_config, f), 0, def, lo, hi, NULL, NULL, false, help            \
+    }
 
 /* clang-format off */
 static const config__setting config__settings[] = {
@@ -222,8 +224,8 @@ static int config__load_string(const config__setting *s, const char *value, serv
     if ((int64_t)n < s->min || (int64_t)n > s->max || (s->valid != NULL && !s->valid(value))) {
         config__string_rule(s, rule, sizeof(rule));
         if (s->secret)
-            snprintf(err, errlen, "%s: must be %s (the value is not shown, %zu characters)",
-                     s->var, rule, n);
+            snprintf(err, errlen, "%s: must be %s (the value is not shown, %zu characters)", s->var,
+                     rule, n);
         else
             snprintf(err, errlen, "%s: must be %s, got '%s'", s->var, rule,
                      config__echo(echo, sizeof(echo), value));
@@ -279,8 +281,7 @@ void config_print_help(void *file)
         const config__setting *s = &config__settings[i];
         config__allowed(s, allowed, sizeof(allowed));
         const char *quote = strchr(s->def, ' ') != NULL ? "'" : ""; /* as a shell would need */
-        fprintf(f, "  %s=%s%s%s\n      %s (%s)\n", s->var, quote, s->def, quote, s->help,
-                allowed);
+        fprintf(f, "  %s=%s%s%s\n      %s (%s)\n", s->var, quote, s->def, quote, s->help, allowed);
     }
 }
 
@@ -293,8 +294,8 @@ void config_print_markdown(void *file)
     for (size_t i = 0; i < CONFIG__N_SETTINGS; i++) {
         const config__setting *s = &config__settings[i];
         config__allowed(s, allowed, sizeof(allowed));
-        fprintf(f, "| `%s` | %s%s%s | %s | %s |\n", s->var, s->def[0] ? "`" : "(empty)",
-                s->def, s->def[0] ? "`" : "", allowed, s->help);
+        fprintf(f, "| `%s` | %s%s%s | %s | %s |\n", s->var, s->def[0] ? "`" : "(empty)", s->def,
+                s->def[0] ? "`" : "", allowed, s->help);
     }
 }
 

@@ -26,10 +26,10 @@ const char *log_level_name(int level);
 void log_write(int level, const char *event, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-#define log_event(level, event, ...)                                                           \
-    do {                                                                                       \
-        if ((level) >= log_min_level)                                                          \
-            log_write((level), (event), __VA_ARGS__);                                          \
+#define log_event(level, event, ...)                                                               \
+    do {                                                                                           \
+        if ((level) >= log_min_level)                                                              \
+            log_write((level), (event), __VA_ARGS__);                                              \
     } while (0)
 
 /*

@@ -23,18 +23,30 @@ typedef enum metrics_route {
     ROUTE_COUNT_
 } metrics_route;
 
+/* The route's label value: "/api/deduct", "/api/stock/{goods_id}", "/api/admin/reset",
+ * "/api/modes", "/healthz", "/readyz", "/metrics" or "other". A static string. */
 const char *metrics_route_name(metrics_route route);
 
 /* mode_names: the mode table's names (copied); outcomes are a fixed set:
  * "deducted", "insufficient_stock", "unknown_goods", "lock_timeout", "lock_lost",
- * "unavailable", "replayed" (an idempotent retry answered from the store). */
+ * "unavailable", "replayed" (an idempotent retry answered from the store).
+ * Returns the metrics (free with metrics_destroy()), or NULL when out of memory. */
 metrics *metrics_create(const char *const *mode_names, size_t n_modes);
+/* Frees m; no other call may be running on it. NULL is a no-op. */
 void metrics_destroy(metrics *m);
 
+/* The recording calls below may run from any number of threads at once (one relaxed atomic
+ * add each, no lock); a NULL m is ignored. */
+
+/* status: the HTTP status answered; one outside the fixed set 200 400 401 404 405 409 413
+ * 415 500 503 is counted as status="other". */
 void metrics_count_request(metrics *m, metrics_route route, int status);
 /* Unknown mode or outcome names are ignored. */
 void metrics_count_deduction(metrics *m, const char *mode, const char *outcome);
+/* seconds waited for a lock, whether it was taken or not; negative or NaN counts as 0.
+ * Buckets: 0.0005 0.001 0.0025 0.005 0.01 0.025 0.05 0.1 0.25 0.5 1 2.5 5 +Inf. */
 void metrics_observe_lock_wait(metrics *m, double seconds);
+/* A lock wait that ended without the lock (the 503 lock_timeout). */
 void metrics_count_lock_timeout(metrics *m);
 
 /* Figures owned by other modules, passed in when rendering. */
@@ -46,7 +58,9 @@ typedef struct metrics_external {
     int http_connections; /* connections open now */
 } metrics_external;
 
-/* The whole exposition as a malloc'd string (caller frees), or NULL when out of memory. */
+/* The whole exposition as a malloc'd string (caller frees), or NULL when out of memory
+ * (or m is NULL). ext NULL renders the external figures as zeros. Safe to call while other
+ * threads record. */
 char *metrics_render(metrics *m, const metrics_external *ext);
 
 #endif

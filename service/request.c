@@ -48,8 +48,8 @@ static const char *const request__reset_keys[] = {"goods_id", "stock", NULL};
  * that jansson itself refused (see request__overflow_detail). */
 static const request__int_field *const request__deduct_ints[] = {&request__goods_id,
                                                                  &request__count, NULL};
-static const request__int_field *const request__reset_ints[] = {&request__goods_id,
-                                                                &request__stock, NULL};
+static const request__int_field *const request__reset_ints[] = {&request__goods_id, &request__stock,
+                                                                NULL};
 
 /* Length of the longest prefix of s[0..n) that ends on a UTF-8 character boundary, so that
  * cutting a text there never leaves half a character (which would make the detail invalid
@@ -189,11 +189,13 @@ out:
  * jansson refused a number (too big an integer, or a real beyond double). When the number
  * is the value of one of this body's integer fields ("goods_id": 9223372036854775808), the
  * detail is that field's rule, like any other out-of-range value. Returns 0 when it could
- * tell, else -1 (the caller then gives jansson's text).
+ * tell, else -1 (the caller then gives jansson's text). It looks only at the text before
+ * the number, so {"x":{"count":1e999}} also says "count must be ...": still a 400 that
+ * names a real fault, where the unknown field 'x' would have been reported first had the
+ * body parsed.
  */
 static int request__overflow_detail(const char *body, size_t end,
-                                    const request__int_field *const *ints, char *detail,
-                                    size_t len)
+                                    const request__int_field *const *ints, char *detail, size_t len)
 {
     char key[64];
     size_t i = end;
@@ -268,8 +270,7 @@ static json_t *request__load_object(const char *body, size_t len,
             break;
         }
         request__detail(detail, dlen, "invalid JSON: %s at line %d column %d",
-                        request__ascii(text, sizeof(text), error.text), error.line,
-                        error.column);
+                        request__ascii(text, sizeof(text), error.text), error.line, error.column);
         return NULL;
     }
     if (!json_is_object(root)) {
@@ -281,8 +282,7 @@ static json_t *request__load_object(const char *body, size_t len,
 }
 
 /* Every key of obj must be one of `allowed` (NULL-terminated). Returns 0 or -1 + detail. */
-static int request__check_keys(json_t *obj, const char *const *allowed, char *detail,
-                               size_t dlen)
+static int request__check_keys(json_t *obj, const char *const *allowed, char *detail, size_t dlen)
 {
     const char *key;
     json_t *value;

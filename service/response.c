@@ -129,8 +129,7 @@ int64_t response_oversold(int64_t initial, int64_t stock, int64_t sold)
     return oversold;
 }
 
-char *response_stock(int64_t goods_id, int64_t initial, int64_t stock, int64_t sold,
-                     int64_t orders)
+char *response_stock(int64_t goods_id, int64_t initial, int64_t stock, int64_t sold, int64_t orders)
 {
     json_t *o = json_object();
     int failed = o == NULL;

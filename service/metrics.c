@@ -1,0 +1,346 @@
+/*
+ * metrics.c - counters, the lock-wait histogram, and their Prometheus text exposition.
+ *
+ * Design: every figure is a fixed-size array of C11 atomics, allocated once at start-up,
+ * so recording a request is an array index and one relaxed atomic add: no mutex, no
+ * allocation, no lookup of a label set. That works because every label is from a small
+ * closed set:
+ *   route   the metrics_route enum (clients cannot invent routes: unknown paths are "other");
+ *   status  a fixed table of the statuses the service answers, plus "other";
+ *   mode    the mode table's names, copied at creation;
+ *   outcome a fixed list (metrics_outcomes below).
+ * Relaxed ordering is enough: each counter is independent, and a scrape that sees one
+ * counter a moment later than another is normal for Prometheus.
+ *
+ * The histogram stores a count per bucket (not cumulative) and the sum in nanoseconds as an
+ * integer, so both are plain atomic adds; rendering adds the buckets up into Prometheus'
+ * cumulative le buckets, and _count is the +Inf bucket, so the two always agree within one
+ * scrape. _sum is read separately and may be one observation ahead or behind.
+ *
+ * Request counters are only written out for the (route, status) pairs seen at least once,
+ * to keep /metrics short; deduction counters are all written, zeros included, since their
+ * set (modes x outcomes) is small and a rate() over a series needs it to exist from the
+ * start.
+ */
+#include "service/metrics.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const int metrics__statuses[] = {200, 400, 401, 404, 405, 409, 413, 415, 500, 503};
+#define METRICS__N_STATUS (sizeof(metrics__statuses) / sizeof(metrics__statuses[0]) + 1)
+#define METRICS__STATUS_OTHER (METRICS__N_STATUS - 1)
+
+static const char *const metrics__outcomes[] = {
+    "deducted",  "insufficient_stock", "unknown_goods", "lock_timeout",
+    "lock_lost", "unavailable",        "replayed",
+};
+#define METRICS__N_OUTCOMES (sizeof(metrics__outcomes) / sizeof(metrics__outcomes[0]))
+
+/* Upper bounds of the lock-wait buckets, in seconds: from an uncontended Redis round trip
+ * (well under a millisecond on loopback) to beyond the default 2 s wait bound. */
+static const double metrics__buckets[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                                          0.1,    0.25,  0.5,    1,     2.5,  5};
+#define METRICS__N_BUCKETS (sizeof(metrics__buckets) / sizeof(metrics__buckets[0]))
+
+static const char *const metrics__route_names[ROUTE_COUNT_] = {
+    [ROUTE_DEDUCT] = "/api/deduct",     [ROUTE_STOCK] = "/api/stock/{goods_id}",
+    [ROUTE_RESET] = "/api/admin/reset", [ROUTE_MODES] = "/api/modes",
+    [ROUTE_HEALTHZ] = "/healthz",       [ROUTE_READYZ] = "/readyz",
+    [ROUTE_METRICS] = "/metrics",       [ROUTE_OTHER] = "other",
+};
+
+struct metrics {
+    _Atomic uint64_t requests[ROUTE_COUNT_][METRICS__N_STATUS];
+    size_t n_modes;
+    char **mode_names;                                  /* n_modes copies */
+    _Atomic uint64_t *deductions;                       /* [n_modes][METRICS__N_OUTCOMES] */
+    _Atomic uint64_t lock_wait[METRICS__N_BUCKETS + 1]; /* the last one is +Inf */
+    _Atomic uint64_t lock_wait_sum_ns;
+    _Atomic uint64_t lock_timeouts;
+};
+
+const char *metrics_route_name(metrics_route route)
+{
+    if ((int)route < 0 || route >= ROUTE_COUNT_)
+        return metrics__route_names[ROUTE_OTHER];
+    return metrics__route_names[route];
+}
+
+metrics *metrics_create(const char *const *mode_names, size_t n_modes)
+{
+    metrics *m = calloc(1, sizeof(*m));
+
+    if (m == NULL)
+        goto fail;
+    /* calloc'd memory is a valid zero for atomic integers on every platform we build on;
+     * atomic_init would say so formally but is a no-op here. */
+    m->mode_names = calloc(n_modes > 0 ? n_modes : 1, sizeof(*m->mode_names));
+    m->deductions = calloc(n_modes > 0 ? n_modes * METRICS__N_OUTCOMES : 1, sizeof(*m->deductions));
+    if (m->mode_names == NULL || m->deductions == NULL)
+        goto fail;
+    for (size_t i = 0; i < n_modes; i++) {
+        m->mode_names[i] = strdup(mode_names[i]);
+        if (m->mode_names[i] == NULL)
+            goto fail;
+        m->n_modes = i + 1;
+    }
+    return m;
+fail:
+    metrics_destroy(m);
+    return NULL;
+}
+
+void metrics_destroy(metrics *m)
+{
+    if (m == NULL)
+        return;
+    for (size_t i = 0; i < m->n_modes; i++)
+        free(m->mode_names[i]);
+    free(m->mode_names);
+    free(m->deductions);
+    free(m);
+}
+
+static size_t metrics__status_index(int status)
+{
+    for (size_t i = 0; i < METRICS__STATUS_OTHER; i++) {
+        if (metrics__statuses[i] == status)
+            return i;
+    }
+    return METRICS__STATUS_OTHER;
+}
+
+void metrics_count_request(metrics *m, metrics_route route, int status)
+{
+    if (m == NULL)
+        return;
+    if ((int)route < 0 || route >= ROUTE_COUNT_)
+        route = ROUTE_OTHER;
+    atomic_fetch_add_explicit(&m->requests[route][metrics__status_index(status)], 1,
+                              memory_order_relaxed);
+}
+
+void metrics_count_deduction(metrics *m, const char *mode, const char *outcome)
+{
+    size_t mi, oi;
+
+    if (m == NULL || mode == NULL || outcome == NULL)
+        return;
+    for (mi = 0; mi < m->n_modes && strcmp(m->mode_names[mi], mode) != 0; mi++)
+        ;
+    for (oi = 0; oi < METRICS__N_OUTCOMES && strcmp(metrics__outcomes[oi], outcome) != 0; oi++)
+        ;
+    if (mi == m->n_modes || oi == METRICS__N_OUTCOMES)
+        return;
+    atomic_fetch_add_explicit(&m->deductions[mi * METRICS__N_OUTCOMES + oi], 1,
+                              memory_order_relaxed);
+}
+
+void metrics_observe_lock_wait(metrics *m, double seconds)
+{
+    size_t b = 0;
+
+    if (m == NULL)
+        return;
+    if (!(seconds > 0)) /* negative or NaN: a clock step; count it as no wait */
+        seconds = 0;
+    if (seconds > 1e9)
+        seconds = 1e9; /* keeps the conversion to nanoseconds defined */
+    while (b < METRICS__N_BUCKETS && seconds > metrics__buckets[b])
+        b++;
+    atomic_fetch_add_explicit(&m->lock_wait[b], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&m->lock_wait_sum_ns, (uint64_t)llround(seconds * 1e9),
+                              memory_order_relaxed);
+}
+
+void metrics_count_lock_timeout(metrics *m)
+{
+    if (m != NULL)
+        atomic_fetch_add_explicit(&m->lock_timeouts, 1, memory_order_relaxed);
+}
+
+/* A growing output buffer; after a failed allocation every append is a no-op and
+ * metrics__buf_take() returns NULL. */
+typedef struct metrics__buf {
+    char *data;
+    size_t len, cap;
+    bool failed;
+} metrics__buf;
+
+__attribute__((format(printf, 2, 3))) static void metrics__printf(metrics__buf *b, const char *fmt,
+                                                                  ...)
+{
+    va_list ap;
+    int n;
+
+    if (b->failed)
+        return;
+    for (;;) {
+        va_start(ap, fmt);
+        n = vsnprintf(b->data + b->len, b->cap - b->len, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            b->failed = true;
+            return;
+        }
+        if ((size_t)n < b->cap - b->len) {
+            b->len += (size_t)n;
+            return;
+        }
+        size_t cap = b->cap * 2 > b->len + (size_t)n + 1 ? b->cap * 2 : b->len + (size_t)n + 1;
+        char *data = realloc(b->data, cap);
+        if (data == NULL) {
+            b->failed = true;
+            return;
+        }
+        b->data = data;
+        b->cap = cap;
+    }
+}
+
+/* A label value with '\\', '"' and newlines escaped, as the text format requires. Mode names
+ * come from our own table, but the format should not depend on that. */
+static const char *metrics__label(char *buf, size_t len, const char *value)
+{
+    size_t o = 0;
+
+    for (const char *p = value; *p != '\0' && o + 3 < len; p++) {
+        if (*p == '\\' || *p == '"' || *p == '\n') {
+            buf[o++] = '\\';
+            buf[o++] = *p == '\n' ? 'n' : *p;
+        } else {
+            buf[o++] = *p;
+        }
+    }
+    buf[o] = '\0';
+    return buf;
+}
+
+static void metrics__header(metrics__buf *b, const char *name, const char *type, const char *help)
+{
+    metrics__printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void metrics__render_requests(metrics *m, metrics__buf *b)
+{
+    metrics__header(b, "stock_http_requests_total", "counter",
+                    "HTTP requests answered, by route and status.");
+    for (int r = 0; r < ROUTE_COUNT_; r++) {
+        for (size_t s = 0; s < METRICS__N_STATUS; s++) {
+            uint64_t v = atomic_load_explicit(&m->requests[r][s], memory_order_relaxed);
+            if (v == 0)
+                continue;
+            char status[16];
+            if (s == METRICS__STATUS_OTHER)
+                snprintf(status, sizeof(status), "other");
+            else
+                snprintf(status, sizeof(status), "%d", metrics__statuses[s]);
+            metrics__printf(b, "stock_http_requests_total{route=\"%s\",status=\"%s\"} %llu\n",
+                            metrics__route_names[r], status, (unsigned long long)v);
+        }
+    }
+}
+
+static void metrics__render_deductions(metrics *m, metrics__buf *b)
+{
+    char mode[128];
+
+    metrics__header(b, "stock_deductions_total", "counter",
+                    "Deduction requests that reached a mode, by mode and outcome.");
+    for (size_t i = 0; i < m->n_modes; i++) {
+        metrics__label(mode, sizeof(mode), m->mode_names[i]);
+        for (size_t o = 0; o < METRICS__N_OUTCOMES; o++) {
+            uint64_t v = atomic_load_explicit(&m->deductions[i * METRICS__N_OUTCOMES + o],
+                                              memory_order_relaxed);
+            metrics__printf(b, "stock_deductions_total{mode=\"%s\",outcome=\"%s\"} %llu\n", mode,
+                            metrics__outcomes[o], (unsigned long long)v);
+        }
+    }
+}
+
+static void metrics__render_lock_wait(metrics *m, metrics__buf *b)
+{
+    uint64_t cumulative = 0;
+
+    metrics__header(b, "stock_lock_wait_seconds", "histogram",
+                    "Time spent waiting to take a lock, taken or not.");
+    for (size_t i = 0; i <= METRICS__N_BUCKETS; i++) {
+        cumulative += atomic_load_explicit(&m->lock_wait[i], memory_order_relaxed);
+        if (i < METRICS__N_BUCKETS)
+            metrics__printf(b, "stock_lock_wait_seconds_bucket{le=\"%g\"} %llu\n",
+                            metrics__buckets[i], (unsigned long long)cumulative);
+        else
+            metrics__printf(b, "stock_lock_wait_seconds_bucket{le=\"+Inf\"} %llu\n",
+                            (unsigned long long)cumulative);
+    }
+    uint64_t sum_ns = atomic_load_explicit(&m->lock_wait_sum_ns, memory_order_relaxed);
+    metrics__printf(b, "stock_lock_wait_seconds_sum %llu.%09llu\n",
+                    (unsigned long long)(sum_ns / 1000000000u),
+                    (unsigned long long)(sum_ns % 1000000000u));
+    metrics__printf(b, "stock_lock_wait_seconds_count %llu\n", (unsigned long long)cumulative);
+}
+
+static void metrics__counter(metrics__buf *b, const char *name, const char *help, uint64_t v)
+{
+    metrics__header(b, name, "counter", help);
+    metrics__printf(b, "%s %llu\n", name, (unsigned long long)v);
+}
+
+static void metrics__render_external(const metrics_external *ext, metrics__buf *b)
+{
+    metrics__counter(b, "stock_lock_renewals_total", "Lease renewals made by the lock watchdog.",
+                     ext->lock_renewals);
+    metrics__counter(b, "stock_lock_lost_total",
+                     "Locks the watchdog found gone or taken by another owner while held.",
+                     ext->lock_lost);
+
+    metrics__header(b, "stock_db_pool_connections", "gauge",
+                    "PostgreSQL pool: size (bound), open connections, connections in use.");
+    metrics__printf(b,
+                    "stock_db_pool_connections{state=\"size\"} %d\n"
+                    "stock_db_pool_connections{state=\"open\"} %d\n"
+                    "stock_db_pool_connections{state=\"in_use\"} %d\n",
+                    ext->db_pool_size, ext->db_pool_open, ext->db_pool_in_use);
+    metrics__header(b, "stock_redis_pool_connections", "gauge",
+                    "Redis command connections: size (bound), connections in use.");
+    metrics__printf(b,
+                    "stock_redis_pool_connections{state=\"size\"} %d\n"
+                    "stock_redis_pool_connections{state=\"in_use\"} %d\n",
+                    ext->redis_pool_size, ext->redis_pool_in_use);
+    metrics__header(b, "stock_http_connections", "gauge", "HTTP client connections open now.");
+    metrics__printf(b, "stock_http_connections %d\n", ext->http_connections);
+}
+
+char *metrics_render(metrics *m, const metrics_external *ext)
+{
+    static const metrics_external none; /* all zeros, when the caller has no figures */
+    metrics__buf b = {NULL, 0, 0, false};
+
+    if (m == NULL)
+        return NULL;
+    b.cap = 4096;
+    b.data = malloc(b.cap);
+    if (b.data == NULL)
+        return NULL;
+    b.data[0] = '\0';
+
+    metrics__render_requests(m, &b);
+    metrics__render_deductions(m, &b);
+    metrics__render_lock_wait(m, &b);
+    metrics__counter(&b, "stock_lock_timeouts_total",
+                     "Lock waits that ended without the lock (503 lock_timeout).",
+                     atomic_load_explicit(&m->lock_timeouts, memory_order_relaxed));
+    metrics__render_external(ext != NULL ? ext : &none, &b);
+
+    if (b.failed) {
+        free(b.data);
+        return NULL;
+    }
+    return b.data;
+}

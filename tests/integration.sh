@@ -1,0 +1,173 @@
+#!/usr/bin/env bash
+# integration.sh BUILD_DIR - the whole stack, for real, on free ports: PostgreSQL, Redis,
+# REPLICAS (3) replicas of BUILD_DIR/stockd (the sanitizer build) and nginx, started by
+# scripts/stack.sh in a throwaway run directory, then:
+#   1. nginx -t on the generated configuration (static check);
+#   2. BUILD_DIR/tests/test_stack, the cmocka integration suite, told where things listen:
+#        STOCK_URL     http://127.0.0.1:HTTP_PORT (nginx)
+#        REPLICA_URLS  http://127.0.0.1:PORT of each replica, comma-separated
+#        ADMIN_TOKEN   the token the stack runs with
+#        RUN_DIR, HTTP_PORT, REPLICA_PORT_BASE, REPLICAS, PG_PORT, REDIS_PORT, STOCKD
+#                      exported, so that its `scripts/stack.sh redis-stop` / `redis-start`
+#                      act on this stack and no other
+#   3. nginx's own errors: a body over 16 KiB gets nginx's JSON 413; with every replica
+#      stopped, requests get nginx's JSON 502;
+#   4. shutdown: every replica exits 0 on SIGTERM, and no replica log (nor the migrate log)
+#      holds a sanitizer report: a leak, a crash or undefined behaviour fails the run.
+# Everything started is stopped at exit, on failure too; the logs are copied to the test log
+# directory before the run directory is removed (KEEP_RUN_DIR=1 keeps it).
+#
+# Run on its own (`make test-integration`) it prints its own "N passed, N failed";
+# tests/run-all.sh sources it and calls run_integration, so its cases join the total.
+set -euo pipefail
+
+# The integration stack's settings: fixed here so that a developer's own environment
+# (a MODE or BUSINESS_DELAY_MS exported for a demo) cannot change what the tests see.
+IT_REPLICAS=3
+IT_LOCK_WAIT_MS=2000
+
+# True when FILE holds no sanitizer report.
+it__no_sanitizer_report() {
+    local file=$1
+    [ -f "$file" ] || return 0
+    if grep -E -n 'ERROR: (Address|Leak|Thread|Memory)Sanitizer|runtime error:|SUMMARY: [A-Za-z]+Sanitizer' \
+        "$file" >&2; then
+        echo "    (sanitizer report in $file)" >&2
+        return 1
+    fi
+}
+
+# it__expect_json METHOD STATUS ERROR [CURL ARGS...]: a request through nginx answers STATUS
+# with Content-Type application/json and "error":"ERROR".
+it__expect_json() {
+    local method=$1 want=$2 error=$3 out got ctype
+    shift 3
+    out=$(mktemp)
+    got=$(curl -sS -m 10 -o "$out" -w '%{http_code} %{content_type}' -X "$method" "$@" \
+        "http://127.0.0.1:$HTTP_PORT/api/deduct" 2>/dev/null) || true
+    ctype=${got#* }
+    got=${got%% *}
+    if [ "$got" != "$want" ] || [[ $ctype != application/json* ]] ||
+        ! grep -q "\"error\":\"$error\"" "$out"; then
+        echo "    expected $want application/json \"$error\", got $got $ctype: $(head -c 200 "$out")" >&2
+        rm -f "$out"
+        return 1
+    fi
+    rm -f "$out"
+}
+
+it__413() {
+    local big
+    big=$(mktemp)
+    # 20 KiB of a valid-looking JSON prefix: nginx must refuse it by its size alone.
+    { printf '{"goods_id":1,"count":1,"pad":"'; head -c 20480 /dev/zero | tr '\0' x; printf '"}'; } >"$big"
+    it__expect_json POST 413 payload_too_large -H 'Content-Type: application/json' \
+        --data-binary "@$big" || { rm -f "$big"; return 1; }
+    rm -f "$big"
+}
+
+it__502() {
+    it__expect_json POST 502 unavailable -H 'Content-Type: application/json' \
+        --data '{"goods_id":1,"count":1}'
+}
+
+it__exit_zero() {
+    local n=$1 rc=""
+    [ -r "$RUN_DIR/replicas/svc-$n.exit" ] && read -r rc <"$RUN_DIR/replicas/svc-$n.exit"
+    [ "$rc" = 0 ] || { echo "    svc-$n exit status: ${rc:-unknown}" >&2; return 1; }
+}
+
+# Stops the stack (quietly when it is down already), keeps its logs, removes the run dir.
+it__cleanup() {
+    local keep=$HARNESS_LOG_DIR/integration
+    [ -n "${RUN_DIR:-}" ] && [ -d "$RUN_DIR" ] || return 0
+    if ! scripts/stack.sh down >>"$HARNESS_LOG_DIR/integration-down.log" 2>&1; then
+        echo "integration: stack.sh down reported problems (see $HARNESS_LOG_DIR/integration-down.log)" >&2
+    fi
+    mkdir -p "$keep"
+    cp -r "$RUN_DIR/logs/." "$keep/" 2>/dev/null || true
+    cp "$RUN_DIR/nginx/logs/error.log" "$keep/nginx-error.log" 2>/dev/null || true
+    cp "$RUN_DIR/pg/log/postgres.log" "$keep/postgres.log" 2>/dev/null || true
+    if [ "${KEEP_RUN_DIR:-0}" = 1 ]; then
+        echo "integration: run directory kept: $RUN_DIR" >&2
+    elif scripts/stack.sh status 2>/dev/null | grep -q ' running '; then
+        echo "integration: something still runs; run directory kept: $RUN_DIR" >&2
+    else
+        rm -rf "$RUN_DIR"
+    fi
+}
+
+run_integration() {
+    local build=$1 n urls="" up_log
+    case $build in /*) ;; *) build=$PWD/$build ;; esac
+    if [ ! -x "$build/stockd" ] || [ ! -x "$build/tests/test_stack" ]; then
+        suite_broken integration "$build/stockd or $build/tests/test_stack missing (make B=$build SAN=1 programs tests)"
+        return 0
+    fi
+
+    # A run directory and ports of our own, beside any stack already running. The run dir
+    # must be searchable by the postgres user (mktemp makes it 0700).
+    RUN_DIR=$(mktemp -d "${TMPDIR:-/tmp}/stock-it.XXXXXX")
+    chmod 755 "$RUN_DIR"
+    harness_on_exit it__cleanup
+    local -a ports
+    mapfile -t ports < <(pick_free_ports 3)
+    HTTP_PORT=${ports[0]} PG_PORT=${ports[1]} REDIS_PORT=${ports[2]}
+    REPLICA_PORT_BASE=$(pick_port_block $IT_REPLICAS)
+    REPLICAS=$IT_REPLICAS
+    STOCKD=$build/stockd
+    ADMIN_TOKEN=it-$RANDOM$RANDOM$RANDOM
+    LOCK_WAIT_MS=$IT_LOCK_WAIT_MS
+    MODE=redis
+    export RUN_DIR HTTP_PORT PG_PORT REDIS_PORT REPLICA_PORT_BASE REPLICAS STOCKD ADMIN_TOKEN \
+        LOCK_WAIT_MS MODE
+    unset BUSINESS_DELAY_MS LOCK_LEASE_MS WORKER_THREADS DB_POOL_SIZE REDIS_POOL_SIZE \
+        DB_WAIT_MS REDIS_TIMEOUT_MS CONNECTION_TIMEOUT_S DATABASE_URL
+    for ((n = 0; n < REPLICAS; n++)); do
+        urls+="${urls:+,}http://127.0.0.1:$((REPLICA_PORT_BASE + n))"
+    done
+    echo
+    echo "== integration stack: RUN_DIR=$RUN_DIR nginx :$HTTP_PORT, replicas :$REPLICA_PORT_BASE.., postgres :$PG_PORT, redis :$REDIS_PORT"
+
+    check_group_begin "nginx-config"
+    check "nginx -t accepts the generated configuration" scripts/stack.sh nginx-test
+    check_group_end
+
+    up_log=$HARNESS_LOG_DIR/integration-up.log
+    if ! scripts/stack.sh up 2>&1 | tee "$up_log"; then
+        suite_broken test_stack "scripts/stack.sh up failed (see $up_log)"
+        return 0
+    fi
+
+    STOCK_URL=http://127.0.0.1:$HTTP_PORT REPLICA_URLS=$urls \
+        run_suite test_stack 480 "$build/tests/test_stack"
+
+    check_group_begin "nginx-errors+shutdown"
+    check "nginx refuses a 20 KiB body with its JSON 413" it__413
+    # shellcheck disable=SC2046 # replica numbers
+    check "every replica stops on SIGTERM with status 0" \
+        scripts/stack.sh replica-stop $(seq 1 "$REPLICAS")
+    check "with no replica up, nginx answers its JSON 502" it__502
+    check "scripts/stack.sh down stops the rest" scripts/stack.sh down
+    for ((n = 1; n <= REPLICAS; n++)); do
+        check "svc-$n exited with status 0" it__exit_zero "$n"
+        check "svc-$n log holds no sanitizer report" it__no_sanitizer_report "$RUN_DIR/logs/svc-$n.log"
+    done
+    check "the migrate log holds no sanitizer report" it__no_sanitizer_report "$RUN_DIR/logs/migrate.log"
+    check_group_end
+}
+
+# Run on its own: set up the harness, run, summarise.
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then
+    [ $# -eq 1 ] || { echo "usage: tests/integration.sh BUILD_DIR" >&2; exit 2; }
+    cd "$(dirname "${BASH_SOURCE[0]}")/.."
+    LOG_PREFIX=integration
+    source scripts/lib/common.sh
+    source scripts/lib/ports.sh
+    source tests/lib/harness.sh
+    HARNESS_LOG_DIR=${HARNESS_LOG_DIR:-$1/test-logs}
+    rm -rf "$HARNESS_LOG_DIR"
+    harness_init
+    run_integration "$1"
+    harness_summary
+fi

@@ -1,0 +1,157 @@
+# harness.sh - runs test suites and counts their cases (sourced, bash).
+# shellcheck shell=bash
+#
+# A suite is a program: a cmocka test binary, or a shell check. Its output is shown as it
+# runs and kept in $HARNESS_LOG_DIR/<suite>.log. The cases are counted from cmocka's own
+# summary lines ("[  PASSED  ] N test(s)." and "[  FAILED  ] N test(s)", summed over the
+# groups of a binary). A suite that exits non-zero without a failed case (a crash, a
+# sanitizer report at exit, a timeout) counts as one failed case more: a broken run must
+# never look like a pass. harness_summary prints one line per suite and, last, exactly
+# "N passed, N failed".
+
+HARNESS_PASSED=0
+HARNESS_FAILED=0
+HARNESS_RESULTS=()
+
+# Sanitizer settings for every suite: leaks are failures, reports carry stack traces.
+# (detect_leaks is on by default on x86-64 Linux; it is spelled out as it is a claim.)
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}
+# cmocka's default output is the one we count from.
+unset CMOCKA_MESSAGE_OUTPUT CMOCKA_XML_FILE
+
+# Clean-up actions, run in reverse order at exit (normal or not): each suite that starts a
+# server registers how to stop it, and a failure anywhere still stops everything.
+HARNESS_CLEANUPS=()
+
+harness_on_exit() {
+    HARNESS_CLEANUPS+=("$1")
+}
+
+harness__cleanup() {
+    local i
+    for ((i = ${#HARNESS_CLEANUPS[@]} - 1; i >= 0; i--)); do
+        eval "${HARNESS_CLEANUPS[$i]}" || true
+    done
+    HARNESS_CLEANUPS=()
+}
+
+harness_init() {
+    trap harness__cleanup EXIT
+    # A signal ends the run through the EXIT trap (with the usual 128+N status).
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+    HARNESS_LOG_DIR=${HARNESS_LOG_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/stock-tests.XXXXXX")}
+    mkdir -p "$HARNESS_LOG_DIR"
+}
+
+# harness__record NAME PASSED FAILED NOTE
+harness__record() {
+    local name=$1 passed=$2 failed=$3 note=$4 line
+    HARNESS_PASSED=$((HARNESS_PASSED + passed))
+    HARNESS_FAILED=$((HARNESS_FAILED + failed))
+    line=$(printf '%-22s %4d passed %4d failed  %s' "$name" "$passed" "$failed" "$note")
+    HARNESS_RESULTS+=("$line")
+    echo "== $line"
+}
+
+# run_suite NAME SECONDS COMMAND...: runs a cmocka binary (or any command printing cmocka's
+# summary lines) with a time limit, and records its counts.
+run_suite() {
+    local name=$1 seconds=$2 log rc passed failed start elapsed note
+    shift 2
+    log=$HARNESS_LOG_DIR/$name.log
+    echo
+    echo "== $name: $*"
+    start=$(date +%s)
+    set +e
+    # --kill-after: a suite that ignores SIGTERM still ends.
+    timeout --kill-after=10 "$seconds" "$@" 2>&1 | tee "$log"
+    rc=${PIPESTATUS[0]}
+    set -e
+    elapsed=$(($(date +%s) - start))
+    passed=$(sed -n 's/^\[  PASSED  \] \([0-9][0-9]*\) test(s)\..*/\1/p' "$log" |
+        awk '{ s += $1 } END { print s + 0 }')
+    failed=$(sed -n 's/^\[  FAILED  \] \([0-9][0-9]*\) test(s).*/\1/p' "$log" |
+        awk '{ s += $1 } END { print s + 0 }')
+    note="(${elapsed}s)"
+    if [ "$rc" -ne 0 ] && [ "$failed" -eq 0 ]; then
+        failed=1
+        case $rc in
+        124 | 137) note="(${elapsed}s) TIMED OUT after ${seconds}s" ;;
+        *) note="(${elapsed}s) exited with status $rc (crash or sanitizer report? see $log)" ;;
+        esac
+    elif [ "$rc" -eq 0 ] && [ "$passed" -eq 0 ] && [ "$failed" -eq 0 ]; then
+        # Ran, said nothing countable: a test binary that runs no case is a failure too.
+        failed=1
+        note="(${elapsed}s) ran no test case"
+    fi
+    harness__record "$name" "$passed" "$failed" "$note"
+}
+
+# check NAME COMMAND...: one shell-level case (a static check, an assertion on a log).
+# Counted in the current check group (check_group_begin/end).
+HARNESS_GROUP=""
+HARNESS_GROUP_PASSED=0
+HARNESS_GROUP_FAILED=0
+
+check_group_begin() {
+    HARNESS_GROUP=$1
+    HARNESS_GROUP_PASSED=0
+    HARNESS_GROUP_FAILED=0
+    echo
+    echo "== $HARNESS_GROUP"
+}
+
+check() {
+    local what=$1
+    shift
+    if "$@"; then
+        echo "[       OK ] $what"
+        HARNESS_GROUP_PASSED=$((HARNESS_GROUP_PASSED + 1))
+    else
+        echo "[  FAILED  ] $what"
+        HARNESS_GROUP_FAILED=$((HARNESS_GROUP_FAILED + 1))
+    fi
+}
+
+check_group_end() {
+    harness__record "$HARNESS_GROUP" "$HARNESS_GROUP_PASSED" "$HARNESS_GROUP_FAILED" ""
+}
+
+# A suite that could not even run (its binary missing, its server not starting).
+suite_broken() {
+    local name=$1 why=$2
+    echo
+    echo "== $name: $why"
+    harness__record "$name" 0 1 "NOT RUN: $why"
+}
+
+# Runs every pure unit test binary of BUILD_DIR/tests: all test_* but those that need
+# servers (test_lock: Redis; test_db: PostgreSQL; test_stack: the whole stack).
+run_unit_suites() {
+    local build=$1 bin name found=0
+    for bin in "$build"/tests/test_*; do
+        if [ ! -f "$bin" ] || [ ! -x "$bin" ]; then continue; fi
+        name=${bin##*/}
+        case $name in
+        test_lock | test_db | test_stack) continue ;;
+        esac
+        found=1
+        run_suite "$name" 120 "$bin"
+    done
+    [ $found -eq 1 ] || suite_broken unit "no unit test binaries in $build/tests (make B=$build SAN=1 tests)"
+}
+
+# Prints the table and the final count; returns 1 when anything failed.
+harness_summary() {
+    local line
+    echo
+    echo "==================== results ===================="
+    for line in "${HARNESS_RESULTS[@]}"; do
+        echo "$line"
+    done
+    echo "(logs in $HARNESS_LOG_DIR)"
+    echo "$HARNESS_PASSED passed, $HARNESS_FAILED failed"
+    [ "$HARNESS_FAILED" -eq 0 ]
+}

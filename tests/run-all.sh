@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# run-all.sh BUILD_DIR - every test, against real servers, as `make test` runs it:
+#   1. the pure unit tests (tests/run-unit.sh's suites);
+#   2. test_lock, which starts a redis-server of its own;
+#   3. test_db, against a throwaway PostgreSQL started here on a free port in a temporary
+#      directory (TEST_DATABASE_URL names its superuser: the tests create databases);
+#   4. the integration run (tests/integration.sh): the whole stack on free ports.
+# Prints a line per suite and, last, exactly "N passed, N failed" (test cases: cmocka's
+# counts, plus the shell checks; a suite that crashes or times out counts as a failure).
+# Exits 1 on any failure. Whatever it started is stopped at exit, on failure or Ctrl-C too.
+# Logs: BUILD_DIR/test-logs/.
+set -euo pipefail
+
+[ $# -eq 1 ] || { echo "usage: tests/run-all.sh BUILD_DIR" >&2; exit 2; }
+build=$1
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+case $build in /*) ;; *) build=$PWD/$build ;; esac
+
+LOG_PREFIX=tests
+# shellcheck source=scripts/lib/common.sh
+source scripts/lib/common.sh
+source scripts/lib/ports.sh
+source tests/lib/harness.sh
+source tests/integration.sh
+
+HARNESS_LOG_DIR=$build/test-logs
+rm -rf "$HARNESS_LOG_DIR"
+harness_init
+started=$(date +%s)
+
+# --- test_db's PostgreSQL: pg.sh's functions, with their own directory and port ---
+
+DB_TMP=""
+
+db__stop() {
+    [ -n "$DB_TMP" ] || return 0
+    (
+        PG_DIR=$DB_TMP/pg
+        source scripts/lib/pg.sh
+        pg_stop
+    ) >>"$HARNESS_LOG_DIR/test_db-postgres.log" 2>&1 || true
+    cp "$DB_TMP/pg/log/postgres.log" "$HARNESS_LOG_DIR/test_db-postgres-server.log" 2>/dev/null || true
+    rm -rf "$DB_TMP"
+    DB_TMP=""
+}
+
+run_db_suite() {
+    local bin=$build/tests/test_db port
+    [ -x "$bin" ] || { suite_broken test_db "$bin missing"; return 0; }
+    DB_TMP=$(mktemp -d "${TMPDIR:-/tmp}/stock-db.XXXXXX")
+    chmod 755 "$DB_TMP" # the postgres user must reach its data directory
+    harness_on_exit db__stop
+    port=$(pick_free_ports 1)
+    # In a subshell: pg.sh dies on error, and that must fail this suite, not the run.
+    if ! (
+        PG_DIR=$DB_TMP/pg PG_PORT=$port REPLICAS=1
+        source scripts/lib/pg.sh
+        pg_start
+    ) >"$HARNESS_LOG_DIR/test_db-postgres.log" 2>&1; then
+        cat "$HARNESS_LOG_DIR/test_db-postgres.log" >&2
+        suite_broken test_db "the throwaway PostgreSQL did not start"
+        db__stop
+        return 0
+    fi
+    TEST_DATABASE_URL="host=127.0.0.1 port=$port user=postgres dbname=postgres" \
+        TEST_MIGRATIONS_DIR=$PWD/migrations run_suite test_db 240 "$bin"
+    db__stop
+}
+
+# --- the run ---
+
+run_unit_suites "$build"
+
+if [ -x "$build/tests/test_lock" ]; then
+    run_suite test_lock 180 "$build/tests/test_lock"
+else
+    suite_broken test_lock "$build/tests/test_lock missing"
+fi
+
+run_db_suite
+
+run_integration "$build"
+# Stop the integration stack now, so the summary is the last thing printed.
+harness__cleanup
+
+echo
+echo "(all suites: $(($(date +%s) - started))s)"
+harness_summary

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# run-unit.sh BUILD_DIR - runs every pure unit test binary of BUILD_DIR/tests (all test_*
+# but test_lock, test_db and test_stack, which need servers; tests/run-all.sh runs those).
+# Prints a line per suite and, last, "N passed, N failed" (test cases); exits 1 on any
+# failure. `make test-unit` builds the sanitizer binaries and calls this on build/san.
+set -euo pipefail
+
+[ $# -eq 1 ] || { echo "usage: tests/run-unit.sh BUILD_DIR" >&2; exit 2; }
+build=$1
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# shellcheck source=tests/lib/harness.sh
+source tests/lib/harness.sh
+
+harness_init
+run_unit_suites "$build"
+harness_summary

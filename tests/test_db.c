@@ -1,0 +1,1193 @@
+/*
+ * test_db.c - the db/ module against a real PostgreSQL.
+ *
+ * TEST_DATABASE_URL names a server the test may create databases on (the test harness
+ * starts a throwaway one). Each test gets a database of its own, created in its setup and
+ * dropped in its teardown, so the tests do not depend on each other or on what the server
+ * held before. Without TEST_DATABASE_URL the test fails: a database test that silently
+ * skips would let a broken db/ pass.
+ *
+ * TEST_MIGRATIONS_DIR is the migrations directory (default "migrations": the tests run
+ * from the project root).
+ *
+ * The tests look at the database with their own libpq connection ("admin"), so that what
+ * they check does not go through the code under test.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <libpq-fe.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "db/db.h"
+
+static const char *base_url;       /* TEST_DATABASE_URL */
+static const char *migrations_dir; /* TEST_MIGRATIONS_DIR or "migrations" */
+static int db_counter;
+
+/* What each test works on: a database of its own, a pool on it, and a raw connection. */
+typedef struct fixture {
+    char dbname[64];
+    char *conninfo; /* the test database, as a key=value string */
+    db_pool *pool;
+    PGconn *admin; /* the test's own connection to the test database */
+} fixture;
+
+/* ---- helpers ---------------------------------------------------------------------- */
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+
+    nanosleep(&ts, NULL);
+}
+
+/* Appends " key='value'" to buf, quoted as libpq wants (\ and ' escaped). */
+static void append_kv(char *buf, size_t len, const char *key, const char *value)
+{
+    size_t n = strlen(buf);
+    const char *p;
+
+    n += (size_t)snprintf(buf + n, len - n, "%s%s='", n ? " " : "", key);
+    for (p = value; *p && n + 3 < len; p++) {
+        if (*p == '\\' || *p == '\'')
+            buf[n++] = '\\';
+        buf[n++] = *p;
+    }
+    snprintf(buf + n, len - n, "'");
+}
+
+/*
+ * TEST_DATABASE_URL (a URI or key=value string) with the database replaced by dbname and
+ * `extra` ("key=value ...", may be NULL) appended; malloc'd.
+ */
+static char *conninfo_for(const char *dbname, const char *extra)
+{
+    PQconninfoOption *opts, *o;
+    char *err = NULL;
+    char *buf = calloc(1, 4096);
+
+    assert_non_null(buf);
+    opts = PQconninfoParse(base_url, &err);
+    if (!opts)
+        fail_msg("TEST_DATABASE_URL cannot be parsed: %s", err ? err : "?");
+    for (o = opts; o->keyword; o++) {
+        if (o->val && o->val[0] && strcmp(o->keyword, "dbname") != 0)
+            append_kv(buf, 4096, o->keyword, o->val);
+    }
+    PQconninfoFree(opts);
+    append_kv(buf, 4096, "dbname", dbname);
+    if (extra)
+        snprintf(buf + strlen(buf), 4096 - strlen(buf), " %s", extra);
+    return buf;
+}
+
+static PGconn *raw_connect(const char *conninfo)
+{
+    PGconn *pg = PQconnectdb(conninfo);
+
+    if (PQstatus(pg) != CONNECTION_OK)
+        fail_msg("cannot connect to %s: %s", conninfo, PQerrorMessage(pg));
+    return pg;
+}
+
+/* Runs SQL on a raw connection; fails the test if PostgreSQL refuses it. The result is
+ * the caller's to PQclear. */
+static PGresult *raw_exec(PGconn *pg, const char *sql, int nparams, const char *const *params)
+{
+    PGresult *res = PQexecParams(pg, sql, nparams, NULL, params, NULL, NULL, 0);
+    ExecStatusType st = PQresultStatus(res);
+
+    if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK)
+        fail_msg("%s: %s", sql, PQresultErrorMessage(res));
+    return res;
+}
+
+/* The single integer a query returns. */
+static int64_t raw_int(PGconn *pg, const char *sql, int nparams, const char *const *params)
+{
+    PGresult *res = raw_exec(pg, sql, nparams, params);
+    int64_t v;
+
+    assert_int_equal(PQntuples(res), 1);
+    v = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+    PQclear(res);
+    return v;
+}
+
+/* CREATE/DROP DATABASE take an identifier, which cannot be a parameter: it is escaped. */
+static void database_command(const char *verb, const char *dbname, const char *suffix)
+{
+    PGconn *pg = raw_connect(base_url);
+    char *ident = PQescapeIdentifier(pg, dbname, strlen(dbname));
+    char sql[256];
+
+    assert_non_null(ident);
+    snprintf(sql, sizeof(sql), "%s %s%s", verb, ident, suffix);
+    PQclear(raw_exec(pg, sql, 0, NULL));
+    PQfreemem(ident);
+    PQfinish(pg);
+}
+
+static db_pool *pool_on(const char *conninfo, int size, int statement_timeout_ms)
+{
+    db_pool_options o;
+    db_pool *pool = NULL;
+
+    db_pool_options_init(&o);
+    o.conninfo = conninfo;
+    o.size = size;
+    o.statement_timeout_ms = statement_timeout_ms;
+    assert_int_equal(db_pool_create(&o, &pool), DB_OK);
+    return pool;
+}
+
+static db_conn *acquire(db_pool *pool)
+{
+    db_conn *c = NULL;
+    int rc = db_pool_acquire(pool, 2000, &c);
+
+    if (rc != DB_OK)
+        fail_msg("acquire: %s: %s", db_strerror(rc), db_last_connect_error());
+    return c;
+}
+
+static void migrate_ok(db_conn *c, const char *dir, int *applied)
+{
+    char msg[512];
+    int rc = db_migrate(c, dir, applied, msg, sizeof(msg));
+
+    if (rc != DB_OK)
+        fail_msg("db_migrate(%s): %s: %s", dir, db_strerror(rc), msg);
+}
+
+static int setup_fresh(void **state)
+{
+    fixture *f = calloc(1, sizeof(*f));
+
+    assert_non_null(f);
+    snprintf(f->dbname, sizeof(f->dbname), "test_db_%d_%d", (int)getpid(), ++db_counter);
+    database_command("CREATE DATABASE", f->dbname, "");
+    f->conninfo = conninfo_for(f->dbname, NULL);
+    f->pool = pool_on(f->conninfo, 4, 5000);
+    f->admin = raw_connect(f->conninfo);
+    *state = f;
+    return 0;
+}
+
+static int setup_migrated(void **state)
+{
+    fixture *f;
+    db_conn *c;
+
+    setup_fresh(state);
+    f = *state;
+    c = acquire(f->pool);
+    migrate_ok(c, migrations_dir, NULL);
+    db_pool_release(f->pool, c);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fixture *f = *state;
+
+    if (!f)
+        return 0;
+    PQfinish(f->admin);
+    db_pool_destroy(f->pool);
+    database_command("DROP DATABASE IF EXISTS", f->dbname, " WITH (FORCE)");
+    free(f->conninfo);
+    free(f);
+    return 0;
+}
+
+static void reset_ok(db_conn *c, int64_t goods, int64_t stock)
+{
+    int rc = db_goods_reset(c, goods, stock);
+
+    if (rc != DB_OK)
+        fail_msg("reset: %s: %s", db_strerror(rc), db_conn_error(c));
+}
+
+static int64_t stock_of(db_conn *c, int64_t goods)
+{
+    int64_t s = -1;
+
+    assert_int_equal(db_stock_read(c, goods, &s), DB_OK);
+    return s;
+}
+
+static int64_t fence_of(fixture *f, int64_t goods)
+{
+    char buf[32];
+    const char *p[1] = {buf};
+
+    snprintf(buf, sizeof(buf), "%lld", (long long)goods);
+    return raw_int(f->admin, "SELECT fence FROM goods WHERE id = $1", 1, p);
+}
+
+static int count_migration_files(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int n = 0;
+    size_t len;
+
+    assert_non_null(d);
+    while ((e = readdir(d)) != NULL) {
+        len = strlen(e->d_name);
+        if (e->d_name[0] >= '0' && e->d_name[0] <= '9' && strchr(e->d_name, '_') &&
+            len > 4 && strcmp(e->d_name + len - 4, ".sql") == 0)
+            n++;
+    }
+    closedir(d);
+    return n;
+}
+
+static void write_file(const char *dir, const char *name, const char *text)
+{
+    char path[512];
+    FILE *fp;
+
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    fp = fopen(path, "w");
+    assert_non_null(fp);
+    fputs(text, fp);
+    fclose(fp);
+}
+
+static void copy_migrations(const char *to)
+{
+    DIR *d = opendir(migrations_dir);
+    struct dirent *e;
+    char path[512], *text;
+    FILE *fp;
+    long len;
+
+    assert_non_null(d);
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof(path), "%s/%s", migrations_dir, e->d_name);
+        fp = fopen(path, "rb");
+        assert_non_null(fp);
+        fseek(fp, 0, SEEK_END);
+        len = ftell(fp);
+        rewind(fp);
+        text = calloc(1, (size_t)len + 1);
+        assert_non_null(text);
+        assert_int_equal(fread(text, 1, (size_t)len, fp), (size_t)len);
+        fclose(fp);
+        write_file(to, e->d_name, text);
+        free(text);
+    }
+    closedir(d);
+}
+
+static void remove_dir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    char path[512];
+
+    if (!d)
+        return;
+    while ((e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        unlink(path);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+/* ---- migrations ------------------------------------------------------------------- */
+
+static void test_migrate_applies_then_does_nothing(void **state)
+{
+    fixture *f = *state;
+    int files = count_migration_files(migrations_dir);
+    db_conn *c = acquire(f->pool);
+    char msg[512];
+    int applied = -1;
+
+    assert_true(files >= 1);
+    assert_int_equal(db_schema_check(c, migrations_dir, msg, sizeof(msg)), DB_ERR_SCHEMA);
+    assert_non_null(strstr(msg, "001_schema.sql"));
+
+    migrate_ok(c, migrations_dir, &applied);
+    assert_int_equal(applied, files);
+    assert_int_equal(raw_int(f->admin, "SELECT count(*) FROM schema_migrations", 0, NULL),
+                     files);
+    assert_int_equal(raw_int(f->admin,
+                             "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'"
+                             " AND tablename IN ('goods', 'orders', 'idempotency')",
+                             0, NULL),
+                     3);
+
+    migrate_ok(c, migrations_dir, &applied);
+    assert_int_equal(applied, 0);
+    assert_int_equal(raw_int(f->admin, "SELECT count(*) FROM schema_migrations", 0, NULL),
+                     files);
+    assert_int_equal(db_schema_check(c, migrations_dir, msg, sizeof(msg)), DB_OK);
+
+    /* migrate lifted statement_timeout while it ran: the session has its own back */
+    {
+        db_pool_release(f->pool, c);
+        c = acquire(f->pool);
+        assert_int_equal(db_ping(c), DB_OK);
+    }
+    db_pool_release(f->pool, c);
+}
+
+typedef struct migrator {
+    const char *conninfo;
+    pthread_barrier_t *start;
+    int rc;
+    int applied;
+    char msg[512];
+} migrator;
+
+static void *migrator_run(void *arg)
+{
+    migrator *m = arg;
+    db_pool_options o;
+    db_pool *pool = NULL;
+    db_conn *c = NULL;
+
+    db_pool_options_init(&o);
+    o.conninfo = m->conninfo;
+    o.size = 1;
+    m->rc = db_pool_create(&o, &pool);
+    if (m->rc == DB_OK)
+        m->rc = db_pool_acquire(pool, 5000, &c);
+    pthread_barrier_wait(m->start); /* connected: now all at once */
+    if (m->rc == DB_OK)
+        m->rc = db_migrate(c, migrations_dir, &m->applied, m->msg, sizeof(m->msg));
+    db_pool_release(pool, c);
+    db_pool_destroy(pool);
+    return NULL;
+}
+
+static void test_concurrent_migrators_apply_once(void **state)
+{
+    enum { N = 4 };
+    fixture *f = *state;
+    int files = count_migration_files(migrations_dir);
+    pthread_barrier_t start;
+    pthread_t threads[N];
+    migrator m[N];
+    int i, total = 0;
+
+    pthread_barrier_init(&start, NULL, N);
+    for (i = 0; i < N; i++) {
+        memset(&m[i], 0, sizeof(m[i]));
+        m[i].conninfo = f->conninfo;
+        m[i].start = &start;
+        assert_int_equal(pthread_create(&threads[i], NULL, migrator_run, &m[i]), 0);
+    }
+    for (i = 0; i < N; i++)
+        pthread_join(threads[i], NULL);
+    pthread_barrier_destroy(&start);
+
+    for (i = 0; i < N; i++) {
+        if (m[i].rc != DB_OK)
+            fail_msg("migrator %d: %s: %s", i, db_strerror(m[i].rc), m[i].msg);
+        total += m[i].applied;
+    }
+    assert_int_equal(total, files); /* each file applied by exactly one of them */
+    assert_int_equal(raw_int(f->admin, "SELECT count(*) FROM schema_migrations", 0, NULL),
+                     files);
+}
+
+static void test_schema_check_finds_a_pending_file(void **state)
+{
+    fixture *f = *state;
+    char dir[] = "/tmp/test_db_migrations.XXXXXX";
+    db_conn *c = acquire(f->pool);
+    char msg[512];
+    int applied = -1;
+
+    assert_non_null(mkdtemp(dir));
+    copy_migrations(dir);
+    write_file(dir, "999_extra.sql", "CREATE TABLE extra_test (x int);\n");
+    write_file(dir, "README", "not a migration: ignored\n");
+
+    assert_int_equal(db_schema_check(c, dir, msg, sizeof(msg)), DB_ERR_SCHEMA);
+    assert_non_null(strstr(msg, "999_extra.sql"));
+
+    migrate_ok(c, dir, &applied);
+    assert_int_equal(applied, 1);
+    assert_int_equal(db_schema_check(c, dir, msg, sizeof(msg)), DB_OK);
+    assert_int_equal(
+        raw_int(f->admin, "SELECT count(*) FROM schema_migrations WHERE version = 999", 0, NULL),
+        1);
+    /* the real directory, which lacks 999, is still up to date: extra versions are fine */
+    assert_int_equal(db_schema_check(c, migrations_dir, msg, sizeof(msg)), DB_OK);
+
+    db_pool_release(f->pool, c);
+    remove_dir(dir);
+}
+
+static void test_a_failing_migration_changes_nothing(void **state)
+{
+    fixture *f = *state;
+    char dir[] = "/tmp/test_db_migrations.XXXXXX";
+    db_conn *c = acquire(f->pool);
+    char msg[512];
+    int applied = -1;
+
+    assert_non_null(mkdtemp(dir));
+    copy_migrations(dir);
+    write_file(dir, "900_half.sql", "CREATE TABLE half_done (x int);\nSELEC broken;\n");
+
+    assert_int_equal(db_migrate(c, dir, &applied, msg, sizeof(msg)), DB_ERR_QUERY);
+    assert_int_equal(applied, 0);
+    assert_non_null(strstr(msg, "900_half.sql"));
+    assert_int_equal(raw_int(f->admin, "SELECT count(*) FROM schema_migrations"
+                                       " WHERE version = 900", 0, NULL), 0);
+    assert_int_equal(raw_int(f->admin, "SELECT count(*) FROM pg_tables"
+                                       " WHERE tablename = 'half_done'", 0, NULL), 0);
+    assert_int_equal(db_ping(c), DB_OK); /* the session is usable, the lock given back */
+    assert_int_equal(raw_int(f->admin, "SELECT count(*) FROM pg_locks"
+                                       " WHERE locktype = 'advisory'", 0, NULL), 0);
+
+    /* a file that commits by itself is refused */
+    write_file(dir, "900_half.sql", "COMMIT;\n");
+    assert_int_equal(db_migrate(c, dir, &applied, msg, sizeof(msg)), DB_ERR_SCHEMA);
+    assert_non_null(strstr(msg, "900_half.sql"));
+
+    /* two files with one number, an empty directory, no directory */
+    write_file(dir, "900_half.sql", "SELECT 1;\n");
+    write_file(dir, "0900_again.sql", "SELECT 1;\n");
+    assert_int_equal(db_migrate(c, dir, &applied, msg, sizeof(msg)), DB_ERR_SCHEMA);
+    assert_non_null(strstr(msg, "two migrations numbered 900"));
+    remove_dir(dir);
+    strcpy(dir, "/tmp/test_db_migrations.XXXXXX"); /* mkdtemp wrote over the X's */
+    assert_non_null(mkdtemp(dir));
+    assert_int_equal(db_schema_check(c, dir, msg, sizeof(msg)), DB_ERR_SCHEMA);
+    assert_non_null(strstr(msg, "no NNN_name.sql"));
+    remove_dir(dir);
+    assert_int_equal(db_schema_check(c, dir, msg, sizeof(msg)), DB_ERR_SCHEMA);
+    assert_non_null(strstr(msg, "cannot read"));
+
+    db_pool_release(f->pool, c);
+}
+
+/* ---- the read-check-write --------------------------------------------------------- */
+
+static void test_read_write_and_insert(void **state)
+{
+    fixture *f = *state;
+    db_conn *c = acquire(f->pool);
+    int64_t s = 0, id1 = 0, id2 = 0, fence = 3;
+
+    reset_ok(c, 1, 10);
+    assert_int_equal(stock_of(c, 1), 10);
+    assert_int_equal(db_stock_write(c, 1, 7, NULL), DB_OK);
+    assert_int_equal(stock_of(c, 1), 7);
+
+    assert_int_equal(db_order_insert(c, 1, 3, "none", "svc-1", NULL, &id1), DB_OK);
+    assert_int_equal(db_order_insert(c, 1, 2, "redis", "svc-2", &fence, &id2), DB_OK);
+    assert_true(id1 > 0 && id2 > id1);
+    assert_int_equal(raw_int(f->admin, "SELECT count(*) FROM orders WHERE goods = 1"
+                                       " AND ((mode = 'none' AND instance = 'svc-1'"
+                                       " AND fence IS NULL AND count = 3) OR (mode = 'redis'"
+                                       " AND instance = 'svc-2' AND fence = 3 AND count = 2))",
+                             0, NULL),
+                     2);
+
+    assert_int_equal(db_stock_read(c, 999, &s), DB_ERR_NOT_FOUND);
+    assert_int_equal(db_stock_write(c, 999, 1, NULL), DB_ERR_NOT_FOUND);
+
+    /* refused statements: DB_ERR_QUERY with the reason; the session stays usable */
+    assert_int_equal(db_order_insert(c, 999, 1, "none", "svc-1", NULL, &id1), DB_ERR_QUERY);
+    assert_non_null(strstr(db_conn_error(c), "23503")); /* foreign key */
+    assert_int_equal(db_stock_write(c, 1, -1, NULL), DB_ERR_QUERY);
+    assert_non_null(strstr(db_conn_error(c), "23514")); /* check constraint */
+    assert_int_equal(db_ping(c), DB_OK);
+    assert_int_equal(stock_of(c, 1), 7);
+
+    db_pool_release(f->pool, c);
+}
+
+static void test_a_failed_transaction_does_not_commit(void **state)
+{
+    fixture *f = *state;
+    db_conn *c = acquire(f->pool);
+
+    reset_ok(c, 1, 10);
+    assert_int_equal(db_begin(c), DB_OK);
+    assert_int_equal(db_stock_write(c, 1, 4, NULL), DB_OK);
+    assert_int_equal(db_stock_write(c, 1, -1, NULL), DB_ERR_QUERY);
+    assert_int_equal(db_commit(c), DB_ERR_QUERY);
+    assert_non_null(strstr(db_conn_error(c), "rolled back"));
+    assert_int_equal(stock_of(c, 1), 10);
+
+    assert_int_equal(db_begin(c), DB_OK);
+    assert_int_equal(db_stock_write(c, 1, 4, NULL), DB_OK);
+    assert_int_equal(db_rollback(c), DB_OK);
+    assert_int_equal(stock_of(c, 1), 10);
+    db_pool_release(f->pool, c);
+}
+
+static void test_fencing_refuses_an_older_token(void **state)
+{
+    fixture *f = *state;
+    db_conn *c = acquire(f->pool);
+    int64_t t;
+
+    reset_ok(c, 1, 100);
+    assert_int_equal(fence_of(f, 1), 0);
+
+    t = 5;
+    assert_int_equal(db_stock_write(c, 1, 90, &t), DB_OK);
+    assert_int_equal(fence_of(f, 1), 5);
+    t = 4; /* older: refused, nothing changes */
+    assert_int_equal(db_stock_write(c, 1, 80, &t), DB_ERR_FENCED);
+    assert_int_equal(stock_of(c, 1), 90);
+    assert_int_equal(fence_of(f, 1), 5);
+    t = 5; /* the same holder writing again */
+    assert_int_equal(db_stock_write(c, 1, 85, &t), DB_OK);
+    t = 6; /* newer */
+    assert_int_equal(db_stock_write(c, 1, 84, &t), DB_OK);
+    assert_int_equal(fence_of(f, 1), 6);
+    /* no token: written, token kept */
+    assert_int_equal(db_stock_write(c, 1, 83, NULL), DB_OK);
+    assert_int_equal(stock_of(c, 1), 83);
+    assert_int_equal(fence_of(f, 1), 6);
+    /* unknown goods is not a fencing refusal */
+    assert_int_equal(db_stock_write(c, 2, 1, &t), DB_ERR_NOT_FOUND);
+    /* a reset keeps the token: an old holder stays out */
+    reset_ok(c, 1, 100);
+    assert_int_equal(fence_of(f, 1), 6);
+    t = 5;
+    assert_int_equal(db_stock_write(c, 1, 1, &t), DB_ERR_FENCED);
+    db_pool_release(f->pool, c);
+}
+
+typedef struct writer {
+    db_pool *pool;
+    int64_t token;
+    atomic_int done;
+    int rc;
+} writer;
+
+static void *fenced_write_run(void *arg)
+{
+    writer *w = arg;
+    db_conn *c = NULL;
+
+    w->rc = db_pool_acquire(w->pool, 2000, &c);
+    if (w->rc == DB_OK)
+        w->rc = db_begin(c);
+    if (w->rc == DB_OK)
+        w->rc = db_stock_write(c, 1, 50, &w->token);
+    atomic_store(&w->done, 1);
+    if (c)
+        db_pool_release(w->pool, c); /* rolls back */
+    return NULL;
+}
+
+/* A stale holder whose write waits on the row behind a newer holder's is refused once the
+ * newer one commits: the fence is checked against the committed row, not a snapshot. */
+static void test_fencing_holds_against_a_concurrent_writer(void **state)
+{
+    fixture *f = *state;
+    db_conn *c = acquire(f->pool);
+    writer w = {f->pool, 6, 0, -100};
+    pthread_t th;
+    int64_t t = 7;
+
+    reset_ok(c, 1, 100);
+    assert_int_equal(db_begin(c), DB_OK);
+    assert_int_equal(db_stock_write(c, 1, 99, &t), DB_OK);
+
+    assert_int_equal(pthread_create(&th, NULL, fenced_write_run, &w), 0);
+    sleep_ms(300);
+    assert_int_equal(atomic_load(&w.done), 0); /* waiting for our row lock */
+    assert_int_equal(db_commit(c), DB_OK);
+    pthread_join(th, NULL);
+    assert_int_equal(w.rc, DB_ERR_FENCED);
+    assert_int_equal(stock_of(c, 1), 99);
+    assert_int_equal(fence_of(f, 1), 7);
+    db_pool_release(f->pool, c);
+}
+
+/* ---- idempotency ------------------------------------------------------------------ */
+
+static void test_idempotency_claim_store_fetch(void **state)
+{
+    fixture *f = *state;
+    db_conn *c = acquire(f->pool);
+    const char *body = "{\"ok\":true,\"note\":\"quote ' backslash \\\\ caf\xc3\xa9\"}";
+    char *got = NULL;
+    int status = 0;
+
+    assert_int_equal(db_idempotency_fetch(c, 1, "k1", &status, &got), DB_ERR_NOT_FOUND);
+    assert_null(got);
+
+    assert_int_equal(db_begin(c), DB_OK);
+    assert_int_equal(db_idempotency_claim(c, 1, "k1"), DB_OK);
+    /* a claim without its answer is not an outcome */
+    assert_int_equal(db_idempotency_fetch(c, 1, "k1", &status, &got), DB_ERR_NOT_FOUND);
+    assert_int_equal(db_idempotency_store(c, 1, "k1", 200, body), DB_OK);
+    assert_int_equal(db_commit(c), DB_OK);
+
+    assert_int_equal(db_idempotency_fetch(c, 1, "k1", &status, &got), DB_OK);
+    assert_int_equal(status, 200);
+    assert_string_equal(got, body);
+    free(got);
+    got = NULL;
+
+    /* the key is taken now */
+    assert_int_equal(db_begin(c), DB_OK);
+    assert_int_equal(db_idempotency_claim(c, 1, "k1"), DB_ERR_CONFLICT);
+    assert_int_equal(db_rollback(c), DB_OK);
+
+    /* the same key on other goods is another request; a 404 for unknown goods is stored */
+    assert_int_equal(db_begin(c), DB_OK);
+    assert_int_equal(db_idempotency_claim(c, 424242, "k1"), DB_OK);
+    assert_int_equal(db_idempotency_store(c, 424242, "k1", 404, "{\"ok\":false}"), DB_OK);
+    assert_int_equal(db_commit(c), DB_OK);
+    assert_int_equal(db_idempotency_fetch(c, 424242, "k1", &status, &got), DB_OK);
+    assert_int_equal(status, 404);
+    free(got);
+    got = NULL;
+
+    /* a rolled-back claim leaves nothing: the key can be claimed again */
+    assert_int_equal(db_begin(c), DB_OK);
+    assert_int_equal(db_idempotency_claim(c, 1, "k2"), DB_OK);
+    assert_int_equal(db_rollback(c), DB_OK);
+    assert_int_equal(db_idempotency_fetch(c, 1, "k2", &status, &got), DB_ERR_NOT_FOUND);
+    assert_int_equal(db_begin(c), DB_OK);
+    assert_int_equal(db_idempotency_claim(c, 1, "k2"), DB_OK);
+    assert_int_equal(db_rollback(c), DB_OK);
+
+    /* nothing to store into without a claim */
+    assert_int_equal(db_idempotency_store(c, 1, "k3", 200, "{}"), DB_ERR_NOT_FOUND);
+    db_pool_release(f->pool, c);
+}
+
+typedef struct claimer {
+    db_pool *pool;
+    atomic_int done;
+    int rc;
+    int store_rc;
+    int commit_rc;
+} claimer;
+
+/* Claims "same" for goods 1 in a transaction; if it gets it, stores and commits. */
+static void *claimer_run(void *arg)
+{
+    claimer *cl = arg;
+    db_conn *c = NULL;
+
+    cl->rc = db_pool_acquire(cl->pool, 2000, &c);
+    if (cl->rc == DB_OK)
+        cl->rc = db_begin(c);
+    if (cl->rc == DB_OK)
+        cl->rc = db_idempotency_claim(c, 1, "same");
+    atomic_store(&cl->done, 1);
+    if (cl->rc == DB_OK) {
+        cl->store_rc = db_idempotency_store(c, 1, "same", 409, "{\"second\":true}");
+        cl->commit_rc = db_commit(c);
+    }
+    if (c)
+        db_pool_release(cl->pool, c);
+    return NULL;
+}
+
+/* A claims; B's claim waits for A; A ends with `commit`; B's claim returns. */
+static void concurrent_claim(fixture *f, bool commit, claimer *cl)
+{
+    db_conn *c = acquire(f->pool);
+    pthread_t th;
+
+    memset(cl, 0, sizeof(*cl));
+    cl->pool = f->pool;
+    assert_int_equal(db_begin(c), DB_OK);
+    assert_int_equal(db_idempotency_claim(c, 1, "same"), DB_OK);
+    assert_int_equal(pthread_create(&th, NULL, claimer_run, cl), 0);
+    sleep_ms(300);
+    assert_int_equal(atomic_load(&cl->done), 0); /* blocked behind our claim */
+    if (commit) {
+        assert_int_equal(db_idempotency_store(c, 1, "same", 200, "{\"first\":true}"), DB_OK);
+        assert_int_equal(db_commit(c), DB_OK);
+    } else {
+        assert_int_equal(db_rollback(c), DB_OK);
+    }
+    pthread_join(th, NULL);
+    db_pool_release(f->pool, c);
+}
+
+static void test_a_concurrent_claim_waits_then_conflicts(void **state)
+{
+    fixture *f = *state;
+    claimer cl;
+    db_conn *c;
+    char *got = NULL;
+    int status = 0;
+
+    concurrent_claim(f, true, &cl);
+    assert_int_equal(cl.rc, DB_ERR_CONFLICT);
+    c = acquire(f->pool);
+    assert_int_equal(db_idempotency_fetch(c, 1, "same", &status, &got), DB_OK);
+    assert_int_equal(status, 200);
+    assert_string_equal(got, "{\"first\":true}");
+    free(got);
+    db_pool_release(f->pool, c);
+}
+
+static void test_a_concurrent_claim_waits_then_claims_after_rollback(void **state)
+{
+    fixture *f = *state;
+    claimer cl;
+    db_conn *c;
+    char *got = NULL;
+    int status = 0;
+
+    concurrent_claim(f, false, &cl);
+    assert_int_equal(cl.rc, DB_OK);
+    assert_int_equal(cl.store_rc, DB_OK);
+    assert_int_equal(cl.commit_rc, DB_OK);
+    c = acquire(f->pool);
+    assert_int_equal(db_idempotency_fetch(c, 1, "same", &status, &got), DB_OK);
+    assert_int_equal(status, 409);
+    assert_string_equal(got, "{\"second\":true}");
+    free(got);
+    db_pool_release(f->pool, c);
+}
+
+/* ---- reset and report ------------------------------------------------------------- */
+
+static void test_reset_deletes_orders_and_idempotency_records(void **state)
+{
+    fixture *f = *state;
+    db_conn *c = acquire(f->pool);
+    db_stock_report r;
+    int64_t id;
+    char *got = NULL;
+    int status;
+
+    reset_ok(c, 1, 100);
+    reset_ok(c, 2, 100);
+    assert_int_equal(db_order_insert(c, 1, 1, "none", "svc-1", NULL, &id), DB_OK);
+    assert_int_equal(db_order_insert(c, 1, 2, "none", "svc-1", NULL, &id), DB_OK);
+    assert_int_equal(db_order_insert(c, 2, 5, "none", "svc-1", NULL, &id), DB_OK);
+    assert_int_equal(db_begin(c), DB_OK);
+    assert_int_equal(db_idempotency_claim(c, 1, "k"), DB_OK);
+    assert_int_equal(db_idempotency_store(c, 1, "k", 200, "{}"), DB_OK);
+    assert_int_equal(db_idempotency_claim(c, 2, "k"), DB_OK);
+    assert_int_equal(db_idempotency_store(c, 2, "k", 200, "{}"), DB_OK);
+    assert_int_equal(db_commit(c), DB_OK);
+
+    reset_ok(c, 1, 50);
+    assert_int_equal(db_stock_report_read(c, 1, &r), DB_OK);
+    assert_int_equal(r.initial, 50);
+    assert_int_equal(r.stock, 50);
+    assert_int_equal(r.sold, 0);
+    assert_int_equal(r.orders, 0);
+    assert_int_equal(db_idempotency_fetch(c, 1, "k", &status, &got), DB_ERR_NOT_FOUND);
+
+    /* the other goods keep theirs */
+    assert_int_equal(db_stock_report_read(c, 2, &r), DB_OK);
+    assert_int_equal(r.orders, 1);
+    assert_int_equal(db_idempotency_fetch(c, 2, "k", &status, &got), DB_OK);
+    free(got);
+
+    /* the reset is its own transaction: refused inside one */
+    assert_int_equal(db_begin(c), DB_OK);
+    assert_int_equal(db_goods_reset(c, 1, 10), DB_ERR_INVALID);
+    assert_int_equal(db_rollback(c), DB_OK);
+    db_pool_release(f->pool, c);
+}
+
+static void test_stock_report_figures(void **state)
+{
+    fixture *f = *state;
+    db_conn *c = acquire(f->pool);
+    db_stock_report r;
+    int64_t id;
+
+    assert_int_equal(db_stock_report_read(c, 1, &r), DB_ERR_NOT_FOUND);
+    reset_ok(c, 1, 100);
+    assert_int_equal(db_stock_report_read(c, 1, &r), DB_OK);
+    assert_int_equal(r.initial, 100);
+    assert_int_equal(r.stock, 100);
+    assert_int_equal(r.sold, 0);
+    assert_int_equal(r.orders, 0);
+
+    /* two sales, then a lost update: a third sale whose write is based on a stale read */
+    assert_int_equal(db_stock_write(c, 1, 97, NULL), DB_OK);
+    assert_int_equal(db_order_insert(c, 1, 3, "none", "svc-1", NULL, &id), DB_OK);
+    assert_int_equal(db_stock_write(c, 1, 95, NULL), DB_OK);
+    assert_int_equal(db_order_insert(c, 1, 2, "none", "svc-2", NULL, &id), DB_OK);
+    assert_int_equal(db_stock_write(c, 1, 96, NULL), DB_OK); /* read 97, sold 1 */
+    assert_int_equal(db_order_insert(c, 1, 1, "none", "svc-3", NULL, &id), DB_OK);
+
+    assert_int_equal(db_stock_report_read(c, 1, &r), DB_OK);
+    assert_int_equal(r.initial, 100);
+    assert_int_equal(r.stock, 96);
+    assert_int_equal(r.sold, 6);
+    assert_int_equal(r.orders, 3);
+    assert_int_equal(r.sold - (r.initial - r.stock), 2); /* oversold */
+    db_pool_release(f->pool, c);
+}
+
+/* ---- the pool --------------------------------------------------------------------- */
+
+typedef struct waiter {
+    db_pool *pool;
+    int timeout_ms;
+    int rc;
+    int64_t waited_ms;
+} waiter;
+
+static void *waiter_run(void *arg)
+{
+    waiter *w = arg;
+    db_conn *c = NULL;
+    int64_t t0 = now_ms();
+
+    w->rc = db_pool_acquire(w->pool, w->timeout_ms, &c);
+    w->waited_ms = now_ms() - t0;
+    if (c)
+        db_pool_release(w->pool, c);
+    return NULL;
+}
+
+static void test_pool_is_bounded(void **state)
+{
+    fixture *f = *state;
+    db_pool *pool = pool_on(f->conninfo, 2, 5000);
+    db_conn *a = NULL, *b = NULL, *c = NULL;
+    db_pool_stats st;
+    waiter w = {pool, 5000, -100, 0};
+    pthread_t th;
+    int64_t t0, took;
+
+    db_pool_get_stats(pool, &st);
+    assert_int_equal(st.size, 2);
+    assert_int_equal(st.open, 0); /* lazy */
+    assert_int_equal(st.in_use, 0);
+
+    a = acquire(pool);
+    b = acquire(pool);
+    assert_ptr_not_equal(a, b);
+    db_pool_get_stats(pool, &st);
+    assert_int_equal(st.open, 2);
+    assert_int_equal(st.in_use, 2);
+
+    t0 = now_ms();
+    assert_int_equal(db_pool_acquire(pool, 200, &c), DB_ERR_BUSY);
+    took = now_ms() - t0;
+    assert_null(c);
+    assert_true(took >= 190 && took < 1000);
+    assert_non_null(strstr(db_last_connect_error(), "no database connection free"));
+    t0 = now_ms();
+    assert_int_equal(db_pool_acquire(pool, 0, &c), DB_ERR_BUSY);
+    assert_true(now_ms() - t0 < 100);
+
+    /* a waiter gets the connection as soon as one is returned */
+    assert_int_equal(pthread_create(&th, NULL, waiter_run, &w), 0);
+    sleep_ms(200);
+    db_pool_release(pool, a);
+    pthread_join(th, NULL);
+    assert_int_equal(w.rc, DB_OK);
+    assert_true(w.waited_ms >= 150 && w.waited_ms < 2000);
+
+    db_pool_release(pool, b);
+    db_pool_get_stats(pool, &st);
+    assert_int_equal(st.open, 2);
+    assert_int_equal(st.in_use, 0);
+    db_pool_destroy(pool);
+}
+
+static void test_pool_release_rolls_back(void **state)
+{
+    fixture *f = *state;
+    db_pool *pool = pool_on(f->conninfo, 1, 5000);
+    db_conn *c = acquire(pool);
+
+    reset_ok(c, 1, 10);
+    assert_int_equal(db_begin(c), DB_OK);
+    assert_int_equal(db_stock_write(c, 1, 3, NULL), DB_OK);
+    db_pool_release(pool, c); /* inside the transaction */
+
+    /* the row is not left locked, and the write is gone */
+    PQclear(raw_exec(f->admin, "SET statement_timeout = 1000", 0, NULL));
+    PQclear(raw_exec(f->admin, "UPDATE goods SET updated = now() WHERE id = 1", 0, NULL));
+    c = acquire(pool);
+    assert_int_equal(stock_of(c, 1), 10);
+    db_pool_release(pool, c);
+    db_pool_destroy(pool);
+}
+
+/* A port with nothing listening: bound, read, closed. */
+static int free_port(void)
+{
+    struct sockaddr_in sa;
+    socklen_t len = sizeof(sa);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+    assert_true(fd >= 0);
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+    close(fd);
+    return ntohs(sa.sin_port);
+}
+
+static void test_unreachable_server_fails_fast(void **state)
+{
+    char conninfo[128];
+    db_pool_options o;
+    db_pool *pool = NULL;
+    db_conn *c = NULL;
+    db_pool_stats st;
+    int64_t t0, took;
+
+    (void)state;
+    snprintf(conninfo, sizeof(conninfo), "host=127.0.0.1 port=%d user=nobody dbname=none",
+             free_port());
+    db_pool_options_init(&o);
+    o.conninfo = conninfo;
+    o.size = 2;
+    assert_int_equal(db_pool_create(&o, &pool), DB_OK); /* lazy: works while it is down */
+
+    t0 = now_ms();
+    assert_int_equal(db_pool_acquire(pool, 1000, &c), DB_ERR_UNAVAILABLE);
+    took = now_ms() - t0;
+    assert_null(c);
+    assert_true(took < 1000);
+    assert_true(strlen(db_last_connect_error()) > 0);
+    db_pool_get_stats(pool, &st);
+    assert_int_equal(st.open, 0);
+    assert_int_equal(st.in_use, 0); /* the slot went back */
+    db_pool_destroy(pool);
+
+    /* and a conninfo libpq cannot parse is refused at once */
+    o.conninfo = "host=127.0.0.1 port";
+    assert_int_equal(db_pool_create(&o, &pool), DB_ERR_INVALID);
+    assert_null(pool);
+}
+
+/* A server that accepts the TCP connection and never answers: the bound is the pool's
+ * connect_timeout_ms, not libpq's whole seconds. */
+static void test_silent_server_times_out_within_the_bound(void **state)
+{
+    struct sockaddr_in sa;
+    socklen_t len = sizeof(sa);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    char conninfo[128];
+    db_pool_options o;
+    db_pool *pool = NULL;
+    db_conn *c = NULL;
+    int64_t t0, took;
+
+    (void)state;
+    assert_true(fd >= 0);
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    assert_int_equal(listen(fd, 8), 0); /* the kernel completes handshakes; no one reads */
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+    snprintf(conninfo, sizeof(conninfo),
+             "host=127.0.0.1 port=%d user=nobody dbname=none sslmode=disable",
+             ntohs(sa.sin_port));
+
+    db_pool_options_init(&o);
+    o.conninfo = conninfo;
+    o.size = 1;
+    o.connect_timeout_ms = 300;
+    assert_int_equal(db_pool_create(&o, &pool), DB_OK);
+    t0 = now_ms();
+    assert_int_equal(db_pool_acquire(pool, 1000, &c), DB_ERR_UNAVAILABLE);
+    took = now_ms() - t0;
+    assert_true(took >= 280 && took < 1500);
+    assert_non_null(strstr(db_last_connect_error(), "within 300 ms"));
+    db_pool_destroy(pool);
+    close(fd);
+}
+
+/* Terminates the pooled sessions of the test database whose application_name is `name`. */
+static void terminate_sessions(fixture *f, const char *name)
+{
+    const char *p[1] = {name};
+    int64_t n, i;
+
+    n = raw_int(f->admin,
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                " WHERE application_name = $1",
+                1, p);
+    assert_true(n >= 1);
+    for (i = 0; i < 50; i++) { /* gone from pg_stat_activity once the backend exited */
+        if (raw_int(f->admin,
+                    "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", 1,
+                    p) == 0)
+            return;
+        sleep_ms(20);
+    }
+    fail_msg("the terminated sessions did not go away");
+}
+
+static void test_broken_connection_is_reopened(void **state)
+{
+    fixture *f = *state;
+    char app[64], extra[96], *conninfo;
+    db_pool *pool;
+    db_conn *c;
+    db_pool_stats st;
+    int64_t s = 0;
+
+    snprintf(app, sizeof(app), "test_db_kill_%d", (int)getpid());
+    snprintf(extra, sizeof(extra), "application_name=%s", app);
+    conninfo = conninfo_for(f->dbname, extra);
+    pool = pool_on(conninfo, 1, 5000);
+
+    c = acquire(pool);
+    reset_ok(c, 1, 10);
+    db_pool_release(pool, c);
+
+    /* killed while idle in the pool: noticed when borrowed, replaced at once */
+    terminate_sessions(f, app);
+    c = acquire(pool);
+    assert_int_equal(db_ping(c), DB_OK);
+    assert_int_equal(stock_of(c, 1), 10);
+
+    /* killed while borrowed: the statement says UNAVAILABLE, the next borrow reconnects */
+    terminate_sessions(f, app);
+    assert_int_equal(db_stock_read(c, 1, &s), DB_ERR_UNAVAILABLE);
+    assert_true(strlen(db_conn_error(c)) > 0);
+    db_pool_release(pool, c);
+    db_pool_get_stats(pool, &st);
+    assert_int_equal(st.open, 0);
+    c = acquire(pool);
+    assert_int_equal(stock_of(c, 1), 10); /* statements are prepared again on the new session */
+    db_pool_release(pool, c);
+    db_pool_get_stats(pool, &st);
+    assert_int_equal(st.open, 1);
+
+    db_pool_destroy(pool);
+    free(conninfo);
+}
+
+static void test_statement_timeout_is_a_query_error(void **state)
+{
+    fixture *f = *state;
+    db_pool *pool = pool_on(f->conninfo, 2, 200);
+    db_conn *a = acquire(pool), *b = acquire(pool);
+    int64_t t0, took;
+
+    reset_ok(a, 1, 10);
+    assert_int_equal(db_begin(a), DB_OK);
+    assert_int_equal(db_stock_write(a, 1, 9, NULL), DB_OK); /* holds the row */
+
+    t0 = now_ms();
+    assert_int_equal(db_stock_write(b, 1, 8, NULL), DB_ERR_QUERY);
+    took = now_ms() - t0;
+    assert_true(took >= 150 && took < 2000);
+    assert_non_null(strstr(db_conn_error(b), "57014")); /* query_canceled */
+    assert_int_equal(db_ping(b), DB_OK);                 /* still a good session */
+
+    assert_int_equal(db_rollback(a), DB_OK);
+    db_pool_release(pool, a);
+    db_pool_release(pool, b);
+    db_pool_destroy(pool);
+}
+
+static void test_strerror_names_every_code(void **state)
+{
+    int codes[] = {DB_OK,          DB_ERR_UNAVAILABLE, DB_ERR_BUSY,   DB_ERR_NOT_FOUND,
+                   DB_ERR_QUERY,   DB_ERR_CONFLICT,    DB_ERR_FENCED, DB_ERR_SCHEMA,
+                   DB_ERR_NOMEM,   DB_ERR_INVALID};
+    size_t i;
+
+    (void)state;
+    for (i = 0; i < sizeof(codes) / sizeof(codes[0]); i++)
+        assert_string_not_equal(db_strerror(codes[i]), "unknown error");
+    assert_string_equal(db_strerror(-1000), "unknown error");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_migrate_applies_then_does_nothing, setup_fresh,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_concurrent_migrators_apply_once, setup_fresh,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_schema_check_finds_a_pending_file,
+                                        setup_migrated, teardown),
+        cmocka_unit_test_setup_teardown(test_a_failing_migration_changes_nothing,
+                                        setup_migrated, teardown),
+        cmocka_unit_test_setup_teardown(test_read_write_and_insert, setup_migrated, teardown),
+        cmocka_unit_test_setup_teardown(test_a_failed_transaction_does_not_commit,
+                                        setup_migrated, teardown),
+        cmocka_unit_test_setup_teardown(test_fencing_refuses_an_older_token, setup_migrated,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_fencing_holds_against_a_concurrent_writer,
+                                        setup_migrated, teardown),
+        cmocka_unit_test_setup_teardown(test_idempotency_claim_store_fetch, setup_migrated,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_a_concurrent_claim_waits_then_conflicts,
+                                        setup_migrated, teardown),
+        cmocka_unit_test_setup_teardown(test_a_concurrent_claim_waits_then_claims_after_rollback,
+                                        setup_migrated, teardown),
+        cmocka_unit_test_setup_teardown(test_reset_deletes_orders_and_idempotency_records,
+                                        setup_migrated, teardown),
+        cmocka_unit_test_setup_teardown(test_stock_report_figures, setup_migrated, teardown),
+        cmocka_unit_test_setup_teardown(test_pool_is_bounded, setup_migrated, teardown),
+        cmocka_unit_test_setup_teardown(test_pool_release_rolls_back, setup_migrated,
+                                        teardown),
+        cmocka_unit_test(test_unreachable_server_fails_fast),
+        cmocka_unit_test(test_silent_server_times_out_within_the_bound),
+        cmocka_unit_test_setup_teardown(test_broken_connection_is_reopened, setup_migrated,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_statement_timeout_is_a_query_error,
+                                        setup_migrated, teardown),
+        cmocka_unit_test(test_strerror_names_every_code),
+    };
+
+    base_url = getenv("TEST_DATABASE_URL");
+    migrations_dir = getenv("TEST_MIGRATIONS_DIR");
+    if (!migrations_dir || !migrations_dir[0])
+        migrations_dir = "migrations";
+    if (!base_url || !base_url[0]) {
+        fprintf(stderr, "test_db: FAIL: TEST_DATABASE_URL is not set. These tests need a real "
+                        "PostgreSQL on which they may create databases, e.g.\n"
+                        "  TEST_DATABASE_URL='host=127.0.0.1 port=5432 user=postgres "
+                        "dbname=postgres'\n");
+        return 1;
+    }
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

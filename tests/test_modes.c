@@ -1,0 +1,173 @@
+/*
+ * test_modes.c - the strategy table and the guards that need no server (none, local).
+ * The redis guard is exercised through the whole stack by test_stack.c.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <string.h>
+#include <time.h>
+
+#include "service/modes.h"
+
+static void test_table_lists_the_three_modes_in_order(void **state)
+{
+    size_t n = 0;
+    const mode *all = modes_all(&n);
+
+    (void)state;
+    assert_true(n >= 3);
+    assert_string_equal(all[0].name, "none");
+    assert_string_equal(all[1].name, "local");
+    assert_string_equal(all[2].name, "redis");
+    assert_false(all[0].safe);
+    assert_false(all[1].safe);
+    assert_true(all[2].safe);
+}
+
+static void test_every_row_is_complete_and_names_are_unique(void **state)
+{
+    size_t n = 0, i, j;
+    const mode *all = modes_all(&n);
+
+    (void)state;
+    for (i = 0; i < n; i++) {
+        assert_non_null(all[i].name);
+        assert_true(strlen(all[i].name) > 0);
+        assert_non_null(all[i].summary);
+        assert_true(strlen(all[i].summary) > 10);
+        assert_non_null(all[i].enter);
+        assert_non_null(all[i].still_held);
+        assert_non_null(all[i].leave);
+        for (j = i + 1; j < n; j++)
+            assert_string_not_equal(all[i].name, all[j].name);
+    }
+}
+
+static void test_find(void **state)
+{
+    (void)state;
+    assert_non_null(modes_find("redis"));
+    assert_string_equal(modes_find("local")->name, "local");
+    assert_null(modes_find("REDIS"));
+    assert_null(modes_find(""));
+    assert_null(modes_find("redis "));
+    assert_null(modes_find(NULL));
+}
+
+static int env_setup(void **state)
+{
+    guard_env_options opts = {.lock = NULL, .wait_ms = 100, .lease_ms = LOCK_LEASE_WATCHDOG};
+    guard_env *env = NULL;
+
+    if (guard_env_create(&opts, &env) != 0)
+        return -1;
+    *state = env;
+    return 0;
+}
+
+static int env_teardown(void **state)
+{
+    guard_env_destroy(*state);
+    return 0;
+}
+
+static void test_none_guard_always_enters(void **state)
+{
+    const mode *none = modes_find("none");
+    guard_hold a, b;
+    char detail[64];
+
+    assert_int_equal(none->enter(*state, 1, &a, detail, sizeof(detail)), GUARD_OK);
+    assert_int_equal(none->enter(*state, 1, &b, detail, sizeof(detail)), GUARD_OK);
+    assert_false(a.fenced);
+    assert_int_equal(none->still_held(*state, &a), GUARD_OK);
+    none->leave(*state, &b);
+    none->leave(*state, &a);
+}
+
+struct contender {
+    guard_env *env;
+    int rc;
+    double seconds;
+};
+
+static void *try_local(void *arg)
+{
+    struct contender *c = arg;
+    const mode *local = modes_find("local");
+    guard_hold hold;
+    char detail[64];
+
+    c->rc = local->enter(c->env, 7, &hold, detail, sizeof(detail));
+    c->seconds = hold.wait_seconds;
+    if (c->rc == GUARD_OK)
+        local->leave(c->env, &hold);
+    return NULL;
+}
+
+static void test_local_guard_excludes_and_times_out(void **state)
+{
+    const mode *local = modes_find("local");
+    struct contender other = {.env = *state};
+    guard_hold hold;
+    pthread_t thread;
+    char detail[64];
+
+    assert_int_equal(local->enter(*state, 7, &hold, detail, sizeof(detail)), GUARD_OK);
+    pthread_create(&thread, NULL, try_local, &other);
+    pthread_join(thread, NULL);
+    /* The wait bound is 100 ms: the other thread gave up after it, not before. */
+    assert_int_equal(other.rc, GUARD_TIMEOUT);
+    assert_true(other.seconds >= 0.099);
+    local->leave(*state, &hold);
+
+    pthread_create(&thread, NULL, try_local, &other);
+    pthread_join(thread, NULL);
+    assert_int_equal(other.rc, GUARD_OK);
+}
+
+static void test_local_guard_lets_other_goods_through(void **state)
+{
+    const mode *local = modes_find("local");
+    guard_hold held, other;
+    char detail[64];
+
+    assert_int_equal(local->enter(*state, 7, &held, detail, sizeof(detail)), GUARD_OK);
+    /* 8 lands on another stripe than 7, so it does not wait. */
+    assert_int_equal(local->enter(*state, 8, &other, detail, sizeof(detail)), GUARD_OK);
+    local->leave(*state, &other);
+    local->leave(*state, &held);
+}
+
+static void test_redis_guard_without_client_is_unavailable(void **state)
+{
+    const mode *redis = modes_find("redis");
+    guard_hold hold;
+    char detail[64] = "";
+
+    assert_int_equal(redis->enter(*state, 1, &hold, detail, sizeof(detail)), GUARD_UNAVAILABLE);
+    assert_true(strlen(detail) > 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_table_lists_the_three_modes_in_order),
+        cmocka_unit_test(test_every_row_is_complete_and_names_are_unique),
+        cmocka_unit_test(test_find),
+        cmocka_unit_test_setup_teardown(test_none_guard_always_enters, env_setup, env_teardown),
+        cmocka_unit_test_setup_teardown(test_local_guard_excludes_and_times_out, env_setup,
+                                        env_teardown),
+        cmocka_unit_test_setup_teardown(test_local_guard_lets_other_goods_through, env_setup,
+                                        env_teardown),
+        cmocka_unit_test_setup_teardown(test_redis_guard_without_client_is_unavailable,
+                                        env_setup, env_teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

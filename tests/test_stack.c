@@ -1,0 +1,2173 @@
+/*
+ * test_stack.c - integration tests of the running stack: nginx in front of three replicas of
+ * stockd, with PostgreSQL and Redis behind them, all real processes. tests/integration.sh
+ * starts the stack on free ports and runs this program with where things listen:
+ *
+ *   STOCK_URL     nginx, e.g. http://127.0.0.1:18080 (what clients talk to)
+ *   REPLICA_URLS  each replica directly, comma-separated
+ *   ADMIN_TOKEN   the token the stack was started with (admin reset needs it)
+ *   REDIS_PORT    Redis on 127.0.0.1, to hold a lock as another owner would (redis-cli)
+ *   RUN_DIR       and the other port variables: inherited by `scripts/stack.sh redis-stop`
+ *                 and `redis-start`, which the dependency-down case runs from the project
+ *                 root (the current directory)
+ *   LOCK_WAIT_MS  optional: the stack's lock wait bound (default 2000, the service's)
+ *
+ * A missing variable fails every case with a message naming it: a test run that cannot
+ * reach its stack must not look like a pass.
+ *
+ * What the cases prove, in the order they run (see the array in main()):
+ *   - the contract of ../shared/API.md, endpoint by endpoint: status, Content-Type and body;
+ *   - 50 malformed deduct requests that each get their 4xx and change nothing;
+ *   - idempotency: one key sent 20 times at once sells once, in every mode;
+ *   - `redis` through nginx over three replicas: 3,000 deductions of 1 from 64 clients
+ *     against 2,000 units sell exactly 2,000; `local` on one replica the same;
+ *   - `none` and `local` over three replicas: whatever they oversell, the books agree with
+ *     the answers (sold = the number of 200s);
+ *   - admin reset refuses a missing or wrong token;
+ *   - Redis down: `redis` mode answers 503 quickly, /readyz says 503, `none` still sells, and
+ *     everything recovers without a restart once Redis is back. This case runs last, and its
+ *     teardown brings Redis back even when an assertion failed.
+ *
+ * Design:
+ *   - http_do() makes one call (method, URL, headers, body -> status, body, Content-Type)
+ *     with a libcurl easy handle, always with connect and total timeouts, so that a hung
+ *     replica fails a case instead of hanging the run. The main thread reuses one handle
+ *     (keep-alive); each load thread has its own, since an easy handle must never be used by
+ *     two threads at once.
+ *   - cmocka's assertions longjmp out of a case, so everything a case allocates goes through
+ *     own() and is freed by the case's teardown: a failed case leaks nothing, and
+ *     LeakSanitizer does not bury the real failure under leak reports.
+ *   - Load threads never assert (cmocka is not thread-safe): they count what they saw, and
+ *     the main thread asserts on the totals and prints them.
+ *   - Each case resets the goods it uses, with ids of its own, so no case depends on
+ *     another's leftovers or on a previous run against the same database.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <curl/curl.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_REPLICAS 8
+#define CONNECT_TIMEOUT_MS 3000L
+#define REQUEST_TIMEOUT_MS 10000L
+#define LOAD_TIMEOUT_MS 20000L        /* per request under load (the lock queue is long) */
+#define MAX_REPLY_BYTES (1024 * 1024) /* no answer of the service is anywhere near this */
+#define BODY_LIMIT 16384              /* API.md: a larger deduct body is a 413 */
+
+#define LOAD_THREADS 64
+#define LOAD_REQUESTS 3000
+#define LOAD_STOCK 2000
+#define IDEM_THREADS 20
+
+#define READY_WAIT_S 10.0 /* how long Redis's return may take to show in /readyz */
+#define DOWN_ANSWER_S 2.0 /* "quickly": a redis-mode deduct with Redis down answers within */
+
+/* Goods ids, distinct per case. GOODS_UNKNOWN is never reset by anyone, so it stays unknown. */
+#define GOODS_DEDUCT 3101LL
+#define GOODS_MODES 3102LL
+#define GOODS_LIMITS 3201LL
+#define GOODS_MEDIA 3202LL
+#define GOODS_LOCK 3301LL
+#define GOODS_STOCK 3401LL
+#define GOODS_RESET 3501LL
+#define GOODS_MALFORMED 3601LL
+#define GM "3601" /* GOODS_MALFORMED as text, for the literal bodies of the malformed table */
+#define GOODS_IDEM 3701LL /* 3701 .. 3710 */
+#define GOODS_LOAD_REDIS 3801LL
+#define GOODS_LOAD_LOCAL1 3802LL
+#define GOODS_LOAD_NONE3 3803LL
+#define GOODS_LOAD_LOCAL3 3804LL
+#define GOODS_AUTH 3901LL
+#define GOODS_DOWN 4001LL
+#define GOODS_UNKNOWN 987654321LL
+#define GOODS_MAX 9223372036854775807LL /* 2^63-1: valid, and never created */
+
+/* ------------------------------------------------------------------------------------------
+ * The environment the harness gives us
+ * ------------------------------------------------------------------------------------------ */
+
+typedef struct test_env {
+    const char *stock_url;               /* nginx */
+    char *replicas[MAX_REPLICAS];        /* each replica's URL (malloc'd) */
+    size_t n_replicas;
+    char instances[MAX_REPLICAS][64];    /* each replica's instance name, from its /healthz */
+    const char *admin_token;
+    const char *redis_port;
+    long lock_wait_ms;
+    char auth_header[320];               /* "Authorization: Bearer <token>" */
+    char run_tag[32];                    /* makes this run's idempotency keys its own */
+    char problem[512];                   /* why the stack is unusable; "" when it is fine */
+} test_env;
+
+static test_env g_env;
+static CURL *g_curl; /* the main thread's handle */
+static const char *g_case_name = "";
+static double g_case_start;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * What a case owns, freed by its teardown (so a failed assertion leaks nothing)
+ * ------------------------------------------------------------------------------------------ */
+
+typedef void (*release_fn)(void *);
+
+typedef struct owned {
+    void *ptr;
+    release_fn release;
+} owned;
+
+static owned *g_owned;
+static size_t g_n_owned, g_cap_owned;
+
+/* Registers ptr to be released by release() at the end of the case; returns ptr. NULL is
+ * returned as is (nothing to release). */
+static void *own(void *ptr, release_fn release)
+{
+    if (ptr == NULL)
+        return NULL;
+    if (g_n_owned == g_cap_owned) {
+        size_t cap = g_cap_owned ? 2 * g_cap_owned : 256;
+        owned *grown = realloc(g_owned, cap * sizeof(*grown));
+        if (grown == NULL) {
+            release(ptr);
+            fail_msg("out of memory");
+            return NULL; /* not reached: fail_msg() leaves the case */
+        }
+        g_owned = grown;
+        g_cap_owned = cap;
+    }
+    g_owned[g_n_owned].ptr = ptr;
+    g_owned[g_n_owned].release = release;
+    g_n_owned++;
+    return ptr;
+}
+
+/* Releases everything the case owned, newest first. */
+static void release_owned(void)
+{
+    while (g_n_owned > 0) {
+        g_n_owned--;
+        g_owned[g_n_owned].release(g_owned[g_n_owned].ptr);
+    }
+}
+
+static void json_release(void *json)
+{
+    json_decref((json_t *)json);
+}
+
+/* ------------------------------------------------------------------------------------------
+ * HTTP
+ * ------------------------------------------------------------------------------------------ */
+
+#define NO_CONTENT_TYPE "" /* http_request.content_type: send no Content-Type header at all */
+
+typedef struct http_request {
+    const char *method;       /* "GET", "POST", "DELETE", ... */
+    const char *base;         /* "http://127.0.0.1:18080" */
+    const char *path;         /* "/api/deduct?mode=redis" */
+    const char *body;         /* NULL: no body */
+    size_t body_len;          /* bytes of body; 0 means strlen(body) */
+    const char *content_type; /* NULL: application/json when there is a body; NO_CONTENT_TYPE */
+    const char *headers[4];   /* more "Name: value" lines ("Name;" sends it empty), NULL-ended */
+    bool chunked;             /* send the body with Transfer-Encoding: chunked, no length */
+    long timeout_ms;          /* 0: REQUEST_TIMEOUT_MS */
+} http_request;
+
+typedef struct http_reply {
+    long status;                 /* 0 when no answer came (error says why) */
+    char *body;                  /* NUL-terminated, malloc'd ("" when empty) */
+    size_t len;
+    char content_type[128];      /* "" when absent */
+    double seconds;              /* wall time of the call */
+    char error[CURL_ERROR_SIZE]; /* libcurl's reason when status is 0 */
+} http_reply;
+
+typedef struct byte_buffer {
+    char *data;
+    size_t len, cap;
+    bool overflow;
+} byte_buffer;
+
+static size_t on_body(char *ptr, size_t size, size_t nmemb, void *userdata)
+{
+    byte_buffer *b = userdata;
+    size_t n = size * nmemb;
+
+    if (b->len + n + 1 > MAX_REPLY_BYTES) {
+        b->overflow = true;
+        return 0; /* makes libcurl stop with an error */
+    }
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = 2 * (b->len + n + 1);
+        char *grown = realloc(b->data, cap);
+        if (grown == NULL)
+            return 0;
+        b->data = grown;
+        b->cap = cap;
+    }
+    memcpy(b->data + b->len, ptr, n);
+    b->len += n;
+    b->data[b->len] = '\0';
+    return n;
+}
+
+/* The body of a chunked upload, handed to libcurl piece by piece. */
+typedef struct upload_cursor {
+    const char *data;
+    size_t left;
+} upload_cursor;
+
+static size_t on_upload(char *dest, size_t size, size_t nmemb, void *userdata)
+{
+    upload_cursor *c = userdata;
+    size_t n = size * nmemb;
+
+    if (n > c->left)
+        n = c->left;
+    if (n > 4096)
+        n = 4096; /* several chunks, as a streaming client would send */
+    memcpy(dest, c->data, n);
+    c->data += n;
+    c->left -= n;
+    return n;
+}
+
+/*
+ * Makes one call on handle h and fills *out. The handle is reset first, so no option of a
+ * previous call leaks into this one (the reset keeps its open connections: keep-alive still
+ * works). out->body is malloc'd, "" when the answer had none; the caller frees it whether
+ * the call succeeded or not. Returns 0 when an answer came, -1 when none did (out->error
+ * says why). Thread-safe as long as no two threads share h.
+ */
+static int http_do(CURL *h, const http_request *rq, http_reply *out)
+{
+    char url[2048];
+    char content_type[160];
+    struct curl_slist *headers = NULL, *grown;
+    byte_buffer buf = {0};
+    upload_cursor cursor = {0};
+    size_t body_len = 0;
+    const char *ct = NULL;
+    CURLcode res;
+    double start;
+    int rc = -1;
+
+    memset(out, 0, sizeof(*out));
+    snprintf(url, sizeof(url), "%s%s", rq->base, rq->path);
+    if (rq->body != NULL)
+        body_len = rq->body_len ? rq->body_len : strlen(rq->body);
+
+    /* Headers: never "Expect: 100-continue" (a body goes at once, as most clients send it),
+     * the Content-Type asked for, and the caller's extra lines. */
+    if (rq->content_type == NULL && rq->body != NULL) {
+        ct = "Content-Type: application/json";
+    } else if (rq->content_type != NULL && rq->content_type[0] == '\0') {
+        ct = "Content-Type:"; /* removes the form type libcurl would add to a POST */
+    } else if (rq->content_type != NULL) {
+        snprintf(content_type, sizeof(content_type), "Content-Type: %s", rq->content_type);
+        ct = content_type;
+    }
+    const char *lines[8] = {"Expect:", ct, rq->chunked ? "Transfer-Encoding: chunked" : NULL};
+    for (size_t i = 0; i < 4 && rq->headers[i] != NULL; i++)
+        lines[3 + i] = rq->headers[i];
+    for (size_t i = 0; i < 8; i++) {
+        if (lines[i] == NULL)
+            continue;
+        grown = curl_slist_append(headers, lines[i]);
+        if (grown == NULL) {
+            snprintf(out->error, sizeof(out->error), "out of memory");
+            goto out;
+        }
+        headers = grown;
+    }
+
+    curl_easy_reset(h);
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, CONNECT_TIMEOUT_MS);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, rq->timeout_ms ? rq->timeout_ms : REQUEST_TIMEOUT_MS);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &buf);
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, out->error);
+    if (rq->body != NULL && rq->chunked) {
+        cursor.data = rq->body;
+        cursor.left = body_len;
+        curl_easy_setopt(h, CURLOPT_POST, 1L);
+        curl_easy_setopt(h, CURLOPT_READFUNCTION, on_upload);
+        curl_easy_setopt(h, CURLOPT_READDATA, &cursor);
+    } else if (rq->body != NULL) {
+        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, (long)body_len);
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, rq->body);
+    }
+    if (strcmp(rq->method, "GET") != 0 && !(strcmp(rq->method, "POST") == 0 && rq->body))
+        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, rq->method);
+
+    start = now_s();
+    res = curl_easy_perform(h);
+    out->seconds = now_s() - start;
+    if (res != CURLE_OK) {
+        if (buf.overflow)
+            snprintf(out->error, sizeof(out->error), "answer larger than %d bytes",
+                     MAX_REPLY_BYTES);
+        else if (out->error[0] == '\0')
+            snprintf(out->error, sizeof(out->error), "%s", curl_easy_strerror(res));
+        goto out;
+    }
+    char *type = NULL;
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &out->status);
+    curl_easy_getinfo(h, CURLINFO_CONTENT_TYPE, &type);
+    if (type != NULL)
+        snprintf(out->content_type, sizeof(out->content_type), "%s", type);
+    rc = 0;
+out:
+    /* The handle keeps pointers to these until its next reset: clear them now. */
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, NULL);
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, NULL);
+    curl_slist_free_all(headers);
+    out->body = buf.data ? buf.data : strdup("");
+    out->len = buf.data ? buf.len : 0;
+    if (out->body == NULL)
+        rc = -1;
+    return rc;
+}
+
+static void reply_release(void *p)
+{
+    http_reply *r = p;
+    free(r->body);
+    free(r);
+}
+
+/* Main thread: makes the call, fails the case when no answer came. The reply is owned by
+ * the case. */
+static http_reply *call(const http_request *rq)
+{
+    http_reply *r = own(calloc(1, sizeof(*r)), reply_release);
+    if (r == NULL)
+        fail_msg("out of memory");
+    if (http_do(g_curl, rq, r) != 0)
+        fail_msg("%s %s%s: no answer: %s", rq->method, rq->base, rq->path, r->error);
+    return r;
+}
+
+static http_reply *get(const char *base, const char *path)
+{
+    http_request rq = {.method = "GET", .base = base, .path = path};
+    return call(&rq);
+}
+
+/* ------------------------------------------------------------------------------------------
+ * JSON checks
+ * ------------------------------------------------------------------------------------------ */
+
+/* Whether a Content-Type value is `type`, optionally followed by parameters. */
+static bool content_type_is(const char *value, const char *type)
+{
+    size_t n = strlen(type);
+    return strncasecmp(value, type, n) == 0 &&
+           (value[n] == '\0' || value[n] == ';' || value[n] == ' ');
+}
+
+/* Asserts that r has `status`, Content-Type application/json and a JSON object body (parsed
+ * with duplicate keys refused); returns the object, owned by the case. */
+static json_t *expect_json(const http_reply *r, long status, const char *what)
+{
+    json_error_t jerr;
+    json_t *j;
+
+    if (r->status != status)
+        fail_msg("%s: status %ld, want %ld; body: %.400s", what, r->status, status, r->body);
+    if (!content_type_is(r->content_type, "application/json"))
+        fail_msg("%s: Content-Type '%s', want application/json; body: %.200s", what,
+                 r->content_type, r->body);
+    j = own(json_loadb(r->body, r->len, JSON_REJECT_DUPLICATES, &jerr), json_release);
+    if (j == NULL)
+        fail_msg("%s: the body is not JSON (%s): %.400s", what, jerr.text, r->body);
+    if (!json_is_object(j))
+        fail_msg("%s: the body is not a JSON object: %.400s", what, r->body);
+    return j;
+}
+
+static long long field_int(const json_t *obj, const char *key, const char *what)
+{
+    const json_t *v = json_object_get(obj, key);
+    if (!json_is_integer(v))
+        fail_msg("%s: field '%s' missing or not an integer", what, key);
+    return (long long)json_integer_value(v);
+}
+
+static const char *field_str(const json_t *obj, const char *key, const char *what)
+{
+    const json_t *v = json_object_get(obj, key);
+    if (!json_is_string(v))
+        fail_msg("%s: field '%s' missing or not a string", what, key);
+    return json_string_value(v);
+}
+
+static bool field_bool(const json_t *obj, const char *key, const char *what)
+{
+    const json_t *v = json_object_get(obj, key);
+    if (!json_is_boolean(v))
+        fail_msg("%s: field '%s' missing or not a boolean", what, key);
+    return json_is_true(v);
+}
+
+static void expect_field_int(const json_t *obj, const char *key, long long want,
+                             const char *what)
+{
+    long long got = field_int(obj, key, what);
+    if (got != want)
+        fail_msg("%s: %s is %lld, want %lld", what, key, got, want);
+}
+
+static void expect_field_str(const json_t *obj, const char *key, const char *want,
+                             const char *what)
+{
+    const char *got = field_str(obj, key, what);
+    if (strcmp(got, want) != 0)
+        fail_msg("%s: %s is '%s', want '%s'", what, key, got, want);
+}
+
+/* Asserts an error answer: status, JSON, ok false and the error code. Returns the object. */
+static json_t *expect_error(const http_reply *r, long status, const char *error,
+                            const char *what)
+{
+    json_t *j = expect_json(r, status, what);
+    if (field_bool(j, "ok", what))
+        fail_msg("%s: ok is true in an error answer: %.300s", what, r->body);
+    const char *got = field_str(j, "error", what);
+    if (strcmp(got, error) != 0)
+        fail_msg("%s: error '%s', want '%s'; body: %.400s", what, got, error, r->body);
+    return j;
+}
+
+/* The index of a replica's instance name, or -1. */
+static int instance_index(const char *name)
+{
+    for (size_t i = 0; i < g_env.n_replicas; i++)
+        if (strcmp(g_env.instances[i], name) == 0)
+            return (int)i;
+    return -1;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * The service's endpoints, with their answers checked
+ * ------------------------------------------------------------------------------------------ */
+
+typedef struct stock_view {
+    long long initial, stock, sold, orders, oversold;
+} stock_view;
+
+/* GET /api/stock/{id} through nginx: asserts the 200 answer's six fields and the oversold
+ * arithmetic, and returns the figures. */
+static stock_view stock_get(long long goods_id)
+{
+    char path[64], what[96];
+    stock_view v;
+
+    snprintf(path, sizeof(path), "/api/stock/%lld", goods_id);
+    snprintf(what, sizeof(what), "GET %s", path);
+    json_t *j = expect_json(get(g_env.stock_url, path), 200, what);
+    expect_field_int(j, "goods_id", goods_id, what);
+    v.initial = field_int(j, "initial", what);
+    v.stock = field_int(j, "stock", what);
+    v.sold = field_int(j, "sold", what);
+    v.orders = field_int(j, "orders", what);
+    v.oversold = field_int(j, "oversold", what);
+    if (v.oversold != v.sold - (v.initial - v.stock))
+        fail_msg("%s: oversold %lld is not sold - (initial - stock) = %lld - (%lld - %lld)", what,
+                 v.oversold, v.sold, v.initial, v.stock);
+    return v;
+}
+
+static void expect_stock(long long goods_id, long long initial, long long stock, long long sold,
+                         long long orders, const char *what)
+{
+    stock_view v = stock_get(goods_id);
+    if (v.initial != initial || v.stock != stock || v.sold != sold || v.orders != orders)
+        fail_msg("%s: goods %lld has initial %lld stock %lld sold %lld orders %lld, want "
+                 "%lld %lld %lld %lld",
+                 what, goods_id, v.initial, v.stock, v.sold, v.orders, initial, stock, sold,
+                 orders);
+}
+
+static void expect_unchanged(long long goods_id, const stock_view *before, const char *what)
+{
+    expect_stock(goods_id, before->initial, before->stock, before->sold, before->orders, what);
+}
+
+/* POST /api/admin/reset through nginx with the token; asserts the 200 answer. */
+static void reset_goods(long long goods_id, long long stock)
+{
+    char body[128], what[96];
+
+    snprintf(body, sizeof(body), "{\"goods_id\":%lld,\"stock\":%lld}", goods_id, stock);
+    snprintf(what, sizeof(what), "reset goods %lld to %lld", goods_id, stock);
+    http_request rq = {.method = "POST",
+                       .base = g_env.stock_url,
+                       .path = "/api/admin/reset",
+                       .body = body,
+                       .headers = {g_env.auth_header}};
+    json_t *j = expect_json(call(&rq), 200, what);
+    if (!field_bool(j, "ok", what))
+        fail_msg("%s: ok is false", what);
+    expect_field_int(j, "goods_id", goods_id, what);
+    expect_field_int(j, "initial", stock, what);
+    expect_field_int(j, "stock", stock, what);
+}
+
+/* Writes a deduct body: {"goods_id":..,"count":..} plus "mode" when mode is not NULL. */
+static void deduct_body(char *buf, size_t len, long long goods_id, long long count,
+                        const char *mode)
+{
+    if (mode != NULL)
+        snprintf(buf, len, "{\"goods_id\":%lld,\"count\":%lld,\"mode\":\"%s\"}", goods_id, count,
+                 mode);
+    else
+        snprintf(buf, len, "{\"goods_id\":%lld,\"count\":%lld}", goods_id, count);
+}
+
+/* POST `path` (the deduct endpoint, maybe with a query) on base; `key`, when not NULL, is
+ * sent as the Idempotency-Key. */
+static http_reply *deduct_at(const char *base, const char *path, long long goods_id,
+                             long long count, const char *mode, const char *key)
+{
+    char body[160], key_header[256];
+
+    deduct_body(body, sizeof(body), goods_id, count, mode);
+    if (key != NULL)
+        snprintf(key_header, sizeof(key_header), "Idempotency-Key: %s", key);
+    http_request rq = {.method = "POST",
+                       .base = base,
+                       .path = path,
+                       .body = body,
+                       .headers = {key != NULL ? key_header : NULL}};
+    return call(&rq);
+}
+
+static http_reply *deduct(const char *base, long long goods_id, long long count,
+                          const char *mode, const char *key)
+{
+    return deduct_at(base, "/api/deduct", goods_id, count, mode, key);
+}
+
+/* Asserts a 200 deduct answer with all its fields: remaining is checked unless it is -1, and
+ * instance must be one of the replicas'. Returns the object. */
+static json_t *expect_deducted(const http_reply *r, long long goods_id, long long count,
+                               long long remaining, const char *mode, const char *what)
+{
+    json_t *j = expect_json(r, 200, what);
+    if (!field_bool(j, "ok", what))
+        fail_msg("%s: ok is false in a 200 answer", what);
+    expect_field_int(j, "goods_id", goods_id, what);
+    expect_field_int(j, "count", count, what);
+    if (remaining >= 0)
+        expect_field_int(j, "remaining", remaining, what);
+    else
+        (void)field_int(j, "remaining", what);
+    if (field_int(j, "order_id", what) <= 0)
+        fail_msg("%s: order_id is not positive: %.300s", what, r->body);
+    expect_field_str(j, "mode", mode, what);
+    const char *instance = field_str(j, "instance", what);
+    if (instance_index(instance) < 0)
+        fail_msg("%s: instance '%s' is none of the replicas'", what, instance);
+    return j;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Other programs: redis-cli and the stack script
+ * ------------------------------------------------------------------------------------------ */
+
+/*
+ * Runs argv[0] (looked up on PATH unless it has a '/') in directory `dir` (NULL: here), with
+ * the inherited environment; its standard output goes to /dev/null when quiet. Waits at most
+ * timeout_s, then kills it. Returns its exit status (0..255), or -1 when it could not be run,
+ * died of a signal or overran.
+ */
+static int run_program(const char *dir, bool quiet, double timeout_s, const char *const *argv)
+{
+    size_t n = 0;
+    char **copy = NULL;
+    pid_t pid;
+    int status = 0, rc = -1;
+
+    /* execvp() wants char *const[]; copy before fork(), so the child allocates nothing. */
+    while (argv[n] != NULL)
+        n++;
+    copy = calloc(n + 1, sizeof(*copy));
+    if (copy == NULL)
+        return -1;
+    for (size_t i = 0; i < n; i++)
+        if ((copy[i] = strdup(argv[i])) == NULL)
+            goto out;
+
+    fflush(stdout);
+    fflush(stderr);
+    pid = fork();
+    if (pid < 0)
+        goto out;
+    if (pid == 0) {
+        if (dir != NULL && chdir(dir) != 0)
+            _exit(126);
+        if (quiet) {
+            int devnull = open("/dev/null", O_WRONLY);
+            if (devnull >= 0)
+                dup2(devnull, STDOUT_FILENO);
+        }
+        execvp(copy[0], copy);
+        _exit(127);
+    }
+
+    double deadline = now_s() + timeout_s;
+    for (;;) {
+        pid_t done = waitpid(pid, &status, WNOHANG);
+        if (done == pid)
+            break;
+        if (done < 0)
+            goto out;
+        if (now_s() > deadline) {
+            kill(pid, SIGKILL); /* our own child, by its pid */
+            waitpid(pid, &status, 0);
+            fprintf(stderr, "%s: still running after %.0f s, killed\n", argv[0], timeout_s);
+            goto out;
+        }
+        usleep(20 * 1000);
+    }
+    if (WIFEXITED(status))
+        rc = WEXITSTATUS(status);
+out:
+    for (size_t i = 0; i < n; i++)
+        free(copy[i]);
+    free(copy);
+    return rc;
+}
+
+/* Runs `redis-cli -h 127.0.0.1 -p $REDIS_PORT <args>` quietly; returns its exit status. */
+static int redis_cli(const char *a1, const char *a2, const char *a3, const char *a4)
+{
+    const char *argv[] = {"redis-cli", "-h", "127.0.0.1", "-p", g_env.redis_port,
+                          a1,          a2,   a3,          a4,   NULL};
+    return run_program(NULL, true, 10.0, argv);
+}
+
+/* Runs `scripts/stack.sh <command>` from the project root (the current directory). */
+static int stack_script(const char *command)
+{
+    const char *argv[] = {"scripts/stack.sh", command, NULL};
+    printf("    running scripts/stack.sh %s\n", command);
+    return run_program(NULL, false, 60.0, argv);
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Concurrent load: many threads, each with its own handle, sending one request each time
+ * ------------------------------------------------------------------------------------------ */
+
+typedef struct load_counts {
+    int by_status[600];        /* index: HTTP status; [0]: no answer */
+    int bad_answer;            /* a 200 or 409 whose body is not the documented one */
+    int per_instance[MAX_REPLICAS];
+    char note[320];            /* the first surprising answer, for the report */
+} load_counts;
+
+typedef struct load_plan {
+    const char *label;
+    const char *base;
+    char path[96];
+    char body[160];
+    long long goods_id;
+    const char *mode; /* expected in every 200 */
+    int total;        /* requests over all threads */
+    int threads;
+
+    atomic_int next;              /* the next request number to claim */
+    pthread_barrier_t start_line; /* every thread has its handle before the first request */
+    pthread_mutex_t mu;           /* guards the merged counts below */
+    load_counts counts;
+    long long *order_ids;         /* of the 200 answers, n_ok of them */
+    long long *remaining;
+    atomic_int n_ok;
+    double seconds;
+} load_plan;
+
+static void note_once(load_counts *c, const char *fmt_what, long status, const char *body)
+{
+    if (c->note[0] == '\0')
+        snprintf(c->note, sizeof(c->note), "%s (status %ld): %.200s", fmt_what, status, body);
+}
+
+/* Classifies one answer of a load run into the thread's own counts. */
+static void load_record(load_plan *p, load_counts *c, const http_reply *r)
+{
+    json_error_t jerr;
+    json_t *j = NULL;
+
+    if (r->status <= 0 || r->status >= 600) {
+        c->by_status[0]++;
+        note_once(c, r->error, r->status, "");
+        return;
+    }
+    c->by_status[r->status]++;
+    if (r->status != 200 && r->status != 409) {
+        note_once(c, "unexpected answer", r->status, r->body);
+        return;
+    }
+    j = json_loadb(r->body, r->len, JSON_REJECT_DUPLICATES, &jerr);
+    if (j == NULL || !content_type_is(r->content_type, "application/json")) {
+        c->bad_answer++;
+        note_once(c, "not a JSON answer", r->status, r->body);
+        goto out;
+    }
+    const json_t *goods = json_object_get(j, "goods_id");
+    if (!json_is_integer(goods) || json_integer_value(goods) != p->goods_id) {
+        c->bad_answer++;
+        note_once(c, "wrong goods_id", r->status, r->body);
+        goto out;
+    }
+    if (r->status == 409) {
+        const json_t *error = json_object_get(j, "error");
+        if (!json_is_string(error) ||
+            strcmp(json_string_value(error), "insufficient_stock") != 0 ||
+            !json_is_integer(json_object_get(j, "remaining")) ||
+            !json_is_false(json_object_get(j, "ok"))) {
+            c->bad_answer++;
+            note_once(c, "malformed 409", r->status, r->body);
+        }
+        goto out;
+    }
+    const json_t *count = json_object_get(j, "count"), *mode = json_object_get(j, "mode");
+    const json_t *order = json_object_get(j, "order_id"), *rest = json_object_get(j, "remaining");
+    const json_t *instance = json_object_get(j, "instance");
+    int who = json_is_string(instance) ? instance_index(json_string_value(instance)) : -1;
+    if (!json_is_true(json_object_get(j, "ok")) || !json_is_integer(count) ||
+        json_integer_value(count) != 1 || !json_is_string(mode) ||
+        strcmp(json_string_value(mode), p->mode) != 0 || !json_is_integer(order) ||
+        !json_is_integer(rest) || who < 0) {
+        c->bad_answer++;
+        note_once(c, "malformed 200", r->status, r->body);
+        goto out;
+    }
+    c->per_instance[who]++;
+    int k = atomic_fetch_add(&p->n_ok, 1);
+    if (k < p->total) {
+        p->order_ids[k] = (long long)json_integer_value(order);
+        p->remaining[k] = (long long)json_integer_value(rest);
+    }
+out:
+    json_decref(j);
+}
+
+static void *load_thread(void *arg)
+{
+    load_plan *p = arg;
+    load_counts mine;
+    CURL *h = curl_easy_init();
+
+    memset(&mine, 0, sizeof(mine));
+    pthread_barrier_wait(&p->start_line);
+    for (;;) {
+        int i = atomic_fetch_add(&p->next, 1);
+        if (i >= p->total)
+            break;
+        http_request rq = {.method = "POST",
+                           .base = p->base,
+                           .path = p->path,
+                           .body = p->body,
+                           .timeout_ms = LOAD_TIMEOUT_MS};
+        http_reply r;
+        if (h == NULL) {
+            mine.by_status[0]++;
+            note_once(&mine, "curl_easy_init failed", 0, "");
+            continue;
+        }
+        http_do(h, &rq, &r);
+        load_record(p, &mine, &r);
+        free(r.body);
+    }
+    curl_easy_cleanup(h);
+
+    pthread_mutex_lock(&p->mu);
+    for (int s = 0; s < 600; s++)
+        p->counts.by_status[s] += mine.by_status[s];
+    p->counts.bad_answer += mine.bad_answer;
+    for (int k = 0; k < MAX_REPLICAS; k++)
+        p->counts.per_instance[k] += mine.per_instance[k];
+    if (p->counts.note[0] == '\0')
+        memcpy(p->counts.note, mine.note, sizeof(mine.note));
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+static void load_plan_release(void *arg)
+{
+    load_plan *p = arg;
+    pthread_barrier_destroy(&p->start_line);
+    pthread_mutex_destroy(&p->mu);
+    free(p->order_ids);
+    free(p->remaining);
+    free(p);
+}
+
+/* A plan for `total` deductions of 1 of goods_id in `mode` (in the body), sent to base by
+ * `threads` threads. Owned by the case. */
+static load_plan *load_plan_new(const char *label, const char *base, long long goods_id,
+                                const char *mode, int total, int threads)
+{
+    load_plan *p = calloc(1, sizeof(*p));
+    if (p == NULL)
+        fail_msg("out of memory");
+    p->order_ids = calloc((size_t)total, sizeof(long long));
+    p->remaining = calloc((size_t)total, sizeof(long long));
+    if (p->order_ids == NULL || p->remaining == NULL ||
+        pthread_barrier_init(&p->start_line, NULL, (unsigned)threads) != 0) {
+        free(p->order_ids);
+        free(p->remaining);
+        free(p);
+        fail_msg("out of memory");
+        return NULL; /* not reached: fail_msg() leaves the case */
+    }
+    pthread_mutex_init(&p->mu, NULL);
+    own(p, load_plan_release);
+    p->label = label;
+    p->base = base;
+    snprintf(p->path, sizeof(p->path), "/api/deduct");
+    deduct_body(p->body, sizeof(p->body), goods_id, 1, mode);
+    p->goods_id = goods_id;
+    p->mode = mode;
+    p->total = total;
+    p->threads = threads;
+    atomic_init(&p->next, 0);
+    atomic_init(&p->n_ok, 0);
+    return p;
+}
+
+/* Runs the plan's threads to the end and prints what they saw. */
+static void load_run(load_plan *p)
+{
+    pthread_t tid[LOAD_THREADS];
+    int started = 0;
+
+    if (p->threads > LOAD_THREADS)
+        fail_msg("%s: at most %d threads", p->label, LOAD_THREADS);
+    double start = now_s();
+    for (; started < p->threads; started++)
+        if (pthread_create(&tid[started], NULL, load_thread, p) != 0)
+            break;
+    if (started < p->threads) {
+        /* The barrier waits for all: the missing ones can't come, so start them here. */
+        fprintf(stderr, "%s: could only start %d threads\n", p->label, started);
+        abort();
+    }
+    for (int i = 0; i < started; i++)
+        pthread_join(tid[i], NULL);
+    p->seconds = now_s() - start;
+
+    const load_counts *c = &p->counts;
+    int other = p->total - c->by_status[200] - c->by_status[409] - c->by_status[503];
+    printf("    %s: %d requests from %d threads in %.2f s (%.0f req/s): 200=%d 409=%d 503=%d "
+           "other=%d (no answer=%d) malformed bodies=%d\n",
+           p->label, p->total, p->threads, p->seconds, p->total / p->seconds,
+           c->by_status[200], c->by_status[409], c->by_status[503], other, c->by_status[0],
+           c->bad_answer);
+    printf("    %s: 200s by instance:", p->label);
+    for (size_t i = 0; i < g_env.n_replicas; i++)
+        printf(" %s=%d", g_env.instances[i], c->per_instance[i]);
+    printf("\n");
+    if (c->note[0] != '\0')
+        printf("    %s: first surprise: %s\n", p->label, c->note);
+}
+
+static int cmp_ll(const void *a, const void *b)
+{
+    long long x = *(const long long *)a, y = *(const long long *)b;
+    return (x > y) - (x < y);
+}
+
+/* How many values of v[0..n) are repeats of another (v is sorted in place). */
+static int count_repeats(long long *v, int n)
+{
+    int repeats = 0;
+    qsort(v, (size_t)n, sizeof(*v), cmp_ll);
+    for (int i = 1; i < n; i++)
+        if (v[i] == v[i - 1])
+            repeats++;
+    return repeats;
+}
+
+/* Every answer of the plan was a 200 or a well-formed 409. */
+static void expect_only_200_409(const load_plan *p)
+{
+    const load_counts *c = &p->counts;
+    int other = p->total - c->by_status[200] - c->by_status[409];
+    if (other != 0)
+        fail_msg("%s: %d answers were neither 200 nor 409 (503=%d, no answer=%d); first: %s",
+                 p->label, other, c->by_status[503], c->by_status[0], c->note);
+    if (c->bad_answer != 0)
+        fail_msg("%s: %d answers had a body off the contract; first: %s", p->label,
+                 c->bad_answer, c->note);
+}
+
+/* The exact figures of a correct mode: `stock` units sold once each, the rest refused. */
+static void expect_exact_sale(load_plan *p, long long stock)
+{
+    const load_counts *c = &p->counts;
+    int n_ok = atomic_load(&p->n_ok);
+
+    expect_only_200_409(p);
+    if (c->by_status[200] != stock || c->by_status[409] != p->total - stock)
+        fail_msg("%s: 200=%d 409=%d, want exactly %lld and %lld", p->label, c->by_status[200],
+                 c->by_status[409], stock, p->total - stock);
+    if (count_repeats(p->order_ids, n_ok) != 0)
+        fail_msg("%s: two 200 answers carry the same order_id", p->label);
+    /* Under a correct lock each sale sees the one before it: remaining runs through every
+     * value from stock-1 down to 0 exactly once. */
+    qsort(p->remaining, (size_t)n_ok, sizeof(long long), cmp_ll);
+    for (int i = 0; i < n_ok; i++)
+        if (p->remaining[i] != i)
+            fail_msg("%s: the 200s' remaining values are not each of 0..%lld once (sorted, "
+                     "position %d holds %lld)",
+                     p->label, stock - 1, i, p->remaining[i]);
+    stock_view v = stock_get(p->goods_id);
+    printf("    %s: stock %lld sold %lld orders %lld oversold %lld\n", p->label, v.stock, v.sold,
+           v.orders, v.oversold);
+    if (v.initial != stock || v.stock != 0 || v.sold != stock || v.orders != stock ||
+        v.oversold != 0)
+        fail_msg("%s: initial %lld stock %lld sold %lld orders %lld oversold %lld, want %lld 0 "
+                 "%lld %lld 0",
+                 p->label, v.initial, v.stock, v.sold, v.orders, v.oversold, stock, stock,
+                 stock);
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Case bookkeeping
+ * ------------------------------------------------------------------------------------------ */
+
+/* First line of every case: names it for the timing line, and fails it when the environment
+ * is unusable. */
+static void begin_case(const char *name)
+{
+    g_case_name = name;
+    if (g_env.problem[0] != '\0')
+        fail_msg("the stack is not usable: %s", g_env.problem);
+}
+
+static int case_setup(void **state)
+{
+    (void)state;
+    g_case_name = "";
+    g_case_start = now_s();
+    return 0;
+}
+
+static int case_teardown(void **state)
+{
+    (void)state;
+    release_owned();
+    printf("[ TIMING   ] %s: %.2f s\n", g_case_name, now_s() - g_case_start);
+    fflush(stdout);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Cases: the contract
+ * ------------------------------------------------------------------------------------------ */
+
+/* POST /api/deduct: 200 with every field, 409, 404, 400 with a detail naming the field. */
+static void test_deduct_outcomes(void **state)
+{
+    (void)state;
+    begin_case("deduct_outcomes");
+    reset_goods(GOODS_DEDUCT, 5);
+
+    json_t *j = expect_deducted(deduct(g_env.stock_url, GOODS_DEDUCT, 2, "redis", NULL),
+                                GOODS_DEDUCT, 2, 3, "redis", "deduct 2 of 5");
+    long long first_order = field_int(j, "order_id", "deduct 2 of 5");
+    expect_stock(GOODS_DEDUCT, 5, 3, 2, 1, "after deducting 2 of 5");
+
+    j = expect_error(deduct(g_env.stock_url, GOODS_DEDUCT, 4, "redis", NULL), 409,
+                     "insufficient_stock", "deduct 4 of 3");
+    expect_field_int(j, "goods_id", GOODS_DEDUCT, "deduct 4 of 3");
+    expect_field_int(j, "remaining", 3, "deduct 4 of 3");
+    expect_stock(GOODS_DEDUCT, 5, 3, 2, 1, "after a 409");
+
+    j = expect_deducted(deduct(g_env.stock_url, GOODS_DEDUCT, 3, "redis", NULL), GOODS_DEDUCT,
+                        3, 0, "redis", "deduct the last 3");
+    if (field_int(j, "order_id", "deduct the last 3") == first_order)
+        fail_msg("two sales got the same order_id %lld", first_order);
+    j = expect_error(deduct(g_env.stock_url, GOODS_DEDUCT, 1, "redis", NULL), 409,
+                     "insufficient_stock", "deduct 1 of 0");
+    expect_field_int(j, "remaining", 0, "deduct 1 of 0");
+    expect_stock(GOODS_DEDUCT, 5, 0, 5, 2, "sold out");
+
+    /* Unknown goods, in each mode (each reads the goods its own way), and at the top of the
+     * id range. */
+    const char *modes[] = {"none", "local", "redis"};
+    for (size_t i = 0; i < 3; i++) {
+        char what[96];
+        snprintf(what, sizeof(what), "deduct unknown goods in mode %s", modes[i]);
+        j = expect_error(deduct(g_env.stock_url, GOODS_UNKNOWN, 1, modes[i], NULL), 404,
+                         "unknown_goods", what);
+        expect_field_int(j, "goods_id", GOODS_UNKNOWN, what);
+    }
+    j = expect_error(deduct(g_env.stock_url, GOODS_MAX, 1, "redis", NULL), 404, "unknown_goods",
+                     "deduct goods 2^63-1");
+    expect_field_int(j, "goods_id", GOODS_MAX, "deduct goods 2^63-1");
+
+    /* 400: the detail names what is wrong. */
+    reset_goods(GOODS_DEDUCT, 5);
+    j = expect_error(deduct(g_env.stock_url, GOODS_DEDUCT, 0, NULL, NULL), 400, "bad_request",
+                     "count 0");
+    if (strstr(field_str(j, "detail", "count 0"), "count") == NULL)
+        fail_msg("count 0: the detail does not name count: %s", field_str(j, "detail", ""));
+    j = expect_error(deduct(g_env.stock_url, 0, 1, NULL, NULL), 400, "bad_request",
+                     "goods_id 0");
+    if (strstr(field_str(j, "detail", "goods_id 0"), "goods_id") == NULL)
+        fail_msg("goods_id 0: the detail does not name goods_id: %s",
+                 field_str(j, "detail", ""));
+    expect_stock(GOODS_DEDUCT, 5, 5, 0, 0, "after two 400s");
+}
+
+/* The mode: from the body, from the query, the body's winning, the default, and unknown. */
+static void test_deduct_modes(void **state)
+{
+    (void)state;
+    begin_case("deduct_modes");
+    reset_goods(GOODS_MODES, 100);
+
+    const char *modes[] = {"none", "local", "redis"};
+    for (size_t i = 0; i < 3; i++) {
+        char path[64], what[96];
+        snprintf(what, sizeof(what), "body mode %s", modes[i]);
+        expect_deducted(deduct(g_env.stock_url, GOODS_MODES, 1, modes[i], NULL), GOODS_MODES, 1,
+                        -1, modes[i], what);
+        snprintf(path, sizeof(path), "/api/deduct?mode=%s", modes[i]);
+        snprintf(what, sizeof(what), "query mode %s, none in the body", modes[i]);
+        expect_deducted(deduct_at(g_env.stock_url, path, GOODS_MODES, 1, NULL, NULL),
+                        GOODS_MODES, 1, -1, modes[i], what);
+    }
+    expect_deducted(deduct_at(g_env.stock_url, "/api/deduct?mode=none", GOODS_MODES, 1, "redis",
+                              NULL),
+                    GOODS_MODES, 1, -1, "redis", "body redis wins over query none");
+    expect_deducted(deduct_at(g_env.stock_url, "/api/deduct?mode=redis", GOODS_MODES, 1,
+                              "local", NULL),
+                    GOODS_MODES, 1, -1, "local", "body local wins over query redis");
+    long long sold = 8;
+
+    /* Neither: each replica uses its default, the one its /api/modes names. */
+    for (size_t i = 0; i < g_env.n_replicas; i++) {
+        char what[160];
+        snprintf(what, sizeof(what), "GET /api/modes on %s", g_env.replicas[i]);
+        json_t *m = expect_json(get(g_env.replicas[i], "/api/modes"), 200, what);
+        const char *def = field_str(m, "default", what);
+        snprintf(what, sizeof(what), "no mode at all, on %s (default %s)", g_env.replicas[i],
+                 def);
+        json_t *j = expect_deducted(deduct(g_env.replicas[i], GOODS_MODES, 1, NULL, NULL),
+                                    GOODS_MODES, 1, -1, def, what);
+        expect_field_str(j, "instance", g_env.instances[i], what);
+        sold++;
+    }
+
+    /* Unknown modes, in the body and in the query: 400 unknown_mode with a detail. */
+    json_t *j = expect_error(deduct(g_env.stock_url, GOODS_MODES, 1, "bogus", NULL), 400,
+                             "unknown_mode", "body mode bogus");
+    (void)field_str(j, "detail", "body mode bogus");
+    j = expect_error(deduct_at(g_env.stock_url, "/api/deduct?mode=bogus", GOODS_MODES, 1, NULL,
+                               NULL),
+                     400, "unknown_mode", "query mode bogus");
+    (void)field_str(j, "detail", "query mode bogus");
+    expect_stock(GOODS_MODES, 100, 100 - sold, sold, sold, "after the mode checks");
+}
+
+/* A deduct body of exactly `len` bytes: the JSON object padded with spaces (owned by the
+ * case). */
+static char *padded_body(long long goods_id, size_t len)
+{
+    char *body = own(malloc(len + 1), free);
+    if (body == NULL)
+        fail_msg("out of memory");
+    int n = snprintf(body, len + 1, "{\"goods_id\":%lld,\"count\":1,\"mode\":\"redis\"}",
+                     goods_id);
+    memset(body + n, ' ', len - (size_t)n);
+    body[len] = '\0';
+    return body;
+}
+
+/* 413 above 16384 bytes, through nginx and directly, with a length and chunked; 16384
+ * itself is accepted. */
+static void test_body_limits(void **state)
+{
+    (void)state;
+    begin_case("body_limits");
+    reset_goods(GOODS_LIMITS, 100);
+
+    const char *bases[2] = {g_env.stock_url, g_env.replicas[0]};
+    const char *names[2] = {"nginx", "a replica"};
+
+    char *at_limit = padded_body(GOODS_LIMITS, BODY_LIMIT);
+    char *over = padded_body(GOODS_LIMITS, BODY_LIMIT + 1);
+    char *far_over = padded_body(GOODS_LIMITS, 4 * BODY_LIMIT);
+    long long sold = 0;
+    for (int i = 0; i < 2; i++) {
+        char what[128];
+        http_request rq = {.method = "POST", .base = bases[i], .path = "/api/deduct"};
+
+        snprintf(what, sizeof(what), "%d-byte body via %s", BODY_LIMIT, names[i]);
+        rq.body = at_limit;
+        expect_deducted(call(&rq), GOODS_LIMITS, 1, -1, "redis", what);
+        sold++;
+
+        snprintf(what, sizeof(what), "%d-byte body via %s", BODY_LIMIT + 1, names[i]);
+        rq.body = over;
+        expect_error(call(&rq), 413, "payload_too_large", what);
+
+        snprintf(what, sizeof(what), "%d-byte body via %s", 4 * BODY_LIMIT, names[i]);
+        rq.body = far_over;
+        expect_error(call(&rq), 413, "payload_too_large", what);
+
+        snprintf(what, sizeof(what), "%d-byte chunked body (no length) via %s",
+                 4 * BODY_LIMIT, names[i]);
+        rq.chunked = true;
+        expect_error(call(&rq), 413, "payload_too_large", what);
+    }
+    expect_stock(GOODS_LIMITS, 100, 100 - sold, sold, sold, "after the size checks");
+}
+
+/* 415 for a Content-Type other than JSON; none at all is accepted, so is a charset. */
+static void test_content_types(void **state)
+{
+    (void)state;
+    begin_case("content_types");
+    reset_goods(GOODS_MEDIA, 100);
+
+    char body[128];
+    deduct_body(body, sizeof(body), GOODS_MEDIA, 1, "redis");
+    http_request rq = {.method = "POST", .base = g_env.stock_url, .path = "/api/deduct",
+                       .body = body};
+
+    const char *refused[] = {"text/plain", "application/x-www-form-urlencoded",
+                             "application/jsonp", "text/json"};
+    for (size_t i = 0; i < 4; i++) {
+        char what[96];
+        snprintf(what, sizeof(what), "Content-Type %s", refused[i]);
+        rq.content_type = refused[i];
+        expect_error(call(&rq), 415, "unsupported_media_type", what);
+    }
+    expect_stock(GOODS_MEDIA, 100, 100, 0, 0, "after the 415s");
+
+    rq.content_type = NO_CONTENT_TYPE;
+    expect_deducted(call(&rq), GOODS_MEDIA, 1, 99, "redis", "no Content-Type");
+    rq.content_type = "application/json; charset=utf-8";
+    expect_deducted(call(&rq), GOODS_MEDIA, 1, 98, "redis", "application/json; charset=utf-8");
+    rq.content_type = "Application/JSON";
+    expect_deducted(call(&rq), GOODS_MEDIA, 1, 97, "redis", "Application/JSON");
+    expect_stock(GOODS_MEDIA, 100, 97, 3, 3, "after the accepted types");
+}
+
+static char g_lock_key[64]; /* a lock this process holds as "another owner"; "" when none */
+
+static int lock_case_teardown(void **state)
+{
+    if (g_lock_key[0] != '\0') {
+        if (redis_cli("DEL", g_lock_key, NULL, NULL) != 0)
+            fprintf(stderr, "could not delete %s: delete it by hand\n", g_lock_key);
+        g_lock_key[0] = '\0';
+    }
+    return case_teardown(state);
+}
+
+/* 503 lock_timeout: with lock:goods:N held by another owner, a redis-mode deduct waits the
+ * bound, gives up and sells nothing; a 5xx is not stored, so its key's retry sells. */
+static void test_lock_timeout(void **state)
+{
+    (void)state;
+    begin_case("lock_timeout");
+    reset_goods(GOODS_LOCK, 10);
+
+    char ttl[32], key[96];
+    snprintf(g_lock_key, sizeof(g_lock_key), "lock:goods:%lld", GOODS_LOCK);
+    snprintf(ttl, sizeof(ttl), "%ld", g_env.lock_wait_ms + 10000);
+    if (redis_cli("HSET", g_lock_key, "test-stack:another-owner", "1") != 0 ||
+        redis_cli("PEXPIRE", g_lock_key, ttl, NULL) != 0)
+        fail_msg("redis-cli could not take %s on port %s", g_lock_key, g_env.redis_port);
+
+    snprintf(key, sizeof(key), "lock-timeout-%s", g_env.run_tag);
+    http_reply *r = deduct(g_env.stock_url, GOODS_LOCK, 1, "redis", key);
+    printf("    redis-mode deduct with the lock held elsewhere: %ld after %.2f s (bound %ld ms)\n",
+           r->status, r->seconds, g_env.lock_wait_ms);
+    expect_error(r, 503, "lock_timeout", "deduct while another owner holds the lock");
+    /* It waited the bound (not less: it did not give up early), and returned within it plus
+     * one Redis command timeout and some scheduling slack. */
+    if (r->seconds < 0.9 * (double)g_env.lock_wait_ms / 1000.0 ||
+        r->seconds > (double)g_env.lock_wait_ms / 1000.0 + 2.0)
+        fail_msg("lock_timeout came after %.2f s, want about %ld ms", r->seconds,
+                 g_env.lock_wait_ms);
+    expect_stock(GOODS_LOCK, 10, 10, 0, 0, "after the lock timeout");
+
+    /* none and local do not take the Redis lock: they are not held up by it. */
+    expect_deducted(deduct(g_env.stock_url, GOODS_LOCK, 1, "none", NULL), GOODS_LOCK, 1, 9,
+                    "none", "none-mode deduct while the Redis lock is held");
+
+    if (redis_cli("DEL", g_lock_key, NULL, NULL) != 0)
+        fail_msg("redis-cli could not delete %s", g_lock_key);
+    g_lock_key[0] = '\0';
+    expect_deducted(deduct(g_env.stock_url, GOODS_LOCK, 1, "redis", key), GOODS_LOCK, 1, 8,
+                    "redis", "the 503's key retried once the lock is free");
+    expect_stock(GOODS_LOCK, 10, 8, 2, 2, "after the retry");
+}
+
+/* GET /api/stock/{id}: six fields, the oversold arithmetic, 404, and 400 for bad ids. */
+static void test_stock_endpoint(void **state)
+{
+    (void)state;
+    begin_case("stock_endpoint");
+    reset_goods(GOODS_STOCK, 7);
+    expect_stock(GOODS_STOCK, 7, 7, 0, 0, "fresh goods");
+    expect_deducted(deduct(g_env.stock_url, GOODS_STOCK, 2, "redis", NULL), GOODS_STOCK, 2, 5,
+                    "redis", "deduct 2");
+    expect_deducted(deduct(g_env.stock_url, GOODS_STOCK, 1, "local", NULL), GOODS_STOCK, 1, 4,
+                    "local", "deduct 1");
+    stock_view v = stock_get(GOODS_STOCK);
+    if (v.initial != 7 || v.stock != 4 || v.sold != 3 || v.orders != 2 || v.oversold != 0)
+        fail_msg("stock after 2+1 of 7: initial %lld stock %lld sold %lld orders %lld oversold "
+                 "%lld, want 7 4 3 2 0",
+                 v.initial, v.stock, v.sold, v.orders, v.oversold);
+
+    /* Every replica reads the same row. */
+    for (size_t i = 0; i < g_env.n_replicas; i++) {
+        char path[64], what[160];
+        snprintf(path, sizeof(path), "/api/stock/%lld", GOODS_STOCK);
+        snprintf(what, sizeof(what), "GET %s on %s", path, g_env.replicas[i]);
+        json_t *j = expect_json(get(g_env.replicas[i], path), 200, what);
+        expect_field_int(j, "stock", 4, what);
+        expect_field_int(j, "sold", 3, what);
+    }
+
+    char path[64];
+    snprintf(path, sizeof(path), "/api/stock/%lld", GOODS_UNKNOWN);
+    json_t *j = expect_error(get(g_env.stock_url, path), 404, "unknown_goods", path);
+    expect_field_int(j, "goods_id", GOODS_UNKNOWN, path);
+
+    const char *bad[] = {"/api/stock/abc", "/api/stock/0", "/api/stock/-1", "/api/stock/1.0",
+                         "/api/stock/+1", "/api/stock/1e3", "/api/stock/0x10",
+                         "/api/stock/9223372036854775808", "/api/stock/%201"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char what[96];
+        snprintf(what, sizeof(what), "GET %s", bad[i]);
+        expect_error(get(g_env.stock_url, bad[i]), 400, "bad_request", what);
+    }
+}
+
+/* POST /api/admin/reset: the answer, what it resets, and 400 for bad bodies. */
+static void test_admin_reset(void **state)
+{
+    (void)state;
+    begin_case("admin_reset");
+    reset_goods(GOODS_RESET, 10);
+    expect_deducted(deduct(g_env.stock_url, GOODS_RESET, 3, "redis", NULL), GOODS_RESET, 3, 7,
+                    "redis", "deduct before a reset");
+    reset_goods(GOODS_RESET, 20); /* deletes the orders: sold and orders start again */
+    expect_stock(GOODS_RESET, 20, 20, 0, 0, "after a reset of goods with orders");
+    reset_goods(GOODS_RESET, 0);
+    expect_stock(GOODS_RESET, 0, 0, 0, 0, "reset to 0");
+    reset_goods(GOODS_RESET, 1000000000);
+    expect_stock(GOODS_RESET, 1000000000, 1000000000, 0, 0, "reset to the maximum");
+    reset_goods(GOODS_RESET, 50);
+
+    const char *bad[] = {
+        "{\"goods_id\":3501,\"stock\":-1}",
+        "{\"goods_id\":3501,\"stock\":1000000001}",
+        "{\"goods_id\":3501,\"stock\":\"5\"}",
+        "{\"goods_id\":3501,\"stock\":5.0}",
+        "{\"goods_id\":3501,\"stock\":null}",
+        "{\"goods_id\":3501}",
+        "{\"stock\":5}",
+        "{\"goods_id\":0,\"stock\":5}",
+        "{\"goods_id\":-3501,\"stock\":5}",
+        "{\"goods_id\":\"3501\",\"stock\":5}",
+        "{\"goods_id\":3501,\"stock\":5,\"extra\":1}",
+        "{\"goods_id\":3501,\"stock\":5,\"stock\":6}",
+        "[3501,5]",
+        "not json",
+        "",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char what[128];
+        snprintf(what, sizeof(what), "reset with body '%s'", bad[i]);
+        http_request rq = {.method = "POST",
+                           .base = g_env.stock_url,
+                           .path = "/api/admin/reset",
+                           .body = bad[i],
+                           .headers = {g_env.auth_header}};
+        expect_error(call(&rq), 400, "bad_request", what);
+        expect_stock(GOODS_RESET, 50, 50, 0, 0, what);
+    }
+}
+
+/* GET /api/modes: the default and at least none/local/redis, with their safe flags. */
+static void test_modes_endpoint(void **state)
+{
+    (void)state;
+    begin_case("modes_endpoint");
+    const char *want[] = {"none", "local", "redis"};
+    const bool want_safe[] = {false, false, true};
+
+    json_t *j = expect_json(get(g_env.stock_url, "/api/modes"), 200, "GET /api/modes");
+    const char *def = field_str(j, "default", "GET /api/modes");
+    const json_t *modes = json_object_get(j, "modes");
+    if (!json_is_array(modes) || json_array_size(modes) < 3)
+        fail_msg("GET /api/modes: 'modes' is not an array of at least 3");
+    bool found[3] = {false, false, false}, default_listed = false;
+    for (size_t i = 0; i < json_array_size(modes); i++) {
+        const json_t *m = json_array_get(modes, i);
+        char what[64];
+        snprintf(what, sizeof(what), "GET /api/modes, modes[%zu]", i);
+        if (!json_is_object(m))
+            fail_msg("%s is not an object", what);
+        const char *name = field_str(m, "name", what);
+        bool safe = field_bool(m, "safe", what);
+        if (field_str(m, "summary", what)[0] == '\0')
+            fail_msg("%s (%s): empty summary", what, name);
+        for (size_t k = 0; k < i; k++)
+            if (strcmp(json_string_value(json_object_get(json_array_get(modes, k), "name")),
+                       name) == 0)
+                fail_msg("GET /api/modes: mode %s listed twice", name);
+        if (strcmp(name, def) == 0)
+            default_listed = true;
+        for (size_t k = 0; k < 3; k++) {
+            if (strcmp(name, want[k]) != 0)
+                continue;
+            found[k] = true;
+            if (safe != want_safe[k])
+                fail_msg("GET /api/modes: %s has safe=%s, want %s", name,
+                         safe ? "true" : "false", want_safe[k] ? "true" : "false");
+        }
+    }
+    for (size_t k = 0; k < 3; k++)
+        if (!found[k])
+            fail_msg("GET /api/modes: mode %s is not listed", want[k]);
+    if (!default_listed)
+        fail_msg("GET /api/modes: the default '%s' is not a listed mode", def);
+    printf("    /api/modes: default %s, %zu modes\n", def, json_array_size(modes));
+}
+
+/* /healthz, /readyz (JSON, 200) and /metrics (text, the six families), on every replica. */
+static void test_health_and_metrics(void **state)
+{
+    (void)state;
+    begin_case("health_and_metrics");
+    const char *families[] = {
+        "stock_http_requests_total{",   "stock_deductions_total{",
+        "# TYPE stock_lock_wait_seconds histogram", "stock_lock_wait_seconds_bucket{",
+        "stock_lock_wait_seconds_sum",  "stock_lock_wait_seconds_count",
+        "stock_lock_timeouts_total",    "stock_lock_renewals_total",
+        "stock_lock_lost_total",
+    };
+    /* Some traffic first, so the labelled families have series. */
+    reset_goods(GOODS_STOCK, 7);
+    expect_deducted(deduct(g_env.stock_url, GOODS_STOCK, 1, "redis", NULL), GOODS_STOCK, 1, 6,
+                    "redis", "deduct before /metrics");
+
+    for (size_t i = 0; i <= g_env.n_replicas; i++) {
+        const char *base = i == 0 ? g_env.stock_url : g_env.replicas[i - 1];
+        char what[160];
+        snprintf(what, sizeof(what), "GET /healthz on %s", base);
+        expect_json(get(base, "/healthz"), 200, what);
+        snprintf(what, sizeof(what), "GET /readyz on %s", base);
+        expect_json(get(base, "/readyz"), 200, what);
+        if (i == 0)
+            continue; /* metrics are per replica: nginx would show a random one */
+
+        snprintf(what, sizeof(what), "GET /metrics on %s", base);
+        http_reply *r = get(base, "/metrics");
+        if (r->status != 200)
+            fail_msg("%s: status %ld", what, r->status);
+        if (!content_type_is(r->content_type, "text/plain"))
+            fail_msg("%s: Content-Type '%s', want text/plain", what, r->content_type);
+        for (size_t k = 0; k < sizeof(families) / sizeof(families[0]); k++)
+            if (strstr(r->body, families[k]) == NULL)
+                fail_msg("%s: no '%s' in the exposition", what, families[k]);
+        const char *line = strstr(r->body, "\nstock_http_requests_total{");
+        if (line == NULL || strstr(line, "route=\"") == NULL || strstr(line, "status=\"") == NULL)
+            fail_msg("%s: stock_http_requests_total lacks its route/status labels", what);
+        line = strstr(r->body, "\nstock_deductions_total{");
+        if (line == NULL || strstr(line, "mode=\"") == NULL || strstr(line, "outcome=\"") == NULL)
+            fail_msg("%s: stock_deductions_total lacks its mode/outcome labels", what);
+        if (strstr(r->body, "stock_lock_wait_seconds_bucket{le=\"+Inf\"}") == NULL)
+            fail_msg("%s: the lock wait histogram has no +Inf bucket", what);
+    }
+}
+
+/* 405 for a wrong method on a known path, 404 for an unknown path: JSON, through nginx and
+ * directly. */
+static void test_methods_and_paths(void **state)
+{
+    (void)state;
+    begin_case("methods_and_paths");
+    static const struct {
+        const char *method, *path;
+    } wrong[] = {
+        {"GET", "/api/deduct"},       {"PUT", "/api/deduct"},      {"DELETE", "/api/deduct"},
+        {"DELETE", "/api/stock/1"},   {"POST", "/api/stock/1"},    {"PUT", "/api/stock/1"},
+        {"GET", "/api/admin/reset"},  {"PUT", "/api/admin/reset"}, {"POST", "/api/modes"},
+        {"POST", "/healthz"},         {"POST", "/readyz"},         {"POST", "/metrics"},
+        {"DELETE", "/healthz"},
+    };
+    static const struct {
+        const char *method, *path;
+    } unknown[] = {
+        {"GET", "/"},           {"GET", "/nope"},        {"GET", "/api"},
+        {"GET", "/api/stock"},  {"POST", "/api/nothing"}, {"GET", "/api/deduct/1"},
+        {"GET", "/healthz/x"},  {"POST", "/api/admin"},  {"GET", "/API/MODES"},
+    };
+
+    for (size_t b = 0; b < 2; b++) {
+        const char *base = b == 0 ? g_env.stock_url : g_env.replicas[0];
+        for (size_t i = 0; i < sizeof(wrong) / sizeof(wrong[0]); i++) {
+            char what[160];
+            snprintf(what, sizeof(what), "%s %s on %s", wrong[i].method, wrong[i].path, base);
+            /* POSTs and PUTs carry an (empty) body with a length: nginx refuses a POST that
+             * has neither a length nor chunks with 411, which is not what is tested here. */
+            bool with_body = strcmp(wrong[i].method, "POST") == 0 ||
+                             strcmp(wrong[i].method, "PUT") == 0;
+            http_request rq = {.method = wrong[i].method,
+                               .base = base,
+                               .path = wrong[i].path,
+                               .body = with_body ? "" : NULL};
+            expect_error(call(&rq), 405, "method_not_allowed", what);
+        }
+        for (size_t i = 0; i < sizeof(unknown) / sizeof(unknown[0]); i++) {
+            char what[160];
+            snprintf(what, sizeof(what), "%s %s on %s", unknown[i].method, unknown[i].path,
+                     base);
+            bool with_body = strcmp(unknown[i].method, "POST") == 0;
+            http_request rq = {.method = unknown[i].method,
+                               .base = base,
+                               .path = unknown[i].path,
+                               .body = with_body ? "{}" : NULL};
+            expect_error(call(&rq), 404, "not_found", what);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Case: malformed deduct requests
+ * ------------------------------------------------------------------------------------------ */
+
+#define BODY_N(literal) literal, sizeof(literal) - 1 /* a body that may hold a NUL */
+#define KEY_129                                                                                 \
+    "Idempotency-Key: "                                                                         \
+    "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" \
+    "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+#define VALID_BODY "{\"goods_id\":" GM ",\"count\":1,\"mode\":\"redis\"}"
+
+typedef struct bad_request_case {
+    const char *label;
+    const char *body;
+    size_t body_len;          /* 0: strlen(body) */
+    const char *query;        /* appended to /api/deduct; NULL: none */
+    const char *content_type; /* NULL: application/json */
+    const char *header;       /* one more header line; NULL: none */
+    long status;
+    const char *error;
+} bad_request_case;
+
+static const bad_request_case bad_requests[] = {
+    /* types and ranges */
+    {"goods_id a string", "{\"goods_id\":\"" GM "\",\"count\":1}", 0, 0, 0, 0, 400, "bad_request"},
+    {"count a string", "{\"goods_id\":" GM ",\"count\":\"1\"}", 0, 0, 0, 0, 400, "bad_request"},
+    {"count 1.5", "{\"goods_id\":" GM ",\"count\":1.5}", 0, 0, 0, 0, 400, "bad_request"},
+    {"count 1.0", "{\"goods_id\":" GM ",\"count\":1.0}", 0, 0, 0, 0, 400, "bad_request"},
+    {"count 1e0", "{\"goods_id\":" GM ",\"count\":1e0}", 0, 0, 0, 0, 400, "bad_request"},
+    {"count 1E0", "{\"goods_id\":" GM ",\"count\":1E0}", 0, 0, 0, 0, 400, "bad_request"},
+    {"goods_id " GM ".0", "{\"goods_id\":" GM ".0,\"count\":1}", 0, 0, 0, 0, 400, "bad_request"},
+    {"count -1", "{\"goods_id\":" GM ",\"count\":-1}", 0, 0, 0, 0, 400, "bad_request"},
+    {"count 0", "{\"goods_id\":" GM ",\"count\":0}", 0, 0, 0, 0, 400, "bad_request"},
+    {"count -0", "{\"goods_id\":" GM ",\"count\":-0}", 0, 0, 0, 0, 400, "bad_request"},
+    {"count 10001", "{\"goods_id\":" GM ",\"count\":10001}", 0, 0, 0, 0, 400, "bad_request"},
+    {"count 2^63", "{\"goods_id\":" GM ",\"count\":9223372036854775808}", 0, 0, 0, 0, 400,
+     "bad_request"},
+    {"count 1e400", "{\"goods_id\":" GM ",\"count\":1e400}", 0, 0, 0, 0, 400, "bad_request"},
+    {"goods_id 0", "{\"goods_id\":0,\"count\":1}", 0, 0, 0, 0, 400, "bad_request"},
+    {"goods_id negative", "{\"goods_id\":-" GM ",\"count\":1}", 0, 0, 0, 0, 400, "bad_request"},
+    {"goods_id 2^63", "{\"goods_id\":9223372036854775808,\"count\":1}", 0, 0, 0, 0, 400,
+     "bad_request"},
+    {"goods_id 2^64+" GM, "{\"goods_id\":18446744073709555217,\"count\":1}", 0, 0, 0, 0, 400,
+     "bad_request"},
+    {"goods_id 1e30", "{\"goods_id\":1e30,\"count\":1}", 0, 0, 0, 0, 400, "bad_request"},
+    {"count 01", "{\"goods_id\":" GM ",\"count\":01}", 0, 0, 0, 0, 400, "bad_request"},
+    {"count +1", "{\"goods_id\":" GM ",\"count\":+1}", 0, 0, 0, 0, 400, "bad_request"},
+    {"count null", "{\"goods_id\":" GM ",\"count\":null}", 0, 0, 0, 0, 400, "bad_request"},
+    {"count true", "{\"goods_id\":" GM ",\"count\":true}", 0, 0, 0, 0, 400, "bad_request"},
+    {"goods_id false", "{\"goods_id\":false,\"count\":1}", 0, 0, 0, 0, 400, "bad_request"},
+    {"count an array", "{\"goods_id\":" GM ",\"count\":[1]}", 0, 0, 0, 0, 400, "bad_request"},
+    {"goods_id an object", "{\"goods_id\":{\"id\":" GM "},\"count\":1}", 0, 0, 0, 0, 400,
+     "bad_request"},
+    /* fields */
+    {"goods_id missing", "{\"count\":1}", 0, 0, 0, 0, 400, "bad_request"},
+    {"count missing", "{\"goods_id\":" GM "}", 0, 0, 0, 0, 400, "bad_request"},
+    {"empty object", "{}", 0, 0, 0, 0, 400, "bad_request"},
+    {"unknown field", "{\"goods_id\":" GM ",\"count\":1,\"price\":5}", 0, 0, 0, 0, 400,
+     "bad_request"},
+    {"field name in another case", "{\"goods_id\":" GM ",\"Count\":1}", 0, 0, 0, 0, 400,
+     "bad_request"},
+    {"duplicate count", "{\"goods_id\":" GM ",\"count\":1,\"count\":1}", 0, 0, 0, 0, 400,
+     "bad_request"},
+    {"duplicate goods_id", "{\"goods_id\":" GM ",\"goods_id\":" GM ",\"count\":1}", 0, 0, 0, 0,
+     400, "bad_request"},
+    {"duplicate mode", "{\"goods_id\":" GM ",\"count\":1,\"mode\":\"redis\",\"mode\":\"redis\"}",
+     0, 0, 0, 0, 400, "bad_request"},
+    {"nested request", "{\"order\":{\"goods_id\":" GM ",\"count\":1}}", 0, 0, 0, 0, 400,
+     "bad_request"},
+    /* not one JSON object */
+    {"an array", "[{\"goods_id\":" GM ",\"count\":1}]", 0, 0, 0, 0, 400, "bad_request"},
+    {"null", "null", 0, 0, 0, 0, 400, "bad_request"},
+    {"a number", "1", 0, 0, 0, 0, 400, "bad_request"},
+    {"a string", "\"goods_id\"", 0, 0, 0, 0, 400, "bad_request"},
+    {"empty body", "", 0, 0, 0, 0, 400, "bad_request"},
+    {"whitespace only", " \n\t ", 0, 0, 0, 0, 400, "bad_request"},
+    {"a form", "goods_id=" GM "&count=1", 0, 0, 0, 0, 400, "bad_request"},
+    {"single quotes", "{'goods_id':" GM ",'count':1}", 0, 0, 0, 0, 400, "bad_request"},
+    {"a comment", "{\"goods_id\":" GM ",/* one */\"count\":1}", 0, 0, 0, 0, 400, "bad_request"},
+    {"trailing garbage", VALID_BODY " x", 0, 0, 0, 0, 400, "bad_request"},
+    {"two objects", VALID_BODY VALID_BODY, 0, 0, 0, 0, 400, "bad_request"},
+    {"truncated", "{\"goods_id\":" GM ",\"count\":", 0, 0, 0, 0, 400, "bad_request"},
+    {"trailing comma", "{\"goods_id\":" GM ",\"count\":1,}", 0, 0, 0, 0, 400, "bad_request"},
+    {"a NUL byte after the object", BODY_N(VALID_BODY "\0"), 0, 0, 0, 400, "bad_request"},
+    {"a NUL byte inside", BODY_N("{\"goods_id\":" GM ",\0\"count\":1}"), 0, 0, 0, 400,
+     "bad_request"},
+    {"\\u0000 in a string", "{\"goods_id\":" GM ",\"count\":1,\"mode\":\"re\\u0000dis\"}", 0, 0,
+     0, 0, 400, "bad_request"},
+    {"invalid UTF-8 in a string", "{\"goods_id\":" GM ",\"count\":1,\"mode\":\"redis\xC0\"}", 0,
+     0, 0, 0, 400, "bad_request"},
+    {"invalid UTF-8 in a key", "{\"goods_id\":" GM ",\"count\":1,\"\xFF\xFE\":1}", 0, 0, 0, 0,
+     400, "bad_request"},
+    /* the mode */
+    {"unknown mode in the body", "{\"goods_id\":" GM ",\"count\":1,\"mode\":\"fast\"}", 0, 0, 0,
+     0, 400, "unknown_mode"},
+    {"overlong mode name",
+     "{\"goods_id\":" GM ",\"count\":1,\"mode\":\"redisredisredisredisredisredisredisredisredis"
+     "redisredisredisredisredisredis\"}",
+     0, 0, 0, 0, 400, "unknown_mode"},
+    {"unknown mode in the query", "{\"goods_id\":" GM ",\"count\":1}", 0, "?mode=fast", 0, 0,
+     400, "unknown_mode"},
+    /* the Idempotency-Key */
+    {"empty Idempotency-Key", VALID_BODY, 0, 0, 0, "Idempotency-Key;", 400, "bad_request"},
+    {"129-character Idempotency-Key", VALID_BODY, 0, 0, 0, KEY_129, 400, "bad_request"},
+    {"Idempotency-Key with a space", VALID_BODY, 0, 0, 0, "Idempotency-Key: a b", 400,
+     "bad_request"},
+    {"Idempotency-Key with a slash", VALID_BODY, 0, 0, 0, "Idempotency-Key: a/b", 400,
+     "bad_request"},
+    {"Idempotency-Key with a star", VALID_BODY, 0, 0, 0, "Idempotency-Key: key*1", 400,
+     "bad_request"},
+    {"Idempotency-Key not ASCII", VALID_BODY, 0, 0, 0, "Idempotency-Key: cl\xC3\xA9", 400,
+     "bad_request"},
+    /* the media type */
+    {"Content-Type text/plain", VALID_BODY, 0, 0, "text/plain", 0, 415,
+     "unsupported_media_type"},
+    {"Content-Type form", VALID_BODY, 0, 0, "application/x-www-form-urlencoded", 0, 415,
+     "unsupported_media_type"},
+};
+
+/* Each malformed request gets its 4xx with the right error, as JSON, and sells nothing. */
+static void test_malformed_requests(void **state)
+{
+    (void)state;
+    begin_case("malformed_requests");
+    reset_goods(GOODS_MALFORMED, 100);
+    stock_view before = stock_get(GOODS_MALFORMED);
+    size_t n = sizeof(bad_requests) / sizeof(bad_requests[0]);
+
+    for (size_t i = 0; i < n; i++) {
+        const bad_request_case *c = &bad_requests[i];
+        char path[64], what[160];
+        snprintf(path, sizeof(path), "/api/deduct%s", c->query ? c->query : "");
+        snprintf(what, sizeof(what), "malformed #%zu (%s)", i + 1, c->label);
+        http_request rq = {.method = "POST",
+                           .base = g_env.stock_url,
+                           .path = path,
+                           .body = c->body,
+                           .body_len = c->body_len,
+                           .content_type = c->content_type,
+                           .headers = {c->header}};
+        expect_error(call(&rq), c->status, c->error, what);
+        expect_unchanged(GOODS_MALFORMED, &before, what);
+    }
+
+    /* The same valid body does sell, so the rejections above were about what was wrong. */
+    http_request ok = {.method = "POST",
+                       .base = g_env.stock_url,
+                       .path = "/api/deduct",
+                       .body = VALID_BODY,
+                       .headers = {"Idempotency-Key: Az09_.:-"}};
+    expect_deducted(call(&ok), GOODS_MALFORMED, 1, 99, "redis", "the valid body, for contrast");
+    printf("    %zu malformed requests refused, none sold\n", n);
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Case: idempotency
+ * ------------------------------------------------------------------------------------------ */
+
+typedef struct idem_shot {
+    pthread_t thread;
+    pthread_barrier_t *barrier;
+    const char *base;
+    char body[160];
+    char key_header[200];
+    http_reply reply;
+} idem_shot;
+
+static void *idem_thread(void *arg)
+{
+    idem_shot *s = arg;
+    CURL *h = curl_easy_init();
+
+    /* Every thread has its handle before any request leaves: the requests go out together. */
+    pthread_barrier_wait(s->barrier);
+    http_request rq = {.method = "POST",
+                       .base = s->base,
+                       .path = "/api/deduct",
+                       .body = s->body,
+                       .headers = {s->key_header}};
+    if (h == NULL) {
+        snprintf(s->reply.error, sizeof(s->reply.error), "curl_easy_init failed");
+        s->reply.body = strdup("");
+        return NULL;
+    }
+    http_do(h, &rq, &s->reply);
+    curl_easy_cleanup(h);
+    return NULL;
+}
+
+static void idem_shots_release(void *arg)
+{
+    idem_shot *shots = arg;
+    for (int i = 0; i < IDEM_THREADS; i++)
+        free(shots[i].reply.body);
+    free(shots);
+}
+
+/* Sends one deduct with `key` from IDEM_THREADS threads at once (through nginx, so several
+ * replicas get it), asserts they all answered the same 200 and that one unit was sold;
+ * returns the (case-owned) body of the answer. */
+static json_t *idem_burst(long long goods_id, const char *mode, const char *key)
+{
+    pthread_barrier_t barrier;
+    idem_shot *shots = calloc(IDEM_THREADS, sizeof(*shots));
+    char what[160];
+    int started = 0;
+
+    if (shots == NULL)
+        fail_msg("out of memory");
+    own(shots, idem_shots_release);
+    snprintf(what, sizeof(what), "%d concurrent deducts with one key in mode %s", IDEM_THREADS,
+             mode);
+    pthread_barrier_init(&barrier, NULL, IDEM_THREADS);
+    for (int i = 0; i < IDEM_THREADS; i++) {
+        shots[i].barrier = &barrier;
+        shots[i].base = g_env.stock_url;
+        deduct_body(shots[i].body, sizeof(shots[i].body), goods_id, 1, mode);
+        snprintf(shots[i].key_header, sizeof(shots[i].key_header), "Idempotency-Key: %s", key);
+    }
+    for (; started < IDEM_THREADS; started++)
+        if (pthread_create(&shots[started].thread, NULL, idem_thread, &shots[started]) != 0)
+            abort(); /* the barrier would wait forever for the missing threads */
+    for (int i = 0; i < started; i++)
+        pthread_join(shots[i].thread, NULL);
+    pthread_barrier_destroy(&barrier);
+
+    int n_ok = 0, per_instance[MAX_REPLICAS] = {0};
+    json_t *first = NULL;
+    for (int i = 0; i < IDEM_THREADS; i++) {
+        const http_reply *r = &shots[i].reply;
+        if (r->status == 0)
+            fail_msg("%s: request %d got no answer: %s", what, i, r->error);
+        json_t *j = expect_deducted(r, goods_id, 1, -1, mode, what);
+        per_instance[instance_index(field_str(j, "instance", what))]++;
+        n_ok++;
+        if (first == NULL)
+            first = j;
+        else if (!json_equal(first, j))
+            fail_msg("%s: two answers differ:\n  %s\n  %s", what, shots[0].reply.body, r->body);
+    }
+    printf("    %s: %d x 200, one body; served by", what, n_ok);
+    for (size_t i = 0; i < g_env.n_replicas; i++)
+        printf(" %s=%d", g_env.instances[i], per_instance[i]);
+    printf("\n");
+    stock_view v = stock_get(goods_id);
+    if (v.sold != 1 || v.orders != 1 || v.stock != v.initial - 1)
+        fail_msg("%s: sold %lld orders %lld stock %lld of %lld: the key sold more than once",
+                 what, v.sold, v.orders, v.stock, v.initial);
+    return first;
+}
+
+/* Replays `key` on goods_id (in `mode`) on nginx and on every replica: each answer must be
+ * `status` with the stored body. */
+static void expect_replayed(long long goods_id, const char *mode, const char *key, long status,
+                            const json_t *stored, const char *what)
+{
+    for (size_t i = 0; i <= g_env.n_replicas; i++) {
+        const char *base = i == 0 ? g_env.stock_url : g_env.replicas[i - 1];
+        char label[256];
+        snprintf(label, sizeof(label), "%s, replayed on %s", what, base);
+        http_reply *r = deduct(base, goods_id, 1, mode, key);
+        json_t *j = expect_json(r, status, label);
+        if (!json_equal(stored, j))
+            fail_msg("%s: not the stored answer: %s", label, r->body);
+    }
+}
+
+static void test_idempotency(void **state)
+{
+    (void)state;
+    begin_case("idempotency");
+    const char *modes[] = {"redis", "none", "local"};
+    char key[128], other_key[128];
+
+    /* One key, 20 requests at once, in each mode: one sale, one answer; a retry later (on
+     * every replica) gets that same answer, with the first replica's instance. */
+    for (size_t m = 0; m < 3; m++) {
+        long long goods = GOODS_IDEM + (long long)m;
+        char what[96];
+        reset_goods(goods, 100);
+        snprintf(key, sizeof(key), "burst-%s-%s", modes[m], g_env.run_tag);
+        json_t *stored = idem_burst(goods, modes[m], key);
+        snprintf(what, sizeof(what), "key of the %s burst", modes[m]);
+        expect_replayed(goods, modes[m], key, 200, stored, what);
+        expect_stock(goods, 100, 99, 1, 1, what);
+    }
+
+    /* The same key on other goods is another request: it sells there. */
+    snprintf(key, sizeof(key), "burst-redis-%s", g_env.run_tag);
+    reset_goods(GOODS_IDEM + 3, 100);
+    json_t *j = expect_deducted(deduct(g_env.stock_url, GOODS_IDEM + 3, 1, "redis", key),
+                                GOODS_IDEM + 3, 1, 99, "redis", "the burst's key on other goods");
+    (void)j;
+    expect_stock(GOODS_IDEM + 3, 100, 99, 1, 1, "the burst's key on other goods");
+    expect_stock(GOODS_IDEM, 100, 99, 1, 1, "the burst's goods, untouched by the other sale");
+
+    /* A stored 200 stays a 200 after the stock ran out; a 409 is stored as a 409. */
+    reset_goods(GOODS_IDEM + 4, 1);
+    snprintf(key, sizeof(key), "last-unit-%s", g_env.run_tag);
+    j = expect_deducted(deduct(g_env.stock_url, GOODS_IDEM + 4, 1, "redis", key),
+                        GOODS_IDEM + 4, 1, 0, "redis", "sell the last unit with a key");
+    expect_replayed(GOODS_IDEM + 4, "redis", key, 200, j, "the last unit's key, now sold out");
+    snprintf(other_key, sizeof(other_key), "too-late-%s", g_env.run_tag);
+    j = expect_error(deduct(g_env.stock_url, GOODS_IDEM + 4, 1, "redis", other_key), 409,
+                     "insufficient_stock", "a new key on sold-out goods");
+    expect_replayed(GOODS_IDEM + 4, "redis", other_key, 409, j, "the 409's key");
+    expect_stock(GOODS_IDEM + 4, 1, 0, 1, 1, "after the replays");
+
+    /* A 404 is answered the same way again. */
+    snprintf(key, sizeof(key), "unknown-%s", g_env.run_tag);
+    j = expect_error(deduct(g_env.stock_url, GOODS_UNKNOWN, 1, "redis", key), 404,
+                     "unknown_goods", "a key on unknown goods");
+    expect_replayed(GOODS_UNKNOWN, "redis", key, 404, j, "the 404's key");
+
+    /* The longest key (128 characters, every allowed kind) is accepted. */
+    reset_goods(GOODS_IDEM + 5, 10);
+    char longest[129];
+    memset(longest, 'k', 128);
+    memcpy(longest, "Az09_.:-", 8);
+    longest[128] = '\0';
+    j = expect_deducted(deduct(g_env.stock_url, GOODS_IDEM + 5, 1, "redis", longest),
+                        GOODS_IDEM + 5, 1, 9, "redis", "a 128-character key");
+    expect_replayed(GOODS_IDEM + 5, "redis", longest, 200, j, "the 128-character key");
+    expect_stock(GOODS_IDEM + 5, 10, 9, 1, 1, "after the 128-character key");
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Cases: load
+ * ------------------------------------------------------------------------------------------ */
+
+/* redis through nginx over every replica: exactly the stock is sold, by all replicas. */
+static void test_load_redis_three(void **state)
+{
+    (void)state;
+    begin_case("load_redis_three");
+    reset_goods(GOODS_LOAD_REDIS, LOAD_STOCK);
+    load_plan *p = load_plan_new("redis via nginx", g_env.stock_url, GOODS_LOAD_REDIS, "redis",
+                                 LOAD_REQUESTS, LOAD_THREADS);
+    load_run(p);
+    expect_exact_sale(p, LOAD_STOCK);
+    for (size_t i = 0; i < g_env.n_replicas; i++)
+        if (p->counts.per_instance[i] == 0)
+            fail_msg("redis via nginx: replica %s sold nothing: nginx did not balance over all",
+                     g_env.instances[i]);
+}
+
+/* local on one replica (its mutex is enough there): the same exact figures. */
+static void test_load_local_one(void **state)
+{
+    (void)state;
+    begin_case("load_local_one");
+    reset_goods(GOODS_LOAD_LOCAL1, LOAD_STOCK);
+    load_plan *p = load_plan_new("local on one replica", g_env.replicas[0], GOODS_LOAD_LOCAL1,
+                                 "local", LOAD_REQUESTS, LOAD_THREADS);
+    load_run(p);
+    expect_exact_sale(p, LOAD_STOCK);
+    if (p->counts.per_instance[0] != LOAD_STOCK)
+        fail_msg("local on one replica: %d sales by %s, want all %d", p->counts.per_instance[0],
+                 g_env.instances[0], LOAD_STOCK);
+}
+
+/* none and local over three replicas: they may oversell (not asserted: that would be luck),
+ * but the books must agree with the answers. */
+static void test_load_unsafe_three(void **state)
+{
+    (void)state;
+    begin_case("load_unsafe_three");
+    const char *modes[] = {"none", "local"};
+    const long long goods[] = {GOODS_LOAD_NONE3, GOODS_LOAD_LOCAL3};
+
+    for (size_t m = 0; m < 2; m++) {
+        char label[64];
+        snprintf(label, sizeof(label), "%s via nginx", modes[m]);
+        reset_goods(goods[m], LOAD_STOCK);
+        load_plan *p = load_plan_new(m == 0 ? "none via nginx" : "local via nginx",
+                                     g_env.stock_url, goods[m], modes[m], LOAD_REQUESTS,
+                                     LOAD_THREADS);
+        load_run(p);
+        expect_only_200_409(p);
+        int n_ok = atomic_load(&p->n_ok);
+        if (count_repeats(p->order_ids, n_ok) != 0)
+            fail_msg("%s: two 200 answers carry the same order_id", label);
+        int lost = count_repeats(p->remaining, n_ok);
+        stock_view v = stock_get(goods[m]);
+        printf("    %s: OVERSOLD %lld (stock %lld sold %lld orders %lld; %d sales saw a "
+               "'remaining' another sale saw too)\n",
+               label, v.oversold, v.stock, v.sold, v.orders, lost);
+        if (v.sold != p->counts.by_status[200] || v.orders != p->counts.by_status[200])
+            fail_msg("%s: sold %lld orders %lld, but %d answers were 200", label, v.sold,
+                     v.orders, p->counts.by_status[200]);
+        if (v.initial != LOAD_STOCK || v.stock < 0 || v.stock > LOAD_STOCK || v.oversold < 0)
+            fail_msg("%s: initial %lld stock %lld oversold %lld: stock out of bounds or lost",
+                     label, v.initial, v.stock, v.oversold);
+    }
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Case: admin without its token
+ * ------------------------------------------------------------------------------------------ */
+
+static void test_admin_unauthorized(void **state)
+{
+    (void)state;
+    begin_case("admin_unauthorized");
+    reset_goods(GOODS_AUTH, 5);
+    expect_deducted(deduct(g_env.stock_url, GOODS_AUTH, 1, "redis", NULL), GOODS_AUTH, 1, 4,
+                    "redis", "deduct before the refused resets");
+
+    char wrong[340], longer[340], basic[340], bare[340];
+    snprintf(wrong, sizeof(wrong), "Authorization: Bearer not-%s", g_env.admin_token);
+    snprintf(longer, sizeof(longer), "%sx", g_env.auth_header);
+    snprintf(basic, sizeof(basic), "Authorization: Basic %s", g_env.admin_token);
+    snprintf(bare, sizeof(bare), "Authorization: %s", g_env.admin_token);
+    const char *headers[] = {NULL, wrong, longer, basic, bare, "Authorization: Bearer",
+                             "Authorization: Bearer "};
+    const char *labels[] = {"no Authorization", "a wrong token", "the token plus one character",
+                            "Basic instead of Bearer", "no scheme", "Bearer and no token",
+                            "Bearer and an empty token"};
+    for (size_t i = 0; i < sizeof(headers) / sizeof(headers[0]); i++) {
+        char what[96];
+        snprintf(what, sizeof(what), "reset with %s", labels[i]);
+        http_request rq = {.method = "POST",
+                           .base = g_env.stock_url,
+                           .path = "/api/admin/reset",
+                           .body = "{\"goods_id\":3901,\"stock\":77}",
+                           .headers = {headers[i]}};
+        expect_error(call(&rq), 401, "unauthorized", what);
+        expect_stock(GOODS_AUTH, 5, 4, 1, 1, what); /* nothing reset, the order kept */
+    }
+    /* Directly to a replica too: the token is the replica's check, not nginx's. */
+    http_request rq = {.method = "POST",
+                       .base = g_env.replicas[0],
+                       .path = "/api/admin/reset",
+                       .body = "{\"goods_id\":3901,\"stock\":77}"};
+    expect_error(call(&rq), 401, "unauthorized", "reset without a token, on a replica");
+    expect_stock(GOODS_AUTH, 5, 4, 1, 1, "after the refused resets");
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Case: Redis down, and back
+ * ------------------------------------------------------------------------------------------ */
+
+static bool g_redis_stopped; /* this process stopped Redis and has not restarted it yet */
+
+static int redis_case_teardown(void **state)
+{
+    if (g_redis_stopped) {
+        if (stack_script("redis-start") != 0)
+            fprintf(stderr, "scripts/stack.sh redis-start failed: Redis stays down\n");
+        g_redis_stopped = false;
+    }
+    return case_teardown(state);
+}
+
+/* Polls /readyz on every replica until all say `status`; returns the seconds it took, or a
+ * negative number when limit_s ran out. */
+static double wait_ready(long status, double limit_s)
+{
+    double start = now_s();
+    for (;;) {
+        size_t ready = 0;
+        for (size_t i = 0; i < g_env.n_replicas; i++) {
+            http_reply r;
+            http_request rq = {.method = "GET", .base = g_env.replicas[i], .path = "/readyz",
+                               .timeout_ms = 3000};
+            if (http_do(g_curl, &rq, &r) == 0 && r.status == status)
+                ready++;
+            free(r.body);
+        }
+        if (ready == g_env.n_replicas)
+            return now_s() - start;
+        if (now_s() - start > limit_s)
+            return -1.0;
+        usleep(100 * 1000);
+    }
+}
+
+static void test_redis_down(void **state)
+{
+    (void)state;
+    begin_case("redis_down");
+    reset_goods(GOODS_DOWN, 100);
+    expect_deducted(deduct(g_env.stock_url, GOODS_DOWN, 1, "redis", NULL), GOODS_DOWN, 1, 99,
+                    "redis", "redis-mode deduct before Redis stops");
+
+    g_redis_stopped = true; /* set first: a half-done stop is undone by the teardown too */
+    if (stack_script("redis-stop") != 0)
+        fail_msg("scripts/stack.sh redis-stop failed");
+
+    /* Every replica, and nginx: 503 unavailable, quickly, and nothing sold. */
+    for (size_t i = 0; i <= g_env.n_replicas; i++) {
+        const char *base = i == 0 ? g_env.stock_url : g_env.replicas[i - 1];
+        char what[160];
+        snprintf(what, sizeof(what), "redis-mode deduct with Redis down, via %s", base);
+        http_reply *r = deduct(base, GOODS_DOWN, 1, "redis", NULL);
+        printf("    %s: %ld in %.3f s\n", what, r->status, r->seconds);
+        json_t *j = expect_error(r, 503, "unavailable", what);
+        (void)field_str(j, "detail", what);
+        if (r->seconds >= DOWN_ANSWER_S)
+            fail_msg("%s: answered after %.2f s, want under %.1f s", what, r->seconds,
+                     DOWN_ANSWER_S);
+    }
+    expect_stock(GOODS_DOWN, 100, 99, 1, 1, "after the 503s");
+
+    /* Not ready, but alive. */
+    for (size_t i = 0; i < g_env.n_replicas; i++) {
+        char what[160];
+        snprintf(what, sizeof(what), "GET /readyz on %s with Redis down", g_env.replicas[i]);
+        expect_json(get(g_env.replicas[i], "/readyz"), 503, what);
+        snprintf(what, sizeof(what), "GET /healthz on %s with Redis down", g_env.replicas[i]);
+        expect_json(get(g_env.replicas[i], "/healthz"), 200, what);
+    }
+
+    /* none needs no Redis: it still sells, directly and through nginx. */
+    long long stock = 99, sold = 1;
+    for (size_t i = 0; i <= g_env.n_replicas; i++) {
+        const char *base = i == 0 ? g_env.stock_url : g_env.replicas[i - 1];
+        char what[160];
+        snprintf(what, sizeof(what), "none-mode deduct with Redis down, via %s", base);
+        expect_deducted(deduct(base, GOODS_DOWN, 1, "none", NULL), GOODS_DOWN, 1, stock - 1,
+                        "none", what);
+        stock--;
+        sold++;
+    }
+
+    if (stack_script("redis-start") != 0)
+        fail_msg("scripts/stack.sh redis-start failed");
+    g_redis_stopped = false;
+    double took = wait_ready(200, READY_WAIT_S);
+    printf("    every replica ready again %.2f s after redis-start\n", took);
+    if (took < 0)
+        fail_msg("the replicas' /readyz did not all return to 200 within %.0f s of redis-start",
+                 READY_WAIT_S);
+
+    /* redis mode works again on every replica, without any restart. */
+    for (size_t i = 0; i <= g_env.n_replicas; i++) {
+        const char *base = i == 0 ? g_env.stock_url : g_env.replicas[i - 1];
+        char what[160];
+        snprintf(what, sizeof(what), "redis-mode deduct after Redis is back, via %s", base);
+        expect_deducted(deduct(base, GOODS_DOWN, 1, "redis", NULL), GOODS_DOWN, 1, stock - 1,
+                        "redis", what);
+        stock--;
+        sold++;
+    }
+    expect_stock(GOODS_DOWN, 100, stock, sold, sold, "after Redis came back");
+}
+
+/* ------------------------------------------------------------------------------------------
+ * The run
+ * ------------------------------------------------------------------------------------------ */
+
+/* Reads and checks the environment; on any problem, g_env.problem says what. */
+static void env_load(void)
+{
+    const char *urls = getenv("REPLICA_URLS");
+    const char *wait = getenv("LOCK_WAIT_MS");
+    const char *required[] = {"STOCK_URL", "REPLICA_URLS", "ADMIN_TOKEN", "REDIS_PORT",
+                              "RUN_DIR"};
+
+    for (size_t i = 0; i < sizeof(required) / sizeof(required[0]); i++) {
+        const char *v = getenv(required[i]);
+        if (v == NULL || v[0] == '\0') {
+            snprintf(g_env.problem, sizeof(g_env.problem),
+                     "%s is not set (tests/integration.sh sets STOCK_URL, REPLICA_URLS, "
+                     "ADMIN_TOKEN, REDIS_PORT, RUN_DIR and the ports scripts/stack.sh needs)",
+                     required[i]);
+            return;
+        }
+    }
+    g_env.stock_url = getenv("STOCK_URL");
+    g_env.admin_token = getenv("ADMIN_TOKEN");
+    g_env.redis_port = getenv("REDIS_PORT");
+    if (strspn(g_env.redis_port, "0123456789") != strlen(g_env.redis_port)) {
+        snprintf(g_env.problem, sizeof(g_env.problem), "REDIS_PORT '%s' is not a number",
+                 g_env.redis_port);
+        return;
+    }
+    g_env.lock_wait_ms = 2000;
+    if (wait != NULL && wait[0] != '\0') {
+        char *end;
+        g_env.lock_wait_ms = strtol(wait, &end, 10);
+        if (*end != '\0' || g_env.lock_wait_ms < 100 || g_env.lock_wait_ms > 20000) {
+            snprintf(g_env.problem, sizeof(g_env.problem),
+                     "LOCK_WAIT_MS '%s' is not a number from 100 to 20000", wait);
+            return;
+        }
+    }
+    snprintf(g_env.auth_header, sizeof(g_env.auth_header), "Authorization: Bearer %s",
+             g_env.admin_token);
+    snprintf(g_env.run_tag, sizeof(g_env.run_tag), "%ld-%ld", (long)getpid(), (long)time(NULL));
+
+    /* REPLICA_URLS: comma-separated, trailing slashes dropped. */
+    const char *p = urls;
+    while (*p != '\0' && g_env.n_replicas < MAX_REPLICAS) {
+        size_t n = strcspn(p, ",");
+        while (n > 0 && p[n - 1] == '/')
+            n--;
+        if (n > 0 && (g_env.replicas[g_env.n_replicas] = strndup(p, n)) != NULL)
+            g_env.n_replicas++;
+        p += strcspn(p, ",");
+        if (*p == ',')
+            p++;
+    }
+    if (g_env.n_replicas < 1) {
+        snprintf(g_env.problem, sizeof(g_env.problem), "REPLICA_URLS '%s' names no URL", urls);
+        return;
+    }
+    if (access("scripts/stack.sh", X_OK) != 0) {
+        snprintf(g_env.problem, sizeof(g_env.problem),
+                 "scripts/stack.sh is not here: run the test from the project root");
+        return;
+    }
+}
+
+/* Asks each replica its instance name (its /healthz says it), so that answers' instance
+ * fields can be checked. */
+static void env_learn_instances(void)
+{
+    for (size_t i = 0; i < g_env.n_replicas && g_env.problem[0] == '\0'; i++) {
+        http_reply r;
+        http_request rq = {.method = "GET", .base = g_env.replicas[i], .path = "/healthz"};
+        json_t *j = NULL;
+        if (http_do(g_curl, &rq, &r) == 0 && r.status == 200)
+            j = json_loadb(r.body, r.len, 0, NULL);
+        const json_t *name = json_object_get(j, "instance");
+        if (json_is_string(name))
+            snprintf(g_env.instances[i], sizeof(g_env.instances[i]), "%s",
+                     json_string_value(name));
+        else
+            snprintf(g_env.problem, sizeof(g_env.problem),
+                     "GET %s/healthz did not answer 200 with an \"instance\" (status %ld%s%s): "
+                     "is the stack up?",
+                     g_env.replicas[i], r.status, r.error[0] ? ", " : "", r.error);
+        json_decref(j);
+        free(r.body);
+    }
+    for (size_t i = 0; i < g_env.n_replicas && g_env.problem[0] == '\0'; i++)
+        for (size_t k = 0; k < i; k++)
+            if (strcmp(g_env.instances[i], g_env.instances[k]) == 0)
+                snprintf(g_env.problem, sizeof(g_env.problem),
+                         "replicas %s and %s both call themselves %s", g_env.replicas[k],
+                         g_env.replicas[i], g_env.instances[i]);
+}
+
+int main(void)
+{
+    /* The order matters only for the last one: Redis down must not disturb the others. */
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_deduct_outcomes, case_setup, case_teardown),
+        cmocka_unit_test_setup_teardown(test_deduct_modes, case_setup, case_teardown),
+        cmocka_unit_test_setup_teardown(test_body_limits, case_setup, case_teardown),
+        cmocka_unit_test_setup_teardown(test_content_types, case_setup, case_teardown),
+        cmocka_unit_test_setup_teardown(test_lock_timeout, case_setup, lock_case_teardown),
+        cmocka_unit_test_setup_teardown(test_stock_endpoint, case_setup, case_teardown),
+        cmocka_unit_test_setup_teardown(test_admin_reset, case_setup, case_teardown),
+        cmocka_unit_test_setup_teardown(test_modes_endpoint, case_setup, case_teardown),
+        cmocka_unit_test_setup_teardown(test_health_and_metrics, case_setup, case_teardown),
+        cmocka_unit_test_setup_teardown(test_methods_and_paths, case_setup, case_teardown),
+        cmocka_unit_test_setup_teardown(test_malformed_requests, case_setup, case_teardown),
+        cmocka_unit_test_setup_teardown(test_idempotency, case_setup, case_teardown),
+        cmocka_unit_test_setup_teardown(test_load_redis_three, case_setup, case_teardown),
+        cmocka_unit_test_setup_teardown(test_load_local_one, case_setup, case_teardown),
+        cmocka_unit_test_setup_teardown(test_load_unsafe_three, case_setup, case_teardown),
+        cmocka_unit_test_setup_teardown(test_admin_unauthorized, case_setup, case_teardown),
+        cmocka_unit_test_setup_teardown(test_redis_down, case_setup, redis_case_teardown),
+    };
+    int failed;
+
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+        fprintf(stderr, "test_stack: curl_global_init failed\n");
+        return 1;
+    }
+    json_object_seed(0); /* once, before any thread makes an object */
+    g_curl = curl_easy_init();
+    if (g_curl == NULL)
+        snprintf(g_env.problem, sizeof(g_env.problem), "curl_easy_init failed");
+    else
+        env_load();
+    if (g_env.problem[0] == '\0')
+        env_learn_instances();
+    if (g_env.problem[0] != '\0')
+        fprintf(stderr, "test_stack: FAILING every case: %s\n", g_env.problem);
+    else
+        printf("test_stack: nginx %s, %zu replicas, lock wait %ld ms\n", g_env.stock_url,
+               g_env.n_replicas, g_env.lock_wait_ms);
+
+    double start = now_s();
+    failed = cmocka_run_group_tests_name("stack", tests, NULL, NULL);
+    printf("test_stack: %.1f s in all\n", now_s() - start);
+
+    release_owned();
+    free(g_owned);
+    for (size_t i = 0; i < g_env.n_replicas; i++)
+        free(g_env.replicas[i]);
+    curl_easy_cleanup(g_curl);
+    curl_global_cleanup();
+    return failed == 0 ? 0 : 1;
+}
