@@ -61,7 +61,7 @@ $(B)/stockd: $(B)/obj/service/main.o $(MODULE_OBJ)
 $(B)/lock-bench: $(B)/obj/bench/lock_bench.o $(LOCK_OBJ)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(B)/ceiling-bench: $(B)/obj/bench/ceiling_bench.o $(DB_OBJ) $(LOCK_OBJ)
+$(B)/ceiling-bench: $(B)/obj/bench/ceiling_bench.o $(SERVICE_OBJ) $(DB_OBJ) $(LOCK_OBJ)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(B)/tests/%: $(B)/obj/tests/%.o $(TEST_SUPPORT_OBJ) $(MODULE_OBJ)

@@ -17,8 +17,9 @@
  * restarted, the network dropped, the backend was terminated). The second kind marks the
  * connection broken, so the pool closes it and opens a new one on next use.
  *
- * libpq prints notices (and the server's parting FATAL message on an idle connection) to
- * stderr by default; this module does not log, so they are dropped.
+ * libpq prints notices to stderr by default; this module does not log, so a receiver of
+ * its own drops them, except the server's parting message on an idle session (see
+ * on_notice).
  */
 #include <errno.h>
 #include <poll.h>
@@ -28,10 +29,22 @@
 
 #include "db/internal.h"
 
-static void ignore_notice(void *arg, const char *message)
+/*
+ * libpq hands this what the server says outside a statement's result: notices and
+ * warnings (dropped: this module does not log), and, on an idle session, the server's
+ * parting FATAL message when it closes the session (a restart, pg_terminate_backend).
+ * That one marks the connection broken and keeps the reason.
+ */
+static void on_notice(void *arg, const PGresult *res)
 {
-    (void)arg;
-    (void)message;
+    db_conn *c = arg;
+    const char *severity = PQresultErrorField(res, PG_DIAG_SEVERITY_NONLOCALIZED);
+    const char *primary = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
+
+    if (severity && (strcmp(severity, "FATAL") == 0 || strcmp(severity, "PANIC") == 0)) {
+        c->broken = true;
+        db__set_error(c, "%s", primary ? primary : "the server closed the session");
+    }
 }
 
 /* Copies a libpq message into buf on one line: libpq may put one line per address tried. */
@@ -149,7 +162,7 @@ int db__conn_open(db_conn *c, const char *conninfo, int connect_timeout_ms,
     rc = drive_connect(pg, connect_timeout_ms, err, errlen);
     if (rc != DB_OK)
         goto fail;
-    PQsetNoticeProcessor(pg, ignore_notice, NULL);
+    PQsetNoticeReceiver(pg, on_notice, c);
 
     c->pg = pg;
     c->prepared = 0;
@@ -184,18 +197,23 @@ bool db__conn_alive(db_conn *c)
 
     if (!c->pg || c->broken || PQstatus(c->pg) != CONNECTION_OK)
         return false;
-    /* An idle session receives nothing unless the server is closing it (or sends a
-     * notice). libpq may need two reads to see the end: the parting message, then EOF. */
+    /* An idle session receives nothing unless the server is closing it: first its parting
+     * FATAL message, then the end of the stream. Reading the socket (PQconsumeInput) and
+     * parsing what came (PQisBusy) lets on_notice see the message, or libpq the end. A
+     * notification (we never LISTEN, but still) is read and dropped. */
     for (i = 0; i < 4; i++) {
         pfd.fd = PQsocket(c->pg);
         pfd.events = POLLIN;
         pfd.revents = 0;
         if (poll(&pfd, 1, 0) <= 0)
             return true; /* nothing to read: alive as far as can be told for free */
-        if (!PQconsumeInput(c->pg) || PQstatus(c->pg) != CONNECTION_OK)
+        if (!PQconsumeInput(c->pg))
             return false;
+        (void)PQisBusy(c->pg);
         while ((note = PQnotifies(c->pg)) != NULL)
             PQfreemem(note);
+        if (c->broken || PQstatus(c->pg) != CONNECTION_OK)
+            return false;
     }
     return true;
 }
@@ -205,10 +223,10 @@ static bool sqlstate_is_connection(const char *state)
 {
     if (!state)
         return false;
-    return strncmp(state, "08", 2) == 0         /* connection exception */
-           || strcmp(state, "57P01") == 0       /* admin_shutdown */
-           || strcmp(state, "57P02") == 0       /* crash_shutdown */
-           || strcmp(state, "57P03") == 0;      /* cannot_connect_now */
+    return strncmp(state, "08", 2) == 0    /* connection exception */
+           || strcmp(state, "57P01") == 0  /* admin_shutdown */
+           || strcmp(state, "57P02") == 0  /* crash_shutdown */
+           || strcmp(state, "57P03") == 0; /* cannot_connect_now */
 }
 
 int db__check(db_conn *c, PGresult *res, ExecStatusType want)
@@ -232,7 +250,9 @@ int db__check(db_conn *c, PGresult *res, ExecStatusType want)
     /* A failure without an SQLSTATE comes from libpq itself (the server went away, out of
      * memory, a protocol error): the session cannot be trusted any more either. */
     lost = PQstatus(c->pg) != CONNECTION_OK || sqlstate_is_connection(state) ||
-           (st == PGRES_FATAL_ERROR && !state);
+           (st == PGRES_FATAL_ERROR && !state) ||
+           /* a COPY nobody will finish leaves the session unusable */
+           st == PGRES_COPY_IN || st == PGRES_COPY_OUT || st == PGRES_COPY_BOTH;
     PQclear(res);
     if (lost) {
         c->broken = true;

@@ -32,34 +32,42 @@ typedef struct db_pool db_pool;
 typedef struct db_conn db_conn;
 
 typedef struct db_pool_options {
-    const char *conninfo;     /* libpq connection string; required */
+    const char *conninfo;     /* libpq "key=value ..." string or postgresql:// URI; required;
+                                 copied by db_pool_create */
     int size;                 /* connections at most; default 8 */
-    int connect_timeout_ms;   /* default 2000 */
-    int statement_timeout_ms; /* server-side statement_timeout for every session; default 5000 */
+    int connect_timeout_ms;   /* bound on opening a session, handshake included; default 2000 */
+    int statement_timeout_ms; /* server-side statement_timeout for every session; default 5000;
+                                 0: none */
 } db_pool_options;
 
 void db_pool_options_init(db_pool_options *opts);
 
 /* Creates an empty pool (connections are opened lazily, so this works while PostgreSQL is
- * down). *out owns it; free with db_pool_destroy(). */
+ * down). *out owns it; free with db_pool_destroy(). DB_ERR_INVALID for a conninfo libpq
+ * cannot parse, a size outside 1..1000 or a timeout out of range. */
 int db_pool_create(const db_pool_options *opts, db_pool **out);
 
 /* Closes every connection. All connections must have been released. NULL is a no-op. */
 void db_pool_destroy(db_pool *pool);
 
 /*
- * Borrows a connection, waiting at most timeout_ms for one to be free. A connection that
- * is not open (first use, or broken last time) is opened now. Returns DB_OK and sets *out;
- * DB_ERR_BUSY when none was free in time; DB_ERR_UNAVAILABLE when PostgreSQL cannot be
- * reached (the error text is in *out's place: see db_last_connect_error()).
+ * Borrows a connection, waiting at most timeout_ms (>= 0; 0 does not wait) for one to be
+ * free. A connection that is not open (first use, broken last time, or closed by the
+ * server while it sat in the pool) is opened now, within connect_timeout_ms: the call
+ * returns within timeout_ms + connect_timeout_ms. Returns DB_OK and sets *out, which the
+ * calling thread alone uses until db_pool_release(); DB_ERR_BUSY when none was free in
+ * time; DB_ERR_UNAVAILABLE when PostgreSQL cannot be reached. On failure *out is NULL and
+ * db_last_connect_error() says why.
  */
 int db_pool_acquire(db_pool *pool, int timeout_ms, db_conn **out);
 
-/* Returns a borrowed connection. A connection left inside a transaction is rolled back;
- * a broken one is closed, to be reopened on next use. */
+/* Returns a borrowed connection. A connection left inside a transaction is rolled back
+ * (one round trip: better to end transactions before); a broken one is closed, to be
+ * reopened on next use. NULL conn is a no-op. */
 void db_pool_release(db_pool *pool, db_conn *conn);
 
-/* The text of the last connection failure of db_pool_acquire in this thread. */
+/* The text of the last failure of db_pool_acquire in this thread (unreachable or busy).
+ * Valid until the thread's next db_pool_acquire. */
 const char *db_last_connect_error(void);
 
 typedef struct db_pool_stats {
@@ -70,14 +78,24 @@ typedef struct db_pool_stats {
 
 void db_pool_get_stats(db_pool *pool, db_pool_stats *out);
 
-/* The last error PostgreSQL gave on this connection ("" if none). */
+/* The last error on this connection since it was borrowed ("" if none): PostgreSQL's
+ * message with its SQLSTATE, or libpq's. Valid until the next call on the connection. */
 const char *db_conn_error(const db_conn *conn);
 const char *db_strerror(int code);
 
-/* SELECT 1: DB_OK or DB_ERR_UNAVAILABLE. For readiness checks. */
+/* SELECT 1: DB_OK or DB_ERR_UNAVAILABLE (any failure). For readiness checks. */
 int db_ping(db_conn *conn);
 
-/* Transactions (READ COMMITTED, PostgreSQL's default). */
+/*
+ * Transactions (READ COMMITTED, PostgreSQL's default), one round trip each.
+ * db_commit returns DB_ERR_QUERY when the transaction had already failed (PostgreSQL then
+ * rolls it back). DB_ERR_UNAVAILABLE from db_commit means the outcome is unknown: the
+ * connection broke after COMMIT was sent, and the server may have committed.
+ * Errors (for every statement below): DB_ERR_QUERY when PostgreSQL refused the statement
+ * (a constraint, statement_timeout, a serialization failure or deadlock): the session is
+ * fine, the transaction must be rolled back; DB_ERR_UNAVAILABLE when the session itself
+ * failed: it is marked broken and replaced on its next borrowing.
+ */
 int db_begin(db_conn *conn);
 int db_commit(db_conn *conn);
 int db_rollback(db_conn *conn);
@@ -101,9 +119,12 @@ int db_order_insert(db_conn *conn, int64_t goods_id, int64_t count, const char *
  * db_idempotency_claim: inside a transaction, inserts an empty record for the key. If
  *   another transaction is claiming the same key, this waits for it to end. Returns DB_OK
  *   when the key is now ours, DB_ERR_CONFLICT when a committed request already holds it.
- * db_idempotency_store: fills the claimed record with the outcome (HTTP status and body).
- * db_idempotency_fetch: the stored outcome; *body is malloc'd, the caller frees it.
- *   DB_ERR_NOT_FOUND when there is none (or only an unfinished claim).
+ *   The caller must end the transaction after storing (commit) or roll it back: an
+ *   unfinished claim makes every other claimer of the key wait.
+ * db_idempotency_store: fills the claimed record with the outcome (HTTP status 100..599
+ *   and body), in the claiming transaction. DB_ERR_NOT_FOUND when there is no claim.
+ * db_idempotency_fetch: the stored outcome; *body is malloc'd, the caller frees it (NULL
+ *   on failure). DB_ERR_NOT_FOUND when there is none (or only an unfinished claim).
  */
 int db_idempotency_claim(db_conn *conn, int64_t goods_id, const char *key);
 int db_idempotency_store(db_conn *conn, int64_t goods_id, const char *key, int status,
@@ -111,8 +132,9 @@ int db_idempotency_store(db_conn *conn, int64_t goods_id, const char *key, int s
 int db_idempotency_fetch(db_conn *conn, int64_t goods_id, const char *key, int *status,
                          char **body);
 
-/* Creates the goods if needed, sets stock and initial to `stock`, deletes its orders and
- * idempotency records: one transaction. */
+/* Creates the goods if needed, sets stock and initial to `stock` (the fencing token is
+ * kept), deletes its orders and idempotency records: one transaction of its own, so it
+ * must be called outside one (DB_ERR_INVALID otherwise). */
 int db_goods_reset(db_conn *conn, int64_t goods_id, int64_t stock);
 
 typedef struct db_stock_report {
@@ -122,7 +144,8 @@ typedef struct db_stock_report {
     int64_t orders;  /* number of orders */
 } db_stock_report;
 
-/* DB_ERR_NOT_FOUND for unknown goods. */
+/* One statement, so the stock and the orders are read at the same instant.
+ * DB_ERR_NOT_FOUND for unknown goods. */
 int db_stock_report_read(db_conn *conn, int64_t goods_id, db_stock_report *out);
 
 /*
@@ -131,8 +154,12 @@ int db_stock_report_read(db_conn *conn, int64_t goods_id, db_stock_report *out);
  *   schema_migrations table, under a PostgreSQL advisory lock so that several processes
  *   may run it at once. Does nothing when up to date. *applied (if not NULL) gets the
  *   number of files applied. On failure, msg gets one line saying what went wrong.
+ *   Must be called outside a transaction. Returns DB_OK; DB_ERR_SCHEMA (unreadable or
+ *   empty directory, two files with one number, a file that commits by itself);
+ *   DB_ERR_QUERY (a file failed: nothing of it stays) or DB_ERR_UNAVAILABLE.
  * db_schema_check: DB_OK when every file in `dir` is recorded as applied; DB_ERR_SCHEMA
- *   otherwise, with msg naming the first pending file.
+ *   otherwise, with msg naming the first pending file. Versions recorded in the database
+ *   but absent from `dir` are not an error. msg may be NULL.
  */
 int db_migrate(db_conn *conn, const char *dir, int *applied, char *msg, size_t msglen);
 int db_schema_check(db_conn *conn, const char *dir, char *msg, size_t msglen);

@@ -68,8 +68,7 @@ int db_idempotency_store(db_conn *conn, int64_t goods_id, const char *key, int s
     return rc;
 }
 
-int db_idempotency_fetch(db_conn *conn, int64_t goods_id, const char *key, int *status,
-                         char **body)
+int db_idempotency_fetch(db_conn *conn, int64_t goods_id, const char *key, int *status, char **body)
 {
     char id_buf[DB__I64_LEN];
     const char *params[2];

@@ -34,10 +34,10 @@
  */
 struct db_conn {
     db_pool *pool;
-    PGconn *pg;           /* NULL while closed */
-    uint64_t prepared;    /* bit i set: statement i is prepared on this session */
-    bool broken;          /* the session is unusable: closed on release, reopened on use */
-    bool in_use;          /* borrowed (guarded by pool->mu) */
+    PGconn *pg;            /* NULL while closed */
+    uint64_t prepared;     /* bit i set: statement i is prepared on this session */
+    bool broken;           /* the session is unusable: closed on release, reopened on use */
+    bool in_use;           /* borrowed (guarded by pool->mu) */
     char err[DB__ERR_LEN]; /* the last error on this connection, "" if none */
 };
 

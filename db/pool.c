@@ -64,7 +64,7 @@ int db_pool_create(const db_pool_options *opts, db_pool **out)
 {
     pthread_condattr_t attr;
     db_pool *pool = NULL;
-    int i, rc = DB_ERR_NOMEM;
+    int i;
 
     if (!out)
         return DB_ERR_INVALID;
@@ -74,7 +74,7 @@ int db_pool_create(const db_pool_options *opts, db_pool **out)
 
     pool = calloc(1, sizeof(*pool));
     if (!pool)
-        goto fail;
+        return DB_ERR_NOMEM;
     pool->conninfo = strdup(opts->conninfo);
     pool->conns = calloc((size_t)opts->size, sizeof(*pool->conns));
     if (!pool->conninfo || !pool->conns)
@@ -104,8 +104,7 @@ fail_alloc:
     free(pool->conns);
     free(pool->conninfo);
     free(pool);
-fail:
-    return rc;
+    return DB_ERR_NOMEM;
 }
 
 void db_pool_destroy(db_pool *pool)
@@ -176,7 +175,7 @@ static db_conn *take_slot(db_pool *pool, int timeout_ms)
 }
 
 /* Gives a slot back (its session open or closed, as the caller left it) and wakes one
- * waiter. opened / closed: how the caller changed the number of open sessions. */
+ * waiter. open_delta: -1 if the caller closed the slot's session, else 0. */
 static void give_slot(db_pool *pool, db_conn *c, int open_delta)
 {
     pthread_mutex_lock(&pool->mu);
@@ -210,8 +209,7 @@ int db_pool_acquire(db_pool *pool, int timeout_ms, db_conn **out)
     c = take_slot(pool, timeout_ms);
     if (!c) {
         snprintf(last_connect_error, sizeof(last_connect_error),
-                 "no database connection free within %d ms (pool of %d)", timeout_ms,
-                 pool->size);
+                 "no database connection free within %d ms (pool of %d)", timeout_ms, pool->size);
         return DB_ERR_BUSY;
     }
 
@@ -222,9 +220,8 @@ int db_pool_acquire(db_pool *pool, int timeout_ms, db_conn **out)
         add_open(pool, -1);
     }
     if (!c->pg) {
-        rc = db__conn_open(c, pool->conninfo, pool->connect_timeout_ms,
-                           pool->statement_timeout_ms, last_connect_error,
-                           sizeof(last_connect_error));
+        rc = db__conn_open(c, pool->conninfo, pool->connect_timeout_ms, pool->statement_timeout_ms,
+                           last_connect_error, sizeof(last_connect_error));
         if (rc != DB_OK) {
             give_slot(pool, c, 0);
             return rc;

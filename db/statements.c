@@ -26,7 +26,7 @@
 #include "db/internal.h"
 
 struct db__stmt {
-    const char *name;   /* the prepared statement's name on the session */
+    const char *name; /* the prepared statement's name on the session */
     const char *sql;
     int nparams;
     ExecStatusType want; /* PGRES_TUPLES_OK for statements that return rows */
@@ -49,8 +49,8 @@ static const struct db__stmt stmts[DB__STMT_COUNT] = {
 
     /* Deliberately no FOR UPDATE: two requests may read the same stock. Closing that race
      * is the guards' job, and what the modes compare. */
-    [DB__STOCK_READ] = {"stock_read", "SELECT stock FROM goods WHERE id = $1", 1,
-                        PGRES_TUPLES_OK, false},
+    [DB__STOCK_READ] = {"stock_read", "SELECT stock FROM goods WHERE id = $1", 1, PGRES_TUPLES_OK,
+                        false},
 
     /* $3 is the writer's fencing token, or NULL. With a token, the row is written only if
      * no higher token has written it, and then carries this one. Under READ COMMITTED a
@@ -62,8 +62,8 @@ static const struct db__stmt stmts[DB__STMT_COUNT] = {
                          " WHERE id = $1 AND ($3::bigint IS NULL OR fence <= $3::bigint)",
                          3, PGRES_COMMAND_OK, false},
     /* Only run when a write changed no row, to tell "unknown goods" from "fenced". */
-    [DB__GOODS_EXISTS] = {"goods_exists", "SELECT 1 FROM goods WHERE id = $1", 1,
-                          PGRES_TUPLES_OK, false},
+    [DB__GOODS_EXISTS] = {"goods_exists", "SELECT 1 FROM goods WHERE id = $1", 1, PGRES_TUPLES_OK,
+                          false},
     [DB__ORDER_INSERT] = {"order_insert",
                           "INSERT INTO orders (goods, count, mode, instance, fence)"
                           " VALUES ($1, $2, $3, $4, $5) RETURNING id",
@@ -108,9 +108,8 @@ static const struct db__stmt stmts[DB__STMT_COUNT] = {
 
     /* Session-level advisory lock: held until unlocked or the session ends, so a migrator
      * that dies mid-way releases it with its connection. */
-    [DB__MIGRATION_LOCK] = {"migration_lock",
-                            "SELECT pg_advisory_lock(" DB__MIGRATION_LOCK_KEY ")", 0,
-                            PGRES_TUPLES_OK, false},
+    [DB__MIGRATION_LOCK] = {"migration_lock", "SELECT pg_advisory_lock(" DB__MIGRATION_LOCK_KEY ")",
+                            0, PGRES_TUPLES_OK, false},
     [DB__MIGRATION_UNLOCK] = {"migration_unlock",
                               "SELECT pg_advisory_unlock(" DB__MIGRATION_LOCK_KEY ")", 0,
                               PGRES_TUPLES_OK, false},
@@ -127,8 +126,8 @@ static const struct db__stmt stmts[DB__STMT_COUNT] = {
                                 "SELECT version FROM schema_migrations ORDER BY version", 0,
                                 PGRES_TUPLES_OK, false},
     [DB__MIGRATION_RECORD] = {"migration_record",
-                              "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)",
-                              2, PGRES_COMMAND_OK, false},
+                              "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)", 2,
+                              PGRES_COMMAND_OK, false},
 };
 
 _Static_assert(DB__STMT_COUNT <= 64, "db_conn.prepared is a 64-bit set");
@@ -143,14 +142,18 @@ static int prepare_once(db_conn *c, enum db__stmt_id id)
 {
     const struct db__stmt *s = &stmts[id];
     uint64_t bit = UINT64_C(1) << id;
+    PGresult *res;
     int rc;
 
     if (c->prepared & bit)
         return DB_OK;
-    rc = db__check(c, PQprepare(c->pg, s->name, s->sql, s->nparams, NULL), PGRES_COMMAND_OK);
-    if (rc == DB_OK)
-        c->prepared |= bit;
-    return rc;
+    res = PQprepare(c->pg, s->name, s->sql, s->nparams, NULL);
+    rc = db__check(c, res, PGRES_COMMAND_OK);
+    if (rc != DB_OK)
+        return rc; /* db__check cleared res */
+    PQclear(res);
+    c->prepared |= bit;
+    return DB_OK;
 }
 
 int db__run(db_conn *c, enum db__stmt_id id, const char *const *params, PGresult **res)

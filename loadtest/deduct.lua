@@ -139,6 +139,7 @@ local requests_by_goods = {} -- prebuilt HTTP requests, one per goods
 local share = nil            -- this thread's part of the budget; nil: no budget
 local reserved = 0           -- requests delay() has let through
 local finished = false
+local verified = false       -- see request()
 
 local function fail(msg)
     io.stderr:write("deduct.lua: " .. msg .. "\n")
@@ -158,13 +159,11 @@ end
 
 function init(args)
     local opts = {}
-    for i = 0, #args do -- wrk numbers the arguments from 0
-        local a = args[i]
-        if a then
-            local k, v = a:match("^([%w_]+)=(.*)$")
-            if not k then fail("arguments are key=value, got '" .. a .. "'") end
-            opts[k] = v
-        end
+    -- args[0] is the URL; the script's own arguments follow from args[1].
+    for _, a in ipairs(args) do
+        local k, v = a:match("^([%w_]+)=(.*)$")
+        if not k then fail("arguments are key=value, got '" .. a .. "'") end
+        opts[k] = v
     end
     local known = { mode = true, goods = true, goods_count = true, count = true,
                     budget = true, threads = true }
@@ -225,6 +224,12 @@ function delay()
 end
 
 function request()
+    -- Before starting the first thread, wrk calls its request() once to check that the
+    -- request parses; that one is never sent, so it is not counted.
+    if not verified then
+        verified = true
+        if thread_index == 1 then return requests_by_goods[1] end
+    end
     if now and not stats.t_first then stats.t_first = now() end
     stats.sent = stats.sent + 1
     if #requests_by_goods == 1 then return requests_by_goods[1] end

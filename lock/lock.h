@@ -3,13 +3,17 @@
  *
  * The lock named N lives in Redis as:
  *   N           a hash {owner -> hold count} with a TTL (the lease);
- *   N:fence     a counter that only grows (no TTL): the fencing token source;
+ *   N:fence     a counter that only grows (no TTL): the fencing token source; when it is
+ *               missing (first use, Redis lost its data) it starts at Redis' clock in
+ *               microseconds, so tokens keep growing across a Redis restart too;
  *   N:released  the pub/sub channel a release is announced on.
  * An owner is "<128-bit random process id in hex>:<thread number>", so reentrancy is per
- * thread of a process, as in Redisson's "UUID:threadId".
+ * thread of a process, as in Redisson's "UUID:threadId". (The id is drawn by
+ * lock_client_create(): one per client, which is one per process in practice; a child made
+ * by fork() creates its own client and so gets its own id.)
  *
- * Every multi-step change is one Lua script (the .lua files of lock/, embedded by the build), so that
- * the check and the change cannot be separated by another client's command.
+ * Every multi-step change is one Lua script (the .lua files of lock/, embedded by the
+ * build), so that the check and the change cannot be separated by another client's command.
  *
  * This module knows Redis (through hiredis) and nothing else: it does not log, it returns
  * negative codes (lock_strerror() names them) and keeps the last Redis error text per
@@ -19,6 +23,12 @@
  * command connection from a small bounded pool, so no two threads ever use one hiredis
  * context at once. The client runs two threads of its own: the subscriber (release
  * messages) and the watchdog (lease renewal).
+ *
+ * Signals: hiredis writes with write(2), so a write to a connection Redis has just closed
+ * raises SIGPIPE in the calling thread. The process must ignore SIGPIPE (as servers do);
+ * the client's own threads block it.
+ *
+ * lock/README.md explains the design.
  */
 #ifndef LOCK_LOCK_H
 #define LOCK_LOCK_H
@@ -44,7 +54,7 @@ enum {
 typedef struct lock_client lock_client;
 
 typedef struct lock_options {
-    const char *redis_host;   /* default "127.0.0.1" */
+    const char *redis_host;   /* default "127.0.0.1"; copied by lock_client_create() */
     int redis_port;           /* default 6379 */
     int connect_timeout_ms;   /* default 500 */
     int command_timeout_ms;   /* default 500: bounds every round trip */
@@ -72,13 +82,14 @@ int lock_client_create(const lock_options *opts, lock_client **out);
 void lock_client_destroy(lock_client *c);
 
 /*
- * Takes the lock `name` for the calling thread.
+ * Takes the lock `name` (1 to 512 bytes) for the calling thread.
  *   wait_ms  >= 0: how long to wait in all, round trips included; 0 tries once. The call
  *            returns no later than wait_ms plus one command timeout.
  *   lease_ms > 0: the lock expires after lease_ms unless released;
  *            LOCK_LEASE_WATCHDOG: default lease, renewed by the watchdog while held.
  * Reentrant: a thread that holds the lock takes it again (the hold count grows; the TTL is
- * reset) and gets the same fencing token.
+ * reset to this call's lease) and gets the same fencing token. Once any hold of a holding
+ * was taken with LOCK_LEASE_WATCHDOG, the watchdog renews it until its last release.
  * Waiting does not poll: the waiter sleeps until a release is announced or the holder's
  * remaining TTL (or the wait) runs out, plus a little jitter.
  * Returns LOCK_OK and sets *fence_token (if not NULL) to the token of this holding;
@@ -92,15 +103,19 @@ int lock_try_lock(lock_client *c, const char *name, int64_t wait_ms, int64_t lea
  * Releases one hold of `name` by the calling thread. At hold count zero the key is deleted,
  * a release message is published and the watchdog stops renewing it.
  * Returns LOCK_OK; LOCK_ERR_NOT_HELD when the caller is not an owner (another owner's lock
- * is never touched); LOCK_ERR_REDIS.
+ * is never touched); LOCK_ERR_REDIS, or LOCK_ERR_BUSY (no connection free within one
+ * command timeout). After an error the hold is dropped locally all the same, so the watchdog
+ * does not keep a lock alive that its owner meant to release: the lease frees it. Takes at
+ * most two command timeouts.
  */
 int lock_unlock(lock_client *c, const char *name);
 
 /*
  * Whether the calling thread still holds `name`, as far as this process knows: LOCK_OK
- * while held; LOCK_ERR_LOST when the watchdog found the lock gone or another's (call
- * lock_unlock() anyway to clear the local record); LOCK_ERR_NOT_HELD when this thread never
- * took it. Makes no round trip.
+ * while held; LOCK_ERR_LOST when the watchdog found the lock gone or another's, or when its
+ * lease has run out with no renewal (counted from before the acquiring command was sent,
+ * so never later than Redis' own expiry) (call lock_unlock() anyway to clear the local
+ * record); LOCK_ERR_NOT_HELD when this thread never took it. Makes no round trip.
  */
 int lock_is_held(lock_client *c, const char *name);
 

@@ -82,6 +82,7 @@ apt_install() {
 }
 
 cmd_ensure() {
+    # shellcheck disable=SC2086 # a list of words
     [ $# -gt 0 ] || set -- $NATIVE_GROUPS
     command -v dpkg-query >/dev/null || die "dpkg-query not found: this set-up is for Debian 12"
     check_groups "$@"
@@ -110,6 +111,7 @@ main() {
     case "$cmd" in
     ensure) cmd_ensure "$@" ;;
     missing)
+        # shellcheck disable=SC2086 # a list of words
         [ $# -gt 0 ] || set -- $NATIVE_GROUPS
         check_groups "$@"
         local -a want

@@ -261,8 +261,8 @@ static int count_migration_files(const char *dir)
     assert_non_null(d);
     while ((e = readdir(d)) != NULL) {
         len = strlen(e->d_name);
-        if (e->d_name[0] >= '0' && e->d_name[0] <= '9' && strchr(e->d_name, '_') &&
-            len > 4 && strcmp(e->d_name + len - 4, ".sql") == 0)
+        if (e->d_name[0] >= '0' && e->d_name[0] <= '9' && strchr(e->d_name, '_') && len > 4 &&
+            strcmp(e->d_name + len - 4, ".sql") == 0)
             n++;
     }
     closedir(d);
@@ -343,8 +343,7 @@ static void test_migrate_applies_then_does_nothing(void **state)
 
     migrate_ok(c, migrations_dir, &applied);
     assert_int_equal(applied, files);
-    assert_int_equal(raw_int(f->admin, "SELECT count(*) FROM schema_migrations", 0, NULL),
-                     files);
+    assert_int_equal(raw_int(f->admin, "SELECT count(*) FROM schema_migrations", 0, NULL), files);
     assert_int_equal(raw_int(f->admin,
                              "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'"
                              " AND tablename IN ('goods', 'orders', 'idempotency')",
@@ -353,8 +352,7 @@ static void test_migrate_applies_then_does_nothing(void **state)
 
     migrate_ok(c, migrations_dir, &applied);
     assert_int_equal(applied, 0);
-    assert_int_equal(raw_int(f->admin, "SELECT count(*) FROM schema_migrations", 0, NULL),
-                     files);
+    assert_int_equal(raw_int(f->admin, "SELECT count(*) FROM schema_migrations", 0, NULL), files);
     assert_int_equal(db_schema_check(c, migrations_dir, msg, sizeof(msg)), DB_OK);
 
     /* migrate lifted statement_timeout while it ran: the session has its own back */
@@ -422,8 +420,7 @@ static void test_concurrent_migrators_apply_once(void **state)
         total += m[i].applied;
     }
     assert_int_equal(total, files); /* each file applied by exactly one of them */
-    assert_int_equal(raw_int(f->admin, "SELECT count(*) FROM schema_migrations", 0, NULL),
-                     files);
+    assert_int_equal(raw_int(f->admin, "SELECT count(*) FROM schema_migrations", 0, NULL), files);
 }
 
 static void test_schema_check_finds_a_pending_file(void **state)
@@ -470,13 +467,27 @@ static void test_a_failing_migration_changes_nothing(void **state)
     assert_int_equal(db_migrate(c, dir, &applied, msg, sizeof(msg)), DB_ERR_QUERY);
     assert_int_equal(applied, 0);
     assert_non_null(strstr(msg, "900_half.sql"));
-    assert_int_equal(raw_int(f->admin, "SELECT count(*) FROM schema_migrations"
-                                       " WHERE version = 900", 0, NULL), 0);
-    assert_int_equal(raw_int(f->admin, "SELECT count(*) FROM pg_tables"
-                                       " WHERE tablename = 'half_done'", 0, NULL), 0);
+    assert_int_equal(raw_int(f->admin,
+                             "SELECT count(*) FROM schema_migrations"
+                             " WHERE version = 900",
+                             0, NULL),
+                     0);
+    assert_int_equal(raw_int(f->admin,
+                             "SELECT count(*) FROM pg_tables"
+                             " WHERE tablename = 'half_done'",
+                             0, NULL),
+                     0);
     assert_int_equal(db_ping(c), DB_OK); /* the session is usable, the lock given back */
-    assert_int_equal(raw_int(f->admin, "SELECT count(*) FROM pg_locks"
-                                       " WHERE locktype = 'advisory'", 0, NULL), 0);
+    assert_int_equal(raw_int(f->admin,
+                             "SELECT count(*) FROM pg_locks"
+                             " WHERE locktype = 'advisory'",
+                             0, NULL),
+                     0);
+
+    /* migrate runs its own transactions: refused inside one */
+    assert_int_equal(db_begin(c), DB_OK);
+    assert_int_equal(db_migrate(c, dir, &applied, msg, sizeof(msg)), DB_ERR_INVALID);
+    assert_int_equal(db_rollback(c), DB_OK);
 
     /* a file that commits by itself is refused */
     write_file(dir, "900_half.sql", "COMMIT;\n");
@@ -516,10 +527,11 @@ static void test_read_write_and_insert(void **state)
     assert_int_equal(db_order_insert(c, 1, 3, "none", "svc-1", NULL, &id1), DB_OK);
     assert_int_equal(db_order_insert(c, 1, 2, "redis", "svc-2", &fence, &id2), DB_OK);
     assert_true(id1 > 0 && id2 > id1);
-    assert_int_equal(raw_int(f->admin, "SELECT count(*) FROM orders WHERE goods = 1"
-                                       " AND ((mode = 'none' AND instance = 'svc-1'"
-                                       " AND fence IS NULL AND count = 3) OR (mode = 'redis'"
-                                       " AND instance = 'svc-2' AND fence = 3 AND count = 2))",
+    assert_int_equal(raw_int(f->admin,
+                             "SELECT count(*) FROM orders WHERE goods = 1"
+                             " AND ((mode = 'none' AND instance = 'svc-1'"
+                             " AND fence IS NULL AND count = 3) OR (mode = 'redis'"
+                             " AND instance = 'svc-2' AND fence = 3 AND count = 2))",
                              0, NULL),
                      2);
 
@@ -1023,8 +1035,7 @@ static void test_silent_server_times_out_within_the_bound(void **state)
     assert_int_equal(listen(fd, 8), 0); /* the kernel completes handshakes; no one reads */
     assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
     snprintf(conninfo, sizeof(conninfo),
-             "host=127.0.0.1 port=%d user=nobody dbname=none sslmode=disable",
-             ntohs(sa.sin_port));
+             "host=127.0.0.1 port=%d user=nobody dbname=none sslmode=disable", ntohs(sa.sin_port));
 
     db_pool_options_init(&o);
     o.conninfo = conninfo;
@@ -1052,9 +1063,8 @@ static void terminate_sessions(fixture *f, const char *name)
                 1, p);
     assert_true(n >= 1);
     for (i = 0; i < 50; i++) { /* gone from pg_stat_activity once the backend exited */
-        if (raw_int(f->admin,
-                    "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", 1,
-                    p) == 0)
+        if (raw_int(f->admin, "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
+                    1, p) == 0)
             return;
         sleep_ms(20);
     }
@@ -1102,25 +1112,53 @@ static void test_broken_connection_is_reopened(void **state)
     free(conninfo);
 }
 
+typedef struct timed_write {
+    db_conn *conn;
+    atomic_int done;
+    int rc;
+    int64_t took_ms;
+} timed_write;
+
+static void *timed_write_run(void *arg)
+{
+    timed_write *w = arg;
+    int64_t t0 = now_ms();
+
+    w->rc = db_stock_write(w->conn, 1, 8, NULL);
+    w->took_ms = now_ms() - t0;
+    atomic_store(&w->done, 1);
+    return NULL;
+}
+
 static void test_statement_timeout_is_a_query_error(void **state)
 {
     fixture *f = *state;
     db_pool *pool = pool_on(f->conninfo, 2, 200);
     db_conn *a = acquire(pool), *b = acquire(pool);
-    int64_t t0, took;
+    timed_write w = {b, 0, -100, 0};
+    pthread_t th;
+    int applied = -1, i;
 
     reset_ok(a, 1, 10);
+    /* db_migrate lifts the timeout while it runs, and must put it back */
+    assert_int_equal(db_migrate(b, migrations_dir, &applied, NULL, 0), DB_OK);
+    assert_int_equal(applied, 0);
     assert_int_equal(db_begin(a), DB_OK);
     assert_int_equal(db_stock_write(a, 1, 9, NULL), DB_OK); /* holds the row */
 
-    t0 = now_ms();
-    assert_int_equal(db_stock_write(b, 1, 8, NULL), DB_ERR_QUERY);
-    took = now_ms() - t0;
-    assert_true(took >= 150 && took < 2000);
-    assert_non_null(strstr(db_conn_error(b), "57014")); /* query_canceled */
-    assert_int_equal(db_ping(b), DB_OK);                 /* still a good session */
-
+    /* b's write waits for the row. The wait is watched from here, so that a missing
+     * timeout fails the test instead of hanging it: after 3 s, a lets go. */
+    assert_int_equal(pthread_create(&th, NULL, timed_write_run, &w), 0);
+    for (i = 0; i < 300 && !atomic_load(&w.done); i++)
+        sleep_ms(10);
     assert_int_equal(db_rollback(a), DB_OK);
+    pthread_join(th, NULL);
+
+    assert_int_equal(w.rc, DB_ERR_QUERY);
+    assert_true(w.took_ms >= 150 && w.took_ms < 2000);
+    assert_non_null(strstr(db_conn_error(b), "57014")); /* query_canceled */
+    assert_int_equal(db_ping(b), DB_OK);                /* still a good session */
+
     db_pool_release(pool, a);
     db_pool_release(pool, b);
     db_pool_destroy(pool);
@@ -1128,9 +1166,9 @@ static void test_statement_timeout_is_a_query_error(void **state)
 
 static void test_strerror_names_every_code(void **state)
 {
-    int codes[] = {DB_OK,          DB_ERR_UNAVAILABLE, DB_ERR_BUSY,   DB_ERR_NOT_FOUND,
-                   DB_ERR_QUERY,   DB_ERR_CONFLICT,    DB_ERR_FENCED, DB_ERR_SCHEMA,
-                   DB_ERR_NOMEM,   DB_ERR_INVALID};
+    int codes[] = {DB_OK,        DB_ERR_UNAVAILABLE, DB_ERR_BUSY,   DB_ERR_NOT_FOUND,
+                   DB_ERR_QUERY, DB_ERR_CONFLICT,    DB_ERR_FENCED, DB_ERR_SCHEMA,
+                   DB_ERR_NOMEM, DB_ERR_INVALID};
     size_t i;
 
     (void)state;
@@ -1146,13 +1184,13 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_migrators_apply_once, setup_fresh,
                                         teardown),
-        cmocka_unit_test_setup_teardown(test_schema_check_finds_a_pending_file,
-                                        setup_migrated, teardown),
-        cmocka_unit_test_setup_teardown(test_a_failing_migration_changes_nothing,
-                                        setup_migrated, teardown),
+        cmocka_unit_test_setup_teardown(test_schema_check_finds_a_pending_file, setup_migrated,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_a_failing_migration_changes_nothing, setup_migrated,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_read_write_and_insert, setup_migrated, teardown),
-        cmocka_unit_test_setup_teardown(test_a_failed_transaction_does_not_commit,
-                                        setup_migrated, teardown),
+        cmocka_unit_test_setup_teardown(test_a_failed_transaction_does_not_commit, setup_migrated,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_fencing_refuses_an_older_token, setup_migrated,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_fencing_holds_against_a_concurrent_writer,
@@ -1167,14 +1205,13 @@ int main(void)
                                         setup_migrated, teardown),
         cmocka_unit_test_setup_teardown(test_stock_report_figures, setup_migrated, teardown),
         cmocka_unit_test_setup_teardown(test_pool_is_bounded, setup_migrated, teardown),
-        cmocka_unit_test_setup_teardown(test_pool_release_rolls_back, setup_migrated,
-                                        teardown),
+        cmocka_unit_test_setup_teardown(test_pool_release_rolls_back, setup_migrated, teardown),
         cmocka_unit_test(test_unreachable_server_fails_fast),
         cmocka_unit_test(test_silent_server_times_out_within_the_bound),
         cmocka_unit_test_setup_teardown(test_broken_connection_is_reopened, setup_migrated,
                                         teardown),
-        cmocka_unit_test_setup_teardown(test_statement_timeout_is_a_query_error,
-                                        setup_migrated, teardown),
+        cmocka_unit_test_setup_teardown(test_statement_timeout_is_a_query_error, setup_migrated,
+                                        teardown),
         cmocka_unit_test(test_strerror_names_every_code),
     };
 

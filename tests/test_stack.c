@@ -65,8 +65,7 @@
 
 #define MAX_REPLICAS 8
 #define CONNECT_TIMEOUT_MS 3000L
-#define REQUEST_TIMEOUT_MS 10000L
-#define LOAD_TIMEOUT_MS 20000L        /* per request under load (the lock queue is long) */
+#define TIMEOUT_MARGIN_MS 10000L /* a request's timeout: the lock wait bound plus this */
 #define MAX_REPLY_BYTES (1024 * 1024) /* no answer of the service is anywhere near this */
 #define BODY_LIMIT 16384              /* API.md: a larger deduct body is a 413 */
 
@@ -110,6 +109,7 @@ typedef struct test_env {
     const char *admin_token;
     const char *redis_port;
     long lock_wait_ms;
+    long timeout_ms;                     /* every request's: lock_wait_ms + TIMEOUT_MARGIN_MS */
     char auth_header[320];               /* "Authorization: Bearer <token>" */
     char run_tag[32];                    /* makes this run's idempotency keys its own */
     char problem[512];                   /* why the stack is unusable; "" when it is fine */
@@ -193,7 +193,7 @@ typedef struct http_request {
     const char *content_type; /* NULL: application/json when there is a body; NO_CONTENT_TYPE */
     const char *headers[4];   /* more "Name: value" lines ("Name;" sends it empty), NULL-ended */
     bool chunked;             /* send the body with Transfer-Encoding: chunked, no length */
-    long timeout_ms;          /* 0: REQUEST_TIMEOUT_MS */
+    long timeout_ms;          /* 0: g_env.timeout_ms */
 } http_request;
 
 typedef struct http_reply {
@@ -308,7 +308,7 @@ static int http_do(CURL *h, const http_request *rq, http_reply *out)
     curl_easy_setopt(h, CURLOPT_URL, url);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, CONNECT_TIMEOUT_MS);
-    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, rq->timeout_ms ? rq->timeout_ms : REQUEST_TIMEOUT_MS);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, rq->timeout_ms ? rq->timeout_ms : g_env.timeout_ms);
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &buf);
@@ -710,6 +710,8 @@ typedef struct load_plan {
     long long *order_ids;         /* of the 200 answers, n_ok of them */
     long long *remaining;
     atomic_int n_ok;
+    double *latency;              /* of every answer, n_timed of them (seconds) */
+    atomic_int n_timed;
     double seconds;
 } load_plan;
 
@@ -795,8 +797,7 @@ static void *load_thread(void *arg)
         http_request rq = {.method = "POST",
                            .base = p->base,
                            .path = p->path,
-                           .body = p->body,
-                           .timeout_ms = LOAD_TIMEOUT_MS};
+                           .body = p->body};
         http_reply r;
         if (h == NULL) {
             mine.by_status[0]++;
@@ -805,6 +806,7 @@ static void *load_thread(void *arg)
         }
         http_do(h, &rq, &r);
         load_record(p, &mine, &r);
+        p->latency[atomic_fetch_add(&p->n_timed, 1)] = r.seconds;
         free(r.body);
     }
     curl_easy_cleanup(h);
@@ -828,6 +830,7 @@ static void load_plan_release(void *arg)
     pthread_mutex_destroy(&p->mu);
     free(p->order_ids);
     free(p->remaining);
+    free(p->latency);
     free(p);
 }
 
@@ -841,10 +844,12 @@ static load_plan *load_plan_new(const char *label, const char *base, long long g
         fail_msg("out of memory");
     p->order_ids = calloc((size_t)total, sizeof(long long));
     p->remaining = calloc((size_t)total, sizeof(long long));
-    if (p->order_ids == NULL || p->remaining == NULL ||
+    p->latency = calloc((size_t)total, sizeof(double));
+    if (p->order_ids == NULL || p->remaining == NULL || p->latency == NULL ||
         pthread_barrier_init(&p->start_line, NULL, (unsigned)threads) != 0) {
         free(p->order_ids);
         free(p->remaining);
+        free(p->latency);
         free(p);
         fail_msg("out of memory");
         return NULL; /* not reached: fail_msg() leaves the case */
@@ -861,7 +866,14 @@ static load_plan *load_plan_new(const char *label, const char *base, long long g
     p->threads = threads;
     atomic_init(&p->next, 0);
     atomic_init(&p->n_ok, 0);
+    atomic_init(&p->n_timed, 0);
     return p;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
 }
 
 /* Runs the plan's threads to the end and prints what they saw. */
@@ -892,6 +904,12 @@ static void load_run(load_plan *p)
            p->label, p->total, p->threads, p->seconds, p->total / p->seconds,
            c->by_status[200], c->by_status[409], c->by_status[503], other, c->by_status[0],
            c->bad_answer);
+    int n = atomic_load(&p->n_timed);
+    qsort(p->latency, (size_t)n, sizeof(double), cmp_double);
+    if (n > 0)
+        printf("    %s: latency p50 %.1f ms, p99 %.1f ms, max %.1f ms\n", p->label,
+               1000 * p->latency[n / 2], 1000 * p->latency[(n * 99) / 100],
+               1000 * p->latency[n - 1]);
     printf("    %s: 200s by instance:", p->label);
     for (size_t i = 0; i < g_env.n_replicas; i++)
         printf(" %s=%d", g_env.instances[i], c->per_instance[i]);
@@ -2059,6 +2077,7 @@ static void env_load(void)
             return;
         }
     }
+    g_env.timeout_ms = g_env.lock_wait_ms + TIMEOUT_MARGIN_MS;
     snprintf(g_env.auth_header, sizeof(g_env.auth_header), "Authorization: Bearer %s",
              g_env.admin_token);
     snprintf(g_env.run_tag, sizeof(g_env.run_tag), "%ld-%ld", (long)getpid(), (long)time(NULL));
@@ -2116,7 +2135,9 @@ static void env_learn_instances(void)
                          g_env.replicas[i], g_env.instances[i]);
 }
 
-int main(void)
+/* Usage: test_stack [PATTERN] - PATTERN (cmocka's: '*' and '?') runs only the cases whose
+ * names match, e.g. 'test_load_*'. */
+int main(int argc, char **argv)
 {
     /* The order matters only for the last one: Redis down must not disturb the others. */
     const struct CMUnitTest tests[] = {
@@ -2159,6 +2180,8 @@ int main(void)
         printf("test_stack: nginx %s, %zu replicas, lock wait %ld ms\n", g_env.stock_url,
                g_env.n_replicas, g_env.lock_wait_ms);
 
+    if (argc > 1)
+        cmocka_set_test_filter(argv[1]);
     double start = now_s();
     failed = cmocka_run_group_tests_name("stack", tests, NULL, NULL);
     printf("test_stack: %.1f s in all\n", now_s() - start);

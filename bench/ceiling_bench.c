@@ -1,0 +1,379 @@
+/*
+ * ceiling_bench.c - the serial ceiling of each mode: how many deductions per second one
+ * client gets when nothing else competes, with no HTTP in the way.
+ *
+ *   ceiling-bench [--modes none,local,redis] [--seconds 3] [--goods-id 1]
+ *                 [--stock 1000000000] [--database-url CONNINFO] [--redis-host HOST]
+ *                 [--redis-port PORT]
+ *
+ * For each mode, in order: the goods is reset to a stock too large to run out, a few
+ * deductions warm the connections up (they are opened lazily, and each statement is
+ * prepared on first use), then one thread calls deduct_execute() in a loop for the given
+ * time and one line is printed:
+ *
+ *   CEILING mode=redis ops=3712 seconds=3.001 per_sec=1236.9 failures=0
+ *
+ * deduct_execute() with the table's mode is the very code a replica runs for
+ * POST /api/deduct (service/deduct.c, service/modes.c): guard -> BEGIN -> SELECT ->
+ * UPDATE -> INSERT -> COMMIT -> unguard. So for `redis` this is the lock -> transaction ->
+ * unlock loop of one client, and for `none` and `local` the same statements with no lock
+ * (or an uncontended mutex). The load report (loadtest/run) divides each row's req/s by
+ * its mode's figure: how much of one client's serial speed survives HTTP, nginx, three
+ * replicas and fifty clients queueing on one lock.
+ *
+ * Configuration: the service's own variables and defaults (config_load: DATABASE_URL,
+ * REDIS_HOST, REDIS_PORT, LOCK_WAIT_MS, LOCK_LEASE_MS, REDIS_TIMEOUT_MS, DB_WAIT_MS,
+ * BUSINESS_DELAY_MS), so the benchmark and the replicas it is compared with agree; the
+ * flags above override the first three. Exit status: 0 when every mode ran without a
+ * failure, 1 when a deduction failed, 2 on bad usage or configuration.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "db/db.h"
+#include "lock/lock.h"
+#include "service/config.h"
+#include "service/deduct.h"
+#include "service/modes.h"
+
+#define WARMUP_OPS 20
+#define MAX_MODES 16
+
+typedef struct bench_options {
+    char modes[256]; /* comma-separated mode names */
+    double seconds;  /* measured time per mode */
+    int64_t goods_id;
+    int64_t stock; /* the reset stock: must outlast the run */
+} bench_options;
+
+/* The modules one benchmark client needs: the same ones a replica builds in main.c. */
+typedef struct bench_env {
+    db_pool *db;
+    lock_client *lock;
+    guard_env *guards;
+    deduct_env deduct;
+} bench_env;
+
+static const char *lookup_env(const char *name, void *ctx)
+{
+    (void)ctx;
+    return getenv(name);
+}
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void usage(FILE *to)
+{
+    fprintf(to, "usage: ceiling-bench [--modes none,local,redis] [--seconds 3] [--goods-id 1]\n"
+                "                     [--stock 1000000000] [--database-url CONNINFO]\n"
+                "                     [--redis-host HOST] [--redis-port PORT]\n"
+                "One client runs the service's deduction (deduct_execute) in a loop per mode\n"
+                "and prints CEILING mode=.. ops=.. seconds=.. per_sec=.. failures=..\n"
+                "The service's variables (DATABASE_URL, REDIS_HOST, REDIS_PORT, LOCK_WAIT_MS,\n"
+                "...) configure it; the flags override them.\n");
+}
+
+/* Parses a whole decimal number within [min, max]. Returns 0 or -1. */
+static int parse_int64(const char *text, int64_t min, int64_t max, int64_t *out)
+{
+    char *end = NULL;
+    long long v;
+
+    if (text == NULL || text[0] < '0' || text[0] > '9')
+        return -1;
+    errno = 0;
+    v = strtoll(text, &end, 10);
+    if (errno != 0 || *end != '\0' || v < min || v > max)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* Copies src into a fixed-size field; -1 when it does not fit. */
+static int copy_field(char *dst, size_t size, const char *src)
+{
+    if (strlen(src) >= size)
+        return -1;
+    memcpy(dst, src, strlen(src) + 1);
+    return 0;
+}
+
+static bool known_flag(const char *flag)
+{
+    static const char *const flags[] = {"--modes",        "--seconds",    "--goods-id",  "--stock",
+                                        "--database-url", "--redis-host", "--redis-port"};
+    size_t i;
+
+    for (i = 0; i < sizeof(flags) / sizeof(flags[0]); i++)
+        if (strcmp(flag, flags[i]) == 0)
+            return true;
+    return false;
+}
+
+/* Reads the flags into *opts and *cfg; *help is set by --help. Returns 0 or -1 (message
+ * printed). */
+static int parse_args(int argc, char **argv, bench_options *opts, service_config *cfg, bool *help)
+{
+    int64_t n = 0;
+    int i;
+
+    *help = false;
+    for (i = 1; i < argc; i++) {
+        const char *flag = argv[i];
+        const char *value = i + 1 < argc ? argv[i + 1] : NULL;
+
+        if (strcmp(flag, "--help") == 0 || strcmp(flag, "-h") == 0) {
+            *help = true;
+            return 0;
+        }
+        if (!known_flag(flag)) {
+            fprintf(stderr, "ceiling-bench: unknown flag %s\n", flag);
+            return -1;
+        }
+        if (value == NULL) {
+            fprintf(stderr, "ceiling-bench: %s needs a value\n", flag);
+            return -1;
+        }
+        i++;
+        if (strcmp(flag, "--modes") == 0) {
+            if (copy_field(opts->modes, sizeof(opts->modes), value) != 0)
+                goto bad;
+        } else if (strcmp(flag, "--seconds") == 0) {
+            if (parse_int64(value, 1, 3600, &n) != 0)
+                goto bad;
+            opts->seconds = (double)n;
+        } else if (strcmp(flag, "--goods-id") == 0) {
+            if (parse_int64(value, 1, INT64_MAX, &opts->goods_id) != 0)
+                goto bad;
+        } else if (strcmp(flag, "--stock") == 0) {
+            if (parse_int64(value, 1, 1000000000, &opts->stock) != 0)
+                goto bad;
+        } else if (strcmp(flag, "--database-url") == 0) {
+            if (copy_field(cfg->database_url, sizeof(cfg->database_url), value) != 0)
+                goto bad;
+        } else if (strcmp(flag, "--redis-host") == 0) {
+            if (copy_field(cfg->redis_host, sizeof(cfg->redis_host), value) != 0)
+                goto bad;
+        } else if (strcmp(flag, "--redis-port") == 0) {
+            if (parse_int64(value, 1, 65535, &n) != 0)
+                goto bad;
+            cfg->redis_port = (int)n;
+        } else {
+            fprintf(stderr, "ceiling-bench: unknown flag %s\n", flag);
+            return -1;
+        }
+        continue;
+    bad:
+        fprintf(stderr, "ceiling-bench: bad value for %s: '%s'\n", flag, value);
+        return -1;
+    }
+    return 0;
+}
+
+/* Splits opts->modes and looks each name up in the service's table. Returns the count, or
+ * -1 (message printed) for an unknown name or too many. */
+static int resolve_modes(const bench_options *opts, const mode **out, int max)
+{
+    char list[sizeof(opts->modes)];
+    char *save = NULL, *name;
+    int n = 0;
+
+    memcpy(list, opts->modes, sizeof(list));
+    for (name = strtok_r(list, ",", &save); name != NULL; name = strtok_r(NULL, ",", &save)) {
+        const mode *m = modes_find(name);
+        if (m == NULL) {
+            fprintf(stderr, "ceiling-bench: unknown mode '%s'\n", name);
+            return -1;
+        }
+        if (n == max) {
+            fprintf(stderr, "ceiling-bench: at most %d modes\n", max);
+            return -1;
+        }
+        out[n++] = m;
+    }
+    if (n == 0) {
+        fprintf(stderr, "ceiling-bench: no mode given\n");
+        return -1;
+    }
+    return n;
+}
+
+/* Builds what deduct_execute needs, as main.c does for a replica, with one database
+ * connection: there is one client. Returns 0 or -1; bench_env_destroy() either way. */
+static int bench_env_create(const service_config *cfg, bench_env *env)
+{
+    db_pool_options db_opts;
+    lock_options lock_opts;
+    guard_env_options guard_opts = {0};
+
+    db_pool_options_init(&db_opts);
+    db_opts.conninfo = cfg->database_url;
+    db_opts.size = 1;
+    if (db_pool_create(&db_opts, &env->db) != DB_OK)
+        return -1;
+
+    lock_options_init(&lock_opts);
+    lock_opts.redis_host = cfg->redis_host;
+    lock_opts.redis_port = cfg->redis_port;
+    lock_opts.connect_timeout_ms = (int)cfg->redis_timeout_ms;
+    lock_opts.command_timeout_ms = (int)cfg->redis_timeout_ms;
+    lock_opts.watchdog_lease_ms = cfg->lock_lease_ms;
+    lock_opts.pool_size = 2;
+    if (lock_client_create(&lock_opts, &env->lock) != LOCK_OK)
+        return -1;
+
+    guard_opts.lock = env->lock;
+    guard_opts.wait_ms = cfg->lock_wait_ms;
+    guard_opts.lease_ms = LOCK_LEASE_WATCHDOG; /* as the service takes it */
+    if (guard_env_create(&guard_opts, &env->guards) != 0)
+        return -1;
+
+    env->deduct.db = env->db;
+    env->deduct.db_wait_ms = cfg->db_wait_ms;
+    env->deduct.guards = env->guards;
+    env->deduct.instance = "ceiling-bench";
+    env->deduct.business_delay_ms = cfg->business_delay_ms;
+    return 0;
+}
+
+static void bench_env_destroy(bench_env *env)
+{
+    guard_env_destroy(env->guards);
+    lock_client_destroy(env->lock);
+    db_pool_destroy(env->db);
+}
+
+/* Sets the goods' stock (and creates it if needed). Returns 0 or -1 (message printed). */
+static int reset_goods(bench_env *env, int64_t goods_id, int64_t stock)
+{
+    db_conn *conn = NULL;
+    int rc;
+
+    rc = db_pool_acquire(env->db, 5000, &conn);
+    if (rc != DB_OK) {
+        fprintf(stderr, "ceiling-bench: cannot reach PostgreSQL: %s: %s\n", db_strerror(rc),
+                db_last_connect_error());
+        return -1;
+    }
+    rc = db_goods_reset(conn, goods_id, stock);
+    if (rc != DB_OK)
+        fprintf(stderr, "ceiling-bench: reset of goods %" PRId64 " failed: %s: %s\n", goods_id,
+                db_strerror(rc), db_conn_error(conn));
+    db_pool_release(env->db, conn);
+    return rc == DB_OK ? 0 : -1;
+}
+
+/* One deduction of one unit; *sold says whether it answered 200 (the first other answer
+ * is printed, once per mode through *reported). Returns 0, or -1 when out of memory. */
+static int deduct_once(bench_env *env, const mode *m, int64_t goods_id, bool *sold, bool *reported)
+{
+    deduct_result res;
+
+    if (deduct_execute(&env->deduct, m, goods_id, 1, NULL, &res) != 0)
+        return -1;
+    *sold = res.status == 200;
+    if (!*sold && !*reported) {
+        fprintf(stderr, "ceiling-bench: mode %s: answer %d %s%s%s\n", m->name, res.status,
+                res.body != NULL ? res.body : "", res.detail[0] ? " " : "", res.detail);
+        *reported = true;
+    }
+    free(res.body);
+    return 0;
+}
+
+/* Measures one mode and prints its CEILING line. Returns 0; BENCH_FAILURES when some
+ * deductions did not sell (the line is printed all the same); -1 when the mode could not
+ * be measured (message printed). */
+#define BENCH_FAILURES (-2)
+static int measure_mode(bench_env *env, const mode *m, const bench_options *opts)
+{
+    uint64_t ops = 0, failures = 0;
+    bool reported = false, sold = false;
+    double start, elapsed;
+    int i;
+
+    if (reset_goods(env, opts->goods_id, opts->stock) != 0)
+        return -1;
+    for (i = 0; i < WARMUP_OPS; i++) {
+        if (deduct_once(env, m, opts->goods_id, &sold, &reported) != 0)
+            return -1;
+        if (!sold) {
+            fprintf(stderr, "ceiling-bench: mode %s fails during the warm-up\n", m->name);
+            return -1;
+        }
+    }
+
+    start = now_seconds();
+    do {
+        if (deduct_once(env, m, opts->goods_id, &sold, &reported) != 0)
+            return -1;
+        if (sold)
+            ops++;
+        else
+            failures++;
+        elapsed = now_seconds() - start;
+    } while (elapsed < opts->seconds);
+
+    printf("CEILING mode=%s ops=%" PRIu64 " seconds=%.3f per_sec=%.1f failures=%" PRIu64 "\n",
+           m->name, ops, elapsed, (double)ops / elapsed, failures);
+    fflush(stdout);
+    return failures == 0 ? 0 : BENCH_FAILURES;
+}
+
+int main(int argc, char **argv)
+{
+    bench_options opts = {
+        .modes = "none,local,redis", .seconds = 3.0, .goods_id = 1, .stock = 1000000000};
+    service_config cfg;
+    bench_env env = {0};
+    const mode *modes[MAX_MODES];
+    char err[256];
+    bool help = false;
+    int n, i, rc, status = 2;
+
+    if (config_load(&cfg, lookup_env, NULL, err, sizeof(err)) != 0) {
+        fprintf(stderr, "ceiling-bench: %s\n", err);
+        return 2;
+    }
+    if (parse_args(argc, argv, &opts, &cfg, &help) != 0) {
+        usage(stderr);
+        return 2;
+    }
+    if (help) {
+        usage(stdout);
+        return 0;
+    }
+    n = resolve_modes(&opts, modes, MAX_MODES);
+    if (n < 0)
+        return 2;
+
+    if (bench_env_create(&cfg, &env) != 0) {
+        fprintf(stderr, "ceiling-bench: out of memory\n");
+        goto out;
+    }
+    status = 0;
+    for (i = 0; i < n; i++) {
+        rc = measure_mode(&env, modes[i], &opts);
+        if (rc == BENCH_FAILURES) {
+            status = 1; /* measured, but say so in the exit status */
+        } else if (rc != 0) {
+            status = 1;
+            goto out;
+        }
+    }
+
+out:
+    bench_env_destroy(&env);
+    return status;
+}

@@ -1,0 +1,141 @@
+/*
+ * conn.c - a command connection with lazy reconnect and per-command deadlines (see conn.h).
+ */
+#include "lock/conn.h"
+#include "lock/clock.h"
+#include "lock/error.h"
+#include "lock/lock.h"
+
+#include <poll.h>
+#include <stdbool.h>
+
+void lock__conn_init(lock__conn *conn, const lock__conn_config *cfg)
+{
+    conn->cfg = cfg;
+    conn->ctx = NULL;
+    conn->timeout_ns = -1;
+}
+
+void lock__conn_close(lock__conn *conn)
+{
+    if (conn->ctx != NULL)
+        redisFree(conn->ctx);
+    conn->ctx = NULL;
+    conn->timeout_ns = -1;
+}
+
+static int64_t min_ns(int64_t a, int64_t b)
+{
+    return a < b ? a : b;
+}
+
+/* Connects, waiting no longer than the connect timeout nor past the deadline. */
+static int conn_connect(lock__conn *conn, int64_t deadline_ns)
+{
+    int64_t left = deadline_ns - lock__now_ns();
+    redisContext *ctx;
+
+    if (left <= 0) {
+        lock__error_set("redis %s:%d: no time left to connect", conn->cfg->host, conn->cfg->port);
+        return LOCK_ERR_REDIS;
+    }
+    left = min_ns(left, lock__ms_to_ns(conn->cfg->connect_timeout_ms));
+    ctx = redisConnectWithTimeout(conn->cfg->host, conn->cfg->port, lock__timeval(left));
+    if (ctx == NULL) {
+        lock__error_set("redis %s:%d: cannot allocate a connection", conn->cfg->host,
+                        conn->cfg->port);
+        return LOCK_ERR_NOMEM;
+    }
+    if (ctx->err != 0) {
+        lock__error_set("redis %s:%d: connect: %s", conn->cfg->host, conn->cfg->port, ctx->errstr);
+        redisFree(ctx);
+        return LOCK_ERR_REDIS;
+    }
+    conn->ctx = ctx;
+    conn->timeout_ns = -1; /* unknown: set before the first command */
+    return LOCK_OK;
+}
+
+/*
+ * Whether an idle connection was closed by the other side while it sat in the pool (Redis
+ * restarted, a failover, CLIENT KILL, an idle timeout). Between commands nothing should be
+ * waiting to be read: if the socket is readable, it holds an EOF (or stray bytes), and the
+ * connection is not worth a command. Checking costs one poll() with no wait, and saves the
+ * caller an error after every Redis restart.
+ */
+static bool conn_is_stale(const lock__conn *conn)
+{
+    struct pollfd pfd = {.fd = conn->ctx->fd, .events = POLLIN | POLLRDHUP};
+
+    return poll(&pfd, 1, 0) != 0;
+}
+
+/*
+ * Sets the socket timeout for the next round trip: the configured command timeout, or what
+ * is left before the deadline if that is shorter. setsockopt() is a syscall, so the value
+ * is rounded down to a whole millisecond and left alone while it is within
+ * TIMEOUT_SLACK_NS under the target: a stream of try_lock(wait 0) calls, each with a
+ * deadline just under one command timeout away, then sets it once rather than every call.
+ * The timeout never ends after the deadline.
+ */
+#define TIMEOUT_SLACK_NS (5 * LOCK__NS_PER_MS)
+
+static int conn_set_timeout(lock__conn *conn, int64_t deadline_ns)
+{
+    int64_t left = deadline_ns - lock__now_ns();
+    int64_t want = lock__ms_to_ns(conn->cfg->command_timeout_ms);
+
+    if (left <= 0) {
+        lock__error_set("redis %s:%d: no time left for the command", conn->cfg->host,
+                        conn->cfg->port);
+        return LOCK_ERR_REDIS;
+    }
+    if (left < want)
+        want = left;
+    if (conn->timeout_ns > 0 && conn->timeout_ns <= want &&
+        conn->timeout_ns >= want - TIMEOUT_SLACK_NS)
+        return LOCK_OK;
+    if (want > LOCK__NS_PER_MS)
+        want -= want % LOCK__NS_PER_MS;
+    if (redisSetTimeout(conn->ctx, lock__timeval(want)) != REDIS_OK) {
+        lock__error_set("redis %s:%d: set timeout: %s", conn->cfg->host, conn->cfg->port,
+                        conn->ctx->errstr);
+        return LOCK_ERR_REDIS;
+    }
+    conn->timeout_ns = want;
+    return LOCK_OK;
+}
+
+int lock__conn_command(lock__conn *conn, int64_t deadline_ns, int argc, const char **argv,
+                       const size_t *lens, redisReply **out)
+{
+    redisReply *reply;
+    int rc;
+
+    *out = NULL;
+    if (conn->ctx != NULL && conn_is_stale(conn))
+        lock__conn_close(conn);
+    if (conn->ctx == NULL) {
+        rc = conn_connect(conn, deadline_ns);
+        if (rc != LOCK_OK)
+            goto fail;
+    }
+    rc = conn_set_timeout(conn, deadline_ns);
+    if (rc != LOCK_OK)
+        goto fail;
+    reply = redisCommandArgv(conn->ctx, argc, argv, lens);
+    if (reply == NULL) {
+        /* I/O error, timeout or EOF: the context is unusable (a late reply could still
+         * arrive on it), so it is closed and the next command reconnects. */
+        lock__error_set("redis %s:%d: %s: %s", conn->cfg->host, conn->cfg->port, argv[0],
+                        conn->ctx->errstr[0] != '\0' ? conn->ctx->errstr : "no reply");
+        rc = conn->ctx->err == REDIS_ERR_OOM ? LOCK_ERR_NOMEM : LOCK_ERR_REDIS;
+        goto fail;
+    }
+    *out = reply;
+    return LOCK_OK;
+
+fail:
+    lock__conn_close(conn);
+    return rc;
+}

@@ -1,0 +1,57 @@
+/*
+ * conn.h - one blocking command connection to Redis that reconnects lazily and never waits
+ * past a deadline.
+ *
+ * hiredis' blocking API waits on the socket as long as its timeout says; a lock must not:
+ * try_lock promises to return within wait_ms plus one command timeout. So every command
+ * here carries an absolute deadline, and the socket timeout is set to the smaller of the
+ * configured command timeout and what is left before that deadline.
+ *
+ * After any failure (refused, timed out, closed) the hiredis context is freed: a reply that
+ * arrives late would otherwise be read as the answer to the next command. The next command
+ * connects again, so a restarted Redis is picked up without anyone asking. A connection
+ * that Redis closed while it sat idle (a restart, a failover) is noticed before it is used
+ * and replaced, so the restart costs the caller nothing.
+ *
+ * A lock__conn is used by one thread at a time (the pool hands it out; the watchdog has
+ * its own).
+ */
+#ifndef LOCK_CONN_H
+#define LOCK_CONN_H
+
+#include <hiredis/hiredis.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Where Redis is and how long to wait for it; shared by all connections of a client. */
+typedef struct lock__conn_config {
+    const char *host;
+    int port;
+    int connect_timeout_ms;
+    int command_timeout_ms;
+} lock__conn_config;
+
+typedef struct lock__conn {
+    const lock__conn_config *cfg; /* borrowed: must outlive the connection */
+    redisContext *ctx;            /* NULL until connected and after any failure */
+    int64_t timeout_ns;           /* the socket timeout set on ctx now */
+} lock__conn;
+
+/* Makes an unconnected connection; nothing to free until it has connected. */
+void lock__conn_init(lock__conn *conn, const lock__conn_config *cfg);
+
+/* Closes the connection if open. The conn can be used again (it reconnects). */
+void lock__conn_close(lock__conn *conn);
+
+/*
+ * Connects if needed, sends argv and reads the reply, all before deadline_ns (monotonic).
+ * Returns LOCK_OK with *out set to the reply, which the caller frees with freeReplyObject();
+ * the reply may be a Redis error reply (REDIS_REPLY_ERROR): the caller decides what that
+ * means. Returns LOCK_ERR_REDIS, *out NULL and the thread's last error set when Redis could
+ * not be reached or did not answer in time (the connection is then closed);
+ * LOCK_ERR_NOMEM if hiredis could not allocate.
+ */
+int lock__conn_command(lock__conn *conn, int64_t deadline_ns, int argc, const char **argv,
+                       const size_t *lens, redisReply **out);
+
+#endif

@@ -1,0 +1,18 @@
+/*
+ * error.h - the calling thread's last Redis error text, behind lock_last_error().
+ *
+ * lock/ does not log (the service decides what to log); instead every failure that has a
+ * text worth showing (hiredis' errstr, a Redis error reply) is copied into a per-thread
+ * buffer, like errno with a message. Every public call clears it first, so the text always
+ * belongs to the caller's latest call.
+ */
+#ifndef LOCK_ERROR_H
+#define LOCK_ERROR_H
+
+/* Empties the calling thread's last error. */
+void lock__error_clear(void);
+
+/* Sets the calling thread's last error (printf-style, truncated to fit). */
+void lock__error_set(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+#endif

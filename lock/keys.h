@@ -1,0 +1,23 @@
+/*
+ * keys.h - the Redis names derived from a lock's name (the layout lock.h describes):
+ *   N           the lock hash
+ *   N:fence     the fencing counter
+ *   N:released  the release channel
+ * Kept in fixed buffers so that no call allocates for them.
+ */
+#ifndef LOCK_KEYS_H
+#define LOCK_KEYS_H
+
+#define LOCK__NAME_MAX 512 /* bytes in a lock name, not counting the NUL */
+
+typedef struct lock__keys {
+    const char *name; /* borrowed from the caller */
+    char fence[LOCK__NAME_MAX + sizeof(":fence")];
+    char channel[LOCK__NAME_MAX + sizeof(":released")];
+} lock__keys;
+
+/* Fills *k for `name`. Returns LOCK_OK, or LOCK_ERR_INVALID for a NULL or empty name or one
+ * longer than LOCK__NAME_MAX. */
+int lock__keys_init(lock__keys *k, const char *name);
+
+#endif

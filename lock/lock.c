@@ -1,0 +1,424 @@
+/*
+ * lock.c - the lock client: options, create/destroy, try_lock, unlock, is_held, ping, stats.
+ *
+ * This file is the orchestration; each part lives in its own file:
+ *   owner.c       who the caller is ("<client id>:<thread number>")
+ *   keys.c        the Redis names of a lock (N, N:fence, N:released)
+ *   pool.c/conn.c command connections, with deadlines and lazy reconnect
+ *   scripts.c     the Lua scripts, run with EVALSHA
+ *   holdings.c    what this process holds (is_held, the watchdog's schedule)
+ *   watchdog.c    the renewal thread
+ *   subscriber.c  the release-message thread and the waiters' wake-ups
+ *
+ * try_lock, step by step:
+ *   1. run acquire.lua once; acquired, or another owner holds it (the answer is its TTL);
+ *   2. if the wait allows, join the lock's release channel and wait until subscribed;
+ *   3. run acquire.lua again (the lock may have been released before we subscribed);
+ *   4. sleep until a release message, or until the holder's TTL runs out (plus jitter),
+ *      or until the deadline, whichever is first; then go to 3, until acquired or the
+ *      deadline has passed.
+ * The connection is borrowed for each round trip only, never held while sleeping.
+ *
+ * Time bounds: the deadline is start + wait_ms. A round trip is only begun before the
+ * deadline, or as the one last try just after it, and each round trip's socket timeout is
+ * cut so that it ends by deadline + one command timeout at the latest.
+ */
+#include "lock/lock.h"
+#include "lock/clock.h"
+#include "lock/conn.h"
+#include "lock/error.h"
+#include "lock/holdings.h"
+#include "lock/keys.h"
+#include "lock/owner.h"
+#include "lock/pool.h"
+#include "lock/scripts.h"
+#include "lock/subscriber.h"
+#include "lock/watchdog.h"
+
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define JITTER_MAX_NS (25 * LOCK__NS_PER_MS)
+
+struct lock_client {
+    char *host; /* owned copy of opts.redis_host */
+    lock_options opts;
+    lock__conn_config conn_cfg; /* points into opts/host; read by every connection */
+    char process_id[LOCK__PROCESS_ID_LEN + 1];
+    lock__pool *pool;
+    lock__holdings *holdings;
+    lock__watchdog *watchdog;
+    lock__subscriber *subscriber;
+    _Atomic uint64_t timeouts;
+};
+
+/* What one run of acquire.lua said. */
+typedef struct attempt {
+    bool acquired;
+    int64_t count;   /* acquired: hold count now */
+    int64_t token;   /* acquired: fencing token */
+    int64_t ttl_ms;  /* not acquired: the holder's remaining TTL (-1: none) */
+    int64_t sent_ns; /* when the command was sent: the lease started no earlier */
+} attempt;
+
+void lock_options_init(lock_options *opts)
+{
+    memset(opts, 0, sizeof(*opts));
+    opts->redis_host = "127.0.0.1";
+    opts->redis_port = 6379;
+    opts->connect_timeout_ms = 500;
+    opts->command_timeout_ms = 500;
+    opts->watchdog_lease_ms = 30000;
+    opts->pool_size = 16;
+}
+
+static int check_options(const lock_options *o)
+{
+    if (o->redis_host == NULL || o->redis_host[0] == '\0')
+        return LOCK_ERR_INVALID;
+    if (o->redis_port < 1 || o->redis_port > 65535)
+        return LOCK_ERR_INVALID;
+    if (o->connect_timeout_ms < 1 || o->command_timeout_ms < 1)
+        return LOCK_ERR_INVALID;
+    /* The watchdog renews every lease/3 ms, which must be at least 1 ms. */
+    if (o->watchdog_lease_ms < 3)
+        return LOCK_ERR_INVALID;
+    if (o->pool_size < 1 || o->pool_size > 1024)
+        return LOCK_ERR_INVALID;
+    return LOCK_OK;
+}
+
+int lock_client_create(const lock_options *opts, lock_client **out)
+{
+    lock_client *c;
+    int rc;
+
+    if (out == NULL)
+        return LOCK_ERR_INVALID;
+    *out = NULL;
+    if (opts == NULL || check_options(opts) != LOCK_OK)
+        return LOCK_ERR_INVALID;
+    lock__scripts_init();
+
+    c = calloc(1, sizeof(*c));
+    if (c == NULL)
+        return LOCK_ERR_NOMEM;
+    rc = LOCK_ERR_NOMEM;
+    c->opts = *opts;
+    c->host = strdup(opts->redis_host);
+    if (c->host == NULL)
+        goto fail;
+    c->opts.redis_host = c->host;
+    c->conn_cfg.host = c->host;
+    c->conn_cfg.port = opts->redis_port;
+    c->conn_cfg.connect_timeout_ms = opts->connect_timeout_ms;
+    c->conn_cfg.command_timeout_ms = opts->command_timeout_ms;
+    atomic_init(&c->timeouts, 0);
+    if (lock__process_id_new(c->process_id) != 0) {
+        rc = LOCK_ERR_INVALID; /* no kernel randomness: nothing the caller can fix here */
+        goto fail;
+    }
+    rc = lock__pool_create(&c->conn_cfg, opts->pool_size, &c->pool);
+    if (rc != LOCK_OK)
+        goto fail;
+    rc = lock__holdings_create(opts->watchdog_lease_ms, &c->holdings);
+    if (rc != LOCK_OK)
+        goto fail;
+    rc = lock__watchdog_start(c->holdings, &c->conn_cfg, &c->watchdog);
+    if (rc != LOCK_OK)
+        goto fail;
+    rc = lock__subscriber_create(&c->conn_cfg, &c->subscriber);
+    if (rc != LOCK_OK)
+        goto fail;
+    *out = c;
+    return LOCK_OK;
+
+fail:
+    lock_client_destroy(c);
+    return rc;
+}
+
+void lock_client_destroy(lock_client *c)
+{
+    if (c == NULL)
+        return;
+    /* Threads first (they use the rest), then what they used. */
+    lock__subscriber_destroy(c->subscriber);
+    lock__watchdog_stop(c->watchdog);
+    lock__holdings_destroy(c->holdings);
+    lock__pool_destroy(c->pool);
+    free(c->host);
+    free(c);
+}
+
+/* ---- try_lock ---- */
+
+/* A small per-thread generator for jitter: it needs to differ between threads and
+ * processes, not to be unpredictable. */
+static uint64_t jitter_random(void)
+{
+    static _Thread_local uint64_t x;
+
+    if (x == 0)
+        x = (uint64_t)lock__now_ns() ^ (lock__thread_number() * 0x9e3779b97f4a7c15u) ^ 1;
+    x ^= x << 13; /* xorshift64 */
+    x ^= x >> 7;
+    x ^= x << 17;
+    return x;
+}
+
+/*
+ * When a waiter that heard no release should try again: when the holder's TTL runs out,
+ * plus a random 0..min(TTL/4, 25 ms) so that the waiters of an expired lock do not all
+ * arrive at once, and never after the deadline.
+ */
+static int64_t wake_time(int64_t now, int64_t ttl_ms, int64_t deadline)
+{
+    int64_t ttl_ns, spread, at;
+
+    if (ttl_ms == -1)
+        return deadline; /* no TTL: only a release (or the deadline) ends the wait */
+    ttl_ns = lock__ms_to_ns(ttl_ms < 0 ? 0 : ttl_ms);
+    spread = ttl_ns / 4 < JITTER_MAX_NS ? ttl_ns / 4 : JITTER_MAX_NS;
+    if (spread < LOCK__NS_PER_MS)
+        spread = LOCK__NS_PER_MS;
+    at = lock__add_ns(now, ttl_ns + (int64_t)(jitter_random() % (uint64_t)spread));
+    return at < deadline ? at : deadline;
+}
+
+/* Reads acquire.lua's answer: {count, token} or a TTL. */
+static int attempt_parse(const redisReply *r, attempt *a)
+{
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+        r->element[0]->type == REDIS_REPLY_INTEGER && r->element[1]->type == REDIS_REPLY_INTEGER) {
+        a->acquired = true;
+        a->count = r->element[0]->integer;
+        a->token = r->element[1]->integer;
+        return LOCK_OK;
+    }
+    if (r->type == REDIS_REPLY_INTEGER) {
+        a->acquired = false;
+        a->ttl_ms = r->integer;
+        return LOCK_OK;
+    }
+    lock__error_set("acquire.lua: unexpected reply type %d", r->type);
+    return LOCK_ERR_REDIS;
+}
+
+/* Runs acquire.lua once: waits for a connection until borrow_by, ends by hard_by. */
+static int attempt_once(lock_client *c, const lock__keys *k, const char *owner, const char *lease,
+                        int64_t borrow_by, int64_t hard_by, attempt *a)
+{
+    const char *keys[2] = {k->name, k->fence};
+    const char *args[2] = {owner, lease};
+    lock__conn *conn = NULL;
+    redisReply *r = NULL;
+    int rc;
+
+    rc = lock__pool_borrow(c->pool, borrow_by, &conn);
+    if (rc != LOCK_OK)
+        goto out;
+    a->sent_ns = lock__now_ns();
+    rc = lock__script_run(conn, LOCK__SCRIPT_ACQUIRE, hard_by, 2, keys, 2, args, &r);
+    lock__pool_return(c->pool, conn);
+    if (rc != LOCK_OK)
+        goto out;
+    rc = attempt_parse(r, a);
+out:
+    if (r != NULL)
+        freeReplyObject(r);
+    return rc;
+}
+
+/*
+ * Runs release.lua once, waiting one command timeout at most for a connection and one more
+ * for the answer. Returns LOCK_OK with *remaining the hold count left (0: released),
+ * LOCK_ERR_NOT_HELD, or an error (*remaining is then -1: unknown).
+ */
+static int release_once(lock_client *c, const lock__keys *k, const char *owner, int64_t *remaining)
+{
+    const char *keys[2] = {k->name, k->fence};
+    const char *args[2] = {owner, k->channel};
+    int64_t borrow_by = lock__now_ns() + lock__ms_to_ns(c->opts.command_timeout_ms);
+    int64_t hard_by = borrow_by + lock__ms_to_ns(c->opts.command_timeout_ms);
+    lock__conn *conn = NULL;
+    redisReply *r = NULL;
+    int rc;
+
+    *remaining = -1;
+    rc = lock__pool_borrow(c->pool, borrow_by, &conn);
+    if (rc != LOCK_OK)
+        goto out;
+    rc = lock__script_run(conn, LOCK__SCRIPT_RELEASE, hard_by, 2, keys, 2, args, &r);
+    lock__pool_return(c->pool, conn);
+    if (rc != LOCK_OK)
+        goto out;
+    if (r->type != REDIS_REPLY_INTEGER) {
+        lock__error_set("release.lua: unexpected reply type %d", r->type);
+        rc = LOCK_ERR_REDIS;
+    } else if (r->integer < 0) {
+        rc = LOCK_ERR_NOT_HELD;
+    } else {
+        *remaining = r->integer;
+    }
+out:
+    if (r != NULL)
+        freeReplyObject(r);
+    return rc;
+}
+
+int lock_try_lock(lock_client *c, const char *name, int64_t wait_ms, int64_t lease_ms,
+                  int64_t *fence_token)
+{
+    lock__keys k;
+    char owner[LOCK__OWNER_MAX];
+    char lease[24];
+    lock__channel *ch = NULL;
+    attempt a = {0};
+    bool woken = false;
+    bool watchdog = lease_ms == LOCK_LEASE_WATCHDOG;
+    int64_t start, deadline, hard_deadline, now, ready_by;
+    int rc;
+
+    lock__error_clear();
+    if (c == NULL || wait_ms < 0 || (lease_ms <= 0 && !watchdog))
+        return LOCK_ERR_INVALID;
+    rc = lock__keys_init(&k, name);
+    if (rc != LOCK_OK)
+        return rc;
+    if (watchdog)
+        lease_ms = c->opts.watchdog_lease_ms;
+    lock__owner_format(c->process_id, owner);
+    snprintf(lease, sizeof(lease), "%" PRId64, lease_ms);
+
+    start = lock__now_ns();
+    deadline = lock__add_ns(start, lock__ms_to_ns(wait_ms));
+    hard_deadline = lock__add_ns(deadline, lock__ms_to_ns(c->opts.command_timeout_ms));
+
+    rc = attempt_once(c, &k, owner, lease, deadline, hard_deadline, &a);
+    while (rc == LOCK_OK && !a.acquired) {
+        now = lock__now_ns();
+        if (now >= deadline) {
+            rc = LOCK_TIMEOUT;
+            break;
+        }
+        if (ch == NULL) {
+            /* Subscribe before trying again: a release after this point wakes us. */
+            rc = lock__subscriber_join(c->subscriber, k.channel, &ch);
+            if (rc != LOCK_OK)
+                break;
+            ready_by = lock__add_ns(now, lock__ms_to_ns(c->opts.command_timeout_ms));
+            lock__subscriber_wait_ready(c->subscriber, ch,
+                                        ready_by < deadline ? ready_by : deadline);
+        } else {
+            woken = lock__subscriber_wait_release(c->subscriber, ch,
+                                                  wake_time(now, a.ttl_ms, deadline));
+        }
+        rc = attempt_once(c, &k, owner, lease, deadline, hard_deadline, &a);
+    }
+
+    if (rc == LOCK_OK) {
+        rc = lock__holdings_acquired(c->holdings, k.name, lock__thread_number(), owner, a.count,
+                                     a.token, lease_ms, watchdog, a.sent_ns);
+        if (rc != LOCK_OK) {
+            /* Out of memory for the record: give the hold back (best effort) rather than
+             * keep a lock that nobody would renew or know to release. */
+            int64_t ignored;
+
+            release_once(c, &k, owner, &ignored);
+        } else if (fence_token != NULL)
+            *fence_token = a.token;
+    }
+    if (rc == LOCK_TIMEOUT)
+        atomic_fetch_add(&c->timeouts, 1);
+    if (ch != NULL) {
+        /* A wake-up used for a try that failed on an error (not on another holder) is
+         * passed to another waiter: the lock may well be free. */
+        lock__subscriber_leave(c->subscriber, ch, woken && rc != LOCK_OK && rc != LOCK_TIMEOUT);
+    }
+    return rc;
+}
+
+/* ---- unlock, is_held, ping, stats ---- */
+
+int lock_unlock(lock_client *c, const char *name)
+{
+    lock__keys k;
+    char owner[LOCK__OWNER_MAX];
+    int64_t remaining;
+    int rc;
+
+    lock__error_clear();
+    if (c == NULL)
+        return LOCK_ERR_INVALID;
+    rc = lock__keys_init(&k, name);
+    if (rc != LOCK_OK)
+        return rc;
+    lock__owner_format(c->process_id, owner);
+    rc = release_once(c, &k, owner, &remaining);
+    /* The local record follows Redis' answer. Without an answer one hold is dropped
+     * locally anyway (remaining -1), so the watchdog stops renewing a lock whose release
+     * failed: the lease then frees it. */
+    if (rc == LOCK_ERR_NOT_HELD)
+        lock__holdings_forget(c->holdings, k.name, lock__thread_number());
+    else
+        lock__holdings_released(c->holdings, k.name, lock__thread_number(), remaining);
+    return rc;
+}
+
+int lock_is_held(lock_client *c, const char *name)
+{
+    lock__keys k;
+
+    lock__error_clear();
+    if (c == NULL || lock__keys_init(&k, name) != LOCK_OK)
+        return LOCK_ERR_INVALID;
+    return lock__holdings_state(c->holdings, name, lock__thread_number(), lock__now_ns());
+}
+
+int lock_ping(lock_client *c)
+{
+    const char *argv[1] = {"PING"};
+    size_t lens[1] = {4};
+    lock__conn *conn = NULL;
+    redisReply *r = NULL;
+    int64_t borrow_by, hard_by;
+    int rc;
+
+    lock__error_clear();
+    if (c == NULL)
+        return LOCK_ERR_INVALID;
+    borrow_by = lock__now_ns() + lock__ms_to_ns(c->opts.command_timeout_ms);
+    hard_by = borrow_by + lock__ms_to_ns(c->opts.command_timeout_ms);
+    rc = lock__pool_borrow(c->pool, borrow_by, &conn);
+    if (rc != LOCK_OK)
+        goto out;
+    rc = lock__conn_command(conn, hard_by, 1, argv, lens, &r);
+    lock__pool_return(c->pool, conn);
+    if (rc != LOCK_OK)
+        goto out;
+    if (r->type != REDIS_REPLY_STATUS || strcmp(r->str, "PONG") != 0) {
+        lock__error_set("PING: %s", r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+        rc = LOCK_ERR_REDIS;
+    }
+out:
+    if (r != NULL)
+        freeReplyObject(r);
+    /* Readiness wants yes or no: anything but a PONG (a busy pool included) is a no. */
+    return rc == LOCK_OK ? LOCK_OK : LOCK_ERR_REDIS;
+}
+
+void lock_get_stats(lock_client *c, lock_stats *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (c == NULL)
+        return;
+    out->renewals = lock__watchdog_renewals(c->watchdog);
+    out->lost = lock__watchdog_lost(c->watchdog);
+    out->timeouts = atomic_load(&c->timeouts);
+    out->pool_size = lock__pool_size(c->pool);
+    out->pool_in_use = lock__pool_in_use(c->pool);
+}

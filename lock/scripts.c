@@ -1,0 +1,161 @@
+/*
+ * scripts.c - the Lua scripts, embedded from lock/'s .lua files; EVALSHA with a NOSCRIPT retry.
+ *
+ * Embedding: the assembler's .incbin directive copies a file's bytes into the object file,
+ * so the scripts stay in .lua files (readable, testable with redis-cli --eval) and no copy
+ * of their text lives in a C string. A NUL byte is appended so the C side can use them as
+ * strings. The paths are relative to the directory the compiler runs in, the project root
+ * (the Makefile builds from there and makes scripts.o depend on the .lua files).
+ *
+ * The SHA-1 of each text is computed once (pthread_once) so the very first call can be an
+ * EVALSHA; when Redis answers NOSCRIPT, the text is sent with SCRIPT LOAD, whose answer is
+ * checked against our SHA-1, and the EVALSHA is sent again.
+ */
+#include "lock/scripts.h"
+#include "lock/error.h"
+#include "lock/lock.h"
+#include "lock/sha1.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+/* Defines the hidden symbol `sym`: the bytes of `file` followed by a NUL, in .rodata. */
+#define LOCK__EMBED(sym, file)                                                                     \
+    __asm__(".pushsection .rodata, \"a\"\n"                                                        \
+            ".global " #sym "\n"                                                                   \
+            ".hidden " #sym "\n"                                                                   \
+            ".type " #sym ", @object\n" #sym ":\n"                                                 \
+            ".incbin \"" file "\"\n"                                                               \
+            ".byte 0\n"                                                                            \
+            ".size " #sym ", . - " #sym "\n"                                                       \
+            ".popsection\n")
+
+LOCK__EMBED(lock__lua_acquire, "lock/acquire.lua");
+LOCK__EMBED(lock__lua_release, "lock/release.lua");
+LOCK__EMBED(lock__lua_renew, "lock/renew.lua");
+
+/* Hidden, so the compiler addresses them directly rather than through the GOT. */
+extern const char lock__lua_acquire[] __attribute__((visibility("hidden")));
+extern const char lock__lua_release[] __attribute__((visibility("hidden")));
+extern const char lock__lua_renew[] __attribute__((visibility("hidden")));
+
+#define SCRIPT_MAX_KEYS 4
+#define SCRIPT_MAX_ARGS 4
+
+typedef struct script_entry {
+    const char *text;
+    char sha[LOCK__SHA1_HEX_LEN + 1];
+} script_entry;
+
+static script_entry scripts[LOCK__SCRIPT_COUNT] = {
+    [LOCK__SCRIPT_ACQUIRE] = {lock__lua_acquire, ""},
+    [LOCK__SCRIPT_RELEASE] = {lock__lua_release, ""},
+    [LOCK__SCRIPT_RENEW] = {lock__lua_renew, ""},
+};
+
+static pthread_once_t scripts_once = PTHREAD_ONCE_INIT;
+
+static void scripts_hash(void)
+{
+    for (int i = 0; i < LOCK__SCRIPT_COUNT; i++)
+        lock__sha1_hex(scripts[i].text, strlen(scripts[i].text), scripts[i].sha);
+}
+
+void lock__scripts_init(void)
+{
+    pthread_once(&scripts_once, scripts_hash);
+}
+
+const char *lock__script_text(lock__script s)
+{
+    return scripts[s].text;
+}
+
+const char *lock__script_sha(lock__script s)
+{
+    return scripts[s].sha;
+}
+
+static bool reply_is_noscript(const redisReply *r)
+{
+    return r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0;
+}
+
+/* SCRIPT LOAD: sends the text; Redis answers with the SHA-1 it will know it by. */
+static int script_load(lock__conn *conn, lock__script s, int64_t deadline_ns)
+{
+    const char *argv[3] = {"SCRIPT", "LOAD", scripts[s].text};
+    size_t lens[3] = {6, 4, strlen(scripts[s].text)};
+    redisReply *r = NULL;
+    int rc;
+
+    rc = lock__conn_command(conn, deadline_ns, 3, argv, lens, &r);
+    if (rc != LOCK_OK)
+        goto out;
+    if (r->type != REDIS_REPLY_STRING || strcmp(r->str, scripts[s].sha) != 0) {
+        /* An error reply, or a SHA-1 other than ours: EVALSHA would never find it. */
+        lock__error_set("SCRIPT LOAD: %s",
+                        r->type == REDIS_REPLY_ERROR ? r->str : "unexpected SHA-1");
+        rc = LOCK_ERR_REDIS;
+    }
+out:
+    if (r != NULL)
+        freeReplyObject(r);
+    return rc;
+}
+
+int lock__script_run(lock__conn *conn, lock__script s, int64_t deadline_ns, int nkeys,
+                     const char *const *keys, int nargs, const char *const *args, redisReply **out)
+{
+    const char *argv[3 + SCRIPT_MAX_KEYS + SCRIPT_MAX_ARGS];
+    size_t lens[3 + SCRIPT_MAX_KEYS + SCRIPT_MAX_ARGS];
+    char numkeys[12];
+    redisReply *r = NULL;
+    int argc = 0;
+    int rc;
+
+    *out = NULL;
+    snprintf(numkeys, sizeof(numkeys), "%d", nkeys);
+    argv[argc++] = "EVALSHA";
+    argv[argc++] = scripts[s].sha;
+    argv[argc++] = numkeys;
+    for (int i = 0; i < nkeys && i < SCRIPT_MAX_KEYS; i++)
+        argv[argc++] = keys[i];
+    for (int i = 0; i < nargs && i < SCRIPT_MAX_ARGS; i++)
+        argv[argc++] = args[i];
+    for (int i = 0; i < argc; i++)
+        lens[i] = strlen(argv[i]);
+
+    rc = lock__conn_command(conn, deadline_ns, argc, argv, lens, &r);
+    if (rc != LOCK_OK)
+        goto out;
+    if (reply_is_noscript(r)) {
+        /* Redis restarted, failed over or flushed its scripts: teach it and try once more.
+         * The script did not run, so running it now is not running it twice. */
+        freeReplyObject(r);
+        r = NULL;
+        rc = script_load(conn, s, deadline_ns);
+        if (rc != LOCK_OK)
+            goto out;
+        rc = lock__conn_command(conn, deadline_ns, argc, argv, lens, &r);
+        if (rc != LOCK_OK)
+            goto out;
+    }
+    if (r->type == REDIS_REPLY_ERROR) {
+        lock__error_set("EVALSHA %s: %s",
+                        s == LOCK__SCRIPT_ACQUIRE   ? "acquire.lua"
+                        : s == LOCK__SCRIPT_RELEASE ? "release.lua"
+                                                    : "renew.lua",
+                        r->str);
+        rc = LOCK_ERR_REDIS;
+        goto out;
+    }
+    *out = r;
+    r = NULL;
+out:
+    if (r != NULL)
+        freeReplyObject(r);
+    return rc;
+}

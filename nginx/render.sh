@@ -1,0 +1,93 @@
+#!/bin/sh
+# render.sh - fills the @NAME@ placeholders of an nginx template and prints the result.
+#
+#   nginx/render.sh nginx/stock.conf.template > stock.conf
+#   nginx/render.sh nginx/nginx.conf.template > nginx.conf
+#
+# POSIX sh and awk only, so a slim container runs it as well as the native stack. Settings
+# come from the environment:
+#   NGINX_UPSTREAMS          replicas, space-separated host:port (required for stock.conf)
+#   NGINX_LISTEN             listen address or port             (default 127.0.0.1:8080)
+#   NGINX_PROXY_READ_TIMEOUT seconds nginx waits for an answer  (default 30)
+#   NGINX_ACCESS_LOG         access_log arguments               (default "logs/access.log stock")
+#   NGINX_USER               worker user when root, e.g. www-data (default: no user line)
+#   NGINX_WORKER_PROCESSES   (default auto)
+#   NGINX_MAX_FAILS / NGINX_FAIL_TIMEOUT  passive health check per replica (default 1 / 3s)
+# A placeholder left unfilled is an error, so a template and this script cannot drift apart.
+# Comment lines are copied unchanged (they name the placeholders).
+set -eu
+
+die() {
+    echo "render.sh: $*" >&2
+    exit 1
+}
+
+[ $# -eq 1 ] || die "usage: render.sh TEMPLATE"
+template=$1
+[ -r "$template" ] || die "cannot read $template"
+
+listen=${NGINX_LISTEN:-127.0.0.1:8080}
+read_timeout=${NGINX_PROXY_READ_TIMEOUT:-30}
+access_log=${NGINX_ACCESS_LOG:-logs/access.log stock}
+workers=${NGINX_WORKER_PROCESSES:-auto}
+max_fails=${NGINX_MAX_FAILS:-1}
+fail_timeout=${NGINX_FAIL_TIMEOUT:-3s}
+
+case $read_timeout in
+'' | *[!0-9]*) die "NGINX_PROXY_READ_TIMEOUT must be a number of seconds, got '$read_timeout'" ;;
+esac
+
+# One `server` line per replica. max_fails/fail_timeout: see the upstream block's comment.
+servers=""
+for s in ${NGINX_UPSTREAMS:-}; do
+    case $s in
+    *:*) ;;
+    *) die "NGINX_UPSTREAMS: '$s' is not host:port" ;;
+    esac
+    servers="${servers}    server $s max_fails=$max_fails fail_timeout=$fail_timeout;
+"
+done
+
+if [ -n "${NGINX_USER:-}" ]; then
+    user_directive="user ${NGINX_USER};"
+else
+    user_directive="# no user directive: the master does not run as root"
+fi
+
+# Values go through ENVIRON rather than awk -v, which would interpret backslashes; the
+# replacement is done with index/substr, so '&' and '\' in a value are taken literally.
+R_LISTEN=$listen R_SERVERS=$servers R_TIMEOUT="${read_timeout}s" R_ACCESS_LOG=$access_log \
+R_USER=$user_directive R_WORKERS=$workers R_HAVE_SERVERS=${NGINX_UPSTREAMS:+yes} \
+awk '
+    function fill(line, name, value,    i) {
+        while ((i = index(line, "@" name "@")) > 0)
+            line = substr(line, 1, i - 1) value substr(line, i + length(name) + 2)
+        return line
+    }
+    # Comments are copied as they are: they name the placeholders.
+    /^[ \t]*#/ { print; next }
+    {
+        if (index($0, "@UPSTREAM_SERVERS@") && ENVIRON["R_HAVE_SERVERS"] != "yes") {
+            print "render.sh: NGINX_UPSTREAMS is empty" > "/dev/stderr"
+            bad = 1
+        }
+        line = $0
+        line = fill(line, "LISTEN", ENVIRON["R_LISTEN"])
+        line = fill(line, "PROXY_READ_TIMEOUT", ENVIRON["R_TIMEOUT"])
+        line = fill(line, "ACCESS_LOG", ENVIRON["R_ACCESS_LOG"])
+        line = fill(line, "USER_DIRECTIVE", ENVIRON["R_USER"])
+        line = fill(line, "WORKER_PROCESSES", ENVIRON["R_WORKERS"])
+        # The server lines end with a newline of their own.
+        if (line ~ /^[ \t]*@UPSTREAM_SERVERS@[ \t]*$/) {
+            printf "%s", ENVIRON["R_SERVERS"]
+            next
+        }
+        if (match(line, /@[A-Z_]+@/)) {
+            print "render.sh: unknown placeholder " substr(line, RSTART, RLENGTH) \
+                " in line " NR > "/dev/stderr"
+            bad = 1
+        }
+        print line
+    }
+    END { exit bad }
+' "$template"

@@ -1,0 +1,58 @@
+# config.sh - the local stack's settings: defaults, overrides, derived paths (sourced, bash).
+# shellcheck shell=bash
+#
+# Every setting comes from the environment with a default, so a test run can start a second
+# stack beside a running one by changing RUN_DIR and the ports. The variables are listed in
+# scripts/stack.sh's header. After stack_config, STACK_ROOT is the repository, the *_DIR
+# variables are absolute paths, and the service's own variables are exported for stockd.
+
+# shellcheck disable=SC2034 # the variables are used by the other libraries
+stack_config() {
+    STACK_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+
+    RUN_DIR=${RUN_DIR:-$STACK_ROOT/.run}
+    mkdir -p "$RUN_DIR" || die "cannot create RUN_DIR $RUN_DIR"
+    RUN_DIR=$(cd "$RUN_DIR" && pwd)
+    # pg_ctl -o and nginx's config take paths unquoted; a space would split them.
+    case $RUN_DIR in
+    *[[:space:]]*) die "RUN_DIR must not contain spaces: '$RUN_DIR'" ;;
+    esac
+
+    HTTP_PORT=${HTTP_PORT:-8080}
+    REPLICA_PORT_BASE=${REPLICA_PORT_BASE:-8081}
+    REPLICAS=${REPLICAS:-3}
+    PG_PORT=${PG_PORT:-55432}
+    REDIS_PORT=${REDIS_PORT:-56379}
+    STOCKD=${STOCKD:-$STACK_ROOT/build/stockd}
+    MODE=${MODE:-redis}
+    SEED_GOODS=${SEED_GOODS:-1}
+    SEED_STOCK=${SEED_STOCK:-5000}
+
+    local v
+    for v in HTTP_PORT REPLICA_PORT_BASE REPLICAS PG_PORT REDIS_PORT SEED_GOODS SEED_STOCK; do
+        [[ ${!v} =~ ^[0-9]+$ ]] || die "$v must be a number, got '${!v}'"
+    done
+    ((REPLICAS >= 1 && REPLICAS <= 32)) || die "REPLICAS must be from 1 to 32, got $REPLICAS"
+    case $STOCKD in
+    /*) ;;
+    *) STOCKD=$PWD/$STOCKD ;;
+    esac
+
+    LOG_DIR=$RUN_DIR/logs
+    PG_DIR=$RUN_DIR/pg
+    REDIS_DIR=$RUN_DIR/redis
+    NGINX_DIR=$RUN_DIR/nginx
+    REPLICA_DIR=$RUN_DIR/replicas
+
+    # What the replicas are given. The other service variables (LOCK_WAIT_MS, ADMIN_TOKEN,
+    # BUSINESS_DELAY_MS, DB_POOL_SIZE, ...) pass through from our own environment unchanged.
+    DATABASE_URL="host=127.0.0.1 port=$PG_PORT dbname=stock user=stock connect_timeout=5"
+    export DATABASE_URL MODE
+    export REDIS_HOST=127.0.0.1 REDIS_PORT
+    export MIGRATIONS_DIR=${MIGRATIONS_DIR:-$STACK_ROOT/migrations}
+}
+
+# Port of replica N (1-based).
+replica_port() {
+    echo $((REPLICA_PORT_BASE + $1 - 1))
+}

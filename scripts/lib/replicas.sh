@@ -1,0 +1,154 @@
+# replicas.sh - the stockd replicas svc-1..N (sourced, bash; needs common.sh, config.sh).
+# shellcheck shell=bash
+#
+# Each replica runs under a small bash wrapper, started with `setsid -f` so it outlives
+# stack.sh and no terminal signal (Ctrl-C, hang-up) reaches it. The wrapper records the
+# replica's PID before exec'ing stockd, waits for it, then records its exit status: stockd is
+# not our child once stack.sh has returned, so without the wrapper `down` could not tell a
+# clean exit 0 from a crash or a sanitizer report.
+#
+#   $REPLICA_DIR/svc-N.pid    stockd's PID
+#   $REPLICA_DIR/svc-N.exit   its exit status, once it has exited
+#   $LOG_DIR/svc-N.log        its stderr (the service logs there), appended across starts
+
+READY_TIMEOUT=${READY_TIMEOUT:-60}
+
+replica__pattern() {
+    echo "$STOCKD"
+}
+
+# Prints replica N's PID when it runs (and is the replica on our port), else returns 1.
+replica_pid() {
+    local n=$1 pid
+    pid=$(pidfile_alive "$REPLICA_DIR/svc-$n.pid" "$(replica__pattern)") || return 1
+    # The binary may be shared with another stack: check it is our svc-N by its environment.
+    tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "INSTANCE=svc-$n" || return 1
+    echo "$pid"
+}
+
+replica__ready() {
+    curl -fsS -o /dev/null -m 2 "http://127.0.0.1:$1/readyz" 2>/dev/null
+}
+
+# Applies the migrations once, before any replica starts (stockd migrate also takes an
+# advisory lock, so replicas starting at once would be safe too).
+replicas_migrate() {
+    [ -x "$STOCKD" ] || die "$STOCKD not found or not executable: build it first (make)"
+    mkdir -p "$LOG_DIR"
+    if ! "$STOCKD" migrate >>"$LOG_DIR/migrate.log" 2>&1; then
+        log_tail "$LOG_DIR/migrate.log"
+        die "stockd migrate failed (see $LOG_DIR/migrate.log)"
+    fi
+}
+
+# Starts replica N unless it runs already. Does not wait for it to be ready.
+replica_start() {
+    local n=$1 port pid name=svc-$1
+    port=$(replica_port "$n")
+    if pid=$(replica_pid "$n"); then
+        log "$name already running (pid $pid, port $port)"
+        return 0
+    fi
+    [ -x "$STOCKD" ] || die "$STOCKD not found or not executable: build it first (make)"
+    require_port_free "$port" "$name" REPLICA_PORT_BASE
+    mkdir -p "$REPLICA_DIR" "$LOG_DIR"
+    rm -f "$REPLICA_DIR/$name.pid" "$REPLICA_DIR/$name.exit"
+    echo "---- $(date '+%F %T') stack: starting $name on 127.0.0.1:$port" >>"$LOG_DIR/$name.log"
+
+    # The wrapper: the subshell writes its own PID ($BASHPID), then becomes stockd by exec, so
+    # the recorded PID is stockd's. The subshell runs in the foreground of the wrapper, which
+    # therefore does not set SIGINT/SIGQUIT to "ignored" as a background job would.
+    # shellcheck disable=SC2016 # expanded by the wrapper, not here
+    PORT=$port INSTANCE=$name setsid -f bash -c '
+        pidfile=$1 exitfile=$2 logfile=$3
+        shift 3
+        ( echo "$BASHPID" >"$pidfile"; exec "$@" ) </dev/null >>"$logfile" 2>&1
+        rc=$?
+        echo "$rc" >"$exitfile"
+        echo "---- $(date "+%F %T") stack: exited with status $rc" >>"$logfile"
+    ' stock-replica "$REPLICA_DIR/$name.pid" "$REPLICA_DIR/$name.exit" "$LOG_DIR/$name.log" \
+        "$STOCKD" </dev/null >/dev/null 2>&1
+
+    # Until exec has happened, the PID file names a bash, not stockd.
+    if ! pid=$(wait_until 10 replica_pid "$n"); then
+        log_tail "$LOG_DIR/$name.log"
+        die "$name did not start (see $LOG_DIR/$name.log)"
+    fi
+    log "$name started (pid $pid, 127.0.0.1:$port)"
+}
+
+# Waits until replica N's /readyz answers 200; dies if it exits or takes over READY_TIMEOUT.
+replica_wait_ready() {
+    local n=$1 port i name=svc-$1
+    port=$(replica_port "$n")
+    for ((i = 0; i < READY_TIMEOUT * 5; i++)); do
+        replica__ready "$port" && return 0
+        if ! replica_pid "$n" >/dev/null; then
+            log_tail "$LOG_DIR/$name.log"
+            die "$name exited during start-up (status $(replica_exit_status "$n"))"
+        fi
+        sleep 0.2
+    done
+    log_tail "$LOG_DIR/$name.log"
+    die "$name not ready after ${READY_TIMEOUT}s (GET http://127.0.0.1:$port/readyz)"
+}
+
+# Prints replica N's recorded exit status, or "unknown".
+replica_exit_status() {
+    local rc=""
+    [ -r "$REPLICA_DIR/svc-$1.exit" ] && read -r rc <"$REPLICA_DIR/svc-$1.exit"
+    echo "${rc:-unknown}"
+}
+
+# Stops replicas N... with SIGTERM (each stops accepting, finishes what is in flight,
+# releases its locks and connections and exits 0), SIGKILL after 30 s. All get the signal
+# first, then each is waited for, so one slow drain does not delay the others. Returns 1
+# when one did not exit with status 0 (a crash, a sanitizer report, a kill), after saying so.
+replicas_stop() {
+    local n pid rc failed=0
+    local -A pids=()
+    for n in "$@"; do
+        pid=$(replica_pid "$n") || continue
+        log "stopping svc-$n (pid $pid)"
+        kill -TERM "$pid" 2>/dev/null || true
+        pids[$n]=$pid
+    done
+    for n in "${!pids[@]}"; do
+        # TERM was sent above: wait for it, then escalate.
+        if ! wait_pid_gone "${pids[$n]}" "$(replica__pattern)" 30; then
+            stop_pid "svc-$n" "${pids[$n]}" "$(replica__pattern)" KILL:5 || true
+        fi
+        # The wrapper writes the status right after stockd exits.
+        wait_until 5 test -s "$REPLICA_DIR/svc-$n.exit" || true
+        rc=$(replica_exit_status "$n")
+        if [ "$rc" != 0 ]; then
+            log "svc-$n exited with status $rc (see $LOG_DIR/svc-$n.log)"
+            failed=1
+        fi
+    done
+    return $failed
+}
+
+# Numbers of the replicas that have a PID file in this run directory (whatever REPLICAS
+# says now: `down` stops what `up` started).
+replicas_known() {
+    local f n
+    for f in "$REPLICA_DIR"/svc-*.pid; do
+        [ -e "$f" ] || continue
+        n=${f##*/svc-}
+        echo "${n%.pid}"
+    done
+}
+
+replica_status() {
+    local n=$1 pid port ready
+    port=$(replica_port "$n")
+    if pid=$(replica_pid "$n"); then
+        replica__ready "$port" && ready=ready || ready="NOT ready"
+        printf 'svc-%-6s running  pid %s  127.0.0.1:%s  %s\n' "$n" "$pid" "$port" "$ready"
+    elif [ -s "$REPLICA_DIR/svc-$n.exit" ]; then
+        printf 'svc-%-6s stopped  (last exit status %s)\n' "$n" "$(replica_exit_status "$n")"
+    else
+        printf 'svc-%-6s stopped\n' "$n"
+    fi
+}

@@ -1,0 +1,214 @@
+#!/usr/bin/env bash
+# stack.sh - the native local stack: PostgreSQL, Redis, the replicas and nginx, under a
+# run directory of the project.
+#
+#   scripts/stack.sh up            start whatever is not running, migrate, seed; idempotent
+#   scripts/stack.sh down          stop what `up` started, by PID; keeps the database files
+#   scripts/stack.sh status        what runs, with PIDs and ports
+#   scripts/stack.sh logs [NAME]   the last LOG_LINES (50) lines of each log, or of NAME
+#                                  (svc-1, postgres, redis, nginx, access, migrate)
+#   scripts/stack.sh redis-stop    stop Redis only (the tests' "dependency down" case)
+#   scripts/stack.sh redis-start   start it again
+#   scripts/stack.sh replica-stop N...   stop replicas N... (SIGTERM; 1 if one exits non-zero)
+#   scripts/stack.sh replica-start N...  start them again and wait until they are ready
+#   scripts/stack.sh nginx-test    render the nginx configuration and run nginx -t on it
+#
+# Settings (environment; defaults in brackets). Change RUN_DIR and the ports to run a
+# second stack beside a running one.
+#   RUN_DIR            where everything lives [<project>/.run]
+#   HTTP_PORT          nginx [8080]
+#   REPLICA_PORT_BASE  replica N listens on REPLICA_PORT_BASE+N-1 [8081]
+#   REPLICAS           how many replicas, named svc-1..svc-N [3]
+#   PG_PORT            PostgreSQL [55432]
+#   REDIS_PORT         Redis [56379]
+#   STOCKD             the service binary [<project>/build/stockd]
+#   MODE               the replicas' default mode [redis]
+#   SEED_GOODS, SEED_STOCK  goods created by the first `up` [1, 5000]
+#   READY_TIMEOUT      seconds to wait for each replica's /readyz [60]
+#   LOG_LINES          lines shown by `logs` [50]
+# The service's other variables pass through to the replicas unchanged: LOCK_WAIT_MS,
+# LOCK_LEASE_MS, ADMIN_TOKEN, BUSINESS_DELAY_MS, WORKER_THREADS, DB_POOL_SIZE,
+# REDIS_POOL_SIZE, DB_WAIT_MS, REDIS_TIMEOUT_MS, CONNECTION_TIMEOUT_S, LOG_LEVEL (see
+# `stockd --help`). DATABASE_URL, REDIS_HOST/PORT, PORT, INSTANCE and MIGRATIONS_DIR are
+# set here. A replica keeps the settings it was started with: `down` then `up` to change them.
+#
+# Layout of RUN_DIR: pg/ (data, socket, postgres log), redis/, replicas/ (PID and exit
+# files), nginx/ (prefix: conf, logs, tmp), logs/ (svc-N.log, redis.log, migrate.log).
+set -euo pipefail
+
+export LOG_PREFIX=stack
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=lib/common.sh
+source "$here/lib/common.sh"
+source "$here/lib/config.sh"
+source "$here/lib/ports.sh"
+source "$here/lib/pg.sh"
+source "$here/lib/redis.sh"
+source "$here/lib/replicas.sh"
+source "$here/lib/nginx.sh"
+
+# One stack.sh at a time per run directory: two `up`s racing would start everything twice.
+# The script re-runs itself under flock(1), which holds the lock in its own process with a
+# close-on-exec descriptor: a lock taken with `exec 9>file` in this shell would be inherited
+# by every server started here and held for as long as they run.
+stack__lock() {
+    local cmd=$1
+    shift
+    [ "${STACK_LOCKED:-}" = "$RUN_DIR" ] && return 0
+    STACK_LOCKED=$RUN_DIR exec flock -w 300 -E 75 "$RUN_DIR/.stack.lock" "$0" "$cmd" "$@"
+}
+
+# curl through nginx; prints the HTTP status, the body goes to the file $2.
+stack__http() {
+    local method=$1 out=$2 path=$3
+    shift 3
+    curl -sS -m 10 -o "$out" -w '%{http_code}' -X "$method" "$@" \
+        "http://127.0.0.1:$HTTP_PORT$path" 2>/dev/null || echo 000
+}
+
+# Seeds goods SEED_GOODS with SEED_STOCK units, unless the goods exist already (so `up` on a
+# running stack, or after `down`, keeps the figures of the last run).
+stack__seed() {
+    local body status
+    local -a auth=()
+    body=$(mktemp)
+    status=$(stack__http GET "$body" "/api/stock/$SEED_GOODS")
+    case $status in
+    200) ;;
+    404)
+        [ -n "${ADMIN_TOKEN:-}" ] && auth=(-H "Authorization: Bearer $ADMIN_TOKEN")
+        status=$(stack__http POST "$body" /api/admin/reset "${auth[@]}" \
+            -H 'Content-Type: application/json' \
+            --data "{\"goods_id\":$SEED_GOODS,\"stock\":$SEED_STOCK}")
+        if [ "$status" != 200 ]; then
+            log "reset answered $status: $(cat "$body")"
+            rm -f "$body"
+            die "cannot seed goods $SEED_GOODS"
+        fi
+        log "seeded goods $SEED_GOODS with $SEED_STOCK units"
+        ;;
+    *)
+        log "GET /api/stock/$SEED_GOODS answered $status: $(cat "$body" 2>/dev/null)"
+        rm -f "$body"
+        die "the stack does not answer through nginx"
+        ;;
+    esac
+    rm -f "$body"
+}
+
+cmd_up() {
+    local n
+    [ -x "$STOCKD" ] || die "$STOCKD not found: build it first (make)"
+    pg_start
+    redis_start
+    replicas_migrate
+    for ((n = 1; n <= REPLICAS; n++)); do
+        replica_start "$n"
+    done
+    # nginx only once every replica is ready: open-source nginx cannot probe /readyz itself.
+    for ((n = 1; n <= REPLICAS; n++)); do
+        replica_wait_ready "$n"
+    done
+    nginx_start
+    stack__seed
+    cat <<EOF
+
+The stock service is up: http://127.0.0.1:$HTTP_PORT  ($REPLICAS replicas, default mode $MODE)
+  curl -s http://127.0.0.1:$HTTP_PORT/api/stock/$SEED_GOODS
+  curl -s -X POST -H 'Content-Type: application/json' \\
+       -d '{"goods_id":$SEED_GOODS,"count":1}' http://127.0.0.1:$HTTP_PORT/api/deduct
+Logs: scripts/stack.sh logs (files in $LOG_DIR); stop with: make down
+EOF
+}
+
+# Stops in the reverse order of `up`: nginx first (no new requests), then the replicas
+# (they finish what is in flight and release their locks), then Redis and PostgreSQL.
+cmd_down() {
+    local failed=0
+    nginx_stop || failed=1
+    # shellcheck disable=SC2046 # numbers, one per line
+    replicas_stop $(replicas_known) || failed=1
+    redis_stop || failed=1
+    pg_stop || failed=1
+    if [ $failed -ne 0 ]; then
+        log "stopped, with the problems above"
+        return 1
+    fi
+    log "stopped (database kept in $PG_DIR/data)"
+}
+
+cmd_status() {
+    local n
+    pg_status
+    redis_status
+    for ((n = 1; n <= REPLICAS; n++)); do
+        replica_status "$n"
+    done
+    nginx_status
+}
+
+cmd_logs() {
+    local lines=${LOG_LINES:-50} f name=${1:-}
+    local -a files=()
+    case $name in
+    '') files=("$PG_DIR/log/postgres.log" "$LOG_DIR/redis.log" "$LOG_DIR/migrate.log"
+        "$LOG_DIR"/svc-*.log "$NGINX_DIR/logs/error.log") ;;
+    postgres) files=("$PG_DIR/log/postgres.log") ;;
+    redis | migrate | svc-*) files=("$LOG_DIR/$name.log") ;;
+    nginx) files=("$NGINX_DIR/logs/error.log") ;;
+    access) files=("$NGINX_DIR/logs/access.log") ;;
+    *) die "logs: unknown log '$name' (svc-N, postgres, redis, nginx, access, migrate)" ;;
+    esac
+    for f in "${files[@]}"; do
+        [ -r "$f" ] || continue
+        echo "==> $f <=="
+        tail -n "$lines" "$f"
+    done
+}
+
+# Replica numbers given on the command line, checked.
+stack__replica_args() {
+    local n
+    [ $# -gt 0 ] || die "name the replicas by number, e.g. 'replica-stop 2'"
+    for n in "$@"; do
+        if ! [[ $n =~ ^[0-9]+$ ]] || ((n < 1 || n > REPLICAS)); then
+            die "no replica '$n' (1 to $REPLICAS)"
+        fi
+    done
+}
+
+main() {
+    local cmd=${1:-} n
+    [ $# -gt 0 ] && shift
+    stack_config
+    case $cmd in
+    up | down | redis-stop | redis-start | replica-stop | replica-start) stack__lock "$cmd" "$@" ;;
+    esac
+    case $cmd in
+    up) cmd_up ;;
+    down) cmd_down ;;
+    status) cmd_status ;;
+    logs) cmd_logs "$@" ;;
+    redis-stop) redis_stop ;;
+    redis-start) redis_start ;;
+    replica-stop)
+        stack__replica_args "$@"
+        replicas_stop "$@"
+        ;;
+    replica-start)
+        stack__replica_args "$@"
+        for n in "$@"; do replica_start "$n"; done
+        for n in "$@"; do replica_wait_ready "$n"; done
+        ;;
+    nginx-test)
+        nginx_render
+        nginx_test && log "nginx -t: the configuration in $NGINX_DIR/conf is valid"
+        ;;
+    *)
+        sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2
+        exit 2
+        ;;
+    esac
+}
+
+main "$@"

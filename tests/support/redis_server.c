@@ -1,0 +1,225 @@
+/*
+ * redis_server.c - a throwaway redis-server for tests (see redis_server.h).
+ *
+ * The port: bind a socket to 127.0.0.1 port 0, let the kernel pick a free port, close the
+ * socket and hand the number to redis-server. Another program could take the port in
+ * between; then redis-server fails to start and a new port is tried (a few times).
+ *
+ * The server runs in the foreground as our child (fork + exec), so its PID is known and it
+ * is stopped by that PID, never by name. It is ready when PING answers PONG.
+ */
+#include "tests/support/redis_server.h"
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <hiredis/hiredis.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define START_TRIES 5
+#define READY_WAIT_MS 5000
+#define STOP_WAIT_MS 5000
+#define FORBIDDEN_PORT 2024 /* never ours to use */
+
+struct redis_server {
+    char dir[64];
+    int port;
+    pid_t pid; /* -1 while stopped */
+};
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
+
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+/* A port on 127.0.0.1 that nobody listened on a moment ago, or -1. */
+static int free_port(void)
+{
+    struct sockaddr_in addr;
+    socklen_t len = sizeof(addr);
+    int port = -1;
+    int fd;
+
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+        return -1;
+    memset(&addr, 0, sizeof(addr));
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = 0;
+    if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0 &&
+        getsockname(fd, (struct sockaddr *)&addr, &len) == 0)
+        port = ntohs(addr.sin_port);
+    close(fd);
+    return port;
+}
+
+/* fork + exec redis-server in the foreground on s->port with s->dir. */
+static int spawn(redis_server *s)
+{
+    char port[16];
+    char logfile[96];
+    pid_t pid;
+
+    snprintf(port, sizeof(port), "%d", s->port);
+    snprintf(logfile, sizeof(logfile), "%s/redis.log", s->dir);
+    pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        execlp("redis-server", "redis-server", "--port", port, "--bind", "127.0.0.1", "--dir",
+               s->dir, "--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile",
+               logfile, (char *)NULL);
+        _exit(127);
+    }
+    s->pid = pid;
+    return 0;
+}
+
+/* Whether PING answers PONG right now. */
+static bool answers_ping(int port)
+{
+    struct timeval tv = {0, 200000};
+    redisContext *ctx = redisConnectWithTimeout("127.0.0.1", port, tv);
+    redisReply *r = NULL;
+    bool ok = false;
+
+    if (ctx == NULL || ctx->err != 0)
+        goto out;
+    r = redisCommand(ctx, "PING");
+    ok = r != NULL && r->type == REDIS_REPLY_STATUS && strcmp(r->str, "PONG") == 0;
+out:
+    if (r != NULL)
+        freeReplyObject(r);
+    if (ctx != NULL)
+        redisFree(ctx);
+    return ok;
+}
+
+/* Waits for the child to answer PING; -1 if it exits or takes too long (then it is gone). */
+static int wait_ready(redis_server *s)
+{
+    for (int waited = 0; waited < READY_WAIT_MS; waited += 10) {
+        int status;
+
+        if (waitpid(s->pid, &status, WNOHANG) == s->pid) {
+            s->pid = -1; /* exited: the port was taken, or redis-server is missing */
+            return -1;
+        }
+        if (answers_ping(s->port))
+            return 0;
+        sleep_ms(10);
+    }
+    redis_server_stop(s);
+    return -1;
+}
+
+int redis_server_start(redis_server **out)
+{
+    redis_server *s;
+
+    *out = NULL;
+    s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return -1;
+    s->pid = -1;
+    snprintf(s->dir, sizeof(s->dir), "/tmp/test-redis.XXXXXX");
+    if (mkdtemp(s->dir) == NULL) {
+        fprintf(stderr, "redis_server: mkdtemp: %s\n", strerror(errno));
+        free(s);
+        return -1;
+    }
+    for (int i = 0; i < START_TRIES; i++) {
+        s->port = free_port();
+        if (s->port <= 0 || s->port == FORBIDDEN_PORT)
+            continue;
+        if (spawn(s) == 0 && wait_ready(s) == 0) {
+            *out = s;
+            return 0;
+        }
+    }
+    fprintf(stderr, "redis_server: redis-server did not start (see %s/redis.log)\n", s->dir);
+    redis_server_destroy(s);
+    return -1;
+}
+
+int redis_server_port(const redis_server *s)
+{
+    return s->port;
+}
+
+int redis_server_pid(const redis_server *s)
+{
+    return s->pid;
+}
+
+int redis_server_stop(redis_server *s)
+{
+    int status;
+
+    if (s->pid <= 0)
+        return -1;
+    kill(s->pid, SIGTERM);
+    for (int waited = 0; waitpid(s->pid, &status, WNOHANG) != s->pid; waited += 10) {
+        if (waited == STOP_WAIT_MS)
+            kill(s->pid, SIGKILL);
+        sleep_ms(10);
+    }
+    s->pid = -1;
+    return 0;
+}
+
+int redis_server_restart(redis_server *s)
+{
+    /* The port is free again as soon as the old server is gone (redis-server binds with
+     * SO_REUSEADDR), but allow for a slow exit. */
+    for (int i = 0; i < START_TRIES; i++) {
+        if (s->pid > 0)
+            return 0;
+        if (spawn(s) == 0 && wait_ready(s) == 0)
+            return 0;
+        sleep_ms(100);
+    }
+    return -1;
+}
+
+/* Removes the files redis-server left (its log) and the directory. */
+static void remove_dir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    char path[512];
+
+    if (d != NULL) {
+        while ((e = readdir(d)) != NULL) {
+            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+                continue;
+            snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+            unlink(path);
+        }
+        closedir(d);
+    }
+    rmdir(dir);
+}
+
+void redis_server_destroy(redis_server *s)
+{
+    if (s == NULL)
+        return;
+    if (s->pid > 0)
+        redis_server_stop(s);
+    remove_dir(s->dir);
+    free(s);
+}
