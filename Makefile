@@ -102,4 +102,7 @@ down:
 clean:
 	rm -rf build
 
+# Keep intermediate objects (tests/support) so a relink does not rebuild them.
+.SECONDARY:
+
 -include $(shell find $(B) -name '*.d' 2>/dev/null)
