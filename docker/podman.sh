@@ -235,7 +235,7 @@ smoke_test() {
 
 cmd_start() {
     mkdir -p "$RUN_DIR"
-    [ "$(id -u)" -eq 0 ] || cannot "podman is set up here for root only (rootful)"
+    [ "$(id -u)" -eq 0 ] || cannot "not root (podman runs rootful in this set-up)"
     install_packages
     [ -x /usr/lib/cni/dnsname ] || cannot "the CNI dnsname plugin is missing"
     write_conf

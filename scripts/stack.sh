@@ -48,14 +48,14 @@ source "$here/lib/replicas.sh"
 source "$here/lib/nginx.sh"
 
 # One stack.sh at a time per run directory: two `up`s racing would start everything twice.
-# The script re-runs itself under flock(1), which holds the lock in its own process with a
-# close-on-exec descriptor: a lock taken with `exec 9>file` in this shell would be inherited
-# by every server started here and held for as long as they run.
+# The script re-runs itself under `flock -o`, which holds the lock in its own process and
+# closes the descriptor before running us: a lock descriptor open in this shell would be
+# inherited by every server started here, and held for as long as they run.
 stack__lock() {
     local cmd=$1
     shift
     [ "${STACK_LOCKED:-}" = "$RUN_DIR" ] && return 0
-    STACK_LOCKED=$RUN_DIR exec flock -w 300 -E 75 "$RUN_DIR/.stack.lock" "$0" "$cmd" "$@"
+    STACK_LOCKED=$RUN_DIR exec flock -o -w 300 -E 75 "$RUN_DIR/.stack.lock" "$0" "$cmd" "$@"
 }
 
 # curl through nginx; prints the HTTP status, the body goes to the file $2.

@@ -7,6 +7,9 @@
  *   REPLICA_URLS  each replica directly, comma-separated
  *   ADMIN_TOKEN   the token the stack was started with (admin reset needs it)
  *   REDIS_PORT    Redis on 127.0.0.1, to hold a lock as another owner would (redis-cli)
+ *   PG_PORT       PostgreSQL on 127.0.0.1 (database and user `stock`, as scripts/stack.sh
+ *                 makes them): the idempotency case changes stock there, behind the
+ *                 service's back, to show that a stored 409 or 404 is replayed, not redone
  *   RUN_DIR       and the other port variables: inherited by `scripts/stack.sh redis-stop`
  *                 and `redis-start`, which the dependency-down case runs from the project
  *                 root (the current directory)
@@ -17,7 +20,7 @@
  *
  * What the cases prove, in the order they run (see the array in main()):
  *   - the contract of ../shared/API.md, endpoint by endpoint: status, Content-Type and body;
- *   - 50 malformed deduct requests that each get their 4xx and change nothing;
+ *   - over 60 malformed deduct requests that each get their 4xx and change nothing;
  *   - idempotency: one key sent 20 times at once sells once, in every mode;
  *   - `redis` through nginx over three replicas: 3,000 deductions of 1 from 64 clients
  *     against 2,000 units sell exactly 2,000; `local` on one replica the same;
@@ -51,6 +54,7 @@
 #include <curl/curl.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <libpq-fe.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -65,7 +69,7 @@
 
 #define MAX_REPLICAS 8
 #define CONNECT_TIMEOUT_MS 3000L
-#define TIMEOUT_MARGIN_MS 10000L /* a request's timeout: the lock wait bound plus this */
+#define TIMEOUT_MARGIN_MS 10000L      /* a request's timeout: the lock wait bound plus this */
 #define MAX_REPLY_BYTES (1024 * 1024) /* no answer of the service is anywhere near this */
 #define BODY_LIMIT 16384              /* API.md: a larger deduct body is a 413 */
 
@@ -84,6 +88,7 @@
 #define GOODS_MEDIA 3202LL
 #define GOODS_LOCK 3301LL
 #define GOODS_STOCK 3401LL
+#define GOODS_METRICS 3402LL
 #define GOODS_RESET 3501LL
 #define GOODS_MALFORMED 3601LL
 #define GM "3601" /* GOODS_MALFORMED as text, for the literal bodies of the malformed table */
@@ -102,17 +107,18 @@
  * ------------------------------------------------------------------------------------------ */
 
 typedef struct test_env {
-    const char *stock_url;               /* nginx */
-    char *replicas[MAX_REPLICAS];        /* each replica's URL (malloc'd) */
+    const char *stock_url;        /* nginx */
+    char *replicas[MAX_REPLICAS]; /* each replica's URL (malloc'd) */
     size_t n_replicas;
-    char instances[MAX_REPLICAS][64];    /* each replica's instance name, from its /healthz */
+    char instances[MAX_REPLICAS][64]; /* each replica's instance name, from its /healthz */
     const char *admin_token;
     const char *redis_port;
+    const char *pg_port;
     long lock_wait_ms;
-    long timeout_ms;                     /* every request's: lock_wait_ms + TIMEOUT_MARGIN_MS */
-    char auth_header[320];               /* "Authorization: Bearer <token>" */
-    char run_tag[32];                    /* makes this run's idempotency keys its own */
-    char problem[512];                   /* why the stack is unusable; "" when it is fine */
+    long timeout_ms;       /* every request's: lock_wait_ms + TIMEOUT_MARGIN_MS */
+    char auth_header[320]; /* "Authorization: Bearer <token>" */
+    char run_tag[32];      /* makes this run's idempotency keys its own */
+    char problem[512];     /* why the stack is unusable; "" when it is fine */
 } test_env;
 
 static test_env g_env;
@@ -197,8 +203,8 @@ typedef struct http_request {
 } http_request;
 
 typedef struct http_reply {
-    long status;                 /* 0 when no answer came (error says why) */
-    char *body;                  /* NUL-terminated, malloc'd ("" when empty) */
+    long status; /* 0 when no answer came (error says why) */
+    char *body;  /* NUL-terminated, malloc'd ("" when empty) */
     size_t len;
     char content_type[128];      /* "" when absent */
     double seconds;              /* wall time of the call */
@@ -436,16 +442,14 @@ static bool field_bool(const json_t *obj, const char *key, const char *what)
     return json_is_true(v);
 }
 
-static void expect_field_int(const json_t *obj, const char *key, long long want,
-                             const char *what)
+static void expect_field_int(const json_t *obj, const char *key, long long want, const char *what)
 {
     long long got = field_int(obj, key, what);
     if (got != want)
         fail_msg("%s: %s is %lld, want %lld", what, key, got, want);
 }
 
-static void expect_field_str(const json_t *obj, const char *key, const char *want,
-                             const char *what)
+static void expect_field_str(const json_t *obj, const char *key, const char *want, const char *what)
 {
     const char *got = field_str(obj, key, what);
     if (strcmp(got, want) != 0)
@@ -453,8 +457,7 @@ static void expect_field_str(const json_t *obj, const char *key, const char *wan
 }
 
 /* Asserts an error answer: status, JSON, ok false and the error code. Returns the object. */
-static json_t *expect_error(const http_reply *r, long status, const char *error,
-                            const char *what)
+static json_t *expect_error(const http_reply *r, long status, const char *error, const char *what)
 {
     json_t *j = expect_json(r, status, what);
     if (field_bool(j, "ok", what))
@@ -569,8 +572,8 @@ static http_reply *deduct_at(const char *base, const char *path, long long goods
     return call(&rq);
 }
 
-static http_reply *deduct(const char *base, long long goods_id, long long count,
-                          const char *mode, const char *key)
+static http_reply *deduct(const char *base, long long goods_id, long long count, const char *mode,
+                          const char *key)
 {
     return deduct_at(base, "/api/deduct", goods_id, count, mode, key);
 }
@@ -682,15 +685,67 @@ static int stack_script(const char *command)
     return run_program(NULL, false, 60.0, argv);
 }
 
+/*
+ * Runs one statement on the stack's database directly, outside the service: the database
+ * and user scripts/stack.sh creates, on 127.0.0.1:$PG_PORT. Parameters are bigints, the
+ * first n of a and b, passed as parameters (never written into the SQL). Sets *rows (when
+ * not NULL) to the number of rows the statement changed. Returns 0, or -1 with the reason
+ * in err.
+ */
+static int sql_run(const char *sql, int n, long long a, long long b, long *rows, char *err,
+                   size_t errlen)
+{
+    char conninfo[256], text_a[24], text_b[24];
+    const char *const values[2] = {text_a, text_b};
+    PGconn *conn = NULL;
+    PGresult *res = NULL;
+    int rc = -1;
+
+    snprintf(conninfo, sizeof(conninfo),
+             "host=127.0.0.1 port=%s dbname=stock user=stock connect_timeout=5", g_env.pg_port);
+    snprintf(text_a, sizeof(text_a), "%lld", a);
+    snprintf(text_b, sizeof(text_b), "%lld", b);
+    conn = PQconnectdb(conninfo);
+    if (PQstatus(conn) != CONNECTION_OK) {
+        snprintf(err, errlen, "cannot connect with '%s': %s", conninfo, PQerrorMessage(conn));
+        goto out;
+    }
+    res = PQexecParams(conn, sql, n, NULL, values, NULL, NULL, 0);
+    if (PQresultStatus(res) != PGRES_COMMAND_OK) {
+        snprintf(err, errlen, "%s: %s", sql, PQerrorMessage(conn));
+        goto out;
+    }
+    if (rows != NULL)
+        *rows = strtol(PQcmdTuples(res), NULL, 10);
+    rc = 0;
+out:
+    PQclear(res);
+    PQfinish(conn);
+    return rc;
+}
+
+/* sql_run() with two parameters that must change exactly one row; fails the case else. */
+static void sql_exec(const char *sql, long long a, long long b)
+{
+    char err[512];
+    long rows = 0;
+
+    if (sql_run(sql, 2, a, b, &rows, err, sizeof(err)) != 0)
+        fail_msg("SQL on the stack's database: %s", err);
+    if (rows != 1)
+        fail_msg("SQL on the stack's database: '%s' ($1=%lld, $2=%lld) changed %ld rows, want 1",
+                 sql, a, b, rows);
+}
+
 /* ------------------------------------------------------------------------------------------
  * Concurrent load: many threads, each with its own handle, sending one request each time
  * ------------------------------------------------------------------------------------------ */
 
 typedef struct load_counts {
-    int by_status[600];        /* index: HTTP status; [0]: no answer */
-    int bad_answer;            /* a 200 or 409 whose body is not the documented one */
+    int by_status[600]; /* index: HTTP status; [0]: no answer */
+    int bad_answer;     /* a 200 or 409 whose body is not the documented one */
     int per_instance[MAX_REPLICAS];
-    char note[320];            /* the first surprising answer, for the report */
+    char note[320]; /* the first surprising answer, for the report */
 } load_counts;
 
 typedef struct load_plan {
@@ -707,10 +762,10 @@ typedef struct load_plan {
     pthread_barrier_t start_line; /* every thread has its handle before the first request */
     pthread_mutex_t mu;           /* guards the merged counts below */
     load_counts counts;
-    long long *order_ids;         /* of the 200 answers, n_ok of them */
+    long long *order_ids; /* of the 200 answers, n_ok of them */
     long long *remaining;
     atomic_int n_ok;
-    double *latency;              /* of every answer, n_timed of them (seconds) */
+    double *latency; /* of every answer, n_timed of them (seconds) */
     atomic_int n_timed;
     double seconds;
 } load_plan;
@@ -751,8 +806,7 @@ static void load_record(load_plan *p, load_counts *c, const http_reply *r)
     }
     if (r->status == 409) {
         const json_t *error = json_object_get(j, "error");
-        if (!json_is_string(error) ||
-            strcmp(json_string_value(error), "insufficient_stock") != 0 ||
+        if (!json_is_string(error) || strcmp(json_string_value(error), "insufficient_stock") != 0 ||
             !json_is_integer(json_object_get(j, "remaining")) ||
             !json_is_false(json_object_get(j, "ok"))) {
             c->bad_answer++;
@@ -794,10 +848,7 @@ static void *load_thread(void *arg)
         int i = atomic_fetch_add(&p->next, 1);
         if (i >= p->total)
             break;
-        http_request rq = {.method = "POST",
-                           .base = p->base,
-                           .path = p->path,
-                           .body = p->body};
+        http_request rq = {.method = "POST", .base = p->base, .path = p->path, .body = p->body};
         http_reply r;
         if (h == NULL) {
             mine.by_status[0]++;
@@ -901,9 +952,8 @@ static void load_run(load_plan *p)
     int other = p->total - c->by_status[200] - c->by_status[409] - c->by_status[503];
     printf("    %s: %d requests from %d threads in %.2f s (%.0f req/s): 200=%d 409=%d 503=%d "
            "other=%d (no answer=%d) malformed bodies=%d\n",
-           p->label, p->total, p->threads, p->seconds, p->total / p->seconds,
-           c->by_status[200], c->by_status[409], c->by_status[503], other, c->by_status[0],
-           c->bad_answer);
+           p->label, p->total, p->threads, p->seconds, p->total / p->seconds, c->by_status[200],
+           c->by_status[409], c->by_status[503], other, c->by_status[0], c->bad_answer);
     int n = atomic_load(&p->n_timed);
     qsort(p->latency, (size_t)n, sizeof(double), cmp_double);
     if (n > 0)
@@ -944,8 +994,8 @@ static void expect_only_200_409(const load_plan *p)
         fail_msg("%s: %d answers were neither 200 nor 409 (503=%d, no answer=%d); first: %s",
                  p->label, other, c->by_status[503], c->by_status[0], c->note);
     if (c->bad_answer != 0)
-        fail_msg("%s: %d answers had a body off the contract; first: %s", p->label,
-                 c->bad_answer, c->note);
+        fail_msg("%s: %d answers had a body off the contract; first: %s", p->label, c->bad_answer,
+                 c->note);
 }
 
 /* The exact figures of a correct mode: `stock` units sold once each, the rest refused. */
@@ -975,8 +1025,7 @@ static void expect_exact_sale(load_plan *p, long long stock)
         v.oversold != 0)
         fail_msg("%s: initial %lld stock %lld sold %lld orders %lld oversold %lld, want %lld 0 "
                  "%lld %lld 0",
-                 p->label, v.initial, v.stock, v.sold, v.orders, v.oversold, stock, stock,
-                 stock);
+                 p->label, v.initial, v.stock, v.sold, v.orders, v.oversold, stock, stock, stock);
 }
 
 /* ------------------------------------------------------------------------------------------
@@ -1031,8 +1080,8 @@ static void test_deduct_outcomes(void **state)
     expect_field_int(j, "remaining", 3, "deduct 4 of 3");
     expect_stock(GOODS_DEDUCT, 5, 3, 2, 1, "after a 409");
 
-    j = expect_deducted(deduct(g_env.stock_url, GOODS_DEDUCT, 3, "redis", NULL), GOODS_DEDUCT,
-                        3, 0, "redis", "deduct the last 3");
+    j = expect_deducted(deduct(g_env.stock_url, GOODS_DEDUCT, 3, "redis", NULL), GOODS_DEDUCT, 3, 0,
+                        "redis", "deduct the last 3");
     if (field_int(j, "order_id", "deduct the last 3") == first_order)
         fail_msg("two sales got the same order_id %lld", first_order);
     j = expect_error(deduct(g_env.stock_url, GOODS_DEDUCT, 1, "redis", NULL), 409,
@@ -1060,11 +1109,9 @@ static void test_deduct_outcomes(void **state)
                      "count 0");
     if (strstr(field_str(j, "detail", "count 0"), "count") == NULL)
         fail_msg("count 0: the detail does not name count: %s", field_str(j, "detail", ""));
-    j = expect_error(deduct(g_env.stock_url, 0, 1, NULL, NULL), 400, "bad_request",
-                     "goods_id 0");
+    j = expect_error(deduct(g_env.stock_url, 0, 1, NULL, NULL), 400, "bad_request", "goods_id 0");
     if (strstr(field_str(j, "detail", "goods_id 0"), "goods_id") == NULL)
-        fail_msg("goods_id 0: the detail does not name goods_id: %s",
-                 field_str(j, "detail", ""));
+        fail_msg("goods_id 0: the detail does not name goods_id: %s", field_str(j, "detail", ""));
     expect_stock(GOODS_DEDUCT, 5, 5, 0, 0, "after two 400s");
 }
 
@@ -1079,19 +1126,19 @@ static void test_deduct_modes(void **state)
     for (size_t i = 0; i < 3; i++) {
         char path[64], what[96];
         snprintf(what, sizeof(what), "body mode %s", modes[i]);
-        expect_deducted(deduct(g_env.stock_url, GOODS_MODES, 1, modes[i], NULL), GOODS_MODES, 1,
-                        -1, modes[i], what);
+        expect_deducted(deduct(g_env.stock_url, GOODS_MODES, 1, modes[i], NULL), GOODS_MODES, 1, -1,
+                        modes[i], what);
         snprintf(path, sizeof(path), "/api/deduct?mode=%s", modes[i]);
         snprintf(what, sizeof(what), "query mode %s, none in the body", modes[i]);
-        expect_deducted(deduct_at(g_env.stock_url, path, GOODS_MODES, 1, NULL, NULL),
-                        GOODS_MODES, 1, -1, modes[i], what);
+        expect_deducted(deduct_at(g_env.stock_url, path, GOODS_MODES, 1, NULL, NULL), GOODS_MODES,
+                        1, -1, modes[i], what);
     }
-    expect_deducted(deduct_at(g_env.stock_url, "/api/deduct?mode=none", GOODS_MODES, 1, "redis",
-                              NULL),
-                    GOODS_MODES, 1, -1, "redis", "body redis wins over query none");
-    expect_deducted(deduct_at(g_env.stock_url, "/api/deduct?mode=redis", GOODS_MODES, 1,
-                              "local", NULL),
-                    GOODS_MODES, 1, -1, "local", "body local wins over query redis");
+    expect_deducted(
+        deduct_at(g_env.stock_url, "/api/deduct?mode=none", GOODS_MODES, 1, "redis", NULL),
+        GOODS_MODES, 1, -1, "redis", "body redis wins over query none");
+    expect_deducted(
+        deduct_at(g_env.stock_url, "/api/deduct?mode=redis", GOODS_MODES, 1, "local", NULL),
+        GOODS_MODES, 1, -1, "local", "body local wins over query redis");
     long long sold = 8;
 
     /* Neither: each replica uses its default, the one its /api/modes names. */
@@ -1100,8 +1147,7 @@ static void test_deduct_modes(void **state)
         snprintf(what, sizeof(what), "GET /api/modes on %s", g_env.replicas[i]);
         json_t *m = expect_json(get(g_env.replicas[i], "/api/modes"), 200, what);
         const char *def = field_str(m, "default", what);
-        snprintf(what, sizeof(what), "no mode at all, on %s (default %s)", g_env.replicas[i],
-                 def);
+        snprintf(what, sizeof(what), "no mode at all, on %s (default %s)", g_env.replicas[i], def);
         json_t *j = expect_deducted(deduct(g_env.replicas[i], GOODS_MODES, 1, NULL, NULL),
                                     GOODS_MODES, 1, -1, def, what);
         expect_field_str(j, "instance", g_env.instances[i], what);
@@ -1112,9 +1158,9 @@ static void test_deduct_modes(void **state)
     json_t *j = expect_error(deduct(g_env.stock_url, GOODS_MODES, 1, "bogus", NULL), 400,
                              "unknown_mode", "body mode bogus");
     (void)field_str(j, "detail", "body mode bogus");
-    j = expect_error(deduct_at(g_env.stock_url, "/api/deduct?mode=bogus", GOODS_MODES, 1, NULL,
-                               NULL),
-                     400, "unknown_mode", "query mode bogus");
+    j = expect_error(
+        deduct_at(g_env.stock_url, "/api/deduct?mode=bogus", GOODS_MODES, 1, NULL, NULL), 400,
+        "unknown_mode", "query mode bogus");
     (void)field_str(j, "detail", "query mode bogus");
     expect_stock(GOODS_MODES, 100, 100 - sold, sold, sold, "after the mode checks");
 }
@@ -1126,8 +1172,7 @@ static char *padded_body(long long goods_id, size_t len)
     char *body = own(malloc(len + 1), free);
     if (body == NULL)
         fail_msg("out of memory");
-    int n = snprintf(body, len + 1, "{\"goods_id\":%lld,\"count\":1,\"mode\":\"redis\"}",
-                     goods_id);
+    int n = snprintf(body, len + 1, "{\"goods_id\":%lld,\"count\":1,\"mode\":\"redis\"}", goods_id);
     memset(body + n, ' ', len - (size_t)n);
     body[len] = '\0';
     return body;
@@ -1165,8 +1210,8 @@ static void test_body_limits(void **state)
         rq.body = far_over;
         expect_error(call(&rq), 413, "payload_too_large", what);
 
-        snprintf(what, sizeof(what), "%d-byte chunked body (no length) via %s",
-                 4 * BODY_LIMIT, names[i]);
+        snprintf(what, sizeof(what), "%d-byte chunked body (no length) via %s", 4 * BODY_LIMIT,
+                 names[i]);
         rq.chunked = true;
         expect_error(call(&rq), 413, "payload_too_large", what);
     }
@@ -1182,11 +1227,11 @@ static void test_content_types(void **state)
 
     char body[128];
     deduct_body(body, sizeof(body), GOODS_MEDIA, 1, "redis");
-    http_request rq = {.method = "POST", .base = g_env.stock_url, .path = "/api/deduct",
-                       .body = body};
+    http_request rq = {
+        .method = "POST", .base = g_env.stock_url, .path = "/api/deduct", .body = body};
 
-    const char *refused[] = {"text/plain", "application/x-www-form-urlencoded",
-                             "application/jsonp", "text/json"};
+    const char *refused[] = {"text/plain", "application/x-www-form-urlencoded", "application/jsonp",
+                             "text/json"};
     for (size_t i = 0; i < 4; i++) {
         char what[96];
         snprintf(what, sizeof(what), "Content-Type %s", refused[i]);
@@ -1245,14 +1290,14 @@ static void test_lock_timeout(void **state)
     expect_stock(GOODS_LOCK, 10, 10, 0, 0, "after the lock timeout");
 
     /* none and local do not take the Redis lock: they are not held up by it. */
-    expect_deducted(deduct(g_env.stock_url, GOODS_LOCK, 1, "none", NULL), GOODS_LOCK, 1, 9,
-                    "none", "none-mode deduct while the Redis lock is held");
+    expect_deducted(deduct(g_env.stock_url, GOODS_LOCK, 1, "none", NULL), GOODS_LOCK, 1, 9, "none",
+                    "none-mode deduct while the Redis lock is held");
 
     if (redis_cli("DEL", g_lock_key, NULL, NULL) != 0)
         fail_msg("redis-cli could not delete %s", g_lock_key);
     g_lock_key[0] = '\0';
-    expect_deducted(deduct(g_env.stock_url, GOODS_LOCK, 1, "redis", key), GOODS_LOCK, 1, 8,
-                    "redis", "the 503's key retried once the lock is free");
+    expect_deducted(deduct(g_env.stock_url, GOODS_LOCK, 1, "redis", key), GOODS_LOCK, 1, 8, "redis",
+                    "the 503's key retried once the lock is free");
     expect_stock(GOODS_LOCK, 10, 8, 2, 2, "after the retry");
 }
 
@@ -1288,9 +1333,10 @@ static void test_stock_endpoint(void **state)
     json_t *j = expect_error(get(g_env.stock_url, path), 404, "unknown_goods", path);
     expect_field_int(j, "goods_id", GOODS_UNKNOWN, path);
 
-    const char *bad[] = {"/api/stock/abc", "/api/stock/0", "/api/stock/-1", "/api/stock/1.0",
-                         "/api/stock/+1", "/api/stock/1e3", "/api/stock/0x10",
-                         "/api/stock/9223372036854775808", "/api/stock/%201"};
+    const char *bad[] = {
+        "/api/stock/abc", "/api/stock/0",   "/api/stock/-1",   "/api/stock/1.0",
+        "/api/stock/+1",  "/api/stock/1e3", "/api/stock/0x10", "/api/stock/9223372036854775808",
+        "/api/stock/%201"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         char what[96];
         snprintf(what, sizeof(what), "GET %s", bad[i]);
@@ -1379,8 +1425,8 @@ static void test_modes_endpoint(void **state)
                 continue;
             found[k] = true;
             if (safe != want_safe[k])
-                fail_msg("GET /api/modes: %s has safe=%s, want %s", name,
-                         safe ? "true" : "false", want_safe[k] ? "true" : "false");
+                fail_msg("GET /api/modes: %s has safe=%s, want %s", name, safe ? "true" : "false",
+                         want_safe[k] ? "true" : "false");
         }
     }
     for (size_t k = 0; k < 3; k++)
@@ -1397,15 +1443,19 @@ static void test_health_and_metrics(void **state)
     (void)state;
     begin_case("health_and_metrics");
     const char *families[] = {
-        "stock_http_requests_total{",   "stock_deductions_total{",
-        "# TYPE stock_lock_wait_seconds histogram", "stock_lock_wait_seconds_bucket{",
-        "stock_lock_wait_seconds_sum",  "stock_lock_wait_seconds_count",
-        "stock_lock_timeouts_total",    "stock_lock_renewals_total",
+        "stock_http_requests_total{",
+        "stock_deductions_total{",
+        "# TYPE stock_lock_wait_seconds histogram",
+        "stock_lock_wait_seconds_bucket{",
+        "stock_lock_wait_seconds_sum",
+        "stock_lock_wait_seconds_count",
+        "stock_lock_timeouts_total",
+        "stock_lock_renewals_total",
         "stock_lock_lost_total",
     };
     /* Some traffic first, so the labelled families have series. */
-    reset_goods(GOODS_STOCK, 7);
-    expect_deducted(deduct(g_env.stock_url, GOODS_STOCK, 1, "redis", NULL), GOODS_STOCK, 1, 6,
+    reset_goods(GOODS_METRICS, 7);
+    expect_deducted(deduct(g_env.stock_url, GOODS_METRICS, 1, "redis", NULL), GOODS_METRICS, 1, 6,
                     "redis", "deduct before /metrics");
 
     for (size_t i = 0; i <= g_env.n_replicas; i++) {
@@ -1447,18 +1497,18 @@ static void test_methods_and_paths(void **state)
     static const struct {
         const char *method, *path;
     } wrong[] = {
-        {"GET", "/api/deduct"},       {"PUT", "/api/deduct"},      {"DELETE", "/api/deduct"},
-        {"DELETE", "/api/stock/1"},   {"POST", "/api/stock/1"},    {"PUT", "/api/stock/1"},
-        {"GET", "/api/admin/reset"},  {"PUT", "/api/admin/reset"}, {"POST", "/api/modes"},
-        {"POST", "/healthz"},         {"POST", "/readyz"},         {"POST", "/metrics"},
+        {"GET", "/api/deduct"},      {"PUT", "/api/deduct"},      {"DELETE", "/api/deduct"},
+        {"DELETE", "/api/stock/1"},  {"POST", "/api/stock/1"},    {"PUT", "/api/stock/1"},
+        {"GET", "/api/admin/reset"}, {"PUT", "/api/admin/reset"}, {"POST", "/api/modes"},
+        {"POST", "/healthz"},        {"POST", "/readyz"},         {"POST", "/metrics"},
         {"DELETE", "/healthz"},
     };
     static const struct {
         const char *method, *path;
     } unknown[] = {
-        {"GET", "/"},           {"GET", "/nope"},        {"GET", "/api"},
-        {"GET", "/api/stock"},  {"POST", "/api/nothing"}, {"GET", "/api/deduct/1"},
-        {"GET", "/healthz/x"},  {"POST", "/api/admin"},  {"GET", "/API/MODES"},
+        {"GET", "/"},          {"GET", "/nope"},         {"GET", "/api"},
+        {"GET", "/api/stock"}, {"POST", "/api/nothing"}, {"GET", "/api/deduct/1"},
+        {"GET", "/healthz/x"}, {"POST", "/api/admin"},   {"GET", "/API/MODES"},
     };
 
     for (size_t b = 0; b < 2; b++) {
@@ -1468,8 +1518,8 @@ static void test_methods_and_paths(void **state)
             snprintf(what, sizeof(what), "%s %s on %s", wrong[i].method, wrong[i].path, base);
             /* POSTs and PUTs carry an (empty) body with a length: nginx refuses a POST that
              * has neither a length nor chunks with 411, which is not what is tested here. */
-            bool with_body = strcmp(wrong[i].method, "POST") == 0 ||
-                             strcmp(wrong[i].method, "PUT") == 0;
+            bool with_body =
+                strcmp(wrong[i].method, "POST") == 0 || strcmp(wrong[i].method, "PUT") == 0;
             http_request rq = {.method = wrong[i].method,
                                .base = base,
                                .path = wrong[i].path,
@@ -1478,8 +1528,7 @@ static void test_methods_and_paths(void **state)
         }
         for (size_t i = 0; i < sizeof(unknown) / sizeof(unknown[0]); i++) {
             char what[160];
-            snprintf(what, sizeof(what), "%s %s on %s", unknown[i].method, unknown[i].path,
-                     base);
+            snprintf(what, sizeof(what), "%s %s on %s", unknown[i].method, unknown[i].path, base);
             bool with_body = strcmp(unknown[i].method, "POST") == 0;
             http_request rq = {.method = unknown[i].method,
                                .base = base,
@@ -1495,9 +1544,9 @@ static void test_methods_and_paths(void **state)
  * ------------------------------------------------------------------------------------------ */
 
 #define BODY_N(literal) literal, sizeof(literal) - 1 /* a body that may hold a NUL */
-#define KEY_129                                                                                 \
-    "Idempotency-Key: "                                                                         \
-    "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" \
+#define KEY_129                                                                                    \
+    "Idempotency-Key: "                                                                            \
+    "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"   \
     "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
 #define VALID_BODY "{\"goods_id\":" GM ",\"count\":1,\"mode\":\"redis\"}"
 
@@ -1553,10 +1602,10 @@ static const bad_request_case bad_requests[] = {
      "bad_request"},
     {"duplicate count", "{\"goods_id\":" GM ",\"count\":1,\"count\":1}", 0, 0, 0, 0, 400,
      "bad_request"},
-    {"duplicate goods_id", "{\"goods_id\":" GM ",\"goods_id\":" GM ",\"count\":1}", 0, 0, 0, 0,
-     400, "bad_request"},
-    {"duplicate mode", "{\"goods_id\":" GM ",\"count\":1,\"mode\":\"redis\",\"mode\":\"redis\"}",
-     0, 0, 0, 0, 400, "bad_request"},
+    {"duplicate goods_id", "{\"goods_id\":" GM ",\"goods_id\":" GM ",\"count\":1}", 0, 0, 0, 0, 400,
+     "bad_request"},
+    {"duplicate mode", "{\"goods_id\":" GM ",\"count\":1,\"mode\":\"redis\",\"mode\":\"redis\"}", 0,
+     0, 0, 0, 400, "bad_request"},
     {"nested request", "{\"order\":{\"goods_id\":" GM ",\"count\":1}}", 0, 0, 0, 0, 400,
      "bad_request"},
     /* not one JSON object */
@@ -1576,21 +1625,21 @@ static const bad_request_case bad_requests[] = {
     {"a NUL byte after the object", BODY_N(VALID_BODY "\0"), 0, 0, 0, 400, "bad_request"},
     {"a NUL byte inside", BODY_N("{\"goods_id\":" GM ",\0\"count\":1}"), 0, 0, 0, 400,
      "bad_request"},
-    {"\\u0000 in a string", "{\"goods_id\":" GM ",\"count\":1,\"mode\":\"re\\u0000dis\"}", 0, 0,
+    {"\\u0000 in a string", "{\"goods_id\":" GM ",\"count\":1,\"mode\":\"re\\u0000dis\"}", 0, 0, 0,
+     0, 400, "bad_request"},
+    {"invalid UTF-8 in a string", "{\"goods_id\":" GM ",\"count\":1,\"mode\":\"redis\xC0\"}", 0, 0,
      0, 0, 400, "bad_request"},
-    {"invalid UTF-8 in a string", "{\"goods_id\":" GM ",\"count\":1,\"mode\":\"redis\xC0\"}", 0,
-     0, 0, 0, 400, "bad_request"},
-    {"invalid UTF-8 in a key", "{\"goods_id\":" GM ",\"count\":1,\"\xFF\xFE\":1}", 0, 0, 0, 0,
-     400, "bad_request"},
+    {"invalid UTF-8 in a key", "{\"goods_id\":" GM ",\"count\":1,\"\xFF\xFE\":1}", 0, 0, 0, 0, 400,
+     "bad_request"},
     /* the mode */
-    {"unknown mode in the body", "{\"goods_id\":" GM ",\"count\":1,\"mode\":\"fast\"}", 0, 0, 0,
-     0, 400, "unknown_mode"},
+    {"unknown mode in the body", "{\"goods_id\":" GM ",\"count\":1,\"mode\":\"fast\"}", 0, 0, 0, 0,
+     400, "unknown_mode"},
     {"overlong mode name",
      "{\"goods_id\":" GM ",\"count\":1,\"mode\":\"redisredisredisredisredisredisredisredisredis"
      "redisredisredisredisredisredis\"}",
      0, 0, 0, 0, 400, "unknown_mode"},
-    {"unknown mode in the query", "{\"goods_id\":" GM ",\"count\":1}", 0, "?mode=fast", 0, 0,
-     400, "unknown_mode"},
+    {"unknown mode in the query", "{\"goods_id\":" GM ",\"count\":1}", 0, "?mode=fast", 0, 0, 400,
+     "unknown_mode"},
     /* the Idempotency-Key */
     {"empty Idempotency-Key", VALID_BODY, 0, 0, 0, "Idempotency-Key;", 400, "bad_request"},
     {"129-character Idempotency-Key", VALID_BODY, 0, 0, 0, KEY_129, 400, "bad_request"},
@@ -1603,8 +1652,7 @@ static const bad_request_case bad_requests[] = {
     {"Idempotency-Key not ASCII", VALID_BODY, 0, 0, 0, "Idempotency-Key: cl\xC3\xA9", 400,
      "bad_request"},
     /* the media type */
-    {"Content-Type text/plain", VALID_BODY, 0, 0, "text/plain", 0, 415,
-     "unsupported_media_type"},
+    {"Content-Type text/plain", VALID_BODY, 0, 0, "text/plain", 0, 415, "unsupported_media_type"},
     {"Content-Type form", VALID_BODY, 0, 0, "application/x-www-form-urlencoded", 0, 415,
      "unsupported_media_type"},
 };
@@ -1687,9 +1735,9 @@ static void idem_shots_release(void *arg)
     free(shots);
 }
 
-/* Sends one deduct with `key` from IDEM_THREADS threads at once (through nginx, so several
- * replicas get it), asserts they all answered the same 200 and that one unit was sold;
- * returns the (case-owned) body of the answer. */
+/* Sends one deduct with `key` from IDEM_THREADS threads at once, spread over nginx and every
+ * replica directly (so that several replicas race for the key), asserts they all answered
+ * the same 200 and that one unit was sold; returns the (case-owned) body of the answer. */
 static json_t *idem_burst(long long goods_id, const char *mode, const char *key)
 {
     pthread_barrier_t barrier;
@@ -1705,7 +1753,8 @@ static json_t *idem_burst(long long goods_id, const char *mode, const char *key)
     pthread_barrier_init(&barrier, NULL, IDEM_THREADS);
     for (int i = 0; i < IDEM_THREADS; i++) {
         shots[i].barrier = &barrier;
-        shots[i].base = g_env.stock_url;
+        size_t target = (size_t)i % (g_env.n_replicas + 1);
+        shots[i].base = target == 0 ? g_env.stock_url : g_env.replicas[target - 1];
         deduct_body(shots[i].body, sizeof(shots[i].body), goods_id, 1, mode);
         snprintf(shots[i].key_header, sizeof(shots[i].key_header), "Idempotency-Key: %s", key);
     }
@@ -1716,28 +1765,25 @@ static json_t *idem_burst(long long goods_id, const char *mode, const char *key)
         pthread_join(shots[i].thread, NULL);
     pthread_barrier_destroy(&barrier);
 
-    int n_ok = 0, per_instance[MAX_REPLICAS] = {0};
+    int n_ok = 0;
     json_t *first = NULL;
     for (int i = 0; i < IDEM_THREADS; i++) {
         const http_reply *r = &shots[i].reply;
         if (r->status == 0)
             fail_msg("%s: request %d got no answer: %s", what, i, r->error);
         json_t *j = expect_deducted(r, goods_id, 1, -1, mode, what);
-        per_instance[instance_index(field_str(j, "instance", what))]++;
         n_ok++;
         if (first == NULL)
             first = j;
         else if (!json_equal(first, j))
             fail_msg("%s: two answers differ:\n  %s\n  %s", what, shots[0].reply.body, r->body);
     }
-    printf("    %s: %d x 200, one body; served by", what, n_ok);
-    for (size_t i = 0; i < g_env.n_replicas; i++)
-        printf(" %s=%d", g_env.instances[i], per_instance[i]);
-    printf("\n");
+    printf("    %s (spread over nginx and %zu replicas): %d x 200, one body, made by %s\n", what,
+           g_env.n_replicas, n_ok, field_str(first, "instance", what));
     stock_view v = stock_get(goods_id);
     if (v.sold != 1 || v.orders != 1 || v.stock != v.initial - 1)
-        fail_msg("%s: sold %lld orders %lld stock %lld of %lld: the key sold more than once",
-                 what, v.sold, v.orders, v.stock, v.initial);
+        fail_msg("%s: sold %lld orders %lld stock %lld of %lld: the key sold more than once", what,
+                 v.sold, v.orders, v.stock, v.initial);
     return first;
 }
 
@@ -1755,6 +1801,27 @@ static void expect_replayed(long long goods_id, const char *mode, const char *ke
         if (!json_equal(stored, j))
             fail_msg("%s: not the stored answer: %s", label, r->body);
     }
+}
+
+static long long g_fresh_goods; /* goods the idempotency case created in SQL; 0: none */
+
+/* Removes the goods the idempotency case made behind the service's back (with its orders
+ * and records), so that a long-lived stack does not collect them. */
+static int idempotency_teardown(void **state)
+{
+    if (g_fresh_goods != 0) {
+        static const char *const cleanup[] = {
+            "DELETE FROM idempotency WHERE goods = $1",
+            "DELETE FROM orders WHERE goods = $1",
+            "DELETE FROM goods WHERE id = $1",
+        };
+        char err[512];
+        for (size_t i = 0; i < 3; i++)
+            if (sql_run(cleanup[i], 1, g_fresh_goods, 0, NULL, err, sizeof(err)) != 0)
+                fprintf(stderr, "clean-up of goods %lld: %s\n", g_fresh_goods, err);
+        g_fresh_goods = 0;
+    }
+    return case_teardown(state);
 }
 
 static void test_idempotency(void **state)
@@ -1786,23 +1853,38 @@ static void test_idempotency(void **state)
     expect_stock(GOODS_IDEM + 3, 100, 99, 1, 1, "the burst's key on other goods");
     expect_stock(GOODS_IDEM, 100, 99, 1, 1, "the burst's goods, untouched by the other sale");
 
-    /* A stored 200 stays a 200 after the stock ran out; a 409 is stored as a 409. */
+    /* A stored 200 stays a 200 after the stock ran out. */
     reset_goods(GOODS_IDEM + 4, 1);
     snprintf(key, sizeof(key), "last-unit-%s", g_env.run_tag);
-    j = expect_deducted(deduct(g_env.stock_url, GOODS_IDEM + 4, 1, "redis", key),
-                        GOODS_IDEM + 4, 1, 0, "redis", "sell the last unit with a key");
+    j = expect_deducted(deduct(g_env.stock_url, GOODS_IDEM + 4, 1, "redis", key), GOODS_IDEM + 4, 1,
+                        0, "redis", "sell the last unit with a key");
     expect_replayed(GOODS_IDEM + 4, "redis", key, 200, j, "the last unit's key, now sold out");
+
+    /* A 409 is stored: once stock is back, its key still answers the 409 and sells nothing,
+     * while a new key sells. Stock is put back behind the service's back, in SQL, because a
+     * reset would delete the very records under test. */
     snprintf(other_key, sizeof(other_key), "too-late-%s", g_env.run_tag);
     j = expect_error(deduct(g_env.stock_url, GOODS_IDEM + 4, 1, "redis", other_key), 409,
                      "insufficient_stock", "a new key on sold-out goods");
-    expect_replayed(GOODS_IDEM + 4, "redis", other_key, 409, j, "the 409's key");
-    expect_stock(GOODS_IDEM + 4, 1, 0, 1, 1, "after the replays");
+    sql_exec("UPDATE goods SET stock = $2 WHERE id = $1", GOODS_IDEM + 4, 5);
+    expect_replayed(GOODS_IDEM + 4, "redis", other_key, 409, j, "the 409's key, stock back");
+    expect_stock(GOODS_IDEM + 4, 1, 5, 1, 1, "after replaying the 409 with stock back");
+    snprintf(key, sizeof(key), "restocked-%s", g_env.run_tag);
+    expect_deducted(deduct(g_env.stock_url, GOODS_IDEM + 4, 1, "redis", key), GOODS_IDEM + 4, 1, 4,
+                    "redis", "a new key once stock is back");
 
-    /* A 404 is answered the same way again. */
+    /* A 404 is stored the same way: the goods created afterwards (in SQL: a reset would
+     * delete the record) do not change its key's answer. The goods id is this run's own. */
+    long long fresh = 5000000000000LL + (long long)getpid() * 100000LL + time(NULL) % 100000;
     snprintf(key, sizeof(key), "unknown-%s", g_env.run_tag);
-    j = expect_error(deduct(g_env.stock_url, GOODS_UNKNOWN, 1, "redis", key), 404,
-                     "unknown_goods", "a key on unknown goods");
-    expect_replayed(GOODS_UNKNOWN, "redis", key, 404, j, "the 404's key");
+    j = expect_error(deduct(g_env.stock_url, fresh, 1, "redis", key), 404, "unknown_goods",
+                     "a key on unknown goods");
+    g_fresh_goods = fresh;
+    sql_exec("INSERT INTO goods (id, stock, initial) VALUES ($1, $2, $2)", fresh, 5);
+    expect_replayed(fresh, "redis", key, 404, j, "the 404's key, goods created since");
+    snprintf(other_key, sizeof(other_key), "created-%s", g_env.run_tag);
+    expect_deducted(deduct(g_env.stock_url, fresh, 1, "redis", other_key), fresh, 1, 4, "redis",
+                    "a new key on the goods created since");
 
     /* The longest key (128 characters, every allowed kind) is accepted. */
     reset_goods(GOODS_IDEM + 5, 10);
@@ -1864,9 +1946,8 @@ static void test_load_unsafe_three(void **state)
         char label[64];
         snprintf(label, sizeof(label), "%s via nginx", modes[m]);
         reset_goods(goods[m], LOAD_STOCK);
-        load_plan *p = load_plan_new(m == 0 ? "none via nginx" : "local via nginx",
-                                     g_env.stock_url, goods[m], modes[m], LOAD_REQUESTS,
-                                     LOAD_THREADS);
+        load_plan *p = load_plan_new(m == 0 ? "none via nginx" : "local via nginx", g_env.stock_url,
+                                     goods[m], modes[m], LOAD_REQUESTS, LOAD_THREADS);
         load_run(p);
         expect_only_200_409(p);
         int n_ok = atomic_load(&p->n_ok);
@@ -1878,8 +1959,8 @@ static void test_load_unsafe_three(void **state)
                "'remaining' another sale saw too)\n",
                label, v.oversold, v.stock, v.sold, v.orders, lost);
         if (v.sold != p->counts.by_status[200] || v.orders != p->counts.by_status[200])
-            fail_msg("%s: sold %lld orders %lld, but %d answers were 200", label, v.sold,
-                     v.orders, p->counts.by_status[200]);
+            fail_msg("%s: sold %lld orders %lld, but %d answers were 200", label, v.sold, v.orders,
+                     p->counts.by_status[200]);
         if (v.initial != LOAD_STOCK || v.stock < 0 || v.stock > LOAD_STOCK || v.oversold < 0)
             fail_msg("%s: initial %lld stock %lld oversold %lld: stock out of bounds or lost",
                      label, v.initial, v.stock, v.oversold);
@@ -1903,11 +1984,12 @@ static void test_admin_unauthorized(void **state)
     snprintf(longer, sizeof(longer), "%sx", g_env.auth_header);
     snprintf(basic, sizeof(basic), "Authorization: Basic %s", g_env.admin_token);
     snprintf(bare, sizeof(bare), "Authorization: %s", g_env.admin_token);
-    const char *headers[] = {NULL, wrong, longer, basic, bare, "Authorization: Bearer",
-                             "Authorization: Bearer "};
-    const char *labels[] = {"no Authorization", "a wrong token", "the token plus one character",
-                            "Basic instead of Bearer", "no scheme", "Bearer and no token",
-                            "Bearer and an empty token"};
+    const char *headers[] = {
+        NULL, wrong, longer, basic, bare, "Authorization: Bearer", "Authorization: Bearer "};
+    const char *labels[] = {
+        "no Authorization",         "a wrong token", "the token plus one character",
+        "Basic instead of Bearer",  "no scheme",     "Bearer and no token",
+        "Bearer and an empty token"};
     for (size_t i = 0; i < sizeof(headers) / sizeof(headers[0]); i++) {
         char what[96];
         snprintf(what, sizeof(what), "reset with %s", labels[i]);
@@ -1953,8 +2035,8 @@ static double wait_ready(long status, double limit_s)
         size_t ready = 0;
         for (size_t i = 0; i < g_env.n_replicas; i++) {
             http_reply r;
-            http_request rq = {.method = "GET", .base = g_env.replicas[i], .path = "/readyz",
-                               .timeout_ms = 3000};
+            http_request rq = {
+                .method = "GET", .base = g_env.replicas[i], .path = "/readyz", .timeout_ms = 3000};
             if (http_do(g_curl, &rq, &r) == 0 && r.status == status)
                 ready++;
             free(r.body);
@@ -2009,8 +2091,8 @@ static void test_redis_down(void **state)
         const char *base = i == 0 ? g_env.stock_url : g_env.replicas[i - 1];
         char what[160];
         snprintf(what, sizeof(what), "none-mode deduct with Redis down, via %s", base);
-        expect_deducted(deduct(base, GOODS_DOWN, 1, "none", NULL), GOODS_DOWN, 1, stock - 1,
-                        "none", what);
+        expect_deducted(deduct(base, GOODS_DOWN, 1, "none", NULL), GOODS_DOWN, 1, stock - 1, "none",
+                        what);
         stock--;
         sold++;
     }
@@ -2046,15 +2128,16 @@ static void env_load(void)
 {
     const char *urls = getenv("REPLICA_URLS");
     const char *wait = getenv("LOCK_WAIT_MS");
-    const char *required[] = {"STOCK_URL", "REPLICA_URLS", "ADMIN_TOKEN", "REDIS_PORT",
-                              "RUN_DIR"};
+    const char *required[] = {"STOCK_URL",  "REPLICA_URLS", "ADMIN_TOKEN",
+                              "REDIS_PORT", "PG_PORT",      "RUN_DIR"};
 
     for (size_t i = 0; i < sizeof(required) / sizeof(required[0]); i++) {
         const char *v = getenv(required[i]);
         if (v == NULL || v[0] == '\0') {
             snprintf(g_env.problem, sizeof(g_env.problem),
                      "%s is not set (tests/integration.sh sets STOCK_URL, REPLICA_URLS, "
-                     "ADMIN_TOKEN, REDIS_PORT, RUN_DIR and the ports scripts/stack.sh needs)",
+                     "ADMIN_TOKEN, REDIS_PORT, PG_PORT, RUN_DIR and the other ports "
+                     "scripts/stack.sh needs)",
                      required[i]);
             return;
         }
@@ -2062,9 +2145,12 @@ static void env_load(void)
     g_env.stock_url = getenv("STOCK_URL");
     g_env.admin_token = getenv("ADMIN_TOKEN");
     g_env.redis_port = getenv("REDIS_PORT");
-    if (strspn(g_env.redis_port, "0123456789") != strlen(g_env.redis_port)) {
-        snprintf(g_env.problem, sizeof(g_env.problem), "REDIS_PORT '%s' is not a number",
-                 g_env.redis_port);
+    g_env.pg_port = getenv("PG_PORT");
+    if (strspn(g_env.redis_port, "0123456789") != strlen(g_env.redis_port) ||
+        strspn(g_env.pg_port, "0123456789") != strlen(g_env.pg_port)) {
+        snprintf(g_env.problem, sizeof(g_env.problem),
+                 "REDIS_PORT '%s' or PG_PORT '%s' is not a number", g_env.redis_port,
+                 g_env.pg_port);
         return;
     }
     g_env.lock_wait_ms = 2000;
@@ -2117,8 +2203,7 @@ static void env_learn_instances(void)
             j = json_loadb(r.body, r.len, 0, NULL);
         const json_t *name = json_object_get(j, "instance");
         if (json_is_string(name))
-            snprintf(g_env.instances[i], sizeof(g_env.instances[i]), "%s",
-                     json_string_value(name));
+            snprintf(g_env.instances[i], sizeof(g_env.instances[i]), "%s", json_string_value(name));
         else
             snprintf(g_env.problem, sizeof(g_env.problem),
                      "GET %s/healthz did not answer 200 with an \"instance\" (status %ld%s%s): "
@@ -2152,7 +2237,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_health_and_metrics, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_methods_and_paths, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_malformed_requests, case_setup, case_teardown),
-        cmocka_unit_test_setup_teardown(test_idempotency, case_setup, case_teardown),
+        cmocka_unit_test_setup_teardown(test_idempotency, case_setup, idempotency_teardown),
         cmocka_unit_test_setup_teardown(test_load_redis_three, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_load_local_one, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_load_unsafe_three, case_setup, case_teardown),

@@ -33,9 +33,9 @@ pid_matches() {
     local pid=$1 pattern=$2 state cmdline
     [ -n "$pid" ] && [ -r "/proc/$pid/stat" ] || return 1
     # Field 3 of /proc/PID/stat is the state; Z is a zombie, that has exited already.
-    state=$(sed 's/^.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f1) || return 1
+    state=$(sed "s/^.*) //" 2>/dev/null <"/proc/$pid/stat" | cut -d" " -f1) || return 1
     [ "$state" != "Z" ] && [ "$state" != "X" ] || return 1
-    cmdline=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || return 1
+    cmdline=$(tr "\\0" " " 2>/dev/null <"/proc/$pid/cmdline") || return 1
     [[ $cmdline == *"$pattern"* ]]
 }
 
