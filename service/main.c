@@ -35,12 +35,6 @@
 /* Requests in flight get this long past the lock wait bound to finish at shutdown. */
 #define DRAIN_SLACK_MS 5000
 
-static const char *lookup_env(const char *name, void *ctx)
-{
-    (void)ctx;
-    return getenv(name);
-}
-
 static void sleep_ms(long ms)
 {
     struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
@@ -233,7 +227,7 @@ out:
 
 static void usage(FILE *to)
 {
-    fprintf(to, "usage: stockd [migrate | --help]\n"
+    fprintf(to, "usage: stockd [migrate | --help | --help-markdown]\n"
                 "Serves the stock service; `migrate` applies pending migrations.\n"
                 "Settings come from the environment:\n\n");
     config_print_help(to);
@@ -249,12 +243,16 @@ int main(int argc, char **argv)
         usage(stdout);
         return 0;
     }
+    if (argc > 1 && strcmp(argv[1], "--help-markdown") == 0) { /* the README's table */
+        config_print_markdown(stdout);
+        return 0;
+    }
     if (argc > 2 || (argc == 2 && strcmp(argv[1], "migrate") != 0 &&
                      strcmp(argv[1], "serve") != 0)) {
         usage(stderr);
         return 2;
     }
-    if (config_load(&cfg, lookup_env, NULL, err, sizeof(err)) != 0) {
+    if (config_load(&cfg, config_lookup_env, NULL, err, sizeof(err)) != 0) {
         fprintf(stderr, "stockd: %s\n", err);
         return 2;
     }
