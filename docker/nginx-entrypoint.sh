@@ -11,8 +11,8 @@
 # and, fixed here: listen on 8080 (every interface of the container; compose publishes it on
 # the host's loopback), access log to stdout, errors to stderr, workers = cores.
 #
-# nginx runs under the prefix /var/lib/stock-nginx as natively under .run/nginx, with logs/
-# linked to the container's stdout and stderr. It resolves the replicas' names once, at
+# nginx runs under the prefix /var/lib/stock-nginx as natively under .run/nginx (its pid and
+# lock files in logs/, its temporary files in tmp/). It resolves the replicas' names once, at
 # start: compose starts it only when all of them are healthy, and the renderer and
 # `nginx -t` run first, so a bad setting stops here with nginx's own message.
 set -eu
@@ -21,7 +21,8 @@ PREFIX=/var/lib/stock-nginx
 
 NGINX_LISTEN=8080 NGINX_ACCESS_LOG="/dev/stdout stock" \
     /opt/stock/nginx/render.sh /opt/stock/nginx/stock.conf.template >"$PREFIX/conf/stock.conf"
-/opt/stock/nginx/render.sh /opt/stock/nginx/nginx.conf.template >"$PREFIX/conf/nginx.conf"
+NGINX_ERROR_LOG="stderr warn" \
+    /opt/stock/nginx/render.sh /opt/stock/nginx/nginx.conf.template >"$PREFIX/conf/nginx.conf"
 
 # nginx -t first, its verdict in the container's log ("test is successful": docker/test.sh
 # looks for it). -e stderr: where nginx writes before it has read error_log from the file.

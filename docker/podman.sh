@@ -3,7 +3,7 @@
 #
 #   docker/podman.sh start    set up what is missing and start the engine (idempotent)
 #   docker/podman.sh stop     stop what `start` started, by PID
-#   docker/podman.sh env      print the two exports a shell needs to use the engine
+#   docker/podman.sh env      print the export line a shell needs to use the engine
 #   docker/podman.sh status   say whether the engine runs
 #
 # docker-compose 1.29 (Debian's) speaks the Docker API; `podman system service` serves that
@@ -136,7 +136,7 @@ make_tarball() {
     else
         cp /etc/apt/sources.list "$rf/etc/apt/sources.list"
     fi
-    if apt-config dump | grep -q 'Acquire::Check-Valid-Until "false"'; then
+    if grep -q 'Acquire::Check-Valid-Until "false"' <<<"$(apt-config dump)"; then
         printf 'Acquire::Check-Valid-Until "false";\nAcquire::Check-Date "false";\n' \
             >"$rf/etc/apt/apt.conf.d/99no-check-valid-until"
     fi

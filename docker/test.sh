@@ -5,7 +5,8 @@
 # What it checks, in order, each step timed:
 #   1. an engine: Docker (with `docker compose` or docker-compose), else podman set up by
 #      docker/podman.sh; neither possible -> one line "SKIP docker: <reason>", exit 0;
-#   2. the compose file validates (`compose config`) and names the services it should;
+#   2. the compose file validates (`compose config`), names the services it should, takes
+#      every variable it uses from docker/.env, and publishes nginx only, on loopback;
 #   3. the images build (docker/Dockerfile, all targets; cached layers make this quick);
 #   4. `up -d` brings the stack up in order of health, and nginx answers /readyz;
 #      the configuration nginx runs passes `nginx -t` inside its container; the seed made
@@ -127,6 +128,10 @@ choose_engine() {
             skip "a Docker engine runs but neither 'docker compose' nor docker-compose is installed"
         fi
         ENGINE_INFO="Docker engine $(docker version -f '{{.Server.Version}}' 2>/dev/null), ${COMPOSE[*]}"
+        # The one base image every target starts from: pulled when missing.
+        docker image inspect debian:bookworm-slim >/dev/null 2>&1 ||
+            timeout 300 docker pull -q debian:bookworm-slim >/dev/null 2>&1 ||
+            skip "a Docker engine runs, but debian:bookworm-slim is neither here nor pullable"
         return 0
     fi
 
@@ -247,7 +252,10 @@ main() {
     fi
 
     step "2. static checks: compose config"
-    compose config -q || fail "compose config rejects $COMPOSE_FILE"
+    local out
+    out=$(compose config -q 2>&1) || { echo "$out" >&2; fail "compose config rejects $COMPOSE_FILE"; }
+    # Every variable the file uses has its default in docker/.env.
+    ! grep -i 'variable is not set' <<<"$out" >&2 || fail "docker/.env lacks a variable"
     local services
     services=$(compose --profile load --profile tools config --services | sort | tr '\n' ' ')
     [ "$services" = "loadtest migrate nginx postgres psql redis seed svc-1 svc-2 svc-3 " ] ||
@@ -298,7 +306,9 @@ main() {
     # The nginx container's entrypoint renders the configuration from the project's templates
     # and runs nginx -t on it before nginx starts; its verdict is in the log. (Read there
     # rather than with `exec`, whose helper processes podman keeps for 5 minutes.)
-    compose logs --no-color nginx 2>&1 | grep -q 'nginx.conf test is successful' ||
+    # (Captured first: grep -q leaving early would break the pipe under pipefail.)
+    r=$(compose logs --no-color nginx 2>&1)
+    grep -q 'nginx.conf test is successful' <<<"$r" ||
         fail "no successful nginx -t in the nginx container's log"
     info "nginx -t on the rendered configuration: successful"
     r=$(http GET /api/stock/1)

@@ -16,7 +16,8 @@
  *   3. run acquire.lua again (the lock may have been released before we subscribed);
  *   4. sleep until a release message, or until the holder's TTL runs out (plus jitter),
  *      or until the deadline, whichever is first; then go to 3, until acquired or the
- *      deadline has passed.
+ *      deadline has passed. A message wakes only the process's oldest waiter on that
+ *      lock (the one that joined first in step 2), so waiters take turns in arrival order.
  * The connection is borrowed for each round trip only, never held while sleeping.
  *
  * Time bounds: the deadline is start + wait_ms. A round trip is only begun before the
@@ -276,7 +277,7 @@ int lock_try_lock(lock_client *c, const char *name, int64_t wait_ms, int64_t lea
     lock__keys k;
     char owner[LOCK__OWNER_MAX];
     char lease[24];
-    lock__channel *ch = NULL;
+    lock__waiter *w = NULL;
     attempt a = {0};
     bool woken = false;
     bool watchdog = lease_ms == LOCK_LEASE_WATCHDOG;
@@ -305,16 +306,17 @@ int lock_try_lock(lock_client *c, const char *name, int64_t wait_ms, int64_t lea
             rc = LOCK_TIMEOUT;
             break;
         }
-        if (ch == NULL) {
-            /* Subscribe before trying again: a release after this point wakes us. */
-            rc = lock__subscriber_join(c->subscriber, k.channel, &ch);
+        if (w == NULL) {
+            /* Subscribe before trying again: a release after this point wakes us. Joining
+             * once per call, not per retry, keeps our place in the process's queue. */
+            rc = lock__subscriber_join(c->subscriber, k.channel, &w);
             if (rc != LOCK_OK)
                 break;
             ready_by = lock__add_ns(now, lock__ms_to_ns(c->opts.command_timeout_ms));
-            lock__subscriber_wait_ready(c->subscriber, ch,
+            lock__subscriber_wait_ready(c->subscriber, w,
                                         ready_by < deadline ? ready_by : deadline);
         } else {
-            woken = lock__subscriber_wait_release(c->subscriber, ch,
+            woken = lock__subscriber_wait_release(c->subscriber, w,
                                                   wake_time(now, a.ttl_ms, deadline));
         }
         rc = attempt_once(c, &k, owner, lease, deadline, hard_deadline, &a);
@@ -334,10 +336,11 @@ int lock_try_lock(lock_client *c, const char *name, int64_t wait_ms, int64_t lea
     }
     if (rc == LOCK_TIMEOUT)
         atomic_fetch_add(&c->timeouts, 1);
-    if (ch != NULL) {
+    if (w != NULL) {
         /* A wake-up used for a try that failed on an error (not on another holder) is
          * passed to another waiter: the lock may well be free. */
-        lock__subscriber_leave(c->subscriber, ch, woken && rc != LOCK_OK && rc != LOCK_TIMEOUT);
+        lock__subscriber_leave(c->subscriber, w, rc == LOCK_OK,
+                               woken && rc != LOCK_OK && rc != LOCK_TIMEOUT);
     }
     return rc;
 }

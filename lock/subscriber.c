@@ -4,8 +4,10 @@
  * Threads and data:
  *   - the subscriber thread alone touches the hiredis context (connect, write, read), so it
  *     needs no lock for it;
- *   - the channels list, the link state and the wake-up counts are shared with the waiters
- *     and guarded by `mu`;
+ *   - the channels list, the link state and each channel's queue of waiters are shared
+ *     with the waiters and guarded by `mu`;
+ *   - each waiter sleeps on a condition variable of its own, so a wake-up meant for the
+ *     oldest waiter wakes that thread and no other;
  *   - a waiter that needs the thread (a new channel to subscribe, a reconnect to start)
  *     writes to an eventfd the thread polls next to its socket.
  * The thread uses the socket with poll() rather than blocking in redisGetReply(), so that a
@@ -59,17 +61,35 @@ typedef enum link_state {
     LINK_DOWN /* lost or refused; the next try is at retry_at_ns */
 } link_state;
 
+/*
+ * One thread waiting in lock_try_lock. It is made by join and freed by leave, and lives in
+ * its channel's queue in between. Its ticket is drawn from the channel's counter when it
+ * joins and kept across all its retries of that lock_try_lock call: that is its seniority.
+ */
+struct lock__waiter {
+    lock__waiter *next; /* the next younger waiter (larger ticket) of the channel */
+    lock__channel *ch;
+    uint64_t ticket;
+    pthread_cond_t cv; /* signalled when this waiter, as the oldest, has a wake-up */
+};
+
 struct lock__channel {
     lock__channel *next;
     char *topic; /* "<lock>:released" */
     size_t topic_len;
     int waiters;
-    int permits; /* wake-ups not used yet, at most `waiters` */
+    /* The queue of waiters, oldest (smallest ticket) first. Waiters join at the tail with
+     * the next ticket, so the list is in ticket order without ever being sorted. */
+    lock__waiter *oldest;
+    lock__waiter **tail; /* &last->next, or &oldest when empty */
+    uint64_t next_ticket;
+    /* A release was announced that the oldest waiter has not acted on yet. It belongs to
+     * whoever is oldest: see channel_wake_oldest(). */
+    bool wake_pending;
     channel_state state;
-    bool resync;               /* a release may have been missed: wake one waiter once subscribed */
-    int64_t idle_since_ns;     /* when waiters became 0 */
-    pthread_cond_t ready_cv;   /* broadcast when subscribed, or when the link goes down */
-    pthread_cond_t release_cv; /* signalled once per wake-up */
+    bool resync;             /* a release may have been missed: wake the oldest once subscribed */
+    int64_t idle_since_ns;   /* when waiters became 0 */
+    pthread_cond_t ready_cv; /* broadcast when subscribed, or when the link goes down */
 };
 
 struct lock__subscriber {
@@ -106,14 +126,11 @@ static int channel_new(const char *topic, lock__channel **out)
     ch->topic_len = strlen(topic);
     if (lock__cond_init(&ch->ready_cv) != 0)
         goto fail_topic;
-    if (lock__cond_init(&ch->release_cv) != 0)
-        goto fail_ready;
+    ch->tail = &ch->oldest;
     ch->state = CH_NEW;
     *out = ch;
     return LOCK_OK;
 
-fail_ready:
-    pthread_cond_destroy(&ch->ready_cv);
 fail_topic:
     free(ch->topic);
 fail_free:
@@ -124,7 +141,6 @@ fail:
 
 static void channel_free(lock__channel *ch)
 {
-    pthread_cond_destroy(&ch->release_cv);
     pthread_cond_destroy(&ch->ready_cv);
     free(ch->topic);
     free(ch);
@@ -148,13 +164,33 @@ static lock__channel **channel_find(lock__subscriber *s, const char *topic, size
     return link;
 }
 
-/* One more wake-up for ch, if someone is waiting to use it. */
-static void channel_wake_one(lock__channel *ch)
+/*
+ * A release of ch was announced (or may have gone unheard): the oldest waiter, and only
+ * it, is told to try again.
+ *
+ * Redisson's LockPubSub releases one permit of a semaphore per message, so that one
+ * message wakes one waiter, but which waiter is up to the semaphore, and a waiter that
+ * was woken and lost the race (to another process, or to a thread that was not asleep)
+ * waits again behind newer ones; under steady contention some waiters lose every time
+ * until their wait runs out. Here the wake-up goes to the waiter with the smallest
+ * ticket, and a waiter keeps its ticket when it loses: the process's waiters are served
+ * in the order they arrived. (Across processes the order is whoever's script reaches
+ * Redis first: each process sends its oldest waiter.)
+ *
+ * The oldest may be busy (in a round trip) rather than asleep: the wake-up is then kept
+ * as pending and used by its next wait_release, which returns at once. That is how no
+ * release is lost. If a wake-up is already pending, a second one adds nothing: the
+ * oldest's next try starts after both messages arrived, so it sees the lock as the later
+ * release left it; if that try fails, someone took the lock since, and their release
+ * will be announced in turn. So only the oldest ever retries on a message, and the
+ * others sleep on undisturbed: no stampede, and no one overtakes the oldest.
+ */
+static void channel_wake_oldest(lock__channel *ch)
 {
-    if (ch->permits < ch->waiters) {
-        ch->permits++;
-        pthread_cond_signal(&ch->release_cv);
-    }
+    if (ch->oldest == NULL)
+        return; /* nobody to tell: the next waiter tries the lock before it sleeps anyway */
+    ch->wake_pending = true;
+    pthread_cond_signal(&ch->oldest->cv);
 }
 
 static bool channels_wanted(const lock__subscriber *s)
@@ -369,7 +405,7 @@ static bool link_handle(lock__subscriber *s, const redisReply *r)
 
     if (reply_is(r->element[0], "message")) {
         if (ch != NULL)
-            channel_wake_one(ch);
+            channel_wake_oldest(ch);
         return true;
     }
     if (reply_is(r->element[0], "subscribe")) {
@@ -380,7 +416,7 @@ static bool link_handle(lock__subscriber *s, const redisReply *r)
         if (ch->waiters == 0)
             ch->idle_since_ns = lock__now_ns();
         if (ch->resync)
-            channel_wake_one(ch);
+            channel_wake_oldest(ch);
         ch->resync = false;
         pthread_cond_broadcast(&ch->ready_cv);
         return true;
@@ -550,13 +586,46 @@ void lock__subscriber_destroy(lock__subscriber *s)
     free(s);
 }
 
-int lock__subscriber_join(lock__subscriber *s, const char *channel, lock__channel **out)
+/* Makes a waiter with its condition variable; NULL when out of memory. */
+static lock__waiter *waiter_new(void)
+{
+    lock__waiter *w = calloc(1, sizeof(*w));
+
+    if (w == NULL)
+        return NULL;
+    if (lock__cond_init(&w->cv) != 0) {
+        free(w);
+        return NULL;
+    }
+    return w;
+}
+
+/* Takes w out of its channel's queue (mu held). */
+static void waiter_unlink(lock__waiter *w)
+{
+    lock__channel *ch = w->ch;
+    lock__waiter **link = &ch->oldest;
+
+    while (*link != w)
+        link = &(*link)->next;
+    *link = w->next;
+    if (ch->tail == &w->next)
+        ch->tail = link;
+    ch->waiters--;
+}
+
+int lock__subscriber_join(lock__subscriber *s, const char *channel, lock__waiter **out)
 {
     lock__channel **link;
+    lock__channel *ch;
+    lock__waiter *w;
     bool wake = false;
     int rc = LOCK_OK;
 
     *out = NULL;
+    w = waiter_new();
+    if (w == NULL)
+        return LOCK_ERR_NOMEM;
     pthread_mutex_lock(&s->mu);
     link = channel_find(s, channel, strlen(channel));
     if (*link == NULL) {
@@ -564,25 +633,36 @@ int lock__subscriber_join(lock__subscriber *s, const char *channel, lock__channe
         if (rc != LOCK_OK)
             goto out;
     }
-    (*link)->waiters++;
+    ch = *link;
+    /* The newest waiter: the next ticket, at the tail of the queue. */
+    w->ch = ch;
+    w->ticket = ch->next_ticket++;
+    *ch->tail = w;
+    ch->tail = &w->next;
+    ch->waiters++;
     /* The thread must act if the channel is not subscribed yet, or if there is no link. */
-    if ((*link)->state == CH_NEW || s->link != LINK_UP)
+    if (ch->state == CH_NEW || s->link != LINK_UP)
         wake = true;
     if (s->link == LINK_IDLE || (s->link == LINK_DOWN && lock__now_ns() >= s->retry_at_ns)) {
         /* Connecting now (the thread will): make wait_ready wait for it. */
         s->link = LINK_CONNECTING;
         wake = true;
     }
-    *out = *link;
+    *out = w;
 out:
     pthread_mutex_unlock(&s->mu);
+    if (rc != LOCK_OK) {
+        pthread_cond_destroy(&w->cv);
+        free(w);
+    }
     if (wake)
         subscriber_wake(s);
     return rc;
 }
 
-bool lock__subscriber_wait_ready(lock__subscriber *s, lock__channel *ch, int64_t deadline_ns)
+bool lock__subscriber_wait_ready(lock__subscriber *s, lock__waiter *w, int64_t deadline_ns)
 {
+    lock__channel *ch = w->ch;
     bool ready;
 
     pthread_mutex_lock(&s->mu);
@@ -598,39 +678,62 @@ bool lock__subscriber_wait_ready(lock__subscriber *s, lock__channel *ch, int64_t
     return ready;
 }
 
-bool lock__subscriber_wait_release(lock__subscriber *s, lock__channel *ch, int64_t deadline_ns)
+/* Whether w may go and try: it is the oldest and a wake-up is pending (mu held). */
+static bool waiter_called(const lock__waiter *w)
+{
+    return w->ch->oldest == w && w->ch->wake_pending;
+}
+
+bool lock__subscriber_wait_release(lock__subscriber *s, lock__waiter *w, int64_t deadline_ns)
 {
     bool woken = false;
 
     pthread_mutex_lock(&s->mu);
-    while (ch->permits == 0) {
-        if (lock__cond_wait_until(&ch->release_cv, &s->mu, deadline_ns) == ETIMEDOUT)
+    /* Only our own condition variable is signalled, and only once we are the oldest, so a
+     * waiter further back sleeps through releases until its turn (or its deadline). */
+    while (!waiter_called(w)) {
+        if (lock__cond_wait_until(&w->cv, &s->mu, deadline_ns) == ETIMEDOUT)
             break;
     }
-    if (ch->permits > 0) {
-        ch->permits--;
+    if (waiter_called(w)) {
+        w->ch->wake_pending = false; /* used: our next try sees every release until now */
         woken = true;
     }
     pthread_mutex_unlock(&s->mu);
     return woken;
 }
 
-void lock__subscriber_leave(lock__subscriber *s, lock__channel *ch, bool pass_on)
+void lock__subscriber_leave(lock__subscriber *s, lock__waiter *w, bool acquired, bool pass_on)
 {
-    bool last;
+    lock__channel *ch = w->ch;
+    bool was_oldest, last;
 
     pthread_mutex_lock(&s->mu);
-    ch->waiters--;
+    was_oldest = ch->oldest == w;
+    waiter_unlink(w);
+    /*
+     * A pending wake-up is the oldest's. If the oldest leaves with the lock, the releases
+     * it stood for were used by that very acquisition (nobody else can release the lock
+     * while we hold it), so it goes. If it leaves without the lock (deadline, error), the
+     * lock may be free: the new oldest gets the wake-up instead. pass_on: the caller used
+     * a wake-up for a try that failed on an error, not on another holder, so it owes one.
+     */
+    if (was_oldest && acquired)
+        ch->wake_pending = false;
     if (pass_on)
-        channel_wake_one(ch);
-    if (ch->permits > ch->waiters)
-        ch->permits = ch->waiters; /* wake-ups are for waiters, not banked for later ones */
+        ch->wake_pending = true;
+    if (ch->oldest == NULL)
+        ch->wake_pending = false; /* wake-ups are for waiters, not banked for later ones */
+    else if (ch->wake_pending && (was_oldest || pass_on))
+        pthread_cond_signal(&ch->oldest->cv);
     last = ch->waiters == 0;
     if (last) {
         ch->idle_since_ns = lock__now_ns();
         ch->resync = false;
     }
     pthread_mutex_unlock(&s->mu);
+    pthread_cond_destroy(&w->cv);
+    free(w);
     /* The thread plans the unsubscription (after the linger) or frees the channel. */
     if (last)
         subscriber_wake(s);

@@ -8,18 +8,23 @@
  * process and wakes a waiter when a message comes.
  *
  * How a waiter uses it (lock_try_lock):
- *   join(channel)           count me as waiting on this lock: subscribe if not yet
+ *   join(channel)           count me as waiting on this lock: subscribe if not yet; I get
+ *                           a ticket, my place in the queue of this lock's waiters
  *   wait_ready(...)         until Redis confirmed the subscription, so that a release
  *                           after this point cannot be missed
  *   try to acquire again    (it may have been released before we subscribed)
- *   wait_release(...)       sleep until a release message or the deadline, then try again
- *   leave(channel)          when done, acquired or not
+ *   wait_release(...)       sleep until it is my turn to try, or the deadline; then try again
+ *   leave(...)              when done, acquired or not
  *
  * One release wakes one waiter of the process, not all of them: only one can get the lock,
- * and waking sixteen threads to have fifteen fail is a stampede. Each channel counts
- * wake-ups like a semaphore's permits (Redisson's LockPubSub does the same), so a message
- * that arrives while every waiter is busy retrying is not lost: the next one to sleep
- * consumes it and retries at once.
+ * and waking sixteen threads to have fifteen fail is a stampede. Redisson's LockPubSub
+ * does this with a semaphore, one permit per message, and leaves the choice of waiter to
+ * it. Here the choice is made: the waiter with the smallest ticket, the one that has waited
+ * longest, and it keeps its ticket when it tries and loses (to another process, or to a
+ * thread that had not gone to sleep yet). So a process serves its waiters in the order they
+ * arrived; between processes the order is whoever's script reaches Redis first.
+ * A message that arrives while the oldest waiter is busy retrying is not lost: it stays
+ * pending, and the oldest's next wait_release returns at once (see subscriber.c).
  *
  * When the connection is down, waiters are not told about releases. They do not wait for
  * the subscription then, and sleep until the holder's TTL or their deadline, whichever is
@@ -39,6 +44,7 @@
 
 typedef struct lock__subscriber lock__subscriber;
 typedef struct lock__channel lock__channel; /* the waiters of one lock */
+typedef struct lock__waiter lock__waiter;   /* one thread waiting on one lock */
 
 /*
  * Starts the subscriber thread; it connects to *cfg (which must outlive the subscriber)
@@ -51,27 +57,32 @@ int lock__subscriber_create(const lock__conn_config *cfg, lock__subscriber **out
 void lock__subscriber_destroy(lock__subscriber *s);
 
 /*
- * Counts the caller as a waiter on `channel` ("<lock>:released") and has it subscribed.
- * Returns LOCK_OK and *out (valid until the matching lock__subscriber_leave()), or
- * LOCK_ERR_NOMEM.
+ * Counts the caller as a waiter on `channel` ("<lock>:released"), gives it the channel's
+ * next ticket (it is now the youngest waiter) and has the channel subscribed. Call it once
+ * per lock_try_lock that must wait, not once per retry: the ticket is the caller's place
+ * in line. Returns LOCK_OK and *out (owned by the subscriber; valid until, and freed by,
+ * the matching lock__subscriber_leave()), or LOCK_ERR_NOMEM.
  */
-int lock__subscriber_join(lock__subscriber *s, const char *channel, lock__channel **out);
+int lock__subscriber_join(lock__subscriber *s, const char *channel, lock__waiter **out);
 
 /*
- * Waits until Redis has confirmed the subscription to ch, or the connection is down (no
- * point waiting), or deadline_ns. Returns true if subscribed.
+ * Waits until Redis has confirmed the subscription to w's channel, or the connection is
+ * down (no point waiting), or deadline_ns. Returns true if subscribed.
  */
-bool lock__subscriber_wait_ready(lock__subscriber *s, lock__channel *ch, int64_t deadline_ns);
+bool lock__subscriber_wait_ready(lock__subscriber *s, lock__waiter *w, int64_t deadline_ns);
 
-/* Sleeps until a release of ch is announced (returns true, having used up that wake-up)
- * or until deadline_ns (returns false). */
-bool lock__subscriber_wait_release(lock__subscriber *s, lock__channel *ch, int64_t deadline_ns);
+/* Sleeps until w is the oldest waiter of its channel and a release has been announced
+ * since its last wake-up (returns true, having used up that wake-up; at once if one is
+ * pending already), or until deadline_ns (returns false). */
+bool lock__subscriber_wait_release(lock__subscriber *s, lock__waiter *w, int64_t deadline_ns);
 
 /*
- * The caller stops waiting on ch. pass_on: the caller used up a wake-up but leaves without
- * the lock and without having seen it taken (an error), so the wake-up goes to another
- * waiter instead of being lost.
+ * The caller stops waiting and w is freed. acquired: the caller got the lock (a wake-up
+ * pending for it is spent: it stood for releases this acquisition used). Otherwise a
+ * pending wake-up goes to the next oldest waiter. pass_on: the caller used up a wake-up
+ * but leaves without the lock and without having seen it taken (an error), so a wake-up
+ * goes to the next oldest instead of being lost.
  */
-void lock__subscriber_leave(lock__subscriber *s, lock__channel *ch, bool pass_on);
+void lock__subscriber_leave(lock__subscriber *s, lock__waiter *w, bool acquired, bool pass_on);
 
 #endif

@@ -10,6 +10,7 @@
 #   NGINX_LISTEN             listen address or port             (default 127.0.0.1:8080)
 #   NGINX_PROXY_READ_TIMEOUT seconds nginx waits for an answer  (default 30)
 #   NGINX_ACCESS_LOG         access_log arguments               (default "logs/access.log stock")
+#   NGINX_ERROR_LOG          error_log arguments                (default "logs/error.log warn")
 #   NGINX_USER               worker user when root, e.g. www-data (default: no user line)
 #   NGINX_WORKER_PROCESSES   (default auto)
 #   NGINX_MAX_FAILS / NGINX_FAIL_TIMEOUT  passive health check per replica (default 1 / 3s)
@@ -29,6 +30,7 @@ template=$1
 listen=${NGINX_LISTEN:-127.0.0.1:8080}
 read_timeout=${NGINX_PROXY_READ_TIMEOUT:-30}
 access_log=${NGINX_ACCESS_LOG:-logs/access.log stock}
+error_log=${NGINX_ERROR_LOG:-logs/error.log warn}
 workers=${NGINX_WORKER_PROCESSES:-auto}
 max_fails=${NGINX_MAX_FAILS:-1}
 fail_timeout=${NGINX_FAIL_TIMEOUT:-3s}
@@ -57,6 +59,7 @@ fi
 # Values go through ENVIRON rather than awk -v, which would interpret backslashes; the
 # replacement is done with index/substr, so '&' and '\' in a value are taken literally.
 R_LISTEN=$listen R_SERVERS=$servers R_TIMEOUT="${read_timeout}s" R_ACCESS_LOG=$access_log \
+R_ERROR_LOG=$error_log \
 R_USER=$user_directive R_WORKERS=$workers R_HAVE_SERVERS=${NGINX_UPSTREAMS:+yes} \
 awk '
     function fill(line, name, value,    i) {
@@ -75,6 +78,7 @@ awk '
         line = fill(line, "LISTEN", ENVIRON["R_LISTEN"])
         line = fill(line, "PROXY_READ_TIMEOUT", ENVIRON["R_TIMEOUT"])
         line = fill(line, "ACCESS_LOG", ENVIRON["R_ACCESS_LOG"])
+        line = fill(line, "ERROR_LOG", ENVIRON["R_ERROR_LOG"])
         line = fill(line, "USER_DIRECTIVE", ENVIRON["R_USER"])
         line = fill(line, "WORKER_PROCESSES", ENVIRON["R_WORKERS"])
         # The server lines end with a newline of their own.

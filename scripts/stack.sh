@@ -54,8 +54,11 @@ source "$here/lib/nginx.sh"
 stack__lock() {
     local cmd=$1
     shift
+    local rc=0
     [ "${STACK_LOCKED:-}" = "$RUN_DIR" ] && return 0
-    STACK_LOCKED=$RUN_DIR exec flock -o -w 300 -E 75 "$RUN_DIR/.stack.lock" "$0" "$cmd" "$@"
+    STACK_LOCKED=$RUN_DIR flock -o -w 300 -E 75 "$RUN_DIR/.stack.lock" "$0" "$cmd" "$@" || rc=$?
+    [ $rc -ne 75 ] || log "error: another stack.sh kept $RUN_DIR/.stack.lock for 300 s"
+    exit $rc
 }
 
 # curl through nginx; prints the HTTP status, the body goes to the file $2.

@@ -63,7 +63,7 @@ static const config__setting config__settings[] = {
      config__valid_instance, "1 to 63 characters of A-Za-z0-9_.-", false,
      "this replica's name, reported in answers and recorded with each order"},
     {"DATABASE_URL", CONFIG__STRING, FIELD(database_url),
-     "host=127.0.0.1 port=55432 user=postgres dbname=stock", 1, 1023, NULL, NULL, true,
+     "host=127.0.0.1 port=55432 user=stock dbname=stock", 1, 1023, NULL, NULL, true,
      "libpq connection string of the stock database"},
     {"REDIS_HOST", CONFIG__STRING, FIELD(redis_host), "127.0.0.1", 1, 255,
      config__valid_visible, "1 to 255 characters, no spaces", false,

@@ -11,6 +11,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # shellcheck source=tests/lib/harness.sh
 source tests/lib/harness.sh
 
+HARNESS_LOG_DIR=${HARNESS_LOG_DIR:-$build/test-logs}
+rm -rf "$HARNESS_LOG_DIR"
 harness_init
 run_unit_suites "$build"
 harness_summary

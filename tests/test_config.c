@@ -120,7 +120,7 @@ static void test_defaults(void **state)
     assert_int_equal(cfg.port, 8081);
     assert_string_equal(cfg.bind_address, "127.0.0.1");
     assert_string_equal(cfg.instance, "svc-1");
-    assert_string_equal(cfg.database_url, "host=127.0.0.1 port=55432 user=postgres dbname=stock");
+    assert_string_equal(cfg.database_url, "host=127.0.0.1 port=55432 user=stock dbname=stock");
     assert_string_equal(cfg.redis_host, "127.0.0.1");
     assert_int_equal(cfg.redis_port, 56379);
     assert_string_equal(cfg.default_mode, "redis");

@@ -20,6 +20,8 @@
  *   lost lock           the key deleted and retaken behind the holder: is_held says lost
  *   wait bound          try_lock(200 ms) times out in [200 ms, 200 ms + command timeout]
  *   wake-up             16 threads: release -> next acquisition median under 20 ms
+ *   fair order          16 queued waiters and a thread barging in: they still acquire in
+ *                       the order they queued (the oldest waiter is woken, keeps its place)
  *   fencing             1,000 acquisitions by 8 threads: tokens strictly increase, also
  *                       across a lease that expired in the middle
  *   NOSCRIPT            SCRIPT FLUSH between every step, the watchdog included
@@ -843,6 +845,184 @@ static void test_wakeup(void **state)
     assert_true(cross_median < 20 * MS);
 }
 
+/* ---- fair wake-up order ---- */
+
+/*
+ * Within one process, waiters are served in the order they started waiting, even when
+ * the one whose turn it is loses a race. The scenario is built so that the order is known
+ * without reading any clock:
+ *   - the main thread holds the lock; FAIR_WAITERS threads start one after the other, and
+ *     each is let in only once the previous one is queued: its two tries (the first, and
+ *     the one after it subscribed) have run in Redis (INFO commandstats counts them), and
+ *     it joined the queue before the second. So the queue order is the start order.
+ *   - a "barger" thread of the same process then tries the lock with wait 0 in a loop,
+ *     never queueing (a newcomer's first attempt, over and over): it wins some of the
+ *     races against the waiter that a release woke, holds the lock, and releases it.
+ *   - the main thread releases; each waiter, once it has the lock, notes its place, holds
+ *     the lock FAIR_HOLD_MS and releases it for good.
+ * With the oldest waiter woken and keeping its place when it loses to the barger, the
+ * waiters acquire in exactly their start order. With one permit per message taken by
+ * whichever thread waits (the old way), a waiter that lost to the barger went back to
+ * waiting behind the others, and the order came out shuffled. Every lease is fixed and
+ * long (no watchdog renewals in the command counts, no TTL fallback during the test).
+ */
+#define FAIR_WAITERS 16
+#define FAIR_ROUNDS 3
+#define FAIR_HOLD_MS 2
+#define FAIR_LEASE_MS 60000
+
+typedef struct fair_shared {
+    lock_client *c;
+    int order[FAIR_WAITERS]; /* order[k] = the waiter that acquired k-th */
+    _Atomic int acquired;
+    _Atomic int errors;
+    _Atomic bool stop_barger;
+    _Atomic int steals; /* the barger's acquisitions while waiters were queued */
+} fair_shared;
+
+typedef struct fair_waiter {
+    fair_shared *sh;
+    int id;
+    int64_t waited_ns;
+    pthread_t thread;
+} fair_waiter;
+
+static void *fair_waiter_main(void *arg)
+{
+    fair_waiter *w = arg;
+    fair_shared *sh = w->sh;
+    int64_t start = now_ns();
+
+    if (lock_try_lock(sh->c, "t:fair", 20000, FAIR_LEASE_MS, NULL) != LOCK_OK) {
+        atomic_fetch_add(&sh->errors, 1);
+        return NULL;
+    }
+    w->waited_ns = now_ns() - start;
+    sh->order[atomic_fetch_add(&sh->acquired, 1)] = w->id; /* under the lock */
+    sleep_ms(FAIR_HOLD_MS);
+    if (lock_unlock(sh->c, "t:fair") != LOCK_OK)
+        atomic_fetch_add(&sh->errors, 1);
+    return NULL;
+}
+
+static void *fair_barger_main(void *arg)
+{
+    fair_shared *sh = arg;
+
+    while (!atomic_load(&sh->stop_barger)) {
+        int rc = lock_try_lock(sh->c, "t:fair", 0, FAIR_LEASE_MS, NULL);
+
+        if (rc == LOCK_TIMEOUT)
+            continue;
+        if (rc != LOCK_OK) {
+            atomic_fetch_add(&sh->errors, 1);
+            break;
+        }
+        atomic_fetch_add(&sh->steals, 1);
+        sleep_ms(FAIR_HOLD_MS);
+        if (lock_unlock(sh->c, "t:fair") != LOCK_OK)
+            atomic_fetch_add(&sh->errors, 1);
+        /* Out of the lock for a moment, as a thread doing other work: a waiter woken by
+         * this release gets its chance, and the barger's next try races the next one. */
+        sleep_ms(FAIR_HOLD_MS);
+    }
+    return NULL;
+}
+
+/* EVALSHA commands Redis has run since it started (INFO commandstats); -1 if unknown. */
+static long long evalsha_calls(void)
+{
+    redisReply *r = redis_cmd("INFO commandstats");
+    const char *p;
+    long long n = -1;
+
+    if (r != NULL && r->type == REDIS_REPLY_STRING &&
+        (p = strstr(r->str, "cmdstat_evalsha:calls=")) != NULL)
+        n = atoll(p + strlen("cmdstat_evalsha:calls="));
+    if (r != NULL)
+        freeReplyObject(r);
+    return n;
+}
+
+/* Polls until evalsha_calls() >= want (5 s at most); returns whether it got there. */
+static bool wait_evalsha(long long want)
+{
+    int64_t until = now_ns() + 5000 * MS;
+
+    while (evalsha_calls() < want) {
+        if (now_ns() >= until)
+            return false;
+        sleep_ms(1);
+    }
+    return true;
+}
+
+/* One round; returns how many waiters acquired out of their queue order. */
+static int fair_round(fair_shared *sh, fair_waiter *w, int64_t *max_wait_ns)
+{
+    pthread_t barger;
+    long long base;
+    int out_of_order = 0;
+
+    atomic_store(&sh->acquired, 0);
+    atomic_store(&sh->stop_barger, false);
+    assert_int_equal(lock_try_lock(sh->c, "t:fair", 0, FAIR_LEASE_MS, NULL), LOCK_OK);
+    base = evalsha_calls();
+    assert_true(base > 0);
+    for (int i = 0; i < FAIR_WAITERS; i++) {
+        w[i] = (fair_waiter){.sh = sh, .id = i};
+        assert_int_equal(pthread_create(&w[i].thread, NULL, fair_waiter_main, &w[i]), 0);
+        /* Queued: its try before joining and its try after subscribing have both run. */
+        assert_true(wait_evalsha(base + 2 * (i + 1)));
+    }
+    assert_int_equal(evalsha_calls(), base + 2 * FAIR_WAITERS); /* nobody woke */
+    assert_int_equal(pthread_create(&barger, NULL, fair_barger_main, sh), 0);
+    assert_int_equal(lock_unlock(sh->c, "t:fair"), LOCK_OK);
+    for (int i = 0; i < FAIR_WAITERS; i++)
+        pthread_join(w[i].thread, NULL);
+    atomic_store(&sh->stop_barger, true);
+    pthread_join(barger, NULL);
+    assert_int_equal(atomic_load(&sh->errors), 0);
+    assert_int_equal(atomic_load(&sh->acquired), FAIR_WAITERS);
+    for (int k = 0; k < FAIR_WAITERS; k++) {
+        if (sh->order[k] != k)
+            out_of_order++;
+        if (w[k].waited_ns > *max_wait_ns)
+            *max_wait_ns = w[k].waited_ns;
+    }
+    return out_of_order;
+}
+
+static void test_fair_order(void **state)
+{
+    static fair_shared sh;
+    fair_waiter w[FAIR_WAITERS];
+    int64_t max_wait = 0;
+    int out_of_order = 0;
+    char seen[FAIR_ROUNDS][FAIR_WAITERS * 4 + 1];
+
+    (void)state;
+    memset(&sh, 0, sizeof(sh));
+    sh.c = g_state.client;
+    atomic_store(&sh.steals, 0);
+    for (int r = 0; r < FAIR_ROUNDS; r++) {
+        int n = 0;
+
+        out_of_order += fair_round(&sh, w, &max_wait);
+        for (int k = 0; k < FAIR_WAITERS; k++)
+            n += snprintf(seen[r] + n, sizeof(seen[r]) - (size_t)n, " %d", sh.order[k]);
+        print_message("fair order: round %d acquired in order%s\n", r, seen[r]);
+    }
+    print_message("fair order: %d waiters x %d rounds, the barger took the lock %d times; "
+                  "%d out of queue order; longest wait %.1f ms\n",
+                  FAIR_WAITERS, FAIR_ROUNDS, atomic_load(&sh.steals), out_of_order,
+                  (double)max_wait / 1e6);
+    /* The races the order must survive did happen. */
+    assert_true(atomic_load(&sh.steals) > 0);
+    assert_int_equal(out_of_order, 0);
+    assert_int_equal(redis_int("EXISTS t:fair"), 0);
+}
+
 /* ---- fencing ---- */
 
 #define FENCE_THREADS 8
@@ -1123,6 +1303,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_lost_lock, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_wait_bound, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_wakeup, case_setup, case_teardown),
+        cmocka_unit_test_setup_teardown(test_fair_order, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_fencing, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_noscript, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_subscriber_reconnect, case_setup, case_teardown),

@@ -15,7 +15,16 @@
 # The service connects as the role `stock`, owner of the database `stock`, not as the
 # superuser: it needs to create its tables (migrations) and nothing more.
 
-PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
+# Debian 12's PostgreSQL is 15; should another major version be the one installed, take the
+# newest found rather than fail (PG_BIN overrides).
+if [ -z "${PG_BIN:-}" ]; then
+    PG_BIN=/usr/lib/postgresql/15/bin
+    if [ ! -x "$PG_BIN/postgres" ]; then
+        PG_BIN=$(find /usr/lib/postgresql -mindepth 2 -maxdepth 2 -name bin 2>/dev/null |
+            sort -V | tail -n 1)
+        PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
+    fi
+fi
 
 pg__user() {
     if [ "$(id -u)" -eq 0 ]; then echo postgres; else id -un; fi
@@ -43,14 +52,14 @@ pg__max_connections() {
 pg__init() {
     local user
     user=$(pg__user)
-    [ -x "$PG_BIN/initdb" ] || die "PostgreSQL 15 not found in $PG_BIN (scripts/deps.sh ensure)"
+    [ -x "$PG_BIN/initdb" ] || die "PostgreSQL not found in $PG_BIN (scripts/deps.sh ensure)"
     mkdir -p "$PG_DIR"
     if [ "$(id -u)" -eq 0 ]; then
         getent passwd postgres >/dev/null || die "no 'postgres' user to run PostgreSQL as"
         chown postgres: "$PG_DIR"
         # Every directory above the data must be searchable by postgres (mktemp -d is 0700).
         as_user postgres test -x "$PG_DIR" ||
-            die "user postgres cannot reach $PG_DIR: make its parent directories mode 755"
+            die "user postgres cannot reach $PG_DIR: make its parent directories mode 755, or set RUN_DIR elsewhere (e.g. RUN_DIR=/var/tmp/stock-run)"
     fi
     [ -s "$PG_DIR/data/PG_VERSION" ] && return 0
 
@@ -72,7 +81,6 @@ fsync = on
 synchronous_commit = on
 full_page_writes = on
 log_line_prefix = '%m [%p] %q%u@%d '
-log_min_duration_statement = -1
 include_if_exists = 'stock-runtime.conf'
 EOF
 }

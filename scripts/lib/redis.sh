@@ -9,9 +9,12 @@
 
 REDIS_SERVER=${REDIS_SERVER:-/usr/bin/redis-server}
 
+# redis-server rewrites its process title to "redis-server 127.0.0.1:PORT". The port is the
+# one it was started on (recorded), so that `down` finds it whatever REDIS_PORT says now.
 redis__pattern() {
-    # redis-server rewrites its process title to "redis-server 127.0.0.1:PORT".
-    echo "redis-server 127.0.0.1:$REDIS_PORT"
+    local port=""
+    [ -r "$REDIS_DIR/redis.port" ] && read -r port <"$REDIS_DIR/redis.port"
+    echo "redis-server 127.0.0.1:${port:-$REDIS_PORT}"
 }
 
 # Prints Redis' PID when it runs, else returns 1.
@@ -34,6 +37,7 @@ redis_start() {
     require_port_free "$REDIS_PORT" redis REDIS_PORT
     mkdir -p "$REDIS_DIR" "$LOG_DIR"
     rm -f "$REDIS_DIR/redis.pid"
+    echo "$REDIS_PORT" >"$REDIS_DIR/redis.port"
     # --daemonize: redis forks, starts a session of its own and writes its PID file.
     "$REDIS_SERVER" --bind 127.0.0.1 --port "$REDIS_PORT" \
         --daemonize yes --pidfile "$REDIS_DIR/redis.pid" \
@@ -58,7 +62,7 @@ redis_stop() {
 redis_status() {
     local pid
     if pid=$(redis_pid); then
-        echo "redis      running  pid $pid  127.0.0.1:$REDIS_PORT"
+        echo "redis      running  pid $pid  $(redis__pattern | sed "s/^redis-server //")"
     else
         echo "redis      stopped"
     fi

@@ -13,17 +13,27 @@
 
 READY_TIMEOUT=${READY_TIMEOUT:-60}
 
+# What replica N's command line contains: the binary it was started from (recorded at start,
+# so that `down` finds a replica started with another STOCKD, e.g. the sanitizer build).
 replica__pattern() {
-    echo "$STOCKD"
+    local bin=""
+    [ -r "$REPLICA_DIR/svc-$1.bin" ] && read -r bin <"$REPLICA_DIR/svc-$1.bin"
+    echo "${bin:-$STOCKD}"
 }
 
-# Prints replica N's PID when it runs (and is the replica on our port), else returns 1.
+# Prints replica N's PID when it runs (and is this run directory's svc-N), else returns 1.
 replica_pid() {
     local n=$1 pid
-    pid=$(pidfile_alive "$REPLICA_DIR/svc-$n.pid" "$(replica__pattern)") || return 1
+    pid=$(pidfile_alive "$REPLICA_DIR/svc-$n.pid" "$(replica__pattern "$n")") || return 1
     # The binary may be shared with another stack: check it is our svc-N by its environment.
-    tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "INSTANCE=svc-$n" || return 1
+    tr '\0' '\n' 2>/dev/null <"/proc/$pid/environ" | grep -qx "INSTANCE=svc-$n" || return 1
     echo "$pid"
+}
+
+# For wait_until: succeeds (printing the PID) once replica N runs, and also once it has
+# exited (printing nothing), so that the caller stops waiting either way.
+replica__started() {
+    replica_pid "$1" || [ -s "$REPLICA_DIR/svc-$1.exit" ]
 }
 
 replica__ready() {
@@ -53,6 +63,7 @@ replica_start() {
     require_port_free "$port" "$name" REPLICA_PORT_BASE
     mkdir -p "$REPLICA_DIR" "$LOG_DIR"
     rm -f "$REPLICA_DIR/$name.pid" "$REPLICA_DIR/$name.exit"
+    echo "$STOCKD" >"$REPLICA_DIR/$name.bin"
     echo "---- $(date '+%F %T') stack: starting $name on 127.0.0.1:$port" >>"$LOG_DIR/$name.log"
 
     # The wrapper: the subshell writes its own PID ($BASHPID), then becomes stockd by exec, so
@@ -69,10 +80,12 @@ replica_start() {
     ' stock-replica "$REPLICA_DIR/$name.pid" "$REPLICA_DIR/$name.exit" "$LOG_DIR/$name.log" \
         "$STOCKD" </dev/null >/dev/null 2>&1
 
-    # Until exec has happened, the PID file names a bash, not stockd.
-    if ! pid=$(wait_until 10 replica_pid "$n"); then
+    # Until exec has happened, the PID file names a bash, not stockd. An exit file means it
+    # has come and gone already (bad configuration, say): no need to wait any longer.
+    pid=$(wait_until 10 replica__started "$n") || true
+    if [ -z "$pid" ]; then
         log_tail "$LOG_DIR/$name.log"
-        die "$name did not start (see $LOG_DIR/$name.log)"
+        die "$name did not start (exit status $(replica_exit_status "$n"); see $LOG_DIR/$name.log)"
     fi
     log "$name started (pid $pid, 127.0.0.1:$port)"
 }
@@ -115,8 +128,8 @@ replicas_stop() {
     done
     for n in "${!pids[@]}"; do
         # TERM was sent above: wait for it, then escalate.
-        if ! wait_pid_gone "${pids[$n]}" "$(replica__pattern)" 30; then
-            stop_pid "svc-$n" "${pids[$n]}" "$(replica__pattern)" KILL:5 || true
+        if ! wait_pid_gone "${pids[$n]}" "$(replica__pattern "$n")" 30; then
+            stop_pid "svc-$n" "${pids[$n]}" "$(replica__pattern "$n")" KILL:5 || true
         fi
         # The wrapper writes the status right after stockd exits.
         wait_until 5 test -s "$REPLICA_DIR/svc-$n.exit" || true

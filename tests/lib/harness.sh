@@ -65,8 +65,10 @@ run_suite() {
     echo "== $name: $*"
     start=$(date +%s)
     set +e
-    # --kill-after: a suite that ignores SIGTERM still ends.
-    timeout --kill-after=10 "$seconds" "$@" 2>&1 | tee "$log"
+    # --kill-after: a suite that ignores SIGTERM still ends. --foreground keeps the suite in
+    # our process group, so a Ctrl-C reaches it (and then our INT trap cleans up) instead of
+    # waiting for it to finish.
+    timeout --foreground --kill-after=10 "$seconds" "$@" 2>&1 | tee "$log"
     rc=${PIPESTATUS[0]}
     set -e
     elapsed=$(($(date +%s) - start))
