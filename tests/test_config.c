@@ -493,7 +493,7 @@ static void test_help_and_markdown_list_every_setting(void **state)
     }
     assert_non_null(strstr(help, "LOCK_WAIT_MS=2000\n"));
     assert_non_null(strstr(help, "integer 0..600000"));
-    assert_non_null(strstr(help, "DATABASE_URL='host=127.0.0.1 port=55432 user=postgres "
+    assert_non_null(strstr(help, "DATABASE_URL='host=127.0.0.1 port=55432 user=stock "
                                  "dbname=stock'"));
     for (const char *p = md; (p = strchr(p, '\n')) != NULL; p++)
         rows++;
