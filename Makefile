@@ -77,6 +77,7 @@ test: deps
 	$(MAKE) all
 	$(MAKE) B=build/san SAN=1 programs tests
 	tests/run-all.sh build/san
+	docker/test.sh
 
 test-unit:
 	$(MAKE) B=build/san SAN=1 tests

@@ -220,12 +220,13 @@ int http_start(app *a, http_server **out, char *err, size_t errlen)
     s->listen_fd = MHD_INVALID_SOCKET;
     s->daemon = MHD_start_daemon(
         flags, 0, NULL, NULL, on_request, a,
+        /* first, so that libmicrohttpd's complaints about the options below reach it */
+        MHD_OPTION_EXTERNAL_LOGGER, on_mhd_error, NULL,
         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned int)cfg->worker_threads,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)cfg->connection_timeout_s,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, a,
         MHD_OPTION_NOTIFY_CONNECTION, on_connection, a,
-        MHD_OPTION_EXTERNAL_LOGGER, on_mhd_error, NULL,
         MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
         MHD_OPTION_END);
     if (s->daemon == NULL) {
