@@ -19,7 +19,8 @@ set boxwidth 0.9
 set grid ytics
 set yrange [0:*]
 set xtics nomirror
-set key top right
+set key outside bottom center horizontal # under the axis, never over the bars
+set offsets 0, 0, graph 0.12, 0        # headroom for the figures over the bars
 
 do for [target in "png svg"] {
     if (target eq "png") {
