@@ -62,6 +62,15 @@ static int answer_db_failure(deduction *d, const char *what, int rc)
     return answer_unavailable(d, "unavailable", "unavailable", detail);
 }
 
+/* Inside the transaction: answers 503 for a failed statement and hands back its code, so
+ * that the caller rolls back. */
+static int statement_failed(deduction *d, const char *what, int rc)
+{
+    if (answer_db_failure(d, what, rc) != 0)
+        return DB_ERR_NOMEM;
+    return rc;
+}
+
 /* Answers with an outcome stored earlier under the idempotency key. Takes `body`. */
 static int answer_replay(deduction *d, int status, char *body)
 {
@@ -115,7 +124,7 @@ static int read_check_write(deduction *d)
         goto store;
     }
     if (rc != DB_OK)
-        return answer_db_failure(d, "read stock", rc), rc;
+        return statement_failed(d, "read stock", rc);
 
     if (stock < d->count) {
         d->out->status = 409;
@@ -134,16 +143,17 @@ static int read_check_write(deduction *d)
         char detail[128];
         snprintf(detail, sizeof(detail), "fencing token %lld is older than the stored one",
                  (long long)d->hold.fence);
-        answer_unavailable(d, "lock_lost", "lock_lost", detail);
+        if (answer_unavailable(d, "lock_lost", "lock_lost", detail) != 0)
+            return DB_ERR_NOMEM;
         return rc;
     }
     if (rc != DB_OK)
-        return answer_db_failure(d, "write stock", rc), rc;
+        return statement_failed(d, "write stock", rc);
 
     rc = db_order_insert(d->conn, d->goods_id, d->count, d->mode->name, d->env->instance,
                          fence, &order_id);
     if (rc != DB_OK)
-        return answer_db_failure(d, "record order", rc), rc;
+        return statement_failed(d, "record order", rc);
 
     d->out->status = 200;
     d->out->outcome = "deducted";
@@ -157,7 +167,7 @@ store:
     if (rc != DB_OK) {
         free(d->out->body);
         d->out->body = NULL;
-        return answer_db_failure(d, "store idempotent answer", rc), rc;
+        return statement_failed(d, "store idempotent answer", rc);
     }
     return DB_OK;
 }
