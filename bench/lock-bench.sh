@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# lock-bench.sh [--seconds S] [--threads N] - runs build/lock-bench (the Redis lock's
-# figures, see bench/lock_bench.c) against a throwaway redis-server: started here on a free
+# lock-bench.sh [--seconds S] [--threads N] [--clients K] - runs build/lock-bench (the Redis
+# lock's figures, see bench/lock_bench.c) against a throwaway redis-server: started here on a free
 # loopback port in a temporary directory, persistence off, and stopped by its PID at exit
 # (on failure and Ctrl-C too).
 #   LOCK_BENCH=path   the binary to run (default build/lock-bench, built if missing)

@@ -1,7 +1,7 @@
 /*
  * lock_bench.c - what the Redis lock costs, in figures (a program that prints, not a test).
  *
- *   build/lock-bench --port 6399 [--host 127.0.0.1] [--seconds 3] [--threads 16]
+ *   build/lock-bench --port 6399 [--host 127.0.0.1] [--seconds 3] [--threads 16] [--clients 3]
  *   bench/lock-bench.sh [same options but --port]   (starts a throwaway redis-server)
  *
  * 1. Uncontended, one thread: lock+unlock pairs per second on one key, next to the PING rate
@@ -13,7 +13,13 @@
  *    second, how many of them went to another thread (a hand-off through a release message
  *    rather than the releaser taking it again), and the gap from a holder's release (taken
  *    just before it calls unlock, so the unlock's round trip is inside the gap) to the next
- *    acquisition: median and 99th percentile.
+ *    acquisition: median and 99th percentile. And each acquisition's wait, from the call
+ *    to lock_try_lock to its return: median, 99th percentile and the longest, which is
+ *    what fairness is about (a starved waiter shows in the maximum, not in the median).
+ *    It runs twice: all threads on one lock_client (one process), then the same threads
+ *    spread over --clients lock_clients (3 by default), each with its own process id and
+ *    subscriber, as the service's replicas are: there waiters of different "processes"
+ *    race for every release.
  *
  * The lock is taken in watchdog mode, as the service takes it.
  */
@@ -39,6 +45,7 @@ typedef struct bench_opts {
     int port;
     int seconds;
     int threads;
+    int clients; /* lock_clients the contended threads are spread over, second run */
 } bench_opts;
 
 /* A growable array of durations in ns, owned by one thread. */
@@ -48,7 +55,8 @@ typedef struct samples {
 } samples;
 
 typedef struct contended {
-    lock_client *c;
+    lock_client *clients[MAX_THREADS];
+    int nclients;
     int64_t until_ns;
     _Atomic int64_t last_release_ns;
     _Atomic int last_holder;
@@ -62,6 +70,7 @@ typedef struct worker {
     uint64_t handoffs; /* acquisitions right after another thread's release */
     samples gaps;      /* every release -> acquisition */
     samples handoff_gaps;
+    samples waits; /* every try_lock call -> acquired */
     pthread_t thread;
 } worker;
 
@@ -104,7 +113,7 @@ static int cmp_i64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* The pct-th percentile in ms (sorts s); 0 for no samples. */
+/* The pct-th percentile in ms (sorts s; 100: the largest); 0 for no samples. */
 static double percentile_ms(samples *s, int pct)
 {
     size_t i;
@@ -122,6 +131,7 @@ static int parse_args(int argc, char **argv, bench_opts *o)
     o->port = 0;
     o->seconds = 3;
     o->threads = 16;
+    o->clients = 3;
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
 
@@ -133,12 +143,14 @@ static int parse_args(int argc, char **argv, bench_opts *o)
             o->seconds = atoi(v);
         else if (v != NULL && strcmp(argv[i], "--threads") == 0)
             o->threads = atoi(v);
+        else if (v != NULL && strcmp(argv[i], "--clients") == 0)
+            o->clients = atoi(v);
         else
             return -1;
         i++;
     }
     if (o->port < 1 || o->port > 65535 || o->seconds < 1 || o->threads < 2 ||
-        o->threads > MAX_THREADS)
+        o->threads > MAX_THREADS || o->clients < 1 || o->clients > o->threads)
         return -1;
     return 0;
 }
@@ -222,9 +234,12 @@ static void *worker_main(void *arg)
     worker *w = arg;
     contended *sh = w->shared;
 
+    lock_client *c = sh->clients[w->id % sh->nclients];
+
     while (now_ns() < sh->until_ns) {
         int64_t got, prev;
-        int rc = lock_try_lock(sh->c, BENCH_KEY_SHARED, 10000, LOCK_LEASE_WATCHDOG, NULL);
+        int64_t called = now_ns();
+        int rc = lock_try_lock(c, BENCH_KEY_SHARED, 10000, LOCK_LEASE_WATCHDOG, NULL);
 
         if (rc != LOCK_OK) {
             atomic_fetch_add(&sh->errors, 1);
@@ -232,6 +247,8 @@ static void *worker_main(void *arg)
         }
         got = now_ns();
         w->acquisitions++;
+        if (samples_add(&w->waits, got - called) != 0)
+            atomic_fetch_add(&sh->errors, 1);
         prev = atomic_load(&sh->last_release_ns);
         if (prev != 0) {
             bool handoff = atomic_load(&sh->last_holder) != w->id;
@@ -246,24 +263,31 @@ static void *worker_main(void *arg)
         }
         atomic_store(&sh->last_holder, w->id);
         atomic_store(&sh->last_release_ns, now_ns());
-        if (lock_unlock(sh->c, BENCH_KEY_SHARED) != LOCK_OK)
+        if (lock_unlock(c, BENCH_KEY_SHARED) != LOCK_OK)
             atomic_fetch_add(&sh->errors, 1);
     }
     return NULL;
 }
 
-static int run_contended(lock_client *c, const bench_opts *o)
+/*
+ * N threads on one key for o->seconds, the threads spread over clients[0..nclients)
+ * (thread i uses client i % nclients); prints the figures. Returns 0, or -1 on errors.
+ */
+static int run_contended(lock_client **clients, int nclients, const bench_opts *o)
 {
     static worker w[MAX_THREADS];
-    contended sh;
-    samples gaps = {0}, handoff_gaps = {0};
+    static contended sh;
+    samples gaps = {0}, handoff_gaps = {0}, waits = {0};
     uint64_t acquisitions = 0, handoffs = 0;
     int64_t start;
     double secs;
     int rc = -1;
     int started = 0;
 
-    sh.c = c;
+    memset(&sh, 0, sizeof(sh));
+    for (int i = 0; i < nclients; i++)
+        sh.clients[i] = clients[i];
+    sh.nclients = nclients;
     atomic_init(&sh.last_release_ns, 0);
     atomic_init(&sh.last_holder, -1);
     atomic_init(&sh.errors, 0);
@@ -285,10 +309,15 @@ static int run_contended(lock_client *c, const bench_opts *o)
         acquisitions += w[i].acquisitions;
         handoffs += w[i].handoffs;
         if (samples_merge(&gaps, &w[i].gaps) != 0 ||
-            samples_merge(&handoff_gaps, &w[i].handoff_gaps) != 0)
+            samples_merge(&handoff_gaps, &w[i].handoff_gaps) != 0 ||
+            samples_merge(&waits, &w[i].waits) != 0)
             goto out;
     }
-    printf("contended, %d threads, one key, %d s:\n", o->threads, o->seconds);
+    if (nclients == 1)
+        printf("contended, %d threads, one client, one key, %d s:\n", o->threads, o->seconds);
+    else
+        printf("contended, %d threads over %d clients (as %d processes), one key, %d s:\n",
+               o->threads, nclients, nclients, o->seconds);
     printf("  acquisitions                  %9.0f /s\n", (double)acquisitions / secs);
     printf("  hand-offs to another thread   %9.0f /s  (%.0f%% of acquisitions)\n",
            (double)handoffs / secs, 100.0 * (double)handoffs / (double)acquisitions);
@@ -296,15 +325,19 @@ static int run_contended(lock_client *c, const bench_opts *o)
            percentile_ms(&gaps, 50), percentile_ms(&gaps, 99));
     printf("  release -> another thread     median %.3f ms, p99 %.3f ms\n",
            percentile_ms(&handoff_gaps, 50), percentile_ms(&handoff_gaps, 99));
+    printf("  wait (try_lock -> acquired)   median %.3f ms, p99 %.3f ms, max %.3f ms\n",
+           percentile_ms(&waits, 50), percentile_ms(&waits, 99), percentile_ms(&waits, 100));
     printf("  errors                        %d\n", atomic_load(&sh.errors));
     rc = atomic_load(&sh.errors) == 0 ? 0 : -1;
 out:
     for (int i = 0; i < started; i++) {
         free(w[i].gaps.v);
         free(w[i].handoff_gaps.v);
+        free(w[i].waits.v);
     }
     free(gaps.v);
     free(handoff_gaps.v);
+    free(waits.v);
     return rc;
 }
 
@@ -312,12 +345,13 @@ int main(int argc, char **argv)
 {
     bench_opts o;
     lock_options lo;
-    lock_client *c = NULL;
+    lock_client *c[MAX_THREADS] = {NULL};
+    int created = 0;
     int rc = 1;
 
     if (parse_args(argc, argv, &o) != 0) {
         fprintf(stderr, "usage: lock-bench --port PORT [--host HOST] [--seconds S (3)] "
-                        "[--threads N (16)]\n");
+                        "[--threads N (16)] [--clients K (3)]\n");
         return 2;
     }
     /* hiredis writes with write(2): a closed connection must give EPIPE, not kill us. */
@@ -326,15 +360,20 @@ int main(int argc, char **argv)
     lo.redis_host = o.host;
     lo.redis_port = o.port;
     lo.pool_size = o.threads;
-    if (lock_client_create(&lo, &c) != LOCK_OK) {
-        fprintf(stderr, "lock-bench: cannot create the lock client\n");
-        return 1;
+    for (; created < o.clients; created++) {
+        if (lock_client_create(&lo, &c[created]) != LOCK_OK) {
+            fprintf(stderr, "lock-bench: cannot create the lock clients\n");
+            goto out;
+        }
     }
     printf("lock-bench: redis %s:%d\n", o.host, o.port);
-    if (run_uncontended(c, &o) != 0 || run_contended(c, &o) != 0)
+    if (run_uncontended(c[0], &o) != 0 || run_contended(c, 1, &o) != 0)
+        goto out;
+    if (o.clients > 1 && run_contended(c, o.clients, &o) != 0)
         goto out;
     rc = 0;
 out:
-    lock_client_destroy(c);
+    for (int i = 0; i < created; i++)
+        lock_client_destroy(c[i]);
     return rc;
 }

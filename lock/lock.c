@@ -316,8 +316,8 @@ int lock_try_lock(lock_client *c, const char *name, int64_t wait_ms, int64_t lea
             lock__subscriber_wait_ready(c->subscriber, w,
                                         ready_by < deadline ? ready_by : deadline);
         } else {
-            woken = lock__subscriber_wait_release(c->subscriber, w,
-                                                  wake_time(now, a.ttl_ms, deadline));
+            woken =
+                lock__subscriber_wait_release(c->subscriber, w, wake_time(now, a.ttl_ms, deadline));
         }
         rc = attempt_once(c, &k, owner, lease, deadline, hard_deadline, &a);
     }

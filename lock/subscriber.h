@@ -29,8 +29,8 @@
  * When the connection is down, waiters are not told about releases. They do not wait for
  * the subscription then, and sleep until the holder's TTL or their deadline, whichever is
  * first (they always do; the message only cuts it short). The subscriber reconnects with
- * a growing pause (50 ms doubling to 1 s), subscribes again, and wakes one waiter per lock
- * since a release may have gone unheard while it was deaf. A connection that is silent
+ * a growing pause (50 ms doubling to 1 s), subscribes again, and wakes the oldest waiter of
+ * each lock, since a release may have gone unheard while it was deaf. A connection that is silent
  * while a reply is owed for a command timeout is taken for dead; a PING every 5 s when idle
  * makes sure something is owed now and then.
  */
