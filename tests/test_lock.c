@@ -490,6 +490,50 @@ static int mx_run(lock_client *c, int port, int *timeouts)
     return errors;
 }
 
+/*
+ * A second process for the cases that need one. It is this very program started again
+ * (fork, then exec of /proc/self/exe with a role), never a bare fork: a child forked from a
+ * process whose other threads (the lock client's, the sanitizer's) may hold a lock at that
+ * instant could block forever on it. A fresh image inherits no such lock.
+ */
+static pid_t spawn_role(const char *role, int fd)
+{
+    char port[16], fd_text[16];
+    pid_t child;
+
+    snprintf(port, sizeof(port), "%d", g_state.port);
+    snprintf(fd_text, sizeof(fd_text), "%d", fd);
+    child = fork();
+    if (child == 0) {
+        execl("/proc/self/exe", "test_lock", role, port, fd_text, (char *)NULL);
+        _exit(127);
+    }
+    return child;
+}
+
+static lock_client *child_client(int port)
+{
+    lock_options o;
+    lock_client *cc = NULL;
+
+    lock_options_init(&o);
+    o.redis_port = port;
+    return lock_client_create(&o, &cc) == LOCK_OK ? cc : NULL;
+}
+
+/* Role "mx": the other process of the mutual exclusion case. Exit 0 when no worker erred. */
+static int role_mutual_exclusion(int port)
+{
+    lock_client *cc = child_client(port);
+    int timeouts = 0, errors;
+
+    if (cc == NULL)
+        return 2;
+    errors = mx_run(cc, port, &timeouts);
+    lock_client_destroy(cc);
+    return errors == 0 ? 0 : 1;
+}
+
 static void test_mutual_exclusion(void **state)
 {
     int parent_timeouts = 0;
@@ -498,23 +542,8 @@ static void test_mutual_exclusion(void **state)
     pid_t child;
 
     (void)state;
-    child = fork();
+    child = spawn_role("mx", -1);
     assert_true(child >= 0);
-    if (child == 0) {
-        /* A second process: its own client (never one inherited across fork). */
-        lock_options o;
-        lock_client *cc = NULL;
-        int child_timeouts = 0;
-        int child_errors;
-
-        lock_options_init(&o);
-        o.redis_port = g_state.port;
-        if (lock_client_create(&o, &cc) != LOCK_OK)
-            _exit(2);
-        child_errors = mx_run(cc, g_state.port, &child_timeouts);
-        lock_client_destroy(cc);
-        _exit(child_errors == 0 ? 0 : 1);
-    }
     errors = mx_run(g_state.client, g_state.port, &parent_timeouts);
     assert_int_equal(waitpid(child, &status, 0), child);
 
@@ -588,6 +617,23 @@ typedef struct child_report {
     int64_t token;
 } child_report;
 
+/* Role "lease": takes "t:lease" with a 300 ms lease, reports on fd, and dies without
+ * releasing it (nor destroying the client: as a crash would). */
+static int role_lease(int port, int fd)
+{
+    child_report rep = {0};
+    lock_client *cc = child_client(port);
+
+    if (cc == NULL)
+        return 2;
+    rep.before_ns = now_ns();
+    rep.rc = lock_try_lock(cc, "t:lease", 0, 300, &rep.token);
+    rep.after_ns = now_ns();
+    if (write(fd, &rep, sizeof(rep)) != (ssize_t)sizeof(rep))
+        return 3;
+    _exit(0);
+}
+
 static void test_lease_expiry(void **state)
 {
     child_report rep = {0};
@@ -599,25 +645,8 @@ static void test_lease_expiry(void **state)
 
     (void)state;
     assert_int_equal(pipe(fds), 0);
-    child = fork();
+    child = spawn_role("lease", fds[1]);
     assert_true(child >= 0);
-    if (child == 0) {
-        /* Take a 300 ms lease and die without releasing (nor destroying: a crash). */
-        lock_options o;
-        lock_client *cc = NULL;
-
-        close(fds[0]);
-        lock_options_init(&o);
-        o.redis_port = g_state.port;
-        if (lock_client_create(&o, &cc) != LOCK_OK)
-            _exit(2);
-        rep.before_ns = now_ns();
-        rep.rc = lock_try_lock(cc, "t:lease", 0, 300, &rep.token);
-        rep.after_ns = now_ns();
-        if (write(fds[1], &rep, sizeof(rep)) != (ssize_t)sizeof(rep))
-            _exit(3);
-        _exit(0);
-    }
     close(fds[1]);
     assert_int_equal(read(fds[0], &rep, sizeof(rep)), (ssize_t)sizeof(rep));
     close(fds[0]);
@@ -1291,8 +1320,13 @@ static void test_redis_down(void **state)
     lock_client_destroy(c);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    if (argc == 4 && strcmp(argv[1], "mx") == 0)
+        return role_mutual_exclusion(atoi(argv[2]));
+    if (argc == 4 && strcmp(argv[1], "lease") == 0)
+        return role_lease(atoi(argv[2]), atoi(argv[3]));
+
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_basics, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_mutual_exclusion, case_setup, case_teardown),
