@@ -66,20 +66,40 @@ static int free_port(void)
     return port;
 }
 
+/* Finds redis-server on PATH. Done before fork: between fork and exec, a child of a
+ * threaded process may only make async-signal-safe calls, and a PATH search may allocate. */
+static int find_redis_server(char *path, size_t len)
+{
+    const char *dirs = getenv("PATH");
+    char copy[1024];
+    char *dir, *save = NULL;
+
+    snprintf(copy, sizeof(copy), "%s", dirs != NULL ? dirs : "/usr/bin:/bin");
+    for (dir = strtok_r(copy, ":", &save); dir != NULL; dir = strtok_r(NULL, ":", &save)) {
+        snprintf(path, len, "%s/redis-server", dir);
+        if (access(path, X_OK) == 0)
+            return 0;
+    }
+    return -1;
+}
+
 /* fork + exec redis-server in the foreground on s->port with s->dir. */
 static int spawn(redis_server *s)
 {
     char port[16];
     char logfile[96];
+    char program[512];
     pid_t pid;
 
     snprintf(port, sizeof(port), "%d", s->port);
     snprintf(logfile, sizeof(logfile), "%s/redis.log", s->dir);
+    if (find_redis_server(program, sizeof(program)) != 0)
+        return -1;
     pid = fork();
     if (pid < 0)
         return -1;
     if (pid == 0) {
-        execlp("redis-server", "redis-server", "--port", port, "--bind", "127.0.0.1", "--dir",
+        execl(program, "redis-server", "--port", port, "--bind", "127.0.0.1", "--dir",
                s->dir, "--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile",
                logfile, (char *)NULL);
         _exit(127);
