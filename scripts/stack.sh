@@ -7,10 +7,18 @@
 #   scripts/stack.sh status        what runs, with PIDs and ports
 #   scripts/stack.sh logs [NAME]   the last LOG_LINES (50) lines of each log, or of NAME
 #                                  (svc-1, postgres, redis, nginx, access, migrate)
-#   scripts/stack.sh redis-stop    stop Redis only (the tests' "dependency down" case)
+#   scripts/stack.sh redis-stop    stop Redis only (the tests' "dependency down" cases)
 #   scripts/stack.sh redis-start   start it again
+#   scripts/stack.sh pg-stop       stop PostgreSQL only (fast shutdown: clients are cut off)
+#   scripts/stack.sh pg-start      start it again (the replicas reconnect by themselves)
 #   scripts/stack.sh replica-stop N...   stop replicas N... (SIGTERM; 1 if one exits non-zero)
 #   scripts/stack.sh replica-start N...  start them again and wait until they are ready
+#   scripts/stack.sh replica-start-extra N PORT
+#                                  start an extra replica svc-N (N above REPLICAS) on PORT,
+#                                  not behind nginx, with this command's environment, e.g.
+#                                  BUSINESS_DELAY_MS=1500 scripts/stack.sh \
+#                                      replica-start-extra 4 18090
+#                                  (replica-stop N and `down` stop it too)
 #   scripts/stack.sh nginx-test    render the nginx configuration and run nginx -t on it
 #
 # Settings (environment; defaults in brackets). Change RUN_DIR and the ports to run a
@@ -32,7 +40,7 @@
 # `stockd --help`). DATABASE_URL, REDIS_HOST/PORT, PORT, INSTANCE and MIGRATIONS_DIR are
 # set here. A replica keeps the settings it was started with: `down` then `up` to change them.
 #
-# Layout of RUN_DIR: pg/ (data, socket, postgres log), redis/, replicas/ (PID and exit
+# Layout of RUN_DIR: pg/ (data, socket, postgres log), redis/, replicas/ (PID, exit and port
 # files), nginx/ (prefix: conf, logs, tmp), logs/ (svc-N.log, redis.log, migrate.log).
 set -euo pipefail
 
@@ -147,6 +155,10 @@ cmd_status() {
     for ((n = 1; n <= REPLICAS; n++)); do
         replica_status "$n"
     done
+    # Extra replicas (replica-start-extra) that this run directory knows of.
+    for n in $(replicas_known | sort -n); do
+        if ((n > REPLICAS)); then replica_status "$n"; fi
+    done
     nginx_status
 }
 
@@ -169,15 +181,40 @@ cmd_logs() {
     done
 }
 
-# Replica numbers given on the command line, checked.
+# Replica numbers given on the command line, checked: 1 to REPLICAS, or (with `extra` as the
+# first argument, for replica-stop) an extra replica this run directory has started.
 stack__replica_args() {
-    local n
+    local n extra=0
+    if [ "${1:-}" = extra ]; then
+        extra=1
+        shift
+    fi
     [ $# -gt 0 ] || die "name the replicas by number, e.g. 'replica-stop 2'"
     for n in "$@"; do
-        if ! [[ $n =~ ^[0-9]+$ ]] || ((n < 1 || n > REPLICAS)); then
-            die "no replica '$n' (1 to $REPLICAS)"
+        if [[ $n =~ ^[0-9]+$ ]] && ((n >= 1 && n <= REPLICAS)); then
+            continue
         fi
+        if ((extra)) && [[ $n =~ ^[0-9]+$ ]] && [ -e "$REPLICA_DIR/svc-$n.pid" ]; then
+            continue
+        fi
+        die "no replica '$n' (1 to $REPLICAS$( ((extra)) && echo ", or an extra one started here"))"
     done
+}
+
+# replica-start-extra N PORT: svc-N on PORT, outside nginx's upstream (nginx lists 1..REPLICAS
+# only), with whatever service settings this command was given in its environment.
+cmd_replica_start_extra() {
+    local n=${1:-} port=${2:-}
+    [ $# -eq 2 ] || die "usage: replica-start-extra N PORT"
+    if ! [[ $n =~ ^[0-9]+$ ]] || ((n <= REPLICAS || n > 99)); then
+        die "an extra replica's number must be from $((REPLICAS + 1)) to 99, got '$n'"
+    fi
+    if ! [[ $port =~ ^[0-9]+$ ]] || ((port < 1 || port > 65535)); then
+        die "no port '$port'"
+    fi
+    [ -x "$STOCKD" ] || die "$STOCKD not found: build it first (make)"
+    replica_start "$n" "$port"
+    replica_wait_ready "$n"
 }
 
 main() {
@@ -185,7 +222,8 @@ main() {
     [ $# -gt 0 ] && shift
     stack_config
     case $cmd in
-    up | down | redis-stop | redis-start | replica-stop | replica-start) stack__lock "$cmd" "$@" ;;
+    up | down | redis-stop | redis-start | pg-stop | pg-start | replica-stop | replica-start | \
+        replica-start-extra) stack__lock "$cmd" "$@" ;;
     esac
     case $cmd in
     up) cmd_up ;;
@@ -194,8 +232,10 @@ main() {
     logs) cmd_logs "$@" ;;
     redis-stop) redis_stop ;;
     redis-start) redis_start ;;
+    pg-stop) pg_stop ;;
+    pg-start) pg_start ;;
     replica-stop)
-        stack__replica_args "$@"
+        stack__replica_args extra "$@"
         replicas_stop "$@"
         ;;
     replica-start)
@@ -203,6 +243,7 @@ main() {
         for n in "$@"; do replica_start "$n"; done
         for n in "$@"; do replica_wait_ready "$n"; done
         ;;
+    replica-start-extra) cmd_replica_start_extra "$@" ;;
     nginx-test)
         nginx_render
         nginx_test && log "nginx -t: the configuration in $NGINX_DIR/conf is valid"

@@ -4,6 +4,11 @@
  * libmicrohttpd calls on_request() several times per request: once when the headers are
  * in (*state is NULL), once per piece of body, and once more with no data when the body is
  * complete. The `exchange` below is what one request remembers between those calls.
+ *
+ * An answer known from the headers alone (404, 405, 401, 415, 413) is sent at the first
+ * call when a body is on its way, so that the body is never read: libmicrohttpd then closes
+ * the connection. Without a body it waits for the last call, which keeps the connection
+ * alive for the next request (nginx's keepalive pool would otherwise reconnect each time).
  */
 #include "service/http.h"
 
@@ -32,6 +37,8 @@ struct http_server {
 
 typedef struct exchange {
     const route *route;    /* NULL once answered early */
+    bool early_pending;    /* an early answer waits in `early` for the last call */
+    http_reply early;
     metrics_route metric;
     bool wants_body;
     bool too_large;        /* the body passed REQUEST_MAX_BODY */
@@ -45,9 +52,82 @@ static const char *lookup_header(void *transport, const char *name)
     return MHD_lookup_connection_value(transport, MHD_HEADER_KIND, name);
 }
 
+/* libmicrohttpd compares argument names without regard to case; the API's "mode" is
+ * lower case, so the first argument spelled exactly so is the one taken. */
+typedef struct query_match {
+    const char *name;
+    const char *value;
+    bool found;
+} query_match;
+
+static enum MHD_Result match_argument(void *cls, enum MHD_ValueKind kind, const char *key,
+                                      const char *value)
+{
+    query_match *m = cls;
+
+    (void)kind;
+    if (m->found || strcmp(key, m->name) != 0)
+        return MHD_YES;
+    m->found = true;
+    m->value = value != NULL ? value : ""; /* "?mode" names an empty mode */
+    return MHD_NO;
+}
+
 static const char *lookup_query(void *transport, const char *name)
 {
-    return MHD_lookup_connection_value(transport, MHD_GET_ARGUMENT_KIND, name);
+    query_match m = {.name = name};
+
+    MHD_get_connection_values(transport, MHD_GET_ARGUMENT_KIND, match_argument, &m);
+    return m.value;
+}
+
+/*
+ * Decodes %HH escapes in the path and the query, in place, like libmicrohttpd's own
+ * decoder, except %00: a NUL inside a C string would silently cut "redis%00x" down to
+ * "redis" or "/api/stock/7%00junk" down to goods 7. Left encoded, such a value is
+ * refused as what it is.
+ */
+static int hex_value(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+static size_t unescape_without_nul(void *cls, struct MHD_Connection *conn, char *s)
+{
+    char *in = s, *out = s;
+
+    (void)cls;
+    (void)conn;
+    while (*in != '\0') {
+        int hi, lo;
+        if (in[0] == '%' && (hi = hex_value(in[1])) >= 0 && (lo = hex_value(in[2])) >= 0 &&
+            (hi | lo) != 0) {
+            *out++ = (char)(hi * 16 + lo);
+            in += 3;
+        } else {
+            *out++ = *in++;
+        }
+    }
+    *out = '\0';
+    return (size_t)(out - s);
+}
+
+/* Whether the request announces a body (a non-zero length, or chunks). */
+static bool announces_body(struct MHD_Connection *conn)
+{
+    const char *length = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                     MHD_HTTP_HEADER_CONTENT_LENGTH);
+
+    if (MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                    MHD_HTTP_HEADER_TRANSFER_ENCODING) != NULL)
+        return true;
+    return length != NULL && strspn(length, "0") != strlen(length);
 }
 
 /* Queues the reply (taking its body) and counts it. */
@@ -72,6 +152,10 @@ static enum MHD_Result send_reply(app *a, struct MHD_Connection *conn, const exc
         return MHD_NO;
     }
     MHD_add_response_header(response, MHD_HTTP_HEADER_CONTENT_TYPE, reply->content_type);
+    if (reply->allow != NULL)
+        MHD_add_response_header(response, MHD_HTTP_HEADER_ALLOW, reply->allow);
+    if (reply->bearer_challenge)
+        MHD_add_response_header(response, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     if (atomic_load(&a->draining))
         MHD_add_response_header(response, MHD_HTTP_HEADER_CONNECTION, "close");
     queued = MHD_queue_response(conn, (unsigned int)reply->status, response);
@@ -130,9 +214,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         *state = ex;
         atomic_fetch_add(&a->in_flight, 1);
         ex->route = routes_begin(a, &req, &ex->metric, &ex->wants_body, &reply);
-        if (ex->route == NULL)
+        if (ex->route != NULL)
+            return MHD_YES;
+        if (announces_body(conn))
             return send_reply(a, conn, ex, &reply);
+        ex->early = reply;
+        ex->early_pending = true;
         return MHD_YES;
+    }
+    if (ex->early_pending) {
+        *upload_data_size = 0;
+        ex->early_pending = false;
+        return send_reply(a, conn, ex, &ex->early);
     }
     if (ex->route == NULL) /* answered early; libmicrohttpd closes the connection */
         return MHD_YES;
@@ -164,6 +257,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **state,
     (void)code;
     if (ex == NULL)
         return;
+    if (ex->early_pending) /* the connection ended before the answer went out */
+        free(ex->early.body);
     free(ex->body);
     free(ex);
     *state = NULL;
@@ -223,6 +318,7 @@ int http_start(app *a, http_server **out, char *err, size_t errlen)
         /* first, so that libmicrohttpd's complaints about the options below reach it */
         MHD_OPTION_EXTERNAL_LOGGER, on_mhd_error, NULL,
         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+        MHD_OPTION_UNESCAPE_CALLBACK, unescape_without_nul, NULL,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned int)cfg->worker_threads,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)cfg->connection_timeout_s,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, a,

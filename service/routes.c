@@ -328,12 +328,14 @@ const route *routes_begin(app *a, const http_request *req, metrics_route *metric
     }
     if (!method_allowed(r, req->method)) {
         reply_error(reply, 405, "method_not_allowed", NULL);
+        reply->allow = strcmp(r->method, "GET") == 0 ? "GET, HEAD" : r->method;
         return NULL;
     }
     if (r->admin && a->config->admin_token[0] != '\0' &&
         !request_bearer_matches(req->header(req->transport, "Authorization"),
                                 a->config->admin_token)) {
         reply_error(reply, 401, "unauthorized", NULL);
+        reply->bearer_challenge = true;
         return NULL;
     }
     if (r->has_body) {

@@ -8,8 +8,14 @@
 #        REPLICA_URLS  http://127.0.0.1:PORT of each replica, comma-separated
 #        ADMIN_TOKEN   the token the stack runs with
 #        RUN_DIR, HTTP_PORT, REPLICA_PORT_BASE, REPLICAS, PG_PORT, REDIS_PORT, STOCKD
-#                      exported, so that its `scripts/stack.sh redis-stop` / `redis-start`
-#                      act on this stack and no other
+#                      exported, so that its `scripts/stack.sh redis-stop` / `redis-start` /
+#                      `pg-stop` / `pg-start` act on this stack and no other
+#        SLOW_REPLICA_URL, SLOW_REPLICA_LOG, SLOW_REPLICA_DELAY_MS, SLOW_REPLICA_LEASE_MS
+#                      one more replica, svc-4, started with `replica-start-extra` on a port
+#                      of its own and NOT behind nginx, with BUSINESS_DELAY_MS=1500 and
+#                      LOCK_LEASE_MS=600 (its watchdog renews every 200 ms): a holder that
+#                      pauses past its lease, for the lock_lost cases; its log file, and
+#                      those two settings
 #   3. nginx's own errors: a body over 16 KiB gets nginx's JSON 413; with every replica
 #      stopped, requests get nginx's JSON 502;
 #   4. shutdown: every replica exits 0 on SIGTERM, and no replica log (nor the migrate log)
@@ -25,6 +31,11 @@ set -euo pipefail
 # (a MODE or BUSINESS_DELAY_MS exported for a demo) cannot change what the tests see.
 IT_REPLICAS=3
 IT_LOCK_WAIT_MS=2000
+# The slow replica: it sleeps between its read and its write for longer than its lock's
+# lease, the pause (a GC, a stall) in which a lease can run out under a holder.
+IT_SLOW_REPLICA=$((IT_REPLICAS + 1))
+IT_SLOW_DELAY_MS=1500
+IT_SLOW_LEASE_MS=600
 
 # True when FILE holds no sanitizer report.
 it__no_sanitizer_report() {
@@ -139,17 +150,32 @@ run_integration() {
         return 0
     fi
 
-    STOCK_URL=http://127.0.0.1:$HTTP_PORT REPLICA_URLS=$urls \
+    # The slow replica, beside the others. Should it not start, its cases fail (the suite is
+    # told no SLOW_REPLICA_URL) and this says why.
+    local slow_port slow_url="" all_replicas
+    slow_port=$(pick_free_ports 1)
+    if BUSINESS_DELAY_MS=$IT_SLOW_DELAY_MS LOCK_LEASE_MS=$IT_SLOW_LEASE_MS scripts/stack.sh \
+        replica-start-extra "$IT_SLOW_REPLICA" "$slow_port" 2>&1 | tee -a "$up_log"; then
+        slow_url=http://127.0.0.1:$slow_port
+    else
+        suite_broken slow-replica "scripts/stack.sh replica-start-extra failed (see $up_log)"
+    fi
+    all_replicas=$(seq 1 "$REPLICAS")
+    [ -z "$slow_url" ] || all_replicas+=" $IT_SLOW_REPLICA"
+
+    STOCK_URL=http://127.0.0.1:$HTTP_PORT REPLICA_URLS=$urls SLOW_REPLICA_URL=$slow_url \
+        SLOW_REPLICA_LOG=$RUN_DIR/logs/svc-$IT_SLOW_REPLICA.log \
+        SLOW_REPLICA_DELAY_MS=$IT_SLOW_DELAY_MS SLOW_REPLICA_LEASE_MS=$IT_SLOW_LEASE_MS \
         run_suite test_stack 480 "$build/tests/test_stack"
 
     check_group_begin "nginx-errors+shutdown"
     check "nginx refuses a 20 KiB body with its JSON 413" it__413
-    # shellcheck disable=SC2046 # replica numbers
+    # shellcheck disable=SC2086 # replica numbers
     check "every replica stops on SIGTERM with status 0" \
-        scripts/stack.sh replica-stop $(seq 1 "$REPLICAS")
+        scripts/stack.sh replica-stop $all_replicas
     check "with no replica up, nginx answers its JSON 502" it__502
     check "scripts/stack.sh down stops the rest" scripts/stack.sh down
-    for ((n = 1; n <= REPLICAS; n++)); do
+    for n in $all_replicas; do
         check "svc-$n exited with status 0" it__exit_zero "$n"
         check "svc-$n log holds no sanitizer report" it__no_sanitizer_report "$RUN_DIR/logs/svc-$n.log"
     done

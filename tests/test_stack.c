@@ -10,10 +10,16 @@
  *   PG_PORT       PostgreSQL on 127.0.0.1 (database and user `stock`, as scripts/stack.sh
  *                 makes them): the idempotency case changes stock there, behind the
  *                 service's back, to show that a stored 409 or 404 is replayed, not redone
- *   RUN_DIR       and the other port variables: inherited by `scripts/stack.sh redis-stop`
- *                 and `redis-start`, which the dependency-down case runs from the project
- *                 root (the current directory)
+ *   RUN_DIR       and the other port variables: inherited by `scripts/stack.sh redis-stop`,
+ *                 `redis-start`, `pg-stop` and `pg-start`, which the dependency-down cases
+ *                 run from the project root (the current directory)
  *   LOCK_WAIT_MS  optional: the stack's lock wait bound (default 2000, the service's)
+ *   SLOW_REPLICA_URL       one more replica, not behind nginx, that sleeps between its read
+ *                          and its write for longer than its lock's lease (the lock_lost
+ *                          cases need it, and fail without it)
+ *   SLOW_REPLICA_LOG       its log file (to report which check refused a sale)
+ *   SLOW_REPLICA_DELAY_MS  its BUSINESS_DELAY_MS
+ *   SLOW_REPLICA_LEASE_MS  its LOCK_LEASE_MS
  *
  * A missing variable fails every case with a message naming it: a test run that cannot
  * reach its stack must not look like a pass.
@@ -27,9 +33,16 @@
  *   - `none` and `local` over three replicas: whatever they oversell, the books agree with
  *     the answers (sold = the number of 200s);
  *   - admin reset refuses a missing or wrong token;
+ *   - 503 lock_lost: a holder paused past its lease sells nothing, whether another client took
+ *     the lock over and sold (Kleppmann's scenario: one sale in the books, not two), only the
+ *     database knows of a newer holder (the fence alone refuses), or the lock merely vanished
+ *     (the check before the commit alone refuses);
  *   - Redis down: `redis` mode answers 503 quickly, /readyz says 503, `none` still sells, and
- *     everything recovers without a restart once Redis is back. This case runs last, and its
- *     teardown brings Redis back even when an assertion failed.
+ *     everything recovers without a restart once Redis is back;
+ *   - PostgreSQL down: every mode, the stock and the reset answer 503 unavailable quickly,
+ *     /readyz says 503, /healthz 200, and every mode sells again without a restart once it
+ *     is back. These two run last; their teardowns bring the server back even when an
+ *     assertion failed.
  *
  * Design:
  *   - http_do() makes one call (method, URL, headers, body -> status, body, Content-Type)
@@ -52,7 +65,6 @@
 #include <cmocka.h>
 
 #include <curl/curl.h>
-#include <fcntl.h>
 #include <jansson.h>
 #include <libpq-fe.h>
 #include <pthread.h>
@@ -80,6 +92,13 @@
 
 #define READY_WAIT_S 10.0 /* how long Redis's return may take to show in /readyz */
 #define DOWN_ANSWER_S 2.0 /* "quickly": a redis-mode deduct with Redis down answers within */
+/* "Quickly" with PostgreSQL down: the service waits at most DB_WAIT_MS (2 s) for a pooled
+ * connection, and a refused connect fails at once; this leaves a second for the rest. */
+#define PG_DOWN_ANSWER_S 3.0
+#define PG_READY_WAIT_S 15.0 /* how long PostgreSQL's return may take to show in /readyz */
+/* The slow replica must be seen holding the lock, and then reading the stock, within this
+ * (well inside its BUSINESS_DELAY_MS pause, so the takeover happens during the pause). */
+#define SLOW_HOLD_WAIT_S 1.0
 
 /* Goods ids, distinct per case. GOODS_UNKNOWN is never reset by anyone, so it stays unknown. */
 #define GOODS_DEDUCT 3101LL
@@ -99,6 +118,10 @@
 #define GOODS_LOAD_LOCAL3 3804LL
 #define GOODS_AUTH 3901LL
 #define GOODS_DOWN 4001LL
+#define GOODS_PG_DOWN 4002LL
+#define GOODS_LOST_TAKEOVER 4101LL
+#define GOODS_LOST_FENCE 4102LL
+#define GOODS_LOST_WATCHDOG 4103LL
 #define GOODS_UNKNOWN 987654321LL
 #define GOODS_MAX 9223372036854775807LL /* 2^63-1: valid, and never created */
 
@@ -114,6 +137,10 @@ typedef struct test_env {
     const char *admin_token;
     const char *redis_port;
     const char *pg_port;
+    const char *slow_url; /* the slow replica (not behind nginx); NULL when not given */
+    const char *slow_log; /* its log file; NULL when not given */
+    long slow_delay_ms;   /* its BUSINESS_DELAY_MS */
+    long slow_lease_ms;   /* its LOCK_LEASE_MS */
     long lock_wait_ms;
     long timeout_ms;       /* every request's: lock_wait_ms + TIMEOUT_MARGIN_MS */
     char auth_header[320]; /* "Authorization: Bearer <token>" */
@@ -607,11 +634,11 @@ static json_t *expect_deducted(const http_reply *r, long long goods_id, long lon
 
 /*
  * Runs argv[0] (looked up on PATH unless it has a '/') in directory `dir` (NULL: here), with
- * the inherited environment; its standard output goes to /dev/null when quiet. Waits at most
- * timeout_s, then kills it. Returns its exit status (0..255), or -1 when it could not be run,
- * died of a signal or overran.
+ * the inherited environment; its standard output goes to the descriptor out_fd, or is ours
+ * when out_fd is -1. Waits at most timeout_s, then kills it. Returns its exit status
+ * (0..255), or -1 when it could not be run, died of a signal or overran.
  */
-static int run_program(const char *dir, bool quiet, double timeout_s, const char *const *argv)
+static int run_program(const char *dir, int out_fd, double timeout_s, const char *const *argv)
 {
     size_t n = 0;
     char **copy = NULL;
@@ -636,11 +663,8 @@ static int run_program(const char *dir, bool quiet, double timeout_s, const char
     if (pid == 0) {
         if (dir != NULL && chdir(dir) != 0)
             _exit(126);
-        if (quiet) {
-            int devnull = open("/dev/null", O_WRONLY);
-            if (devnull >= 0)
-                dup2(devnull, STDOUT_FILENO);
-        }
+        if (out_fd >= 0 && dup2(out_fd, STDOUT_FILENO) < 0)
+            _exit(126);
         execvp(copy[0], copy);
         _exit(127);
     }
@@ -669,12 +693,39 @@ out:
     return rc;
 }
 
-/* Runs `redis-cli -h 127.0.0.1 -p $REDIS_PORT <args>` quietly; returns its exit status. */
-static int redis_cli(const char *a1, const char *a2, const char *a3, const char *a4)
+/*
+ * Runs `redis-cli -h 127.0.0.1 -p $REDIS_PORT <args>` (up to four; the first NULL ends them)
+ * and returns its exit status. What it prints goes to out (when not NULL: its first line,
+ * without the newline, "" when none) and nowhere else. redis-cli prints a reply and exits 0
+ * even when the reply is an error: a caller that cares reads the reply.
+ */
+static int redis_cli_out(char *out, size_t out_len, const char *a1, const char *a2, const char *a3,
+                         const char *a4)
 {
     const char *argv[] = {"redis-cli", "-h", "127.0.0.1", "-p", g_env.redis_port,
                           a1,          a2,   a3,          a4,   NULL};
-    return run_program(NULL, true, 10.0, argv);
+    FILE *capture = tmpfile();
+    int rc;
+
+    if (out != NULL && out_len > 0)
+        out[0] = '\0';
+    if (capture == NULL)
+        return -1;
+    rc = run_program(NULL, fileno(capture), 10.0, argv);
+    if (out != NULL && out_len > 0) {
+        rewind(capture);
+        if (fgets(out, (int)out_len, capture) == NULL)
+            out[0] = '\0';
+        out[strcspn(out, "\r\n")] = '\0';
+    }
+    fclose(capture);
+    return rc;
+}
+
+/* redis_cli_out() when the reply does not matter. */
+static int redis_cli(const char *a1, const char *a2, const char *a3, const char *a4)
+{
+    return redis_cli_out(NULL, 0, a1, a2, a3, a4);
 }
 
 /* Runs `scripts/stack.sh <command>` from the project root (the current directory). */
@@ -682,18 +733,19 @@ static int stack_script(const char *command)
 {
     const char *argv[] = {"scripts/stack.sh", command, NULL};
     printf("    running scripts/stack.sh %s\n", command);
-    return run_program(NULL, false, 60.0, argv);
+    return run_program(NULL, -1, 60.0, argv);
 }
 
 /*
  * Runs one statement on the stack's database directly, outside the service: the database
  * and user scripts/stack.sh creates, on 127.0.0.1:$PG_PORT. Parameters are bigints, the
  * first n of a and b, passed as parameters (never written into the SQL). Sets *rows (when
- * not NULL) to the number of rows the statement changed. Returns 0, or -1 with the reason
- * in err.
+ * not NULL) to the number of rows the statement changed. With value not NULL the statement
+ * is a query, and *value is the first column of its first row (an integer; 0 when there is
+ * no row). Returns 0, or -1 with the reason in err.
  */
-static int sql_run(const char *sql, int n, long long a, long long b, long *rows, char *err,
-                   size_t errlen)
+static int sql_run(const char *sql, int n, long long a, long long b, long *rows, long long *value,
+                   char *err, size_t errlen)
 {
     char conninfo[256], text_a[24], text_b[24];
     const char *const values[2] = {text_a, text_b};
@@ -711,12 +763,14 @@ static int sql_run(const char *sql, int n, long long a, long long b, long *rows,
         goto out;
     }
     res = PQexecParams(conn, sql, n, NULL, values, NULL, NULL, 0);
-    if (PQresultStatus(res) != PGRES_COMMAND_OK) {
+    if (PQresultStatus(res) != (value != NULL ? PGRES_TUPLES_OK : PGRES_COMMAND_OK)) {
         snprintf(err, errlen, "%s: %s", sql, PQerrorMessage(conn));
         goto out;
     }
     if (rows != NULL)
         *rows = strtol(PQcmdTuples(res), NULL, 10);
+    if (value != NULL)
+        *value = PQntuples(res) > 0 ? strtoll(PQgetvalue(res, 0, 0), NULL, 10) : 0;
     rc = 0;
 out:
     PQclear(res);
@@ -730,11 +784,23 @@ static void sql_exec(const char *sql, long long a, long long b)
     char err[512];
     long rows = 0;
 
-    if (sql_run(sql, 2, a, b, &rows, err, sizeof(err)) != 0)
+    if (sql_run(sql, 2, a, b, &rows, NULL, err, sizeof(err)) != 0)
         fail_msg("SQL on the stack's database: %s", err);
     if (rows != 1)
         fail_msg("SQL on the stack's database: '%s' ($1=%lld, $2=%lld) changed %ld rows, want 1",
                  sql, a, b, rows);
+}
+
+/* sql_run() for a query with n (0 or 1) parameters and an integer answer; fails the case on
+ * error. */
+static long long sql_value(const char *sql, int n, long long a)
+{
+    char err[512];
+    long long value = 0;
+
+    if (sql_run(sql, n, a, 0, NULL, &value, err, sizeof(err)) != 0)
+        fail_msg("SQL on the stack's database: %s", err);
+    return value;
 }
 
 /* ------------------------------------------------------------------------------------------
@@ -1817,7 +1883,7 @@ static int idempotency_teardown(void **state)
         };
         char err[512];
         for (size_t i = 0; i < 3; i++)
-            if (sql_run(cleanup[i], 1, g_fresh_goods, 0, NULL, err, sizeof(err)) != 0)
+            if (sql_run(cleanup[i], 1, g_fresh_goods, 0, NULL, NULL, err, sizeof(err)) != 0)
                 fprintf(stderr, "clean-up of goods %lld: %s\n", g_fresh_goods, err);
         g_fresh_goods = 0;
     }
@@ -2011,6 +2077,373 @@ static void test_admin_unauthorized(void **state)
 }
 
 /* ------------------------------------------------------------------------------------------
+ * Cases: lock_lost, a holder paused past its lease
+ *
+ * The slow replica (SLOW_REPLICA_URL, not behind nginx) sleeps BUSINESS_DELAY_MS between its
+ * read of the stock and its write, longer than its lock's lease (LOCK_LEASE_MS): the pause of
+ * a garbage collector or a stalled machine, during which the lease can run out. Each case
+ * sends it one redis-mode deduct from a thread of its own, waits until that request holds
+ * lock:goods:N and has read the stock, then acts while it sleeps:
+ *   - takeover: the lock vanishes (deleted, as an expiry would) and another client takes it
+ *     with a newer fencing token and sells: the sleeper's write must not land;
+ *   - fence: the lock stays, its watchdog keeps renewing it, but the database holds a newer
+ *     token: the fence in the UPDATE alone must refuse the write;
+ *   - watchdog: the lock vanishes and nobody takes it: the fenced UPDATE passes, and the last
+ *     look before the commit (the watchdog found the lock gone) alone must refuse the sale.
+ * Every one must answer 503 lock_lost and sell nothing.
+ * ------------------------------------------------------------------------------------------ */
+
+/* Fails the case when the harness gave no slow replica, or one these cases cannot use. */
+static void need_slow_replica(void)
+{
+    if (g_env.slow_url == NULL)
+        fail_msg("SLOW_REPLICA_URL is not set: tests/integration.sh starts a slow replica for "
+                 "the lock_lost cases (did scripts/stack.sh replica-start-extra fail?)");
+    /* The pause must outlast the lease, and leave room after the wait for the holder. */
+    if (g_env.slow_delay_ms <= g_env.slow_lease_ms ||
+        g_env.slow_delay_ms < (long)(1000 * SLOW_HOLD_WAIT_S) + 400)
+        fail_msg("the slow replica's pause (SLOW_REPLICA_DELAY_MS %ld) must outlast its lease "
+                 "(SLOW_REPLICA_LEASE_MS %ld) and be at least %.0f ms",
+                 g_env.slow_delay_ms, g_env.slow_lease_ms, 1000 * SLOW_HOLD_WAIT_S + 400);
+}
+
+/* The value of one series of a replica's /metrics, named as the exposition writes it
+ * (labels included). Fails the case when the series is missing. */
+static double metric_value(const char *base, const char *series)
+{
+    char what[160];
+    size_t n = strlen(series);
+
+    snprintf(what, sizeof(what), "GET %s/metrics", base);
+    http_reply *r = get(base, "/metrics");
+    if (r->status != 200)
+        fail_msg("%s: status %ld", what, r->status);
+    for (const char *line = r->body; line != NULL && *line != '\0';) {
+        if (strncmp(line, series, n) == 0 && line[n] == ' ')
+            return strtod(line + n + 1, NULL);
+        line = strchr(line, '\n');
+        if (line != NULL)
+            line++;
+    }
+    fail_msg("%s: no series %s", what, series);
+    return 0; /* not reached */
+}
+
+/* The slow replica's counters that tell how a sale was refused. */
+typedef struct lost_counters {
+    double answered; /* stock_deductions_total{mode="redis",outcome="lock_lost"} */
+    double watchdog; /* stock_lock_lost_total: holdings the watchdog found gone */
+    double renewals; /* stock_lock_renewals_total */
+} lost_counters;
+
+static lost_counters lost_counters_read(void)
+{
+    lost_counters c;
+    c.answered = metric_value(g_env.slow_url,
+                              "stock_deductions_total{mode=\"redis\",outcome=\"lock_lost\"}");
+    c.watchdog = metric_value(g_env.slow_url, "stock_lock_lost_total");
+    c.renewals = metric_value(g_env.slow_url, "stock_lock_renewals_total");
+    return c;
+}
+
+/*
+ * The detail the slow replica logged with its last lock_lost answer (its deduct_failed
+ * line), into out; "" when there is none. It names the check that refused the sale: the
+ * fence in the UPDATE ("fencing token ... is older than the stored one") or the last look
+ * before the commit ("the lock's lease was lost before the commit"). For the report only:
+ * the cases assert on what the counters and the books show.
+ */
+static void slow_log_last_lost(char *out, size_t len)
+{
+    char line[1024];
+    FILE *f;
+
+    out[0] = '\0';
+    if (g_env.slow_log == NULL || (f = fopen(g_env.slow_log, "r")) == NULL)
+        return;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        const char *detail = strstr(line, "detail=");
+        if (strstr(line, "outcome=lock_lost") != NULL && detail != NULL) {
+            snprintf(out, len, "%s", detail + strlen("detail="));
+            out[strcspn(out, "\n")] = '\0';
+        }
+    }
+    fclose(f);
+}
+
+/* One redis-mode deduct of 1 sent to the slow replica by a thread of its own, so that the
+ * case can act while the request sleeps in the replica. The thread never asserts: the case
+ * joins it and asserts on the reply. Owned by the case, and its release joins the thread
+ * first, so a case that failed midway never frees what the thread still uses. */
+typedef struct slow_shot {
+    char body[160];
+    http_reply reply;
+    int rc; /* http_do's */
+    atomic_bool done;
+    bool joined;
+    pthread_t thread;
+    double start; /* now_s() when it was sent */
+} slow_shot;
+
+static void *slow_shot_thread(void *arg)
+{
+    slow_shot *s = arg;
+    CURL *h = curl_easy_init();
+    http_request rq = {
+        .method = "POST", .base = g_env.slow_url, .path = "/api/deduct", .body = s->body};
+
+    if (h == NULL) {
+        snprintf(s->reply.error, sizeof(s->reply.error), "curl_easy_init failed");
+        s->rc = -1;
+    } else {
+        s->rc = http_do(h, &rq, &s->reply);
+        curl_easy_cleanup(h);
+    }
+    atomic_store(&s->done, true);
+    return NULL;
+}
+
+static void slow_shot_release(void *arg)
+{
+    slow_shot *s = arg;
+    if (!s->joined)
+        pthread_join(s->thread, NULL);
+    free(s->reply.body);
+    free(s);
+}
+
+static slow_shot *slow_shot_start(long long goods_id)
+{
+    slow_shot *s = calloc(1, sizeof(*s));
+
+    if (s == NULL)
+        fail_msg("out of memory");
+    atomic_init(&s->done, false);
+    deduct_body(s->body, sizeof(s->body), goods_id, 1, "redis");
+    s->start = now_s();
+    if (pthread_create(&s->thread, NULL, slow_shot_thread, s) != 0) {
+        free(s);
+        fail_msg("pthread_create failed");
+    }
+    own(s, slow_shot_release);
+    return s;
+}
+
+/* Waits for the slow request's answer; fails the case when none came. */
+static http_reply *slow_shot_join(slow_shot *s)
+{
+    pthread_join(s->thread, NULL);
+    s->joined = true;
+    if (s->rc != 0)
+        fail_msg("deduct on the slow replica %s: no answer: %s", g_env.slow_url, s->reply.error);
+    printf("    the paused holder answered %ld after %.2f s: %.200s\n", s->reply.status,
+           s->reply.seconds, s->reply.body);
+    return &s->reply;
+}
+
+/* Fails the case when the slow request has answered already: what the case did was meant to
+ * happen while it slept. */
+static void expect_still_paused(const slow_shot *s, const char *what)
+{
+    if (atomic_load(&s->done))
+        fail_msg("the slow replica answered before %s (%.2f s after its request): its pause of "
+                 "%ld ms did not cover it",
+                 what, now_s() - s->start, g_env.slow_delay_ms);
+}
+
+/*
+ * Waits until the slow request holds `key` (the hash exists) and has read the stock (its
+ * session sits in its transaction after "SELECT stock FROM goods ...", seen in
+ * pg_stat_activity), at most SLOW_HOLD_WAIT_S from its start. Returns the holding's fencing
+ * token: the lock's counter (lock/lock.h: "<name>:fence"), which nobody else moves while the
+ * lock is held.
+ */
+static long long wait_slow_holder(const slow_shot *s, const char *key)
+{
+    char reply[64], fence_key[96], *end;
+    long long token;
+
+    for (;;) {
+        expect_still_paused(s, "its lock was seen");
+        if (redis_cli_out(reply, sizeof(reply), "EXISTS", key, NULL, NULL) != 0)
+            fail_msg("redis-cli EXISTS %s failed", key);
+        if (strcmp(reply, "1") == 0)
+            break;
+        if (now_s() - s->start > SLOW_HOLD_WAIT_S)
+            fail_msg("%s was not held within %.1f s of the slow request", key, SLOW_HOLD_WAIT_S);
+        usleep(5 * 1000);
+    }
+    snprintf(fence_key, sizeof(fence_key), "%s:fence", key);
+    if (redis_cli_out(reply, sizeof(reply), "GET", fence_key, NULL, NULL) != 0)
+        fail_msg("redis-cli GET %s failed", fence_key);
+    token = strtoll(reply, &end, 10);
+    if (reply[0] == '\0' || *end != '\0' || token <= 0)
+        fail_msg("GET %s answered '%s', not a fencing token", fence_key, reply);
+
+    for (;;) {
+        expect_still_paused(s, "its read was seen");
+        if (sql_value("SELECT count(*) FROM pg_stat_activity"
+                      " WHERE datname = current_database() AND state = 'idle in transaction'"
+                      " AND query LIKE 'SELECT stock FROM goods%'",
+                      0, 0) > 0)
+            break;
+        if (now_s() - s->start > SLOW_HOLD_WAIT_S)
+            fail_msg("the slow request was not seen reading the stock within %.1f s",
+                     SLOW_HOLD_WAIT_S);
+        usleep(5 * 1000);
+    }
+    printf("    the slow replica holds %s with token %lld and has read the stock (%.3f s in); "
+           "it now sleeps %ld ms, its lease is %ld ms\n",
+           key, token, now_s() - s->start, g_env.slow_delay_ms, g_env.slow_lease_ms);
+    return token;
+}
+
+/* After a lock_lost: prints how the slow replica's counters moved and the check its log
+ * names, asserts that one more lock_lost answer was counted, and returns the counters. */
+static lost_counters report_lost(const lost_counters *before, const char *label)
+{
+    lost_counters after = lost_counters_read();
+    char detail[300];
+
+    slow_log_last_lost(detail, sizeof(detail));
+    printf("    %s: lock_lost answers +%.0f, watchdog losses +%.0f, renewals +%.0f; the "
+           "replica logged: %s\n",
+           label, after.answered - before->answered, after.watchdog - before->watchdog,
+           after.renewals - before->renewals, detail[0] ? detail : "(no lock_lost line found)");
+    if (strstr(detail, "fencing token") != NULL)
+        printf("    %s: refused by the fence in the UPDATE\n", label);
+    else if (strstr(detail, "lease was lost") != NULL)
+        printf("    %s: refused by the last look before the commit (lock_is_held)\n", label);
+    if (after.answered - before->answered != 1)
+        fail_msg("%s: stock_deductions_total{mode=\"redis\",outcome=\"lock_lost\"} on the slow "
+                 "replica went from %.0f to %.0f, want one more",
+                 label, before->answered, after.answered);
+    return after;
+}
+
+/* The takeover: Kleppmann's scenario, end to end. */
+static void test_lock_lost_takeover(void **state)
+{
+    const long long g = GOODS_LOST_TAKEOVER;
+    char key[64];
+
+    (void)state;
+    begin_case("lock_lost_takeover");
+    need_slow_replica();
+    snprintf(key, sizeof(key), "lock:goods:%lld", g);
+    reset_goods(g, 10);
+    lost_counters before = lost_counters_read();
+
+    slow_shot *s = slow_shot_start(g);
+    long long token = wait_slow_holder(s, key);
+    /* The lease runs out under the sleeping holder: its key is gone, as after an expiry. */
+    if (redis_cli("DEL", key, NULL, NULL) != 0)
+        fail_msg("redis-cli DEL %s failed", key);
+
+    /* Another client takes the lock, with a newer token, and sells from the true stock. */
+    expect_deducted(deduct(g_env.stock_url, g, 1, "redis", NULL), g, 1, 9, "redis",
+                    "the new holder's deduct, while the old one sleeps");
+    expect_still_paused(s, "the new holder sold");
+    long long fence = sql_value("SELECT fence FROM goods WHERE id = $1", 1, g);
+    printf("    the new holder sold with token %lld (the sleeper's is %lld)\n", fence, token);
+    if (fence <= token)
+        fail_msg("the new holder's sale stored fence %lld, not above the sleeper's %lld", fence,
+                 token);
+
+    /* The sleeper wakes and writes 10 - 1 = 9 over the new holder's 9: an oversell, unless
+     * refused. */
+    expect_error(slow_shot_join(s), 503, "lock_lost", "the paused holder's deduct");
+    report_lost(&before, "takeover");
+    expect_stock(g, 10, 9, 1, 1, "after the takeover: one sale, the new holder's");
+    if (stock_get(g).oversold != 0)
+        fail_msg("after the takeover: oversold is not 0");
+}
+
+/* The fence alone: the holder never learns it lost anything; the database refuses it. */
+static void test_lock_lost_fence(void **state)
+{
+    const long long g = GOODS_LOST_FENCE;
+    char key[64], reply[16];
+
+    (void)state;
+    begin_case("lock_lost_fence");
+    need_slow_replica();
+    snprintf(key, sizeof(key), "lock:goods:%lld", g);
+    reset_goods(g, 10);
+    lost_counters before = lost_counters_read();
+
+    slow_shot *s = slow_shot_start(g);
+    long long token = wait_slow_holder(s, key);
+    /* A newer holder's write, as it would be stamped: the next token. The lock itself is left
+     * alone, so the slow replica's watchdog goes on renewing it and sees nothing wrong. */
+    sql_exec("UPDATE goods SET fence = $2 WHERE id = $1", g, token + 1);
+    printf("    goods %lld stamped with fence %lld behind the holder's back\n", g, token + 1);
+    /* Past the first lease, the key is still there: the watchdog kept it. */
+    while (now_s() - s->start < (double)g_env.slow_lease_ms / 1000.0 + 0.2)
+        usleep(20 * 1000);
+    expect_still_paused(s, "the lease was checked");
+    if (redis_cli_out(reply, sizeof(reply), "EXISTS", key, NULL, NULL) != 0 ||
+        strcmp(reply, "1") != 0)
+        fail_msg("%s is gone %.2f s into the pause: the watchdog did not renew it", key,
+                 now_s() - s->start);
+
+    expect_error(slow_shot_join(s), 503, "lock_lost", "the fenced holder's deduct");
+    lost_counters after = report_lost(&before, "fence");
+    if (after.watchdog != before.watchdog)
+        fail_msg("the watchdog counted %.0f lost holdings: this case needs it to see none",
+                 after.watchdog - before.watchdog);
+    if (after.renewals <= before.renewals)
+        fail_msg("the watchdog made no renewal during a %ld ms pause with a %ld ms lease",
+                 g_env.slow_delay_ms, g_env.slow_lease_ms);
+    expect_stock(g, 10, 10, 0, 0, "after the fenced write: nothing sold");
+
+    /* The next holder gets exactly the stamped token, which the fence lets through. */
+    expect_deducted(deduct(g_env.stock_url, g, 1, "redis", NULL), g, 1, 9, "redis",
+                    "the next holder's deduct");
+    long long fence = sql_value("SELECT fence FROM goods WHERE id = $1", 1, g);
+    if (fence != token + 1)
+        fail_msg("the next holder wrote fence %lld, want %lld (the stamped token)", fence,
+                 token + 1);
+    expect_stock(g, 10, 9, 1, 1, "after the next holder's sale");
+}
+
+/* The last look before the commit alone: the lock is gone, nobody newer wrote. */
+static void test_lock_lost_watchdog(void **state)
+{
+    const long long g = GOODS_LOST_WATCHDOG;
+    char key[64];
+
+    (void)state;
+    begin_case("lock_lost_watchdog");
+    need_slow_replica();
+    snprintf(key, sizeof(key), "lock:goods:%lld", g);
+    reset_goods(g, 10);
+    lost_counters before = lost_counters_read();
+
+    slow_shot *s = slow_shot_start(g);
+    long long token = wait_slow_holder(s, key);
+    if (redis_cli("DEL", key, NULL, NULL) != 0)
+        fail_msg("redis-cli DEL %s failed", key);
+
+    expect_error(slow_shot_join(s), 503, "lock_lost", "the holder whose lock vanished");
+    lost_counters after = report_lost(&before, "watchdog");
+    if (after.watchdog <= before.watchdog)
+        fail_msg("the watchdog counted no lost holding, yet the sale was refused");
+    /* Nothing newer than the holder's own token reached the row: the fence could not refuse. */
+    long long fence = sql_value("SELECT fence FROM goods WHERE id = $1", 1, g);
+    if (fence >= token)
+        fail_msg("goods %lld holds fence %lld, not below the holder's %lld: the rolled-back "
+                 "write left its token, or someone else wrote",
+                 g, fence, token);
+    expect_stock(g, 10, 10, 0, 0, "after the refused commit: nothing sold");
+
+    /* The lock is free again (the holder's unlock found nothing of its own to delete). */
+    expect_deducted(deduct(g_env.stock_url, g, 1, "redis", NULL), g, 1, 9, "redis",
+                    "a deduct after the lost holding");
+    expect_stock(g, 10, 9, 1, 1, "after the next sale");
+}
+
+/* ------------------------------------------------------------------------------------------
  * Case: Redis down, and back
  * ------------------------------------------------------------------------------------------ */
 
@@ -2120,6 +2553,124 @@ static void test_redis_down(void **state)
 }
 
 /* ------------------------------------------------------------------------------------------
+ * Case: PostgreSQL down, and back
+ * ------------------------------------------------------------------------------------------ */
+
+static bool g_pg_stopped; /* this process stopped PostgreSQL and has not restarted it yet */
+
+static int pg_case_teardown(void **state)
+{
+    if (g_pg_stopped) {
+        if (stack_script("pg-start") != 0)
+            fprintf(stderr, "scripts/stack.sh pg-start failed: PostgreSQL stays down\n");
+        g_pg_stopped = false;
+    }
+    return case_teardown(state);
+}
+
+/* Asserts a 503 unavailable whose detail names PostgreSQL. */
+static void expect_pg_unavailable(const http_reply *r, const char *what)
+{
+    json_t *j = expect_error(r, 503, "unavailable", what);
+    const char *detail = field_str(j, "detail", what);
+    if (strstr(detail, "postgresql") == NULL)
+        fail_msg("%s: the detail does not name postgresql: %s", what, detail);
+}
+
+static void test_postgres_down(void **state)
+{
+    const char *modes[] = {"none", "local", "redis"};
+    const long long g = GOODS_PG_DOWN;
+    char what[200], path[64], body[96], key[64];
+
+    (void)state;
+    begin_case("postgres_down");
+    reset_goods(g, 100);
+    /* A sale on every replica first, so each pool holds sessions the stop will cut. */
+    long long stock = 100, sold = 0;
+    for (size_t i = 0; i < g_env.n_replicas; i++, stock--, sold++) {
+        snprintf(what, sizeof(what), "deduct before PostgreSQL stops, via %s", g_env.replicas[i]);
+        expect_deducted(deduct(g_env.replicas[i], g, 1, "redis", NULL), g, 1, stock - 1, "redis",
+                        what);
+    }
+
+    g_pg_stopped = true; /* set first: a half-done stop is undone by the teardown too */
+    if (stack_script("pg-stop") != 0)
+        fail_msg("scripts/stack.sh pg-stop failed");
+
+    /* Every mode, on every replica and through nginx: 503 unavailable naming PostgreSQL,
+     * quickly. */
+    double slowest = 0;
+    for (size_t i = 0; i <= g_env.n_replicas; i++) {
+        const char *base = i == 0 ? g_env.stock_url : g_env.replicas[i - 1];
+        for (size_t m = 0; m < 3; m++) {
+            snprintf(what, sizeof(what), "%s-mode deduct with PostgreSQL down, via %s", modes[m],
+                     base);
+            http_reply *r = deduct(base, g, 1, modes[m], NULL);
+            printf("    %s: %ld in %.3f s\n", what, r->status, r->seconds);
+            expect_pg_unavailable(r, what);
+            if (r->seconds >= PG_DOWN_ANSWER_S)
+                fail_msg("%s: answered after %.2f s, want under %.1f s", what, r->seconds,
+                         PG_DOWN_ANSWER_S);
+            if (r->seconds > slowest)
+                slowest = r->seconds;
+        }
+    }
+    printf("    slowest 503 with PostgreSQL down: %.3f s\n", slowest);
+    /* The redis-mode requests took the lock and gave it back, though their sale failed. */
+    snprintf(key, sizeof(key), "lock:goods:%lld", g);
+    char reply[16];
+    if (redis_cli_out(reply, sizeof(reply), "EXISTS", key, NULL, NULL) != 0 ||
+        strcmp(reply, "0") != 0)
+        fail_msg("%s is still held after the failed redis-mode deducts (EXISTS says '%s')", key,
+                 reply);
+
+    /* The other endpoints that need the database: 503 as well. */
+    snprintf(path, sizeof(path), "/api/stock/%lld", g);
+    for (size_t i = 0; i <= g_env.n_replicas; i++) {
+        const char *base = i == 0 ? g_env.stock_url : g_env.replicas[i - 1];
+        snprintf(what, sizeof(what), "GET %s with PostgreSQL down, via %s", path, base);
+        expect_pg_unavailable(get(base, path), what);
+    }
+    snprintf(body, sizeof(body), "{\"goods_id\":%lld,\"stock\":5}", g);
+    http_request reset = {.method = "POST",
+                          .base = g_env.stock_url,
+                          .path = "/api/admin/reset",
+                          .body = body,
+                          .headers = {g_env.auth_header}};
+    expect_pg_unavailable(call(&reset), "admin reset with PostgreSQL down");
+
+    /* Not ready, but alive. */
+    for (size_t i = 0; i < g_env.n_replicas; i++) {
+        snprintf(what, sizeof(what), "GET /readyz on %s with PostgreSQL down", g_env.replicas[i]);
+        expect_pg_unavailable(get(g_env.replicas[i], "/readyz"), what);
+        snprintf(what, sizeof(what), "GET /healthz on %s with PostgreSQL down", g_env.replicas[i]);
+        expect_json(get(g_env.replicas[i], "/healthz"), 200, what);
+    }
+
+    if (stack_script("pg-start") != 0)
+        fail_msg("scripts/stack.sh pg-start failed");
+    g_pg_stopped = false;
+    double took = wait_ready(200, PG_READY_WAIT_S);
+    printf("    every replica ready again %.2f s after pg-start\n", took);
+    if (took < 0)
+        fail_msg("the replicas' /readyz did not all return to 200 within %.0f s of pg-start",
+                 PG_READY_WAIT_S);
+
+    /* Every mode sells again, on every replica, with no restart; the outage sold nothing and
+     * the reset refused during it changed nothing. */
+    for (size_t i = 0; i <= g_env.n_replicas; i++) {
+        const char *base = i == 0 ? g_env.stock_url : g_env.replicas[i - 1];
+        for (size_t m = 0; m < 3; m++, stock--, sold++) {
+            snprintf(what, sizeof(what), "%s-mode deduct after PostgreSQL is back, via %s",
+                     modes[m], base);
+            expect_deducted(deduct(base, g, 1, modes[m], NULL), g, 1, stock - 1, modes[m], what);
+        }
+    }
+    expect_stock(g, 100, stock, sold, sold, "after PostgreSQL came back");
+}
+
+/* ------------------------------------------------------------------------------------------
  * The run
  * ------------------------------------------------------------------------------------------ */
 
@@ -2184,6 +2735,17 @@ static void env_load(void)
         snprintf(g_env.problem, sizeof(g_env.problem), "REPLICA_URLS '%s' names no URL", urls);
         return;
     }
+
+    /* The slow replica: only the lock_lost cases need it, and they fail without it. */
+    const char *slow = getenv("SLOW_REPLICA_URL");
+    if (slow != NULL && slow[0] != '\0') {
+        const char *delay = getenv("SLOW_REPLICA_DELAY_MS"),
+                   *lease = getenv("SLOW_REPLICA_LEASE_MS");
+        g_env.slow_url = slow;
+        g_env.slow_log = getenv("SLOW_REPLICA_LOG");
+        g_env.slow_delay_ms = delay != NULL ? strtol(delay, NULL, 10) : 0;
+        g_env.slow_lease_ms = lease != NULL ? strtol(lease, NULL, 10) : 0;
+    }
     if (access("scripts/stack.sh", X_OK) != 0) {
         snprintf(g_env.problem, sizeof(g_env.problem),
                  "scripts/stack.sh is not here: run the test from the project root");
@@ -2224,7 +2786,8 @@ static void env_learn_instances(void)
  * names match, e.g. 'test_load_*'. */
 int main(int argc, char **argv)
 {
-    /* The order matters only for the last one: Redis down must not disturb the others. */
+    /* The order matters only for the last two: a dependency down must not disturb the
+     * others. */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_deduct_outcomes, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_deduct_modes, case_setup, case_teardown),
@@ -2242,7 +2805,11 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_load_local_one, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_load_unsafe_three, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_admin_unauthorized, case_setup, case_teardown),
+        cmocka_unit_test_setup_teardown(test_lock_lost_takeover, case_setup, case_teardown),
+        cmocka_unit_test_setup_teardown(test_lock_lost_fence, case_setup, case_teardown),
+        cmocka_unit_test_setup_teardown(test_lock_lost_watchdog, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_redis_down, case_setup, redis_case_teardown),
+        cmocka_unit_test_setup_teardown(test_postgres_down, case_setup, pg_case_teardown),
     };
     int failed;
 

@@ -9,7 +9,13 @@
 #
 #   $REPLICA_DIR/svc-N.pid    stockd's PID
 #   $REPLICA_DIR/svc-N.exit   its exit status, once it has exited
+#   $REPLICA_DIR/svc-N.port   the port it was started on
 #   $LOG_DIR/svc-N.log        its stderr (the service logs there), appended across starts
+#
+# Replica N normally listens on REPLICA_PORT_BASE+N-1 and sits behind nginx (N from 1 to
+# REPLICAS). An "extra" replica (N above REPLICAS, on a port of its own) is started the same
+# way but nginx never sends it traffic: the tests use one, with settings of its own, to be
+# talked to directly. Whatever its number, `down` stops it, by its recorded PID.
 
 READY_TIMEOUT=${READY_TIMEOUT:-60}
 
@@ -40,6 +46,15 @@ replica__ready() {
     curl -fsS -o /dev/null -m 2 "http://127.0.0.1:$1/readyz" 2>/dev/null
 }
 
+# Port of replica N: the one it was last started on (an extra replica has no other), else
+# the one its number gives.
+replica__port() {
+    local port=""
+    [ -r "$REPLICA_DIR/svc-$1.port" ] && read -r port <"$REPLICA_DIR/svc-$1.port"
+    [[ $port =~ ^[0-9]+$ ]] || port=$(replica_port "$1")
+    echo "$port"
+}
+
 # Applies the migrations once, before any replica starts (stockd migrate also takes an
 # advisory lock, so replicas starting at once would be safe too).
 replicas_migrate() {
@@ -51,19 +66,25 @@ replicas_migrate() {
     fi
 }
 
-# Starts replica N unless it runs already. Does not wait for it to be ready.
+# replica_start N [PORT]: starts replica N on PORT (default: the one its number gives) unless
+# it runs already, with the environment of the caller. Does not wait for it to be ready.
 replica_start() {
-    local n=$1 port pid name=svc-$1
-    port=$(replica_port "$n")
+    local n=$1 port=${2:-} pid name=svc-$1 port_var="its PORT argument"
+    if [ -z "$port" ]; then
+        port=$(replica_port "$n")
+        port_var=REPLICA_PORT_BASE
+    fi
     if pid=$(replica_pid "$n"); then
+        port=$(replica__port "$n")
         log "$name already running (pid $pid, port $port)"
         return 0
     fi
     [ -x "$STOCKD" ] || die "$STOCKD not found or not executable: build it first (make)"
-    require_port_free "$port" "$name" REPLICA_PORT_BASE
+    require_port_free "$port" "$name" "$port_var"
     mkdir -p "$REPLICA_DIR" "$LOG_DIR"
     rm -f "$REPLICA_DIR/$name.pid" "$REPLICA_DIR/$name.exit"
     echo "$STOCKD" >"$REPLICA_DIR/$name.bin"
+    echo "$port" >"$REPLICA_DIR/$name.port"
     echo "---- $(date '+%F %T') stack: starting $name on 127.0.0.1:$port" >>"$LOG_DIR/$name.log"
 
     # The wrapper: the subshell writes its own PID ($BASHPID), then becomes stockd by exec, so
@@ -93,7 +114,7 @@ replica_start() {
 # Waits until replica N's /readyz answers 200; dies if it exits or takes over READY_TIMEOUT.
 replica_wait_ready() {
     local n=$1 port i name=svc-$1
-    port=$(replica_port "$n")
+    port=$(replica__port "$n")
     for ((i = 0; i < READY_TIMEOUT * 5; i++)); do
         replica__ready "$port" && return 0
         if ! replica_pid "$n" >/dev/null; then
@@ -155,7 +176,7 @@ replicas_known() {
 
 replica_status() {
     local n=$1 pid port ready
-    port=$(replica_port "$n")
+    port=$(replica__port "$n")
     if pid=$(replica_pid "$n"); then
         replica__ready "$port" && ready=ready || ready="NOT ready"
         printf 'svc-%-6s running  pid %s  127.0.0.1:%s  %s\n' "$n" "$pid" "$port" "$ready"
