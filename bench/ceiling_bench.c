@@ -38,6 +38,7 @@
 #include "db/db.h"
 #include "lock/lock.h"
 #include "service/config.h"
+#include "service/core.h"
 #include "service/deduct.h"
 #include "service/modes.h"
 
@@ -50,20 +51,6 @@ typedef struct bench_options {
     int64_t goods_id;
     int64_t stock; /* the reset stock: must outlast the run */
 } bench_options;
-
-/* The modules one benchmark client needs: the same ones a replica builds in main.c. */
-typedef struct bench_env {
-    db_pool *db;
-    lock_client *lock;
-    guard_env *guards;
-    deduct_env deduct;
-} bench_env;
-
-static const char *lookup_env(const char *name, void *ctx)
-{
-    (void)ctx;
-    return getenv(name);
-}
 
 static double now_seconds(void)
 {
@@ -209,53 +196,8 @@ static int resolve_modes(const bench_options *opts, const mode **out, int max)
     return n;
 }
 
-/* Builds what deduct_execute needs, as main.c does for a replica, with one database
- * connection: there is one client. Returns 0 or -1; bench_env_destroy() either way. */
-static int bench_env_create(const service_config *cfg, bench_env *env)
-{
-    db_pool_options db_opts;
-    lock_options lock_opts;
-    guard_env_options guard_opts = {0};
-
-    db_pool_options_init(&db_opts);
-    db_opts.conninfo = cfg->database_url;
-    db_opts.size = 1;
-    if (db_pool_create(&db_opts, &env->db) != DB_OK)
-        return -1;
-
-    lock_options_init(&lock_opts);
-    lock_opts.redis_host = cfg->redis_host;
-    lock_opts.redis_port = cfg->redis_port;
-    lock_opts.connect_timeout_ms = (int)cfg->redis_timeout_ms;
-    lock_opts.command_timeout_ms = (int)cfg->redis_timeout_ms;
-    lock_opts.watchdog_lease_ms = cfg->lock_lease_ms;
-    lock_opts.pool_size = 2;
-    if (lock_client_create(&lock_opts, &env->lock) != LOCK_OK)
-        return -1;
-
-    guard_opts.lock = env->lock;
-    guard_opts.wait_ms = cfg->lock_wait_ms;
-    guard_opts.lease_ms = LOCK_LEASE_WATCHDOG; /* as the service takes it */
-    if (guard_env_create(&guard_opts, &env->guards) != 0)
-        return -1;
-
-    env->deduct.db = env->db;
-    env->deduct.db_wait_ms = cfg->db_wait_ms;
-    env->deduct.guards = env->guards;
-    env->deduct.instance = "ceiling-bench";
-    env->deduct.business_delay_ms = cfg->business_delay_ms;
-    return 0;
-}
-
-static void bench_env_destroy(bench_env *env)
-{
-    guard_env_destroy(env->guards);
-    lock_client_destroy(env->lock);
-    db_pool_destroy(env->db);
-}
-
 /* Sets the goods' stock (and creates it if needed). Returns 0 or -1 (message printed). */
-static int reset_goods(bench_env *env, int64_t goods_id, int64_t stock)
+static int reset_goods(core *env, int64_t goods_id, int64_t stock)
 {
     db_conn *conn = NULL;
     int rc;
@@ -276,7 +218,7 @@ static int reset_goods(bench_env *env, int64_t goods_id, int64_t stock)
 
 /* One deduction of one unit; *sold says whether it answered 200 (the first other answer
  * is printed, once per mode through *reported). Returns 0, or -1 when out of memory. */
-static int deduct_once(bench_env *env, const mode *m, int64_t goods_id, bool *sold, bool *reported)
+static int deduct_once(core *env, const mode *m, int64_t goods_id, bool *sold, bool *reported)
 {
     deduct_result res;
 
@@ -296,7 +238,7 @@ static int deduct_once(bench_env *env, const mode *m, int64_t goods_id, bool *so
  * deductions did not sell (the line is printed all the same); -1 when the mode could not
  * be measured (message printed). */
 #define BENCH_FAILURES (-2)
-static int measure_mode(bench_env *env, const mode *m, const bench_options *opts)
+static int measure_mode(core *env, const mode *m, const bench_options *opts)
 {
     uint64_t ops = 0, failures = 0;
     bool reported = false, sold = false;
@@ -336,13 +278,13 @@ int main(int argc, char **argv)
     bench_options opts = {
         .modes = "none,local,redis", .seconds = 3.0, .goods_id = 1, .stock = 1000000000};
     service_config cfg;
-    bench_env env = {0};
+    core env = {0};
     const mode *modes[MAX_MODES];
     char err[256];
     bool help = false;
     int n, i, rc, status = 2;
 
-    if (config_load(&cfg, lookup_env, NULL, err, sizeof(err)) != 0) {
+    if (config_load(&cfg, config_lookup_env, NULL, err, sizeof(err)) != 0) {
         fprintf(stderr, "ceiling-bench: %s\n", err);
         return 2;
     }
@@ -358,8 +300,9 @@ int main(int argc, char **argv)
     if (n < 0)
         return 2;
 
-    if (bench_env_create(&cfg, &env) != 0) {
-        fprintf(stderr, "ceiling-bench: out of memory\n");
+    /* What a replica builds (service/core.c), with one client's worth of connections. */
+    if (core_create(&cfg, 1, 2, "ceiling-bench", &env, err, sizeof(err)) != 0) {
+        fprintf(stderr, "ceiling-bench: %s\n", err);
         goto out;
     }
     status = 0;
@@ -374,6 +317,6 @@ int main(int argc, char **argv)
     }
 
 out:
-    bench_env_destroy(&env);
+    core_destroy(&env);
     return status;
 }

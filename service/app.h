@@ -9,20 +9,15 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
-#include "db/db.h"
-#include "lock/lock.h"
 #include "service/config.h"
-#include "service/deduct.h"
+#include "service/core.h"
 #include "service/metrics.h"
 #include "service/modes.h"
 
 typedef struct app {
     const service_config *config;
-    db_pool *db;
-    lock_client *lock;
-    guard_env *guards;
+    core core;                /* the pool, the lock client, the guards, deduct_execute's env */
     metrics *metrics;
-    deduct_env deduct;        /* what deduct_execute needs, filled from the above */
     const mode *default_mode; /* MODE, checked against the table at start-up */
     atomic_bool draining;     /* SIGTERM seen: answer with "Connection: close" */
     atomic_int in_flight;     /* requests between their first byte and their answer */

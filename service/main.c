@@ -121,20 +121,6 @@ static int check_schema(const service_config *cfg, db_pool *pool)
     return 0;
 }
 
-static int create_lock_client(const service_config *cfg, lock_client **out)
-{
-    lock_options opts;
-
-    lock_options_init(&opts);
-    opts.redis_host = cfg->redis_host;
-    opts.redis_port = cfg->redis_port;
-    opts.connect_timeout_ms = (int)cfg->redis_timeout_ms;
-    opts.command_timeout_ms = (int)cfg->redis_timeout_ms;
-    opts.watchdog_lease_ms = cfg->lock_lease_ms;
-    opts.pool_size = cfg->redis_pool_size;
-    return lock_client_create(&opts, out);
-}
-
 static metrics *create_metrics(void)
 {
     const char *names[16];
@@ -151,7 +137,6 @@ static metrics *create_metrics(void)
 static int serve(const service_config *cfg)
 {
     app a;
-    guard_env_options guard_opts = {0};
     http_server *server = NULL;
     sigset_t stop_signals;
     char err[256];
@@ -173,29 +158,18 @@ static int serve(const service_config *cfg)
     sigaddset(&stop_signals, SIGINT);
     pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
 
-    if (open_pool(cfg, cfg->db_pool_size, &a.db) != DB_OK) {
-        fprintf(stderr, "stockd: out of memory\n");
+    if (core_create(cfg, cfg->db_pool_size, cfg->redis_pool_size, cfg->instance, &a.core, err,
+                    sizeof(err)) != 0) {
+        fprintf(stderr, "stockd: %s\n", err);
         goto out;
     }
-    if (check_schema(cfg, a.db) != 0)
+    if (check_schema(cfg, a.core.db) != 0)
         goto out;
-    if (create_lock_client(cfg, &a.lock) != LOCK_OK) {
-        fprintf(stderr, "stockd: cannot create the lock client\n");
-        goto out;
-    }
-    guard_opts.lock = a.lock;
-    guard_opts.wait_ms = cfg->lock_wait_ms;
-    guard_opts.lease_ms = LOCK_LEASE_WATCHDOG;
     a.metrics = create_metrics();
-    if (a.metrics == NULL || guard_env_create(&guard_opts, &a.guards) != 0) {
+    if (a.metrics == NULL) {
         fprintf(stderr, "stockd: out of memory\n");
         goto out;
     }
-    a.deduct.db = a.db;
-    a.deduct.db_wait_ms = cfg->db_wait_ms;
-    a.deduct.guards = a.guards;
-    a.deduct.instance = cfg->instance;
-    a.deduct.business_delay_ms = cfg->business_delay_ms;
 
     if (http_start(&a, &server, err, sizeof(err)) != 0) {
         fprintf(stderr, "stockd: %s\n", err);
@@ -216,9 +190,7 @@ static int serve(const service_config *cfg)
 
 out:
     http_stop(server);
-    guard_env_destroy(a.guards);
-    lock_client_destroy(a.lock);
-    db_pool_destroy(a.db);
+    core_destroy(&a.core);
     metrics_destroy(a.metrics);
     if (status == 0)
         log_event(LOG_INFO, "stopped", "instance=%s", cfg->instance);

@@ -100,7 +100,7 @@ static void handle_deduct(app *a, const http_request *req, http_reply *reply)
     m = choose_mode(a, req, &dr, reply);
     if (m == NULL)
         return;
-    if (deduct_execute(&a->deduct, m, dr.goods_id, dr.count, key, &res) != 0) {
+    if (deduct_execute(&a->core.deduct, m, dr.goods_id, dr.count, key, &res) != 0) {
         reply->status = 500;
         reply->body = NULL;
         return;
@@ -116,7 +116,7 @@ static db_conn *borrow_connection(app *a, http_reply *reply)
 {
     db_conn *conn = NULL;
     char detail[256];
-    int rc = db_pool_acquire(a->db, (int)a->config->db_wait_ms, &conn);
+    int rc = db_pool_acquire(a->core.db, (int)a->config->db_wait_ms, &conn);
 
     if (rc == DB_OK)
         return conn;
@@ -161,7 +161,7 @@ static void handle_stock(app *a, const http_request *req, http_reply *reply)
         reply_json(reply, 404, response_unknown_goods(goods_id));
     else
         reply_db_failure(reply, conn, rc);
-    db_pool_release(a->db, conn);
+    db_pool_release(a->core.db, conn);
 }
 
 static void handle_reset(app *a, const http_request *req, http_reply *reply)
@@ -186,7 +186,7 @@ static void handle_reset(app *a, const http_request *req, http_reply *reply)
     } else {
         reply_db_failure(reply, conn, rc);
     }
-    db_pool_release(a->db, conn);
+    db_pool_release(a->core.db, conn);
 }
 
 /* ---- GET /api/modes, /healthz, /readyz, /metrics -------------------------------------- */
@@ -226,10 +226,10 @@ static void handle_readyz(app *a, const http_request *req, http_reply *reply)
         reply_error(reply, 503, "unavailable", "shutting down");
         return;
     }
-    rc = db_pool_acquire(a->db, 1000, &conn);
+    rc = db_pool_acquire(a->core.db, 1000, &conn);
     if (rc == DB_OK) {
         rc = db_ping(conn);
-        db_pool_release(a->db, conn);
+        db_pool_release(a->core.db, conn);
     }
     if (rc != DB_OK) {
         snprintf(detail, sizeof(detail), "postgresql: %s%s%s", db_strerror(rc),
@@ -238,7 +238,7 @@ static void handle_readyz(app *a, const http_request *req, http_reply *reply)
         reply_error(reply, 503, "unavailable", detail);
         return;
     }
-    rc = lock_ping(a->lock);
+    rc = lock_ping(a->core.lock);
     if (rc != LOCK_OK) {
         snprintf(detail, sizeof(detail), "redis: %s%s%s", lock_strerror(rc),
                  lock_last_error()[0] ? ": " : "", lock_last_error());
@@ -255,8 +255,8 @@ static void handle_metrics(app *a, const http_request *req, http_reply *reply)
     db_pool_stats ds;
 
     (void)req;
-    lock_get_stats(a->lock, &ls);
-    db_pool_get_stats(a->db, &ds);
+    lock_get_stats(a->core.lock, &ls);
+    db_pool_get_stats(a->core.db, &ds);
     ext.lock_renewals = ls.renewals;
     ext.lock_lost = ls.lost;
     ext.redis_pool_size = ls.pool_size;

@@ -1,0 +1,61 @@
+/*
+ * core.c - builds the pool, the lock client and the guards from the configuration.
+ */
+#include "service/core.h"
+
+#include <stdio.h>
+#include <string.h>
+
+int core_create(const service_config *cfg, int db_pool_size, int redis_pool_size,
+                const char *instance, core *out, char *err, size_t errlen)
+{
+    db_pool_options db_opts;
+    lock_options lock_opts;
+    guard_env_options guard_opts = {0};
+
+    memset(out, 0, sizeof(*out));
+    db_pool_options_init(&db_opts);
+    db_opts.conninfo = cfg->database_url;
+    db_opts.size = db_pool_size;
+    if (db_pool_create(&db_opts, &out->db) != DB_OK) {
+        snprintf(err, errlen, "cannot create the PostgreSQL pool");
+        return -1;
+    }
+
+    lock_options_init(&lock_opts);
+    lock_opts.redis_host = cfg->redis_host;
+    lock_opts.redis_port = cfg->redis_port;
+    lock_opts.connect_timeout_ms = (int)cfg->redis_timeout_ms;
+    lock_opts.command_timeout_ms = (int)cfg->redis_timeout_ms;
+    lock_opts.watchdog_lease_ms = cfg->lock_lease_ms;
+    lock_opts.pool_size = redis_pool_size;
+    if (lock_client_create(&lock_opts, &out->lock) != LOCK_OK) {
+        snprintf(err, errlen, "cannot create the Redis lock client");
+        return -1;
+    }
+
+    guard_opts.lock = out->lock;
+    guard_opts.wait_ms = cfg->lock_wait_ms;
+    /* Watchdog mode: the lease is renewed for as long as the transaction runs, however
+     * long that is, and runs out within LOCK_LEASE_MS if the replica dies. */
+    guard_opts.lease_ms = LOCK_LEASE_WATCHDOG;
+    if (guard_env_create(&guard_opts, &out->guards) != 0) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+
+    out->deduct.db = out->db;
+    out->deduct.db_wait_ms = cfg->db_wait_ms;
+    out->deduct.guards = out->guards;
+    out->deduct.instance = instance;
+    out->deduct.business_delay_ms = cfg->business_delay_ms;
+    return 0;
+}
+
+void core_destroy(core *c)
+{
+    guard_env_destroy(c->guards);
+    lock_client_destroy(c->lock);
+    db_pool_destroy(c->db);
+    memset(c, 0, sizeof(*c));
+}
