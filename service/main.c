@@ -146,8 +146,9 @@ static int serve(const service_config *cfg)
     a.config = cfg;
     a.default_mode = modes_find(cfg->default_mode);
     if (a.default_mode == NULL) {
-        fprintf(stderr, "stockd: MODE: unknown mode '%s' (known: none, local, redis)\n",
-                cfg->default_mode);
+        char known[120];
+        fprintf(stderr, "stockd: MODE: unknown mode '%s' (known: %s)\n", cfg->default_mode,
+                modes_list(known, sizeof(known)));
         return 2;
     }
 

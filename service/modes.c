@@ -233,3 +233,21 @@ const mode *modes_find(const char *name)
             return &mode_table[i];
     return NULL;
 }
+
+const char *modes_list(char *buf, size_t len)
+{
+    size_t i, used = 0;
+
+    if (len == 0)
+        return buf;
+    buf[0] = '\0';
+    for (i = 0; i < sizeof(mode_table) / sizeof(mode_table[0]); i++) {
+        int n = snprintf(buf + used, len - used, "%s%s", i > 0 ? ", " : "", mode_table[i].name);
+        if (n < 0 || (size_t)n >= len - used) {
+            buf[used] = '\0'; /* drop the name that did not fit whole */
+            break;
+        }
+        used += (size_t)n;
+    }
+    return buf;
+}

@@ -66,4 +66,8 @@ const mode *modes_all(size_t *count);
 /* The mode named `name`, or NULL. */
 const mode *modes_find(const char *name);
 
+/* Writes the table's names as "none, local, redis" into buf (truncated to fit); returns
+ * buf. For messages that list the known modes. */
+const char *modes_list(char *buf, size_t len);
+
 #endif

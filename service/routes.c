@@ -51,15 +51,15 @@ static const mode *choose_mode(app *a, const http_request *req, const deduct_req
 {
     const char *name = dr->has_mode ? dr->mode : req->query(req->transport, "mode");
     const mode *m;
-    char detail[160];
+    char detail[200], known[120];
 
     if (name == NULL)
         return a->default_mode;
     m = modes_find(name);
     if (m == NULL) {
         char quoted[80];
-        snprintf(detail, sizeof(detail), "unknown mode '%.40s'; known modes: none, local, redis",
-                 name);
+        snprintf(detail, sizeof(detail), "unknown mode '%.40s'; known modes: %s", name,
+                 modes_list(known, sizeof(known)));
         reply_error(reply, 400, "unknown_mode", detail);
         log_event(LOG_DEBUG, "unknown_mode", "mode=%s", log_quote(quoted, sizeof(quoted), name));
     }

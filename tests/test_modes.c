@@ -60,6 +60,15 @@ static void test_find(void **state)
     assert_null(modes_find(NULL));
 }
 
+static void test_list_names_every_mode(void **state)
+{
+    char buf[64], tiny[8];
+
+    (void)state;
+    assert_string_equal(modes_list(buf, sizeof(buf)), "none, local, redis");
+    assert_string_equal(modes_list(tiny, sizeof(tiny)), "none"); /* whole names only */
+}
+
 static int env_setup(void **state)
 {
     guard_env_options opts = {.lock = NULL, .wait_ms = 100, .lease_ms = LOCK_LEASE_WATCHDOG};
@@ -161,6 +170,7 @@ int main(void)
         cmocka_unit_test(test_table_lists_the_three_modes_in_order),
         cmocka_unit_test(test_every_row_is_complete_and_names_are_unique),
         cmocka_unit_test(test_find),
+        cmocka_unit_test(test_list_names_every_mode),
         cmocka_unit_test_setup_teardown(test_none_guard_always_enters, env_setup, env_teardown),
         cmocka_unit_test_setup_teardown(test_local_guard_excludes_and_times_out, env_setup,
                                         env_teardown),
