@@ -26,6 +26,13 @@
  *
  * What the cases prove, in the order they run (see the array in main()):
  *   - the contract of ../shared/API.md, endpoint by endpoint: status, Content-Type and body;
+ *   - the request target taken as sent: %00 is no NUL that cuts "redis%00x" down to a mode
+ *     or "/api/stock/7%00junk" down to goods 7; the query key "mode" spelled exactly so
+ *     (MODE is another key), "?mode" alone an empty, unknown mode;
+ *   - the headers of the errors: Allow on a 405, WWW-Authenticate on a 401;
+ *   - keep-alive: an early answer (404, 405, 401) to a request without a body leaves the
+ *     connection open for the next request;
+ *   - nginx's own answers to TRACE (405) and to an HTTP/2.0 request line (505) are JSON;
  *   - over 60 malformed deduct requests that each get their 4xx and change nothing;
  *   - idempotency: one key sent 20 times at once sells once, in every mode;
  *   - `redis` through nginx over three replicas: 3,000 deductions of 1 from 64 clients
@@ -45,11 +52,13 @@
  *     assertion failed.
  *
  * Design:
- *   - http_do() makes one call (method, URL, headers, body -> status, body, Content-Type)
- *     with a libcurl easy handle, always with connect and total timeouts, so that a hung
- *     replica fails a case instead of hanging the run. The main thread reuses one handle
- *     (keep-alive); each load thread has its own, since an easy handle must never be used by
- *     two threads at once.
+ *   - http_do() makes one call (method, URL, headers, body -> status, body, Content-Type,
+ *     header lines, whether a connection was opened) with a libcurl easy handle, always with
+ *     connect and total timeouts, so that a hung replica fails a case instead of hanging the
+ *     run. The main thread reuses one handle (keep-alive); each load thread has its own,
+ *     since an easy handle must never be used by two threads at once. What libcurl will not
+ *     send (a request line in HTTP/2.0 over plain TCP), raw_call() writes on a socket of its
+ *     own.
  *   - cmocka's assertions longjmp out of a case, so everything a case allocates goes through
  *     own() and is freed by the case's teardown: a failed case leaks nothing, and
  *     LeakSanitizer does not bury the real failure under leak reports.
@@ -65,8 +74,10 @@
 #include <cmocka.h>
 
 #include <curl/curl.h>
+#include <errno.h>
 #include <jansson.h>
 #include <libpq-fe.h>
+#include <netdb.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -75,6 +86,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -122,6 +135,9 @@
 #define GOODS_LOST_TAKEOVER 4101LL
 #define GOODS_LOST_FENCE 4102LL
 #define GOODS_LOST_WATCHDOG 4103LL
+#define GOODS_ENCODED 4201LL
+#define GOODS_QUERY_KEY 4202LL
+#define GOODS_KEEPALIVE 4203LL
 #define GOODS_UNKNOWN 987654321LL
 #define GOODS_MAX 9223372036854775807LL /* 2^63-1: valid, and never created */
 
@@ -236,6 +252,10 @@ typedef struct http_reply {
     char content_type[128];      /* "" when absent */
     double seconds;              /* wall time of the call */
     char error[CURL_ERROR_SIZE]; /* libcurl's reason when status is 0 */
+    char headers[1024];          /* the answer's header lines, "Name: value\r\n" each (cut short
+                                    when longer: nothing the service sends comes near) */
+    long connects;               /* connections opened for this call: 0 when one was reused */
+    long local_port;             /* the local port of the connection the answer came on */
 } http_reply;
 
 typedef struct byte_buffer {
@@ -286,6 +306,50 @@ static size_t on_upload(char *dest, size_t size, size_t nmemb, void *userdata)
     c->data += n;
     c->left -= n;
     return n;
+}
+
+/* Keeps the header lines of the answer in reply->headers, the status line first. A status
+ * line starts them over: only the last answer's are kept (an interim 1xx's are not). */
+static size_t on_header(char *ptr, size_t size, size_t nmemb, void *userdata)
+{
+    http_reply *r = userdata;
+    size_t n = size * nmemb, used = strlen(r->headers);
+
+    if (n >= 5 && strncmp(ptr, "HTTP/", 5) == 0)
+        used = 0;
+    if (used + n < sizeof(r->headers)) {
+        memcpy(r->headers + used, ptr, n);
+        r->headers[used + n] = '\0';
+    }
+    return n;
+}
+
+/*
+ * Finds the header `name` (any case) in a block of "Name: value\r\n" lines and copies its
+ * value, without the blanks around it, to out (len bytes, cut short when longer). Returns
+ * whether the block has it; out is "" when not.
+ */
+static bool header_in(const char *block, const char *name, char *out, size_t len)
+{
+    size_t n = strlen(name);
+    const char *line = block;
+
+    out[0] = '\0';
+    while (*line != '\0') {
+        size_t line_len = strcspn(line, "\r\n");
+        if (line_len > n && strncasecmp(line, name, n) == 0 && line[n] == ':') {
+            const char *v = line + n + 1, *end = line + line_len;
+            while (v < end && (*v == ' ' || *v == '\t'))
+                v++;
+            while (end > v && (end[-1] == ' ' || end[-1] == '\t'))
+                end--;
+            snprintf(out, len, "%.*s", (int)(end - v), v);
+            return true;
+        }
+        line += line_len;
+        line += strspn(line, "\r\n");
+    }
+    return false;
 }
 
 /*
@@ -345,6 +409,8 @@ static int http_do(CURL *h, const http_request *rq, http_reply *out)
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &buf);
+    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(h, CURLOPT_HEADERDATA, out);
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, out->error);
     if (rq->body != NULL && rq->chunked) {
         cursor.data = rq->body;
@@ -375,10 +441,13 @@ static int http_do(CURL *h, const http_request *rq, http_reply *out)
     curl_easy_getinfo(h, CURLINFO_CONTENT_TYPE, &type);
     if (type != NULL)
         snprintf(out->content_type, sizeof(out->content_type), "%s", type);
+    curl_easy_getinfo(h, CURLINFO_NUM_CONNECTS, &out->connects);
+    curl_easy_getinfo(h, CURLINFO_LOCAL_PORT, &out->local_port);
     rc = 0;
 out:
     /* The handle keeps pointers to these until its next reset: clear them now. */
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, NULL);
+    curl_easy_setopt(h, CURLOPT_HEADERDATA, NULL);
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, NULL);
     curl_slist_free_all(headers);
     out->body = buf.data ? buf.data : strdup("");
@@ -411,6 +480,115 @@ static http_reply *get(const char *base, const char *path)
 {
     http_request rq = {.method = "GET", .base = base, .path = path};
     return call(&rq);
+}
+
+/* The value of the answer's header `name` (any case) in out; false, out "", without one. */
+static bool reply_header(const http_reply *r, const char *name, char *out, size_t len)
+{
+    return header_in(r->headers, name, out, len);
+}
+
+/* Whether the bytes read so far hold a whole answer: its header and the Content-Length
+ * bytes after it. Without a length, only the end of the connection says so. */
+static bool raw_answer_complete(const char *buf, size_t len)
+{
+    const char *end = strstr(buf, "\r\n\r\n");
+    char length[32];
+
+    if (end == NULL || !header_in(buf, "Content-Length", length, sizeof(length)))
+        return false;
+    return len - (size_t)(end + 4 - buf) >= strtoul(length, NULL, 10);
+}
+
+/*
+ * Sends `request`, bytes as they are, on a new TCP connection to base ("http://HOST:PORT")
+ * and reads the answer into buf (cap bytes, NUL-terminated, *len of them): up to its
+ * Content-Length, or to the end of the connection. Every wait is bounded by
+ * CONNECT_TIMEOUT_MS. Returns 0, or -1 with the reason in err.
+ */
+static int raw_exchange(const char *base, const char *request, char *buf, size_t cap, size_t *len,
+                        char *err, size_t errlen)
+{
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *addr = NULL;
+    struct timeval bound = {.tv_sec = CONNECT_TIMEOUT_MS / 1000,
+                            .tv_usec = (CONNECT_TIMEOUT_MS % 1000) * 1000};
+    char host[64], port[8];
+    size_t sent = 0, want = strlen(request);
+    int fd = -1, rc = -1, gai;
+
+    *len = 0;
+    buf[0] = '\0';
+    if (sscanf(base, "http://%63[^:/]:%7[0-9]", host, port) != 2) {
+        snprintf(err, errlen, "'%s' is not http://HOST:PORT", base);
+        goto out;
+    }
+    if ((gai = getaddrinfo(host, port, &hints, &addr)) != 0) {
+        snprintf(err, errlen, "%s:%s: %s", host, port, gai_strerror(gai));
+        goto out;
+    }
+    fd = socket(addr->ai_family, addr->ai_socktype, addr->ai_protocol);
+    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &bound, sizeof(bound)) != 0 ||
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &bound, sizeof(bound)) != 0 ||
+        connect(fd, addr->ai_addr, addr->ai_addrlen) != 0) {
+        snprintf(err, errlen, "connect to %s:%s: %s", host, port, strerror(errno));
+        goto out;
+    }
+    while (sent < want) {
+        ssize_t n = send(fd, request + sent, want - sent, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            snprintf(err, errlen, "send: %s", n < 0 ? strerror(errno) : "nothing sent");
+            goto out;
+        }
+        sent += (size_t)n;
+    }
+    while (*len + 1 < cap && !raw_answer_complete(buf, *len)) {
+        ssize_t n = recv(fd, buf + *len, cap - 1 - *len, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            snprintf(err, errlen, "recv after %zu bytes: %s", *len, strerror(errno));
+            goto out;
+        }
+        if (n == 0)
+            break; /* the server closed: the answer is what came */
+        *len += (size_t)n;
+        buf[*len] = '\0';
+    }
+    rc = 0;
+out:
+    if (fd >= 0)
+        close(fd);
+    if (addr != NULL)
+        freeaddrinfo(addr);
+    return rc;
+}
+
+/* raw_exchange() on the main thread: the answer parsed into a reply owned by the case (its
+ * status, header lines, Content-Type and body). Fails the case when no HTTP answer came. */
+static http_reply *raw_call(const char *base, const char *request)
+{
+    char buf[16384];
+    size_t len;
+    http_reply *r = own(calloc(1, sizeof(*r)), reply_release);
+
+    if (r == NULL)
+        fail_msg("out of memory");
+    if (raw_exchange(base, request, buf, sizeof(buf), &len, r->error, sizeof(r->error)) != 0)
+        fail_msg("raw request to %s: no answer: %s", base, r->error);
+    const char *head_end = strstr(buf, "\r\n\r\n");
+    if (sscanf(buf, "HTTP/%*d.%*d %ld", &r->status) != 1 || head_end == NULL)
+        fail_msg("raw request to %s: not an HTTP answer: %.300s", base, buf);
+    snprintf(r->headers, sizeof(r->headers), "%.*s\r\n", (int)(head_end - buf), buf);
+    reply_header(r, "Content-Type", r->content_type, sizeof(r->content_type));
+    r->len = len - (size_t)(head_end + 4 - buf);
+    r->body = malloc(r->len + 1);
+    if (r->body == NULL)
+        fail_msg("out of memory");
+    memcpy(r->body, head_end + 4, r->len);
+    r->body[r->len] = '\0';
+    return r;
 }
 
 /* ------------------------------------------------------------------------------------------
@@ -1603,6 +1781,254 @@ static void test_methods_and_paths(void **state)
             expect_error(call(&rq), 404, "not_found", what);
         }
     }
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Cases: the request target as sent, the headers of the errors, keep-alive, nginx's own
+ * ------------------------------------------------------------------------------------------ */
+
+/* %00 stays what it was sent as: "redis%00x" is no mode and "4201%00" no goods id. Decoded
+ * to a NUL, a C string would cut them down to "redis" and goods 4201, and sell or answer. */
+static void test_encoded_nul(void **state)
+{
+    (void)state;
+    begin_case("encoded_nul");
+    reset_goods(GOODS_ENCODED, 10);
+
+    const char *bases[2] = {g_env.stock_url, g_env.replicas[0]};
+    const char *names[2] = {"nginx", "a replica"};
+    const char *queries[] = {"/api/deduct?mode=redis%00x", "/api/deduct?mode=redis%00"};
+    for (size_t b = 0; b < 2; b++) {
+        for (size_t q = 0; q < sizeof(queries) / sizeof(queries[0]); q++) {
+            char what[160];
+            snprintf(what, sizeof(what), "POST %s (no mode in the body) via %s", queries[q],
+                     names[b]);
+            json_t *j = expect_error(deduct_at(bases[b], queries[q], GOODS_ENCODED, 1, NULL, NULL),
+                                     400, "unknown_mode", what);
+            (void)field_str(j, "detail", what);
+            expect_stock(GOODS_ENCODED, 10, 10, 0, 0, what);
+        }
+    }
+    /* The other escapes are still decoded: re%64is is redis. */
+    expect_deducted(
+        deduct_at(g_env.replicas[0], "/api/deduct?mode=re%64is", GOODS_ENCODED, 1, NULL, NULL),
+        GOODS_ENCODED, 1, 9, "redis", "POST /api/deduct?mode=re%64is on a replica");
+
+    const char *suffixes[] = {"%00", "%00junk"};
+    for (size_t i = 0; i < sizeof(suffixes) / sizeof(suffixes[0]); i++) {
+        char path[64], what[160];
+        snprintf(path, sizeof(path), "/api/stock/%lld%s", GOODS_ENCODED, suffixes[i]);
+        snprintf(what, sizeof(what), "GET %s on a replica", path);
+        expect_error(get(g_env.replicas[0], path), 400, "bad_request", what);
+
+        /* nginx refuses a NUL in a path itself, before any replica: its own JSON 4xx. */
+        snprintf(what, sizeof(what), "GET %s via nginx", path);
+        http_reply *r = get(g_env.stock_url, path);
+        if (r->status < 400 || r->status > 499)
+            fail_msg("%s: status %ld, want a 4xx; body: %.300s", what, r->status, r->body);
+        json_t *j = expect_json(r, r->status, what);
+        if (field_bool(j, "ok", what))
+            fail_msg("%s: ok is true in an error answer: %.300s", what, r->body);
+        if (field_str(j, "error", what)[0] == '\0')
+            fail_msg("%s: empty error: %.300s", what, r->body);
+    }
+    expect_stock(GOODS_ENCODED, 10, 9, 1, 1, "after the %00 requests");
+}
+
+/* The query key is "mode", spelled so: MODE and Mode are other keys, ignored as any other
+ * unknown key is (the replica's default mode applies); "?mode" alone names an empty mode,
+ * which no mode is. */
+static void test_query_key(void **state)
+{
+    (void)state;
+    begin_case("query_key");
+    reset_goods(GOODS_QUERY_KEY, 20);
+
+    const char *defaults[MAX_REPLICAS];
+    for (size_t i = 0; i < g_env.n_replicas; i++) {
+        char what[160];
+        snprintf(what, sizeof(what), "GET /api/modes on %s", g_env.replicas[i]);
+        defaults[i] = field_str(expect_json(get(g_env.replicas[i], "/api/modes"), 200, what),
+                                "default", what);
+    }
+
+    const char *other_keys[] = {"/api/deduct?MODE=bogus", "/api/deduct?Mode=bogus"};
+    long long sold = 0;
+    for (size_t k = 0; k < sizeof(other_keys) / sizeof(other_keys[0]); k++) {
+        for (size_t i = 0; i < g_env.n_replicas; i++) {
+            char what[200];
+            snprintf(what, sizeof(what), "POST %s on %s (default %s)", other_keys[k],
+                     g_env.replicas[i], defaults[i]);
+            json_t *j = expect_deducted(
+                deduct_at(g_env.replicas[i], other_keys[k], GOODS_QUERY_KEY, 1, NULL, NULL),
+                GOODS_QUERY_KEY, 1, -1, defaults[i], what);
+            expect_field_str(j, "instance", g_env.instances[i], what);
+            sold++;
+        }
+        /* Through nginx: the default of whichever replica answered. */
+        char what[160];
+        snprintf(what, sizeof(what), "POST %s via nginx", other_keys[k]);
+        http_reply *r = deduct_at(g_env.stock_url, other_keys[k], GOODS_QUERY_KEY, 1, NULL, NULL);
+        int who = instance_index(field_str(expect_json(r, 200, what), "instance", what));
+        if (who < 0)
+            fail_msg("%s: the instance is none of the replicas': %.300s", what, r->body);
+        expect_deducted(r, GOODS_QUERY_KEY, 1, -1, defaults[who], what);
+        sold++;
+    }
+    expect_stock(GOODS_QUERY_KEY, 20, 20 - sold, sold, sold, "after MODE and Mode");
+
+    const char *empty[] = {"/api/deduct?mode", "/api/deduct?mode="};
+    for (size_t k = 0; k < sizeof(empty) / sizeof(empty[0]); k++) {
+        for (size_t b = 0; b < 2; b++) {
+            const char *base = b == 0 ? g_env.replicas[0] : g_env.stock_url;
+            char what[160];
+            snprintf(what, sizeof(what), "POST %s on %s", empty[k], base);
+            expect_error(deduct_at(base, empty[k], GOODS_QUERY_KEY, 1, NULL, NULL), 400,
+                         "unknown_mode", what);
+            expect_stock(GOODS_QUERY_KEY, 20, 20 - sold, sold, sold, what);
+        }
+    }
+}
+
+/* Asserts that r carries the header `name` with the value `want` (compared exactly). */
+static void expect_header(const http_reply *r, const char *name, const char *want, const char *what)
+{
+    char got[256];
+
+    if (!reply_header(r, name, got, sizeof(got)))
+        fail_msg("%s: no %s header; headers:\n%s", what, name, r->headers);
+    if (strcmp(got, want) != 0)
+        fail_msg("%s: %s is '%s', want '%s'", what, name, got, want);
+}
+
+/* A 405 says which methods the path takes (Allow), a 401 which scheme it wants
+ * (WWW-Authenticate: Bearer): directly and through nginx, which passes them on; with and
+ * without a body (the replica answers those two at different moments). */
+static void test_error_headers(void **state)
+{
+    (void)state;
+    begin_case("error_headers");
+    static const struct {
+        const char *method, *path, *body, *allow;
+    } wrong[] = {
+        {"POST", "/api/modes", "", "GET, HEAD"},
+        {"POST", "/metrics", "{}", "GET, HEAD"},
+        {"DELETE", "/api/stock/1", NULL, "GET, HEAD"},
+        {"PUT", "/healthz", "", "GET, HEAD"},
+        {"GET", "/api/deduct", NULL, "POST"},
+        {"PUT", "/api/deduct", "{\"goods_id\":1,\"count\":1}", "POST"},
+        {"DELETE", "/api/admin/reset", NULL, "POST"},
+    };
+    const char *bases[2] = {g_env.replicas[0], g_env.stock_url};
+
+    for (size_t b = 0; b < 2; b++) {
+        for (size_t i = 0; i < sizeof(wrong) / sizeof(wrong[0]); i++) {
+            char what[160];
+            snprintf(what, sizeof(what), "%s %s%s on %s", wrong[i].method, wrong[i].path,
+                     wrong[i].body != NULL && wrong[i].body[0] ? " with a body" : "", bases[b]);
+            http_request rq = {.method = wrong[i].method,
+                               .base = bases[b],
+                               .path = wrong[i].path,
+                               .body = wrong[i].body};
+            http_reply *r = call(&rq);
+            expect_error(r, 405, "method_not_allowed", what);
+            expect_header(r, "Allow", wrong[i].allow, what);
+        }
+        /* No token, with a body that would reset nothing that exists, and with none. */
+        const char *bodies[2] = {"{\"goods_id\":987654321,\"stock\":1}", ""};
+        for (size_t k = 0; k < 2; k++) {
+            char what[160];
+            snprintf(what, sizeof(what), "reset without a token%s on %s",
+                     bodies[k][0] ? "" : ", empty body", bases[b]);
+            http_request rq = {
+                .method = "POST", .base = bases[b], .path = "/api/admin/reset", .body = bodies[k]};
+            http_reply *r = call(&rq);
+            expect_error(r, 401, "unauthorized", what);
+            expect_header(r, "WWW-Authenticate", "Bearer", what);
+        }
+    }
+}
+
+/* An early answer (known from the headers alone) to a request without a body leaves the
+ * connection open: the next request on the handle reuses it, as nginx's keepalive pool
+ * does. A POST with a body answered early may be closed (its body is never read). */
+static void test_keep_alive(void **state)
+{
+    (void)state;
+    begin_case("keep_alive");
+    const char *base = g_env.replicas[0];
+    static const struct {
+        const char *method, *path, *body;
+        long status;
+        const char *error;
+    } early[] = {
+        {"GET", "/nope", NULL, 404, "not_found"},
+        {"GET", "/api/deduct", NULL, 405, "method_not_allowed"},
+        {"DELETE", "/api/stock/1", NULL, 405, "method_not_allowed"},
+        {"POST", "/api/modes", "", 405, "method_not_allowed"},
+        {"POST", "/api/admin/reset", "", 401, "unauthorized"},
+    };
+
+    expect_json(get(base, "/healthz"), 200, "GET /healthz, to open the connection");
+    for (size_t i = 0; i < sizeof(early) / sizeof(early[0]); i++) {
+        char what[160], next[200];
+        snprintf(what, sizeof(what), "%s %s%s on %s", early[i].method, early[i].path,
+                 early[i].body != NULL ? " (Content-Length: 0)" : "", base);
+        http_request rq = {
+            .method = early[i].method, .base = base, .path = early[i].path, .body = early[i].body};
+        http_reply *r = call(&rq);
+        expect_error(r, early[i].status, early[i].error, what);
+
+        snprintf(next, sizeof(next), "GET /healthz after %s", what);
+        http_reply *after = get(base, "/healthz");
+        expect_json(after, 200, next);
+        if (after->connects != 0 || after->local_port != r->local_port)
+            fail_msg("%s: a new connection was opened (%ld opened; local port %ld, then %ld): "
+                     "the replica closed the connection after its %ld",
+                     next, after->connects, r->local_port, after->local_port, early[i].status);
+    }
+
+    /* A body refused unread: whatever becomes of the connection, the next call is answered
+     * and nothing was sold. */
+    reset_goods(GOODS_KEEPALIVE, 5);
+    char body[128];
+    deduct_body(body, sizeof(body), GOODS_KEEPALIVE, 1, "redis");
+    http_request rq = {.method = "POST",
+                       .base = base,
+                       .path = "/api/deduct",
+                       .body = body,
+                       .content_type = "text/plain"};
+    expect_error(call(&rq), 415, "unsupported_media_type", "a 415 to a POST with a body");
+    http_reply *after = get(base, "/healthz");
+    expect_json(after, 200, "GET /healthz after a 415 to a POST with a body");
+    printf("    after a 415 to a POST with a body the connection was %s\n",
+           after->connects == 0 ? "kept" : "closed (allowed)");
+    expect_stock(GOODS_KEEPALIVE, 5, 5, 0, 0, "after the 415");
+}
+
+/* What nginx refuses before any replica sees it is JSON too: TRACE (405) and a request line
+ * in HTTP/2.0 over plain TCP (505). */
+static void test_nginx_own_errors(void **state)
+{
+    (void)state;
+    begin_case("nginx_own_errors");
+
+    http_request trace = {.method = "TRACE", .base = g_env.stock_url, .path = "/api/modes"};
+    http_reply *r = call(&trace);
+    json_t *j = expect_error(r, 405, "method_not_allowed", "TRACE /api/modes via nginx");
+    if (json_object_size(j) != 2)
+        fail_msg("TRACE /api/modes via nginx: want exactly {\"ok\":false,\"error\":"
+                 "\"method_not_allowed\"}, got %.300s",
+                 r->body);
+
+    const char *what = "GET /api/modes HTTP/2.0 via nginx";
+    r = raw_call(g_env.stock_url, "GET /api/modes HTTP/2.0\r\nHost: 127.0.0.1\r\n\r\n");
+    j = expect_json(r, 505, what);
+    if (field_bool(j, "ok", what))
+        fail_msg("%s: ok is true in an error answer: %.300s", what, r->body);
+    if (field_str(j, "error", what)[0] == '\0')
+        fail_msg("%s: empty error: %.300s", what, r->body);
+    printf("    HTTP/2.0 request line: %ld %s\n", r->status, r->body);
 }
 
 /* ------------------------------------------------------------------------------------------
@@ -2799,6 +3225,11 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_modes_endpoint, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_health_and_metrics, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_methods_and_paths, case_setup, case_teardown),
+        cmocka_unit_test_setup_teardown(test_encoded_nul, case_setup, case_teardown),
+        cmocka_unit_test_setup_teardown(test_query_key, case_setup, case_teardown),
+        cmocka_unit_test_setup_teardown(test_error_headers, case_setup, case_teardown),
+        cmocka_unit_test_setup_teardown(test_keep_alive, case_setup, case_teardown),
+        cmocka_unit_test_setup_teardown(test_nginx_own_errors, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_malformed_requests, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_idempotency, case_setup, idempotency_teardown),
         cmocka_unit_test_setup_teardown(test_load_redis_three, case_setup, case_teardown),
