@@ -76,8 +76,7 @@ deps:
 test: deps
 	$(MAKE) all
 	$(MAKE) B=build/san SAN=1 programs tests
-	tests/run-all.sh build/san
-	docker/test.sh
+	WITH_DOCKER=1 tests/run-all.sh build/san
 
 test-unit:
 	$(MAKE) B=build/san SAN=1 tests

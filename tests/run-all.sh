@@ -4,7 +4,8 @@
 #   2. test_lock, which starts a redis-server of its own;
 #   3. test_db, against a throwaway PostgreSQL started here on a free port in a temporary
 #      directory (TEST_DATABASE_URL names its superuser: the tests create databases);
-#   4. the integration run (tests/integration.sh): the whole stack on free ports.
+#   4. the integration run (tests/integration.sh): the whole stack on free ports;
+#   5. with WITH_DOCKER=1 (as `make test` sets it), docker/test.sh: the compose stack.
 # Prints a line per suite and, last, exactly "N passed, N failed" (test cases: cmocka's
 # counts, plus the shell checks; a suite that crashes or times out counts as a failure).
 # Exits 1 on any failure. Whatever it started is stopped at exit, on failure or Ctrl-C too.
@@ -82,6 +83,28 @@ run_db_suite
 run_integration "$build"
 # Stop the integration stack now, so the summary is the last thing printed.
 harness__cleanup
+
+# 5. The compose stack (docker/test.sh), when asked for (`make test` asks): Docker, or
+#    podman set up by the script; where neither can run it says SKIP and counts as such.
+if [ "${WITH_DOCKER:-0}" = 1 ]; then
+    echo
+    echo "== docker: docker/test.sh"
+    docker_log=$HARNESS_LOG_DIR/docker.log
+    docker_start=$(date +%s)
+    set +e
+    timeout --foreground --kill-after=30 1800 docker/test.sh 2>&1 | tee "$docker_log"
+    docker_rc=${PIPESTATUS[0]}
+    set -e
+    docker_note="($(($(date +%s) - docker_start))s)"
+    if [ "$docker_rc" -ne 0 ]; then
+        harness__record docker 0 1 "$docker_note failed (see $docker_log)"
+    elif grep -q '^SKIP docker' "$docker_log"; then
+        HARNESS_SKIPPED=$((${HARNESS_SKIPPED:-0} + 1))
+        harness__record docker 0 0 "$docker_note $(grep -m1 '^SKIP docker' "$docker_log")"
+    else
+        harness__record docker 1 0 "$docker_note"
+    fi
+fi
 
 echo
 echo "(all suites: $(($(date +%s) - started))s)"

@@ -154,6 +154,10 @@ harness_summary() {
         echo "$line"
     done
     echo "(logs in $HARNESS_LOG_DIR)"
-    echo "$HARNESS_PASSED passed, $HARNESS_FAILED failed"
+    if [ "${HARNESS_SKIPPED:-0}" -gt 0 ]; then
+        echo "$HARNESS_PASSED passed, $HARNESS_FAILED failed, $HARNESS_SKIPPED skipped"
+    else
+        echo "$HARNESS_PASSED passed, $HARNESS_FAILED failed"
+    fi
     [ "$HARNESS_FAILED" -eq 0 ]
 }
