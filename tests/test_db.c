@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include "db/db.h"
+#include "tests/support/files.h"
 
 static const char *base_url;       /* TEST_DATABASE_URL */
 static const char *migrations_dir; /* TEST_MIGRATIONS_DIR or "migrations" */
@@ -309,24 +310,6 @@ static void copy_migrations(const char *to)
     closedir(d);
 }
 
-static void remove_dir(const char *dir)
-{
-    DIR *d = opendir(dir);
-    struct dirent *e;
-    char path[512];
-
-    if (!d)
-        return;
-    while ((e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-            continue;
-        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-        unlink(path);
-    }
-    closedir(d);
-    rmdir(dir);
-}
-
 /* ---- migrations ------------------------------------------------------------------- */
 
 static void test_migrate_applies_then_does_nothing(void **state)
@@ -449,7 +432,7 @@ static void test_schema_check_finds_a_pending_file(void **state)
     assert_int_equal(db_schema_check(c, migrations_dir, msg, sizeof(msg)), DB_OK);
 
     db_pool_release(f->pool, c);
-    remove_dir(dir);
+    support_remove_dir(dir);
 }
 
 static void test_a_failing_migration_changes_nothing(void **state)
@@ -499,12 +482,12 @@ static void test_a_failing_migration_changes_nothing(void **state)
     write_file(dir, "0900_again.sql", "SELECT 1;\n");
     assert_int_equal(db_migrate(c, dir, &applied, msg, sizeof(msg)), DB_ERR_SCHEMA);
     assert_non_null(strstr(msg, "two migrations numbered 900"));
-    remove_dir(dir);
+    support_remove_dir(dir);
     strcpy(dir, "/tmp/test_db_migrations.XXXXXX"); /* mkdtemp wrote over the X's */
     assert_non_null(mkdtemp(dir));
     assert_int_equal(db_schema_check(c, dir, msg, sizeof(msg)), DB_ERR_SCHEMA);
     assert_non_null(strstr(msg, "no NNN_name.sql"));
-    remove_dir(dir);
+    support_remove_dir(dir);
     assert_int_equal(db_schema_check(c, dir, msg, sizeof(msg)), DB_ERR_SCHEMA);
     assert_non_null(strstr(msg, "cannot read"));
 

@@ -9,9 +9,9 @@
  * is stopped by that PID, never by name. It is ready when PING answers PONG.
  */
 #include "tests/support/redis_server.h"
+#include "tests/support/files.h"
 
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <errno.h>
 #include <hiredis/hiredis.h>
 #include <netinet/in.h>
@@ -215,31 +215,12 @@ int redis_server_restart(redis_server *s)
     return -1;
 }
 
-/* Removes the files redis-server left (its log) and the directory. */
-static void remove_dir(const char *dir)
-{
-    DIR *d = opendir(dir);
-    struct dirent *e;
-    char path[512];
-
-    if (d != NULL) {
-        while ((e = readdir(d)) != NULL) {
-            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-                continue;
-            snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-            unlink(path);
-        }
-        closedir(d);
-    }
-    rmdir(dir);
-}
-
 void redis_server_destroy(redis_server *s)
 {
     if (s == NULL)
         return;
     if (s->pid > 0)
         redis_server_stop(s);
-    remove_dir(s->dir);
+    support_remove_dir(s->dir);
     free(s);
 }
