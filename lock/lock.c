@@ -209,26 +209,41 @@ static int attempt_parse(const redisReply *r, attempt *a)
     return LOCK_ERR_REDIS;
 }
 
+/*
+ * Runs one of the lock's scripts on a pooled connection: waits for the connection until
+ * borrow_by, and for the answer until hard_by. *sent_ns (if not NULL) gets the moment the
+ * command went out. On LOCK_OK the caller owns *reply (freeReplyObject).
+ */
+static int pooled_script(lock_client *c, lock__script script, const lock__keys *k,
+                         const char *arg1, const char *arg2, int64_t borrow_by, int64_t hard_by,
+                         int64_t *sent_ns, redisReply **reply)
+{
+    const char *keys[2] = {k->name, k->fence};
+    const char *args[2] = {arg1, arg2};
+    lock__conn *conn = NULL;
+    int rc;
+
+    *reply = NULL;
+    rc = lock__pool_borrow(c->pool, borrow_by, &conn);
+    if (rc != LOCK_OK)
+        return rc;
+    if (sent_ns != NULL)
+        *sent_ns = lock__now_ns();
+    rc = lock__script_run(conn, script, hard_by, 2, keys, 2, args, reply);
+    lock__pool_return(c->pool, conn);
+    return rc;
+}
+
 /* Runs acquire.lua once: waits for a connection until borrow_by, ends by hard_by. */
 static int attempt_once(lock_client *c, const lock__keys *k, const char *owner, const char *lease,
                         int64_t borrow_by, int64_t hard_by, attempt *a)
 {
-    const char *keys[2] = {k->name, k->fence};
-    const char *args[2] = {owner, lease};
-    lock__conn *conn = NULL;
     redisReply *r = NULL;
-    int rc;
+    int rc = pooled_script(c, LOCK__SCRIPT_ACQUIRE, k, owner, lease, borrow_by, hard_by,
+                           &a->sent_ns, &r);
 
-    rc = lock__pool_borrow(c->pool, borrow_by, &conn);
-    if (rc != LOCK_OK)
-        goto out;
-    a->sent_ns = lock__now_ns();
-    rc = lock__script_run(conn, LOCK__SCRIPT_ACQUIRE, hard_by, 2, keys, 2, args, &r);
-    lock__pool_return(c->pool, conn);
-    if (rc != LOCK_OK)
-        goto out;
-    rc = attempt_parse(r, a);
-out:
+    if (rc == LOCK_OK)
+        rc = attempt_parse(r, a);
     if (r != NULL)
         freeReplyObject(r);
     return rc;
@@ -241,20 +256,14 @@ out:
  */
 static int release_once(lock_client *c, const lock__keys *k, const char *owner, int64_t *remaining)
 {
-    const char *keys[2] = {k->name, k->fence};
-    const char *args[2] = {owner, k->channel};
     int64_t borrow_by = lock__now_ns() + lock__ms_to_ns(c->opts.command_timeout_ms);
     int64_t hard_by = borrow_by + lock__ms_to_ns(c->opts.command_timeout_ms);
-    lock__conn *conn = NULL;
     redisReply *r = NULL;
     int rc;
 
     *remaining = -1;
-    rc = lock__pool_borrow(c->pool, borrow_by, &conn);
-    if (rc != LOCK_OK)
-        goto out;
-    rc = lock__script_run(conn, LOCK__SCRIPT_RELEASE, hard_by, 2, keys, 2, args, &r);
-    lock__pool_return(c->pool, conn);
+    rc = pooled_script(c, LOCK__SCRIPT_RELEASE, k, owner, k->channel, borrow_by, hard_by, NULL,
+                       &r);
     if (rc != LOCK_OK)
         goto out;
     if (r->type != REDIS_REPLY_INTEGER) {
