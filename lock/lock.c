@@ -214,9 +214,9 @@ static int attempt_parse(const redisReply *r, attempt *a)
  * borrow_by, and for the answer until hard_by. *sent_ns (if not NULL) gets the moment the
  * command went out. On LOCK_OK the caller owns *reply (freeReplyObject).
  */
-static int pooled_script(lock_client *c, lock__script script, const lock__keys *k,
-                         const char *arg1, const char *arg2, int64_t borrow_by, int64_t hard_by,
-                         int64_t *sent_ns, redisReply **reply)
+static int pooled_script(lock_client *c, lock__script script, const lock__keys *k, const char *arg1,
+                         const char *arg2, int64_t borrow_by, int64_t hard_by, int64_t *sent_ns,
+                         redisReply **reply)
 {
     const char *keys[2] = {k->name, k->fence};
     const char *args[2] = {arg1, arg2};
@@ -262,8 +262,7 @@ static int release_once(lock_client *c, const lock__keys *k, const char *owner, 
     int rc;
 
     *remaining = -1;
-    rc = pooled_script(c, LOCK__SCRIPT_RELEASE, k, owner, k->channel, borrow_by, hard_by, NULL,
-                       &r);
+    rc = pooled_script(c, LOCK__SCRIPT_RELEASE, k, owner, k->channel, borrow_by, hard_by, NULL, &r);
     if (rc != LOCK_OK)
         goto out;
     if (r->type != REDIS_REPLY_INTEGER) {

@@ -39,8 +39,8 @@
 /* Result codes. 0 is success; every failure is negative. */
 enum {
     LOCK_OK = 0,
-    LOCK_TIMEOUT = -1,   /* try_lock: the lock was held by another owner for the whole wait */
-    LOCK_ERR_REDIS = -2, /* Redis unreachable, timed out or answered an error: not acquired */
+    LOCK_TIMEOUT = -1,      /* try_lock: the lock was held by another owner for the whole wait */
+    LOCK_ERR_REDIS = -2,    /* Redis unreachable, timed out or answered an error: not acquired */
     LOCK_ERR_NOT_HELD = -3, /* unlock/is_held: the caller does not hold this lock */
     LOCK_ERR_INVALID = -4,  /* bad argument (empty name, lease 0 or < -1, wait < 0, ...) */
     LOCK_ERR_NOMEM = -5,
@@ -54,13 +54,13 @@ enum {
 typedef struct lock_client lock_client;
 
 typedef struct lock_options {
-    const char *redis_host;   /* default "127.0.0.1"; copied by lock_client_create() */
-    int redis_port;           /* default 6379 */
-    int connect_timeout_ms;   /* default 500 */
-    int command_timeout_ms;   /* default 500: bounds every round trip */
+    const char *redis_host;    /* default "127.0.0.1"; copied by lock_client_create() */
+    int redis_port;            /* default 6379 */
+    int connect_timeout_ms;    /* default 500 */
+    int command_timeout_ms;    /* default 500: bounds every round trip */
     int64_t watchdog_lease_ms; /* lease used with LOCK_LEASE_WATCHDOG; default 30000;
                                   the watchdog renews every lease/3 */
-    int pool_size;            /* command connections; default 16 */
+    int pool_size;             /* command connections; default 16 */
 } lock_options;
 
 /* Fills *opts with the defaults above. */
@@ -121,11 +121,11 @@ int lock_is_held(lock_client *c, const char *name);
 
 /* Counters for metrics, read without blocking. */
 typedef struct lock_stats {
-    uint64_t renewals;   /* successful watchdog renewals */
-    uint64_t lost;       /* holdings the watchdog found lost */
-    uint64_t timeouts;   /* try_lock calls that returned LOCK_TIMEOUT */
-    int pool_size;       /* command connections in the pool */
-    int pool_in_use;     /* borrowed right now */
+    uint64_t renewals; /* successful watchdog renewals */
+    uint64_t lost;     /* holdings the watchdog found lost */
+    uint64_t timeouts; /* try_lock calls that returned LOCK_TIMEOUT */
+    int pool_size;     /* command connections in the pool */
+    int pool_in_use;   /* borrowed right now */
 } lock_stats;
 
 void lock_get_stats(lock_client *c, lock_stats *out);

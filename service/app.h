@@ -16,7 +16,7 @@
 
 typedef struct app {
     const service_config *config;
-    core core;                /* the pool, the lock client, the guards, deduct_execute's env */
+    core core; /* the pool, the lock client, the guards, deduct_execute's env */
     metrics *metrics;
     const mode *default_mode; /* MODE, checked against the table at start-up */
     atomic_bool draining;     /* SIGTERM seen: answer with "Connection: close" */

@@ -150,8 +150,8 @@ static int read_check_write(deduction *d)
     if (rc != DB_OK)
         return statement_failed(d, "write stock", rc);
 
-    rc = db_order_insert(d->conn, d->goods_id, d->count, d->mode->name, d->env->instance,
-                         fence, &order_id);
+    rc = db_order_insert(d->conn, d->goods_id, d->count, d->mode->name, d->env->instance, fence,
+                         &order_id);
     if (rc != DB_OK)
         return statement_failed(d, "record order", rc);
 
@@ -232,8 +232,12 @@ static int run_transaction(deduction *d)
 int deduct_execute(const deduct_env *env, const mode *m, int64_t goods_id, int64_t count,
                    const char *idempotency_key, deduct_result *out)
 {
-    deduction d = {.env = env, .mode = m, .goods_id = goods_id, .count = count,
-                   .key = idempotency_key, .out = out};
+    deduction d = {.env = env,
+                   .mode = m,
+                   .goods_id = goods_id,
+                   .count = count,
+                   .key = idempotency_key,
+                   .out = out};
     char detail[256] = "";
     int rc, result;
 

@@ -36,13 +36,13 @@ struct http_server {
 };
 
 typedef struct exchange {
-    const route *route;    /* NULL once answered early */
-    bool early_pending;    /* an early answer waits in `early` for the last call */
+    const route *route; /* NULL once answered early */
+    bool early_pending; /* an early answer waits in `early` for the last call */
     http_reply early;
     metrics_route metric;
     bool wants_body;
-    bool too_large;        /* the body passed REQUEST_MAX_BODY */
-    size_t discarded;      /* bytes dropped after that */
+    bool too_large;   /* the body passed REQUEST_MAX_BODY */
+    size_t discarded; /* bytes dropped after that */
     char *body;
     size_t len, cap;
 } exchange;
@@ -121,11 +121,11 @@ static size_t unescape_without_nul(void *cls, struct MHD_Connection *conn, char 
 /* Whether the request announces a body (a non-zero length, or chunks). */
 static bool announces_body(struct MHD_Connection *conn)
 {
-    const char *length = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
-                                                     MHD_HTTP_HEADER_CONTENT_LENGTH);
+    const char *length =
+        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
 
-    if (MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
-                                    MHD_HTTP_HEADER_TRANSFER_ENCODING) != NULL)
+    if (MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING) !=
+        NULL)
         return true;
     return length != NULL && strspn(length, "0") != strlen(length);
 }
@@ -141,8 +141,8 @@ static enum MHD_Result send_reply(app *a, struct MHD_Connection *conn, const exc
     if (reply->body == NULL) { /* a builder ran out of memory */
         reply->status = 500;
         reply->content_type = "application/json";
-        response = MHD_create_response_from_buffer(sizeof(internal) - 1, (void *)(uintptr_t)internal,
-                                                   MHD_RESPMEM_PERSISTENT);
+        response = MHD_create_response_from_buffer(
+            sizeof(internal) - 1, (void *)(uintptr_t)internal, MHD_RESPMEM_PERSISTENT);
     } else {
         response = MHD_create_response_from_buffer(strlen(reply->body), reply->body,
                                                    MHD_RESPMEM_MUST_FREE);
@@ -196,14 +196,16 @@ static bool take_body(exchange *ex, const char *data, size_t size)
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
-                                  const char *method, const char *version,
-                                  const char *upload_data, size_t *upload_data_size,
-                                  void **state)
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **state)
 {
     app *a = cls;
     exchange *ex = *state;
-    http_request req = {.method = method, .path = url, .header = lookup_header,
-                        .query = lookup_query, .transport = conn};
+    http_request req = {.method = method,
+                        .path = url,
+                        .header = lookup_header,
+                        .query = lookup_query,
+                        .transport = conn};
     http_reply reply = {0};
 
     (void)version;
@@ -313,6 +315,8 @@ int http_start(app *a, http_server **out, char *err, size_t errlen)
     }
     s->a = a;
     s->listen_fd = MHD_INVALID_SOCKET;
+    /* One option and its arguments per line. */
+    /* clang-format off */
     s->daemon = MHD_start_daemon(
         flags, 0, NULL, NULL, on_request, a,
         /* first, so that libmicrohttpd's complaints about the options below reach it */
@@ -325,6 +329,7 @@ int http_start(app *a, http_server **out, char *err, size_t errlen)
         MHD_OPTION_NOTIFY_CONNECTION, on_connection, a,
         MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
         MHD_OPTION_END);
+    /* clang-format on */
     if (s->daemon == NULL) {
         snprintf(err, errlen, "cannot listen on %s:%d (port in use?)", cfg->bind_address,
                  cfg->port);

@@ -80,8 +80,7 @@ static int run_migrate(const service_config *cfg)
     }
     rc = connect_with_patience(pool, &conn);
     if (rc != DB_OK) {
-        fprintf(stderr, "stockd: migrate: cannot reach PostgreSQL: %s\n",
-                db_last_connect_error());
+        fprintf(stderr, "stockd: migrate: cannot reach PostgreSQL: %s\n", db_last_connect_error());
         goto out;
     }
     rc = db_migrate(conn, cfg->migrations_dir, &applied, msg, sizeof(msg));
@@ -177,8 +176,7 @@ static int serve(const service_config *cfg)
         goto out;
     }
     log_event(LOG_INFO, "listening", "address=%s port=%d instance=%s mode=%s workers=%d",
-              cfg->bind_address, cfg->port, cfg->instance, cfg->default_mode,
-              cfg->worker_threads);
+              cfg->bind_address, cfg->port, cfg->instance, cfg->default_mode, cfg->worker_threads);
 
     while (sigwait(&stop_signals, &sig) != 0)
         ;
@@ -220,8 +218,8 @@ int main(int argc, char **argv)
         config_print_markdown(stdout);
         return 0;
     }
-    if (argc > 2 || (argc == 2 && strcmp(argv[1], "migrate") != 0 &&
-                     strcmp(argv[1], "serve") != 0)) {
+    if (argc > 2 ||
+        (argc == 2 && strcmp(argv[1], "migrate") != 0 && strcmp(argv[1], "serve") != 0)) {
         usage(stderr);
         return 2;
     }

@@ -123,7 +123,8 @@ static int local_enter(guard_env *env, int64_t goods_id, guard_hold *hold, char 
         deadline.tv_sec++;
         deadline.tv_nsec -= 1000000000L;
     }
-    rc = env->wait_ms == 0 ? pthread_mutex_trylock(mutex) : pthread_mutex_timedlock(mutex, &deadline);
+    rc = env->wait_ms == 0 ? pthread_mutex_trylock(mutex)
+                           : pthread_mutex_timedlock(mutex, &deadline);
     hold->waited = true;
     hold->wait_seconds = seconds_since(&start);
     if (rc == ETIMEDOUT || rc == EBUSY) {
@@ -171,8 +172,7 @@ static int redis_enter(guard_env *env, int64_t goods_id, guard_hold *hold, char 
         hold->fence = token;
         return GUARD_OK;
     case LOCK_TIMEOUT:
-        snprintf(detail, detail_len, "%s not had within %" PRId64 " ms", hold->name,
-                 env->wait_ms);
+        snprintf(detail, detail_len, "%s not had within %" PRId64 " ms", hold->name, env->wait_ms);
         return GUARD_TIMEOUT;
     case LOCK_ERR_BUSY:
         snprintf(detail, detail_len, "redis: no connection free within the wait bound");
@@ -205,8 +205,8 @@ static void redis_leave(guard_env *env, guard_hold *hold)
 /* ---- the table ----------------------------------------------------------------------- */
 
 static const mode mode_table[] = {
-    {"none", false, "read, check and write with no lock at all: oversells under load",
-     none_enter, always_held, none_leave},
+    {"none", false, "read, check and write with no lock at all: oversells under load", none_enter,
+     always_held, none_leave},
     {"local", false,
      "the same under a mutex of the process: right with one replica, oversells with several",
      local_enter, always_held, local_leave},

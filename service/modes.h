@@ -39,12 +39,12 @@ enum {
 /* One request's holding of its guard. Filled by enter, read by the deduction, emptied by
  * leave. */
 typedef struct guard_hold {
-    bool fenced;          /* a fencing token comes with this holding */
-    int64_t fence;        /* the token, when fenced */
-    bool waited;          /* the guard has a wait worth measuring (local, redis) */
-    double wait_seconds;  /* how long enter took */
-    char name[64];        /* the lock's name, for the redis guard */
-    void *local;          /* the mutex, for the local guard */
+    bool fenced;         /* a fencing token comes with this holding */
+    int64_t fence;       /* the token, when fenced */
+    bool waited;         /* the guard has a wait worth measuring (local, redis) */
+    double wait_seconds; /* how long enter took */
+    char name[64];       /* the lock's name, for the redis guard */
+    void *local;         /* the mutex, for the local guard */
 } guard_hold;
 
 typedef struct mode {

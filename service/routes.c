@@ -75,8 +75,8 @@ static void record_deduction(app *a, const mode *m, const deduct_result *res)
         metrics_count_lock_timeout(a->metrics);
     if (res->status >= 500) {
         char quoted[300];
-        log_event(LOG_WARN, "deduct_failed", "mode=%s outcome=%s detail=%s", m->name,
-                  res->outcome, log_quote(quoted, sizeof(quoted), res->detail));
+        log_event(LOG_WARN, "deduct_failed", "mode=%s outcome=%s detail=%s", m->name, res->outcome,
+                  log_quote(quoted, sizeof(quoted), res->detail));
     }
 }
 
@@ -154,9 +154,9 @@ static void handle_stock(app *a, const http_request *req, http_reply *reply)
         return;
     rc = db_stock_report_read(conn, goods_id, &report);
     if (rc == DB_OK)
-        reply_json(reply, 200,
-                   response_stock(goods_id, report.initial, report.stock, report.sold,
-                                  report.orders));
+        reply_json(
+            reply, 200,
+            response_stock(goods_id, report.initial, report.stock, report.sold, report.orders));
     else if (rc == DB_ERR_NOT_FOUND)
         reply_json(reply, 404, response_unknown_goods(goods_id));
     else

@@ -31,7 +31,7 @@ typedef struct http_reply {
     int status;
     char *body;
     const char *content_type;
-    const char *allow;   /* for a 405: the methods the path takes (the Allow header) */
+    const char *allow;     /* for a 405: the methods the path takes (the Allow header) */
     bool bearer_challenge; /* for a 401: ask for a bearer token (WWW-Authenticate) */
 } http_reply;
 

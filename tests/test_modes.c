@@ -176,8 +176,8 @@ int main(void)
                                         env_teardown),
         cmocka_unit_test_setup_teardown(test_local_guard_lets_other_goods_through, env_setup,
                                         env_teardown),
-        cmocka_unit_test_setup_teardown(test_redis_guard_without_client_is_unavailable,
-                                        env_setup, env_teardown),
+        cmocka_unit_test_setup_teardown(test_redis_guard_without_client_is_unavailable, env_setup,
+                                        env_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -99,9 +99,9 @@ static int spawn(redis_server *s)
     if (pid < 0)
         return -1;
     if (pid == 0) {
-        execl(program, "redis-server", "--port", port, "--bind", "127.0.0.1", "--dir",
-               s->dir, "--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile",
-               logfile, (char *)NULL);
+        execl(program, "redis-server", "--port", port, "--bind", "127.0.0.1", "--dir", s->dir,
+              "--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", logfile,
+              (char *)NULL);
         _exit(127);
     }
     s->pid = pid;
