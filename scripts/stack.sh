@@ -38,7 +38,8 @@
 # LOCK_LEASE_MS, ADMIN_TOKEN, BUSINESS_DELAY_MS, WORKER_THREADS, DB_POOL_SIZE,
 # REDIS_POOL_SIZE, DB_WAIT_MS, REDIS_TIMEOUT_MS, CONNECTION_TIMEOUT_S, LOG_LEVEL (see
 # `stockd --help`). DATABASE_URL, REDIS_HOST/PORT, PORT, INSTANCE and MIGRATIONS_DIR are
-# set here. A replica keeps the settings it was started with: `down` then `up` to change them.
+# set here. A replica keeps the settings it was started with: `down` then `up` to change them
+# (`up` does restart a replica whose STOCKD binary was rebuilt since it started).
 #
 # Layout of RUN_DIR: pg/ (data, socket, postgres log), redis/, replicas/ (PID, exit and port
 # files), nginx/ (prefix: conf, logs, tmp), logs/ (svc-N.log, redis.log, migrate.log).

@@ -76,8 +76,16 @@ replica_start() {
     fi
     if pid=$(replica_pid "$n"); then
         port=$(replica__port "$n")
-        log "$name already running (pid $pid, port $port)"
-        return 0
+        # A replica running a binary that has been rebuilt since it started would serve old
+        # code behind a fresh `make`: restart it on the new one (on the same port).
+        if [ "$STOCKD" -nt "$REPLICA_DIR/$name.pid" ]; then
+            log "$name runs an older build of $STOCKD: restarting it"
+            replicas_stop "$n" || true
+            require_port_free "$port" "$name" "$port_var"
+        else
+            log "$name already running (pid $pid, port $port)"
+            return 0
+        fi
     fi
     [ -x "$STOCKD" ] || die "$STOCKD not found or not executable: build it first (make)"
     require_port_free "$port" "$name" "$port_var"
