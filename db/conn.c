@@ -275,6 +275,16 @@ const char *db_conn_error(const db_conn *conn)
     return conn ? conn->err : "";
 }
 
+const char *db_describe_error(int code, const db_conn *conn, char *buf, size_t len)
+{
+    const char *why = conn != NULL                 ? db_conn_error(conn)
+                      : code == DB_ERR_UNAVAILABLE ? db_last_connect_error()
+                                                   : "";
+
+    snprintf(buf, len, "%s%s%s", db_strerror(code), why[0] ? ": " : "", why);
+    return buf;
+}
+
 const char *db_strerror(int code)
 {
     switch (code) {

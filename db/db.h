@@ -83,6 +83,13 @@ void db_pool_get_stats(db_pool *pool, db_pool_stats *out);
 const char *db_conn_error(const db_conn *conn);
 const char *db_strerror(int code);
 
+/*
+ * Writes one line explaining a failure into buf: db_strerror(code), then, when there is
+ * one, PostgreSQL's text: conn's last error, or (conn NULL, after a failed
+ * db_pool_acquire) this thread's last connect error. Returns buf.
+ */
+const char *db_describe_error(int code, const db_conn *conn, char *buf, size_t len);
+
 /* SELECT 1: DB_OK or DB_ERR_UNAVAILABLE (any failure). For readiness checks. */
 int db_ping(db_conn *conn);
 

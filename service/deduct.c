@@ -39,12 +39,12 @@ static void sleep_ms(int64_t ms)
         ;
 }
 
-/* Sets a 503 answer with `error` and a detail for the log and the body. */
-static int answer_unavailable(deduction *d, const char *error, const char *outcome,
-                              const char *detail)
+/* Sets a 503 answer: `error` is both the body's error and the metrics outcome; `detail` goes
+ * to the log, and to the body for "unavailable" only. */
+static int answer_503(deduction *d, const char *error, const char *detail)
 {
     d->out->status = 503;
-    d->out->outcome = outcome;
+    d->out->outcome = error;
     snprintf(d->out->detail, sizeof(d->out->detail), "%s", detail);
     /* lock_timeout and lock_lost carry no detail in API.md; unavailable says which
      * dependency failed. */
@@ -54,12 +54,11 @@ static int answer_unavailable(deduction *d, const char *error, const char *outco
 
 static int answer_db_failure(deduction *d, const char *what, int rc)
 {
-    char detail[256];
+    char why[200], detail[256];
 
-    snprintf(detail, sizeof(detail), "postgresql: %s: %s%s%s", what, db_strerror(rc),
-             d->conn != NULL && db_conn_error(d->conn)[0] ? ": " : "",
-             d->conn != NULL ? db_conn_error(d->conn) : "");
-    return answer_unavailable(d, "unavailable", "unavailable", detail);
+    snprintf(detail, sizeof(detail), "postgresql: %s: %s", what,
+             db_describe_error(rc, d->conn, why, sizeof(why)));
+    return answer_503(d, "unavailable", detail);
 }
 
 /* Inside the transaction: answers 503 for a failed statement and hands back its code, so
@@ -143,7 +142,7 @@ static int read_check_write(deduction *d)
         char detail[128];
         snprintf(detail, sizeof(detail), "fencing token %lld is older than the stored one",
                  (long long)d->hold.fence);
-        if (answer_unavailable(d, "lock_lost", "lock_lost", detail) != 0)
+        if (answer_503(d, "lock_lost", detail) != 0)
             return DB_ERR_NOMEM;
         return rc;
     }
@@ -216,8 +215,7 @@ static int run_transaction(deduction *d)
         db_rollback(d->conn);
         free(d->out->body);
         d->out->body = NULL;
-        return answer_unavailable(d, "lock_lost", "lock_lost",
-                                  "the lock's lease was lost before the commit");
+        return answer_503(d, "lock_lost", "the lock's lease was lost before the commit");
     }
 
     rc = db_commit(d->conn);
@@ -253,18 +251,15 @@ int deduct_execute(const deduct_env *env, const mode *m, int64_t goods_id, int64
     out->waited = d.hold.waited;
     out->wait_seconds = d.hold.wait_seconds;
     if (rc == GUARD_TIMEOUT)
-        return answer_unavailable(&d, "lock_timeout", "lock_timeout", detail);
+        return answer_503(&d, "lock_timeout", detail);
     if (rc != GUARD_OK)
-        return answer_unavailable(&d, "unavailable", "unavailable", detail);
+        return answer_503(&d, "unavailable", detail);
 
     /* The connection is taken after the guard: a request waiting for the lock should not
      * hold one of the pool's few connections idle while it waits. */
     rc = db_pool_acquire(env->db, (int)env->db_wait_ms, &d.conn);
     if (rc != DB_OK) {
-        snprintf(detail, sizeof(detail), "postgresql: %s%s%s", db_strerror(rc),
-                 rc == DB_ERR_UNAVAILABLE ? ": " : "",
-                 rc == DB_ERR_UNAVAILABLE ? db_last_connect_error() : "");
-        result = answer_unavailable(&d, "unavailable", "unavailable", detail);
+        result = answer_db_failure(&d, "connect", rc);
     } else {
         result = run_transaction(&d);
         db_pool_release(env->db, d.conn);

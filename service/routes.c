@@ -18,6 +18,7 @@
 
 #define JSON "application/json"
 #define PROMETHEUS_TEXT "text/plain; version=0.0.4; charset=utf-8"
+#define READYZ_DB_WAIT_MS 1000
 
 typedef void (*handler_fn)(app *a, const http_request *req, http_reply *reply);
 
@@ -111,29 +112,26 @@ static void handle_deduct(app *a, const http_request *req, http_reply *reply)
 
 /* ---- GET /api/stock/{goods_id} and POST /api/admin/reset ------------------------------ */
 
-/* Borrows a connection or answers 503. */
-static db_conn *borrow_connection(app *a, http_reply *reply)
+/* Answers 503 for a PostgreSQL failure; conn is the connection it happened on, or NULL when
+ * none could be borrowed. */
+static void reply_db_failure(http_reply *reply, const db_conn *conn, int rc)
 {
-    db_conn *conn = NULL;
-    char detail[256];
-    int rc = db_pool_acquire(a->core.db, (int)a->config->db_wait_ms, &conn);
+    char why[200], detail[256];
 
-    if (rc == DB_OK)
-        return conn;
-    snprintf(detail, sizeof(detail), "postgresql: %s%s%s", db_strerror(rc),
-             rc == DB_ERR_UNAVAILABLE ? ": " : "",
-             rc == DB_ERR_UNAVAILABLE ? db_last_connect_error() : "");
+    snprintf(detail, sizeof(detail), "postgresql: %s",
+             db_describe_error(rc, conn, why, sizeof(why)));
     reply_error(reply, 503, "unavailable", detail);
-    return NULL;
 }
 
-static void reply_db_failure(http_reply *reply, db_conn *conn, int rc)
+/* Borrows a connection within wait_ms or answers 503. */
+static db_conn *borrow_connection(app *a, int64_t wait_ms, http_reply *reply)
 {
-    char detail[256];
+    db_conn *conn = NULL;
+    int rc = db_pool_acquire(a->core.db, (int)wait_ms, &conn);
 
-    snprintf(detail, sizeof(detail), "postgresql: %s%s%s", db_strerror(rc),
-             db_conn_error(conn)[0] ? ": " : "", db_conn_error(conn));
-    reply_error(reply, 503, "unavailable", detail);
+    if (rc != DB_OK)
+        reply_db_failure(reply, NULL, rc);
+    return conn;
 }
 
 static void handle_stock(app *a, const http_request *req, http_reply *reply)
@@ -149,7 +147,7 @@ static void handle_stock(app *a, const http_request *req, http_reply *reply)
                     "goods_id must be an integer from 1 to 9223372036854775807");
         return;
     }
-    conn = borrow_connection(a, reply);
+    conn = borrow_connection(a, a->config->db_wait_ms, reply);
     if (conn == NULL)
         return;
     rc = db_stock_report_read(conn, goods_id, &report);
@@ -175,7 +173,7 @@ static void handle_reset(app *a, const http_request *req, http_reply *reply)
         reply_error(reply, 400, "bad_request", detail);
         return;
     }
-    conn = borrow_connection(a, reply);
+    conn = borrow_connection(a, a->config->db_wait_ms, reply);
     if (conn == NULL)
         return;
     rc = db_goods_reset(conn, rr.goods_id, rr.stock);
@@ -226,18 +224,16 @@ static void handle_readyz(app *a, const http_request *req, http_reply *reply)
         reply_error(reply, 503, "unavailable", "shutting down");
         return;
     }
-    rc = db_pool_acquire(a->core.db, 1000, &conn);
-    if (rc == DB_OK) {
-        rc = db_ping(conn);
-        db_pool_release(a->core.db, conn);
-    }
-    if (rc != DB_OK) {
-        snprintf(detail, sizeof(detail), "postgresql: %s%s%s", db_strerror(rc),
-                 rc == DB_ERR_UNAVAILABLE && conn == NULL ? ": " : "",
-                 rc == DB_ERR_UNAVAILABLE && conn == NULL ? db_last_connect_error() : "");
-        reply_error(reply, 503, "unavailable", detail);
+    /* A readiness probe answers quickly: it does not queue behind busy requests. */
+    conn = borrow_connection(a, READYZ_DB_WAIT_MS, reply);
+    if (conn == NULL)
         return;
-    }
+    rc = db_ping(conn);
+    if (rc != DB_OK)
+        reply_db_failure(reply, conn, rc);
+    db_pool_release(a->core.db, conn);
+    if (rc != DB_OK)
+        return;
     rc = lock_ping(a->core.lock);
     if (rc != LOCK_OK) {
         snprintf(detail, sizeof(detail), "redis: %s%s%s", lock_strerror(rc),

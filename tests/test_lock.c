@@ -170,19 +170,24 @@ static bool wait_numsub(const char *channel, long long want, int64_t timeout_ms)
     return true;
 }
 
-/* Client connections Redis has open now. */
-static long long connected_clients(void)
+/* The number that follows `prefix` in INFO <section>; -1 if the prefix is absent. */
+static long long info_number(const char *section, const char *prefix)
 {
-    redisReply *r = redis_cmd("INFO clients");
+    redisReply *r = redis_cmd("INFO %s", section);
     const char *p;
     long long n = -1;
 
-    if (r != NULL && r->type == REDIS_REPLY_STRING &&
-        (p = strstr(r->str, "connected_clients:")) != NULL)
-        n = atoll(p + strlen("connected_clients:"));
+    if (r != NULL && r->type == REDIS_REPLY_STRING && (p = strstr(r->str, prefix)) != NULL)
+        n = atoll(p + strlen(prefix));
     if (r != NULL)
         freeReplyObject(r);
     return n;
+}
+
+/* Client connections Redis has open now. */
+static long long connected_clients(void)
+{
+    return info_number("clients", "connected_clients:");
 }
 
 /* The id of the (first) client in pub/sub mode, from CLIENT LIST; -1 if none. */
@@ -961,16 +966,7 @@ static void *fair_barger_main(void *arg)
 /* EVALSHA commands Redis has run since it started (INFO commandstats); -1 if unknown. */
 static long long evalsha_calls(void)
 {
-    redisReply *r = redis_cmd("INFO commandstats");
-    const char *p;
-    long long n = -1;
-
-    if (r != NULL && r->type == REDIS_REPLY_STRING &&
-        (p = strstr(r->str, "cmdstat_evalsha:calls=")) != NULL)
-        n = atoll(p + strlen("cmdstat_evalsha:calls="));
-    if (r != NULL)
-        freeReplyObject(r);
-    return n;
+    return info_number("commandstats", "cmdstat_evalsha:calls=");
 }
 
 /* Polls until evalsha_calls() >= want (5 s at most); returns whether it got there. */
