@@ -222,7 +222,7 @@ static int deduct_once(core *env, const mode *m, int64_t goods_id, bool *sold, b
 {
     deduct_result res;
 
-    if (deduct_execute(&env->deduct, m, goods_id, 1, NULL, &res) != 0)
+    if (deduct_execute(&env->deduct, m, goods_id, 1, NULL, NULL, &res) != 0)
         return -1;
     *sold = res.status == 200;
     if (!*sold && !*reported) {

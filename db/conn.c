@@ -301,7 +301,7 @@ const char *db_strerror(int code)
     case DB_ERR_CONFLICT:
         return "idempotency key already used";
     case DB_ERR_FENCED:
-        return "write refused by the fencing token";
+        return "refused by a newer fencing token";
     case DB_ERR_SCHEMA:
         return "schema not up to date";
     case DB_ERR_NOMEM:

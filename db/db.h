@@ -22,7 +22,7 @@ enum {
     DB_ERR_NOT_FOUND = -3,   /* no such goods / no such record */
     DB_ERR_QUERY = -4,       /* PostgreSQL refused a statement (see db_conn_error) */
     DB_ERR_CONFLICT = -5,    /* idempotency key already recorded by a committed request */
-    DB_ERR_FENCED = -6,      /* the write was refused: the row carries a newer fencing token */
+    DB_ERR_FENCED = -6,      /* the claim was refused: the row carries a newer fencing token */
     DB_ERR_SCHEMA = -7,      /* migrations pending, or the migrations directory is unreadable */
     DB_ERR_NOMEM = -8,
     DB_ERR_INVALID = -9,
@@ -109,15 +109,28 @@ int db_rollback(db_conn *conn);
 
 /*
  * The read-check-write, one statement each.
- * db_stock_read: plain SELECT of the stock (deliberately no FOR UPDATE: the guard is the
- *   lesson). DB_ERR_NOT_FOUND for unknown goods.
- * db_stock_write: sets the stock to new_stock. With fence != NULL the write applies only
- *   where the stored fencing token is not higher than *fence, and stores *fence; a refused
- *   write returns DB_ERR_FENCED. With fence == NULL the token is left alone.
- * db_order_insert: records the order; fence may be NULL. Sets *order_id.
+ *
+ * db_stock_read: the unfenced read, a plain SELECT of the stock (deliberately no FOR
+ *   UPDATE: the guard is the lesson). DB_ERR_NOT_FOUND for unknown goods.
+ * db_stock_claim: the fenced read, for a holder of a lock whose token is `token` from the
+ *   counter named `source` ("redis", ...). It must be the transaction's first statement on
+ *   the goods row. It stores the token on the row, takes the row's lock until the
+ *   transaction ends, and reads the stock as the last committed writer left it. The
+ *   invariant it gives, for any two holders of tokens from one source, whatever the
+ *   interleaving: the later claim reads what the earlier holder committed, or it finds a
+ *   newer token and the holder sells nothing. DB_ERR_FENCED when the row carries a newer
+ *   token of the same source (the caller's lock was superseded: answer lock_lost and roll
+ *   back); DB_ERR_NOT_FOUND for unknown goods. A token of another source is not compared
+ *   (numbers of two counters say nothing about each other) and takes the row over.
+ * db_stock_write: sets the stock to new_stock. After a claim the row is the caller's until
+ *   its transaction ends, so no token is needed. DB_ERR_NOT_FOUND for unknown goods.
+ * db_order_insert: records the order; fence (the holder's token) may be NULL. Sets
+ *   *order_id.
  */
 int db_stock_read(db_conn *conn, int64_t goods_id, int64_t *stock);
-int db_stock_write(db_conn *conn, int64_t goods_id, int64_t new_stock, const int64_t *fence);
+int db_stock_claim(db_conn *conn, int64_t goods_id, const char *source, int64_t token,
+                   int64_t *stock);
+int db_stock_write(db_conn *conn, int64_t goods_id, int64_t new_stock);
 int db_order_insert(db_conn *conn, int64_t goods_id, int64_t count, const char *mode,
                     const char *instance, const int64_t *fence, int64_t *order_id);
 

@@ -67,6 +67,7 @@ enum db__stmt_id {
     DB__PING,
     /* the read-check-write */
     DB__STOCK_READ,
+    DB__STOCK_CLAIM,
     DB__STOCK_WRITE,
     DB__GOODS_EXISTS,
     DB__ORDER_INSERT,

@@ -47,21 +47,35 @@ static const struct db__stmt stmts[DB__STMT_COUNT] = {
                                    PGRES_TUPLES_OK, false},
     [DB__PING] = {"ping", "SELECT 1", 0, PGRES_TUPLES_OK, false},
 
-    /* Deliberately no FOR UPDATE: two requests may read the same stock. Closing that race
-     * is the guards' job, and what the modes compare. */
+    /* The unfenced read: deliberately no FOR UPDATE, so two requests may read the same
+     * stock. Closing that race is the guards' job, and what the modes compare. */
     [DB__STOCK_READ] = {"stock_read", "SELECT stock FROM goods WHERE id = $1", 1, PGRES_TUPLES_OK,
                         false},
 
-    /* $3 is the writer's fencing token, or NULL. With a token, the row is written only if
-     * no higher token has written it, and then carries this one. Under READ COMMITTED a
-     * writer that waited on the row's lock checks the WHERE again against the row as the
-     * other committed it, so the fence cannot be slipped past by a concurrent write. */
-    [DB__STOCK_WRITE] = {"stock_write",
-                         "UPDATE goods SET stock = $2, fence = COALESCE($3::bigint, fence),"
-                         " updated = now()"
-                         " WHERE id = $1 AND ($3::bigint IS NULL OR fence <= $3::bigint)",
-                         3, PGRES_COMMAND_OK, false},
-    /* Only run when a write changed no row, to tell "unknown goods" from "fenced". */
+    /*
+     * The fenced read: a holder of a lock with token $2 (from source $3) claims the row for
+     * that token and reads the stock, in one statement, before anything else touches the row.
+     * The UPDATE takes the row's lock and keeps it until the transaction ends, so:
+     *   - an older holder that claimed first is waited for; under READ COMMITTED the claim is
+     *     then re-checked against the row as that holder committed it, and RETURNING gives
+     *     the stock it left: the later holder reads what the earlier one wrote;
+     *   - a claim that finds a newer token of the same source changes nothing and returns no
+     *     row: the holder's lock was superseded, and it must sell nothing (lock_lost).
+     * A token of another source is not comparable (002_fence_source.sql) and takes over.
+     */
+    [DB__STOCK_CLAIM] = {"stock_claim",
+                         "UPDATE goods SET fence = $2, fence_source = $3"
+                         " WHERE id = $1 AND (fence_source IS DISTINCT FROM $3 OR fence <= $2)"
+                         " RETURNING stock",
+                         3, PGRES_TUPLES_OK, false},
+
+    /* The write of the read-check-write: the value computed from what was read. A fenced
+     * holder claimed the row first (DB__STOCK_CLAIM) and holds its lock, so no token is
+     * needed here: nobody else can have written the row since the claim. */
+    [DB__STOCK_WRITE] = {"stock_write", "UPDATE goods SET stock = $2, updated = now() WHERE id = $1",
+                         2, PGRES_COMMAND_OK, false},
+    /* Only run when a claim or a write changed no row, to tell "unknown goods" from
+     * "fenced". */
     [DB__GOODS_EXISTS] = {"goods_exists", "SELECT 1 FROM goods WHERE id = $1", 1, PGRES_TUPLES_OK,
                           false},
     [DB__ORDER_INSERT] = {"order_insert",

@@ -2,8 +2,8 @@
  * stock.c - the statements of the read-check-write, the reset and the stock report.
  *
  * A deduction, as service/deduct.c runs it, is five round trips to PostgreSQL:
- *   BEGIN; SELECT stock (db_stock_read); UPDATE goods (db_stock_write);
- *   INSERT INTO orders (db_order_insert); COMMIT
+ *   BEGIN; the read (db_stock_read, or db_stock_claim with a fencing token);
+ *   UPDATE goods (db_stock_write); INSERT INTO orders (db_order_insert); COMMIT
  * (plus, with an Idempotency-Key, the claim and the store). Nothing here adds one on the
  * path of a sale: a second statement runs only when the first found nothing, to say why.
  *
@@ -36,7 +36,7 @@ int db_stock_read(db_conn *conn, int64_t goods_id, int64_t *stock)
     return rc;
 }
 
-/* After a write changed no row: was the goods missing, or the fence higher? */
+/* After a claim or a write changed no row: was the goods missing, or the fence newer? */
 static int why_not_written(db_conn *conn, const char *id_text, bool fenced)
 {
     const char *params[1] = {id_text};
@@ -51,14 +51,38 @@ static int why_not_written(db_conn *conn, const char *id_text, bool fenced)
     rc = PQntuples(res) == 0 ? DB_ERR_NOT_FOUND : DB_ERR_FENCED;
     PQclear(res);
     if (rc == DB_ERR_FENCED)
-        db__set_error(conn, "goods %s carries a fencing token newer than the writer's", id_text);
+        db__set_error(conn, "goods %s carries a fencing token newer than the holder's", id_text);
     return rc;
 }
 
-int db_stock_write(db_conn *conn, int64_t goods_id, int64_t new_stock, const int64_t *fence)
+int db_stock_claim(db_conn *conn, int64_t goods_id, const char *source, int64_t token,
+                   int64_t *stock)
 {
-    char id_buf[DB__I64_LEN], stock_buf[DB__I64_LEN], fence_buf[DB__I64_LEN];
+    char id_buf[DB__I64_LEN], token_buf[DB__I64_LEN];
     const char *params[3];
+    PGresult *res = NULL;
+    int rc;
+
+    if (!conn || !source || !stock)
+        return DB_ERR_INVALID;
+    params[0] = db__i64(id_buf, goods_id);
+    params[1] = db__i64(token_buf, token);
+    params[2] = source;
+    rc = db__run(conn, DB__STOCK_CLAIM, params, &res);
+    if (rc != DB_OK)
+        return rc;
+    if (PQntuples(res) == 0)
+        rc = why_not_written(conn, id_buf, true);
+    else
+        rc = db__get_i64(conn, res, 0, 0, stock);
+    PQclear(res);
+    return rc;
+}
+
+int db_stock_write(db_conn *conn, int64_t goods_id, int64_t new_stock)
+{
+    char id_buf[DB__I64_LEN], stock_buf[DB__I64_LEN];
+    const char *params[2];
     PGresult *res = NULL;
     int rc;
 
@@ -66,12 +90,11 @@ int db_stock_write(db_conn *conn, int64_t goods_id, int64_t new_stock, const int
         return DB_ERR_INVALID;
     params[0] = db__i64(id_buf, goods_id);
     params[1] = db__i64(stock_buf, new_stock);
-    params[2] = fence ? db__i64(fence_buf, *fence) : NULL; /* NULL: SQL NULL */
     rc = db__run(conn, DB__STOCK_WRITE, params, &res);
     if (rc != DB_OK)
         return rc;
     if (strcmp(PQcmdTuples(res), "1") != 0)
-        rc = why_not_written(conn, id_buf, fence != NULL);
+        rc = why_not_written(conn, id_buf, false);
     PQclear(res);
     return rc;
 }

@@ -4,7 +4,8 @@
  * The order of the steps is the lesson, so it is spelled out in deduct_execute():
  *   1. an idempotent retry is answered from the store before anything is locked;
  *   2. the guard is taken before the transaction begins;
- *   3. the stock is read, checked and written back as a value computed here;
+ *   3. the stock is read (with a fencing token: the row claimed for it), checked and written
+ *      back as a value computed here;
  *   4. the guard is asked whether it still holds, then the transaction commits;
  *   5. the guard is left only after the commit.
  * Every failure after BEGIN rolls back, so a request that does not answer 200 sold nothing.
@@ -26,6 +27,7 @@ typedef struct deduction {
     int64_t goods_id;
     int64_t count;
     const char *key; /* Idempotency-Key or NULL */
+    const deduct_hook *hook; /* or NULL */
     db_conn *conn;
     guard_hold hold;
     deduct_result *out;
@@ -37,6 +39,29 @@ static void sleep_ms(int64_t ms)
 
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
         ;
+}
+
+const char *deduct_point_name(deduct_point point)
+{
+    switch (point) {
+    case DEDUCT_AT_ENTERED:
+        return "entered";
+    case DEDUCT_AT_BEGUN:
+        return "begun";
+    case DEDUCT_AT_READ:
+        return "read";
+    case DEDUCT_AT_WRITTEN:
+        return "written";
+    case DEDUCT_AT_COMMITTED:
+        return "committed";
+    }
+    return "?";
+}
+
+static void reached(const deduction *d, deduct_point point)
+{
+    if (d->hook != NULL && d->hook->at != NULL)
+        d->hook->at(d->hook->arg, point);
 }
 
 /* Sets a 503 answer: `error` is both the body's error and the metrics outcome; `detail` goes
@@ -115,12 +140,25 @@ static int read_check_write(deduction *d)
     int64_t stock = 0, order_id = 0;
     int rc;
 
-    rc = db_stock_read(d->conn, d->goods_id, &stock);
+    /* With a token, the read claims the row for it: see db_stock_claim for why this closes
+     * the gap a token checked only at the write leaves open. */
+    if (fence != NULL)
+        rc = db_stock_claim(d->conn, d->goods_id, d->hold.fence_source, *fence, &stock);
+    else
+        rc = db_stock_read(d->conn, d->goods_id, &stock);
     if (rc == DB_ERR_NOT_FOUND) {
         d->out->status = 404;
         d->out->outcome = "unknown_goods";
         d->out->body = response_unknown_goods(d->goods_id);
         goto store;
+    }
+    if (rc == DB_ERR_FENCED) {
+        char detail[128];
+        snprintf(detail, sizeof(detail), "fencing token %lld is older than the stored one",
+                 (long long)d->hold.fence);
+        if (answer_503(d, "lock_lost", detail) != 0)
+            return DB_ERR_NOMEM;
+        return rc;
     }
     if (rc != DB_OK)
         return statement_failed(d, "read stock", rc);
@@ -136,16 +174,9 @@ static int read_check_write(deduction *d)
      * is lost when we write our computed value. BUSINESS_DELAY_MS widens it on purpose. */
     if (d->env->business_delay_ms > 0)
         sleep_ms(d->env->business_delay_ms);
+    reached(d, DEDUCT_AT_READ);
 
-    rc = db_stock_write(d->conn, d->goods_id, stock - d->count, fence);
-    if (rc == DB_ERR_FENCED) {
-        char detail[128];
-        snprintf(detail, sizeof(detail), "fencing token %lld is older than the stored one",
-                 (long long)d->hold.fence);
-        if (answer_503(d, "lock_lost", detail) != 0)
-            return DB_ERR_NOMEM;
-        return rc;
-    }
+    rc = db_stock_write(d->conn, d->goods_id, stock - d->count);
     if (rc != DB_OK)
         return statement_failed(d, "write stock", rc);
 
@@ -154,6 +185,7 @@ static int read_check_write(deduction *d)
     if (rc != DB_OK)
         return statement_failed(d, "record order", rc);
 
+    reached(d, DEDUCT_AT_WRITTEN);
     d->out->status = 200;
     d->out->outcome = "deducted";
     d->out->body = response_deducted(d->goods_id, d->count, stock - d->count, order_id,
@@ -179,6 +211,7 @@ static int run_transaction(deduction *d)
     rc = db_begin(d->conn);
     if (rc != DB_OK)
         return answer_db_failure(d, "begin", rc);
+    reached(d, DEDUCT_AT_BEGUN);
 
     if (d->key != NULL) {
         /* Claiming the key first makes a concurrent twin wait here until we commit, and
@@ -224,17 +257,20 @@ static int run_transaction(deduction *d)
         d->out->body = NULL;
         return answer_db_failure(d, "commit", rc);
     }
+    if (d->out->status == 200)
+        reached(d, DEDUCT_AT_COMMITTED);
     return 0;
 }
 
 int deduct_execute(const deduct_env *env, const mode *m, int64_t goods_id, int64_t count,
-                   const char *idempotency_key, deduct_result *out)
+                   const char *idempotency_key, const deduct_hook *hook, deduct_result *out)
 {
     deduction d = {.env = env,
                    .mode = m,
                    .goods_id = goods_id,
                    .count = count,
                    .key = idempotency_key,
+                   .hook = hook,
                    .out = out};
     char detail[256] = "";
     int rc, result;
@@ -254,6 +290,8 @@ int deduct_execute(const deduct_env *env, const mode *m, int64_t goods_id, int64
         return answer_503(&d, "lock_timeout", detail);
     if (rc != GUARD_OK)
         return answer_503(&d, "unavailable", detail);
+
+    reached(&d, DEDUCT_AT_ENTERED);
 
     /* The connection is taken after the guard: a request waiting for the lock should not
      * hold one of the pool's few connections idle while it waits. */

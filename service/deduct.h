@@ -1,7 +1,7 @@
 /*
  * deduct.h - the read-check-write every mode runs, under the mode's guard:
  *
- *   guard.enter -> BEGIN -> [claim the idempotency key] -> SELECT stock -> if short, 409
+ *   guard.enter -> BEGIN -> [claim the idempotency key] -> read the stock -> if short, 409
  *   -> UPDATE goods SET stock = <new value computed here> -> INSERT the order
  *   -> [store the answer with the key] -> guard.still_held? -> COMMIT -> guard.leave
  *
@@ -9,6 +9,11 @@
  * that read-modify-write across two statements is exactly the race the guards exist to
  * close. The guard is left only after the commit; leaving it before would let the next
  * holder read the stock this transaction has not yet committed.
+ *
+ * A guard that hands out fencing tokens (redis) makes the read a claim of the goods row
+ * for its token (db_stock_claim): then a holder whose lock was lost mid-section can no
+ * longer oversell, whatever the interleaving: the next holder either reads what it
+ * committed, or one of the two is refused and sells nothing (db/db.h states the invariant).
  *
  * No HTTP here: the result is an HTTP status and a JSON body, so the same code serves the
  * service and the ceiling benchmark.
@@ -30,6 +35,29 @@ typedef struct deduct_env {
     int64_t business_delay_ms; /* sleep between the read and the write (teaching) */
 } deduct_env;
 
+/*
+ * The named points of a deduction, in the order a sale reaches them. A hook (below) is
+ * called at each one, in the request's thread; tests use it to order two deductions
+ * exactly, and fault injection to pause or crash at a known place. A point is reached only
+ * on the way to a sale: a 404, 409 or 503 stops before the next one.
+ */
+typedef enum deduct_point {
+    DEDUCT_AT_ENTERED,   /* the guard is held; no transaction yet */
+    DEDUCT_AT_BEGUN,     /* the transaction is open; the goods row not read yet */
+    DEDUCT_AT_READ,      /* the stock was read and is enough; nothing written yet: the race
+                            window (BUSINESS_DELAY_MS sleeps here, before the hook) */
+    DEDUCT_AT_WRITTEN,   /* stock written and order recorded; not committed yet */
+    DEDUCT_AT_COMMITTED, /* committed; the guard is still held */
+} deduct_point;
+
+typedef struct deduct_hook {
+    void (*at)(void *arg, deduct_point point);
+    void *arg;
+} deduct_hook;
+
+/* The point's name ("entered", "begun", "read", "written", "committed"), for logs. */
+const char *deduct_point_name(deduct_point point);
+
 typedef struct deduct_result {
     int status;          /* HTTP status: 200, 404, 409 or 503 */
     char *body;          /* JSON body, malloc'd: the caller frees it */
@@ -43,9 +71,10 @@ typedef struct deduct_result {
  * Runs one deduction of `count` units of `goods_id` in mode `m`. idempotency_key may be
  * NULL; when given, an earlier stored answer for (goods_id, key) is returned unchanged and
  * nothing is deducted; otherwise the 200/404/409 answer is stored in the same transaction.
+ * hook may be NULL; when given, hook->at is called at each deduct_point reached.
  * Returns 0 with *out filled (free out->body), or -1 when out of memory.
  */
 int deduct_execute(const deduct_env *env, const mode *m, int64_t goods_id, int64_t count,
-                   const char *idempotency_key, deduct_result *out);
+                   const char *idempotency_key, const deduct_hook *hook, deduct_result *out);
 
 #endif

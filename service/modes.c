@@ -9,8 +9,8 @@
  *          right; but three replicas have three unrelated mutexes, and the race is back.
  *   redis  the Redis lock of lock/ on "lock:goods:<id>", with a bounded wait and watchdog
  *          renewal. Every replica asks the same Redis, so it holds across replicas. Its
- *          fencing token goes into the write, so a holder that lost its lease while paused
- *          cannot overwrite a newer holder's stock.
+ *          fencing token claims the goods row at the read (db_stock_claim), so a holder that
+ *          lost its lock mid-section cannot sell from a stock another holder also read.
  *
  * Adding a mode means adding a row and its guard functions here; nothing else changes.
  */
@@ -115,8 +115,9 @@ static int local_enter(guard_env *env, int64_t goods_id, guard_hold *hold, char 
 
     memset(hold, 0, sizeof(*hold));
     clock_gettime(CLOCK_MONOTONIC, &start);
-    /* pthread_mutex_timedlock measures its deadline on CLOCK_REALTIME. */
-    clock_gettime(CLOCK_REALTIME, &deadline);
+    /* The deadline is on the monotonic clock (pthread_mutex_clocklock), so that a change of
+     * the wall clock neither cuts the wait short nor stretches it. */
+    deadline = start;
     deadline.tv_sec += env->wait_ms / 1000;
     deadline.tv_nsec += (env->wait_ms % 1000) * 1000000L;
     if (deadline.tv_nsec >= 1000000000L) {
@@ -124,7 +125,7 @@ static int local_enter(guard_env *env, int64_t goods_id, guard_hold *hold, char 
         deadline.tv_nsec -= 1000000000L;
     }
     rc = env->wait_ms == 0 ? pthread_mutex_trylock(mutex)
-                           : pthread_mutex_timedlock(mutex, &deadline);
+                           : pthread_mutex_clocklock(mutex, CLOCK_MONOTONIC, &deadline);
     hold->waited = true;
     hold->wait_seconds = seconds_since(&start);
     if (rc == ETIMEDOUT || rc == EBUSY) {
@@ -170,6 +171,7 @@ static int redis_enter(guard_env *env, int64_t goods_id, guard_hold *hold, char 
     case LOCK_OK:
         hold->fenced = true;
         hold->fence = token;
+        hold->fence_source = "redis";
         return GUARD_OK;
     case LOCK_TIMEOUT:
         snprintf(detail, detail_len, "%s not had within %" PRId64 " ms", hold->name, env->wait_ms);

@@ -39,8 +39,10 @@ enum {
 /* One request's holding of its guard. Filled by enter, read by the deduction, emptied by
  * leave. */
 typedef struct guard_hold {
-    bool fenced;         /* a fencing token comes with this holding */
-    int64_t fence;       /* the token, when fenced */
+    bool fenced;              /* a fencing token comes with this holding */
+    int64_t fence;            /* the token, when fenced */
+    const char *fence_source; /* the counter it comes from ("redis"), when fenced: tokens
+                                 are compared only with tokens of the same source */
     bool waited;         /* the guard has a wait worth measuring (local, redis) */
     double wait_seconds; /* how long enter took */
     char name[64];       /* the lock's name, for the redis guard */

@@ -9,7 +9,12 @@
  *   JSON_DISABLE_EOF_CHECK  so anything after the object ("{...} x", "{}{}") is refused;
  *   JSON_DECODE_INT_AS_REAL so 1 stays an integer and 1.0 / 1e0 stay reals, which we refuse:
  *                           a count of 1.5 must not become 1;
- *   JSON_ALLOW_NUL          so "\u0000" inside a string is refused.
+ * and with
+ *   JSON_ALLOW_NUL          because "\u0000" inside a string is valid JSON: a mode that holds
+ *                           one names no mode (400 unknown_mode), checked with the string's
+ *                           length, never as a C string that would stop at the NUL. A key
+ *                           holding one is refused (400 bad_request): jansson cannot store it,
+ *                           and no field's name has one.
  * jansson also refuses invalid UTF-8 and integers beyond int64. A raw NUL byte is refused
  * before parsing (JSON has no place for one, and jansson's message for it is obscure).
  *
@@ -249,7 +254,7 @@ static json_t *request__load_object(const char *body, size_t len,
         return NULL;
     }
 
-    root = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &error);
+    root = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY | JSON_ALLOW_NUL, &error);
     if (root == NULL) {
         size_t pos = error.position >= 0 ? (size_t)error.position : 0;
         if (pos > len)
@@ -266,6 +271,9 @@ static json_t *request__load_object(const char *body, size_t len,
             if (request__overflow_detail(body, pos, ints, detail, dlen) == 0)
                 return NULL;
             break;
+        case json_error_null_byte_in_key:
+            request__detail(detail, dlen, "a key contains \\u0000: no field is named so");
+            return NULL;
         default:
             break;
         }
@@ -351,8 +359,10 @@ int request_parse_deduct(const char *body, size_t len, deduct_request *out, char
             goto out;
         }
         out->has_mode = true;
-        /* A name too long to be any mode's stays empty: the caller answers unknown_mode. */
-        if (json_string_length(mode) < sizeof(out->mode))
+        /* A name too long to be any mode's, or holding a NUL ("redis\u0000x" must not read as
+         * "redis"), stays empty: the caller answers unknown_mode. */
+        if (json_string_length(mode) < sizeof(out->mode) &&
+            memchr(json_string_value(mode), '\0', json_string_length(mode)) == NULL)
             memcpy(out->mode, json_string_value(mode), json_string_length(mode) + 1);
     }
     rc = 0;

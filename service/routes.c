@@ -101,7 +101,7 @@ static void handle_deduct(app *a, const http_request *req, http_reply *reply)
     m = choose_mode(a, req, &dr, reply);
     if (m == NULL)
         return;
-    if (deduct_execute(&a->core.deduct, m, dr.goods_id, dr.count, key, &res) != 0) {
+    if (deduct_execute(&a->core.deduct, m, dr.goods_id, dr.count, key, NULL, &res) != 0) {
         reply->status = 500;
         reply->body = NULL;
         return;

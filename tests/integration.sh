@@ -16,6 +16,11 @@
 #                      LOCK_LEASE_MS=600 (its watchdog renews every 200 ms): a holder that
 #                      pauses past its lease, for the lock_lost cases; its log file, and
 #                      those two settings
+#        DELAYED_REPLICA_URLS, DELAYED_REPLICA_DELAY_MS
+#                      two more, svc-5 and svc-6, also not behind nginx, with
+#                      BUSINESS_DELAY_MS=1000 and the default watchdog lease (30 s: their
+#                      watchdog does not look during the pause): the holders of the five-step
+#                      cases, whose lock vanishes while they are inside their section
 #   3. nginx's own errors: a body over 16 KiB gets nginx's JSON 413; with every replica
 #      stopped, requests get nginx's JSON 502;
 #   4. shutdown: every replica exits 0 on SIGTERM, and no replica log (nor the migrate log)
@@ -36,6 +41,9 @@ IT_LOCK_WAIT_MS=2000
 IT_SLOW_REPLICA=$((IT_REPLICAS + 1))
 IT_SLOW_DELAY_MS=1500
 IT_SLOW_LEASE_MS=600
+# The delayed replicas: a pause inside the section with a lease far longer than it.
+IT_DELAYED_REPLICAS="$((IT_REPLICAS + 2)) $((IT_REPLICAS + 3))"
+IT_DELAYED_DELAY_MS=1000
 
 # True when FILE holds no sanitizer report.
 it__no_sanitizer_report() {
@@ -163,9 +171,26 @@ run_integration() {
     all_replicas=$(seq 1 "$REPLICAS")
     [ -z "$slow_url" ] || all_replicas+=" $IT_SLOW_REPLICA"
 
+    local dn dport delayed_urls="" delayed_ok=1
+    for dn in $IT_DELAYED_REPLICAS; do
+        dport=$(pick_free_ports 1)
+        if BUSINESS_DELAY_MS=$IT_DELAYED_DELAY_MS scripts/stack.sh \
+            replica-start-extra "$dn" "$dport" 2>&1 | tee -a "$up_log"; then
+            delayed_urls+="${delayed_urls:+,}http://127.0.0.1:$dport"
+            all_replicas+=" $dn"
+        else
+            delayed_ok=0
+        fi
+    done
+    if [ $delayed_ok = 0 ]; then
+        suite_broken delayed-replicas "scripts/stack.sh replica-start-extra failed (see $up_log)"
+        delayed_urls=""
+    fi
+
     STOCK_URL=http://127.0.0.1:$HTTP_PORT REPLICA_URLS=$urls SLOW_REPLICA_URL=$slow_url \
         SLOW_REPLICA_LOG=$RUN_DIR/logs/svc-$IT_SLOW_REPLICA.log \
         SLOW_REPLICA_DELAY_MS=$IT_SLOW_DELAY_MS SLOW_REPLICA_LEASE_MS=$IT_SLOW_LEASE_MS \
+        DELAYED_REPLICA_URLS=$delayed_urls DELAYED_REPLICA_DELAY_MS=$IT_DELAYED_DELAY_MS \
         run_suite test_stack 480 "$build/tests/test_stack"
 
     check_group_begin "nginx-errors+shutdown"

@@ -2,8 +2,9 @@
 # run-all.sh BUILD_DIR - every test, against real servers, as `make test` runs it:
 #   1. the pure unit tests (tests/run-unit.sh's suites);
 #   2. test_lock, which starts a redis-server of its own;
-#   3. test_db, against a throwaway PostgreSQL started here on a free port in a temporary
-#      directory (TEST_DATABASE_URL names its superuser: the tests create databases);
+#   3. test_db and test_deduct (two lock holders in every interleaving), against a
+#      throwaway PostgreSQL started here on a free port in a temporary directory
+#      (TEST_DATABASE_URL names its superuser: the tests create databases);
 #   4. the integration run (tests/integration.sh): the whole stack on free ports;
 #   5. with WITH_DOCKER=1 (as `make test` sets it), docker/test.sh: the compose stack.
 # Prints a line per suite and, last, exactly "N passed, N failed" (test cases: cmocka's
@@ -65,6 +66,12 @@ run_db_suite() {
     fi
     TEST_DATABASE_URL="host=127.0.0.1 port=$port user=postgres dbname=postgres" \
         TEST_MIGRATIONS_DIR=$PWD/migrations run_suite test_db 240 "$bin"
+    if [ -x "$build/tests/test_deduct" ]; then
+        TEST_DATABASE_URL="host=127.0.0.1 port=$port user=postgres dbname=postgres" \
+            TEST_MIGRATIONS_DIR=$PWD/migrations run_suite test_deduct 120 "$build/tests/test_deduct"
+    else
+        suite_broken test_deduct "$build/tests/test_deduct missing"
+    fi
     db__stop
 }
 

@@ -504,7 +504,7 @@ static void test_read_write_and_insert(void **state)
 
     reset_ok(c, 1, 10);
     assert_int_equal(stock_of(c, 1), 10);
-    assert_int_equal(db_stock_write(c, 1, 7, NULL), DB_OK);
+    assert_int_equal(db_stock_write(c, 1, 7), DB_OK);
     assert_int_equal(stock_of(c, 1), 7);
 
     assert_int_equal(db_order_insert(c, 1, 3, "none", "svc-1", NULL, &id1), DB_OK);
@@ -519,12 +519,12 @@ static void test_read_write_and_insert(void **state)
                      2);
 
     assert_int_equal(db_stock_read(c, 999, &s), DB_ERR_NOT_FOUND);
-    assert_int_equal(db_stock_write(c, 999, 1, NULL), DB_ERR_NOT_FOUND);
+    assert_int_equal(db_stock_write(c, 999, 1), DB_ERR_NOT_FOUND);
 
     /* refused statements: DB_ERR_QUERY with the reason; the session stays usable */
     assert_int_equal(db_order_insert(c, 999, 1, "none", "svc-1", NULL, &id1), DB_ERR_QUERY);
     assert_non_null(strstr(db_conn_error(c), "23503")); /* foreign key */
-    assert_int_equal(db_stock_write(c, 1, -1, NULL), DB_ERR_QUERY);
+    assert_int_equal(db_stock_write(c, 1, -1), DB_ERR_QUERY);
     assert_non_null(strstr(db_conn_error(c), "23514")); /* check constraint */
     assert_int_equal(db_ping(c), DB_OK);
     assert_int_equal(stock_of(c, 1), 7);
@@ -539,100 +539,122 @@ static void test_a_failed_transaction_does_not_commit(void **state)
 
     reset_ok(c, 1, 10);
     assert_int_equal(db_begin(c), DB_OK);
-    assert_int_equal(db_stock_write(c, 1, 4, NULL), DB_OK);
-    assert_int_equal(db_stock_write(c, 1, -1, NULL), DB_ERR_QUERY);
+    assert_int_equal(db_stock_write(c, 1, 4), DB_OK);
+    assert_int_equal(db_stock_write(c, 1, -1), DB_ERR_QUERY);
     assert_int_equal(db_commit(c), DB_ERR_QUERY);
     assert_non_null(strstr(db_conn_error(c), "rolled back"));
     assert_int_equal(stock_of(c, 1), 10);
 
     assert_int_equal(db_begin(c), DB_OK);
-    assert_int_equal(db_stock_write(c, 1, 4, NULL), DB_OK);
+    assert_int_equal(db_stock_write(c, 1, 4), DB_OK);
     assert_int_equal(db_rollback(c), DB_OK);
     assert_int_equal(stock_of(c, 1), 10);
     db_pool_release(f->pool, c);
 }
 
-static void test_fencing_refuses_an_older_token(void **state)
+static void test_claim_refuses_an_older_token(void **state)
 {
     fixture *f = *state;
     db_conn *c = acquire(f->pool);
-    int64_t t;
+    int64_t s = 0;
 
     reset_ok(c, 1, 100);
     assert_int_equal(fence_of(f, 1), 0);
 
-    t = 5;
-    assert_int_equal(db_stock_write(c, 1, 90, &t), DB_OK);
+    assert_int_equal(db_stock_claim(c, 1, "redis", 5, &s), DB_OK);
+    assert_int_equal(s, 100);
     assert_int_equal(fence_of(f, 1), 5);
-    t = 4; /* older: refused, nothing changes */
-    assert_int_equal(db_stock_write(c, 1, 80, &t), DB_ERR_FENCED);
+    assert_int_equal(db_stock_write(c, 1, 90), DB_OK);
+    /* older: refused, nothing changes */
+    assert_int_equal(db_stock_claim(c, 1, "redis", 4, &s), DB_ERR_FENCED);
+    assert_non_null(strstr(db_conn_error(c), "newer"));
     assert_int_equal(stock_of(c, 1), 90);
     assert_int_equal(fence_of(f, 1), 5);
-    t = 5; /* the same holder writing again */
-    assert_int_equal(db_stock_write(c, 1, 85, &t), DB_OK);
-    t = 6; /* newer */
-    assert_int_equal(db_stock_write(c, 1, 84, &t), DB_OK);
+    /* the same holding claiming again, then a newer one */
+    assert_int_equal(db_stock_claim(c, 1, "redis", 5, &s), DB_OK);
+    assert_int_equal(db_stock_claim(c, 1, "redis", 6, &s), DB_OK);
+    assert_int_equal(s, 90);
     assert_int_equal(fence_of(f, 1), 6);
-    /* no token: written, token kept */
-    assert_int_equal(db_stock_write(c, 1, 83, NULL), DB_OK);
-    assert_int_equal(stock_of(c, 1), 83);
+    /* the unfenced write leaves the token alone */
+    assert_int_equal(db_stock_write(c, 1, 83), DB_OK);
     assert_int_equal(fence_of(f, 1), 6);
     /* unknown goods is not a fencing refusal */
-    assert_int_equal(db_stock_write(c, 2, 1, &t), DB_ERR_NOT_FOUND);
+    assert_int_equal(db_stock_claim(c, 2, "redis", 7, &s), DB_ERR_NOT_FOUND);
     /* a reset keeps the token: an old holder stays out */
     reset_ok(c, 1, 100);
     assert_int_equal(fence_of(f, 1), 6);
-    t = 5;
-    assert_int_equal(db_stock_write(c, 1, 1, &t), DB_ERR_FENCED);
+    assert_int_equal(db_stock_claim(c, 1, "redis", 5, &s), DB_ERR_FENCED);
+    /* another source's numbers are not comparable: its token takes the row over, and
+     * then the first source's next token is not compared with it either */
+    assert_int_equal(db_stock_claim(c, 1, "other", 1, &s), DB_OK);
+    assert_int_equal(fence_of(f, 1), 1);
+    assert_int_equal(db_stock_claim(c, 1, "other", 0, &s), DB_ERR_FENCED);
+    assert_int_equal(db_stock_claim(c, 1, "redis", 7, &s), DB_OK);
+    assert_int_equal(fence_of(f, 1), 7);
     db_pool_release(f->pool, c);
 }
 
-typedef struct writer {
+typedef struct claimant {
     db_pool *pool;
     int64_t token;
     atomic_int done;
     int rc;
-} writer;
+    int64_t stock; /* what the claim read */
+} claimant;
 
-static void *fenced_write_run(void *arg)
+static void *claim_run(void *arg)
 {
-    writer *w = arg;
+    claimant *w = arg;
     db_conn *c = NULL;
 
     w->rc = db_pool_acquire(w->pool, 2000, &c);
     if (w->rc == DB_OK)
         w->rc = db_begin(c);
     if (w->rc == DB_OK)
-        w->rc = db_stock_write(c, 1, 50, &w->token);
+        w->rc = db_stock_claim(c, 1, "redis", w->token, &w->stock);
     atomic_store(&w->done, 1);
     if (c)
         db_pool_release(w->pool, c); /* rolls back */
     return NULL;
 }
 
-/* A stale holder whose write waits on the row behind a newer holder's is refused once the
- * newer one commits: the fence is checked against the committed row, not a snapshot. */
-static void test_fencing_holds_against_a_concurrent_writer(void **state)
+/* A claim whose row another holder has claimed and not committed waits for it, and then,
+ * by the token order: reads what the older holder committed, or is refused when the holder
+ * it waited for is newer. The check is made against the committed row, not a snapshot. */
+static void claim_behind(fixture *f, int64_t first, int64_t second, int want_rc,
+                         int64_t want_stock)
 {
-    fixture *f = *state;
     db_conn *c = acquire(f->pool);
-    writer w = {f->pool, 6, 0, -100};
+    claimant w = {f->pool, second, 0, -100, -1};
     pthread_t th;
-    int64_t t = 7;
+    int64_t s = 0;
 
     reset_ok(c, 1, 100);
     assert_int_equal(db_begin(c), DB_OK);
-    assert_int_equal(db_stock_write(c, 1, 99, &t), DB_OK);
+    assert_int_equal(db_stock_claim(c, 1, "redis", first, &s), DB_OK);
+    assert_int_equal(db_stock_write(c, 1, 99), DB_OK);
 
-    assert_int_equal(pthread_create(&th, NULL, fenced_write_run, &w), 0);
+    assert_int_equal(pthread_create(&th, NULL, claim_run, &w), 0);
     sleep_ms(300);
     assert_int_equal(atomic_load(&w.done), 0); /* waiting for our row lock */
     assert_int_equal(db_commit(c), DB_OK);
     pthread_join(th, NULL);
-    assert_int_equal(w.rc, DB_ERR_FENCED);
+    assert_int_equal(w.rc, want_rc);
+    if (want_rc == DB_OK)
+        assert_int_equal(w.stock, want_stock);
     assert_int_equal(stock_of(c, 1), 99);
-    assert_int_equal(fence_of(f, 1), 7);
+    assert_int_equal(fence_of(f, 1), first);
     db_pool_release(f->pool, c);
+}
+
+static void test_claim_behind_an_older_holder_reads_its_write(void **state)
+{
+    claim_behind(*state, 7, 8, DB_OK, 99);
+}
+
+static void test_claim_behind_a_newer_holder_is_refused(void **state)
+{
+    claim_behind(*state, 8, 7, DB_ERR_FENCED, 0);
 }
 
 /* ---- idempotency ------------------------------------------------------------------ */
@@ -840,11 +862,11 @@ static void test_stock_report_figures(void **state)
     assert_int_equal(r.orders, 0);
 
     /* two sales, then a lost update: a third sale whose write is based on a stale read */
-    assert_int_equal(db_stock_write(c, 1, 97, NULL), DB_OK);
+    assert_int_equal(db_stock_write(c, 1, 97), DB_OK);
     assert_int_equal(db_order_insert(c, 1, 3, "none", "svc-1", NULL, &id), DB_OK);
-    assert_int_equal(db_stock_write(c, 1, 95, NULL), DB_OK);
+    assert_int_equal(db_stock_write(c, 1, 95), DB_OK);
     assert_int_equal(db_order_insert(c, 1, 2, "none", "svc-2", NULL, &id), DB_OK);
-    assert_int_equal(db_stock_write(c, 1, 96, NULL), DB_OK); /* read 97, sold 1 */
+    assert_int_equal(db_stock_write(c, 1, 96), DB_OK); /* read 97, sold 1 */
     assert_int_equal(db_order_insert(c, 1, 1, "none", "svc-3", NULL, &id), DB_OK);
 
     assert_int_equal(db_stock_report_read(c, 1, &r), DB_OK);
@@ -933,7 +955,7 @@ static void test_pool_release_rolls_back(void **state)
 
     reset_ok(c, 1, 10);
     assert_int_equal(db_begin(c), DB_OK);
-    assert_int_equal(db_stock_write(c, 1, 3, NULL), DB_OK);
+    assert_int_equal(db_stock_write(c, 1, 3), DB_OK);
     db_pool_release(pool, c); /* inside the transaction */
 
     /* the row is not left locked, and the write is gone */
@@ -1107,7 +1129,7 @@ static void *timed_write_run(void *arg)
     timed_write *w = arg;
     int64_t t0 = now_ms();
 
-    w->rc = db_stock_write(w->conn, 1, 8, NULL);
+    w->rc = db_stock_write(w->conn, 1, 8);
     w->took_ms = now_ms() - t0;
     atomic_store(&w->done, 1);
     return NULL;
@@ -1127,7 +1149,7 @@ static void test_statement_timeout_is_a_query_error(void **state)
     assert_int_equal(db_migrate(b, migrations_dir, &applied, NULL, 0), DB_OK);
     assert_int_equal(applied, 0);
     assert_int_equal(db_begin(a), DB_OK);
-    assert_int_equal(db_stock_write(a, 1, 9, NULL), DB_OK); /* holds the row */
+    assert_int_equal(db_stock_write(a, 1, 9), DB_OK); /* holds the row */
 
     /* b's write waits for the row. The wait is watched from here, so that a missing
      * timeout fails the test instead of hanging it: after 3 s, a lets go. */
@@ -1174,9 +1196,11 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_read_write_and_insert, setup_migrated, teardown),
         cmocka_unit_test_setup_teardown(test_a_failed_transaction_does_not_commit, setup_migrated,
                                         teardown),
-        cmocka_unit_test_setup_teardown(test_fencing_refuses_an_older_token, setup_migrated,
+        cmocka_unit_test_setup_teardown(test_claim_refuses_an_older_token, setup_migrated,
                                         teardown),
-        cmocka_unit_test_setup_teardown(test_fencing_holds_against_a_concurrent_writer,
+        cmocka_unit_test_setup_teardown(test_claim_behind_an_older_holder_reads_its_write,
+                                        setup_migrated, teardown),
+        cmocka_unit_test_setup_teardown(test_claim_behind_a_newer_holder_is_refused,
                                         setup_migrated, teardown),
         cmocka_unit_test_setup_teardown(test_idempotency_claim_store_fetch, setup_migrated,
                                         teardown),

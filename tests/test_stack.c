@@ -135,6 +135,8 @@
 #define GOODS_LOST_TAKEOVER 4101LL
 #define GOODS_LOST_FENCE 4102LL
 #define GOODS_LOST_WATCHDOG 4103LL
+#define GOODS_FIVE_STEPS 4104LL
+#define GOODS_FIVE_STEPS_MIRROR 4105LL
 #define GOODS_ENCODED 4201LL
 #define GOODS_QUERY_KEY 4202LL
 #define GOODS_KEEPALIVE 4203LL
@@ -157,6 +159,8 @@ typedef struct test_env {
     const char *slow_log; /* its log file; NULL when not given */
     long slow_delay_ms;   /* its BUSINESS_DELAY_MS */
     long slow_lease_ms;   /* its LOCK_LEASE_MS */
+    char *delayed_urls[2]; /* the two delayed replicas (long lease); NULL when not given */
+    long delayed_delay_ms; /* their BUSINESS_DELAY_MS */
     long lock_wait_ms;
     long timeout_ms;       /* every request's: lock_wait_ms + TIMEOUT_MARGIN_MS */
     char auth_header[320]; /* "Authorization: Bearer <token>" */
@@ -2117,7 +2121,12 @@ static const bad_request_case bad_requests[] = {
     {"a NUL byte after the object", BODY_N(VALID_BODY "\0"), 0, 0, 0, 400, "bad_request"},
     {"a NUL byte inside", BODY_N("{\"goods_id\":" GM ",\0\"count\":1}"), 0, 0, 0, 400,
      "bad_request"},
-    {"\\u0000 in a string", "{\"goods_id\":" GM ",\"count\":1,\"mode\":\"re\\u0000dis\"}", 0, 0, 0,
+    /* "\u0000" is valid JSON: as a mode it names no mode; in a key it names no field */
+    {"\\u0000 in the mode", "{\"goods_id\":" GM ",\"count\":1,\"mode\":\"re\\u0000dis\"}", 0, 0, 0,
+     0, 400, "unknown_mode"},
+    {"\\u0000 after a mode's name", "{\"goods_id\":" GM ",\"count\":1,\"mode\":\"redis\\u0000\"}", 0, 0,
+     0, 0, 400, "unknown_mode"},
+    {"\\u0000 in a key", "{\"goods_id\":" GM ",\"count\":1,\"mo\\u0000de\":\"redis\"}", 0, 0, 0,
      0, 400, "bad_request"},
     {"invalid UTF-8 in a string", "{\"goods_id\":" GM ",\"count\":1,\"mode\":\"redis\xC0\"}", 0, 0,
      0, 0, 400, "bad_request"},
@@ -2509,14 +2518,25 @@ static void test_admin_unauthorized(void **state)
  * read of the stock and its write, longer than its lock's lease (LOCK_LEASE_MS): the pause of
  * a garbage collector or a stalled machine, during which the lease can run out. Each case
  * sends it one redis-mode deduct from a thread of its own, waits until that request holds
- * lock:goods:N and has read the stock, then acts while it sleeps:
+ * lock:goods:N and has read the stock (its read claimed the goods row for its fencing token:
+ * db_stock_claim), then acts while it sleeps:
  *   - takeover: the lock vanishes (deleted, as an expiry would) and another client takes it
- *     with a newer fencing token and sells: the sleeper's write must not land;
- *   - fence: the lock stays, its watchdog keeps renewing it, but the database holds a newer
- *     token: the fence in the UPDATE alone must refuse the write;
- *   - watchdog: the lock vanishes and nobody takes it: the fenced UPDATE passes, and the last
- *     look before the commit (the watchdog found the lock gone) alone must refuse the sale.
- * Every one must answer 503 lock_lost and sell nothing.
+ *     with a newer token: its claim waits for the sleeper's transaction; the sleeper's
+ *     watchdog finds the lock gone, the last look before the commit refuses its sale, and
+ *     the new holder then sells from the true stock;
+ *   - fence: the database has seen a newer token of the lock before the holder reads, while
+ *     Redis and the holder's watchdog see nothing wrong: the claim alone refuses the holder;
+ *   - watchdog: the lock vanishes and nobody takes it: the last look before the commit (the
+ *     watchdog found the lock gone) alone refuses the sale.
+ * Every refused holder must answer 503 lock_lost and sell nothing.
+ *
+ * Then the two delayed replicas (DELAYED_REPLICA_URLS, not behind nginx: BUSINESS_DELAY_MS
+ * but the default 30 s watchdog lease, so their watchdog does not look during the pause)
+ * play the case the token in the write alone could not cover: a holder whose lock vanished
+ * has read; a new holder reads before the first one writes; the first one writes and
+ * commits (it has not noticed anything); the new one writes and commits. Both sold from one
+ * read: one unit sold twice. With the claim, the new holder's read waits for the first one's
+ * commit and reads its result, in both orders of the writes.
  * ------------------------------------------------------------------------------------------ */
 
 /* Fails the case when the harness gave no slow replica, or one these cases cannot use. */
@@ -2602,6 +2622,8 @@ static void slow_log_last_lost(char *out, size_t len)
  * joins it and asserts on the reply. Owned by the case, and its release joins the thread
  * first, so a case that failed midway never frees what the thread still uses. */
 typedef struct slow_shot {
+    const char *base; /* the replica it is sent to */
+    long delay_ms;    /* that replica's BUSINESS_DELAY_MS */
     char body[160];
     http_reply reply;
     int rc; /* http_do's */
@@ -2616,7 +2638,7 @@ static void *slow_shot_thread(void *arg)
     slow_shot *s = arg;
     CURL *h = curl_easy_init();
     http_request rq = {
-        .method = "POST", .base = g_env.slow_url, .path = "/api/deduct", .body = s->body};
+        .method = "POST", .base = s->base, .path = "/api/deduct", .body = s->body};
 
     if (h == NULL) {
         snprintf(s->reply.error, sizeof(s->reply.error), "curl_easy_init failed");
@@ -2638,12 +2660,15 @@ static void slow_shot_release(void *arg)
     free(s);
 }
 
-static slow_shot *slow_shot_start(long long goods_id)
+/* Sends the deduct to `base`, a replica that pauses delay_ms inside its section. */
+static slow_shot *shot_start(const char *base, long delay_ms, long long goods_id)
 {
     slow_shot *s = calloc(1, sizeof(*s));
 
     if (s == NULL)
         fail_msg("out of memory");
+    s->base = base;
+    s->delay_ms = delay_ms;
     atomic_init(&s->done, false);
     deduct_body(s->body, sizeof(s->body), goods_id, 1, "redis");
     s->start = now_s();
@@ -2655,14 +2680,19 @@ static slow_shot *slow_shot_start(long long goods_id)
     return s;
 }
 
+static slow_shot *slow_shot_start(long long goods_id)
+{
+    return shot_start(g_env.slow_url, g_env.slow_delay_ms, goods_id);
+}
+
 /* Waits for the slow request's answer; fails the case when none came. */
 static http_reply *slow_shot_join(slow_shot *s)
 {
     pthread_join(s->thread, NULL);
     s->joined = true;
     if (s->rc != 0)
-        fail_msg("deduct on the slow replica %s: no answer: %s", g_env.slow_url, s->reply.error);
-    printf("    the paused holder answered %ld after %.2f s: %.200s\n", s->reply.status,
+        fail_msg("deduct on %s: no answer: %s", s->base, s->reply.error);
+    printf("    %s answered %ld after %.2f s: %.200s\n", s->base, s->reply.status,
            s->reply.seconds, s->reply.body);
     return &s->reply;
 }
@@ -2674,15 +2704,18 @@ static void expect_still_paused(const slow_shot *s, const char *what)
     if (atomic_load(&s->done))
         fail_msg("the slow replica answered before %s (%.2f s after its request): its pause of "
                  "%ld ms did not cover it",
-                 what, now_s() - s->start, g_env.slow_delay_ms);
+                 what, now_s() - s->start, s->delay_ms);
 }
+
+/* The start of the claim's text (DB__STOCK_CLAIM), as pg_stat_activity shows a session's last
+ * statement. */
+#define CLAIM_SQL_PREFIX "UPDATE goods SET fence = $2"
 
 /*
  * Waits until the slow request holds `key` (the hash exists) and has read the stock (its
- * session sits in its transaction after "SELECT stock FROM goods ...", seen in
- * pg_stat_activity), at most SLOW_HOLD_WAIT_S from its start. Returns the holding's fencing
- * token: the lock's counter (lock/lock.h: "<name>:fence"), which nobody else moves while the
- * lock is held.
+ * session sits in its transaction after the claim, seen in pg_stat_activity), at most
+ * SLOW_HOLD_WAIT_S from its start. Returns the holding's fencing token: the lock's counter
+ * (lock/lock.h: "<name>:fence"), which nobody else moves while the lock is held.
  */
 static long long wait_slow_holder(const slow_shot *s, const char *key)
 {
@@ -2710,7 +2743,7 @@ static long long wait_slow_holder(const slow_shot *s, const char *key)
         expect_still_paused(s, "its read was seen");
         if (sql_value("SELECT count(*) FROM pg_stat_activity"
                       " WHERE datname = current_database() AND state = 'idle in transaction'"
-                      " AND query LIKE 'SELECT stock FROM goods%'",
+                      " AND query LIKE '" CLAIM_SQL_PREFIX "%'",
                       0, 0) > 0)
             break;
         if (now_s() - s->start > SLOW_HOLD_WAIT_S)
@@ -2718,10 +2751,31 @@ static long long wait_slow_holder(const slow_shot *s, const char *key)
                      SLOW_HOLD_WAIT_S);
         usleep(5 * 1000);
     }
-    printf("    the slow replica holds %s with token %lld and has read the stock (%.3f s in); "
-           "it now sleeps %ld ms, its lease is %ld ms\n",
-           key, token, now_s() - s->start, g_env.slow_delay_ms, g_env.slow_lease_ms);
+    printf("    %s holds %s with token %lld and has read the stock (%.3f s in); it now sleeps "
+           "%ld ms\n",
+           s->base, key, token, now_s() - s->start, s->delay_ms);
     return token;
+}
+
+/* Waits, at most SLOW_HOLD_WAIT_S, until a claim waits for the goods row's lock: a second
+ * holder's read queued behind the first holder's transaction. */
+static void wait_claim_queued(const slow_shot *first, const char *what)
+{
+    double start = now_s();
+
+    for (;;) {
+        expect_still_paused(first, what);
+        if (sql_value("SELECT count(*) FROM pg_stat_activity"
+                      " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+                      " AND query LIKE '" CLAIM_SQL_PREFIX "%'",
+                      0, 0) > 0)
+            break;
+        if (now_s() - start > SLOW_HOLD_WAIT_S)
+            fail_msg("%s: no claim was seen waiting for the row within %.1f s", what,
+                     SLOW_HOLD_WAIT_S);
+        usleep(5 * 1000);
+    }
+    printf("    %s: its read waits for the first holder's transaction\n", what);
 }
 
 /* After a lock_lost: prints how the slow replica's counters moved and the check its log
@@ -2737,7 +2791,7 @@ static lost_counters report_lost(const lost_counters *before, const char *label)
            label, after.answered - before->answered, after.watchdog - before->watchdog,
            after.renewals - before->renewals, detail[0] ? detail : "(no lock_lost line found)");
     if (strstr(detail, "fencing token") != NULL)
-        printf("    %s: refused by the fence in the UPDATE\n", label);
+        printf("    %s: refused by the claim (a newer token on the row)\n", label);
     else if (strstr(detail, "lease was lost") != NULL)
         printf("    %s: refused by the last look before the commit (lock_is_held)\n", label);
     if (after.answered - before->answered != 1)
@@ -2766,70 +2820,74 @@ static void test_lock_lost_takeover(void **state)
     if (redis_cli("DEL", key, NULL, NULL) != 0)
         fail_msg("redis-cli DEL %s failed", key);
 
-    /* Another client takes the lock, with a newer token, and sells from the true stock. */
-    expect_deducted(deduct(g_env.stock_url, g, 1, "redis", NULL), g, 1, 9, "redis",
-                    "the new holder's deduct, while the old one sleeps");
-    expect_still_paused(s, "the new holder sold");
+    /* Another client takes the lock, with a newer token; its read waits for the sleeper's
+     * transaction (a replica behind nginx: it does not pause). */
+    slow_shot *next = shot_start(g_env.stock_url, 0, g);
+    wait_claim_queued(s, "the new holder");
+
+    /* The sleeper wakes and would write 10 - 1 = 9: its watchdog found the lock gone, and the
+     * last look before the commit refuses the sale. */
+    expect_error(slow_shot_join(s), 503, "lock_lost", "the paused holder's deduct");
+    report_lost(&before, "takeover");
+    expect_deducted(slow_shot_join(next), g, 1, 9, "redis", "the new holder's deduct");
     long long fence = sql_value("SELECT fence FROM goods WHERE id = $1", 1, g);
     printf("    the new holder sold with token %lld (the sleeper's is %lld)\n", fence, token);
     if (fence <= token)
         fail_msg("the new holder's sale stored fence %lld, not above the sleeper's %lld", fence,
                  token);
-
-    /* The sleeper wakes and writes 10 - 1 = 9 over the new holder's 9: an oversell, unless
-     * refused. */
-    expect_error(slow_shot_join(s), 503, "lock_lost", "the paused holder's deduct");
-    report_lost(&before, "takeover");
     expect_stock(g, 10, 9, 1, 1, "after the takeover: one sale, the new holder's");
     if (stock_get(g).oversold != 0)
         fail_msg("after the takeover: oversold is not 0");
 }
 
-/* The fence alone: the holder never learns it lost anything; the database refuses it. */
+/* The claim alone: the database has seen a newer token than the holder's, which the holder
+ * (and its watchdog, and Redis) know nothing of. */
 static void test_lock_lost_fence(void **state)
 {
     const long long g = GOODS_LOST_FENCE;
-    char key[64], reply[16];
+    char key[64], fence_key[96], reply[64];
 
     (void)state;
     begin_case("lock_lost_fence");
     need_slow_replica();
     snprintf(key, sizeof(key), "lock:goods:%lld", g);
+    snprintf(fence_key, sizeof(fence_key), "%s:fence", key);
+    /* One sale makes the lock's counter exist; the reset keeps the row's token. */
     reset_goods(g, 10);
+    expect_deducted(deduct(g_env.stock_url, g, 1, "redis", NULL), g, 1, 9, "redis",
+                    "a first sale, to start the lock's counter");
+    reset_goods(g, 10);
+    if (redis_cli_out(reply, sizeof(reply), "GET", fence_key, NULL, NULL) != 0)
+        fail_msg("redis-cli GET %s failed", fence_key);
+    long long counter = strtoll(reply, NULL, 10);
+    if (counter <= 0)
+        fail_msg("GET %s answered '%s', not a fencing token", fence_key, reply);
+    /* A newer holder's claim, as it would be stamped: the token after the next one. The next
+     * holder (the slow replica's request) gets counter + 1, which is older. */
+    sql_exec("UPDATE goods SET fence = $2 WHERE id = $1", g, counter + 2);
+    printf("    goods %lld stamped with fence %lld; the lock's counter is at %lld\n", g,
+           counter + 2, counter);
     lost_counters before = lost_counters_read();
 
     slow_shot *s = slow_shot_start(g);
-    long long token = wait_slow_holder(s, key);
-    /* A newer holder's write, as it would be stamped: the next token. The lock itself is left
-     * alone, so the slow replica's watchdog goes on renewing it and sees nothing wrong. */
-    sql_exec("UPDATE goods SET fence = $2 WHERE id = $1", g, token + 1);
-    printf("    goods %lld stamped with fence %lld behind the holder's back\n", g, token + 1);
-    /* Past the first lease, the key is still there: the watchdog kept it. */
-    while (now_s() - s->start < (double)g_env.slow_lease_ms / 1000.0 + 0.2)
-        usleep(20 * 1000);
-    expect_still_paused(s, "the lease was checked");
-    if (redis_cli_out(reply, sizeof(reply), "EXISTS", key, NULL, NULL) != 0 ||
-        strcmp(reply, "1") != 0)
-        fail_msg("%s is gone %.2f s into the pause: the watchdog did not renew it", key,
-                 now_s() - s->start);
-
     expect_error(slow_shot_join(s), 503, "lock_lost", "the fenced holder's deduct");
     lost_counters after = report_lost(&before, "fence");
     if (after.watchdog != before.watchdog)
         fail_msg("the watchdog counted %.0f lost holdings: this case needs it to see none",
                  after.watchdog - before.watchdog);
-    if (after.renewals <= before.renewals)
-        fail_msg("the watchdog made no renewal during a %ld ms pause with a %ld ms lease",
-                 g_env.slow_delay_ms, g_env.slow_lease_ms);
-    expect_stock(g, 10, 10, 0, 0, "after the fenced write: nothing sold");
+    if (s->reply.seconds * 1000 >= g_env.slow_delay_ms)
+        fail_msg("the fenced holder answered after %.2f s: it was refused after its pause, not "
+                 "at its read",
+                 s->reply.seconds);
+    expect_stock(g, 10, 10, 0, 0, "after the refused claim: nothing sold");
 
-    /* The next holder gets exactly the stamped token, which the fence lets through. */
+    /* The next holder gets exactly the stamped token, which the claim lets through. */
     expect_deducted(deduct(g_env.stock_url, g, 1, "redis", NULL), g, 1, 9, "redis",
                     "the next holder's deduct");
     long long fence = sql_value("SELECT fence FROM goods WHERE id = $1", 1, g);
-    if (fence != token + 1)
+    if (fence != counter + 2)
         fail_msg("the next holder wrote fence %lld, want %lld (the stamped token)", fence,
-                 token + 1);
+                 counter + 2);
     expect_stock(g, 10, 9, 1, 1, "after the next holder's sale");
 }
 
@@ -2867,6 +2925,59 @@ static void test_lock_lost_watchdog(void **state)
     expect_deducted(deduct(g_env.stock_url, g, 1, "redis", NULL), g, 1, 9, "redis",
                     "a deduct after the lost holding");
     expect_stock(g, 10, 9, 1, 1, "after the next sale");
+}
+
+/*
+ * The five steps: a holder reads; its lock vanishes; a new holder takes the lock and reads
+ * before the first one writes; the first one writes and commits, unaware; the new one writes
+ * and commits. `second` is where the new holder's request goes: a delayed replica (its write
+ * comes after the first holder's: the five steps as told) or a replica behind nginx (its
+ * write would come first: the mirror). Either way the new holder's read must wait for the
+ * first holder's commit and read what it left: two sales, two units, oversold 0.
+ */
+static void five_steps(long long g, const char *second, long second_delay_ms, const char *label)
+{
+    char key[64];
+
+    if (g_env.delayed_urls[0] == NULL || g_env.delayed_urls[1] == NULL)
+        fail_msg("DELAYED_REPLICA_URLS is not set: tests/integration.sh starts two delayed "
+                 "replicas for these cases");
+    snprintf(key, sizeof(key), "lock:goods:%lld", g);
+    reset_goods(g, 10);
+
+    slow_shot *first = shot_start(g_env.delayed_urls[0], g_env.delayed_delay_ms, g);
+    long long token = wait_slow_holder(first, key);
+    if (redis_cli("DEL", key, NULL, NULL) != 0)
+        fail_msg("redis-cli DEL %s failed", key);
+    printf("    %s: lock:goods:%lld deleted under the first holder (token %lld)\n", label, g,
+           token);
+
+    slow_shot *next = shot_start(second, second_delay_ms, g);
+    wait_claim_queued(first, label);
+
+    /* The delayed replicas are not behind nginx: their instance is none of the replicas'. */
+    json_t *j = expect_json(slow_shot_join(first), 200, "the first holder's deduct");
+    expect_field_int(j, "remaining", 9, "the first holder's deduct");
+    j = expect_json(slow_shot_join(next), 200, "the second holder's deduct");
+    expect_field_int(j, "remaining", 8, "the second holder's deduct, after the first's commit");
+    expect_stock(g, 10, 8, 2, 2, "after both holders sold: two units");
+    if (stock_get(g).oversold != 0)
+        fail_msg("%s: oversold is not 0", label);
+}
+
+static void test_five_steps(void **state)
+{
+    (void)state;
+    begin_case("five_steps");
+    five_steps(GOODS_FIVE_STEPS, g_env.delayed_urls[1], g_env.delayed_delay_ms,
+               "the five steps");
+}
+
+static void test_five_steps_mirror(void **state)
+{
+    (void)state;
+    begin_case("five_steps_mirror");
+    five_steps(GOODS_FIVE_STEPS_MIRROR, g_env.stock_url, 0, "the mirror");
 }
 
 /* ------------------------------------------------------------------------------------------
@@ -3172,6 +3283,17 @@ static void env_load(void)
         g_env.slow_delay_ms = delay != NULL ? strtol(delay, NULL, 10) : 0;
         g_env.slow_lease_ms = lease != NULL ? strtol(lease, NULL, 10) : 0;
     }
+    /* The two delayed replicas: only the five-step cases need them. */
+    const char *delayed = getenv("DELAYED_REPLICA_URLS");
+    if (delayed != NULL && delayed[0] != '\0') {
+        const char *comma = strchr(delayed, ',');
+        const char *ddelay = getenv("DELAYED_REPLICA_DELAY_MS");
+        if (comma != NULL) {
+            g_env.delayed_urls[0] = strndup(delayed, (size_t)(comma - delayed));
+            g_env.delayed_urls[1] = strdup(comma + 1);
+        }
+        g_env.delayed_delay_ms = ddelay != NULL ? strtol(ddelay, NULL, 10) : 0;
+    }
     if (access("scripts/stack.sh", X_OK) != 0) {
         snprintf(g_env.problem, sizeof(g_env.problem),
                  "scripts/stack.sh is not here: run the test from the project root");
@@ -3239,6 +3361,8 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_lock_lost_takeover, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_lock_lost_fence, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_lock_lost_watchdog, case_setup, case_teardown),
+        cmocka_unit_test_setup_teardown(test_five_steps, case_setup, case_teardown),
+        cmocka_unit_test_setup_teardown(test_five_steps_mirror, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_redis_down, case_setup, redis_case_teardown),
         cmocka_unit_test_setup_teardown(test_postgres_down, case_setup, pg_case_teardown),
     };
@@ -3273,6 +3397,8 @@ int main(int argc, char **argv)
     free(g_owned);
     for (size_t i = 0; i < g_env.n_replicas; i++)
         free(g_env.replicas[i]);
+    free(g_env.delayed_urls[0]);
+    free(g_env.delayed_urls[1]);
     curl_easy_cleanup(g_curl);
     curl_global_cleanup();
     return failed == 0 ? 0 : 1;
