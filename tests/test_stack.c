@@ -2801,24 +2801,39 @@ static lost_counters report_lost(const lost_counters *before, const char *label)
     return after;
 }
 
+/*
+ * The start every lost-lock case shares: goods g reset to 10, one redis-mode deduct sent to
+ * `base` (a replica that pauses delay_ms inside its section), and, once it holds the lock
+ * and has read, its key deleted, as an expiry or a Redis that lost it would. Returns the
+ * request; *token is the holding's fencing token.
+ */
+static slow_shot *lose_lock_mid_section(const char *base, long delay_ms, long long g,
+                                        long long *token)
+{
+    char key[64];
+
+    snprintf(key, sizeof(key), "lock:goods:%lld", g);
+    reset_goods(g, 10);
+    slow_shot *s = shot_start(base, delay_ms, g);
+    *token = wait_slow_holder(s, key);
+    if (redis_cli("DEL", key, NULL, NULL) != 0)
+        fail_msg("redis-cli DEL %s failed", key);
+    printf("    %s deleted under the holder (token %lld)\n", key, *token);
+    return s;
+}
+
 /* The takeover: Kleppmann's scenario, end to end. */
 static void test_lock_lost_takeover(void **state)
 {
     const long long g = GOODS_LOST_TAKEOVER;
-    char key[64];
+    long long token;
 
     (void)state;
     begin_case("lock_lost_takeover");
     need_slow_replica();
-    snprintf(key, sizeof(key), "lock:goods:%lld", g);
-    reset_goods(g, 10);
     lost_counters before = lost_counters_read();
-
-    slow_shot *s = slow_shot_start(g);
-    long long token = wait_slow_holder(s, key);
     /* The lease runs out under the sleeping holder: its key is gone, as after an expiry. */
-    if (redis_cli("DEL", key, NULL, NULL) != 0)
-        fail_msg("redis-cli DEL %s failed", key);
+    slow_shot *s = lose_lock_mid_section(g_env.slow_url, g_env.slow_delay_ms, g, &token);
 
     /* Another client takes the lock, with a newer token; its read waits for the sleeper's
      * transaction (a replica behind nginx: it does not pause). */
@@ -2895,19 +2910,13 @@ static void test_lock_lost_fence(void **state)
 static void test_lock_lost_watchdog(void **state)
 {
     const long long g = GOODS_LOST_WATCHDOG;
-    char key[64];
+    long long token;
 
     (void)state;
     begin_case("lock_lost_watchdog");
     need_slow_replica();
-    snprintf(key, sizeof(key), "lock:goods:%lld", g);
-    reset_goods(g, 10);
     lost_counters before = lost_counters_read();
-
-    slow_shot *s = slow_shot_start(g);
-    long long token = wait_slow_holder(s, key);
-    if (redis_cli("DEL", key, NULL, NULL) != 0)
-        fail_msg("redis-cli DEL %s failed", key);
+    slow_shot *s = lose_lock_mid_section(g_env.slow_url, g_env.slow_delay_ms, g, &token);
 
     expect_error(slow_shot_join(s), 503, "lock_lost", "the holder whose lock vanished");
     lost_counters after = report_lost(&before, "watchdog");
@@ -2937,20 +2946,13 @@ static void test_lock_lost_watchdog(void **state)
  */
 static void five_steps(long long g, const char *second, long second_delay_ms, const char *label)
 {
-    char key[64];
+    long long token;
 
     if (g_env.delayed_urls[0] == NULL || g_env.delayed_urls[1] == NULL)
         fail_msg("DELAYED_REPLICA_URLS is not set: tests/integration.sh starts two delayed "
                  "replicas for these cases");
-    snprintf(key, sizeof(key), "lock:goods:%lld", g);
-    reset_goods(g, 10);
-
-    slow_shot *first = shot_start(g_env.delayed_urls[0], g_env.delayed_delay_ms, g);
-    long long token = wait_slow_holder(first, key);
-    if (redis_cli("DEL", key, NULL, NULL) != 0)
-        fail_msg("redis-cli DEL %s failed", key);
-    printf("    %s: lock:goods:%lld deleted under the first holder (token %lld)\n", label, g,
-           token);
+    slow_shot *first = lose_lock_mid_section(g_env.delayed_urls[0], g_env.delayed_delay_ms, g,
+                                             &token);
 
     slow_shot *next = shot_start(second, second_delay_ms, g);
     wait_claim_queued(first, label);
