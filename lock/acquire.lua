@@ -4,9 +4,16 @@
 -- KEYS[2]  the fencing counter: an integer that only grows, no TTL
 -- ARGV[1]  the owner, "<process id>:<thread number>"
 -- ARGV[2]  the lease, in milliseconds
+-- ARGV[3]  the hold count the owner has once this call succeeds: its own count, kept by the
+--          client, plus one
 --
 -- Returns {hold count, fencing token} when ARGV[1] now holds the lock, or, when another
 -- owner holds it, its remaining TTL in milliseconds (a plain integer; -1 if it has none).
+--
+-- Idempotent: the count is set, not incremented. When a reply is lost (a timeout, a dropped
+-- connection) the client cannot know whether the script ran; running it again, or running
+-- the next release, leaves Redis with the count the client keeps, never one more than the
+-- client will ever give back (which the watchdog would renew for ever).
 --
 -- Why a script: "is it free?" and "take it" must be one step. As two commands, two clients
 -- could both see the lock free and both take it. Redis runs a script to its end before it
@@ -25,18 +32,19 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
         redis.call('SET', KEYS[2], now[1] .. string.format('%06d', tonumber(now[2])))
     end
     local token = redis.call('INCR', KEYS[2])
-    redis.call('HSET', KEYS[1], ARGV[1], 1)
+    redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    return {1, token}
+    return {tonumber(ARGV[3]), token}
 end
 
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
-    -- Ours already: take it once more and restart the lease. Nobody else can have moved
-    -- the counter while we hold the lock, so its value is still our holding's token.
-    local count = redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
+    -- Ours already (a reentrant take, or this very call run again after its reply was lost):
+    -- set the count and restart the lease. Nobody else can have moved the counter while we
+    -- hold the lock, so its value is still our holding's token.
+    redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
     local token = tonumber(redis.call('GET', KEYS[2]) or '0')
-    return {count, token}
+    return {tonumber(ARGV[3]), token}
 end
 
 -- Someone else's: the caller may sleep this long before the lease runs out.

@@ -30,6 +30,8 @@ typedef struct holding {
     bool lost;          /* the watchdog found it gone */
     int64_t expires_ns; /* end of lease as far as we know */
     int64_t due_ns;     /* next renewal (watchdog holdings) */
+    int64_t since_ns;   /* when the holding began: its first acquisition was sent */
+    bool capped;        /* held for max_hold: the watchdog renews it no more */
 } holding;
 
 struct lock__holdings {
@@ -39,11 +41,12 @@ struct lock__holdings {
     uint64_t next_id;
     int64_t watchdog_lease_ms;
     int64_t renew_every_ns;
+    int64_t max_hold_ns; /* a holding is renewed for this long at most */
     int64_t sleep_until_ns; /* the watchdog's wake-up time; INT64_MAX: none, or awake */
     bool stopped;
 };
 
-int lock__holdings_create(int64_t watchdog_lease_ms, lock__holdings **out)
+int lock__holdings_create(int64_t watchdog_lease_ms, int64_t max_hold_ms, lock__holdings **out)
 {
     lock__holdings *h;
 
@@ -57,6 +60,7 @@ int lock__holdings_create(int64_t watchdog_lease_ms, lock__holdings **out)
         goto fail_mutex;
     h->watchdog_lease_ms = watchdog_lease_ms;
     h->renew_every_ns = lock__ms_to_ns(watchdog_lease_ms) / 3;
+    h->max_hold_ns = lock__ms_to_ns(max_hold_ms);
     h->sleep_until_ns = INT64_MAX;
     h->next_id = 1;
     *out = h;
@@ -136,6 +140,7 @@ int lock__holdings_acquired(lock__holdings *h, const char *name, uint64_t thread
         e->thread = thread;
         memcpy(e->owner, owner, sizeof(e->owner));
         e->token = token;
+        e->since_ns = sent_ns;
         e->next = h->list;
         h->list = e;
     }
@@ -179,6 +184,18 @@ out:
     pthread_mutex_unlock(&h->mu);
 }
 
+int64_t lock__holdings_count(lock__holdings *h, const char *name, uint64_t thread)
+{
+    holding *e;
+    int64_t count;
+
+    pthread_mutex_lock(&h->mu);
+    e = *holding_find(h, name, thread);
+    count = e != NULL ? e->count : 0;
+    pthread_mutex_unlock(&h->mu);
+    return count;
+}
+
 void lock__holdings_forget(lock__holdings *h, const char *name, uint64_t thread)
 {
     holding **link;
@@ -213,7 +230,7 @@ static holding *holding_earliest_due(lock__holdings *h)
     holding *best = NULL;
 
     for (holding *e = h->list; e != NULL; e = e->next)
-        if (e->watchdog && !e->lost && (best == NULL || e->due_ns < best->due_ns))
+        if (e->watchdog && !e->lost && !e->capped && (best == NULL || e->due_ns < best->due_ns))
             best = e;
     return best;
 }
@@ -233,8 +250,20 @@ int lock__holdings_next_due(lock__holdings *h, lock__renewal *out)
             pthread_cond_wait(&h->due_cv, &h->mu);
             continue;
         }
-        if (e->due_ns <= lock__now_ns())
+        if (e->due_ns <= lock__now_ns()) {
+            /*
+             * The maximum hold time: a holder stuck inside its section (a database that
+             * stopped answering, a thread that never returns) would otherwise be renewed for
+             * as long as its process lives, and every other request for the lock would wait
+             * in vain. Past max_hold the watchdog lets the lease run out; lock_is_held then
+             * answers LOST once it has, and the holder's commit is refused.
+             */
+            if (lock__now_ns() - e->since_ns >= h->max_hold_ns) {
+                e->capped = true;
+                continue;
+            }
             break;
+        }
         /* Woken early (stop, an earlier holding, spuriously) or not: look again, since
          * while we slept the holding may have been released and freed. */
         h->sleep_until_ns = e->due_ns;

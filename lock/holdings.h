@@ -43,9 +43,10 @@ typedef enum lock__renew_outcome {
     LOCK__FAILED,  /* Redis did not answer: try again soon */
 } lock__renew_outcome;
 
-/* Creates an empty registry; watchdog holdings are renewed every watchdog_lease_ms / 3.
+/* Creates an empty registry; watchdog holdings are renewed every watchdog_lease_ms / 3, and
+ * no longer once a holding has been held for max_hold_ms (> 0): its lease then runs out.
  * Returns LOCK_OK and *out, or LOCK_ERR_NOMEM. */
-int lock__holdings_create(int64_t watchdog_lease_ms, lock__holdings **out);
+int lock__holdings_create(int64_t watchdog_lease_ms, int64_t max_hold_ms, lock__holdings **out);
 
 /* Frees the registry and any holding left in it. NULL is a no-op. */
 void lock__holdings_destroy(lock__holdings *h);
@@ -69,6 +70,11 @@ int lock__holdings_acquired(lock__holdings *h, const char *name, uint64_t thread
  */
 void lock__holdings_released(lock__holdings *h, const char *name, uint64_t thread,
                              int64_t remaining);
+
+/* The hold count recorded for (name, thread); 0 when there is no record. The scripts set
+ * Redis' count from it (see acquire.lua), so that Redis never keeps a count that this
+ * process will not give back. */
+int64_t lock__holdings_count(lock__holdings *h, const char *name, uint64_t thread);
 
 /* Removes the record of (name, thread) if there is one: Redis says it is not held. */
 void lock__holdings_forget(lock__holdings *h, const char *name, uint64_t thread);

@@ -73,6 +73,7 @@ void lock_options_init(lock_options *opts)
     opts->connect_timeout_ms = 500;
     opts->command_timeout_ms = 500;
     opts->watchdog_lease_ms = 30000;
+    opts->max_hold_ms = 60000;
     opts->pool_size = 16;
 }
 
@@ -85,7 +86,7 @@ static int check_options(const lock_options *o)
     if (o->connect_timeout_ms < 1 || o->command_timeout_ms < 1)
         return LOCK_ERR_INVALID;
     /* The watchdog renews every lease/3 ms, which must be at least 1 ms. */
-    if (o->watchdog_lease_ms < 3)
+    if (o->watchdog_lease_ms < 3 || o->max_hold_ms < 1)
         return LOCK_ERR_INVALID;
     if (o->pool_size < 1 || o->pool_size > 1024)
         return LOCK_ERR_INVALID;
@@ -125,7 +126,7 @@ int lock_client_create(const lock_options *opts, lock_client **out)
     rc = lock__pool_create(&c->conn_cfg, opts->pool_size, &c->pool);
     if (rc != LOCK_OK)
         goto fail;
-    rc = lock__holdings_create(opts->watchdog_lease_ms, &c->holdings);
+    rc = lock__holdings_create(opts->watchdog_lease_ms, opts->max_hold_ms, &c->holdings);
     if (rc != LOCK_OK)
         goto fail;
     rc = lock__watchdog_start(c->holdings, &c->conn_cfg, &c->watchdog);
@@ -214,33 +215,39 @@ static int attempt_parse(const redisReply *r, attempt *a)
  * borrow_by, and for the answer until hard_by. *sent_ns (if not NULL) gets the moment the
  * command went out. On LOCK_OK the caller owns *reply (freeReplyObject).
  */
-static int pooled_script(lock_client *c, lock__script script, const lock__keys *k, const char *arg1,
-                         const char *arg2, int64_t borrow_by, int64_t hard_by, int64_t *sent_ns,
-                         redisReply **reply)
+static int pooled_script(lock_client *c, lock__script script, const lock__keys *k,
+                         const char *const args[3], int64_t borrow_by, int64_t hard_by,
+                         int64_t *sent_ns, redisReply **reply)
 {
     const char *keys[2] = {k->name, k->fence};
-    const char *args[2] = {arg1, arg2};
     lock__conn *conn = NULL;
     int rc;
 
     *reply = NULL;
-    rc = lock__pool_borrow(c->pool, borrow_by, &conn);
+    /* A release must not wait behind the acquirers for a connection: a release that gave up
+     * would leave the lock to its lease (30 s with the watchdog). It gets the pool's
+     * reserved connection when every other one is out. */
+    if (script == LOCK__SCRIPT_RELEASE)
+        rc = lock__pool_borrow_for_release(c->pool, borrow_by, &conn);
+    else
+        rc = lock__pool_borrow(c->pool, borrow_by, &conn);
     if (rc != LOCK_OK)
         return rc;
     if (sent_ns != NULL)
         *sent_ns = lock__now_ns();
-    rc = lock__script_run(conn, script, hard_by, 2, keys, 2, args, reply);
+    rc = lock__script_run(conn, script, hard_by, 2, keys, 3, args, reply);
     lock__pool_return(c->pool, conn);
     return rc;
 }
 
-/* Runs acquire.lua once: waits for a connection until borrow_by, ends by hard_by. */
+/* Runs acquire.lua once, for an owner that will hold `count` (its own count plus one) once
+ * it succeeds: waits for a connection until borrow_by, ends by hard_by. */
 static int attempt_once(lock_client *c, const lock__keys *k, const char *owner, const char *lease,
-                        int64_t borrow_by, int64_t hard_by, attempt *a)
+                        const char *count, int64_t borrow_by, int64_t hard_by, attempt *a)
 {
+    const char *args[3] = {owner, lease, count};
     redisReply *r = NULL;
-    int rc = pooled_script(c, LOCK__SCRIPT_ACQUIRE, k, owner, lease, borrow_by, hard_by,
-                           &a->sent_ns, &r);
+    int rc = pooled_script(c, LOCK__SCRIPT_ACQUIRE, k, args, borrow_by, hard_by, &a->sent_ns, &r);
 
     if (rc == LOCK_OK)
         rc = attempt_parse(r, a);
@@ -250,19 +257,24 @@ static int attempt_once(lock_client *c, const lock__keys *k, const char *owner, 
 }
 
 /*
- * Runs release.lua once, waiting one command timeout at most for a connection and one more
- * for the answer. Returns LOCK_OK with *remaining the hold count left (0: released),
+ * Runs release.lua once, leaving the owner `keep` holds (its own count minus one; 0 gives
+ * the lock back), waiting one command timeout at most for a connection and one more for the
+ * answer. Returns LOCK_OK with *remaining the hold count left (0: released),
  * LOCK_ERR_NOT_HELD, or an error (*remaining is then -1: unknown).
  */
-static int release_once(lock_client *c, const lock__keys *k, const char *owner, int64_t *remaining)
+static int release_once(lock_client *c, const lock__keys *k, const char *owner, int64_t keep,
+                        int64_t *remaining)
 {
     int64_t borrow_by = lock__now_ns() + lock__ms_to_ns(c->opts.command_timeout_ms);
     int64_t hard_by = borrow_by + lock__ms_to_ns(c->opts.command_timeout_ms);
+    char keep_text[24];
+    const char *args[3] = {owner, k->channel, keep_text};
     redisReply *r = NULL;
     int rc;
 
     *remaining = -1;
-    rc = pooled_script(c, LOCK__SCRIPT_RELEASE, k, owner, k->channel, borrow_by, hard_by, NULL, &r);
+    snprintf(keep_text, sizeof(keep_text), "%" PRId64, keep < 0 ? 0 : keep);
+    rc = pooled_script(c, LOCK__SCRIPT_RELEASE, k, args, borrow_by, hard_by, NULL, &r);
     if (rc != LOCK_OK)
         goto out;
     if (r->type != REDIS_REPLY_INTEGER) {
@@ -284,7 +296,7 @@ int lock_try_lock(lock_client *c, const char *name, int64_t wait_ms, int64_t lea
 {
     lock__keys k;
     char owner[LOCK__OWNER_MAX];
-    char lease[24];
+    char lease[24], count[24];
     lock__waiter *w = NULL;
     attempt a = {0};
     bool woken = false;
@@ -302,12 +314,15 @@ int lock_try_lock(lock_client *c, const char *name, int64_t wait_ms, int64_t lea
         lease_ms = c->opts.watchdog_lease_ms;
     lock__owner_format(c->process_id, owner);
     snprintf(lease, sizeof(lease), "%" PRId64, lease_ms);
+    /* The count Redis is told to set: what this thread holds, as it knows, plus this hold. */
+    snprintf(count, sizeof(count), "%" PRId64,
+             lock__holdings_count(c->holdings, k.name, lock__thread_number()) + 1);
 
     start = lock__now_ns();
     deadline = lock__add_ns(start, lock__ms_to_ns(wait_ms));
     hard_deadline = lock__add_ns(deadline, lock__ms_to_ns(c->opts.command_timeout_ms));
 
-    rc = attempt_once(c, &k, owner, lease, deadline, hard_deadline, &a);
+    rc = attempt_once(c, &k, owner, lease, count, deadline, hard_deadline, &a);
     while (rc == LOCK_OK && !a.acquired) {
         now = lock__now_ns();
         if (now >= deadline) {
@@ -327,7 +342,7 @@ int lock_try_lock(lock_client *c, const char *name, int64_t wait_ms, int64_t lea
             woken =
                 lock__subscriber_wait_release(c->subscriber, w, wake_time(now, a.ttl_ms, deadline));
         }
-        rc = attempt_once(c, &k, owner, lease, deadline, hard_deadline, &a);
+        rc = attempt_once(c, &k, owner, lease, count, deadline, hard_deadline, &a);
     }
 
     if (rc == LOCK_OK) {
@@ -338,7 +353,7 @@ int lock_try_lock(lock_client *c, const char *name, int64_t wait_ms, int64_t lea
              * keep a lock that nobody would renew or know to release. */
             int64_t ignored;
 
-            release_once(c, &k, owner, &ignored);
+            release_once(c, &k, owner, a.count - 1, &ignored);
         } else if (fence_token != NULL)
             *fence_token = a.token;
     }
@@ -369,7 +384,11 @@ int lock_unlock(lock_client *c, const char *name)
     if (rc != LOCK_OK)
         return rc;
     lock__owner_format(c->process_id, owner);
-    rc = release_once(c, &k, owner, &remaining);
+    /* Redis is told the count to keep: this thread's own count minus the hold given back.
+     * (No record at all: 0, give back whatever this owner may hold.) */
+    rc = release_once(c, &k, owner,
+                      lock__holdings_count(c->holdings, k.name, lock__thread_number()) - 1,
+                      &remaining);
     /* The local record follows Redis' answer. Without an answer one hold is dropped
      * locally anyway (remaining -1), so the watchdog stops renewing a lock whose release
      * failed: the lease then frees it. */

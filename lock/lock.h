@@ -60,6 +60,8 @@ typedef struct lock_options {
     int command_timeout_ms;    /* default 500: bounds every round trip */
     int64_t watchdog_lease_ms; /* lease used with LOCK_LEASE_WATCHDOG; default 30000;
                                   the watchdog renews every lease/3 */
+    int64_t max_hold_ms;       /* the watchdog renews a holding for this long at most, then
+                                  lets its lease run out (> 0); default 60000 */
     int pool_size;             /* command connections; default 16 */
 } lock_options;
 
@@ -89,7 +91,8 @@ void lock_client_destroy(lock_client *c);
  *            LOCK_LEASE_WATCHDOG: default lease, renewed by the watchdog while held.
  * Reentrant: a thread that holds the lock takes it again (the hold count grows; the TTL is
  * reset to this call's lease) and gets the same fencing token. Once any hold of a holding
- * was taken with LOCK_LEASE_WATCHDOG, the watchdog renews it until its last release.
+ * was taken with LOCK_LEASE_WATCHDOG, the watchdog renews it until its last release, or
+ * until it has been held for max_hold_ms.
  * Waiting does not poll: the waiter sleeps until a release is announced or the holder's
  * remaining TTL (or the wait) runs out, plus a little jitter.
  * Returns LOCK_OK and sets *fence_token (if not NULL) to the token of this holding;
@@ -104,7 +107,8 @@ int lock_try_lock(lock_client *c, const char *name, int64_t wait_ms, int64_t lea
  * a release message is published and the watchdog stops renewing it.
  * Returns LOCK_OK; LOCK_ERR_NOT_HELD when the caller is not an owner (another owner's lock
  * is never touched); LOCK_ERR_REDIS, or LOCK_ERR_BUSY (no connection free within one
- * command timeout). After an error the hold is dropped locally all the same, so the watchdog
+ * command timeout: a release takes the pool's reserved connection when the others are
+ * out, so only another release can keep it waiting). After an error the hold is dropped locally all the same, so the watchdog
  * does not keep a lock alive that its owner meant to release: the lease frees it. Takes at
  * most two command timeouts.
  */

@@ -4,7 +4,7 @@
  * The free connections are a stack (free_stack[0 .. nfree)): return pushes, borrow pops, so
  * the connection borrowed is the one used last, which is the most likely to be connected.
  * One mutex guards the stack; one condition variable wakes a borrower when a connection
- * comes back.
+ * comes back. The reserved connection has a flag of its own under the same mutex.
  */
 #include "lock/pool.h"
 #include "lock/clock.h"
@@ -24,6 +24,9 @@ struct lock__pool {
     lock__conn **free_stack; /* the free ones; the top is the last returned */
     int nfree;
     _Atomic int in_use; /* copy of size - nfree for lock-free reading */
+    lock__conn reserved;     /* for releases only (lock__pool_borrow_for_release) */
+    bool reserved_out;       /* borrowed right now */
+    pthread_cond_t reserved_back; /* signalled when the reserved connection comes back */
 };
 
 int lock__pool_create(const lock__conn_config *cfg, int size, lock__pool **out)
@@ -44,6 +47,11 @@ int lock__pool_create(const lock__conn_config *cfg, int size, lock__pool **out)
         goto fail_stack;
     if (lock__cond_init(&p->returned) != 0)
         goto fail_mutex;
+    if (lock__cond_init(&p->reserved_back) != 0) {
+        pthread_cond_destroy(&p->returned);
+        goto fail_mutex;
+    }
+    lock__conn_init(&p->reserved, cfg);
     p->size = size;
     /* Pushed in reverse so that conns[0] is on top and is the first one used. */
     for (int i = size - 1; i >= 0; i--) {
@@ -72,6 +80,8 @@ void lock__pool_destroy(lock__pool *p)
         return;
     for (int i = 0; i < p->size; i++)
         lock__conn_close(&p->conns[i]);
+    lock__conn_close(&p->reserved);
+    pthread_cond_destroy(&p->reserved_back);
     pthread_cond_destroy(&p->returned);
     pthread_mutex_destroy(&p->mu);
     free(p->free_stack);
@@ -100,9 +110,43 @@ out:
     return rc;
 }
 
+int lock__pool_borrow_for_release(lock__pool *p, int64_t deadline_ns, lock__conn **out)
+{
+    int rc = LOCK_OK;
+
+    *out = NULL;
+    pthread_mutex_lock(&p->mu);
+    if (p->nfree > 0) {
+        *out = p->free_stack[--p->nfree];
+        atomic_fetch_add(&p->in_use, 1);
+        goto out;
+    }
+    while (p->reserved_out) {
+        if (lock__cond_wait_until(&p->reserved_back, &p->mu, deadline_ns) == ETIMEDOUT &&
+            p->reserved_out) {
+            lock__error_set("all %d redis connections and the reserved one busy for the whole "
+                            "wait",
+                            p->size);
+            rc = LOCK_ERR_BUSY;
+            goto out;
+        }
+    }
+    p->reserved_out = true;
+    *out = &p->reserved;
+out:
+    pthread_mutex_unlock(&p->mu);
+    return rc;
+}
+
 void lock__pool_return(lock__pool *p, lock__conn *conn)
 {
     pthread_mutex_lock(&p->mu);
+    if (conn == &p->reserved) {
+        p->reserved_out = false;
+        pthread_cond_signal(&p->reserved_back);
+        pthread_mutex_unlock(&p->mu);
+        return;
+    }
     p->free_stack[p->nfree++] = conn;
     atomic_fetch_sub(&p->in_use, 1);
     pthread_cond_signal(&p->returned);

@@ -9,6 +9,10 @@
  *
  * Connections are created on first use (lock__conn reconnects lazily) and handed out most
  * recently returned first, so a light load keeps reusing the few already connected.
+ *
+ * One more connection is kept aside for releases (lock__pool_borrow_for_release): when
+ * every pooled connection is out with acquirers, a release still gets through instead of
+ * waiting behind them and giving up, which would leave the lock to its lease.
  */
 #ifndef LOCK_POOL_H
 #define LOCK_POOL_H
@@ -34,10 +38,19 @@ void lock__pool_destroy(lock__pool *p);
  */
 int lock__pool_borrow(lock__pool *p, int64_t deadline_ns, lock__conn **out);
 
-/* Gives a borrowed connection back, and wakes one thread waiting for one. */
+/*
+ * For a release: a free pooled connection if there is one now, else the reserved one,
+ * waiting for it (only other releases use it) until deadline_ns at most. Returns LOCK_OK and
+ * *out, to be given back with lock__pool_return(); or LOCK_ERR_BUSY.
+ */
+int lock__pool_borrow_for_release(lock__pool *p, int64_t deadline_ns, lock__conn **out);
+
+/* Gives a borrowed connection back (pooled or reserved), and wakes one thread waiting for
+ * one. */
 void lock__pool_return(lock__pool *p, lock__conn *conn);
 
-/* Connections in the pool, and borrowed right now (read without locking, for metrics). */
+/* Connections in the pool (the reserved one not counted), and borrowed right now (read
+ * without locking, for metrics). */
 int lock__pool_size(const lock__pool *p);
 int lock__pool_in_use(const lock__pool *p);
 

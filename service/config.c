@@ -79,6 +79,8 @@ static const config__setting config__settings[] = {
            "how long a request waits for a lock before answering 503 lock_timeout"),
     NUMBER("LOCK_LEASE_MS", CONFIG__INT64, lock_lease_ms, "30000", 300, 600000,
            "lease of a Redis lock; the watchdog renews it every lease/3 while held"),
+    NUMBER("LOCK_MAX_HOLD_MS", CONFIG__INT64, lock_max_hold_ms, "60000", 1000, 3600000,
+           "the watchdog stops renewing a lock held this long: a stuck holder's lease runs out"),
     {"ADMIN_TOKEN", CONFIG__STRING, FIELD(admin_token), "", 0, 255,
      config__valid_visible, "at most 255 visible ASCII characters, no spaces", true,
      "when set, POST /api/admin/reset requires 'Authorization: Bearer <token>'"},

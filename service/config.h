@@ -22,6 +22,7 @@ typedef struct service_config {
     int worker_threads;        /* WORKER_THREADS: connections served at once (a thread each) */
     int64_t lock_wait_ms;      /* LOCK_WAIT_MS: bound on waiting for the lock */
     int64_t lock_lease_ms;     /* LOCK_LEASE_MS: watchdog lease (renewed every lease/3) */
+    int64_t lock_max_hold_ms;  /* LOCK_MAX_HOLD_MS: no renewal past this hold time */
     char admin_token[256];     /* ADMIN_TOKEN: "" = admin endpoint open */
     int64_t business_delay_ms; /* BUSINESS_DELAY_MS: sleep between the read and the write */
     int db_pool_size;          /* DB_POOL_SIZE: PostgreSQL connections per replica */

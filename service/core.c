@@ -28,6 +28,7 @@ int core_create(const service_config *cfg, int db_pool_size, int redis_pool_size
     lock_opts.connect_timeout_ms = (int)cfg->redis_timeout_ms;
     lock_opts.command_timeout_ms = (int)cfg->redis_timeout_ms;
     lock_opts.watchdog_lease_ms = cfg->lock_lease_ms;
+    lock_opts.max_hold_ms = cfg->lock_max_hold_ms;
     lock_opts.pool_size = redis_pool_size;
     if (lock_client_create(&lock_opts, &out->lock) != LOCK_OK) {
         snprintf(err, errlen, "cannot create the Redis lock client");

@@ -30,6 +30,7 @@
  *   Redis down          try_lock errs within the timeout; after a restart all works again
  */
 #include "lock/lock.h"
+#include "lock/pool.h" /* white-box: the reserved release connection */
 #include "tests/support/redis_server.h"
 
 #include <errno.h>
@@ -60,6 +61,7 @@ typedef struct test_state {
     int port;
     redisContext *redis; /* the test's own connection, to look at and change keys */
     lock_client *client; /* default options, fresh for each case */
+    char maxclients[32]; /* the value a case read before lowering it; "" when untouched */
 } test_state;
 
 static test_state g_state;
@@ -343,7 +345,35 @@ static int case_teardown(void **state)
     (void)state;
     lock_client_destroy(g_state.client);
     g_state.client = NULL;
+    /* A setting a case changed goes back to the value it read, even when an assertion
+     * failed on the way (this runs all the same). Not a default written here: the server's
+     * own value depends on the open-file limit it started under. */
+    if (g_state.maxclients[0] != '\0') {
+        redisReply *r = redis_cmd("CONFIG SET maxclients %s", g_state.maxclients);
+        bool ok = r != NULL && r->type == REDIS_REPLY_STATUS;
+
+        if (r != NULL)
+            freeReplyObject(r);
+        if (!ok) {
+            fprintf(stderr, "test_lock: could not restore maxclients to %s\n",
+                    g_state.maxclients);
+            return -1;
+        }
+        g_state.maxclients[0] = '\0';
+    }
     return 0;
+}
+
+/* Remembers maxclients as the server has it now, for case_teardown to restore. */
+static void save_maxclients(void)
+{
+    redisReply *r = redis_cmd("CONFIG GET maxclients");
+
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(r->elements, 2);
+    snprintf(g_state.maxclients, sizeof(g_state.maxclients), "%s", r->element[1]->str);
+    freeReplyObject(r);
 }
 
 /* ---- basics ---- */
@@ -1154,6 +1184,195 @@ static void test_noscript(void **state)
     lock_client_destroy(c);
 }
 
+/* ---- lost replies, an exhausted pool, the maximum hold ---- */
+
+/* DEBUG SLEEP on a connection of its own, from a thread: Redis runs nothing else meanwhile,
+ * so a command sent now runs after the sleep, and its reply comes too late for a client
+ * whose command timeout is shorter. */
+typedef struct sleeper {
+    int port;
+    double seconds;
+    pthread_t thread;
+} sleeper;
+
+static void *sleeper_main(void *arg)
+{
+    sleeper *z = arg;
+    redisContext *ctx = redisConnect("127.0.0.1", z->port);
+
+    if (ctx != NULL && ctx->err == 0) {
+        redisReply *r = redisCommand(ctx, "DEBUG SLEEP %f", z->seconds);
+        if (r != NULL)
+            freeReplyObject(r);
+    }
+    if (ctx != NULL)
+        redisFree(ctx);
+    return NULL;
+}
+
+/* Starts a DEBUG SLEEP of `seconds` and returns once Redis is asleep. */
+static void sleeper_start(sleeper *z, double seconds)
+{
+    z->port = g_state.port;
+    z->seconds = seconds;
+    assert_int_equal(pthread_create(&z->thread, NULL, sleeper_main, z), 0);
+    sleep_ms(100);
+}
+
+static lock_client *client_with_timeout(int command_timeout_ms)
+{
+    lock_options o;
+    lock_client *c = NULL;
+
+    lock_options_init(&o);
+    o.redis_port = g_state.port;
+    o.command_timeout_ms = command_timeout_ms;
+    assert_int_equal(lock_client_create(&o, &c), LOCK_OK);
+    return c;
+}
+
+/* The hold count Redis keeps for the only owner of `name` (-1: not held). */
+static long long redis_hold_count(const char *name)
+{
+    redisReply *r = redis_cmd("HVALS %s", name);
+    long long n = -1;
+
+    if (r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements == 1)
+        n = atoll(r->element[0]->str);
+    if (r != NULL)
+        freeReplyObject(r);
+    return n;
+}
+
+/*
+ * A reentrant take whose reply is lost: the script ran (Redis counts 2 holds) but the client
+ * saw a timeout (it counts 1). With counts incremented and decremented, the holder's one
+ * unlock left 1 hold in Redis that the watchdog renewed for ever: the lock was wedged until
+ * the process ended. With counts set from the client's own, the unlock gives it back.
+ */
+static void test_lost_reply_on_acquire(void **state)
+{
+    lock_client *c = client_with_timeout(200);
+    sleeper z;
+    int rc;
+
+    (void)state;
+    assert_int_equal(lock_try_lock(c, "t:lostacq", 0, LOCK_LEASE_WATCHDOG, NULL), LOCK_OK);
+    sleeper_start(&z, 0.6);
+    rc = lock_try_lock(c, "t:lostacq", 0, LOCK_LEASE_WATCHDOG, NULL);
+    pthread_join(z.thread, NULL);
+    assert_int_equal(rc, LOCK_ERR_REDIS);
+    /* The reply was lost, but the script ran after the sleep. */
+    sleep_ms(50);
+    assert_int_equal(redis_hold_count("t:lostacq"), 2);
+    /* The holder gives back the one hold it knows of: the lock is free. */
+    assert_int_equal(lock_unlock(c, "t:lostacq"), LOCK_OK);
+    assert_int_equal(redis_int("EXISTS t:lostacq"), 0);
+    assert_int_equal(lock_is_held(c, "t:lostacq"), LOCK_ERR_NOT_HELD);
+    assert_int_equal(other_try_lock(g_state.client, "t:lostacq", 0, true), LOCK_OK);
+    lock_client_destroy(c);
+}
+
+/* A release whose reply is lost: the client drops the hold all the same, Redis applied it
+ * after the sleep, and the two agree; the last release frees the lock. */
+static void test_lost_reply_on_release(void **state)
+{
+    lock_client *c = client_with_timeout(200);
+    sleeper z;
+    int rc;
+
+    (void)state;
+    assert_int_equal(lock_try_lock(c, "t:lostrel", 0, LOCK_LEASE_WATCHDOG, NULL), LOCK_OK);
+    assert_int_equal(lock_try_lock(c, "t:lostrel", 0, LOCK_LEASE_WATCHDOG, NULL), LOCK_OK);
+    sleeper_start(&z, 0.6);
+    rc = lock_unlock(c, "t:lostrel");
+    pthread_join(z.thread, NULL);
+    assert_int_equal(rc, LOCK_ERR_REDIS);
+    sleep_ms(50);
+    assert_int_equal(redis_hold_count("t:lostrel"), 1);
+    assert_int_equal(lock_is_held(c, "t:lostrel"), LOCK_OK);
+    assert_int_equal(lock_unlock(c, "t:lostrel"), LOCK_OK);
+    assert_int_equal(redis_int("EXISTS t:lostrel"), 0);
+    assert_int_equal(other_try_lock(g_state.client, "t:lostrel", 0, true), LOCK_OK);
+    lock_client_destroy(c);
+}
+
+/* The pool with every connection out: an acquirer gets LOCK_ERR_BUSY at its deadline, a
+ * release gets the reserved connection at once, and a second release waits for it. */
+static void test_release_with_the_pool_exhausted(void **state)
+{
+    lock__conn_config cfg = {"127.0.0.1", g_state.port, 500, 500};
+    lock__pool *p = NULL;
+    lock__conn *a = NULL, *b = NULL, *r1 = NULL, *r2 = NULL, *x = NULL;
+    int64_t t0;
+
+    (void)state;
+    assert_int_equal(lock__pool_create(&cfg, 2, &p), LOCK_OK);
+    assert_int_equal(lock__pool_borrow(p, now_ns(), &a), LOCK_OK);
+    assert_int_equal(lock__pool_borrow(p, now_ns(), &b), LOCK_OK);
+    assert_int_equal(lock__pool_in_use(p), 2);
+    t0 = now_ns();
+    assert_int_equal(lock__pool_borrow(p, t0 + 100 * MS, &x), LOCK_ERR_BUSY);
+    assert_true(now_ns() - t0 >= 90 * MS);
+    /* The release does not wait. */
+    t0 = now_ns();
+    assert_int_equal(lock__pool_borrow_for_release(p, t0, &r1), LOCK_OK);
+    assert_true(now_ns() - t0 < 50 * MS);
+    assert_true(r1 != a && r1 != b);
+    /* A second release at once waits for the reserved one, up to its deadline. */
+    assert_int_equal(lock__pool_borrow_for_release(p, now_ns() + 50 * MS, &r2), LOCK_ERR_BUSY);
+    lock__pool_return(p, r1);
+    assert_int_equal(lock__pool_borrow_for_release(p, now_ns(), &r2), LOCK_OK);
+    assert_ptr_equal(r2, r1);
+    lock__pool_return(p, r2);
+    /* With a pooled connection free, a release takes that one. */
+    lock__pool_return(p, a);
+    assert_int_equal(lock__pool_borrow_for_release(p, now_ns(), &r1), LOCK_OK);
+    assert_ptr_equal(r1, a);
+    lock__pool_return(p, r1);
+    lock__pool_return(p, b);
+    assert_int_equal(lock__pool_in_use(p), 0);
+    lock__pool_destroy(p);
+}
+
+/* The watchdog renews a holding for max_hold_ms at most; then its lease runs out, the holder
+ * is told it lost the lock, and another owner takes it. */
+static void test_max_hold(void **state)
+{
+    lock_options o;
+    lock_client *c = NULL;
+    int64_t t0;
+
+    (void)state;
+    lock_options_init(&o);
+    o.redis_port = g_state.port;
+    o.watchdog_lease_ms = SHORT_LEASE_MS;
+    o.max_hold_ms = 700;
+    assert_int_equal(lock_client_create(&o, &c), LOCK_OK);
+    o.max_hold_ms = 0;
+    lock_client *bad = NULL;
+    assert_int_equal(lock_client_create(&o, &bad), LOCK_ERR_INVALID);
+
+    t0 = now_ns();
+    assert_int_equal(lock_try_lock(c, "t:maxhold", 0, LOCK_LEASE_WATCHDOG, NULL), LOCK_OK);
+    /* Renewed past its first lease (300 ms) ... */
+    sleep_ms(500);
+    assert_int_equal(lock_is_held(c, "t:maxhold"), LOCK_OK);
+    assert_int_equal(redis_int("EXISTS t:maxhold"), 1);
+    /* ... but not past max_hold + one lease. */
+    while (redis_int("EXISTS t:maxhold") == 1 && now_ns() - t0 < 3000 * MS)
+        sleep_ms(20);
+    int64_t gone_ms = (now_ns() - t0) / MS;
+    print_message("max hold: a 700 ms max hold with a 300 ms lease expired after %lld ms\n",
+                  (long long)gone_ms);
+    assert_true(gone_ms >= 700);
+    assert_true(gone_ms < 700 + SHORT_LEASE_MS + 400);
+    assert_int_equal(lock_is_held(c, "t:maxhold"), LOCK_ERR_LOST);
+    assert_int_equal(other_try_lock(g_state.client, "t:maxhold", 0, true), LOCK_OK);
+    assert_int_equal(lock_unlock(c, "t:maxhold"), LOCK_ERR_NOT_HELD);
+    lock_client_destroy(c);
+}
+
 /* ---- the subscriber connection ---- */
 
 static void test_subscriber_reconnect(void **state)
@@ -1196,6 +1415,7 @@ static void test_subscriber_reconnect(void **state)
     waiter.wait_ms = 10000;
     bg_start(&waiter);
     assert_true(wait_numsub("t:sub:released", 1, 2000));
+    save_maxclients();
     r = redis_cmd("CONFIG SET maxclients %lld", connected_clients() - 1);
     assert_non_null(r);
     assert_int_equal(r->type, REDIS_REPLY_STATUS);
@@ -1209,7 +1429,13 @@ static void test_subscriber_reconnect(void **state)
     subscribers = numsub("t:sub:released");
     released = now_ns();
     rc = lock_unlock(c, "t:sub");
-    redis_ok("CONFIG SET maxclients 10000"); /* the default, before any assertion */
+    /* Back to the value read before, now (the subscriber must reconnect), and by the
+     * teardown should an assertion above have failed. */
+    r = redis_cmd("CONFIG SET maxclients %s", g_state.maxclients);
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+    g_state.maxclients[0] = '\0';
     assert_int_equal(subscribers, 0);
     assert_int_equal(rc, LOCK_OK);
     bg_join(&waiter);
@@ -1336,6 +1562,11 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_fair_order, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_fencing, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_noscript, case_setup, case_teardown),
+        cmocka_unit_test_setup_teardown(test_lost_reply_on_acquire, case_setup, case_teardown),
+        cmocka_unit_test_setup_teardown(test_lost_reply_on_release, case_setup, case_teardown),
+        cmocka_unit_test_setup_teardown(test_release_with_the_pool_exhausted, case_setup,
+                                        case_teardown),
+        cmocka_unit_test_setup_teardown(test_max_hold, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_subscriber_reconnect, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_subscriber_idle, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_redis_down, case_setup, case_teardown),
