@@ -16,6 +16,11 @@ SAN ?= 0
 PKGS := libmicrohttpd libpq hiredis jansson
 WARN := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
         -Wcast-qual -Wwrite-strings -Wpointer-arith -Wformat=2 -Wvla
+# pkg-config is asked once, when make reads this file. On a bare machine that is before
+# `deps` installed pkg-config and the -dev packages, so the targets that run `deps` (test,
+# demo, up...) build through a second make, which reads this file again afterwards; a
+# compile that finds the packages missing stops at once, saying what to run (pkg-check).
+PKG_OK := $(shell pkg-config --exists $(PKGS) 2>/dev/null && echo yes)
 CFLAGS := -std=gnu11 -O2 -g $(WARN) -D_GNU_SOURCE -I. -MMD -MP \
           $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 LDLIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lpthread -lm
@@ -42,13 +47,15 @@ TEST_SUPPORT_OBJ := $(call obj,$(TEST_SUPPORT_SRC))
 PROGRAMS := $(B)/stockd $(B)/lock-bench $(B)/ceiling-bench
 TESTS := $(patsubst tests/%.c,$(B)/tests/%,$(TEST_SRC))
 
-.PHONY: all programs tests test test-unit test-integration test-docker demo up down clean deps
+.PHONY: all programs tests test test-unit test-integration test-docker demo up down clean deps \
+        pkg-check
 
 all: programs
 programs: $(PROGRAMS)
 tests: $(TESTS)
 
-$(B)/obj/%.o: %.c
+# pkg-check is order-only: it runs before the first compile but never makes an object stale.
+$(B)/obj/%.o: %.c | pkg-check
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c -o $@ $<
 
@@ -71,6 +78,13 @@ $(B)/tests/%: $(B)/obj/tests/%.o $(TEST_SUPPORT_OBJ) $(MODULE_OBJ)
 deps:
 	@scripts/deps.sh ensure
 
+pkg-check:
+ifneq ($(PKG_OK),yes)
+	@echo "make: pkg-config does not find $(PKGS) (or pkg-config itself):" \
+	      "run 'make deps' (or any of make test / demo / up, which run it), then make again" >&2
+	@exit 1
+endif
+
 # The tests build twice: the release build (so -O2 warnings are errors too) and the
 # sanitizer build they run.
 test: deps
@@ -78,22 +92,26 @@ test: deps
 	$(MAKE) B=build/san SAN=1 programs tests
 	WITH_DOCKER=1 tests/run-all.sh build/san
 
-test-unit:
+test-unit: deps
 	$(MAKE) B=build/san SAN=1 tests
 	tests/run-unit.sh build/san
 
-test-integration:
+test-integration: deps
 	$(MAKE) B=build/san SAN=1 programs tests
 	tests/integration.sh build/san
 
 test-docker:
 	docker/test.sh
 
-demo: deps all
+# Not `demo: deps all`: `all` would build with the flags this make computed before `deps`
+# ran (and, under -j, while it runs).
+demo: deps
+	$(MAKE) all
 	scripts/stack.sh up
 	loadtest/run
 
-up: deps all
+up: deps
+	$(MAKE) all
 	scripts/stack.sh up
 
 down:
