@@ -5,6 +5,7 @@
 #   3. test_db, against a throwaway PostgreSQL started here on a free port in a temporary
 #      directory (TEST_DATABASE_URL names its superuser: the tests create databases);
 #   4. the integration run (tests/integration.sh): the whole stack on free ports;
+#   (2 to 4 run with an open-file limit of FD_LIMIT, servers included: see below;)
 #   5. with WITH_DOCKER=1 (as `make test` sets it), docker/test.sh: the compose stack.
 # Prints a line per suite and, last, exactly "N passed, N failed" (test cases: cmocka's
 # counts, plus the shell checks; a suite that crashes or times out counts as a failure).
@@ -68,21 +69,31 @@ run_db_suite() {
     db__stop
 }
 
+# --- the suites that start servers ---
+
+# They run under an open-file limit of FD_LIMIT, soft and hard (harness_with_fd_limit), the
+# servers they start too, whatever the limit of the machine running them: 1024 is a common
+# default (a login shell, a container, a CI runner). What the code and the tests need must
+# fit in it; a test that depends on a higher one (a Redis that accepts `CONFIG SET maxclients
+# 10000`, say) fails here, on every machine, and not on the next user's only. Running them
+# once, under the low limit, costs nothing: nothing here needs more. (Redis lowers its own
+# maxclients to fit, and says so in its log; nginx's worker_connections is 1024.)
+FD_LIMIT=${FD_LIMIT:-1024}
+
+server_suites() {
+    if [ -x "$build/tests/test_lock" ]; then
+        run_suite test_lock 180 "$build/tests/test_lock"
+    else
+        suite_broken test_lock "$build/tests/test_lock missing"
+    fi
+    run_db_suite
+    run_integration "$build"
+}
+
 # --- the run ---
 
 run_unit_suites "$build"
-
-if [ -x "$build/tests/test_lock" ]; then
-    run_suite test_lock 180 "$build/tests/test_lock"
-else
-    suite_broken test_lock "$build/tests/test_lock missing"
-fi
-
-run_db_suite
-
-run_integration "$build"
-# Stop the integration stack now, so the summary is the last thing printed.
-harness__cleanup
+harness_with_fd_limit "$FD_LIMIT" server_suites
 
 # 5. The compose stack (docker/test.sh), when asked for (`make test` asks): Docker, or
 #    podman set up by the script; where neither can run it says SKIP and counts as such.
