@@ -4,6 +4,7 @@
 #   make test       install what is missing, build with sanitizers, run every test
 #   make demo       install what is missing, bring the local stack up, run the load report
 #   make up / down  start / stop the native local stack (PostgreSQL, Redis, 3 replicas, nginx)
+#   make test-fresh the README's two commands in new bookworm-slim containers (~10 min)
 #   make clean      remove build/ (make down first: .run/ holds the database)
 #
 # Objects go under $(B) (build/ by default). The sanitizer build used by the tests lives in
@@ -47,8 +48,8 @@ TEST_SUPPORT_OBJ := $(call obj,$(TEST_SUPPORT_SRC))
 PROGRAMS := $(B)/stockd $(B)/lock-bench $(B)/ceiling-bench
 TESTS := $(patsubst tests/%.c,$(B)/tests/%,$(TEST_SRC))
 
-.PHONY: all programs tests test test-unit test-integration test-docker demo up down clean deps \
-        pkg-check
+.PHONY: all programs tests test test-unit test-integration test-docker test-fresh demo up down \
+        clean deps pkg-check
 
 all: programs
 programs: $(PROGRAMS)
@@ -102,6 +103,10 @@ test-integration: deps
 
 test-docker:
 	docker/test.sh
+
+# Not part of `make test`: it installs every package twice, in containers (docker/fresh.sh).
+test-fresh:
+	docker/fresh.sh
 
 # Not `demo: deps all`: `all` would build with the flags this make computed before `deps`
 # ran (and, under -j, while it runs).
