@@ -2,17 +2,20 @@
 #
 #   make            build the service and the benchmarks into build/
 #   make test       install what is missing, build with sanitizers, run every test
+#   make test-tsan  the lock's tests and the stack under ThreadSanitizer (make test runs it too)
 #   make demo       install what is missing, bring the local stack up, run the load report
 #   make up / down  start / stop the native local stack (PostgreSQL, Redis, 3 replicas, nginx)
 #   make test-fresh the README's two commands in new bookworm-slim containers (~10 min)
 #   make clean      remove build/ (make down first: .run/ holds the database)
 #
 # Objects go under $(B) (build/ by default). The sanitizer build used by the tests lives in
-# build/san and is made by calling this Makefile again with B=build/san SAN=1.
+# build/san and is made by calling this Makefile again with B=build/san SAN=1; the
+# ThreadSanitizer build (make test-tsan) in build/tsan, with B=build/tsan TSAN=1.
 
 CC ?= cc
 B ?= build
 SAN ?= 0
+TSAN ?= 0
 
 PKGS := libmicrohttpd libpq hiredis jansson
 WARN := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
@@ -31,6 +34,16 @@ ifeq ($(SAN),1)
 CFLAGS += -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 LDFLAGS += -fsanitize=address,undefined
 endif
+# ThreadSanitizer: data races between the threads of one process (the lock's watchdog and
+# subscriber, the replica's request threads). It cannot be combined with AddressSanitizer,
+# hence a build of its own.
+ifeq ($(TSAN),1)
+ifeq ($(SAN),1)
+$(error TSAN=1 and SAN=1 cannot be combined: ThreadSanitizer and AddressSanitizer exclude each other)
+endif
+CFLAGS += -O1 -fsanitize=thread -fno-omit-frame-pointer
+LDFLAGS += -fsanitize=thread
+endif
 
 LOCK_SRC := $(wildcard lock/*.c)
 DB_SRC := $(wildcard db/*.c)
@@ -47,9 +60,11 @@ TEST_SUPPORT_OBJ := $(call obj,$(TEST_SUPPORT_SRC))
 
 PROGRAMS := $(B)/stockd $(B)/lock-bench $(B)/ceiling-bench
 TESTS := $(patsubst tests/%.c,$(B)/tests/%,$(TEST_SRC))
+# What tests/tsan.sh runs: the service, and the tests with threads of their own to race.
+TSAN_TARGETS := build/tsan/stockd build/tsan/tests/test_lock build/tsan/tests/test_stack
 
-.PHONY: all programs tests test test-unit test-integration test-docker test-fresh demo up down \
-        clean deps pkg-check
+.PHONY: all programs tests test test-unit test-integration test-tsan test-docker test-fresh demo \
+        up down clean deps pkg-check
 
 all: programs
 programs: $(PROGRAMS)
@@ -86,12 +101,13 @@ ifneq ($(PKG_OK),yes)
 	@exit 1
 endif
 
-# The tests build twice: the release build (so -O2 warnings are errors too) and the
-# sanitizer build they run.
+# The tests build three times: the release build (so -O2 warnings are errors too), the
+# sanitizer build they run, and the ThreadSanitizer build of what tests/tsan.sh runs.
 test: deps
 	$(MAKE) all
 	$(MAKE) B=build/san SAN=1 programs tests
-	WITH_DOCKER=1 tests/run-all.sh build/san
+	$(MAKE) B=build/tsan TSAN=1 $(TSAN_TARGETS)
+	WITH_DOCKER=1 TSAN_BUILD=build/tsan tests/run-all.sh build/san
 
 test-unit: deps
 	$(MAKE) B=build/san SAN=1 tests
@@ -100,6 +116,10 @@ test-unit: deps
 test-integration: deps
 	$(MAKE) B=build/san SAN=1 programs tests
 	tests/integration.sh build/san
+
+test-tsan: deps
+	$(MAKE) B=build/tsan TSAN=1 $(TSAN_TARGETS)
+	tests/tsan.sh build/tsan
 
 test-docker:
 	docker/test.sh

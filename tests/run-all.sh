@@ -5,8 +5,10 @@
 #   3. test_db, against a throwaway PostgreSQL started here on a free port in a temporary
 #      directory (TEST_DATABASE_URL names its superuser: the tests create databases);
 #   4. the integration run (tests/integration.sh): the whole stack on free ports;
-#   (2 to 4 run with an open-file limit of FD_LIMIT, servers included: see below;)
-#   5. with WITH_DOCKER=1 (as `make test` sets it), docker/test.sh: the compose stack.
+#   (2 to 5 run with an open-file limit of FD_LIMIT, servers included: see below;)
+#   5. with TSAN_BUILD=DIR (as `make test` sets it: build/tsan), tests/tsan.sh's run: test_lock
+#      and the stack again, built with ThreadSanitizer;
+#   6. with WITH_DOCKER=1 (as `make test` sets it), docker/test.sh: the compose stack.
 # Prints a line per suite and, last, exactly "N passed, N failed" (test cases: cmocka's
 # counts, plus the shell checks; a suite that crashes or times out counts as a failure).
 # Exits 1 on any failure. Whatever it started is stopped at exit, on failure or Ctrl-C too.
@@ -24,6 +26,7 @@ source scripts/lib/common.sh
 source scripts/lib/ports.sh
 source tests/lib/harness.sh
 source tests/integration.sh
+source tests/tsan.sh
 
 HARNESS_LOG_DIR=$build/test-logs
 rm -rf "$HARNESS_LOG_DIR"
@@ -88,6 +91,11 @@ server_suites() {
     fi
     run_db_suite
     run_integration "$build"
+    if [ -n "${TSAN_BUILD:-}" ]; then
+        # The first stack stops before the second starts (and it__cleanup knows one only).
+        harness__cleanup
+        run_tsan "$TSAN_BUILD"
+    fi
 }
 
 # --- the run ---
@@ -95,7 +103,7 @@ server_suites() {
 run_unit_suites "$build"
 harness_with_fd_limit "$FD_LIMIT" server_suites
 
-# 5. The compose stack (docker/test.sh), when asked for (`make test` asks): Docker, or
+# 6. The compose stack (docker/test.sh), when asked for (`make test` asks): Docker, or
 #    podman set up by the script; where neither can run it says SKIP and counts as such.
 if [ "${WITH_DOCKER:-0}" = 1 ]; then
     echo

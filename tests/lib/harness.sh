@@ -50,7 +50,7 @@ harness__record() {
     local name=$1 passed=$2 failed=$3 note=$4 line
     HARNESS_PASSED=$((HARNESS_PASSED + passed))
     HARNESS_FAILED=$((HARNESS_FAILED + failed))
-    line=$(printf '%-22s %4d passed %4d failed  %s' "$name" "$passed" "$failed" "$note")
+    line=$(printf '%-26s %4d passed %4d failed  %s' "$name" "$passed" "$failed" "$note")
     HARNESS_RESULTS+=("$line")
     echo "== $line"
 }
@@ -60,7 +60,7 @@ harness__record() {
 run_suite() {
     local name=$1 seconds=$2 log rc passed failed start elapsed note
     shift 2
-    log=$HARNESS_LOG_DIR/$name.log
+    log=$HARNESS_LOG_DIR/${name//[^A-Za-z0-9_.+-]/_}.log # a pattern in the name: no * in file names
     echo
     echo "== $name: $*"
     start=$(date +%s)
