@@ -5,7 +5,7 @@
 #   make test-tsan  the lock's tests and the stack under ThreadSanitizer (make test runs it too)
 #   make demo       install what is missing, bring the local stack up, run the load report
 #   make up / down  start / stop the native local stack (PostgreSQL, Redis, 3 replicas, nginx)
-#   make test-fresh the README's two commands in new bookworm-slim containers (~10 min)
+#   make test-fresh the README's two commands in new bookworm-slim containers (~6 min)
 #   make clean      remove build/ (make down first: .run/ holds the database)
 #
 # Objects go under $(B) (build/ by default). The sanitizer build used by the tests lives in
