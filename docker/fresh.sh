@@ -72,7 +72,7 @@ choose_engine() {
 # left out, as the next commit would leave it out).
 pack_tree() {
     local n
-    command -v git >/dev/null && git -C "$ROOT" rev-parse --git-dir >/dev/null 2>&1 ||
+    { command -v git >/dev/null && git -C "$ROOT" rev-parse --git-dir >/dev/null 2>&1; } ||
         die "this needs git and a git checkout: it copies the files git tracks"
     (cd "$ROOT" && git ls-files -z --cached | while IFS= read -r -d '' f; do
         [ -e "$f" ] && printf '%s\0' "$f"
