@@ -2,20 +2,29 @@
 #
 #   make            build the service and the benchmarks into build/
 #   make test       install what is missing, build with sanitizers, run every test
+#   make test-tsan  the lock's tests and the stack under ThreadSanitizer (make test runs it too)
 #   make demo       install what is missing, bring the local stack up, run the load report
 #   make up / down  start / stop the native local stack (PostgreSQL, Redis, 3 replicas, nginx)
+#   make test-fresh the README's two commands in new bookworm-slim containers (~6 min)
 #   make clean      remove build/ (make down first: .run/ holds the database)
 #
 # Objects go under $(B) (build/ by default). The sanitizer build used by the tests lives in
-# build/san and is made by calling this Makefile again with B=build/san SAN=1.
+# build/san and is made by calling this Makefile again with B=build/san SAN=1; the
+# ThreadSanitizer build (make test-tsan) in build/tsan, with B=build/tsan TSAN=1.
 
 CC ?= cc
 B ?= build
 SAN ?= 0
+TSAN ?= 0
 
 PKGS := libmicrohttpd libpq hiredis jansson
 WARN := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
         -Wcast-qual -Wwrite-strings -Wpointer-arith -Wformat=2 -Wvla
+# pkg-config is asked once, when make reads this file. On a bare machine that is before
+# `deps` installed pkg-config and the -dev packages, so the targets that run `deps` (test,
+# demo, up...) build through a second make, which reads this file again afterwards; a
+# compile that finds the packages missing stops at once, saying what to run (pkg-check).
+PKG_OK := $(shell pkg-config --exists $(PKGS) 2>/dev/null && echo yes)
 CFLAGS := -std=gnu11 -O2 -g $(WARN) -D_GNU_SOURCE -I. -MMD -MP \
           $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 LDLIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lpthread -lm
@@ -24,6 +33,16 @@ TEST_LDLIBS := -lcmocka -lcurl
 ifeq ($(SAN),1)
 CFLAGS += -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 LDFLAGS += -fsanitize=address,undefined
+endif
+# ThreadSanitizer: data races between the threads of one process (the lock's watchdog and
+# subscriber, the replica's request threads). It cannot be combined with AddressSanitizer,
+# hence a build of its own.
+ifeq ($(TSAN),1)
+ifeq ($(SAN),1)
+$(error TSAN=1 and SAN=1 cannot be combined: ThreadSanitizer and AddressSanitizer exclude each other)
+endif
+CFLAGS += -O1 -fsanitize=thread -fno-omit-frame-pointer
+LDFLAGS += -fsanitize=thread
 endif
 
 LOCK_SRC := $(wildcard lock/*.c)
@@ -41,14 +60,18 @@ TEST_SUPPORT_OBJ := $(call obj,$(TEST_SUPPORT_SRC))
 
 PROGRAMS := $(B)/stockd $(B)/lock-bench $(B)/ceiling-bench
 TESTS := $(patsubst tests/%.c,$(B)/tests/%,$(TEST_SRC))
+# What tests/tsan.sh runs: the service, and the tests with threads of their own to race.
+TSAN_TARGETS := build/tsan/stockd build/tsan/tests/test_lock build/tsan/tests/test_stack
 
-.PHONY: all programs tests test test-unit test-integration test-docker demo up down clean deps
+.PHONY: all programs tests test test-unit test-integration test-tsan test-docker test-fresh demo \
+        up down clean deps pkg-check
 
 all: programs
 programs: $(PROGRAMS)
 tests: $(TESTS)
 
-$(B)/obj/%.o: %.c
+# pkg-check is order-only: it runs before the first compile but never makes an object stale.
+$(B)/obj/%.o: %.c | pkg-check
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c -o $@ $<
 
@@ -71,29 +94,49 @@ $(B)/tests/%: $(B)/obj/tests/%.o $(TEST_SUPPORT_OBJ) $(MODULE_OBJ)
 deps:
 	@scripts/deps.sh ensure
 
-# The tests build twice: the release build (so -O2 warnings are errors too) and the
-# sanitizer build they run.
+pkg-check:
+ifneq ($(PKG_OK),yes)
+	@echo "make: pkg-config does not find $(PKGS) (or pkg-config itself):" \
+	      "run 'make deps' (or any of make test / demo / up, which run it), then make again" >&2
+	@exit 1
+endif
+
+# The tests build three times: the release build (so -O2 warnings are errors too), the
+# sanitizer build they run, and the ThreadSanitizer build of what tests/tsan.sh runs.
 test: deps
 	$(MAKE) all
 	$(MAKE) B=build/san SAN=1 programs tests
-	WITH_DOCKER=1 tests/run-all.sh build/san
+	$(MAKE) B=build/tsan TSAN=1 $(TSAN_TARGETS)
+	WITH_DOCKER=1 TSAN_BUILD=build/tsan tests/run-all.sh build/san
 
-test-unit:
+test-unit: deps
 	$(MAKE) B=build/san SAN=1 tests
 	tests/run-unit.sh build/san
 
-test-integration:
+test-integration: deps
 	$(MAKE) B=build/san SAN=1 programs tests
 	tests/integration.sh build/san
+
+test-tsan: deps
+	$(MAKE) B=build/tsan TSAN=1 $(TSAN_TARGETS)
+	tests/tsan.sh build/tsan
 
 test-docker:
 	docker/test.sh
 
-demo: deps all
+# Not part of `make test`: it installs every package twice, in containers (docker/fresh.sh).
+test-fresh:
+	docker/fresh.sh
+
+# Not `demo: deps all`: `all` would build with the flags this make computed before `deps`
+# ran (and, under -j, while it runs).
+demo: deps
+	$(MAKE) all
 	scripts/stack.sh up
 	loadtest/run
 
-up: deps all
+up: deps
+	$(MAKE) all
 	scripts/stack.sh up
 
 down:

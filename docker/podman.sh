@@ -2,6 +2,8 @@
 # podman.sh - a Docker-compatible engine made of podman, for machines with no Docker engine.
 #
 #   docker/podman.sh start    set up what is missing and start the engine (idempotent)
+#   docker/podman.sh base     only the packages, the configuration and the base image, for
+#                             podman used directly (make test-fresh, docker/fresh.sh)
 #   docker/podman.sh stop     stop what `start` started, by PID
 #   docker/podman.sh env      print the export line a shell needs to use the engine
 #   docker/podman.sh status   say whether the engine runs
@@ -29,8 +31,11 @@
 # every later run, from this clone or another.
 #
 # Exit status of `start`: 0 when the engine answers; 3 when podman cannot run on this
-# machine (not root, packages not installable, no base image possible, a container does
-# not start), with one line on stderr saying why; 1 for anything else.
+# machine (not root, inside a container, packages not installable, no base image possible, a
+# container does not start), with one line on stderr saying why; 1 for anything else.
+# Inside a container it stops at once: podman there would have to run nested, which needs
+# privileges a container is not normally given (the import of the base image fails), and
+# finding that out would cost minutes of package installs and a debootstrap first.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -233,13 +238,33 @@ smoke_test() {
         cannot "a container does not start: $(tail -1 "$RUN_DIR/smoke.log")"
 }
 
-cmd_start() {
+# Prints what shows we are inside a container: podman's marker file, or the `container`
+# variable podman, LXC and systemd-nspawn give PID 1; returns 1 when neither does. (Not
+# Docker's /.dockerenv: it is also left in machines made from a Docker image, such as the
+# project's own, where podman runs fine. Inside Docker, the import fails later instead.)
+in_container() {
+    local f
+    [ -e /run/.containerenv ] && { echo "/run/.containerenv exists"; return 0; }
+    f=$(tr '\0' '\n' 2>/dev/null </proc/1/environ | sed -n 's/^container=//p' | head -n 1)
+    [ -n "$f" ] && { echo "PID 1 has container=$f"; return 0; }
+    return 1
+}
+
+cmd_base() {
+    local why
     mkdir -p "$RUN_DIR"
     [ "$(id -u)" -eq 0 ] || cannot "not root (podman runs rootful in this set-up)"
+    if why=$(in_container); then
+        cannot "inside a container ($why), where podman would have to run nested"
+    fi
     install_packages
-    [ -x /usr/lib/cni/dnsname ] || cannot "the CNI dnsname plugin is missing"
     write_conf
     ensure_base_image
+}
+
+cmd_start() {
+    cmd_base
+    [ -x /usr/lib/cni/dnsname ] || cannot "the CNI dnsname plugin is missing"
     smoke_test
     start_service
     start_ticker
@@ -259,11 +284,12 @@ print_env() {
 
 case "${1:-}" in
 start) cmd_start ;;
+base) cmd_base ;;
 stop) cmd_stop ;;
 env) print_env ;;
 health-ticker) health_ticker ;;
 status)
     if engine_answers; then echo "podman engine answers on $SOCK"; else echo "podman engine not running"; exit 1; fi
     ;;
-*) die "usage: docker/podman.sh start|stop|env|status" ;;
+*) die "usage: docker/podman.sh start|base|stop|env|status" ;;
 esac

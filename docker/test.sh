@@ -21,7 +21,7 @@
 #      engine stopped if this script started it; also when a step fails (trap). The built
 #      images stay, so the next run's builds are cache hits.
 #
-# Settings (environment): DOCKER_TEST_HTTP_PORT (38080) where nginx is published on
+# Settings (environment): DOCKER_TEST_HTTP_PORT (18080) where nginx is published on
 # 127.0.0.1; DOCKER_TEST_PROJECT (stocktest) the compose project name; DOCKER_TEST=0 skips;
 # DOCKER_TEST_REQUIRED=1 turns a SKIP into a failure; DOCKER_TEST_KEEP=1 leaves the stack
 # (and the engine) up after a success, to look around. Logs: .run/docker-test/.
@@ -30,7 +30,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 COMPOSE_FILE=$ROOT/docker/compose.yml
 PROJECT=${DOCKER_TEST_PROJECT:-stocktest}
-TEST_PORT=${DOCKER_TEST_HTTP_PORT:-38080}
+TEST_PORT=${DOCKER_TEST_HTTP_PORT:-18080}
 LOG_DIR=$ROOT/.run/docker-test
 BASE=http://127.0.0.1:$TEST_PORT
 STOCK=500     # the load's stock ...

@@ -30,6 +30,9 @@
 #
 # Run on its own (`make test-integration`) it prints its own "N passed, N failed";
 # tests/run-all.sh sources it and calls run_integration, so its cases join the total.
+# run_integration BUILD [SUFFIX [PATTERN]]: SUFFIX (e.g. "-tsan") is added to the name of
+# each suite and log, so that two runs (the ThreadSanitizer one, tests/tsan.sh) can join one
+# total; PATTERN (cmocka's, '*' and '?': 'test_load_*') runs only the cases it matches.
 set -euo pipefail
 
 # The integration stack's settings: fixed here so that a developer's own environment
@@ -97,11 +100,12 @@ it__exit_zero() {
 }
 
 # Stops the stack (quietly when it is down already), keeps its logs, removes the run dir.
+IT_SUFFIX=""
 it__cleanup() {
-    local keep=$HARNESS_LOG_DIR/integration
+    local keep=$HARNESS_LOG_DIR/integration$IT_SUFFIX
     [ -n "${RUN_DIR:-}" ] && [ -d "$RUN_DIR" ] || return 0
-    if ! scripts/stack.sh down >>"$HARNESS_LOG_DIR/integration-down.log" 2>&1; then
-        echo "integration: stack.sh down reported problems (see $HARNESS_LOG_DIR/integration-down.log)" >&2
+    if ! scripts/stack.sh down >>"$HARNESS_LOG_DIR/integration$IT_SUFFIX-down.log" 2>&1; then
+        echo "integration: stack.sh down reported problems (see $HARNESS_LOG_DIR/integration$IT_SUFFIX-down.log)" >&2
     fi
     mkdir -p "$keep"
     cp -r "$RUN_DIR/logs/." "$keep/" 2>/dev/null || true
@@ -117,10 +121,12 @@ it__cleanup() {
 }
 
 run_integration() {
-    local build=$1 n urls="" up_log
+    local build=$1 n urls="" up_log sx pattern=${3:-}
+    IT_SUFFIX=${2:-}
+    sx=$IT_SUFFIX
     case $build in /*) ;; *) build=$PWD/$build ;; esac
     if [ ! -x "$build/stockd" ] || [ ! -x "$build/tests/test_stack" ]; then
-        suite_broken integration "$build/stockd or $build/tests/test_stack missing (make B=$build SAN=1 programs tests)"
+        suite_broken "integration$sx" "$build/stockd or $build/tests/test_stack missing (make B=$build ... programs tests)"
         return 0
     fi
 
@@ -148,13 +154,13 @@ run_integration() {
     echo
     echo "== integration stack: RUN_DIR=$RUN_DIR nginx :$HTTP_PORT, replicas :$REPLICA_PORT_BASE.., postgres :$PG_PORT, redis :$REDIS_PORT"
 
-    check_group_begin "nginx-config"
+    check_group_begin "nginx-config$sx"
     check "nginx -t accepts the generated configuration" scripts/stack.sh nginx-test
     check_group_end
 
-    up_log=$HARNESS_LOG_DIR/integration-up.log
+    up_log=$HARNESS_LOG_DIR/integration$sx-up.log
     if ! scripts/stack.sh up 2>&1 | tee "$up_log"; then
-        suite_broken test_stack "scripts/stack.sh up failed (see $up_log)"
+        suite_broken "test_stack$sx" "scripts/stack.sh up failed (see $up_log)"
         return 0
     fi
 
@@ -166,7 +172,7 @@ run_integration() {
         replica-start-extra "$IT_SLOW_REPLICA" "$slow_port" 2>&1 | tee -a "$up_log"; then
         slow_url=http://127.0.0.1:$slow_port
     else
-        suite_broken slow-replica "scripts/stack.sh replica-start-extra failed (see $up_log)"
+        suite_broken "slow-replica$sx" "scripts/stack.sh replica-start-extra failed (see $up_log)"
     fi
     all_replicas=$(seq 1 "$REPLICAS")
     [ -z "$slow_url" ] || all_replicas+=" $IT_SLOW_REPLICA"
@@ -183,7 +189,7 @@ run_integration() {
         fi
     done
     if [ $delayed_ok = 0 ]; then
-        suite_broken delayed-replicas "scripts/stack.sh replica-start-extra failed (see $up_log)"
+        suite_broken "delayed-replicas$sx" "scripts/stack.sh replica-start-extra failed (see $up_log)"
         delayed_urls=""
     fi
 
@@ -191,9 +197,9 @@ run_integration() {
         SLOW_REPLICA_LOG=$RUN_DIR/logs/svc-$IT_SLOW_REPLICA.log \
         SLOW_REPLICA_DELAY_MS=$IT_SLOW_DELAY_MS SLOW_REPLICA_LEASE_MS=$IT_SLOW_LEASE_MS \
         DELAYED_REPLICA_URLS=$delayed_urls DELAYED_REPLICA_DELAY_MS=$IT_DELAYED_DELAY_MS \
-        run_suite test_stack 480 "$build/tests/test_stack"
+        run_suite "test_stack$sx${pattern:+:$pattern}" 480 "$build/tests/test_stack" ${pattern:+"$pattern"}
 
-    check_group_begin "nginx-errors+shutdown"
+    check_group_begin "nginx-errors+shutdown$sx"
     check "nginx refuses a 20 KiB body with its JSON 413" it__413
     # shellcheck disable=SC2086 # replica numbers
     check "every replica stops on SIGTERM with status 0" \

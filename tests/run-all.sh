@@ -6,7 +6,10 @@
 #      throwaway PostgreSQL started here on a free port in a temporary directory
 #      (TEST_DATABASE_URL names its superuser: the tests create databases);
 #   4. the integration run (tests/integration.sh): the whole stack on free ports;
-#   5. with WITH_DOCKER=1 (as `make test` sets it), docker/test.sh: the compose stack.
+#   (2 to 5 run with an open-file limit of FD_LIMIT, servers included: see below;)
+#   5. with TSAN_BUILD=DIR (as `make test` sets it: build/tsan), tests/tsan.sh's run: test_lock
+#      and the stack again, built with ThreadSanitizer;
+#   6. with WITH_DOCKER=1 (as `make test` sets it), docker/test.sh: the compose stack.
 # Prints a line per suite and, last, exactly "N passed, N failed" (test cases: cmocka's
 # counts, plus the shell checks; a suite that crashes or times out counts as a failure).
 # Exits 1 on any failure. Whatever it started is stopped at exit, on failure or Ctrl-C too.
@@ -24,6 +27,7 @@ source scripts/lib/common.sh
 source scripts/lib/ports.sh
 source tests/lib/harness.sh
 source tests/integration.sh
+source tests/tsan.sh
 
 HARNESS_LOG_DIR=$build/test-logs
 rm -rf "$HARNESS_LOG_DIR"
@@ -75,23 +79,38 @@ run_db_suite() {
     db__stop
 }
 
+# --- the suites that start servers ---
+
+# They run under an open-file limit of FD_LIMIT, soft and hard (harness_with_fd_limit), the
+# servers they start too, whatever the limit of the machine running them: 1024 is a common
+# default (a login shell, a container, a CI runner). What the code and the tests need must
+# fit in it; a test that depends on a higher one (a Redis that accepts `CONFIG SET maxclients
+# 10000`, say) fails here, on every machine, and not on the next user's only. Running them
+# once, under the low limit, costs nothing: nothing here needs more. (Redis lowers its own
+# maxclients to fit, and says so in its log; nginx's worker_connections is 1024.)
+FD_LIMIT=${FD_LIMIT:-1024}
+
+server_suites() {
+    if [ -x "$build/tests/test_lock" ]; then
+        run_suite test_lock 180 "$build/tests/test_lock"
+    else
+        suite_broken test_lock "$build/tests/test_lock missing"
+    fi
+    run_db_suite
+    run_integration "$build"
+    if [ -n "${TSAN_BUILD:-}" ]; then
+        # The first stack stops before the second starts (and it__cleanup knows one only).
+        harness__cleanup
+        run_tsan "$TSAN_BUILD"
+    fi
+}
+
 # --- the run ---
 
 run_unit_suites "$build"
+harness_with_fd_limit "$FD_LIMIT" server_suites
 
-if [ -x "$build/tests/test_lock" ]; then
-    run_suite test_lock 180 "$build/tests/test_lock"
-else
-    suite_broken test_lock "$build/tests/test_lock missing"
-fi
-
-run_db_suite
-
-run_integration "$build"
-# Stop the integration stack now, so the summary is the last thing printed.
-harness__cleanup
-
-# 5. The compose stack (docker/test.sh), when asked for (`make test` asks): Docker, or
+# 6. The compose stack (docker/test.sh), when asked for (`make test` asks): Docker, or
 #    podman set up by the script; where neither can run it says SKIP and counts as such.
 if [ "${WITH_DOCKER:-0}" = 1 ]; then
     echo

@@ -120,9 +120,9 @@ static void test_defaults(void **state)
     assert_int_equal(cfg.port, 8081);
     assert_string_equal(cfg.bind_address, "127.0.0.1");
     assert_string_equal(cfg.instance, "svc-1");
-    assert_string_equal(cfg.database_url, "host=127.0.0.1 port=55432 user=stock dbname=stock");
+    assert_string_equal(cfg.database_url, "host=127.0.0.1 port=15432 user=stock dbname=stock");
     assert_string_equal(cfg.redis_host, "127.0.0.1");
-    assert_int_equal(cfg.redis_port, 56379);
+    assert_int_equal(cfg.redis_port, 16379);
     assert_string_equal(cfg.default_mode, "redis");
     assert_int_equal(cfg.worker_threads, 256);
     assert_int_equal(cfg.lock_wait_ms, 2000);
@@ -447,7 +447,7 @@ static void test_several_variables(void **state)
     assert_string_equal(cfg.admin_token, "t0k");
     assert_int_equal(cfg.business_delay_ms, 5);
     assert_string_equal(cfg.redis_host, "redis");
-    assert_int_equal(cfg.redis_port, 56379); /* untouched ones keep their default */
+    assert_int_equal(cfg.redis_port, 16379); /* untouched ones keep their default */
 }
 
 static void test_small_error_buffer(void **state)
@@ -493,7 +493,7 @@ static void test_help_and_markdown_list_every_setting(void **state)
     }
     assert_non_null(strstr(help, "LOCK_WAIT_MS=2000\n"));
     assert_non_null(strstr(help, "integer 0..600000"));
-    assert_non_null(strstr(help, "DATABASE_URL='host=127.0.0.1 port=55432 user=stock "
+    assert_non_null(strstr(help, "DATABASE_URL='host=127.0.0.1 port=15432 user=stock "
                                  "dbname=stock'"));
     for (const char *p = md; (p = strchr(p, '\n')) != NULL; p++)
         rows++;

@@ -18,11 +18,14 @@ stack_config() {
     *[[:space:]]*) die "RUN_DIR must not contain spaces: '$RUN_DIR'" ;;
     esac
 
+    # Fixed ports, all below 32768: Linux hands out local ports for outgoing connections from
+    # 32768-60999 (net.ipv4.ip_local_port_range), so a port in that range can be held by any
+    # connection (a load run leaves thousands) just when `up` wants to listen on it.
     HTTP_PORT=${HTTP_PORT:-8080}
     REPLICA_PORT_BASE=${REPLICA_PORT_BASE:-8081}
     REPLICAS=${REPLICAS:-3}
-    PG_PORT=${PG_PORT:-55432}
-    REDIS_PORT=${REDIS_PORT:-56379}
+    PG_PORT=${PG_PORT:-15432}
+    REDIS_PORT=${REDIS_PORT:-16379}
     STOCKD=${STOCKD:-$STACK_ROOT/build/stockd}
     MODE=${MODE:-redis}
     SEED_GOODS=${SEED_GOODS:-1}

@@ -100,10 +100,12 @@ nginx_start() {
     if ! "$NGINX_BIN" -p "$NGINX_DIR/" -c "$NGINX_DIR/conf/nginx.conf" \
         -e "$NGINX_DIR/logs/error.log"; then
         log_tail "$NGINX_DIR/logs/error.log"
+        port_explain "$HTTP_PORT"
         die "nginx did not start (see $NGINX_DIR/logs/error.log)"
     fi
     if ! pid=$(wait_until 10 nginx_pid) || ! wait_until 10 port_listening "$HTTP_PORT"; then
         log_tail "$NGINX_DIR/logs/error.log"
+        port_explain "$HTTP_PORT"
         die "nginx did not come up on port $HTTP_PORT"
     fi
     log "nginx started (pid $pid, http://127.0.0.1:$HTTP_PORT)"

@@ -133,6 +133,7 @@ pg_start() {
     if ! as_user "$user" "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -l "$PG_DIR/log/postgres.log" \
         -w -t 60 start >"$PG_DIR/pg_ctl.log" 2>&1; then
         log_tail "$PG_DIR/log/postgres.log"
+        port_explain "$PG_PORT"
         die "PostgreSQL did not start (see $PG_DIR/log/postgres.log)"
     fi
     pid=$(pg_pid) || die "PostgreSQL started but its PID file does not match"

@@ -24,13 +24,55 @@ port_unused() {
     fi
 }
 
+# Describes what sits on local PORT, one line per socket (at most 10, then a count), from
+# ss: the state, the addresses and the process. ss names the process to root only; sockets
+# of a connection that is closing (TIME-WAIT, FIN-WAIT-2...) belong to no process any more.
+# Prints nothing when ss is missing or sees no socket there.
+port_owner() {
+    local port=$1
+    command -v ss >/dev/null || return 0
+    ss -Htanp "( sport = :$port )" 2>/dev/null |
+        awk '{
+            who = "process unknown (ss names it to root only)"
+            if ($1 ~ /^(TIME-WAIT|FIN-WAIT-1|FIN-WAIT-2|CLOSING|LAST-ACK)$/)
+                who = "a connection closing, held by no process"
+            if (match($0, /users:\(\("[^"]*",pid=[0-9]+/)) {
+                u = substr($0, RSTART + 9, RLENGTH - 9)
+                split(u, f, "\",pid=")
+                who = f[1] " (pid " f[2] ")"
+            }
+            n++
+            if (n > 10) next
+            if ($1 == "LISTEN") print "    LISTEN " $4 ", " who
+            else print "    " $1 " " $4 " -> " $5 ", " who
+        }
+        END { if (n > 10) print "    ... and " n - 10 " more" }'
+}
+
 # Dies with a clear line when PORT is taken: NAME says what wanted it, VAR how to move it.
+# Taken means: something listens there, or a live connection's local end sits on it (an
+# outgoing connection the kernel gave that port to), which makes a bind fail. Connections
+# that are closing do not count: those a server of ours left on its own port when it last
+# stopped (TIME-WAIT, FIN-WAIT-2) do not block its next bind (SO_REUSEADDR). Should one of
+# another kind block it, the start fails, and port_explain, called on that path, says so.
 require_port_free() {
-    local port=$1 name=$2 var=$3
+    local port=$1 name=$2 var=$3 who
     [ "$port" != 2024 ] || die "$name: port 2024 is reserved; set $var to another port"
-    if port_listening "$port"; then
-        die "$name: port $port is already in use by another process; set $var to another port"
+    who=$(port_owner "$port" | grep -E '^    (LISTEN|ESTAB|SYN-SENT|SYN-RECV|CLOSE-WAIT) ' || true)
+    if [ -n "$who" ] || port_listening "$port"; then
+        log "$name: port $port is taken:"
+        echo "${who:-    (something accepts connections there; ss, from iproute2, would say what)}" >&2
+        die "$name: port $port is already in use; stop what holds it, or set $var to another port"
     fi
+}
+
+# After a server failed to start on PORT: says what sits on that port, if anything, for the
+# case where the port was taken after require_port_free looked, or by a closing connection
+# it let by.
+port_explain() {
+    local port=$1 who
+    who=$(port_owner "$port")
+    [ -z "$who" ] || { log "port $port, which it wanted, is held by:"; echo "$who" >&2; }
 }
 
 # Prints COUNT distinct unused ports, one per line.

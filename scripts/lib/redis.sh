@@ -46,6 +46,7 @@ redis_start() {
         die "redis-server did not start (see $LOG_DIR/redis.log)"
     if ! wait_until 10 redis__ping || ! pid=$(wait_until 5 redis_pid); then
         log_tail "$LOG_DIR/redis.log"
+        port_explain "$REDIS_PORT"
         die "redis did not answer PING on port $REDIS_PORT"
     fi
     log "redis started (pid $pid, 127.0.0.1:$REDIS_PORT)"

@@ -114,6 +114,7 @@ replica_start() {
     pid=$(wait_until 10 replica__started "$n") || true
     if [ -z "$pid" ]; then
         log_tail "$LOG_DIR/$name.log"
+        port_explain "$port"
         die "$name did not start (exit status $(replica_exit_status "$n"); see $LOG_DIR/$name.log)"
     fi
     log "$name started (pid $pid, 127.0.0.1:$port)"
@@ -127,6 +128,7 @@ replica_wait_ready() {
         replica__ready "$port" && return 0
         if ! replica_pid "$n" >/dev/null; then
             log_tail "$LOG_DIR/$name.log"
+            port_explain "$port"
             die "$name exited during start-up (status $(replica_exit_status "$n"))"
         fi
         sleep 0.2

@@ -50,7 +50,7 @@ harness__record() {
     local name=$1 passed=$2 failed=$3 note=$4 line
     HARNESS_PASSED=$((HARNESS_PASSED + passed))
     HARNESS_FAILED=$((HARNESS_FAILED + failed))
-    line=$(printf '%-22s %4d passed %4d failed  %s' "$name" "$passed" "$failed" "$note")
+    line=$(printf '%-26s %4d passed %4d failed  %s' "$name" "$passed" "$failed" "$note")
     HARNESS_RESULTS+=("$line")
     echo "== $line"
 }
@@ -60,7 +60,7 @@ harness__record() {
 run_suite() {
     local name=$1 seconds=$2 log rc passed failed start elapsed note
     shift 2
-    log=$HARNESS_LOG_DIR/$name.log
+    log=$HARNESS_LOG_DIR/${name//[^A-Za-z0-9_.+-]/_}.log # a pattern in the name: no * in file names
     echo
     echo "== $name: $*"
     start=$(date +%s)
@@ -127,6 +127,51 @@ suite_broken() {
     echo
     echo "== $name: $why"
     harness__record "$name" 0 1 "NOT RUN: $why"
+}
+
+# harness_with_fd_limit LIMIT COMMAND...: runs COMMAND (a function that runs suites, with
+# run_suite, check... ; it may register clean-ups) in a subshell whose open-file limit, soft
+# and hard, is LIMIT, so that every server it starts inherits that limit too. The hard limit
+# matters: a program may raise its own soft limit up to it (Redis does, for maxclients), and
+# a process cannot raise its hard limit again once lowered, hence the subshell, after which
+# the run goes on with the machine's limits. Where the soft limit is LIMIT or lower already,
+# it stays, and the hard one comes down to it; where the hard limit is lower than LIMIT, it
+# stays. The line printed says which limit the suites got. Their results join the run's.
+harness_with_fd_limit() {
+    local limit=$1 soft hard state
+    shift
+    soft=$(ulimit -Sn)
+    hard=$(ulimit -Hn)
+    state=$(mktemp "${TMPDIR:-/tmp}/stock-harness.XXXXXX")
+    echo
+    if [ "$soft" != unlimited ] && ((soft <= limit)); then
+        limit=$soft
+        echo "== open-file limit $limit (soft and hard) for what follows: this shell's own, already at most $1"
+    elif [ "$hard" != unlimited ] && ((hard < limit)); then
+        limit=$hard
+        echo "== open-file limit $limit (soft and hard) for what follows: the hard limit here, below the $1 wanted"
+    else
+        echo "== open-file limit $limit (soft and hard) for what follows, servers included (here otherwise: $soft/$hard)"
+    fi
+    (
+        ulimit -n "$limit" || exit 1
+        HARNESS_CLEANUPS=()
+        trap harness__cleanup EXIT
+        trap 'exit 130' INT
+        trap 'exit 143' TERM
+        "$@"
+        harness__cleanup
+        {
+            echo "$HARNESS_PASSED $HARNESS_FAILED ${HARNESS_SKIPPED:-0}"
+            printf '%s\n' "${HARNESS_RESULTS[@]}"
+        } >"$state"
+    ) || true
+    if [ -s "$state" ]; then
+        { read -r HARNESS_PASSED HARNESS_FAILED HARNESS_SKIPPED; mapfile -t HARNESS_RESULTS; } <"$state"
+    else
+        suite_broken "fd-limit-$limit" "the suites run under ulimit -n $limit ended without their results (see above)"
+    fi
+    rm -f "$state"
 }
 
 # Runs every pure unit test binary of BUILD_DIR/tests: all test_* but those that need

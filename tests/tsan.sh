@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# tsan.sh BUILD_DIR - the ThreadSanitizer run. BUILD_DIR holds a TSAN=1 build
+# (make B=build/tsan TSAN=1 programs tests); `make test-tsan` makes it and runs this, and
+# `make test` runs it as a stage of tests/run-all.sh (TSAN_BUILD=build/tsan).
+#
+# ThreadSanitizer reports data races between the threads of one process: here, the lock's
+# (waiters, the watchdog that renews leases, the subscriber that wakes waiters on a release)
+# and a replica's (one thread per HTTP connection, sharing the pools, the lock client, the
+# local guard and the metrics). It sees only what runs, so it runs what is most concurrent:
+#   1. test_lock, every case, on the TSan build of lock/;
+#   2. the whole stack (tests/integration.sh) with TSan builds of stockd as its replicas, and
+#      test_stack (TSan build too) against it: its load cases (64 clients through nginx, and
+#      on one replica), the same Idempotency-Key 20 times at once, the lock_lost cases (the
+#      watchdog against a holder that pauses past its lease), Redis and PostgreSQL stopped
+#      and started under the replicas (their reconnecting threads) and the rest, all of it
+#      (about 35 s, against 30 s for the ASan build; TSAN_CASES, a cmocka pattern such as
+#      'test_load_*', narrows it); then the shutdown checks, whose "no sanitizer report in
+#      the log" covers what TSan said in every replica, and "exit status 0" its exit code.
+# A report fails the run twice over: the program exits with status 66 at its end (so its
+# suite, or its replica's exit check, fails) and the report is in the log, with both stacks.
+#
+# Suppressions: tests/tsan.supp, each with the reason it is there.
+#
+# Run on its own it prints its own "N passed, N failed"; tests/run-all.sh sources it and
+# calls run_tsan, so its cases join the total.
+set -euo pipefail
+
+# test_stack's cases run under TSan: a cmocka pattern; empty: every case.
+TSAN_CASES=${TSAN_CASES:-}
+
+run_tsan() {
+    local build=$1
+    case $build in /*) ;; *) build=$PWD/$build ;; esac
+    if [ ! -x "$build/tests/test_lock" ] || [ ! -x "$build/stockd" ]; then
+        suite_broken tsan "$build/tests/test_lock or $build/stockd missing (make B=$build TSAN=1 programs tests)"
+        return 0
+    fi
+    # halt_on_error=0: every race of a run is reported, not just the first; exitcode: 66 at
+    # exit after any report (TSan's default, spelled out as it is what fails the suites);
+    # second_deadlock_stack: both stacks of a lock-order inversion. The replicas inherit it.
+    export TSAN_OPTIONS="halt_on_error=0 exitcode=66 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp"
+    run_suite test_lock-tsan 600 "$build/tests/test_lock"
+    run_integration "$build" -tsan "$TSAN_CASES"
+}
+
+# Run on its own: set up the harness, run, summarise.
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then
+    [ $# -eq 1 ] || { echo "usage: tests/tsan.sh BUILD_DIR" >&2; exit 2; }
+    cd "$(dirname "${BASH_SOURCE[0]}")/.."
+    LOG_PREFIX=tsan
+    source scripts/lib/common.sh
+    source scripts/lib/ports.sh
+    source tests/lib/harness.sh
+    source tests/integration.sh
+    HARNESS_LOG_DIR=${HARNESS_LOG_DIR:-$1/test-logs}
+    rm -rf "$HARNESS_LOG_DIR"
+    harness_init
+    run_tsan "$1"
+    harness_summary
+fi
