@@ -27,17 +27,28 @@
 #include "service/log.h"
 
 /*
- * The local guard keeps one mutex per stripe, not per goods: goods ids range up to 2^63,
+ * The local guard keeps one lock per stripe, not per goods: goods ids range up to 2^63,
  * and a map that grew with every id a client names would be an unbounded allocation driven
  * by requests. Two goods that share a stripe merely take turns; correctness is unchanged.
+ *
+ * A stripe is a flag guarded by a mutex, with a condition variable to wait on, rather than a
+ * bare mutex: the wait is bounded on the monotonic clock (a change of the wall clock must
+ * neither cut it short nor stretch it), and pthread_cond_timedwait takes its clock from the
+ * condition variable's attributes, where pthread_mutex_timedlock only knows the wall clock.
  */
 #define LOCAL_STRIPES 256
+
+typedef struct local_stripe {
+    pthread_mutex_t mu;
+    pthread_cond_t freed; /* signalled when `held` goes false */
+    bool held;
+} local_stripe;
 
 struct guard_env {
     lock_client *lock;
     int64_t wait_ms;
     int64_t lease_ms;
-    pthread_mutex_t stripes[LOCAL_STRIPES];
+    local_stripe stripes[LOCAL_STRIPES];
 };
 
 int guard_env_create(const guard_env_options *opts, guard_env **out)
@@ -53,8 +64,15 @@ int guard_env_create(const guard_env_options *opts, guard_env **out)
     env->lock = opts->lock;
     env->wait_ms = opts->wait_ms;
     env->lease_ms = opts->lease_ms;
-    for (i = 0; i < LOCAL_STRIPES; i++)
-        pthread_mutex_init(&env->stripes[i], NULL);
+    for (i = 0; i < LOCAL_STRIPES; i++) {
+        pthread_condattr_t attr;
+
+        pthread_mutex_init(&env->stripes[i].mu, NULL);
+        pthread_condattr_init(&attr);
+        pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+        pthread_cond_init(&env->stripes[i].freed, &attr);
+        pthread_condattr_destroy(&attr);
+    }
     *out = env;
     return 0;
 }
@@ -65,8 +83,10 @@ void guard_env_destroy(guard_env *env)
 
     if (env == NULL)
         return;
-    for (i = 0; i < LOCAL_STRIPES; i++)
-        pthread_mutex_destroy(&env->stripes[i]);
+    for (i = 0; i < LOCAL_STRIPES; i++) {
+        pthread_cond_destroy(&env->stripes[i].freed);
+        pthread_mutex_destroy(&env->stripes[i].mu);
+    }
     free(env);
 }
 
@@ -109,14 +129,12 @@ static void none_leave(guard_env *env, guard_hold *hold)
 static int local_enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
                        size_t detail_len)
 {
-    pthread_mutex_t *mutex = &env->stripes[(uint64_t)goods_id % LOCAL_STRIPES];
+    local_stripe *stripe = &env->stripes[(uint64_t)goods_id % LOCAL_STRIPES];
     struct timespec start, deadline;
-    int rc;
+    int rc = 0;
 
     memset(hold, 0, sizeof(*hold));
     clock_gettime(CLOCK_MONOTONIC, &start);
-    /* The deadline is on the monotonic clock (pthread_mutex_clocklock), so that a change of
-     * the wall clock neither cuts the wait short nor stretches it. */
     deadline = start;
     deadline.tv_sec += env->wait_ms / 1000;
     deadline.tv_nsec += (env->wait_ms % 1000) * 1000000L;
@@ -124,11 +142,18 @@ static int local_enter(guard_env *env, int64_t goods_id, guard_hold *hold, char 
         deadline.tv_sec++;
         deadline.tv_nsec -= 1000000000L;
     }
-    rc = env->wait_ms == 0 ? pthread_mutex_trylock(mutex)
-                           : pthread_mutex_clocklock(mutex, CLOCK_MONOTONIC, &deadline);
+    pthread_mutex_lock(&stripe->mu);
+    while (stripe->held && rc == 0)
+        rc = env->wait_ms == 0 ? ETIMEDOUT
+                               : pthread_cond_timedwait(&stripe->freed, &stripe->mu, &deadline);
+    if (!stripe->held) {
+        stripe->held = true; /* free after all (freed just as the wait timed out, too) */
+        rc = 0;
+    }
+    pthread_mutex_unlock(&stripe->mu);
     hold->waited = true;
     hold->wait_seconds = seconds_since(&start);
-    if (rc == ETIMEDOUT || rc == EBUSY) {
+    if (rc == ETIMEDOUT) {
         snprintf(detail, detail_len, "local lock not had within %" PRId64 " ms", env->wait_ms);
         return GUARD_TIMEOUT;
     }
@@ -136,15 +161,21 @@ static int local_enter(guard_env *env, int64_t goods_id, guard_hold *hold, char 
         snprintf(detail, detail_len, "local lock: %s", strerror(rc));
         return GUARD_UNAVAILABLE;
     }
-    hold->local = mutex;
+    hold->local = stripe;
     return GUARD_OK;
 }
 
 static void local_leave(guard_env *env, guard_hold *hold)
 {
+    local_stripe *stripe = hold->local;
+
     (void)env;
-    if (hold->local != NULL)
-        pthread_mutex_unlock(hold->local);
+    if (stripe == NULL)
+        return;
+    pthread_mutex_lock(&stripe->mu);
+    stripe->held = false;
+    pthread_cond_signal(&stripe->freed);
+    pthread_mutex_unlock(&stripe->mu);
     hold->local = NULL;
 }
 

@@ -46,7 +46,7 @@ typedef struct guard_hold {
     bool waited;         /* the guard has a wait worth measuring (local, redis) */
     double wait_seconds; /* how long enter took */
     char name[64];       /* the lock's name, for the redis guard */
-    void *local;         /* the mutex, for the local guard */
+    void *local;         /* the stripe taken, for the local guard */
 } guard_hold;
 
 typedef struct mode {
