@@ -11,6 +11,13 @@
  * (The host name is still resolved with a blocking getaddrinfo(): use an address, or a
  * name the resolver answers at once.)
  *
+ * Every round trip after that is bounded too (db__await_result): a statement is sent without
+ * blocking (PQsend...) and its answer read as it arrives, under poll() with the pool's
+ * reply_timeout_ms. A server that stops answering (a partition, a frozen host) would
+ * otherwise hold the caller until TCP gives up, minutes later, while the Redis lock's
+ * watchdog went on renewing the caller's lock. TCP keepalives and tcp_user_timeout are set
+ * as well, so that even a session nobody is waiting on finds out its peer is gone.
+ *
  * Errors. PostgreSQL says what went wrong with an SQLSTATE. Two kinds matter to a caller:
  * the server refused this statement (a constraint, a timeout, a serialization failure: the
  * session is fine, the transaction is not), or the session itself is gone (the server
@@ -141,12 +148,22 @@ static int drive_connect(PGconn *pg, int timeout_ms, char *err, size_t errlen)
 int db__conn_open(db_conn *c, const char *conninfo, int connect_timeout_ms,
                   int statement_timeout_ms, char *err, size_t errlen)
 {
-    /* expand_dbname = 1: the "dbname" value may be a whole connection string or URI. */
-    const char *const keys[] = {"dbname", "fallback_application_name", NULL};
-    const char *const values[] = {conninfo, "stockd", NULL};
+    /* Our defaults come first, so that the connection string (expanded from "dbname",
+     * expand_dbname = 1) overrides them: libpq takes the last value given for a keyword.
+     * keepalives_*: probe an idle session after 5 s, every 2 s, give up after 3 misses;
+     * tcp_user_timeout: data unacknowledged for as long as the reply bound fails the
+     * connection in the kernel too. */
+    char user_timeout[DB__I64_LEN];
+    const char *const keys[] = {"keepalives",          "keepalives_idle",
+                                "keepalives_interval", "keepalives_count",
+                                "tcp_user_timeout",    "dbname",
+                                "fallback_application_name", NULL};
+    const char *const values[] = {"1",         "5", "2", "3", user_timeout, conninfo,
+                                  "stockd", NULL};
     PGconn *pg = NULL;
     int rc;
 
+    db__i64(user_timeout, c->pool != NULL ? c->pool->reply_timeout_ms : 0);
     snprintf(err, errlen, "%s", "");
     pg = PQconnectStartParams(keys, values, 1);
     if (!pg) {
@@ -163,6 +180,12 @@ int db__conn_open(db_conn *c, const char *conninfo, int connect_timeout_ms,
     if (rc != DB_OK)
         goto fail;
     PQsetNoticeReceiver(pg, on_notice, c);
+    /* Sending must not block either: db__await_result flushes under its deadline. */
+    if (PQsetnonblocking(pg, 1) != 0) {
+        copy_one_line(err, errlen, PQerrorMessage(pg));
+        rc = DB_ERR_UNAVAILABLE;
+        goto fail;
+    }
 
     c->pg = pg;
     c->prepared = 0;
@@ -216,6 +239,57 @@ bool db__conn_alive(db_conn *c)
             return false;
     }
     return true;
+}
+
+/* Marks c broken after a failed exchange, with the reason. Returns NULL (no result). */
+static PGresult *exchange_failed(db_conn *c, const char *why)
+{
+    if (why != NULL)
+        db__set_error(c, "%s", why);
+    else
+        copy_one_line(c->err, sizeof(c->err), PQerrorMessage(c->pg));
+    c->broken = true;
+    return NULL;
+}
+
+PGresult *db__await_result(db_conn *c)
+{
+    int timeout_ms = c->pool != NULL ? c->pool->reply_timeout_ms : 0;
+    int64_t deadline = now_ms() + timeout_ms;
+    PGresult *last = NULL, *r;
+    int flushed, ready;
+    char why[96];
+
+    snprintf(why, sizeof(why), "no answer from PostgreSQL within %d ms", timeout_ms);
+    /* Send what is still queued (everything, for statements this small, but a full socket
+     * buffer must not block us). */
+    while ((flushed = PQflush(c->pg)) == 1) {
+        ready = wait_socket(c->pg, PGRES_POLLING_WRITING, deadline);
+        if (ready <= 0)
+            return exchange_failed(c, ready == 0 ? why : "poll failed");
+    }
+    if (flushed < 0)
+        return exchange_failed(c, NULL);
+    /* Read until libpq has the whole answer; then collect its results (one per statement:
+     * keep the last, as PQexec does). */
+    for (;;) {
+        while (PQisBusy(c->pg)) {
+            ready = wait_socket(c->pg, PGRES_POLLING_READING, deadline);
+            if (ready <= 0) {
+                PQclear(last);
+                return exchange_failed(c, ready == 0 ? why : "poll failed");
+            }
+            if (!PQconsumeInput(c->pg)) {
+                PQclear(last);
+                return exchange_failed(c, NULL);
+            }
+        }
+        r = PQgetResult(c->pg);
+        if (r == NULL)
+            return last;
+        PQclear(last);
+        last = r;
+    }
 }
 
 /* Whether an SQLSTATE says the session, not the statement, failed. */
@@ -302,6 +376,8 @@ const char *db_strerror(int code)
         return "idempotency key already used";
     case DB_ERR_FENCED:
         return "refused by a newer fencing token";
+    case DB_ERR_COMMIT_UNKNOWN:
+        return "COMMIT sent, answer lost: the transaction may have committed";
     case DB_ERR_SCHEMA:
         return "schema not up to date";
     case DB_ERR_NOMEM:
@@ -328,8 +404,12 @@ int db_begin(db_conn *conn)
 int db_commit(db_conn *conn)
 {
     PGresult *res = NULL;
+    bool usable = conn != NULL && conn->pg != NULL && !conn->broken;
     int rc = db__run(conn, DB__COMMIT, NULL, &res);
 
+    /* COMMIT was sent and its answer never came: the server may have committed. */
+    if (rc == DB_ERR_UNAVAILABLE && usable)
+        return DB_ERR_COMMIT_UNKNOWN;
     if (rc != DB_OK)
         return rc;
     /* COMMIT of a transaction that had already failed succeeds as a statement, but it

@@ -26,6 +26,7 @@ enum {
     DB_ERR_SCHEMA = -7,      /* migrations pending, or the migrations directory is unreadable */
     DB_ERR_NOMEM = -8,
     DB_ERR_INVALID = -9,
+    DB_ERR_COMMIT_UNKNOWN = -10, /* COMMIT was sent and its answer lost: it may have committed */
 };
 
 typedef struct db_pool db_pool;
@@ -38,6 +39,11 @@ typedef struct db_pool_options {
     int connect_timeout_ms;   /* bound on opening a session, handshake included; default 2000 */
     int statement_timeout_ms; /* server-side statement_timeout for every session; default 5000;
                                  0: none */
+    int reply_timeout_ms;     /* client-side bound on every round trip after connecting: a
+                                 server that stops answering (a partition, a frozen host) fails
+                                 the statement with DB_ERR_UNAVAILABLE after this long, and the
+                                 connection is closed; default 6000. Above statement_timeout_ms,
+                                 so that a slow statement gets the server's own error first */
 } db_pool_options;
 
 void db_pool_options_init(db_pool_options *opts);
@@ -96,8 +102,9 @@ int db_ping(db_conn *conn);
 /*
  * Transactions (READ COMMITTED, PostgreSQL's default), one round trip each.
  * db_commit returns DB_ERR_QUERY when the transaction had already failed (PostgreSQL then
- * rolls it back). DB_ERR_UNAVAILABLE from db_commit means the outcome is unknown: the
- * connection broke after COMMIT was sent, and the server may have committed.
+ * rolls it back); DB_ERR_UNAVAILABLE when the connection was unusable before COMMIT could be
+ * sent (nothing committed); DB_ERR_COMMIT_UNKNOWN when COMMIT was sent and its answer did not
+ * come (the connection broke, or reply_timeout_ms ran out): the server may have committed.
  * Errors (for every statement below): DB_ERR_QUERY when PostgreSQL refused the statement
  * (a constraint, statement_timeout, a serialization failure or deadlock): the session is
  * fine, the transaction must be rolled back; DB_ERR_UNAVAILABLE when the session itself

@@ -47,6 +47,7 @@ struct db_pool {
     char *conninfo;
     int connect_timeout_ms;
     int statement_timeout_ms;
+    int reply_timeout_ms; /* client-side bound on each round trip */
     int size;
     int open;   /* connections with a session (guarded by mu) */
     int in_use; /* borrowed connections (guarded by mu) */
@@ -137,6 +138,15 @@ void db__conn_close(db_conn *c);
  * notices the end when it reads.
  */
 bool db__conn_alive(db_conn *c);
+
+/*
+ * Waits for the answer to what was just sent on c (PQsend...), reading it as it comes, for
+ * reply_timeout_ms at most. Returns the last result (as PQexec would; the caller passes it
+ * to db__check), or NULL when the connection failed or no complete answer came in time:
+ * then c is marked broken (it is closed on release and never reused: a late answer must not
+ * be read as the answer to the next statement) and c->err says why.
+ */
+PGresult *db__await_result(db_conn *c);
 
 /* Sets this session's statement_timeout (0: none). */
 int db__set_statement_timeout(db_conn *c, int ms);

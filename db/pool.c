@@ -36,6 +36,7 @@ void db_pool_options_init(db_pool_options *opts)
     opts->size = 8;
     opts->connect_timeout_ms = 2000;
     opts->statement_timeout_ms = 5000;
+    opts->reply_timeout_ms = 6000;
 }
 
 /* A connection string libpq cannot parse will never connect: say so at creation. */
@@ -56,6 +57,8 @@ static int options_valid(const db_pool_options *opts)
     if (opts->size < 1 || opts->size > 1000)
         return 0;
     if (opts->connect_timeout_ms < 1 || opts->statement_timeout_ms < 0)
+        return 0;
+    if (opts->reply_timeout_ms < 1 || opts->reply_timeout_ms > 3600000)
         return 0;
     return 1;
 }
@@ -82,6 +85,7 @@ int db_pool_create(const db_pool_options *opts, db_pool **out)
     pool->size = opts->size;
     pool->connect_timeout_ms = opts->connect_timeout_ms;
     pool->statement_timeout_ms = opts->statement_timeout_ms;
+    pool->reply_timeout_ms = opts->reply_timeout_ms;
     for (i = 0; i < pool->size; i++)
         pool->conns[i].pool = pool;
 

@@ -11,7 +11,8 @@
  * a prepare), so db_conn.prepared is cleared only when the session is closed.
  *
  * BEGIN, COMMIT and ROLLBACK have no parameters and nothing to plan: they are sent as plain
- * queries (PQexec), one round trip each, and never prepared. The migration files are run
+ * queries, one round trip each, and never prepared. Every round trip waits for its answer
+ * for the pool's reply_timeout_ms at most (db__await_result in conn.c). The migration files are run
  * with PQexec too, by migrate.c: a file of SQL is the text itself, not a value.
  *
  * Parameter types are taken from the SQL (a column compared with $1 gives $1 its type);
@@ -161,7 +162,11 @@ static int prepare_once(db_conn *c, enum db__stmt_id id)
 
     if (c->prepared & bit)
         return DB_OK;
-    res = PQprepare(c->pg, s->name, s->sql, s->nparams, NULL);
+    if (!PQsendPrepare(c->pg, s->name, s->sql, s->nparams, NULL))
+        return db__check(c, NULL, PGRES_COMMAND_OK);
+    res = db__await_result(c);
+    if (res == NULL)
+        return DB_ERR_UNAVAILABLE;
     rc = db__check(c, res, PGRES_COMMAND_OK);
     if (rc != DB_OK)
         return rc; /* db__check cleared res */
@@ -183,13 +188,18 @@ int db__run(db_conn *c, enum db__stmt_id id, const char *const *params, PGresult
         return DB_ERR_UNAVAILABLE;
     }
     if (s->plain) {
-        r = PQexec(c->pg, s->sql);
+        if (!PQsendQuery(c->pg, s->sql))
+            return db__check(c, NULL, s->want);
     } else {
         rc = prepare_once(c, id);
         if (rc != DB_OK)
             return rc;
-        r = PQexecPrepared(c->pg, s->name, s->nparams, params, NULL, NULL, 0);
+        if (!PQsendQueryPrepared(c->pg, s->name, s->nparams, params, NULL, NULL, 0))
+            return db__check(c, NULL, s->want);
     }
+    r = db__await_result(c);
+    if (r == NULL)
+        return DB_ERR_UNAVAILABLE;
     rc = db__check(c, r, s->want);
     if (rc != DB_OK)
         return rc;

@@ -11,6 +11,8 @@
 #   scripts/stack.sh redis-start   start it again
 #   scripts/stack.sh pg-stop       stop PostgreSQL only (fast shutdown: clients are cut off)
 #   scripts/stack.sh pg-start      start it again (the replicas reconnect by themselves)
+#   scripts/stack.sh pg-freeze     SIGSTOP PostgreSQL and its backends: a server that hangs
+#   scripts/stack.sh pg-thaw       SIGCONT them
 #   scripts/stack.sh replica-stop N...   stop replicas N... (SIGTERM; 1 if one exits non-zero)
 #   scripts/stack.sh replica-start N...  start them again and wait until they are ready
 #   scripts/stack.sh replica-start-extra N PORT
@@ -35,8 +37,8 @@
 #   READY_TIMEOUT      seconds to wait for each replica's /readyz [60]
 #   LOG_LINES          lines shown by `logs` [50]
 # The service's other variables pass through to the replicas unchanged: LOCK_WAIT_MS,
-# LOCK_LEASE_MS, ADMIN_TOKEN, BUSINESS_DELAY_MS, WORKER_THREADS, DB_POOL_SIZE,
-# REDIS_POOL_SIZE, DB_WAIT_MS, REDIS_TIMEOUT_MS, CONNECTION_TIMEOUT_S, LOG_LEVEL (see
+# LOCK_LEASE_MS, LOCK_MAX_HOLD_MS, ADMIN_TOKEN, BUSINESS_DELAY_MS, WORKER_THREADS, DB_POOL_SIZE,
+# REDIS_POOL_SIZE, DB_WAIT_MS, DB_REPLY_TIMEOUT_MS, REDIS_TIMEOUT_MS, CONNECTION_TIMEOUT_S, LOG_LEVEL (see
 # `stockd --help`). DATABASE_URL, REDIS_HOST/PORT, PORT, INSTANCE and MIGRATIONS_DIR are
 # set here. A replica keeps the settings it was started with: `down` then `up` to change them
 # (`up` does restart a replica whose STOCKD binary was rebuilt since it started).
@@ -223,8 +225,8 @@ main() {
     [ $# -gt 0 ] && shift
     stack_config
     case $cmd in
-    up | down | redis-stop | redis-start | pg-stop | pg-start | replica-stop | replica-start | \
-        replica-start-extra) stack__lock "$cmd" "$@" ;;
+    up | down | redis-stop | redis-start | pg-stop | pg-start | pg-freeze | pg-thaw | \
+        replica-stop | replica-start | replica-start-extra) stack__lock "$cmd" "$@" ;;
     esac
     case $cmd in
     up) cmd_up ;;
@@ -235,6 +237,8 @@ main() {
     redis-start) redis_start ;;
     pg-stop) pg_stop ;;
     pg-start) pg_start ;;
+    pg-freeze) pg_freeze ;;
+    pg-thaw) pg_thaw ;;
     replica-stop)
         stack__replica_args extra "$@"
         replicas_stop "$@"

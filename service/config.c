@@ -92,6 +92,8 @@ static const config__setting config__settings[] = {
            "Redis command connections per replica"),
     NUMBER("DB_WAIT_MS", CONFIG__INT64, db_wait_ms, "2000", 0, 600000,
            "how long a request waits for a pooled PostgreSQL connection before a 503"),
+    NUMBER("DB_REPLY_TIMEOUT_MS", CONFIG__INT, db_reply_timeout_ms, "6000", 100, 600000,
+           "how long any PostgreSQL round trip may take before the request answers 503"),
     NUMBER("REDIS_TIMEOUT_MS", CONFIG__INT64, redis_timeout_ms, "500", 10, 60000,
            "Redis connect and command timeout"),
     NUMBER("CONNECTION_TIMEOUT_S", CONFIG__INT, connection_timeout_s, "30", 1, 3600,

@@ -86,6 +86,26 @@ static int answer_db_failure(deduction *d, const char *what, int rc)
     return answer_503(d, "unavailable", detail);
 }
 
+/*
+ * COMMIT was sent and its answer lost: the sale may have happened, and this request cannot
+ * tell. Saying "unavailable" would break the contract's "a request that did not answer 200
+ * sold nothing"; the answer says so instead, and how to find out: a retry with the same
+ * Idempotency-Key waits for that transaction (its claim of the key does) and replays the
+ * stored answer if it committed, or sells afresh if it did not.
+ */
+static int answer_commit_unknown(deduction *d)
+{
+    char why[200], detail[256];
+
+    snprintf(detail, sizeof(detail), "postgresql: commit: %s",
+             db_describe_error(DB_ERR_COMMIT_UNKNOWN, d->conn, why, sizeof(why)));
+    d->out->status = 503;
+    d->out->outcome = "commit_unknown";
+    snprintf(d->out->detail, sizeof(d->out->detail), "%s", detail);
+    d->out->body = response_error("commit_unknown", "retry with the same Idempotency-Key");
+    return d->out->body != NULL ? 0 : -1;
+}
+
 /* Inside the transaction: answers 503 for a failed statement and hands back its code, so
  * that the caller rolls back. */
 static int statement_failed(deduction *d, const char *what, int rc)
@@ -255,6 +275,8 @@ static int run_transaction(deduction *d)
     if (rc != DB_OK) {
         free(d->out->body);
         d->out->body = NULL;
+        if (rc == DB_ERR_COMMIT_UNKNOWN)
+            return answer_commit_unknown(d);
         return answer_db_failure(d, "commit", rc);
     }
     if (d->out->status == 200)

@@ -38,7 +38,7 @@ static const int metrics__statuses[] = {200, 400, 401, 404, 405, 409, 413, 415, 
 
 static const char *const metrics__outcomes[] = {
     "deducted",  "insufficient_stock", "unknown_goods", "lock_timeout",
-    "lock_lost", "unavailable",        "replayed",
+    "lock_lost", "unavailable",        "replayed",      "commit_unknown",
 };
 #define METRICS__N_OUTCOMES (sizeof(metrics__outcomes) / sizeof(metrics__outcomes[0]))
 

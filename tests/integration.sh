@@ -39,6 +39,8 @@ set -euo pipefail
 # (a MODE or BUSINESS_DELAY_MS exported for a demo) cannot change what the tests see.
 IT_REPLICAS=3
 IT_LOCK_WAIT_MS=2000
+# Each PostgreSQL round trip, bounded on the client side: the frozen-PostgreSQL case waits it out.
+IT_DB_REPLY_TIMEOUT_MS=3000
 # The slow replica: it sleeps between its read and its write for longer than its lock's
 # lease, the pause (a GC, a stall) in which a lease can run out under a holder.
 IT_SLOW_REPLICA=$((IT_REPLICAS + 1))
@@ -143,9 +145,10 @@ run_integration() {
     STOCKD=$build/stockd
     ADMIN_TOKEN=it-$RANDOM$RANDOM$RANDOM
     LOCK_WAIT_MS=$IT_LOCK_WAIT_MS
+    DB_REPLY_TIMEOUT_MS=$IT_DB_REPLY_TIMEOUT_MS
     MODE=redis
     export RUN_DIR HTTP_PORT PG_PORT REDIS_PORT REPLICA_PORT_BASE REPLICAS STOCKD ADMIN_TOKEN \
-        LOCK_WAIT_MS MODE
+        LOCK_WAIT_MS DB_REPLY_TIMEOUT_MS MODE
     unset BUSINESS_DELAY_MS LOCK_LEASE_MS WORKER_THREADS DB_POOL_SIZE REDIS_POOL_SIZE \
         DB_WAIT_MS REDIS_TIMEOUT_MS CONNECTION_TIMEOUT_S DATABASE_URL
     for ((n = 0; n < REPLICAS; n++)); do

@@ -132,6 +132,7 @@
 #define GOODS_AUTH 3901LL
 #define GOODS_DOWN 4001LL
 #define GOODS_PG_DOWN 4002LL
+#define GOODS_PG_FROZEN 4003LL
 #define GOODS_LOST_TAKEOVER 4101LL
 #define GOODS_LOST_FENCE 4102LL
 #define GOODS_LOST_WATCHDOG 4103LL
@@ -716,6 +717,24 @@ static stock_view stock_get(long long goods_id)
     return v;
 }
 
+/* The figures once they stop changing: the same twice, a second apart (a transaction whose
+ * commit answer was lost may still land), at most 15 s. */
+static stock_view stock_settled(long long goods_id)
+{
+    stock_view a = stock_get(goods_id), b;
+    double start = now_s();
+
+    for (;;) {
+        usleep(1000 * 1000);
+        b = stock_get(goods_id);
+        if (b.stock == a.stock && b.orders == a.orders && b.sold == a.sold)
+            return b;
+        if (now_s() - start > 15)
+            fail_msg("goods %lld: the books still change after 15 s", goods_id);
+        a = b;
+    }
+}
+
 static void expect_stock(long long goods_id, long long initial, long long stock, long long sold,
                          long long orders, const char *what)
 {
@@ -991,6 +1010,7 @@ static long long sql_value(const char *sql, int n, long long a)
 
 typedef struct load_counts {
     int by_status[600]; /* index: HTTP status; [0]: no answer */
+    int commit_unknown; /* 503s that say the sale may have happened */
     int bad_answer;     /* a 200 or 409 whose body is not the documented one */
     int per_instance[MAX_REPLICAS];
     char note[320]; /* the first surprising answer, for the report */
@@ -1005,6 +1025,8 @@ typedef struct load_plan {
     const char *mode; /* expected in every 200 */
     int total;        /* requests over all threads */
     int threads;
+    double until;     /* now_s() after which no request is started; 0: none */
+    long timeout_ms;  /* each request's; 0: g_env.timeout_ms */
 
     atomic_int next;              /* the next request number to claim */
     pthread_barrier_t start_line; /* every thread has its handle before the first request */
@@ -1036,6 +1058,8 @@ static void load_record(load_plan *p, load_counts *c, const http_reply *r)
         return;
     }
     c->by_status[r->status]++;
+    if (r->status == 503 && r->body != NULL && strstr(r->body, "\"commit_unknown\"") != NULL)
+        c->commit_unknown++;
     if (r->status != 200 && r->status != 409) {
         note_once(c, "unexpected answer", r->status, r->body);
         return;
@@ -1093,10 +1117,16 @@ static void *load_thread(void *arg)
     memset(&mine, 0, sizeof(mine));
     pthread_barrier_wait(&p->start_line);
     for (;;) {
+        if (p->until > 0 && now_s() > p->until)
+            break;
         int i = atomic_fetch_add(&p->next, 1);
         if (i >= p->total)
             break;
-        http_request rq = {.method = "POST", .base = p->base, .path = p->path, .body = p->body};
+        http_request rq = {.method = "POST",
+                           .base = p->base,
+                           .path = p->path,
+                           .body = p->body,
+                           .timeout_ms = p->timeout_ms};
         http_reply r;
         if (h == NULL) {
             mine.by_status[0]++;
@@ -1113,6 +1143,7 @@ static void *load_thread(void *arg)
     pthread_mutex_lock(&p->mu);
     for (int s = 0; s < 600; s++)
         p->counts.by_status[s] += mine.by_status[s];
+    p->counts.commit_unknown += mine.commit_unknown;
     p->counts.bad_answer += mine.bad_answer;
     for (int k = 0; k < MAX_REPLICAS; k++)
         p->counts.per_instance[k] += mine.per_instance[k];
@@ -1197,12 +1228,12 @@ static void load_run(load_plan *p)
     p->seconds = now_s() - start;
 
     const load_counts *c = &p->counts;
-    int other = p->total - c->by_status[200] - c->by_status[409] - c->by_status[503];
+    int n = atomic_load(&p->n_timed);
+    int other = n - c->by_status[200] - c->by_status[409] - c->by_status[503];
     printf("    %s: %d requests from %d threads in %.2f s (%.0f req/s): 200=%d 409=%d 503=%d "
            "other=%d (no answer=%d) malformed bodies=%d\n",
-           p->label, p->total, p->threads, p->seconds, p->total / p->seconds, c->by_status[200],
+           p->label, n, p->threads, p->seconds, n / p->seconds, c->by_status[200],
            c->by_status[409], c->by_status[503], other, c->by_status[0], c->bad_answer);
-    int n = atomic_load(&p->n_timed);
     qsort(p->latency, (size_t)n, sizeof(double), cmp_double);
     if (n > 0)
         printf("    %s: latency p50 %.1f ms, p99 %.1f ms, max %.1f ms\n", p->label,
@@ -2983,6 +3014,92 @@ static void test_five_steps_mirror(void **state)
 }
 
 /* ------------------------------------------------------------------------------------------
+ * Case: PostgreSQL frozen under load, and thawed
+ *
+ * A database host that stops answering (a partition, a frozen VM: here SIGSTOP of the
+ * postmaster and every backend) refuses nothing: without a client-side bound a request would
+ * wait for TCP to give up, minutes later, holding its Redis lock (renewed by the watchdog)
+ * all the while. The replicas bound every round trip by DB_REPLY_TIMEOUT_MS (tests/
+ * integration.sh sets 3000), so every request answers within LOCK_WAIT_MS + DB_WAIT_MS +
+ * the connect bound + DB_REPLY_TIMEOUT_MS, the lock is given back, and nothing is sold
+ * without a 200, but for a commit whose answer was lost, which says so (commit_unknown).
+ * ------------------------------------------------------------------------------------------ */
+
+#define PG_FROZEN_FOR_S 4.0 /* longer than a request's database bound (3 s) */
+#define PG_FROZEN_ANSWER_S 12.0 /* 2 s lock wait + 2 s pool wait + 2 s connect + 3 s reply + margin */
+
+static bool g_pg_frozen; /* this process froze PostgreSQL and has not thawed it yet */
+
+static int pg_frozen_teardown(void **state)
+{
+    if (g_pg_frozen) {
+        if (stack_script("pg-thaw") != 0)
+            fprintf(stderr, "scripts/stack.sh pg-thaw failed: PostgreSQL stays frozen\n");
+        g_pg_frozen = false;
+    }
+    return case_teardown(state);
+}
+
+static void *load_run_thread(void *arg)
+{
+    load_run(arg);
+    return NULL;
+}
+
+static void test_postgres_frozen(void **state)
+{
+    const long long g = GOODS_PG_FROZEN;
+    pthread_t runner;
+
+    (void)state;
+    begin_case("postgres_frozen");
+    reset_goods(g, 5000);
+    load_plan *p = load_plan_new("frozen", g_env.stock_url, g, "redis", 100000, 16);
+    p->until = now_s() + 0.5 + PG_FROZEN_FOR_S + 1.5;
+    p->timeout_ms = (long)(1000 * (PG_FROZEN_ANSWER_S + 10));
+    if (pthread_create(&runner, NULL, load_run_thread, p) != 0)
+        fail_msg("pthread_create failed");
+    usleep(500 * 1000);
+    g_pg_frozen = true; /* set first: a half-done freeze is undone by the teardown too */
+    int rc = stack_script("pg-freeze");
+    if (rc == 0)
+        usleep((useconds_t)(PG_FROZEN_FOR_S * 1e6));
+    if (stack_script("pg-thaw") == 0)
+        g_pg_frozen = false;
+    pthread_join(runner, NULL);
+    if (rc != 0)
+        fail_msg("scripts/stack.sh pg-freeze failed");
+
+    const load_counts *c = &p->counts;
+    int n = atomic_load(&p->n_timed);
+    double longest = n > 0 ? p->latency[n - 1] : 0; /* load_run sorted them */
+    printf("    frozen: %d answers, %d commit_unknown, the longest %.2f s\n", n,
+           c->commit_unknown, longest);
+    if (c->by_status[0] != 0)
+        fail_msg("%d requests got no answer at all: %s", c->by_status[0], c->note);
+    if (c->by_status[200] + c->by_status[409] + c->by_status[503] != n)
+        fail_msg("answers other than 200, 409 and 503: %s", c->note);
+    if (c->by_status[503] == 0)
+        fail_msg("no request answered 503 while PostgreSQL was frozen for %.0f s", PG_FROZEN_FOR_S);
+    if (longest > PG_FROZEN_ANSWER_S)
+        fail_msg("an answer took %.2f s, past the bound of %.0f s", longest, PG_FROZEN_ANSWER_S);
+
+    /* The books settle; every unit sold had a 200, or a commit_unknown that said it might. */
+    stock_view r = stock_settled(g);
+    printf("    frozen: stock %lld, sold %lld in %lld orders, oversold %lld; 200s %d\n", r.stock,
+           r.sold, r.orders, r.oversold, c->by_status[200]);
+    if (r.oversold != 0)
+        fail_msg("oversold %lld after the freeze", r.oversold);
+    if (r.orders < c->by_status[200] || r.orders > c->by_status[200] + c->commit_unknown)
+        fail_msg("%lld orders for %d answers 200 and %d commit_unknown: a sale without a 200",
+                 r.orders, c->by_status[200], c->commit_unknown);
+
+    /* Recovered, and the lock was given back or expired: a sale goes through. */
+    expect_deducted(deduct(g_env.stock_url, g, 1, "redis", NULL), g, 1, -1, "redis",
+                    "a deduct after the thaw");
+}
+
+/* ------------------------------------------------------------------------------------------
  * Case: Redis down, and back
  * ------------------------------------------------------------------------------------------ */
 
@@ -3367,6 +3484,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_five_steps_mirror, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_redis_down, case_setup, redis_case_teardown),
         cmocka_unit_test_setup_teardown(test_postgres_down, case_setup, pg_case_teardown),
+        cmocka_unit_test_setup_teardown(test_postgres_frozen, case_setup, pg_frozen_teardown),
     };
     int failed;
 

@@ -151,6 +151,38 @@ pg_stop() {
     stop_pid postgres "$pid" "$(pg__pattern)" INT:60 QUIT:10 KILL:5
 }
 
+# The PIDs of the processes PID started (its children), from /proc: by PID, never by name.
+pg__children() {
+    local parent=$1 d stat rest ppid
+    for d in /proc/[0-9]*; do
+        stat=$(cat "$d/stat" 2>/dev/null) || continue
+        rest=${stat##*) } # after the command name, which may hold spaces and parentheses
+        rest=${rest#* }   # after the state
+        ppid=${rest%% *}
+        [ "$ppid" = "$parent" ] && echo "${d#/proc/}"
+    done
+    return 0
+}
+
+# Freezes PostgreSQL as a stopped host or a partition would look to its clients: SIGSTOP to
+# the postmaster and every backend, by PID. Nothing is refused; nothing answers. pg_thaw
+# undoes it. For tests and the chaos report: a server that hangs, not one that is down.
+pg_freeze() {
+    local pid
+    pid=$(pg_pid) || die "postgres is not running"
+    # shellcheck disable=SC2046 # one PID per word
+    kill -STOP "$pid" $(pg__children "$pid")
+    log "postgres frozen (SIGSTOP to pid $pid and its children)"
+}
+
+pg_thaw() {
+    local pid
+    pid=$(pg_pid) || die "postgres is not running"
+    # shellcheck disable=SC2046 # one PID per word
+    kill -CONT "$pid" $(pg__children "$pid")
+    log "postgres thawed (SIGCONT to pid $pid and its children)"
+}
+
 pg_status() {
     local pid
     if pid=$(pg_pid); then
