@@ -43,7 +43,7 @@
 #include "service/modes.h"
 
 /* How long a released step may take before the driver calls it "waiting in PostgreSQL". */
-#define STEP_SETTLE_MS 250
+#define STEP_SETTLE_MS 400
 /* How long anything may take at all before the case fails rather than hangs. */
 #define STEP_LIMIT_MS 10000
 

@@ -1210,13 +1210,33 @@ static void *sleeper_main(void *arg)
     return NULL;
 }
 
-/* Starts a DEBUG SLEEP of `seconds` and returns once Redis is asleep. */
+/* Starts a DEBUG SLEEP of `seconds` and returns once Redis is asleep: a PING on a connection
+ * of its own gets no answer within 50 ms (however slow the machine is to start the thread). */
 static void sleeper_start(sleeper *z, double seconds)
 {
+    struct timeval tv = {.tv_sec = 0, .tv_usec = 50 * 1000};
+    int64_t until = now_ns() + 2000 * MS;
+    bool asleep = false;
+
     z->port = g_state.port;
     z->seconds = seconds;
     assert_int_equal(pthread_create(&z->thread, NULL, sleeper_main, z), 0);
-    sleep_ms(100);
+    while (!asleep && now_ns() < until) {
+        redisContext *probe = redisConnectWithTimeout("127.0.0.1", g_state.port, tv);
+        redisReply *r = NULL;
+        bool connected = probe != NULL && probe->err == 0 && redisSetTimeout(probe, tv) == REDIS_OK;
+
+        if (connected)
+            r = redisCommand(probe, "PING");
+        asleep = connected && r == NULL; /* connected, and no answer in time */
+        if (r != NULL)
+            freeReplyObject(r);
+        if (probe != NULL)
+            redisFree(probe);
+        if (!asleep)
+            sleep_ms(5);
+    }
+    assert_true(asleep);
 }
 
 static lock_client *client_with_timeout(int command_timeout_ms)
