@@ -104,6 +104,7 @@ endif
 # The tests build three times: the release build (so -O2 warnings are errors too), the
 # sanitizer build they run, and the ThreadSanitizer build of what tests/tsan.sh runs.
 test: deps
+	@scripts/deps.sh ensure browser
 	$(MAKE) all
 	$(MAKE) B=build/san SAN=1 programs tests
 	$(MAKE) B=build/tsan TSAN=1 $(TSAN_TARGETS)
@@ -114,6 +115,7 @@ test-unit: deps
 	tests/run-unit.sh build/san
 
 test-integration: deps
+	@scripts/deps.sh ensure browser
 	$(MAKE) B=build/san SAN=1 programs tests
 	tests/integration.sh build/san
 

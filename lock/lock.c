@@ -368,7 +368,48 @@ int lock_try_lock(lock_client *c, const char *name, int64_t wait_ms, int64_t lea
     return rc;
 }
 
-/* ---- unlock, is_held, ping, stats ---- */
+/* ---- unlock, is_held, inspect, ping, stats ---- */
+
+int lock_inspect(lock_client *c, const char *name, lock_holder *out)
+{
+    int64_t borrow_by, hard_by;
+    const char *args[3] = {"", "", ""};
+    lock__keys k;
+    redisReply *r = NULL;
+    int rc;
+
+    lock__error_clear();
+    if (c == NULL || out == NULL)
+        return LOCK_ERR_INVALID;
+    memset(out, 0, sizeof(*out));
+    rc = lock__keys_init(&k, name);
+    if (rc != LOCK_OK)
+        return rc;
+    borrow_by = lock__now_ns() + lock__ms_to_ns(c->opts.command_timeout_ms);
+    hard_by = borrow_by + lock__ms_to_ns(c->opts.command_timeout_ms);
+    rc = pooled_script(c, LOCK__SCRIPT_INSPECT, &k, args, borrow_by, hard_by, NULL, &r);
+    if (rc != LOCK_OK)
+        return rc;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 4 ||
+        r->element[0]->type != REDIS_REPLY_STRING || r->element[1]->type != REDIS_REPLY_INTEGER ||
+        r->element[2]->type != REDIS_REPLY_INTEGER || r->element[3]->type != REDIS_REPLY_INTEGER) {
+        lock__error_set("inspect.lua: unexpected reply");
+        rc = LOCK_ERR_REDIS;
+    } else {
+        snprintf(out->owner, sizeof(out->owner), "%s", r->element[0]->str);
+        out->held = out->owner[0] != '\0';
+        out->count = r->element[1]->integer;
+        out->ttl_ms = out->held ? r->element[2]->integer : -1;
+        out->fence = r->element[3]->integer;
+    }
+    freeReplyObject(r);
+    return rc;
+}
+
+const char *lock_client_process_id(const lock_client *c)
+{
+    return c->process_id;
+}
 
 int lock_unlock(lock_client *c, const char *name)
 {

@@ -141,6 +141,25 @@ const char *lock_strerror(int code);
  * call on any lock_client. */
 const char *lock_last_error(void);
 
+/* Who holds a lock, as Redis says now (lock_inspect). */
+typedef struct lock_holder {
+    bool held;
+    char owner[80];  /* "<process id>:<thread number>", "" when free */
+    int64_t count;   /* hold count */
+    int64_t ttl_ms;  /* remaining lease; -1: none */
+    int64_t fence;   /* the lock's fencing counter: the holder's token while held */
+} lock_holder;
+
+/* Reads who holds `name` in one atomic step (inspect.lua), changing nothing, within one
+ * command timeout. For the live page. LOCK_OK, LOCK_ERR_INVALID, LOCK_ERR_REDIS or
+ * LOCK_ERR_BUSY. */
+int lock_inspect(lock_client *c, const char *name, lock_holder *out);
+
+/* This client's process id: the part of every owner it writes before the ':' (32 hex
+ * digits, NUL-terminated, valid as long as the client). Tells a replica's own holdings
+ * apart from others' in lock_inspect's answer. */
+const char *lock_client_process_id(const lock_client *c);
+
 /* Sends PING on a pooled connection: LOCK_OK or LOCK_ERR_REDIS. For readiness checks. */
 int lock_ping(lock_client *c);
 

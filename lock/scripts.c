@@ -35,11 +35,13 @@
 LOCK__EMBED(lock__lua_acquire, "lock/acquire.lua");
 LOCK__EMBED(lock__lua_release, "lock/release.lua");
 LOCK__EMBED(lock__lua_renew, "lock/renew.lua");
+LOCK__EMBED(lock__lua_inspect, "lock/inspect.lua");
 
 /* Hidden, so the compiler addresses them directly rather than through the GOT. */
 extern const char lock__lua_acquire[] __attribute__((visibility("hidden")));
 extern const char lock__lua_release[] __attribute__((visibility("hidden")));
 extern const char lock__lua_renew[] __attribute__((visibility("hidden")));
+extern const char lock__lua_inspect[] __attribute__((visibility("hidden")));
 
 #define SCRIPT_MAX_KEYS 4
 #define SCRIPT_MAX_ARGS 4
@@ -53,6 +55,7 @@ static script_entry scripts[LOCK__SCRIPT_COUNT] = {
     [LOCK__SCRIPT_ACQUIRE] = {lock__lua_acquire, ""},
     [LOCK__SCRIPT_RELEASE] = {lock__lua_release, ""},
     [LOCK__SCRIPT_RENEW] = {lock__lua_renew, ""},
+    [LOCK__SCRIPT_INSPECT] = {lock__lua_inspect, ""},
 };
 
 static pthread_once_t scripts_once = PTHREAD_ONCE_INIT;

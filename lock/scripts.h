@@ -17,6 +17,7 @@ typedef enum lock__script {
     LOCK__SCRIPT_ACQUIRE, /* acquire.lua */
     LOCK__SCRIPT_RELEASE, /* release.lua */
     LOCK__SCRIPT_RENEW,   /* renew.lua */
+    LOCK__SCRIPT_INSPECT, /* inspect.lua: read only */
     LOCK__SCRIPT_COUNT
 } lock__script;
 

@@ -14,6 +14,7 @@
 #   NGINX_USER               worker user when root, e.g. www-data (default: no user line)
 #   NGINX_WORKER_PROCESSES   (default auto)
 #   NGINX_MAX_FAILS / NGINX_FAIL_TIMEOUT  passive health check per replica (default 1 / 3s)
+#   NGINX_WEB_ROOT           the live page's folder (web/)      (default /opt/stock/web)
 # A placeholder left unfilled is an error, so a template and this script cannot drift apart.
 # Comment lines are copied unchanged (they name the placeholders).
 set -eu
@@ -34,19 +35,29 @@ error_log=${NGINX_ERROR_LOG:-logs/error.log warn}
 workers=${NGINX_WORKER_PROCESSES:-auto}
 max_fails=${NGINX_MAX_FAILS:-1}
 fail_timeout=${NGINX_FAIL_TIMEOUT:-3s}
+web_root=${NGINX_WEB_ROOT:-/opt/stock/web}
 
 case $read_timeout in
 '' | *[!0-9]*) die "NGINX_PROXY_READ_TIMEOUT must be a number of seconds, got '$read_timeout'" ;;
 esac
 
 # One `server` line per replica. max_fails/fail_timeout: see the upstream block's comment.
+# And one location per replica, /replica/N/api/replica, for the live page to read each
+# replica's own view (through the balancer it would get whichever replica answered).
 servers=""
+replica_locations=""
+n=0
 for s in ${NGINX_UPSTREAMS:-}; do
     case $s in
     *:*) ;;
     *) die "NGINX_UPSTREAMS: '$s' is not host:port" ;;
     esac
+    n=$((n + 1))
     servers="${servers}    server $s max_fails=$max_fails fail_timeout=$fail_timeout;
+"
+    replica_locations="${replica_locations}    location = /replica/$n/api/replica {
+        proxy_pass http://$s/api/replica;
+    }
 "
 done
 
@@ -61,6 +72,7 @@ fi
 R_LISTEN=$listen R_SERVERS=$servers R_TIMEOUT="${read_timeout}s" R_ACCESS_LOG=$access_log \
 R_ERROR_LOG=$error_log \
 R_USER=$user_directive R_WORKERS=$workers R_HAVE_SERVERS=${NGINX_UPSTREAMS:+yes} \
+R_REPLICA_LOCATIONS=$replica_locations R_WEB_ROOT=$web_root \
 awk '
     function fill(line, name, value,    i) {
         while ((i = index(line, "@" name "@")) > 0)
@@ -81,9 +93,14 @@ awk '
         line = fill(line, "ERROR_LOG", ENVIRON["R_ERROR_LOG"])
         line = fill(line, "USER_DIRECTIVE", ENVIRON["R_USER"])
         line = fill(line, "WORKER_PROCESSES", ENVIRON["R_WORKERS"])
+        line = fill(line, "WEB_ROOT", ENVIRON["R_WEB_ROOT"])
         # The server lines end with a newline of their own.
         if (line ~ /^[ \t]*@UPSTREAM_SERVERS@[ \t]*$/) {
             printf "%s", ENVIRON["R_SERVERS"]
+            next
+        }
+        if (line ~ /^[ \t]*@REPLICA_LOCATIONS@[ \t]*$/) {
+            printf "%s", ENVIRON["R_REPLICA_LOCATIONS"]
             next
         }
         if (match(line, /@[A-Z_]+@/)) {

@@ -24,6 +24,7 @@
  */
 #include "service/metrics.h"
 
+#include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -52,7 +53,8 @@ static const char *const metrics__route_names[ROUTE_COUNT_] = {
     [ROUTE_DEDUCT] = "/api/deduct",     [ROUTE_STOCK] = "/api/stock/{goods_id}",
     [ROUTE_RESET] = "/api/admin/reset", [ROUTE_MODES] = "/api/modes",
     [ROUTE_HEALTHZ] = "/healthz",       [ROUTE_READYZ] = "/readyz",
-    [ROUTE_METRICS] = "/metrics",       [ROUTE_OTHER] = "other",
+    [ROUTE_METRICS] = "/metrics",       [ROUTE_REPLICA] = "/api/replica",
+    [ROUTE_LOCK] = "/api/lock/{goods_id}", [ROUTE_OTHER] = "other",
 };
 
 struct metrics {
@@ -343,4 +345,64 @@ char *metrics_render(metrics *m, const metrics_external *ext)
         return NULL;
     }
     return b.data;
+}
+
+json_t *metrics_to_json(metrics *m)
+{
+    json_t *o = json_object(), *answers = json_object(), *deductions = json_object();
+    json_t *wait = json_object(), *le = json_array(), *cumulative = json_array();
+    uint64_t total = 0;
+    int failed = o == NULL || answers == NULL || deductions == NULL || wait == NULL ||
+                 le == NULL || cumulative == NULL;
+
+    for (size_t st = 0; !failed && st < METRICS__N_STATUS; st++) {
+        uint64_t v = atomic_load_explicit(&m->requests[ROUTE_DEDUCT][st], memory_order_relaxed);
+        char status[16];
+        if (v == 0)
+            continue;
+        if (st == METRICS__STATUS_OTHER)
+            snprintf(status, sizeof(status), "other");
+        else
+            snprintf(status, sizeof(status), "%d", metrics__statuses[st]);
+        failed |= json_object_set_new(answers, status, json_integer((json_int_t)v));
+    }
+    for (size_t mi = 0; !failed && mi < m->n_modes; mi++) {
+        json_t *by = json_object();
+        failed |= by == NULL;
+        for (size_t oi = 0; !failed && oi < METRICS__N_OUTCOMES; oi++) {
+            uint64_t v = atomic_load_explicit(&m->deductions[mi * METRICS__N_OUTCOMES + oi],
+                                              memory_order_relaxed);
+            failed |= json_object_set_new(by, metrics__outcomes[oi], json_integer((json_int_t)v));
+        }
+        failed |= json_object_set_new(deductions, m->mode_names[mi], by);
+    }
+    for (size_t b = 0; !failed && b <= METRICS__N_BUCKETS; b++) {
+        total += atomic_load_explicit(&m->lock_wait[b], memory_order_relaxed);
+        if (b == METRICS__N_BUCKETS)
+            break;
+        failed |= json_array_append_new(le, json_real(metrics__buckets[b]));
+        failed |= json_array_append_new(cumulative, json_integer((json_int_t)total));
+    }
+    if (!failed) {
+        double sum = (double)atomic_load_explicit(&m->lock_wait_sum_ns, memory_order_relaxed) / 1e9;
+        failed |= json_object_set_new(wait, "le", le);
+        failed |= json_object_set_new(wait, "cumulative", cumulative);
+        le = cumulative = NULL;
+        failed |= json_object_set_new(wait, "count", json_integer((json_int_t)total));
+        failed |= json_object_set_new(wait, "sum_seconds", json_real(sum));
+        failed |= json_object_set_new(o, "deduct_answers", answers);
+        failed |= json_object_set_new(o, "deductions", deductions);
+        failed |= json_object_set_new(o, "lock_wait", wait);
+        answers = deductions = wait = NULL;
+    }
+    json_decref(le);
+    json_decref(cumulative);
+    json_decref(answers);
+    json_decref(deductions);
+    json_decref(wait);
+    if (failed) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
 }

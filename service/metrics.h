@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct json_t; /* jansson's */
+
 typedef struct metrics metrics;
 
 /* Routes are a fixed set, so the label space stays bounded whatever clients send. */
@@ -19,12 +21,15 @@ typedef enum metrics_route {
     ROUTE_HEALTHZ,
     ROUTE_READYZ,
     ROUTE_METRICS,
+    ROUTE_REPLICA,
+    ROUTE_LOCK,
     ROUTE_OTHER,
     ROUTE_COUNT_
 } metrics_route;
 
 /* The route's label value: "/api/deduct", "/api/stock/{goods_id}", "/api/admin/reset",
- * "/api/modes", "/healthz", "/readyz", "/metrics" or "other". A static string. */
+ * "/api/modes", "/healthz", "/readyz", "/metrics", "/api/replica", "/api/lock/{goods_id}" or
+ * "other". A static string. */
 const char *metrics_route_name(metrics_route route);
 
 /* mode_names: the mode table's names (copied); outcomes are a fixed set:
@@ -62,5 +67,16 @@ typedef struct metrics_external {
  * (or m is NULL). ext NULL renders the external figures as zeros. Safe to call while other
  * threads record. */
 char *metrics_render(metrics *m, const metrics_external *ext);
+
+/*
+ * The same figures for the live page, as a new jansson object (the caller owns it; NULL when
+ * out of memory):
+ *   {"deduct_answers":{"200":n,...},                       POST /api/deduct by status
+ *    "deductions":{"<mode>":{"<outcome>":n,...},...},
+ *    "lock_wait":{"le":[0.0005,...],"cumulative":[n,...],"count":n,"sum_seconds":s}}
+ * "cumulative" has one entry per bound in "le" (observations at or below it); "count" is all
+ * of them (the +Inf bucket). Safe while other threads record.
+ */
+struct json_t *metrics_to_json(metrics *m);
 
 #endif

@@ -52,7 +52,7 @@ static char *response__finish(json_t *obj, int failed)
     char *out = NULL;
 
     if (obj != NULL && !failed)
-        out = json_dumps(obj, JSON_COMPACT);
+        out = json_dumps(obj, JSON_COMPACT | JSON_REAL_PRECISION(9));
     json_decref(obj);
     return out;
 }
@@ -205,6 +205,45 @@ char *response_health(bool ok, const char *status, const char *instance, const c
         failed |= json_object_set_new(o, "instance", response__string(instance));
         if (detail != NULL)
             failed |= json_object_set_new(o, "detail", response__string(detail));
+    }
+    return response__finish(o, failed);
+}
+
+char *response_replica(const char *instance, const char *process_id, const char *default_mode,
+                       json_t *metrics_json)
+{
+    json_t *o = metrics_json != NULL ? json_object() : NULL;
+    int failed = o == NULL;
+
+    if (!failed) {
+        failed |= json_object_set_new(o, "instance", response__string(instance));
+        failed |= json_object_set_new(o, "process_id", response__string(process_id));
+        failed |= json_object_set_new(o, "default_mode", response__string(default_mode));
+        failed |= json_object_set_new(o, "metrics", metrics_json);
+        metrics_json = NULL;
+    }
+    json_decref(metrics_json);
+    return response__finish(o, failed);
+}
+
+char *response_lock(int64_t goods_id, const char *lock_name, bool held, const char *owner,
+                    int64_t count, int64_t ttl_ms, int64_t fence)
+{
+    json_t *o = json_object();
+    int failed = o == NULL;
+
+    if (!failed) {
+        const char *colon = held ? strrchr(owner, ':') : NULL;
+        failed |= json_object_set_new(o, "goods_id", json_integer((json_int_t)goods_id));
+        failed |= json_object_set_new(o, "lock", response__string(lock_name));
+        failed |= json_object_set_new(o, "held", json_boolean(held));
+        failed |= json_object_set_new(o, "owner", held ? response__string(owner) : json_null());
+        failed |= json_object_set_new(
+            o, "process_id",
+            colon != NULL ? json_stringn(owner, (size_t)(colon - owner)) : json_null());
+        failed |= json_object_set_new(o, "count", json_integer((json_int_t)count));
+        failed |= json_object_set_new(o, "ttl_ms", json_integer((json_int_t)ttl_ms));
+        failed |= json_object_set_new(o, "fence", json_integer((json_int_t)fence));
     }
     return response__finish(o, failed);
 }

@@ -12,6 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct json_t; /* jansson's */
+
 /* {"ok":false,"error":<error>} plus "detail" when detail is not NULL. */
 char *response_error(const char *error, const char *detail);
 
@@ -49,5 +51,16 @@ char *response_modes(const char *default_mode, const response_mode *modes, size_
 /* {"ok":true,"status":<status>,"instance":..} plus "detail" when not NULL, for the health
  * endpoints ({"ok":false,...} when ok is false). */
 char *response_health(bool ok, const char *status, const char *instance, const char *detail);
+
+/* GET /api/replica: {"instance":..,"process_id":..,"default_mode":..,"metrics":{...}}.
+ * Takes metrics_json (a jansson object from metrics_to_json; NULL fails). */
+char *response_replica(const char *instance, const char *process_id, const char *default_mode,
+                       struct json_t *metrics_json);
+
+/* GET /api/lock/{goods_id}: {"goods_id":1,"lock":"lock:goods:1","held":true,
+ * "owner":"<process id>:<thread>","process_id":"<process id>","count":1,"ttl_ms":29950,
+ * "fence":123}; owner and process_id are null when the lock is free. */
+char *response_lock(int64_t goods_id, const char *lock_name, bool held, const char *owner,
+                    int64_t count, int64_t ttl_ms, int64_t fence);
 
 #endif

@@ -266,6 +266,45 @@ static void handle_metrics(app *a, const http_request *req, http_reply *reply)
     reply->content_type = PROMETHEUS_TEXT;
 }
 
+/* ---- GET /api/replica, /api/lock/{goods_id}: what the live page reads ------------------ */
+
+/* This replica's own view: its name, the process id in its Redis lock owners (so that a
+ * holder seen in Redis can be told to be this replica), and its counters. No I/O. */
+static void handle_replica(app *a, const http_request *req, http_reply *reply)
+{
+    (void)req;
+    reply_json(reply, 200,
+               response_replica(a->config->instance, lock_client_process_id(a->core.lock),
+                                a->default_mode->name, metrics_to_json(a->metrics)));
+}
+
+/* Who holds lock:goods:N now, read from Redis in one step; one round trip, bounded by the
+ * Redis command timeout. */
+static void handle_lock(app *a, const http_request *req, http_reply *reply)
+{
+    const char *id_text = req->path + strlen("/api/lock/");
+    char name[64], detail[300];
+    lock_holder h;
+    int64_t goods_id;
+    int rc;
+
+    if (request_parse_goods_id(id_text, &goods_id) != 0) {
+        reply_error(reply, 400, "bad_request",
+                    "goods_id must be an integer from 1 to 9223372036854775807");
+        return;
+    }
+    snprintf(name, sizeof(name), "lock:goods:%lld", (long long)goods_id);
+    rc = lock_inspect(a->core.lock, name, &h);
+    if (rc != LOCK_OK) {
+        snprintf(detail, sizeof(detail), "redis: %s%s%s", lock_strerror(rc),
+                 lock_last_error()[0] ? ": " : "", lock_last_error());
+        reply_error(reply, 503, "unavailable", detail);
+        return;
+    }
+    reply_json(reply, 200,
+               response_lock(goods_id, name, h.held, h.owner, h.count, h.ttl_ms, h.fence));
+}
+
 /* ---- the table and the checks before the body ---------------------------------------- */
 
 static const route route_table[] = {
@@ -276,6 +315,8 @@ static const route route_table[] = {
     {"/healthz", false, "GET", false, false, ROUTE_HEALTHZ, handle_healthz},
     {"/readyz", false, "GET", false, false, ROUTE_READYZ, handle_readyz},
     {"/metrics", false, "GET", false, false, ROUTE_METRICS, handle_metrics},
+    {"/api/replica", false, "GET", false, false, ROUTE_REPLICA, handle_replica},
+    {"/api/lock/", true, "GET", false, false, ROUTE_LOCK, handle_lock},
 };
 
 static const route *find_route(const char *path)

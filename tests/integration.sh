@@ -23,7 +23,8 @@
 #                      cases, whose lock vanishes while they are inside their section
 #   3. nginx's own errors: a body over 16 KiB gets nginx's JSON 413; with every replica
 #      stopped, requests get nginx's JSON 502;
-#   4. shutdown: every replica exits 0 on SIGTERM, and no replica log (nor the migrate log)
+#   4. the live page (web/) in headless Chromium during a short load (tests/live_page.sh);
+#   5. shutdown: every replica exits 0 on SIGTERM, and no replica log (nor the migrate log)
 #      holds a sanitizer report: a leak, a crash or undefined behaviour fails the run.
 # Everything started is stopped at exit, on failure too; the logs are copied to the test log
 # directory before the run directory is removed (KEEP_RUN_DIR=1 keeps it).
@@ -123,6 +124,8 @@ it__cleanup() {
 }
 
 run_integration() {
+    # shellcheck source=tests/live_page.sh
+    source tests/live_page.sh
     local build=$1 n urls="" up_log sx pattern=${3:-}
     IT_SUFFIX=${2:-}
     sx=$IT_SUFFIX
@@ -201,6 +204,14 @@ run_integration() {
         SLOW_REPLICA_DELAY_MS=$IT_SLOW_DELAY_MS SLOW_REPLICA_LEASE_MS=$IT_SLOW_LEASE_MS \
         DELAYED_REPLICA_URLS=$delayed_urls DELAYED_REPLICA_DELAY_MS=$IT_DELAYED_DELAY_MS \
         run_suite "test_stack$sx${pattern:+:$pattern}" 480 "$build/tests/test_stack" ${pattern:+"$pattern"}
+
+    # The live page in a real browser, once (not again in the ThreadSanitizer pass).
+    if [ -z "$sx" ]; then
+        check_group_begin "live-page"
+        check "the live page in headless Chromium: a replica holds the lock, the books match the API" \
+            it__live_page
+        check_group_end
+    fi
 
     check_group_begin "nginx-errors+shutdown$sx"
     check "nginx refuses a 20 KiB body with its JSON 413" it__413
