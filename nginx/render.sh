@@ -15,6 +15,7 @@
 #   NGINX_WORKER_PROCESSES   (default auto)
 #   NGINX_MAX_FAILS / NGINX_FAIL_TIMEOUT  passive health check per replica (default 1 / 3s)
 #   NGINX_WEB_ROOT           the live page's folder (web/)      (default /opt/stock/web)
+#   NGINX_RESULTS_ROOT       the load reports (results/)        (default /opt/stock/results)
 # A placeholder left unfilled is an error, so a template and this script cannot drift apart.
 # Comment lines are copied unchanged (they name the placeholders).
 set -eu
@@ -36,6 +37,7 @@ workers=${NGINX_WORKER_PROCESSES:-auto}
 max_fails=${NGINX_MAX_FAILS:-1}
 fail_timeout=${NGINX_FAIL_TIMEOUT:-3s}
 web_root=${NGINX_WEB_ROOT:-/opt/stock/web}
+results_root=${NGINX_RESULTS_ROOT:-/opt/stock/results}
 
 case $read_timeout in
 '' | *[!0-9]*) die "NGINX_PROXY_READ_TIMEOUT must be a number of seconds, got '$read_timeout'" ;;
@@ -72,7 +74,7 @@ fi
 R_LISTEN=$listen R_SERVERS=$servers R_TIMEOUT="${read_timeout}s" R_ACCESS_LOG=$access_log \
 R_ERROR_LOG=$error_log \
 R_USER=$user_directive R_WORKERS=$workers R_HAVE_SERVERS=${NGINX_UPSTREAMS:+yes} \
-R_REPLICA_LOCATIONS=$replica_locations R_WEB_ROOT=$web_root \
+R_REPLICA_LOCATIONS=$replica_locations R_WEB_ROOT=$web_root R_RESULTS_ROOT=$results_root \
 awk '
     function fill(line, name, value,    i) {
         while ((i = index(line, "@" name "@")) > 0)
@@ -94,6 +96,7 @@ awk '
         line = fill(line, "USER_DIRECTIVE", ENVIRON["R_USER"])
         line = fill(line, "WORKER_PROCESSES", ENVIRON["R_WORKERS"])
         line = fill(line, "WEB_ROOT", ENVIRON["R_WEB_ROOT"])
+        line = fill(line, "RESULTS_ROOT", ENVIRON["R_RESULTS_ROOT"])
         # The server lines end with a newline of their own.
         if (line ~ /^[ \t]*@UPSTREAM_SERVERS@[ \t]*$/) {
             printf "%s", ENVIRON["R_SERVERS"]

@@ -201,6 +201,35 @@ function drawStrip() {
   });
 }
 
+/* The last report of loadtest/run (make demo): its Markdown table, as a table, and its chart.
+ * Read once at start: a report is written at the end of a run. */
+async function showReport() {
+  let text;
+  try {
+    const r = await fetch("/live/results/latest/table-only.md", { cache: "no-store" });
+    if (!r.ok) return; /* none yet: the placeholder text stays */
+    text = await r.text();
+  } catch (e) {
+    return;
+  }
+  const rows = text.split("\n").filter((l) => l.startsWith("|") && !/^\|[-|: ]+\|$/.test(l));
+  const cells = (l) => l.slice(1, -1).split("|").map((c) => c.trim());
+  const table = document.createElement("table");
+  rows.forEach((l, i) => {
+    const tr = table.insertRow();
+    for (const c of cells(l)) {
+      const cell = document.createElement(i === 0 ? "th" : "td");
+      cell.textContent = c;
+      tr.append(cell);
+    }
+  });
+  $("report").replaceChildren(table);
+  const img = $("report-chart");
+  img.src = "/live/results/latest/chart.svg";
+  img.onload = () => { img.hidden = false; };
+  img.onerror = () => { img.hidden = true; };
+}
+
 async function main() {
   const fromUrl = Number(new URLSearchParams(location.search).get("goods"));
   if (fromUrl >= 1) { state.goods = fromUrl; $("goods").value = fromUrl; }
@@ -209,6 +238,7 @@ async function main() {
     if (v >= 1) { state.goods = v; state.books = []; state.holders = []; }
   });
   await discoverReplicas();
+  showReport();
   for (;;) {
     const started = Date.now();
     try { await poll(); } catch (e) { countError(); }
