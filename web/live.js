@@ -33,6 +33,9 @@ function countError() {
 }
 window.addEventListener("error", countError);
 window.addEventListener("unhandledrejection", countError);
+/* What the page itself reports to the console counts too. */
+const consoleError = console.error.bind(console);
+console.error = (...args) => { countError(); consoleError(...args); };
 
 async function getJSON(path) {
   const r = await fetch(path, { cache: "no-store" });
@@ -241,7 +244,7 @@ async function main() {
   showReport();
   for (;;) {
     const started = Date.now();
-    try { await poll(); } catch (e) { countError(); }
+    try { await poll(); } catch (e) { console.error(e); }
     await new Promise((r) => setTimeout(r, Math.max(0, POLL_MS - (Date.now() - started))));
   }
 }
