@@ -154,12 +154,10 @@ int db__conn_open(db_conn *c, const char *conninfo, int connect_timeout_ms,
      * tcp_user_timeout: data unacknowledged for as long as the reply bound fails the
      * connection in the kernel too. */
     char user_timeout[DB__I64_LEN];
-    const char *const keys[] = {"keepalives",          "keepalives_idle",
-                                "keepalives_interval", "keepalives_count",
-                                "tcp_user_timeout",    "dbname",
-                                "fallback_application_name", NULL};
-    const char *const values[] = {"1",         "5", "2", "3", user_timeout, conninfo,
-                                  "stockd", NULL};
+    const char *const keys[] = {
+        "keepalives",       "keepalives_idle", "keepalives_interval",       "keepalives_count",
+        "tcp_user_timeout", "dbname",          "fallback_application_name", NULL};
+    const char *const values[] = {"1", "5", "2", "3", user_timeout, conninfo, "stockd", NULL};
     PGconn *pg = NULL;
     int rc;
 

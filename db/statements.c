@@ -73,8 +73,9 @@ static const struct db__stmt stmts[DB__STMT_COUNT] = {
     /* The write of the read-check-write: the value computed from what was read. A fenced
      * holder claimed the row first (DB__STOCK_CLAIM) and holds its lock, so no token is
      * needed here: nobody else can have written the row since the claim. */
-    [DB__STOCK_WRITE] = {"stock_write", "UPDATE goods SET stock = $2, updated = now() WHERE id = $1",
-                         2, PGRES_COMMAND_OK, false},
+    [DB__STOCK_WRITE] = {"stock_write",
+                         "UPDATE goods SET stock = $2, updated = now() WHERE id = $1", 2,
+                         PGRES_COMMAND_OK, false},
     /* Only run when a claim or a write changed no row, to tell "unknown goods" from
      * "fenced". */
     [DB__GOODS_EXISTS] = {"goods_exists", "SELECT 1 FROM goods WHERE id = $1", 1, PGRES_TUPLES_OK,

@@ -41,7 +41,7 @@ struct lock__holdings {
     uint64_t next_id;
     int64_t watchdog_lease_ms;
     int64_t renew_every_ns;
-    int64_t max_hold_ns; /* a holding is renewed for this long at most */
+    int64_t max_hold_ns;    /* a holding is renewed for this long at most */
     int64_t sleep_until_ns; /* the watchdog's wake-up time; INT64_MAX: none, or awake */
     bool stopped;
 };

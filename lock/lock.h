@@ -108,9 +108,9 @@ int lock_try_lock(lock_client *c, const char *name, int64_t wait_ms, int64_t lea
  * Returns LOCK_OK; LOCK_ERR_NOT_HELD when the caller is not an owner (another owner's lock
  * is never touched); LOCK_ERR_REDIS, or LOCK_ERR_BUSY (no connection free within one
  * command timeout: a release takes the pool's reserved connection when the others are
- * out, so only another release can keep it waiting). After an error the hold is dropped locally all the same, so the watchdog
- * does not keep a lock alive that its owner meant to release: the lease frees it. Takes at
- * most two command timeouts.
+ * out, so only another release can keep it waiting). After an error the hold is dropped locally all
+ * the same, so the watchdog does not keep a lock alive that its owner meant to release: the lease
+ * frees it. Takes at most two command timeouts.
  */
 int lock_unlock(lock_client *c, const char *name);
 
@@ -144,10 +144,10 @@ const char *lock_last_error(void);
 /* Who holds a lock, as Redis says now (lock_inspect). */
 typedef struct lock_holder {
     bool held;
-    char owner[80];  /* "<process id>:<thread number>", "" when free */
-    int64_t count;   /* hold count */
-    int64_t ttl_ms;  /* remaining lease; -1: none */
-    int64_t fence;   /* the lock's fencing counter: the holder's token while held */
+    char owner[80]; /* "<process id>:<thread number>", "" when free */
+    int64_t count;  /* hold count */
+    int64_t ttl_ms; /* remaining lease; -1: none */
+    int64_t fence;  /* the lock's fencing counter: the holder's token while held */
 } lock_holder;
 
 /* Reads who holds `name` in one atomic step (inspect.lua), changing nothing, within one

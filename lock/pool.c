@@ -23,9 +23,9 @@ struct lock__pool {
     lock__conn *conns;       /* size connections */
     lock__conn **free_stack; /* the free ones; the top is the last returned */
     int nfree;
-    _Atomic int in_use; /* copy of size - nfree for lock-free reading */
-    lock__conn reserved;     /* for releases only (lock__pool_borrow_for_release) */
-    bool reserved_out;       /* borrowed right now */
+    _Atomic int in_use;           /* copy of size - nfree for lock-free reading */
+    lock__conn reserved;          /* for releases only (lock__pool_borrow_for_release) */
+    bool reserved_out;            /* borrowed right now */
     pthread_cond_t reserved_back; /* signalled when the reserved connection comes back */
 };
 

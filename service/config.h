@@ -28,7 +28,7 @@ typedef struct service_config {
     int db_pool_size;          /* DB_POOL_SIZE: PostgreSQL connections per replica */
     int redis_pool_size;       /* REDIS_POOL_SIZE: Redis command connections per replica */
     int64_t db_wait_ms;        /* DB_WAIT_MS: bound on waiting for a pooled connection */
-    int db_reply_timeout_ms;     /* DB_REPLY_TIMEOUT_MS: client-side bound per round trip */
+    int db_reply_timeout_ms;   /* DB_REPLY_TIMEOUT_MS: client-side bound per round trip */
     int64_t redis_timeout_ms;  /* REDIS_TIMEOUT_MS: connect and command timeout */
     int connection_timeout_s;  /* CONNECTION_TIMEOUT_S: idle/slow client limit */
     char migrations_dir[512];  /* MIGRATIONS_DIR: where the NNN_*.sql files are */

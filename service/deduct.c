@@ -26,7 +26,7 @@ typedef struct deduction {
     const mode *mode;
     int64_t goods_id;
     int64_t count;
-    const char *key; /* Idempotency-Key or NULL */
+    const char *key;         /* Idempotency-Key or NULL */
     const deduct_hook *hook; /* or NULL */
     db_conn *conn;
     guard_hold hold;

@@ -50,10 +50,10 @@ static const double metrics__buckets[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.
 #define METRICS__N_BUCKETS (sizeof(metrics__buckets) / sizeof(metrics__buckets[0]))
 
 static const char *const metrics__route_names[ROUTE_COUNT_] = {
-    [ROUTE_DEDUCT] = "/api/deduct",     [ROUTE_STOCK] = "/api/stock/{goods_id}",
-    [ROUTE_RESET] = "/api/admin/reset", [ROUTE_MODES] = "/api/modes",
-    [ROUTE_HEALTHZ] = "/healthz",       [ROUTE_READYZ] = "/readyz",
-    [ROUTE_METRICS] = "/metrics",       [ROUTE_REPLICA] = "/api/replica",
+    [ROUTE_DEDUCT] = "/api/deduct",        [ROUTE_STOCK] = "/api/stock/{goods_id}",
+    [ROUTE_RESET] = "/api/admin/reset",    [ROUTE_MODES] = "/api/modes",
+    [ROUTE_HEALTHZ] = "/healthz",          [ROUTE_READYZ] = "/readyz",
+    [ROUTE_METRICS] = "/metrics",          [ROUTE_REPLICA] = "/api/replica",
     [ROUTE_LOCK] = "/api/lock/{goods_id}", [ROUTE_OTHER] = "other",
 };
 
@@ -352,8 +352,8 @@ json_t *metrics_to_json(metrics *m)
     json_t *o = json_object(), *answers = json_object(), *deductions = json_object();
     json_t *wait = json_object(), *le = json_array(), *cumulative = json_array();
     uint64_t total = 0;
-    int failed = o == NULL || answers == NULL || deductions == NULL || wait == NULL ||
-                 le == NULL || cumulative == NULL;
+    int failed = o == NULL || answers == NULL || deductions == NULL || wait == NULL || le == NULL ||
+                 cumulative == NULL;
 
     for (size_t st = 0; !failed && st < METRICS__N_STATUS; st++) {
         uint64_t v = atomic_load_explicit(&m->requests[ROUTE_DEDUCT][st], memory_order_relaxed);

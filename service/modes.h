@@ -43,10 +43,10 @@ typedef struct guard_hold {
     int64_t fence;            /* the token, when fenced */
     const char *fence_source; /* the counter it comes from ("redis"), when fenced: tokens
                                  are compared only with tokens of the same source */
-    bool waited;         /* the guard has a wait worth measuring (local, redis) */
-    double wait_seconds; /* how long enter took */
-    char name[64];       /* the lock's name, for the redis guard */
-    void *local;         /* the stripe taken, for the local guard */
+    bool waited;              /* the guard has a wait worth measuring (local, redis) */
+    double wait_seconds;      /* how long enter took */
+    char name[64];            /* the lock's name, for the redis guard */
+    void *local;              /* the stripe taken, for the local guard */
 } guard_hold;
 
 typedef struct mode {

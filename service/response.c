@@ -238,9 +238,9 @@ char *response_lock(int64_t goods_id, const char *lock_name, bool held, const ch
         failed |= json_object_set_new(o, "lock", response__string(lock_name));
         failed |= json_object_set_new(o, "held", json_boolean(held));
         failed |= json_object_set_new(o, "owner", held ? response__string(owner) : json_null());
-        failed |= json_object_set_new(
-            o, "process_id",
-            colon != NULL ? json_stringn(owner, (size_t)(colon - owner)) : json_null());
+        failed |= json_object_set_new(o, "process_id",
+                                      colon != NULL ? json_stringn(owner, (size_t)(colon - owner))
+                                                    : json_null());
         failed |= json_object_set_new(o, "count", json_integer((json_int_t)count));
         failed |= json_object_set_new(o, "ttl_ms", json_integer((json_int_t)ttl_ms));
         failed |= json_object_set_new(o, "fence", json_integer((json_int_t)fence));

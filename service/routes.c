@@ -134,19 +134,38 @@ static db_conn *borrow_connection(app *a, int64_t wait_ms, http_reply *reply)
     return conn;
 }
 
+/* The {goods_id} at the end of a path that starts with `prefix`; answers 400 and returns
+ * false when it is not one. */
+static bool path_goods_id(const http_request *req, const char *prefix, int64_t *goods_id,
+                          http_reply *reply)
+{
+    if (request_parse_goods_id(req->path + strlen(prefix), goods_id) != 0) {
+        reply_error(reply, 400, "bad_request",
+                    "goods_id must be an integer from 1 to 9223372036854775807");
+        return false;
+    }
+    return true;
+}
+
+/* Answers 503 for a failed call of the lock client (rc), with Redis' own words. */
+static void reply_redis_failure(http_reply *reply, int rc)
+{
+    char detail[300];
+
+    snprintf(detail, sizeof(detail), "redis: %s%s%s", lock_strerror(rc),
+             lock_last_error()[0] ? ": " : "", lock_last_error());
+    reply_error(reply, 503, "unavailable", detail);
+}
+
 static void handle_stock(app *a, const http_request *req, http_reply *reply)
 {
-    const char *id_text = req->path + strlen("/api/stock/");
     db_stock_report report;
     db_conn *conn;
     int64_t goods_id;
     int rc;
 
-    if (request_parse_goods_id(id_text, &goods_id) != 0) {
-        reply_error(reply, 400, "bad_request",
-                    "goods_id must be an integer from 1 to 9223372036854775807");
+    if (!path_goods_id(req, "/api/stock/", &goods_id, reply))
         return;
-    }
     conn = borrow_connection(a, a->config->db_wait_ms, reply);
     if (conn == NULL)
         return;
@@ -216,7 +235,6 @@ static void handle_healthz(app *a, const http_request *req, http_reply *reply)
 static void handle_readyz(app *a, const http_request *req, http_reply *reply)
 {
     db_conn *conn = NULL;
-    char detail[300];
     int rc;
 
     (void)req;
@@ -236,9 +254,7 @@ static void handle_readyz(app *a, const http_request *req, http_reply *reply)
         return;
     rc = lock_ping(a->core.lock);
     if (rc != LOCK_OK) {
-        snprintf(detail, sizeof(detail), "redis: %s%s%s", lock_strerror(rc),
-                 lock_last_error()[0] ? ": " : "", lock_last_error());
-        reply_error(reply, 503, "unavailable", detail);
+        reply_redis_failure(reply, rc);
         return;
     }
     reply_json(reply, 200, response_health(true, "ready", a->config->instance, NULL));
@@ -282,23 +298,17 @@ static void handle_replica(app *a, const http_request *req, http_reply *reply)
  * Redis command timeout. */
 static void handle_lock(app *a, const http_request *req, http_reply *reply)
 {
-    const char *id_text = req->path + strlen("/api/lock/");
-    char name[64], detail[300];
+    char name[64];
     lock_holder h;
     int64_t goods_id;
     int rc;
 
-    if (request_parse_goods_id(id_text, &goods_id) != 0) {
-        reply_error(reply, 400, "bad_request",
-                    "goods_id must be an integer from 1 to 9223372036854775807");
+    if (!path_goods_id(req, "/api/lock/", &goods_id, reply))
         return;
-    }
     snprintf(name, sizeof(name), "lock:goods:%lld", (long long)goods_id);
     rc = lock_inspect(a->core.lock, name, &h);
     if (rc != LOCK_OK) {
-        snprintf(detail, sizeof(detail), "redis: %s%s%s", lock_strerror(rc),
-                 lock_last_error()[0] ? ": " : "", lock_last_error());
-        reply_error(reply, 503, "unavailable", detail);
+        reply_redis_failure(reply, rc);
         return;
     }
     reply_json(reply, 200,

@@ -629,8 +629,7 @@ static void *claim_run(void *arg)
 /* A claim whose row another holder has claimed and not committed waits for it, and then,
  * by the token order: reads what the older holder committed, or is refused when the holder
  * it waited for is newer. The check is made against the committed row, not a snapshot. */
-static void claim_behind(fixture *f, int64_t first, int64_t second, int want_rc,
-                         int64_t want_stock)
+static void claim_behind(fixture *f, int64_t first, int64_t second, int want_rc, int64_t want_stock)
 {
     db_conn *c = acquire(f->pool);
     claimant w = {f->pool, second, 0, -100, -1};
@@ -1177,7 +1176,6 @@ static void test_statement_timeout_is_a_query_error(void **state)
     db_pool_destroy(pool);
 }
 
-
 /* ---- a server that stops answering ---------------------------------------------------- */
 
 /* The pid of the backend serving the newest session of a pool (application "stockd"):
@@ -1298,9 +1296,8 @@ static void test_a_lost_commit_answer_is_unknown(void **state)
     kill(g_frozen_backend, SIGCONT);
     g_frozen_backend = 0;
     /* The COMMIT was in the server's socket before the close: it is read and run. */
-    for (int i = 0; i < 100 && raw_int(f->admin, "SELECT stock FROM goods WHERE id = $1", 1,
-                                       params) != 7;
-         i++)
+    for (int i = 0;
+         i < 100 && raw_int(f->admin, "SELECT stock FROM goods WHERE id = $1", 1, params) != 7; i++)
         sleep_ms(20);
     assert_int_equal(raw_int(f->admin, "SELECT stock FROM goods WHERE id = $1", 1, params), 7);
     /* A connection that was unusable before COMMIT could be sent knows nothing committed. */
@@ -1309,9 +1306,10 @@ static void test_a_lost_commit_answer_is_unknown(void **state)
 
 static void test_strerror_names_every_code(void **state)
 {
-    int codes[] = {DB_OK,        DB_ERR_UNAVAILABLE, DB_ERR_BUSY,   DB_ERR_NOT_FOUND,
-                   DB_ERR_QUERY, DB_ERR_CONFLICT,    DB_ERR_FENCED, DB_ERR_SCHEMA, DB_ERR_COMMIT_UNKNOWN,
-                   DB_ERR_NOMEM, DB_ERR_INVALID};
+    int codes[] = {
+        DB_OK,           DB_ERR_UNAVAILABLE, DB_ERR_BUSY,   DB_ERR_NOT_FOUND,      DB_ERR_QUERY,
+        DB_ERR_CONFLICT, DB_ERR_FENCED,      DB_ERR_SCHEMA, DB_ERR_COMMIT_UNKNOWN, DB_ERR_NOMEM,
+        DB_ERR_INVALID};
     size_t i;
 
     (void)state;
@@ -1338,8 +1336,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_claim_behind_an_older_holder_reads_its_write,
                                         setup_migrated, teardown),
-        cmocka_unit_test_setup_teardown(test_claim_behind_a_newer_holder_is_refused,
-                                        setup_migrated, teardown),
+        cmocka_unit_test_setup_teardown(test_claim_behind_a_newer_holder_is_refused, setup_migrated,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_idempotency_claim_store_fetch, setup_migrated,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_a_concurrent_claim_waits_then_conflicts,

@@ -83,8 +83,9 @@ static void scripted_leave(guard_env *env, guard_hold *hold)
     (void)hold;
 }
 
-static const mode scripted_mode = {"scripted", true, "a fixed token, a loss never noticed",
-                                   scripted_enter, scripted_still_held, scripted_leave};
+static const mode scripted_mode = {
+    "scripted",          true,          "a fixed token, a loss never noticed", scripted_enter,
+    scripted_still_held, scripted_leave};
 
 /* ---- a holder: a thread that stops at each step until told to go on ------------------- */
 

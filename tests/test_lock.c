@@ -355,8 +355,7 @@ static int case_teardown(void **state)
         if (r != NULL)
             freeReplyObject(r);
         if (!ok) {
-            fprintf(stderr, "test_lock: could not restore maxclients to %s\n",
-                    g_state.maxclients);
+            fprintf(stderr, "test_lock: could not restore maxclients to %s\n", g_state.maxclients);
             return -1;
         }
         g_state.maxclients[0] = '\0';

@@ -156,10 +156,10 @@ typedef struct test_env {
     const char *admin_token;
     const char *redis_port;
     const char *pg_port;
-    const char *slow_url; /* the slow replica (not behind nginx); NULL when not given */
-    const char *slow_log; /* its log file; NULL when not given */
-    long slow_delay_ms;   /* its BUSINESS_DELAY_MS */
-    long slow_lease_ms;   /* its LOCK_LEASE_MS */
+    const char *slow_url;  /* the slow replica (not behind nginx); NULL when not given */
+    const char *slow_log;  /* its log file; NULL when not given */
+    long slow_delay_ms;    /* its BUSINESS_DELAY_MS */
+    long slow_lease_ms;    /* its LOCK_LEASE_MS */
     char *delayed_urls[2]; /* the two delayed replicas (long lease); NULL when not given */
     long delayed_delay_ms; /* their BUSINESS_DELAY_MS */
     long lock_wait_ms;
@@ -1025,8 +1025,8 @@ typedef struct load_plan {
     const char *mode; /* expected in every 200 */
     int total;        /* requests over all threads */
     int threads;
-    double until;     /* now_s() after which no request is started; 0: none */
-    long timeout_ms;  /* each request's; 0: g_env.timeout_ms */
+    double until;    /* now_s() after which no request is started; 0: none */
+    long timeout_ms; /* each request's; 0: g_env.timeout_ms */
 
     atomic_int next;              /* the next request number to claim */
     pthread_barrier_t start_line; /* every thread has its handle before the first request */
@@ -2155,10 +2155,10 @@ static const bad_request_case bad_requests[] = {
     /* "\u0000" is valid JSON: as a mode it names no mode; in a key it names no field */
     {"\\u0000 in the mode", "{\"goods_id\":" GM ",\"count\":1,\"mode\":\"re\\u0000dis\"}", 0, 0, 0,
      0, 400, "unknown_mode"},
-    {"\\u0000 after a mode's name", "{\"goods_id\":" GM ",\"count\":1,\"mode\":\"redis\\u0000\"}", 0, 0,
-     0, 0, 400, "unknown_mode"},
-    {"\\u0000 in a key", "{\"goods_id\":" GM ",\"count\":1,\"mo\\u0000de\":\"redis\"}", 0, 0, 0,
-     0, 400, "bad_request"},
+    {"\\u0000 after a mode's name", "{\"goods_id\":" GM ",\"count\":1,\"mode\":\"redis\\u0000\"}",
+     0, 0, 0, 0, 400, "unknown_mode"},
+    {"\\u0000 in a key", "{\"goods_id\":" GM ",\"count\":1,\"mo\\u0000de\":\"redis\"}", 0, 0, 0, 0,
+     400, "bad_request"},
     {"invalid UTF-8 in a string", "{\"goods_id\":" GM ",\"count\":1,\"mode\":\"redis\xC0\"}", 0, 0,
      0, 0, 400, "bad_request"},
     {"invalid UTF-8 in a key", "{\"goods_id\":" GM ",\"count\":1,\"\xFF\xFE\":1}", 0, 0, 0, 0, 400,
@@ -2668,8 +2668,7 @@ static void *slow_shot_thread(void *arg)
 {
     slow_shot *s = arg;
     CURL *h = curl_easy_init();
-    http_request rq = {
-        .method = "POST", .base = s->base, .path = "/api/deduct", .body = s->body};
+    http_request rq = {.method = "POST", .base = s->base, .path = "/api/deduct", .body = s->body};
 
     if (h == NULL) {
         snprintf(s->reply.error, sizeof(s->reply.error), "curl_easy_init failed");
@@ -2723,8 +2722,8 @@ static http_reply *slow_shot_join(slow_shot *s)
     s->joined = true;
     if (s->rc != 0)
         fail_msg("deduct on %s: no answer: %s", s->base, s->reply.error);
-    printf("    %s answered %ld after %.2f s: %.200s\n", s->base, s->reply.status,
-           s->reply.seconds, s->reply.body);
+    printf("    %s answered %ld after %.2f s: %.200s\n", s->base, s->reply.status, s->reply.seconds,
+           s->reply.body);
     return &s->reply;
 }
 
@@ -2982,8 +2981,8 @@ static void five_steps(long long g, const char *second, long second_delay_ms, co
     if (g_env.delayed_urls[0] == NULL || g_env.delayed_urls[1] == NULL)
         fail_msg("DELAYED_REPLICA_URLS is not set: tests/integration.sh starts two delayed "
                  "replicas for these cases");
-    slow_shot *first = lose_lock_mid_section(g_env.delayed_urls[0], g_env.delayed_delay_ms, g,
-                                             &token);
+    slow_shot *first =
+        lose_lock_mid_section(g_env.delayed_urls[0], g_env.delayed_delay_ms, g, &token);
 
     slow_shot *next = shot_start(second, second_delay_ms, g);
     wait_claim_queued(first, label);
@@ -3002,8 +3001,7 @@ static void test_five_steps(void **state)
 {
     (void)state;
     begin_case("five_steps");
-    five_steps(GOODS_FIVE_STEPS, g_env.delayed_urls[1], g_env.delayed_delay_ms,
-               "the five steps");
+    five_steps(GOODS_FIVE_STEPS, g_env.delayed_urls[1], g_env.delayed_delay_ms, "the five steps");
 }
 
 static void test_five_steps_mirror(void **state)
@@ -3026,7 +3024,8 @@ static void test_five_steps_mirror(void **state)
  * ------------------------------------------------------------------------------------------ */
 
 #define PG_FROZEN_FOR_S 4.0 /* longer than a request's database bound (3 s) */
-#define PG_FROZEN_ANSWER_S 12.0 /* 2 s lock wait + 2 s pool wait + 2 s connect + 3 s reply + margin */
+#define PG_FROZEN_ANSWER_S                                                                         \
+    12.0 /* 2 s lock wait + 2 s pool wait + 2 s connect + 3 s reply + margin */
 
 static bool g_pg_frozen; /* this process froze PostgreSQL and has not thawed it yet */
 
@@ -3073,8 +3072,8 @@ static void test_postgres_frozen(void **state)
     const load_counts *c = &p->counts;
     int n = atomic_load(&p->n_timed);
     double longest = n > 0 ? p->latency[n - 1] : 0; /* load_run sorted them */
-    printf("    frozen: %d answers, %d commit_unknown, the longest %.2f s\n", n,
-           c->commit_unknown, longest);
+    printf("    frozen: %d answers, %d commit_unknown, the longest %.2f s\n", n, c->commit_unknown,
+           longest);
     if (c->by_status[0] != 0)
         fail_msg("%d requests got no answer at all: %s", c->by_status[0], c->note);
     if (c->by_status[200] + c->by_status[409] + c->by_status[503] != n)
