@@ -40,8 +40,11 @@ set -euo pipefail
 # (a MODE or BUSINESS_DELAY_MS exported for a demo) cannot change what the tests see.
 IT_REPLICAS=3
 IT_LOCK_WAIT_MS=2000
-# Each PostgreSQL round trip, bounded on the client side: the frozen-PostgreSQL case waits it out.
-IT_DB_REPLY_TIMEOUT_MS=3000
+# Each PostgreSQL round trip, bounded on the client side (the frozen-PostgreSQL case waits it
+# out): the default, above the server's statement_timeout (5 s), so that a legitimately slow
+# statement (50 transactions queued on one row in `none` mode, on a busy machine) gets the
+# server's answer, never the client's.
+IT_DB_REPLY_TIMEOUT_MS=6000
 # The slow replica: it sleeps between its read and its write for longer than its lock's
 # lease, the pause (a GC, a stall) in which a lease can run out under a holder.
 IT_SLOW_REPLICA=$((IT_REPLICAS + 1))

@@ -4,9 +4,9 @@
 # it__live_page: three runs of `chromium --headless --dump-dom` (or --screenshot) on
 # /live/?goods=G, each with a virtual-time budget (the page's timers run, and the budget waits
 # for its fetches):
-#   1. during the load: the lock holder the page names is one of the replicas behind nginx
+#   1. a screenshot, during the load, into the test logs (live-page.png);
+#   2. during the load: the lock holder the page names is one of the replicas behind nginx
 #      (svc-1..N), its chart has points, and no JavaScript error happened;
-#   2. a screenshot, during the load, into the test logs (live-page.png);
 #   3. after the books stopped changing: every figure the page shows equals GET /api/stock/G.
 # Needs RUN_DIR's stack up, HTTP_PORT, ADMIN_TOKEN, REPLICAS and HARNESS_LOG_DIR.
 # shellcheck shell=bash
@@ -43,12 +43,14 @@ it__live_page() {
         -H 'Content-Type: application/json' -H "Authorization: Bearer $ADMIN_TOKEN" \
         -d "{\"goods_id\":$LIVE_GOODS,\"stock\":100000}" || return 1
 
-    # The load: 4 clients for 12 s, redis mode, through nginx (long enough for both browser
-    # runs below to happen during it).
+    # The load: 4 clients, redis mode, through nginx, for as long as both browser runs below
+    # take (they must happen during it: a slow machine starts Chromium slowly), 60 s at most.
+    local running
+    running=$(mktemp "${TMPDIR:-/tmp}/stock-live-load.XXXXXX")
     for i in 1 2 3 4; do
         (
-            end=$((SECONDS + 12))
-            while [ $SECONDS -lt $end ]; do
+            end=$((SECONDS + 60))
+            while [ -e "$running" ] && [ $SECONDS -lt $end ]; do
                 curl -s -m 10 -o /dev/null -X POST "http://127.0.0.1:$HTTP_PORT/api/deduct" \
                     -H 'Content-Type: application/json' \
                     -d "{\"goods_id\":$LIVE_GOODS,\"count\":1,\"mode\":\"redis\"}"
@@ -56,10 +58,11 @@ it__live_page() {
         ) &
         pids+=($!)
     done
-    sleep 0.5
-    live__chromium --virtual-time-budget=3000 --dump-dom "$url" >"$dom1"
+    sleep 1
     live__chromium --virtual-time-budget=3000 --window-size=1280,820 \
         --screenshot="$HARNESS_LOG_DIR/live-page.png" "$url" >/dev/null
+    live__chromium --virtual-time-budget=3000 --dump-dom "$url" >"$dom1"
+    rm -f "$running"
     wait "${pids[@]}"
 
     # During the load: the holders the page named, its chart, its errors.

@@ -3020,15 +3020,16 @@ static void test_five_steps_mirror(void **state)
  * A database host that stops answering (a partition, a frozen VM: here SIGSTOP of the
  * postmaster and every backend) refuses nothing: without a client-side bound a request would
  * wait for TCP to give up, minutes later, holding its Redis lock (renewed by the watchdog)
- * all the while. The replicas bound every round trip by DB_REPLY_TIMEOUT_MS (tests/
- * integration.sh sets 3000), so every request answers within LOCK_WAIT_MS + DB_WAIT_MS +
- * the connect bound + DB_REPLY_TIMEOUT_MS, the lock is given back, and nothing is sold
- * without a 200, but for a commit whose answer was lost, which says so (commit_unknown).
+ * all the while. The replicas bound every round trip by DB_REPLY_TIMEOUT_MS (the default,
+ * 6000), so every request answers within LOCK_WAIT_MS + DB_WAIT_MS + the connect bound +
+ * DB_REPLY_TIMEOUT_MS, the lock is given back, and nothing is sold without a 200, but for a
+ * commit whose answer was lost, which says so (commit_unknown).
  * ------------------------------------------------------------------------------------------ */
 
-#define PG_FROZEN_FOR_S 4.0 /* longer than a request's database bound (3 s) */
-#define PG_FROZEN_ANSWER_S                                                                         \
-    12.0 /* 2 s lock wait + 2 s pool wait + 2 s connect + 3 s reply + margin */
+/* Frozen for longer than a request's database bound (DB_REPLY_TIMEOUT_MS, 6 s); an answer
+ * comes within 2 s lock wait + 2 s pool wait + 2 s connect + 6 s reply, plus a margin. */
+#define PG_FROZEN_FOR_S 7.0
+#define PG_FROZEN_ANSWER_S 15.0
 
 static bool g_pg_frozen; /* this process froze PostgreSQL and has not thawed it yet */
 
