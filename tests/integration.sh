@@ -18,7 +18,7 @@
 #                      those two settings
 #        DELAYED_REPLICA_URLS, DELAYED_REPLICA_DELAY_MS
 #                      two more, svc-5 and svc-6, also not behind nginx, with
-#                      BUSINESS_DELAY_MS=1000 and the default watchdog lease (30 s: their
+#                      BUSINESS_DELAY_MS=2500 and the default watchdog lease (30 s: their
 #                      watchdog does not look during the pause): the holders of the five-step
 #                      cases, whose lock vanishes while they are inside their section
 #   3. nginx's own errors: a body over 16 KiB gets nginx's JSON 413; with every replica
@@ -52,7 +52,7 @@ IT_SLOW_DELAY_MS=1500
 IT_SLOW_LEASE_MS=600
 # The delayed replicas: a pause inside the section with a lease far longer than it.
 IT_DELAYED_REPLICAS="$((IT_REPLICAS + 2)) $((IT_REPLICAS + 3))"
-IT_DELAYED_DELAY_MS=1000
+IT_DELAYED_DELAY_MS=2500
 
 # True when FILE holds no sanitizer report.
 it__no_sanitizer_report() {
