@@ -5,7 +5,8 @@
  * Every mode runs the same read-check-write (service/deduct.c); only the guard around it
  * differs. A guard is entered before the transaction begins and left after it ends, and
  * may be asked, just before the commit, whether it still holds. A new mode is one more row
- * in the table (modes.c) and one guard, nothing else.
+ * in the table (modes.c) and one guard file (service/guard_*.c, declared in
+ * service/guards.h), nothing else.
  */
 #ifndef SERVICE_MODES_H
 #define SERVICE_MODES_H
@@ -43,10 +44,10 @@ typedef struct guard_hold {
     int64_t fence;            /* the token, when fenced */
     const char *fence_source; /* the counter it comes from ("redis"), when fenced: tokens
                                  are compared only with tokens of the same source */
-    bool waited;         /* the guard has a wait worth measuring (local, redis) */
-    double wait_seconds; /* how long enter took */
-    char name[64];       /* the lock's name, for the redis guard */
-    void *local;         /* the stripe taken, for the local guard */
+    bool waited;              /* the guard has a wait worth measuring (local, redis) */
+    double wait_seconds;      /* how long enter took */
+    char name[64];            /* the lock's name, for the redis guard */
+    void *local;              /* the stripe taken, for the local guard */
 } guard_hold;
 
 typedef struct mode {
