@@ -65,4 +65,9 @@ int guard_redis__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char 
 int guard_redis__still_held(guard_env *env, const guard_hold *hold);
 void guard_redis__leave(guard_env *env, guard_hold *hold);
 
+/* The PostgreSQL rungs: no guard (guard_none's), a transaction shape each. */
+extern const mode_tx rung_pg_for_update__tx; /* rung_pg_for_update.c */
+extern const mode_tx rung_pg_atomic__tx;     /* rung_pg_atomic.c */
+extern const mode_tx rung_pg_advisory__tx;   /* rung_pg_advisory.c */
+
 #endif

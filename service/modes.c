@@ -8,6 +8,13 @@
  *   local  guard_local.c  a mutex of this process: right with one replica only.
  *   redis  guard_redis.c  the Redis lock of lock/, fenced: right with any number of replicas.
  *
+ * and the PostgreSQL rungs, which need no guard: the database closes the race, each in its
+ * own transaction shape (mode_tx):
+ *
+ *   pg-for-update  rung_pg_for_update.c  SELECT ... FOR UPDATE: the row's lock.
+ *   pg-atomic      rung_pg_atomic.c      one conditional UPDATE: check and write at once.
+ *   pg-advisory    rung_pg_advisory.c    pg_advisory_xact_lock on the goods id.
+ *
  * Adding a mode means adding a row here and one file for it; nothing else changes.
  */
 #include "service/modes.h"
@@ -21,14 +28,26 @@
 
 static const mode mode_table[] = {
     {"none", false, "read, check and write with no lock at all: oversells under load",
-     guard_none__enter, guards__always_held, guard_none__leave},
+     guard_none__enter, guards__always_held, guard_none__leave, NULL},
     {"local", false,
      "the same under a mutex of the process: right with one replica, oversells with several",
-     guard_local__enter, guards__always_held, guard_local__leave},
+     guard_local__enter, guards__always_held, guard_local__leave, NULL},
     {"redis", true,
      "the same under the Redis reentrant lock (owner, watchdog, bounded wait, fencing): "
      "right with any number of replicas",
-     guard_redis__enter, guard_redis__still_held, guard_redis__leave},
+     guard_redis__enter, guard_redis__still_held, guard_redis__leave, NULL},
+    {"pg-for-update", true,
+     "no guard: the read is SELECT ... FOR UPDATE, so PostgreSQL's row lock keeps the "
+     "read-check-write apart: right with any number of replicas",
+     guard_none__enter, guards__always_held, guard_none__leave, &rung_pg_for_update__tx},
+    {"pg-atomic", true,
+     "no guard and no read: one conditional UPDATE ... WHERE stock >= n checks and writes at "
+     "once: right with any number of replicas",
+     guard_none__enter, guards__always_held, guard_none__leave, &rung_pg_atomic__tx},
+    {"pg-advisory", true,
+     "no guard: pg_advisory_xact_lock on the goods id inside the transaction, then the same "
+     "read-check-write: right with any number of replicas",
+     guard_none__enter, guards__always_held, guard_none__leave, &rung_pg_advisory__tx},
 };
 
 const mode *modes_all(size_t *count)

@@ -62,10 +62,10 @@ static void test_find(void **state)
 
 static void test_list_names_every_mode(void **state)
 {
-    char buf[64], tiny[8];
+    char buf[120], tiny[8];
 
     (void)state;
-    assert_string_equal(modes_list(buf, sizeof(buf)), "none, local, redis");
+    assert_string_equal(modes_list(buf, sizeof(buf)), "none, local, redis, pg-for-update, pg-atomic, pg-advisory");
     assert_string_equal(modes_list(tiny, sizeof(tiny)), "none"); /* whole names only */
 }
 
