@@ -2477,27 +2477,41 @@ static void test_pg_rung_outcomes(void **state)
     }
 }
 
-/* Each PostgreSQL rung under the load of test_load_redis_three, through nginx over every
- * replica, with no Redis lock: the database alone sells exactly the stock. */
-static void test_load_pg_three(void **state)
+/* A PostgreSQL rung under the load of test_load_redis_three, through nginx over every
+ * replica, with no Redis lock: the database alone sells exactly the stock. One case per
+ * rung, so that one rung's failure does not hide the others' figures. */
+static void load_pg_three(const char *mode_name, const char *label, long long goods)
+{
+    reset_goods(goods, LOAD_STOCK);
+    load_plan *p =
+        load_plan_new(label, g_env.stock_url, goods, mode_name, LOAD_REQUESTS, LOAD_THREADS);
+    load_run(p);
+    expect_exact_sale(p, LOAD_STOCK);
+    for (size_t k = 0; k < g_env.n_replicas; k++)
+        if (p->counts.per_instance[k] == 0)
+            fail_msg("%s: replica %s sold nothing: nginx did not balance over all", label,
+                     g_env.instances[k]);
+}
+
+static void test_load_pg_for_update_three(void **state)
 {
     (void)state;
-    begin_case("load_pg_three");
-    const char *modes[] = {"pg-for-update", "pg-atomic", "pg-advisory"};
-    const char *labels[] = {"pg-for-update via nginx", "pg-atomic via nginx",
-                            "pg-advisory via nginx"};
-    for (size_t i = 0; i < 3; i++) {
-        long long g = GOODS_LOAD_PG + (long long)i;
-        reset_goods(g, LOAD_STOCK);
-        load_plan *p = load_plan_new(labels[i], g_env.stock_url, g, modes[i], LOAD_REQUESTS,
-                                     LOAD_THREADS);
-        load_run(p);
-        expect_exact_sale(p, LOAD_STOCK);
-        for (size_t k = 0; k < g_env.n_replicas; k++)
-            if (p->counts.per_instance[k] == 0)
-                fail_msg("%s: replica %s sold nothing: nginx did not balance over all", labels[i],
-                         g_env.instances[k]);
-    }
+    begin_case("load_pg_for_update_three");
+    load_pg_three("pg-for-update", "pg-for-update via nginx", GOODS_LOAD_PG);
+}
+
+static void test_load_pg_atomic_three(void **state)
+{
+    (void)state;
+    begin_case("load_pg_atomic_three");
+    load_pg_three("pg-atomic", "pg-atomic via nginx", GOODS_LOAD_PG + 1);
+}
+
+static void test_load_pg_advisory_three(void **state)
+{
+    (void)state;
+    begin_case("load_pg_advisory_three");
+    load_pg_three("pg-advisory", "pg-advisory via nginx", GOODS_LOAD_PG + 2);
 }
 
 /* local on one replica (its mutex is enough there): the same exact figures. */
@@ -3525,7 +3539,9 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_idempotency, case_setup, idempotency_teardown),
         cmocka_unit_test_setup_teardown(test_load_redis_three, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_pg_rung_outcomes, case_setup, case_teardown),
-        cmocka_unit_test_setup_teardown(test_load_pg_three, case_setup, case_teardown),
+        cmocka_unit_test_setup_teardown(test_load_pg_for_update_three, case_setup, case_teardown),
+        cmocka_unit_test_setup_teardown(test_load_pg_atomic_three, case_setup, case_teardown),
+        cmocka_unit_test_setup_teardown(test_load_pg_advisory_three, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_load_local_one, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_load_unsafe_three, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_admin_unauthorized, case_setup, case_teardown),
