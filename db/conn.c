@@ -374,6 +374,8 @@ const char *db_strerror(int code)
         return "idempotency key already used";
     case DB_ERR_FENCED:
         return "refused by a newer fencing token";
+    case DB_ERR_INSUFFICIENT:
+        return "not enough stock";
     case DB_ERR_COMMIT_UNKNOWN:
         return "COMMIT sent, answer lost: the transaction may have committed";
     case DB_ERR_SCHEMA:

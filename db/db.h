@@ -27,6 +27,7 @@ enum {
     DB_ERR_NOMEM = -8,
     DB_ERR_INVALID = -9,
     DB_ERR_COMMIT_UNKNOWN = -10, /* COMMIT was sent and its answer lost: it may have committed */
+    DB_ERR_INSUFFICIENT = -11,   /* db_stock_take: less stock than asked; nothing written */
 };
 
 typedef struct db_pool db_pool;
@@ -140,6 +141,25 @@ int db_stock_claim(db_conn *conn, int64_t goods_id, const char *source, int64_t 
 int db_stock_write(db_conn *conn, int64_t goods_id, int64_t new_stock);
 int db_order_insert(db_conn *conn, int64_t goods_id, int64_t count, const char *mode,
                     const char *instance, const int64_t *fence, int64_t *order_id);
+
+/*
+ * The PostgreSQL rungs of the ladder: the database itself closes the race, with no guard.
+ *
+ * db_stock_read_for_update: SELECT ... FOR UPDATE: reads the stock and takes the row's lock
+ *   until the transaction ends; a concurrent caller waits, then reads the committed stock.
+ *   DB_ERR_NOT_FOUND for unknown goods.
+ * db_goods_lock: pg_advisory_xact_lock(goods_id): waits for, then holds until the
+ *   transaction ends, a lock on the goods' number (no row is touched; it holds for ids
+ *   with no row too). Must be called inside a transaction (outside one the lock would be
+ *   released at once).
+ * db_stock_take: the check and the write in one statement, "stock = stock - count WHERE
+ *   stock >= count": sets *stock to the stock left. DB_ERR_INSUFFICIENT when the stock is
+ *   short (*stock is then the stock seen, nothing written); DB_ERR_NOT_FOUND for unknown
+ *   goods; DB_ERR_INVALID for count < 1.
+ */
+int db_stock_read_for_update(db_conn *conn, int64_t goods_id, int64_t *stock);
+int db_goods_lock(db_conn *conn, int64_t goods_id);
+int db_stock_take(db_conn *conn, int64_t goods_id, int64_t count, int64_t *stock);
 
 /*
  * Idempotency records, unique per (goods, key).

@@ -70,6 +70,9 @@ enum db__stmt_id {
     DB__STOCK_READ,
     DB__STOCK_CLAIM,
     DB__STOCK_WRITE,
+    DB__STOCK_READ_FOR_UPDATE,
+    DB__GOODS_ADVISORY_LOCK,
+    DB__STOCK_TAKE,
     DB__GOODS_EXISTS,
     DB__ORDER_INSERT,
     /* idempotency */

@@ -76,6 +76,23 @@ static const struct db__stmt stmts[DB__STMT_COUNT] = {
     [DB__STOCK_WRITE] = {"stock_write",
                          "UPDATE goods SET stock = $2, updated = now() WHERE id = $1", 2,
                          PGRES_COMMAND_OK, false},
+    /* The pg-for-update rung: the read takes the row's lock until the transaction ends, so a
+     * second reader waits here and then reads what the first one committed. */
+    [DB__STOCK_READ_FOR_UPDATE] = {"stock_read_for_update",
+                                   "SELECT stock FROM goods WHERE id = $1 FOR UPDATE", 1,
+                                   PGRES_TUPLES_OK, false},
+    /* The pg-advisory rung: a lock on the number of the goods, not on its row, held until
+     * the transaction ends. Advisory locks share one key space per database: the key of the
+     * migrations' lock (DB__MIGRATION_LOCK_KEY) is taken only while a replica starts. */
+    [DB__GOODS_ADVISORY_LOCK] = {"goods_advisory_lock", "SELECT pg_advisory_xact_lock($1::bigint)",
+                                 1, PGRES_TUPLES_OK, false},
+    /* The pg-atomic rung: check and write in one statement. The row's lock is taken by the
+     * UPDATE itself, and under READ COMMITTED a waiting UPDATE re-checks "stock >= $2"
+     * against the row as the other transaction committed it: no read to go stale. */
+    [DB__STOCK_TAKE] = {"stock_take",
+                        "UPDATE goods SET stock = stock - $2, updated = now()"
+                        " WHERE id = $1 AND stock >= $2 RETURNING stock",
+                        2, PGRES_TUPLES_OK, false},
     /* Only run when a claim or a write changed no row, to tell "unknown goods" from
      * "fenced". */
     [DB__GOODS_EXISTS] = {"goods_exists", "SELECT 1 FROM goods WHERE id = $1", 1, PGRES_TUPLES_OK,

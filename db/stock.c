@@ -194,3 +194,69 @@ out:
     PQclear(res);
     return rc;
 }
+
+/* ---- the PostgreSQL rungs ------------------------------------------------------------ */
+
+int db_stock_read_for_update(db_conn *conn, int64_t goods_id, int64_t *stock)
+{
+    char id_buf[DB__I64_LEN];
+    const char *params[1];
+    PGresult *res = NULL;
+    int rc;
+
+    if (!conn || !stock)
+        return DB_ERR_INVALID;
+    params[0] = db__i64(id_buf, goods_id);
+    rc = db__run(conn, DB__STOCK_READ_FOR_UPDATE, params, &res);
+    if (rc != DB_OK)
+        return rc;
+    if (PQntuples(res) == 0)
+        rc = DB_ERR_NOT_FOUND;
+    else
+        rc = db__get_i64(conn, res, 0, 0, stock);
+    PQclear(res);
+    return rc;
+}
+
+int db_goods_lock(db_conn *conn, int64_t goods_id)
+{
+    char id_buf[DB__I64_LEN];
+    const char *params[1];
+    PGresult *res = NULL;
+    int rc;
+
+    if (!conn)
+        return DB_ERR_INVALID;
+    params[0] = db__i64(id_buf, goods_id);
+    rc = db__run(conn, DB__GOODS_ADVISORY_LOCK, params, &res);
+    if (rc != DB_OK)
+        return rc;
+    PQclear(res);
+    return DB_OK;
+}
+
+int db_stock_take(db_conn *conn, int64_t goods_id, int64_t count, int64_t *stock)
+{
+    char id_buf[DB__I64_LEN], count_buf[DB__I64_LEN];
+    const char *params[2];
+    PGresult *res = NULL;
+    int rc;
+
+    if (!conn || !stock || count < 1)
+        return DB_ERR_INVALID;
+    params[0] = db__i64(id_buf, goods_id);
+    params[1] = db__i64(count_buf, count);
+    rc = db__run(conn, DB__STOCK_TAKE, params, &res);
+    if (rc != DB_OK)
+        return rc;
+    if (PQntuples(res) > 0) {
+        rc = db__get_i64(conn, res, 0, 0, stock);
+        PQclear(res);
+        return rc;
+    }
+    PQclear(res);
+    /* No row changed: the goods is unknown, or short. A second statement, off the path of a
+     * sale, says which and what stock there is to report. */
+    rc = db_stock_read(conn, goods_id, stock);
+    return rc == DB_OK ? DB_ERR_INSUFFICIENT : rc;
+}

@@ -4,8 +4,8 @@
  * The order of the steps is the lesson, so it is spelled out in deduct_execute():
  *   1. an idempotent retry is answered from the store before anything is locked;
  *   2. the guard is taken before the transaction begins;
- *   3. the stock is read (with a fencing token: the row claimed for it), checked and written
- *      back as a value computed here;
+ *   3. the stock is read (with a fencing token: the row claimed for it; a PostgreSQL rung
+ *      reads in its own shape, mode_tx), checked and written back;
  *   4. the guard is asked whether it still holds, then the transaction commits;
  *   5. the guard is left only after the commit.
  * Every failure after BEGIN rolls back, so a request that does not answer 200 sold nothing.
@@ -160,9 +160,12 @@ static int read_check_write(deduction *d)
     int64_t stock = 0, order_id = 0;
     int rc;
 
-    /* With a token, the read claims the row for it: see db_stock_claim for why this closes
-     * the gap a token checked only at the write leaves open. */
-    if (fence != NULL)
+    /* A PostgreSQL rung reads in its own shape (a row lock, an advisory lock, a conditional
+     * update). Otherwise, with a token, the read claims the row for it: see db_stock_claim
+     * for why this closes the gap a token checked only at the write leaves open. */
+    if (d->mode->tx != NULL)
+        rc = d->mode->tx->read(d->conn, d->goods_id, d->count, &stock);
+    else if (fence != NULL)
         rc = db_stock_claim(d->conn, d->goods_id, d->hold.fence_source, *fence, &stock);
     else
         rc = db_stock_read(d->conn, d->goods_id, &stock);
@@ -180,10 +183,10 @@ static int read_check_write(deduction *d)
             return DB_ERR_NOMEM;
         return rc;
     }
-    if (rc != DB_OK)
+    if (rc != DB_OK && rc != DB_ERR_INSUFFICIENT)
         return statement_failed(d, "read stock", rc);
 
-    if (stock < d->count) {
+    if (rc == DB_ERR_INSUFFICIENT || stock < d->count) {
         d->out->status = 409;
         d->out->outcome = "insufficient_stock";
         d->out->body = response_insufficient(d->goods_id, stock);
@@ -196,7 +199,10 @@ static int read_check_write(deduction *d)
         sleep_ms(d->env->business_delay_ms);
     reached(d, DEDUCT_AT_READ);
 
-    rc = db_stock_write(d->conn, d->goods_id, stock - d->count);
+    if (d->mode->tx != NULL)
+        rc = d->mode->tx->write(d->conn, d->goods_id, d->count, stock);
+    else
+        rc = db_stock_write(d->conn, d->goods_id, stock - d->count);
     if (rc != DB_OK)
         return statement_failed(d, "write stock", rc);
 

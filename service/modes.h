@@ -1,11 +1,13 @@
 /*
  * modes.h - the strategy table: a mode's name, whether it is meant to be safe across
- * replicas, a one-line summary, and its guard.
+ * replicas, a one-line summary, its guard and, for the PostgreSQL rungs, its transaction
+ * shape.
  *
  * Every mode runs the same read-check-write (service/deduct.c); only the guard around it
  * differs. A guard is entered before the transaction begins and left after it ends, and
  * may be asked, just before the commit, whether it still holds. A new mode is one more row
- * in the table (modes.c) and one guard, nothing else.
+ * in the table (modes.c) and one guard file (service/guard_*.c, declared in
+ * service/guards.h), nothing else.
  */
 #ifndef SERVICE_MODES_H
 #define SERVICE_MODES_H
@@ -14,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "db/db.h"
 #include "lock/lock.h"
 
 /* What the guards share: built once at start-up, used by every request thread. */
@@ -49,6 +52,21 @@ typedef struct guard_hold {
     void *local;              /* the stripe taken, for the local guard */
 } guard_hold;
 
+/*
+ * A transaction shape: how a rung reads and writes the stock inside the transaction, when
+ * the database itself closes the race (the PostgreSQL rungs). A mode without one runs the
+ * guarded shape: a plain read (or, with a fencing token, db_stock_claim) and the write of
+ * a value computed in C, which only the guard keeps apart.
+ */
+typedef struct mode_tx {
+    /* Reads the stock into *stock inside the open transaction (it may take a lock held until
+     * the transaction ends). DB_ERR_INSUFFICIENT (with *stock the stock seen) when the shape
+     * checks in SQL and found too little; otherwise a DB_* code. */
+    int (*read)(db_conn *conn, int64_t goods_id, int64_t count, int64_t *stock);
+    /* Writes the stock after selling `count` of the `stock` read. */
+    int (*write)(db_conn *conn, int64_t goods_id, int64_t count, int64_t stock);
+} mode_tx;
+
 typedef struct mode {
     const char *name;
     bool safe;           /* meant to be correct with any number of replicas */
@@ -60,6 +78,8 @@ typedef struct mode {
     int (*still_held)(guard_env *env, const guard_hold *hold);
     /* Releases the holding. Called once for every successful enter. */
     void (*leave)(guard_env *env, guard_hold *hold);
+    /* The transaction's shape; NULL for the guarded read-check-write. */
+    const mode_tx *tx;
 } mode;
 
 /* The table, in the order /api/modes lists it. */

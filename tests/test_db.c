@@ -540,6 +540,50 @@ static void test_read_write_and_insert(void **state)
     db_pool_release(f->pool, c);
 }
 
+/* The statements of the PostgreSQL rungs, and that each lock is held by the transaction:
+ * another session sees the row lock (FOR UPDATE NOWAIT fails) and the advisory lock
+ * (pg_try_advisory_xact_lock answers false) until the commit. */
+static void test_pg_rung_statements(void **state)
+{
+    fixture *f = *state;
+    db_conn *c = acquire(f->pool);
+    int64_t s = 0;
+    PGresult *res;
+
+    reset_ok(c, 1, 5);
+    assert_int_equal(db_begin(c), DB_OK);
+    assert_int_equal(db_goods_lock(c, 1), DB_OK);
+    assert_int_equal(raw_int(f->admin, "SELECT pg_try_advisory_xact_lock(1)::int", 0, NULL), 0);
+    assert_int_equal(db_stock_read_for_update(c, 1, &s), DB_OK);
+    assert_int_equal(s, 5);
+    res = PQexec(f->admin, "SELECT stock FROM goods WHERE id = 1 FOR UPDATE NOWAIT");
+    assert_int_equal(PQresultStatus(res), PGRES_FATAL_ERROR);
+    assert_string_equal(PQresultErrorField(res, PG_DIAG_SQLSTATE),
+                        "55P03"); /* lock_not_available */
+    PQclear(res);
+
+    assert_int_equal(db_stock_take(c, 1, 3, &s), DB_OK);
+    assert_int_equal(s, 2);
+    s = -1;
+    assert_int_equal(db_stock_take(c, 1, 3, &s), DB_ERR_INSUFFICIENT); /* short: nothing taken */
+    assert_int_equal(s, 2);
+    assert_int_equal(db_stock_take(c, 1, 2, &s), DB_OK);
+    assert_int_equal(s, 0);
+    assert_int_equal(db_stock_take(c, 1, 0, &s), DB_ERR_INVALID);
+    assert_int_equal(db_stock_take(c, 999, 1, &s), DB_ERR_NOT_FOUND);
+    assert_int_equal(db_stock_read_for_update(c, 999, &s), DB_ERR_NOT_FOUND);
+    assert_int_equal(db_goods_lock(c, 999), DB_OK); /* a number, no row needed */
+    assert_int_equal(db_commit(c), DB_OK);
+
+    /* the commit released both locks */
+    assert_int_equal(raw_int(f->admin, "SELECT pg_try_advisory_lock(1)::int", 0, NULL), 1);
+    assert_int_equal(raw_int(f->admin, "SELECT pg_advisory_unlock(1)::int", 0, NULL), 1);
+    assert_int_equal(
+        raw_int(f->admin, "SELECT stock FROM goods WHERE id = 1 FOR UPDATE NOWAIT", 0, NULL), 0);
+    assert_int_equal(stock_of(c, 1), 0);
+    db_pool_release(f->pool, c);
+}
+
 static void test_a_failed_transaction_does_not_commit(void **state)
 {
     fixture *f = *state;
@@ -1306,10 +1350,18 @@ static void test_a_lost_commit_answer_is_unknown(void **state)
 
 static void test_strerror_names_every_code(void **state)
 {
-    int codes[] = {
-        DB_OK,           DB_ERR_UNAVAILABLE, DB_ERR_BUSY,   DB_ERR_NOT_FOUND,      DB_ERR_QUERY,
-        DB_ERR_CONFLICT, DB_ERR_FENCED,      DB_ERR_SCHEMA, DB_ERR_COMMIT_UNKNOWN, DB_ERR_NOMEM,
-        DB_ERR_INVALID};
+    int codes[] = {DB_OK,
+                   DB_ERR_UNAVAILABLE,
+                   DB_ERR_BUSY,
+                   DB_ERR_NOT_FOUND,
+                   DB_ERR_QUERY,
+                   DB_ERR_CONFLICT,
+                   DB_ERR_FENCED,
+                   DB_ERR_SCHEMA,
+                   DB_ERR_COMMIT_UNKNOWN,
+                   DB_ERR_INSUFFICIENT,
+                   DB_ERR_NOMEM,
+                   DB_ERR_INVALID};
     size_t i;
 
     (void)state;
@@ -1330,6 +1382,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_a_failing_migration_changes_nothing, setup_migrated,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_read_write_and_insert, setup_migrated, teardown),
+        cmocka_unit_test_setup_teardown(test_pg_rung_statements, setup_migrated, teardown),
         cmocka_unit_test_setup_teardown(test_a_failed_transaction_does_not_commit, setup_migrated,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_claim_refuses_an_older_token, setup_migrated,

@@ -43,7 +43,7 @@
 #include "service/modes.h"
 
 /* How long a released step may take before the driver calls it "waiting in PostgreSQL". */
-#define STEP_SETTLE_MS 400
+#define STEP_SETTLE_MS 250
 /* How long anything may take at all before the case fails rather than hangs. */
 #define STEP_LIMIT_MS 10000
 
@@ -83,9 +83,13 @@ static void scripted_leave(guard_env *env, guard_hold *hold)
     (void)hold;
 }
 
-static const mode scripted_mode = {
-    "scripted",          true,          "a fixed token, a loss never noticed", scripted_enter,
-    scripted_still_held, scripted_leave};
+static const mode scripted_mode = {"scripted",
+                                   true,
+                                   "a fixed token, a loss never noticed",
+                                   scripted_enter,
+                                   scripted_still_held,
+                                   scripted_leave,
+                                   NULL};
 
 /* ---- a holder: a thread that stops at each step until told to go on ------------------- */
 
@@ -96,6 +100,7 @@ typedef struct holder {
     char name;     /* 'O' (older token) or 'N' (newer) */
     int64_t token; /* its fencing token */
     int64_t goods;
+    const mode *mode; /* scripted_mode, or a PostgreSQL rung of the table */
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -170,7 +175,7 @@ static void *holder_run(void *arg)
     int rc;
 
     t_token = h->token;
-    rc = deduct_execute(&env, &scripted_mode, h->goods, 1, NULL, &hook, &h->res);
+    rc = deduct_execute(&env, h->mode, h->goods, 1, NULL, &hook, &h->res);
     pthread_mutex_lock(&h->mu);
     h->rc = rc;
     h->finished = true;
@@ -232,7 +237,7 @@ static bool holder_finished(holder *h)
 static holder g_holders[2];
 static bool g_started[2];
 
-static holder *holder_start(int i, char name, int64_t token, int64_t goods)
+static holder *holder_start(int i, char name, int64_t token, int64_t goods, const mode *m)
 {
     holder *h = &g_holders[i];
     pthread_condattr_t attr;
@@ -241,6 +246,7 @@ static holder *holder_start(int i, char name, int64_t token, int64_t goods)
     h->name = name;
     h->token = token;
     h->goods = goods;
+    h->mode = m;
     pthread_mutex_init(&h->mu, NULL);
     /* The deadlines are on the monotonic clock (deadline_in). */
     pthread_condattr_init(&attr);
@@ -308,10 +314,12 @@ static db_stock_report report_of(int64_t goods)
 
 /*
  * Runs the interleaving `plan` (6 letters, 'O' or 'N': whose next step to start) on goods
- * `goods` with stock 10 and checks the books. The older holder has token 10, the newer 11.
- * Writes what happened into `trace`.
+ * `goods` with stock 10 in mode m and checks the books. The older holder has token 10, the
+ * newer 11 (scripted_mode hands them out; the PostgreSQL rungs take none). Writes what
+ * happened into `trace`; returns how many of the two sold.
  */
-static void run_interleaving(const char *plan, int64_t goods, char *trace, size_t trace_len)
+static int run_interleaving(const char *plan, int64_t goods, const mode *m, char *trace,
+                            size_t trace_len)
 {
     holder *hs[2];
     bool in_flight[2] = {false, false};
@@ -321,8 +329,8 @@ static void run_interleaving(const char *plan, int64_t goods, char *trace, size_
     int i, ok_count = 0;
 
     reset_goods(goods, 10);
-    hs[0] = holder_start(0, 'O', 10, goods);
-    hs[1] = holder_start(1, 'N', 11, goods);
+    hs[0] = holder_start(0, 'O', 10, goods, m);
+    hs[1] = holder_start(1, 'N', 11, goods, m);
     /* Both wait at their first gate, with their guard entered and a transaction open. */
     assert_true(holder_settle(hs[0], STEP_LIMIT_MS));
     assert_true(holder_settle(hs[1], STEP_LIMIT_MS));
@@ -393,6 +401,7 @@ static void run_interleaving(const char *plan, int64_t goods, char *trace, size_
                  plan, (long long)oversold, (long long)r.stock, (long long)r.sold);
     assert_int_equal(r.orders, ok_count);
     assert_int_equal(r.sold, ok_count);
+    return ok_count;
 }
 
 /* Every interleaving of the older holder's R W C with the newer holder's R W C. */
@@ -413,7 +422,7 @@ static void test_two_holders_every_interleaving(void **state)
         plan[2 * STEPS] = '\0';
         if (olders != STEPS)
             continue;
-        run_interleaving(plan, 1000 + n, trace, sizeof(trace));
+        run_interleaving(plan, 1000 + n, &scripted_mode, trace, sizeof(trace));
         n++;
     }
     assert_int_equal(n, 20);
@@ -430,8 +439,50 @@ static void test_the_five_steps(void **state)
     char trace[512];
 
     (void)state;
-    run_interleaving("ONOONN", 2000, trace, sizeof(trace));
+    run_interleaving("ONOONN", 2000, &scripted_mode, trace, sizeof(trace));
     assert_non_null(strstr(trace, "N.R(waits)"));
+}
+
+/*
+ * The PostgreSQL rungs, with no guard at all, in every interleaving of two deductions' R W C:
+ * the database keeps them apart by itself. Both sell (stock 10 is enough for two, and there
+ * is no lock to lose), and neither sells from the other's stale read. In the five steps'
+ * order the second read must wait for the first commit (the row lock of FOR UPDATE or of
+ * the conditional UPDATE, or the advisory lock).
+ */
+static void test_pg_rungs_every_interleaving(void **state)
+{
+    const char *names[] = {"pg-for-update", "pg-atomic", "pg-advisory"};
+    char trace[512];
+
+    (void)state;
+    for (int r = 0; r < 3; r++) {
+        const mode *m = modes_find(names[r]);
+        int n = 0;
+
+        assert_non_null(m);
+        printf("  %s:\n", names[r]);
+        for (int mask = 0; mask < (1 << (2 * STEPS)); mask++) {
+            char plan[2 * STEPS + 1];
+            int olders = 0;
+
+            for (int bit = 0; bit < 2 * STEPS; bit++) {
+                plan[bit] = (mask >> bit) & 1 ? 'O' : 'N';
+                olders += (mask >> bit) & 1;
+            }
+            plan[2 * STEPS] = '\0';
+            if (olders != STEPS)
+                continue;
+            if (run_interleaving(plan, 3000 + 100 * r + n, m, trace, sizeof(trace)) != 2)
+                fail_msg("%s %s: not both sold: %s", names[r], plan, trace);
+            n++;
+        }
+        assert_int_equal(n, 20);
+        run_interleaving("ONOONN", 3090 + 100 * r, m, trace, sizeof(trace));
+        if (strstr(trace, "N.R(waits)") == NULL)
+            fail_msg("%s ONOONN: the second read did not wait for the first commit: %s", names[r],
+                     trace);
+    }
 }
 
 /* ---- set-up --------------------------------------------------------------------------- */
@@ -510,6 +561,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_the_five_steps, holders_finish),
         cmocka_unit_test_teardown(test_two_holders_every_interleaving, holders_finish),
+        cmocka_unit_test_teardown(test_pg_rungs_every_interleaving, holders_finish),
     };
 
     g_base_url = getenv("TEST_DATABASE_URL");

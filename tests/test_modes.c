@@ -49,6 +49,31 @@ static void test_every_row_is_complete_and_names_are_unique(void **state)
     }
 }
 
+static void test_pg_rungs_are_safe_shapes_without_a_guard(void **state)
+{
+    const char *names[] = {"pg-for-update", "pg-atomic", "pg-advisory"};
+    size_t n = 0;
+    const mode *all = modes_all(&n);
+
+    (void)state;
+    assert_true(n >= 6);
+    for (size_t i = 0; i < 3; i++) {
+        const mode *m = modes_find(names[i]);
+        assert_non_null(m);
+        assert_ptr_equal(m, &all[3 + i]); /* listed after the guards, in ladder order */
+        assert_true(m->safe);
+        assert_non_null(m->tx);
+        assert_non_null(m->tx->read);
+        assert_non_null(m->tx->write);
+        /* no guard: the database closes the race (none's enter, leave and still_held) */
+        assert_ptr_equal(m->enter, modes_find("none")->enter);
+        assert_ptr_equal(m->leave, modes_find("none")->leave);
+        assert_ptr_equal(m->still_held, modes_find("none")->still_held);
+    }
+    for (size_t i = 0; i < 3; i++)
+        assert_null(all[i].tx); /* the guard rungs run the guarded read-check-write */
+}
+
 static void test_find(void **state)
 {
     (void)state;
@@ -62,10 +87,11 @@ static void test_find(void **state)
 
 static void test_list_names_every_mode(void **state)
 {
-    char buf[64], tiny[8];
+    char buf[120], tiny[8];
 
     (void)state;
-    assert_string_equal(modes_list(buf, sizeof(buf)), "none, local, redis");
+    assert_string_equal(modes_list(buf, sizeof(buf)),
+                        "none, local, redis, pg-for-update, pg-atomic, pg-advisory");
     assert_string_equal(modes_list(tiny, sizeof(tiny)), "none"); /* whole names only */
 }
 
@@ -169,6 +195,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_table_lists_the_three_modes_in_order),
         cmocka_unit_test(test_every_row_is_complete_and_names_are_unique),
+        cmocka_unit_test(test_pg_rungs_are_safe_shapes_without_a_guard),
         cmocka_unit_test(test_find),
         cmocka_unit_test(test_list_names_every_mode),
         cmocka_unit_test_setup_teardown(test_none_guard_always_enters, env_setup, env_teardown),

@@ -129,6 +129,8 @@
 #define GOODS_LOAD_LOCAL1 3802LL
 #define GOODS_LOAD_NONE3 3803LL
 #define GOODS_LOAD_LOCAL3 3804LL
+#define GOODS_LOAD_PG 3805LL     /* 3805 .. 3807: one per PostgreSQL rung */
+#define GOODS_PG_OUTCOMES 3808LL /* 3808 .. 3810 */
 #define GOODS_AUTH 3901LL
 #define GOODS_DOWN 4001LL
 #define GOODS_PG_DOWN 4002LL
@@ -1373,8 +1375,8 @@ static void test_deduct_outcomes(void **state)
 
     /* Unknown goods, in each mode (each reads the goods its own way), and at the top of the
      * id range. */
-    const char *modes[] = {"none", "local", "redis"};
-    for (size_t i = 0; i < 3; i++) {
+    const char *modes[] = {"none", "local", "redis", "pg-for-update", "pg-atomic", "pg-advisory"};
+    for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++) {
         char what[96];
         snprintf(what, sizeof(what), "deduct unknown goods in mode %s", modes[i]);
         j = expect_error(deduct(g_env.stock_url, GOODS_UNKNOWN, 1, modes[i], NULL), 404,
@@ -1677,15 +1679,16 @@ static void test_modes_endpoint(void **state)
 {
     (void)state;
     begin_case("modes_endpoint");
-    const char *want[] = {"none", "local", "redis"};
-    const bool want_safe[] = {false, false, true};
+    const char *want[] = {"none", "local", "redis", "pg-for-update", "pg-atomic", "pg-advisory"};
+    const bool want_safe[] = {false, false, true, true, true, true};
+    enum { N_WANT = sizeof(want) / sizeof(want[0]) };
 
     json_t *j = expect_json(get(g_env.stock_url, "/api/modes"), 200, "GET /api/modes");
     const char *def = field_str(j, "default", "GET /api/modes");
     const json_t *modes = json_object_get(j, "modes");
-    if (!json_is_array(modes) || json_array_size(modes) < 3)
-        fail_msg("GET /api/modes: 'modes' is not an array of at least 3");
-    bool found[3] = {false, false, false}, default_listed = false;
+    if (!json_is_array(modes) || json_array_size(modes) < N_WANT)
+        fail_msg("GET /api/modes: 'modes' is not an array of at least %d", (int)N_WANT);
+    bool found[N_WANT] = {false}, default_listed = false;
     for (size_t i = 0; i < json_array_size(modes); i++) {
         const json_t *m = json_array_get(modes, i);
         char what[64];
@@ -1702,7 +1705,7 @@ static void test_modes_endpoint(void **state)
                 fail_msg("GET /api/modes: mode %s listed twice", name);
         if (strcmp(name, def) == 0)
             default_listed = true;
-        for (size_t k = 0; k < 3; k++) {
+        for (size_t k = 0; k < N_WANT; k++) {
             if (strcmp(name, want[k]) != 0)
                 continue;
             found[k] = true;
@@ -1711,7 +1714,7 @@ static void test_modes_endpoint(void **state)
                          want_safe[k] ? "true" : "false");
         }
     }
-    for (size_t k = 0; k < 3; k++)
+    for (size_t k = 0; k < N_WANT; k++)
         if (!found[k])
             fail_msg("GET /api/modes: mode %s is not listed", want[k]);
     if (!default_listed)
@@ -2451,6 +2454,67 @@ static void test_load_redis_three(void **state)
         if (p->counts.per_instance[i] == 0)
             fail_msg("redis via nginx: replica %s sold nothing: nginx did not balance over all",
                      g_env.instances[i]);
+}
+
+/* The PostgreSQL rungs answer like every mode: 200 with the stock left, 409 with the stock
+ * there is (pg-atomic finds it with its conditional UPDATE, which wrote nothing), sold out. */
+static void test_pg_rung_outcomes(void **state)
+{
+    (void)state;
+    begin_case("pg_rung_outcomes");
+    const char *modes[] = {"pg-for-update", "pg-atomic", "pg-advisory"};
+    for (size_t i = 0; i < 3; i++) {
+        long long g = GOODS_PG_OUTCOMES + (long long)i;
+        char what[96];
+        reset_goods(g, 5);
+        snprintf(what, sizeof(what), "%s: deduct 2 of 5", modes[i]);
+        expect_deducted(deduct(g_env.stock_url, g, 2, modes[i], NULL), g, 2, 3, modes[i], what);
+        snprintf(what, sizeof(what), "%s: deduct 4 of 3", modes[i]);
+        json_t *j = expect_error(deduct(g_env.stock_url, g, 4, modes[i], NULL), 409,
+                                 "insufficient_stock", what);
+        expect_field_int(j, "remaining", 3, what);
+        expect_stock(g, 5, 3, 2, 1, what);
+        snprintf(what, sizeof(what), "%s: deduct the last 3", modes[i]);
+        expect_deducted(deduct(g_env.stock_url, g, 3, modes[i], NULL), g, 3, 0, modes[i], what);
+        expect_stock(g, 5, 0, 5, 2, what);
+    }
+}
+
+/* A PostgreSQL rung under the load of test_load_redis_three, through nginx over every
+ * replica, with no Redis lock: the database alone sells exactly the stock. One case per
+ * rung, so that one rung's failure does not hide the others' figures. */
+static void load_pg_three(const char *mode_name, const char *label, long long goods)
+{
+    reset_goods(goods, LOAD_STOCK);
+    load_plan *p =
+        load_plan_new(label, g_env.stock_url, goods, mode_name, LOAD_REQUESTS, LOAD_THREADS);
+    load_run(p);
+    expect_exact_sale(p, LOAD_STOCK);
+    for (size_t k = 0; k < g_env.n_replicas; k++)
+        if (p->counts.per_instance[k] == 0)
+            fail_msg("%s: replica %s sold nothing: nginx did not balance over all", label,
+                     g_env.instances[k]);
+}
+
+static void test_load_pg_for_update_three(void **state)
+{
+    (void)state;
+    begin_case("load_pg_for_update_three");
+    load_pg_three("pg-for-update", "pg-for-update via nginx", GOODS_LOAD_PG);
+}
+
+static void test_load_pg_atomic_three(void **state)
+{
+    (void)state;
+    begin_case("load_pg_atomic_three");
+    load_pg_three("pg-atomic", "pg-atomic via nginx", GOODS_LOAD_PG + 1);
+}
+
+static void test_load_pg_advisory_three(void **state)
+{
+    (void)state;
+    begin_case("load_pg_advisory_three");
+    load_pg_three("pg-advisory", "pg-advisory via nginx", GOODS_LOAD_PG + 2);
 }
 
 /* local on one replica (its mutex is enough there): the same exact figures. */
@@ -3480,6 +3544,10 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_malformed_requests, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_idempotency, case_setup, idempotency_teardown),
         cmocka_unit_test_setup_teardown(test_load_redis_three, case_setup, case_teardown),
+        cmocka_unit_test_setup_teardown(test_pg_rung_outcomes, case_setup, case_teardown),
+        cmocka_unit_test_setup_teardown(test_load_pg_for_update_three, case_setup, case_teardown),
+        cmocka_unit_test_setup_teardown(test_load_pg_atomic_three, case_setup, case_teardown),
+        cmocka_unit_test_setup_teardown(test_load_pg_advisory_three, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_load_local_one, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_load_unsafe_three, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_admin_unauthorized, case_setup, case_teardown),
