@@ -15,7 +15,9 @@
 
 #include "db/internal.h"
 
-int db_stock_read(db_conn *conn, int64_t goods_id, int64_t *stock)
+/* Runs `stmt`, a one-parameter statement (the goods id) that returns the stock in one row or
+ * no row: the plain read and the FOR UPDATE read differ only in their SQL. */
+static int read_stock_with(db_conn *conn, enum db__stmt_id stmt, int64_t goods_id, int64_t *stock)
 {
     char id_buf[DB__I64_LEN];
     const char *params[1];
@@ -25,7 +27,7 @@ int db_stock_read(db_conn *conn, int64_t goods_id, int64_t *stock)
     if (!conn || !stock)
         return DB_ERR_INVALID;
     params[0] = db__i64(id_buf, goods_id);
-    rc = db__run(conn, DB__STOCK_READ, params, &res);
+    rc = db__run(conn, stmt, params, &res);
     if (rc != DB_OK)
         return rc;
     if (PQntuples(res) == 0)
@@ -34,6 +36,11 @@ int db_stock_read(db_conn *conn, int64_t goods_id, int64_t *stock)
         rc = db__get_i64(conn, res, 0, 0, stock);
     PQclear(res);
     return rc;
+}
+
+int db_stock_read(db_conn *conn, int64_t goods_id, int64_t *stock)
+{
+    return read_stock_with(conn, DB__STOCK_READ, goods_id, stock);
 }
 
 /* After a claim or a write changed no row: was the goods missing, or the fence newer? */
@@ -199,23 +206,7 @@ out:
 
 int db_stock_read_for_update(db_conn *conn, int64_t goods_id, int64_t *stock)
 {
-    char id_buf[DB__I64_LEN];
-    const char *params[1];
-    PGresult *res = NULL;
-    int rc;
-
-    if (!conn || !stock)
-        return DB_ERR_INVALID;
-    params[0] = db__i64(id_buf, goods_id);
-    rc = db__run(conn, DB__STOCK_READ_FOR_UPDATE, params, &res);
-    if (rc != DB_OK)
-        return rc;
-    if (PQntuples(res) == 0)
-        rc = DB_ERR_NOT_FOUND;
-    else
-        rc = db__get_i64(conn, res, 0, 0, stock);
-    PQclear(res);
-    return rc;
+    return read_stock_with(conn, DB__STOCK_READ_FOR_UPDATE, goods_id, stock);
 }
 
 int db_goods_lock(db_conn *conn, int64_t goods_id)

@@ -133,7 +133,8 @@ static void redis_ok(const char *cmd)
     freeReplyObject(r);
 }
 
-static lock_client *new_client(int64_t watchdog_lease_ms)
+/* A client of the test's redis-server; 0 keeps an option's default. */
+static lock_client *new_client_with(int64_t watchdog_lease_ms, int command_timeout_ms)
 {
     lock_options o;
     lock_client *c = NULL;
@@ -142,8 +143,15 @@ static lock_client *new_client(int64_t watchdog_lease_ms)
     o.redis_port = g_state.port;
     if (watchdog_lease_ms > 0)
         o.watchdog_lease_ms = watchdog_lease_ms;
+    if (command_timeout_ms > 0)
+        o.command_timeout_ms = command_timeout_ms;
     assert_int_equal(lock_client_create(&o, &c), LOCK_OK);
     return c;
+}
+
+static lock_client *new_client(int64_t watchdog_lease_ms)
+{
+    return new_client_with(watchdog_lease_ms, 0);
 }
 
 /* Subscribers to a channel, as Redis counts them. */
@@ -1240,14 +1248,7 @@ static void sleeper_start(sleeper *z, double seconds)
 
 static lock_client *client_with_timeout(int command_timeout_ms)
 {
-    lock_options o;
-    lock_client *c = NULL;
-
-    lock_options_init(&o);
-    o.redis_port = g_state.port;
-    o.command_timeout_ms = command_timeout_ms;
-    assert_int_equal(lock_client_create(&o, &c), LOCK_OK);
-    return c;
+    return new_client_with(0, command_timeout_ms);
 }
 
 /* The hold count Redis keeps for the only owner of `name` (-1: not held). */
