@@ -20,6 +20,7 @@ int guard_env_create(const guard_env_options *opts, guard_env **out)
     env->lock = opts->lock;
     env->wait_ms = opts->wait_ms;
     env->lease_ms = opts->lease_ms;
+    env->fixed_lease_ms = opts->fixed_lease_ms > 0 ? opts->fixed_lease_ms : 2000;
     guard_local__init(env);
     *out = env;
     return 0;
