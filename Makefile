@@ -4,6 +4,7 @@
 #   make test       install what is missing, build with sanitizers, run every test
 #   make test-tsan  the lock's tests and the stack under ThreadSanitizer (make test runs it too)
 #   make demo       install what is missing, bring the local stack up, run the load report
+#   make ladder     each lock design's flaw provoked on a stack of its own (loadtest/ladder)
 #   make up / down  start / stop the native local stack (PostgreSQL, Redis, 3 replicas, nginx)
 #   make test-fresh the README's two commands in new bookworm-slim containers (~6 min)
 #   make clean      remove build/ (make down first: .run/ holds the database)
@@ -63,7 +64,7 @@ TESTS := $(patsubst tests/%.c,$(B)/tests/%,$(TEST_SRC))
 # What tests/tsan.sh runs: the service, and the tests with threads of their own to race.
 TSAN_TARGETS := build/tsan/stockd build/tsan/tests/test_lock build/tsan/tests/test_stack
 
-.PHONY: all programs tests test test-unit test-integration test-tsan test-docker test-fresh demo \
+.PHONY: all programs tests test test-unit test-integration test-tsan test-docker test-fresh demo ladder \
         up down clean deps pkg-check
 
 all: programs
@@ -136,6 +137,11 @@ demo: deps
 	$(MAKE) all
 	scripts/stack.sh up
 	loadtest/run
+
+# Starts a stack of its own (FAULTS=on, short leases) on other ports, and stops it after.
+ladder: deps
+	$(MAKE) all
+	loadtest/ladder
 
 up: deps
 	$(MAKE) all
