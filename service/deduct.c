@@ -18,6 +18,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "service/clock.h"
 #include "service/response.h"
 
 /* The pieces of one run, so that the steps below can share them. */
@@ -33,14 +34,6 @@ typedef struct deduction {
     bool left; /* the guard has been left already (tx-inside leaves it before COMMIT) */
     deduct_result *out;
 } deduction;
-
-static void sleep_ms(int64_t ms)
-{
-    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
-
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
-}
 
 const char *deduct_point_name(deduct_point point)
 {
@@ -215,7 +208,7 @@ static int read_check_write(deduction *d)
     /* The race window: everything another request does between our read and our write
      * is lost when we write our computed value. BUSINESS_DELAY_MS widens it on purpose. */
     if (d->env->business_delay_ms > 0)
-        sleep_ms(d->env->business_delay_ms);
+        clock_sleep_ms(d->env->business_delay_ms);
     rc = reached(d, DEDUCT_AT_READ);
     if (rc != GUARD_OK)
         return answer_hook_stop(d, rc) == 0 ? STOPPED : DB_ERR_NOMEM;

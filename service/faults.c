@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "service/clock.h"
 #include "service/log.h"
 
 /* ---- parsing ---- */
@@ -128,14 +129,6 @@ int faults_parse(const char *value, fault_plan *out, char *detail, size_t detail
 
 /* ---- carrying a plan out ---- */
 
-static void sleep_ms(int64_t ms)
-{
-    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
-
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
-}
-
 /* Whether process pid is stopped (state T in /proc/pid/stat). Async-signal-safe: only
  * open, read and close, so the forked child may call it. */
 static bool process_stopped(pid_t pid)
@@ -231,11 +224,11 @@ int faults_at(void *arg, deduct_point point, guard_hold *hold, char *why, size_t
             _exit(FAULTS_CRASH_STATUS);
         }
         if (plan->pause_in_section_ms > 0)
-            sleep_ms(plan->pause_in_section_ms);
+            clock_sleep_ms(plan->pause_in_section_ms);
         return GUARD_OK;
     case DEDUCT_AT_CHECKED:
         if (plan->pause_before_commit_ms > 0)
-            sleep_ms(plan->pause_before_commit_ms);
+            clock_sleep_ms(plan->pause_before_commit_ms);
         if (plan->stop_before_commit_ms > 0)
             stop_process_for(plan->stop_before_commit_ms);
         return GUARD_OK;

@@ -34,14 +34,6 @@ void guard_env_destroy(guard_env *env)
     free(env);
 }
 
-double guards__seconds_since(const struct timespec *start)
-{
-    struct timespec now;
-
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (double)(now.tv_sec - start->tv_sec) + (double)(now.tv_nsec - start->tv_nsec) / 1e9;
-}
-
 int guard_none__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
                       size_t detail_len)
 {

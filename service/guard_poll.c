@@ -10,15 +10,8 @@
 #include <inttypes.h>
 #include <stdio.h>
 
+#include "service/clock.h"
 #include "service/guards.h"
-
-static void sleep_ms(int64_t ms)
-{
-    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
-
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
-}
 
 int guards__poll(guard_env *env, guard_hold *hold, guards__try_fn try_once, char *detail,
                  size_t detail_len)
@@ -35,7 +28,7 @@ int guards__poll(guard_env *env, guard_hold *hold, guards__try_fn try_once, char
     }
     for (;;) {
         rc = try_once(env, hold, &acquired);
-        hold->wait_seconds = guards__seconds_since(&start);
+        hold->wait_seconds = clock_seconds_since(&start);
         if (rc != LOCK_OK) {
             snprintf(detail, detail_len, "redis: %s%s%s", lock_strerror(rc),
                      lock_last_error()[0] ? ": " : "", lock_last_error());
@@ -48,12 +41,12 @@ int guards__poll(guard_env *env, guard_hold *hold, guards__try_fn try_once, char
                      env->wait_ms);
             return GUARD_TIMEOUT;
         }
-        sleep_ms(RUNG_POLL_MS);
+        clock_sleep_ms(RUNG_POLL_MS);
     }
 }
 
 void guards__pause_before_release(const guard_hold *hold)
 {
     if (hold->release_pause_ms > 0)
-        sleep_ms(hold->release_pause_ms);
+        clock_sleep_ms(hold->release_pause_ms);
 }

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "service/clock.h"
 #include "service/guards.h"
 #include "service/log.h"
 
@@ -27,7 +28,7 @@ int guards__redis_enter(guard_env *env, int64_t goods_id, int64_t lease_ms, bool
     clock_gettime(CLOCK_MONOTONIC, &start);
     rc = lock_try_lock(env->lock, hold->name, env->wait_ms, lease_ms, &token);
     hold->waited = true;
-    hold->wait_seconds = guards__seconds_since(&start);
+    hold->wait_seconds = clock_seconds_since(&start);
     switch (rc) {
     case LOCK_OK:
         hold->fenced = fenced;

@@ -45,9 +45,6 @@ struct guard_env {
     local_stripe stripes[LOCAL_STRIPES];
 };
 
-/* Seconds elapsed on the monotonic clock since *start. */
-double guards__seconds_since(const struct timespec *start);
-
 /* still_held of a guard that cannot be lost (none, local): always GUARD_OK. */
 int guards__always_held(guard_env *env, const guard_hold *hold);
 
