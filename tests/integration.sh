@@ -147,6 +147,8 @@ run_integration() {
     mapfile -t ports < <(pick_free_ports 3)
     HTTP_PORT=${ports[0]} PG_PORT=${ports[1]} REDIS_PORT=${ports[2]}
     REPLICA_PORT_BASE=$(pick_port_block $IT_REPLICAS)
+    REDLOCK_SERVERS=5 # the redlock mode's servers, so the stack runs as `make up` does
+    REDLOCK_PORT_BASE=$(pick_port_block $REDLOCK_SERVERS)
     REPLICAS=$IT_REPLICAS
     STOCKD=$build/stockd
     ADMIN_TOKEN=it-$RANDOM$RANDOM$RANDOM
@@ -154,9 +156,9 @@ run_integration() {
     DB_REPLY_TIMEOUT_MS=$IT_DB_REPLY_TIMEOUT_MS
     MODE=redis
     export RUN_DIR HTTP_PORT PG_PORT REDIS_PORT REPLICA_PORT_BASE REPLICAS STOCKD ADMIN_TOKEN \
-        LOCK_WAIT_MS DB_REPLY_TIMEOUT_MS MODE
+        LOCK_WAIT_MS DB_REPLY_TIMEOUT_MS MODE REDLOCK_SERVERS REDLOCK_PORT_BASE
     unset BUSINESS_DELAY_MS LOCK_LEASE_MS LOCK_FIXED_LEASE_MS FAULTS WORKER_THREADS DB_POOL_SIZE REDIS_POOL_SIZE \
-        DB_WAIT_MS REDIS_TIMEOUT_MS CONNECTION_TIMEOUT_S DATABASE_URL
+        DB_WAIT_MS REDIS_TIMEOUT_MS CONNECTION_TIMEOUT_S DATABASE_URL REDLOCK_TIMEOUT_MS
     for ((n = 0; n < REPLICAS; n++)); do
         urls+="${urls:+,}http://127.0.0.1:$((REPLICA_PORT_BASE + n))"
     done
