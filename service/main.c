@@ -164,8 +164,10 @@ static int serve(const service_config *cfg)
         goto out;
     }
     if (!modes_served(a.default_mode, a.core.guards)) {
-        fprintf(stderr, "stockd: MODE: the mode '%s' needs settings this replica lacks (%s)\n",
-                cfg->default_mode, "redlock: REDLOCK_NODES");
+        char missing[120];
+        fprintf(stderr, "stockd: MODE: the mode '%s' is served only with %s set\n",
+                cfg->default_mode,
+                modes_missing(a.default_mode, a.core.guards, missing, sizeof(missing)));
         goto out;
     }
     if (check_schema(cfg, a.core.db) != 0)

@@ -138,6 +138,34 @@ const mode *modes_find(const char *name)
     return NULL;
 }
 
+/* What each MODE_NEEDS_* bit stands for: the setting that gives it. */
+static const struct {
+    unsigned bit;
+    const char *setting;
+} needs_settings[] = {
+    {MODE_NEEDS_REDLOCK, "REDLOCK_NODES"},
+};
+
+const char *modes_missing(const mode *m, const guard_env *env, char *buf, size_t len)
+{
+    unsigned lacking = m != NULL ? m->needs & ~guard_env_has(env) : 0;
+    size_t used = 0;
+
+    if (len == 0)
+        return buf;
+    buf[0] = '\0';
+    for (size_t i = 0; i < sizeof(needs_settings) / sizeof(needs_settings[0]); i++) {
+        if ((lacking & needs_settings[i].bit) == 0)
+            continue;
+        int n = snprintf(buf + used, len - used, "%s%s", used > 0 ? ", " : "",
+                         needs_settings[i].setting);
+        if (n < 0 || (size_t)n >= len - used)
+            break;
+        used += (size_t)n;
+    }
+    return buf;
+}
+
 bool modes_served(const mode *m, const guard_env *env)
 {
     return m != NULL && (m->needs & ~guard_env_has(env)) == 0;

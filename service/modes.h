@@ -128,6 +128,10 @@ bool modes_served(const mode *m, const guard_env *env);
 /* modes_find, but NULL for a row this environment does not serve. */
 const mode *modes_find_served(const guard_env *env, const char *name);
 
+/* Names the settings m needs that env lacks ("REDLOCK_NODES"), comma-separated, into buf;
+ * "" when it lacks none. Returns buf. */
+const char *modes_missing(const mode *m, const guard_env *env, char *buf, size_t len);
+
 /* modes_list of the rows this environment serves. */
 const char *modes_list_served(const guard_env *env, char *buf, size_t len);
 

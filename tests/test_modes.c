@@ -220,6 +220,9 @@ static void test_needs_filter_the_served_rows(void **state)
     assert_non_null(modes_find_served(without, "redis"));
     assert_null(strstr(modes_list_served(without, list, sizeof(list)), "redlock"));
     assert_true(strncmp(list, "none, local, redis, ", 20) == 0);
+    assert_string_equal(modes_missing(modes_find("redlock"), without, list, sizeof(list)),
+                        "REDLOCK_NODES");
+    assert_string_equal(modes_missing(modes_find("redis"), without, list, sizeof(list)), "");
 
     redlock_options_init(&ro);
     ro.nodes = &node;
@@ -230,6 +233,7 @@ static void test_needs_filter_the_served_rows(void **state)
     assert_int_equal(guard_env_has(with), MODE_NEEDS_REDLOCK);
     assert_ptr_equal(modes_find_served(with, "redlock"), modes_find("redlock"));
     assert_non_null(strstr(modes_list_served(with, list, sizeof(list)), "redlock"));
+    assert_string_equal(modes_missing(modes_find("redlock"), with, list, sizeof(list)), "");
 
     /* Every row without needs is served by both. */
     for (size_t i = 0; i < n; i++) {
