@@ -42,6 +42,8 @@ struct guard_env {
     int64_t wait_ms;
     int64_t lease_ms;
     int64_t fixed_lease_ms;
+    redlock *redlock; /* NULL unless REDLOCK_NODES is set */
+    unsigned has;     /* MODE_NEEDS_* bits this environment can serve */
     local_stripe stripes[LOCAL_STRIPES];
 };
 
@@ -104,6 +106,13 @@ int guard_redis_nowatchdog__enter(guard_env *env, int64_t goods_id, guard_hold *
                                   size_t detail_len);
 int guard_redis_nofence__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
                                size_t detail_len);
+
+/* redlock (guard_redlock.c): Redlock (lock/redlock.h) on "lock:redlock:goods:<id>" with the
+ * fixed lease; still_held checks the validity on this process's clock. */
+int guard_redlock__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
+                         size_t detail_len);
+int guard_redlock__still_held(guard_env *env, const guard_hold *hold);
+void guard_redlock__leave(guard_env *env, guard_hold *hold);
 
 /* The PostgreSQL rungs: no guard (guard_none's), a transaction shape each. */
 extern const mode_tx rung_pg_for_update__tx; /* rung_pg_for_update.c */
