@@ -28,7 +28,9 @@ PKG_OK := $(shell pkg-config --exists $(PKGS) 2>/dev/null && echo yes)
 CFLAGS := -std=gnu11 -O2 -g $(WARN) -D_GNU_SOURCE -I. -MMD -MP \
           $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 LDLIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lpthread -lm
-TEST_LDLIBS := -lcmocka -lcurl
+# The etcd lock (lock/etcd/) speaks etcd's JSON gateway over libcurl.
+LDLIBS += -lcurl
+TEST_LDLIBS := -lcmocka
 
 ifeq ($(SAN),1)
 CFLAGS += -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
@@ -45,7 +47,7 @@ CFLAGS += -O1 -fsanitize=thread -fno-omit-frame-pointer
 LDFLAGS += -fsanitize=thread
 endif
 
-LOCK_SRC := $(wildcard lock/*.c)
+LOCK_SRC := $(wildcard lock/*.c lock/etcd/*.c)
 DB_SRC := $(wildcard db/*.c)
 SERVICE_SRC := $(filter-out service/main.c,$(wildcard service/*.c))
 TEST_SRC := $(wildcard tests/test_*.c)
@@ -104,7 +106,7 @@ endif
 # The tests build three times: the release build (so -O2 warnings are errors too), the
 # sanitizer build they run, and the ThreadSanitizer build of what tests/tsan.sh runs.
 test: deps
-	@scripts/deps.sh ensure browser
+	@scripts/deps.sh ensure browser etcd
 	$(MAKE) all
 	$(MAKE) B=build/san SAN=1 programs tests
 	$(MAKE) B=build/tsan TSAN=1 $(TSAN_TARGETS)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # run-all.sh BUILD_DIR - every test, against real servers, as `make test` runs it:
 #   1. the pure unit tests (tests/run-unit.sh's suites);
-#   2. test_lock, which starts a redis-server of its own;
+#   2. test_lock, which starts a redis-server of its own; test_etcd, an etcd of its own;
 #   3. test_db and test_deduct (two lock holders in every interleaving), against a
 #      throwaway PostgreSQL started here on a free port in a temporary directory
 #      (TEST_DATABASE_URL names its superuser: the tests create databases);
