@@ -11,6 +11,7 @@
 #include <stddef.h>
 
 #include "db/db.h"
+#include "lock/etcd/etcd_lock.h"
 #include "lock/lock.h"
 #include "service/config.h"
 #include "service/deduct.h"
@@ -19,6 +20,7 @@
 typedef struct core {
     db_pool *db;
     lock_client *lock;
+    etcd_lock_client *etcd; /* the etcd mode's client (lock/etcd/) */
     guard_env *guards;
     deduct_env deduct; /* points at the three above */
 } core;

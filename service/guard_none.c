@@ -18,6 +18,7 @@ int guard_env_create(const guard_env_options *opts, guard_env **out)
     if (env == NULL)
         return -1;
     env->lock = opts->lock;
+    env->etcd = opts->etcd;
     env->wait_ms = opts->wait_ms;
     env->lease_ms = opts->lease_ms;
     guard_local__init(env);

@@ -36,6 +36,7 @@ typedef struct local_stripe {
 
 struct guard_env {
     lock_client *lock;
+    etcd_lock_client *etcd;
     int64_t wait_ms;
     int64_t lease_ms;
     local_stripe stripes[LOCAL_STRIPES];
@@ -64,6 +65,12 @@ int guard_redis__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char 
                        size_t detail_len);
 int guard_redis__still_held(guard_env *env, const guard_hold *hold);
 void guard_redis__leave(guard_env *env, guard_hold *hold);
+
+/* etcd (guard_etcd.c): the etcd lock of lock/etcd/ on "goods-<id>", fenced. */
+int guard_etcd__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
+                      size_t detail_len);
+int guard_etcd__still_held(guard_env *env, const guard_hold *hold);
+void guard_etcd__leave(guard_env *env, guard_hold *hold);
 
 /* The PostgreSQL rungs: no guard (guard_none's), a transaction shape each. */
 extern const mode_tx rung_pg_for_update__tx; /* rung_pg_for_update.c */

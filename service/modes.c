@@ -15,6 +15,11 @@
  *   pg-atomic      rung_pg_atomic.c      one conditional UPDATE: check and write at once.
  *   pg-advisory    rung_pg_advisory.c    pg_advisory_xact_lock on the goods id.
  *
+ * and the other lock services of the course, after them:
+ *
+ *   etcd   guard_etcd.c   the etcd lock of lock/etcd/: a key per waiter under a lease kept
+ *                         alive, its create revision as the fencing token.
+ *
  * Adding a mode means adding a row here and one file for it; nothing else changes.
  */
 #include "service/modes.h"
@@ -48,6 +53,10 @@ static const mode mode_table[] = {
      "no guard: pg_advisory_xact_lock on the goods id inside the transaction, then the same "
      "read-check-write: right with any number of replicas",
      guard_none__enter, guards__always_held, guard_none__leave, &rung_pg_advisory__tx},
+    {"etcd", true,
+     "the same under an etcd lock (lease kept alive, key per waiter, watch on the "
+     "predecessor, create revision as fencing token): right with any number of replicas",
+     guard_etcd__enter, guard_etcd__still_held, guard_etcd__leave, NULL},
 };
 
 const mode *modes_all(size_t *count)

@@ -17,13 +17,15 @@
 #include <stdint.h>
 
 #include "db/db.h"
+#include "lock/etcd/etcd_lock.h"
 #include "lock/lock.h"
 
 /* What the guards share: built once at start-up, used by every request thread. */
 typedef struct guard_env guard_env;
 
 typedef struct guard_env_options {
-    lock_client *lock; /* the Redis lock client (redis mode); not owned */
+    lock_client *lock;      /* the Redis lock client (redis mode); not owned */
+    etcd_lock_client *etcd; /* the etcd lock client (etcd mode); not owned */
     int64_t wait_ms;   /* how long a request may wait for its guard (LOCK_WAIT_MS) */
     int64_t lease_ms;  /* lease passed to lock_try_lock: LOCK_LEASE_WATCHDOG in the service */
 } guard_env_options;
@@ -44,11 +46,11 @@ enum {
 typedef struct guard_hold {
     bool fenced;              /* a fencing token comes with this holding */
     int64_t fence;            /* the token, when fenced */
-    const char *fence_source; /* the counter it comes from ("redis"), when fenced: tokens
+    const char *fence_source; /* the counter it comes from ("redis", "etcd"), when fenced: tokens
                                  are compared only with tokens of the same source */
     bool waited;              /* the guard has a wait worth measuring (local, redis) */
     double wait_seconds;      /* how long enter took */
-    char name[64];            /* the lock's name, for the redis guard */
+    char name[64];            /* the lock's name, for the redis and etcd guards */
     void *local;              /* the stripe taken, for the local guard */
 } guard_hold;
 

@@ -78,6 +78,7 @@ static const number_case numbers[] = {
     {"DB_WAIT_MS", 0, 600000},
     {"REDIS_TIMEOUT_MS", 10, 60000},
     {"CONNECTION_TIMEOUT_S", 1, 3600},
+    {"ETCD_TIMEOUT_MS", 10, 60000},
 };
 
 static int64_t number_field(const service_config *c, const char *var)
@@ -104,6 +105,8 @@ static int64_t number_field(const service_config *c, const char *var)
         return c->redis_timeout_ms;
     if (strcmp(var, "CONNECTION_TIMEOUT_S") == 0)
         return c->connection_timeout_s;
+    if (strcmp(var, "ETCD_TIMEOUT_MS") == 0)
+        return c->etcd_timeout_ms;
     fail_msg("no field for %s", var);
     return -1;
 }

@@ -91,7 +91,7 @@ static void test_list_names_every_mode(void **state)
 
     (void)state;
     assert_string_equal(modes_list(buf, sizeof(buf)),
-                        "none, local, redis, pg-for-update, pg-atomic, pg-advisory");
+                        "none, local, redis, pg-for-update, pg-atomic, pg-advisory, etcd");
     assert_string_equal(modes_list(tiny, sizeof(tiny)), "none"); /* whole names only */
 }
 
