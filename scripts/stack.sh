@@ -9,6 +9,8 @@
 #                                  (svc-1, postgres, redis, nginx, access, migrate)
 #   scripts/stack.sh redis-stop    stop Redis only (the tests' "dependency down" cases)
 #   scripts/stack.sh redis-start   start it again
+#   scripts/stack.sh etcd-stop     stop etcd only
+#   scripts/stack.sh etcd-start    start etcd (also without WITH_ETCD)
 #   scripts/stack.sh pg-stop       stop PostgreSQL only (fast shutdown: clients are cut off)
 #   scripts/stack.sh pg-start      start it again (the replicas reconnect by themselves)
 #   scripts/stack.sh pg-freeze     SIGSTOP PostgreSQL and its backends: a server that hangs
@@ -31,6 +33,8 @@
 #   REPLICAS           how many replicas, named svc-1..svc-N [3]
 #   PG_PORT            PostgreSQL [15432]
 #   REDIS_PORT         Redis [16379]
+#   WITH_ETCD          1: `up` starts etcd too, for the etcd mode [0]
+#   ETCD_PORT, ETCD_PEER_PORT  etcd's client and peer ports [12379, 12380]
 #   STOCKD             the service binary [<project>/build/stockd]
 #   MODE               the replicas' default mode [redis]
 #   SEED_GOODS, SEED_STOCK  goods created by the first `up` [1, 5000]
@@ -55,6 +59,7 @@ source "$here/lib/config.sh"
 source "$here/lib/ports.sh"
 source "$here/lib/pg.sh"
 source "$here/lib/redis.sh"
+source "$here/lib/etcd.sh"
 source "$here/lib/replicas.sh"
 source "$here/lib/nginx.sh"
 
@@ -115,6 +120,7 @@ cmd_up() {
     [ -x "$STOCKD" ] || die "$STOCKD not found: build it first (make)"
     pg_start
     redis_start
+    [ "$WITH_ETCD" = 1 ] && etcd_start
     replicas_migrate
     for ((n = 1; n <= REPLICAS; n++)); do
         replica_start "$n"
@@ -143,6 +149,7 @@ cmd_down() {
     # shellcheck disable=SC2046 # numbers, one per line
     replicas_stop $(replicas_known) || failed=1
     redis_stop || failed=1
+    etcd_stop || failed=1
     pg_stop || failed=1
     if [ $failed -ne 0 ]; then
         log "stopped, with the problems above"
@@ -155,6 +162,7 @@ cmd_status() {
     local n
     pg_status
     redis_status
+    etcd_status
     for ((n = 1; n <= REPLICAS; n++)); do
         replica_status "$n"
     done
@@ -172,7 +180,7 @@ cmd_logs() {
     '') files=("$PG_DIR/log/postgres.log" "$LOG_DIR/redis.log" "$LOG_DIR/migrate.log"
         "$LOG_DIR"/svc-*.log "$NGINX_DIR/logs/error.log") ;;
     postgres) files=("$PG_DIR/log/postgres.log") ;;
-    redis | migrate | svc-*) files=("$LOG_DIR/$name.log") ;;
+    redis | etcd | migrate | svc-*) files=("$LOG_DIR/$name.log") ;;
     nginx) files=("$NGINX_DIR/logs/error.log") ;;
     access) files=("$NGINX_DIR/logs/access.log") ;;
     *) die "logs: unknown log '$name' (svc-N, postgres, redis, nginx, access, migrate)" ;;
@@ -225,8 +233,10 @@ main() {
     [ $# -gt 0 ] && shift
     stack_config
     case $cmd in
-    up | down | redis-stop | redis-start | pg-stop | pg-start | pg-freeze | pg-thaw | \
-        replica-stop | replica-start | replica-start-extra) stack__lock "$cmd" "$@" ;;
+    up | down | redis-stop | redis-start | etcd-stop | etcd-start | pg-stop | pg-start | \
+        pg-freeze | pg-thaw | replica-stop | replica-start | replica-start-extra)
+        stack__lock "$cmd" "$@"
+        ;;
     esac
     case $cmd in
     up) cmd_up ;;
@@ -235,6 +245,8 @@ main() {
     logs) cmd_logs "$@" ;;
     redis-stop) redis_stop ;;
     redis-start) redis_start ;;
+    etcd-stop) etcd_stop ;;
+    etcd-start) etcd_start ;;
     pg-stop) pg_stop ;;
     pg-start) pg_start ;;
     pg-freeze) pg_freeze ;;

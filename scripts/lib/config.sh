@@ -26,13 +26,16 @@ stack_config() {
     REPLICAS=${REPLICAS:-3}
     PG_PORT=${PG_PORT:-15432}
     REDIS_PORT=${REDIS_PORT:-16379}
+    ETCD_PORT=${ETCD_PORT:-12379}
+    ETCD_PEER_PORT=${ETCD_PEER_PORT:-12380}
+    WITH_ETCD=${WITH_ETCD:-0}
     STOCKD=${STOCKD:-$STACK_ROOT/build/stockd}
     MODE=${MODE:-redis}
     SEED_GOODS=${SEED_GOODS:-1}
     SEED_STOCK=${SEED_STOCK:-5000}
 
     local v
-    for v in HTTP_PORT REPLICA_PORT_BASE REPLICAS PG_PORT REDIS_PORT SEED_GOODS SEED_STOCK; do
+    for v in HTTP_PORT REPLICA_PORT_BASE REPLICAS PG_PORT REDIS_PORT ETCD_PORT ETCD_PEER_PORT SEED_GOODS SEED_STOCK; do
         [[ ${!v} =~ ^[0-9]+$ ]] || die "$v must be a number, got '${!v}'"
     done
     ((REPLICAS >= 1 && REPLICAS <= 32)) || die "REPLICAS must be from 1 to 32, got $REPLICAS"
@@ -44,6 +47,7 @@ stack_config() {
     LOG_DIR=$RUN_DIR/logs
     PG_DIR=$RUN_DIR/pg
     REDIS_DIR=$RUN_DIR/redis
+    ETCD_DIR=$RUN_DIR/etcd
     NGINX_DIR=$RUN_DIR/nginx
     REPLICA_DIR=$RUN_DIR/replicas
 
@@ -52,6 +56,7 @@ stack_config() {
     DATABASE_URL="host=127.0.0.1 port=$PG_PORT dbname=stock user=stock connect_timeout=5"
     export DATABASE_URL MODE
     export REDIS_HOST=127.0.0.1 REDIS_PORT
+    export ETCD_ENDPOINT=http://127.0.0.1:$ETCD_PORT
     export MIGRATIONS_DIR=${MIGRATIONS_DIR:-$STACK_ROOT/migrations}
 }
 
