@@ -24,6 +24,10 @@
 #   3. nginx's own errors: a body over 16 KiB gets nginx's JSON 413; with every replica
 #      stopped, requests get nginx's JSON 502;
 #   4. the live page (web/) in headless Chromium during a short load (tests/live_page.sh);
+#   4b. the etcd mode (etcd started by `up` with WITH_ETCD=1 on ports of its own): 64
+#      connections over the 3 replicas sell exactly the stock; a holder whose lease is revoked
+#      while it pauses answers 503 lock_lost and sells nothing; with etcd down, 503
+#      unavailable; after it is back, deductions go through again;
 #   5. shutdown: every replica exits 0 on SIGTERM, and no replica log (nor the migrate log)
 #      holds a sanitizer report: a leak, a crash or undefined behaviour fails the run.
 # Everything started is stopped at exit, on failure too; the logs are copied to the test log
@@ -126,6 +130,70 @@ it__cleanup() {
     fi
 }
 
+# --- the etcd mode's cases ---
+
+it__reset() { # GOODS STOCK
+    curl -sS -m 10 -f -o /dev/null -X POST -H "Authorization: Bearer $ADMIN_TOKEN" \
+        -H 'Content-Type: application/json' -d "{\"goods_id\":$1,\"stock\":$2}" \
+        "http://127.0.0.1:$HTTP_PORT/api/admin/reset"
+}
+
+it__deduct_code() { # URL GOODS: prints the status and the body of one etcd-mode deduction
+    curl -sS -m 30 -w ' %{http_code}' -X POST -H 'Content-Type: application/json' \
+        -d "{\"goods_id\":$2,\"count\":1}" "$1/api/deduct?mode=etcd" 2>/dev/null || true
+}
+
+it__stock_field() { # GOODS FIELD
+    curl -sS -m 10 "http://127.0.0.1:$HTTP_PORT/api/stock/$1" | sed -n "s/.*\"$2\":\([0-9]*\).*/\1/p"
+}
+
+it__etcd_exact() {
+    local codes ok
+    it__reset 1 100 || return 1
+    codes=$(seq 160 | xargs -P 64 -I{} curl -sS -m 30 -o /dev/null -w '%{http_code}\n' \
+        -X POST -H 'Content-Type: application/json' -d '{"goods_id":1,"count":1}' \
+        "http://127.0.0.1:$HTTP_PORT/api/deduct?mode=etcd")
+    ok=$(grep -c '^200$' <<<"$codes" || true)
+    echo "    200s: $ok; stock $(it__stock_field 1 stock); sold $(it__stock_field 1 sold)" >&2
+    [ "$ok" = 100 ] && [ "$(it__stock_field 1 stock)" = 0 ] && [ "$(it__stock_field 1 sold)" = 100 ]
+}
+
+it__etcd_lease_lost() {
+    local url=$1 out pid lease
+    it__reset 1 10 || return 1
+    out=$(mktemp)
+    it__deduct_code "$url" 1 >"$out" &
+    pid=$!
+    # The slow replica holds the lock for BUSINESS_DELAY_MS (1500 ms): revoke every lease
+    # meanwhile (this etcd serves this stack only).
+    sleep 0.7
+    for lease in $(ETCDCTL_API=3 etcdctl --endpoints "http://127.0.0.1:$ETCD_PORT" lease list |
+        tail -n +2); do
+        ETCDCTL_API=3 etcdctl --endpoints "http://127.0.0.1:$ETCD_PORT" lease revoke "$lease" \
+            >/dev/null 2>&1 || true
+    done
+    wait "$pid" || true
+    echo "    answer: $(cat "$out")" >&2
+    grep -q '"lock_lost".* 503$' "$out" && [ "$(it__stock_field 1 stock)" = 10 ] &&
+        [ "$(it__stock_field 1 sold)" = 0 ]
+    local rc=$?
+    rm -f "$out"
+    return $rc
+}
+
+it__etcd_down() {
+    local answer
+    it__reset 1 10 || return 1
+    scripts/stack.sh etcd-stop >/dev/null 2>&1 || return 1
+    answer=$(it__deduct_code "http://127.0.0.1:$HTTP_PORT" 1)
+    echo "    etcd down: $answer" >&2
+    scripts/stack.sh etcd-start >/dev/null 2>&1 || return 1
+    grep -q '"unavailable".* 503$' <<<"$answer" || return 1
+    answer=$(it__deduct_code "http://127.0.0.1:$HTTP_PORT" 1)
+    echo "    etcd back: $answer" >&2
+    grep -q ' 200$' <<<"$answer" && [ "$(it__stock_field 1 stock)" = 9 ]
+}
+
 run_integration() {
     # shellcheck source=tests/live_page.sh
     source tests/live_page.sh
@@ -144,8 +212,9 @@ run_integration() {
     chmod 755 "$RUN_DIR"
     harness_on_exit it__cleanup
     local -a ports
-    mapfile -t ports < <(pick_free_ports 3)
+    mapfile -t ports < <(pick_free_ports 5)
     HTTP_PORT=${ports[0]} PG_PORT=${ports[1]} REDIS_PORT=${ports[2]}
+    ETCD_PORT=${ports[3]} ETCD_PEER_PORT=${ports[4]} WITH_ETCD=1
     REPLICA_PORT_BASE=$(pick_port_block $IT_REPLICAS)
     REPLICAS=$IT_REPLICAS
     STOCKD=$build/stockd
@@ -154,7 +223,7 @@ run_integration() {
     DB_REPLY_TIMEOUT_MS=$IT_DB_REPLY_TIMEOUT_MS
     MODE=redis
     export RUN_DIR HTTP_PORT PG_PORT REDIS_PORT REPLICA_PORT_BASE REPLICAS STOCKD ADMIN_TOKEN \
-        LOCK_WAIT_MS DB_REPLY_TIMEOUT_MS MODE
+        LOCK_WAIT_MS DB_REPLY_TIMEOUT_MS MODE ETCD_PORT ETCD_PEER_PORT WITH_ETCD
     unset BUSINESS_DELAY_MS LOCK_LEASE_MS WORKER_THREADS DB_POOL_SIZE REDIS_POOL_SIZE \
         DB_WAIT_MS REDIS_TIMEOUT_MS CONNECTION_TIMEOUT_S DATABASE_URL
     for ((n = 0; n < REPLICAS; n++)); do
@@ -215,6 +284,15 @@ run_integration() {
             it__live_page
         check_group_end
     fi
+
+    check_group_begin "etcd$sx"
+    check "etcd mode: 64 connections over $REPLICAS replicas sell exactly the stock" it__etcd_exact
+    if [ -n "$slow_url" ]; then
+        check "etcd mode: a holder whose lease is revoked answers 503 lock_lost, sells nothing" \
+            it__etcd_lease_lost "$slow_url"
+    fi
+    check "etcd mode: etcd down gives 503 unavailable, and back, deductions resume" it__etcd_down
+    check_group_end
 
     check_group_begin "nginx-errors+shutdown$sx"
     check "nginx refuses a 20 KiB body with its JSON 413" it__413

@@ -589,22 +589,32 @@ int etcd_lock_acquire(etcd_lock_client *c, const char *name, int64_t wait_ms, in
         return ETCD_LOCK_ERR_LOST;
     }
 
-    rc = ensure_lease(c, &lease, &generation);
-    if (rc != ETCD_LOCK_OK)
-        return rc;
-    pthread_mutex_lock(&c->mu);
-    snprintf(prefix, sizeof(prefix), "%s/", name);
-    snprintf(key, sizeof(key), "%s%016" PRIx64 "/%" PRIu64, prefix, (uint64_t)lease,
-             ++c->key_seq);
-    pthread_mutex_unlock(&c->mu);
-
-    /* The waiter's key, with the lease: its create revision is the put's revision. */
-    base64(key, strlen(key), k64);
-    rc = post(c, "/v3/kv/put",
-              json_pack("{ss ss sI}", "key", k64, "value", "", "lease", (json_int_t)lease),
-              c->timeout_ms, &ans);
-    if (rc != ETCD_LOCK_OK)
-        return rc;
+    /* The waiter's key, with the lease: its create revision is the put's revision. A
+     * lease etcd has dropped (revoked, or expired while etcd was away) before the
+     * keep-alive noticed makes the put fail with "lease not found": then the lease is
+     * marked lost and the put tried once more on a new one. */
+    for (int attempt = 0;; attempt++) {
+        rc = ensure_lease(c, &lease, &generation);
+        if (rc != ETCD_LOCK_OK)
+            return rc;
+        pthread_mutex_lock(&c->mu);
+        snprintf(prefix, sizeof(prefix), "%s/", name);
+        snprintf(key, sizeof(key), "%s%016" PRIx64 "/%" PRIu64, prefix, (uint64_t)lease,
+                 ++c->key_seq);
+        pthread_mutex_unlock(&c->mu);
+        base64(key, strlen(key), k64);
+        rc = post(c, "/v3/kv/put",
+                  json_pack("{ss ss sI}", "key", k64, "value", "", "lease", (json_int_t)lease),
+                  c->timeout_ms, &ans);
+        if (rc == ETCD_LOCK_OK)
+            break;
+        if (attempt > 0 || strstr(last_error, "lease not found") == NULL)
+            return rc;
+        pthread_mutex_lock(&c->mu);
+        if (c->lease_id == lease)
+            lease_lost_locked(c);
+        pthread_mutex_unlock(&c->mu);
+    }
     my_rev = int64_field(json_object_get(ans, "header"), "revision");
     json_decref(ans);
     if (my_rev <= 0) {
