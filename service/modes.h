@@ -25,9 +25,10 @@ typedef struct guard_env guard_env;
 
 typedef struct guard_env_options {
     lock_client *lock;      /* the Redis lock client (redis mode); not owned */
-    etcd_lock_client *etcd; /* the etcd lock client (etcd mode); not owned */
-    int64_t wait_ms;   /* how long a request may wait for its guard (LOCK_WAIT_MS) */
-    int64_t lease_ms;  /* lease passed to lock_try_lock: LOCK_LEASE_WATCHDOG in the service */
+    etcd_lock_client *etcd; /* the etcd lock client (etcd mode); not owned; NULL: the
+                               etcd mode is not offered */
+    int64_t wait_ms;        /* how long a request may wait for its guard (LOCK_WAIT_MS) */
+    int64_t lease_ms;       /* lease passed to lock_try_lock: LOCK_LEASE_WATCHDOG in the service */
 } guard_env_options;
 
 int guard_env_create(const guard_env_options *opts, guard_env **out);

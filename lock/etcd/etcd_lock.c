@@ -82,10 +82,10 @@ struct etcd_lock_client {
     pthread_mutex_t mu; /* guards everything below */
     pthread_cond_t wake;
     bool stopping;
-    int64_t lease_id;      /* 0: none */
-    uint64_t generation;   /* grows each time a lease is lost */
-    int64_t lease_until;   /* monotonic ms: the lease is surely alive until then */
-    uint64_t key_seq;      /* makes each waiter's key unique within the lease */
+    int64_t lease_id;    /* 0: none */
+    uint64_t generation; /* grows each time a lease is lost */
+    int64_t lease_until; /* monotonic ms: the lease is surely alive until then */
+    uint64_t key_seq;    /* makes each waiter's key unique within the lease */
     holding *holdings;
     pthread_t keepalive;
     bool keepalive_started;
@@ -266,8 +266,8 @@ static int ensure_lease(etcd_lock_client *c, int64_t *id, uint64_t *generation)
     /* Granting under the mutex keeps two threads from granting two leases; it is bounded
      * by one request timeout. */
     sent = now_ms();
-    rc = post(c, "/v3/lease/grant", json_pack("{sI}", "TTL", (json_int_t)c->ttl_s),
-              c->timeout_ms, &ans);
+    rc = post(c, "/v3/lease/grant", json_pack("{sI}", "TTL", (json_int_t)c->ttl_s), c->timeout_ms,
+              &ans);
     if (rc == ETCD_LOCK_OK) {
         granted = int64_field(ans, "ID");
         ttl = int64_field(ans, "TTL");
@@ -319,8 +319,8 @@ static void *keepalive_main(void *arg)
         id = c->lease_id;
         pthread_mutex_unlock(&c->mu);
         sent = now_ms();
-        rc = post(c, "/v3/lease/keepalive", json_pack("{sI}", "ID", (json_int_t)id),
-                  c->timeout_ms, &ans);
+        rc = post(c, "/v3/lease/keepalive", json_pack("{sI}", "ID", (json_int_t)id), c->timeout_ms,
+                  &ans);
         pthread_mutex_lock(&c->mu);
         if (rc != ETCD_LOCK_OK || c->lease_id != id) {
             json_decref(ans);
@@ -441,8 +441,8 @@ static int delete_key(etcd_lock_client *c, const char *key)
  * create revision below my_rev. Sets pred (base64, "" when none) and *at_rev, the store
  * revision the answer was read at (a watch from at_rev+1 misses no deletion after it).
  */
-static int find_predecessor(etcd_lock_client *c, const char *prefix, int64_t my_rev,
-                            char *pred, size_t predlen, int64_t *at_rev)
+static int find_predecessor(etcd_lock_client *c, const char *prefix, int64_t my_rev, char *pred,
+                            size_t predlen, int64_t *at_rev)
 {
     char p64[KEY_MAX_LEN * 2], end[KEY_MAX_LEN], e64[KEY_MAX_LEN * 2];
     json_t *ans = NULL, *kvs, *key;
@@ -491,14 +491,15 @@ static size_t watch_collect(char *ptr, size_t size, size_t nmemb, void *ud)
             break; /* incomplete: wait for more */
         off += jerr.position;
         events = json_object_get(json_object_get(msg, "result"), "events");
-        json_array_foreach(events, i, ev) {
+        json_array_foreach(events, i, ev)
+        {
             json_t *type = json_object_get(ev, "type");
             if (json_is_string(type) && strcmp(json_string_value(type), "DELETE") == 0)
                 w->deleted = true;
         }
         json_decref(msg);
-        while (off < w->b.len && (w->b.data[off] == '\n' || w->b.data[off] == ' ' ||
-                                  w->b.data[off] == '\r'))
+        while (off < w->b.len &&
+               (w->b.data[off] == '\n' || w->b.data[off] == ' ' || w->b.data[off] == '\r'))
             off++;
     }
     memmove(w->b.data, w->b.data + off, w->b.len - off);
@@ -507,8 +508,8 @@ static size_t watch_collect(char *ptr, size_t size, size_t nmemb, void *ud)
 }
 
 /* Waits up to timeout_ms for the deletion of key64 (base64) after revision from_rev.
- * Returns ETCD_LOCK_OK when it was deleted, ETCD_LOCK_TIMEOUT when the time ran out,
- * ETCD_LOCK_ERR_SERVER. */
+ * Returns ETCD_LOCK_OK when it was deleted; ETCD_LOCK_TIMEOUT when the time ran out or
+ * etcd ended the stream (the caller looks again); ETCD_LOCK_ERR_SERVER. */
 static int watch_deletion(etcd_lock_client *c, const char *key64, int64_t from_rev,
                           int64_t timeout_ms)
 {
@@ -544,8 +545,8 @@ static int watch_deletion(etcd_lock_client *c, const char *key64, int64_t from_r
     cc = curl_easy_perform(h);
     if (w.deleted)
         rc = ETCD_LOCK_OK;
-    else if (cc == CURLE_OPERATION_TIMEDOUT)
-        rc = ETCD_LOCK_TIMEOUT;
+    else if (cc == CURLE_OPERATION_TIMEDOUT || cc == CURLE_OK)
+        rc = ETCD_LOCK_TIMEOUT; /* out of time, or etcd ended the watch: look again */
     else
         set_error("/v3/watch: %s", curl_easy_strerror(cc));
 out:

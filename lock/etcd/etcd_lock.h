@@ -40,10 +40,10 @@ enum {
 typedef struct etcd_lock_client etcd_lock_client;
 
 typedef struct etcd_lock_options {
-    const char *endpoint;    /* "http://127.0.0.1:2379"; copied */
-    int64_t lease_ms;        /* the lease's TTL (rounded up to whole seconds, >= 1 s);
-                                default 10000; kept alive every lease/3 */
-    int request_timeout_ms;  /* bounds every request but the watch; default 1000 */
+    const char *endpoint;   /* "http://127.0.0.1:2379"; copied */
+    int64_t lease_ms;       /* the lease's TTL (rounded up to whole seconds, >= 1 s);
+                               default 10000; kept alive every lease/3 */
+    int request_timeout_ms; /* bounds every request but the watch; default 1000 */
 } etcd_lock_options;
 
 void etcd_lock_options_init(etcd_lock_options *opts);
@@ -58,7 +58,8 @@ void etcd_lock_client_destroy(etcd_lock_client *c);
 
 /*
  * Takes lock `name` (1 to 200 bytes, no '/') for the calling thread, waiting at most
- * wait_ms (0: try once) plus one request timeout. Returns ETCD_LOCK_OK with *token set to
+ * wait_ms (0: try once) plus two request timeouts (the last look at the queue, and the
+ * delete of the waiter's key on giving up). Returns ETCD_LOCK_OK with *token set to
  * the holding's fencing token; ETCD_LOCK_TIMEOUT (the waiter's key is deleted again);
  * ETCD_LOCK_ERR_SERVER; ETCD_LOCK_ERR_INVALID; ETCD_LOCK_ERR_NOMEM.
  */

@@ -90,8 +90,8 @@ static int spawn(etcd_server *s)
     if (pid == 0) {
         dup2(fd, 1);
         dup2(fd, 2);
-        execl(program, "etcd", "--name", "test", "--data-dir", data, "--listen-client-urls",
-              client, "--advertise-client-urls", client, "--listen-peer-urls", peer,
+        execl(program, "etcd", "--name", "test", "--data-dir", data, "--listen-client-urls", client,
+              "--advertise-client-urls", client, "--listen-peer-urls", peer,
               "--initial-advertise-peer-urls", peer, "--initial-cluster", cluster,
               "--listen-metrics-urls", "", (char *)NULL);
         _exit(127);
