@@ -37,15 +37,18 @@ int core_create(const service_config *cfg, int db_pool_size, int redis_pool_size
         return -1;
     }
 
-    etcd_lock_options_init(&etcd_opts);
-    etcd_opts.endpoint = cfg->etcd_endpoint;
-    etcd_opts.lease_ms = cfg->lock_lease_ms;
-    etcd_opts.request_timeout_ms = (int)cfg->etcd_timeout_ms;
-    /* Connects lazily: a replica starts while etcd is down, and the etcd mode answers 503
-     * until it is back. */
-    if (etcd_lock_client_create(&etcd_opts, &out->etcd) != ETCD_LOCK_OK) {
-        snprintf(err, errlen, "cannot create the etcd lock client");
-        return -1;
+    /* Without ETCD_ENDPOINT there is no etcd client, and so no etcd mode (modes.h). With
+     * it, the client connects lazily: a replica starts while etcd is down, and the etcd mode
+     * answers 503 until it is back. */
+    if (cfg->etcd_endpoint[0] != '\0') {
+        etcd_lock_options_init(&etcd_opts);
+        etcd_opts.endpoint = cfg->etcd_endpoint;
+        etcd_opts.lease_ms = cfg->lock_lease_ms;
+        etcd_opts.request_timeout_ms = (int)cfg->etcd_timeout_ms;
+        if (etcd_lock_client_create(&etcd_opts, &out->etcd) != ETCD_LOCK_OK) {
+            snprintf(err, errlen, "cannot create the etcd lock client");
+            return -1;
+        }
     }
 
     guard_opts.lock = out->lock;

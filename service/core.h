@@ -20,7 +20,8 @@
 typedef struct core {
     db_pool *db;
     lock_client *lock;
-    etcd_lock_client *etcd; /* the etcd mode's client (lock/etcd/) */
+    etcd_lock_client *etcd; /* the etcd mode's client (lock/etcd/); NULL without
+                               ETCD_ENDPOINT */
     guard_env *guards;
     deduct_env deduct; /* points at the three above */
 } core;

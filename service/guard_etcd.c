@@ -16,6 +16,11 @@
 #include "service/guards.h"
 #include "service/log.h"
 
+bool guard_etcd__offered(const guard_env *env)
+{
+    return env->etcd != NULL;
+}
+
 int guard_etcd__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
                       size_t detail_len)
 {

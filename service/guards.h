@@ -71,6 +71,8 @@ int guard_etcd__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *
                       size_t detail_len);
 int guard_etcd__still_held(guard_env *env, const guard_hold *hold);
 void guard_etcd__leave(guard_env *env, guard_hold *hold);
+/* Offered only by a replica with an etcd client (ETCD_ENDPOINT set). */
+bool guard_etcd__offered(const guard_env *env);
 
 /* The PostgreSQL rungs: no guard (guard_none's), a transaction shape each. */
 extern const mode_tx rung_pg_for_update__tx; /* rung_pg_for_update.c */

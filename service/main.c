@@ -143,11 +143,13 @@ static int serve(const service_config *cfg)
 
     memset(&a, 0, sizeof(a));
     a.config = cfg;
-    a.default_mode = modes_find(cfg->default_mode);
+    /* Checked against the build's table now, before anything starts, and against what
+     * this replica offers once its guards exist (below). */
+    a.default_mode = modes_find(NULL, cfg->default_mode);
     if (a.default_mode == NULL) {
-        char known[120];
+        char known[160];
         fprintf(stderr, "stockd: MODE: unknown mode '%s' (known: %s)\n", cfg->default_mode,
-                modes_list(known, sizeof(known)));
+                modes_list(NULL, known, sizeof(known)));
         return 2;
     }
 
@@ -161,6 +163,15 @@ static int serve(const service_config *cfg)
     if (core_create(cfg, cfg->db_pool_size, cfg->redis_pool_size, cfg->instance, &a.core, err,
                     sizeof(err)) != 0) {
         fprintf(stderr, "stockd: %s\n", err);
+        goto out;
+    }
+    if (!modes_offered(a.default_mode, a.core.guards)) {
+        char offered[160];
+        fprintf(stderr,
+                "stockd: MODE: this replica does not offer mode '%s': its lock service is "
+                "not configured (etcd: ETCD_ENDPOINT); offered: %s\n",
+                cfg->default_mode, modes_list(a.core.guards, offered, sizeof(offered)));
+        status = 2;
         goto out;
     }
     if (check_schema(cfg, a.core.db) != 0)

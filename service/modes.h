@@ -8,6 +8,12 @@
  * may be asked, just before the commit, whether it still holds. A new mode is one more row
  * in the table (modes.c) and one guard file (service/guard_*.c, declared in
  * service/guards.h), nothing else.
+ *
+ * The table is what the build knows; a replica offers the modes its configuration can
+ * serve. A mode whose guard needs a service of its own (etcd) is offered only by a replica
+ * told where that service is (ETCD_ENDPOINT): elsewhere it is neither listed by /api/modes
+ * nor served (400 unknown_mode), so that a client trying every listed mode meets no mode
+ * that could only answer 503.
  */
 #ifndef SERVICE_MODES_H
 #define SERVICE_MODES_H
@@ -83,16 +89,24 @@ typedef struct mode {
     void (*leave)(guard_env *env, guard_hold *hold);
     /* The transaction's shape; NULL for the guarded read-check-write. */
     const mode_tx *tx;
+    /* Whether a replica with these guards offers the mode; NULL: every replica does. */
+    bool (*offered)(const guard_env *env);
 } mode;
 
-/* The table, in the order /api/modes lists it. */
+/* The whole table, every mode this build knows, in the order /api/modes lists them. */
 const mode *modes_all(size_t *count);
 
-/* The mode named `name`, or NULL. */
-const mode *modes_find(const char *name);
+/* Whether the replica whose guards are `env` offers m (see above). env NULL: every mode of
+ * the build counts as offered (start-up checks, tools that name modes before they build
+ * guards). */
+bool modes_offered(const mode *m, const guard_env *env);
 
-/* Writes the table's names as "none, local, redis" into buf (truncated to fit); returns
- * buf. For messages that list the known modes. */
-const char *modes_list(char *buf, size_t len);
+/* The mode named `name` among those `env` offers (NULL env: the whole table), or NULL. */
+const mode *modes_find(const guard_env *env, const char *name);
+
+/* Writes the names of the modes `env` offers (NULL env: the whole table) as "none, local,
+ * redis" into buf (truncated to whole names); returns buf. For messages that list the
+ * known modes. */
+const char *modes_list(const guard_env *env, char *buf, size_t len);
 
 #endif

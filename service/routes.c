@@ -52,15 +52,17 @@ static const mode *choose_mode(app *a, const http_request *req, const deduct_req
 {
     const char *name = dr->has_mode ? dr->mode : req->query(req->transport, "mode");
     const mode *m;
-    char detail[200], known[120];
+    char detail[240], known[160];
 
     if (name == NULL)
         return a->default_mode;
-    m = modes_find(name);
+    /* Only the modes this replica offers: one it does not (etcd without ETCD_ENDPOINT) is
+     * unknown here, as it is absent from GET /api/modes. */
+    m = modes_find(a->core.guards, name);
     if (m == NULL) {
         char quoted[80];
         snprintf(detail, sizeof(detail), "unknown mode '%.40s'; known modes: %s", name,
-                 modes_list(known, sizeof(known)));
+                 modes_list(a->core.guards, known, sizeof(known)));
         reply_error(reply, 400, "unknown_mode", detail);
         log_event(LOG_DEBUG, "unknown_mode", "mode=%s", log_quote(quoted, sizeof(quoted), name));
     }
@@ -211,18 +213,20 @@ static void handle_reset(app *a, const http_request *req, http_reply *reply)
 static void handle_modes(app *a, const http_request *req, http_reply *reply)
 {
     response_mode listed[16];
-    size_t n, i;
+    size_t n, i, count = 0;
     const mode *all = modes_all(&n);
 
     (void)req;
-    if (n > sizeof(listed) / sizeof(listed[0]))
-        n = sizeof(listed) / sizeof(listed[0]);
-    for (i = 0; i < n; i++) {
-        listed[i].name = all[i].name;
-        listed[i].safe = all[i].safe;
-        listed[i].summary = all[i].summary;
+    /* Every mode this build knows that this replica offers (modes.h). */
+    for (i = 0; i < n && count < sizeof(listed) / sizeof(listed[0]); i++) {
+        if (!modes_offered(&all[i], a->core.guards))
+            continue;
+        listed[count].name = all[i].name;
+        listed[count].safe = all[i].safe;
+        listed[count].summary = all[i].summary;
+        count++;
     }
-    reply_json(reply, 200, response_modes(a->default_mode->name, listed, n));
+    reply_json(reply, 200, response_modes(a->default_mode->name, listed, count));
 }
 
 static void handle_healthz(app *a, const http_request *req, http_reply *reply)

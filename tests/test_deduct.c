@@ -89,6 +89,7 @@ static const mode scripted_mode = {"scripted",
                                    scripted_enter,
                                    scripted_still_held,
                                    scripted_leave,
+                                   NULL,
                                    NULL};
 
 /* ---- a holder: a thread that stops at each step until told to go on ------------------- */
@@ -457,7 +458,7 @@ static void test_pg_rungs_every_interleaving(void **state)
 
     (void)state;
     for (int r = 0; r < 3; r++) {
-        const mode *m = modes_find(names[r]);
+        const mode *m = modes_find(NULL, names[r]);
         int n = 0;
 
         assert_non_null(m);

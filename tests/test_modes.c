@@ -1,6 +1,7 @@
 /*
  * test_modes.c - the strategy table and the guards that need no server (none, local).
- * The redis guard is exercised through the whole stack by test_stack.c.
+ * The redis guard is exercised through the whole stack by test_stack.c, the etcd guard by
+ * test_etcd.c (its lock) and the integration run (the mode); here, which replicas offer it.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "lock/etcd/etcd_lock.h"
 #include "service/modes.h"
 
 static void test_table_lists_the_three_modes_in_order(void **state)
@@ -58,7 +60,7 @@ static void test_pg_rungs_are_safe_shapes_without_a_guard(void **state)
     (void)state;
     assert_true(n >= 6);
     for (size_t i = 0; i < 3; i++) {
-        const mode *m = modes_find(names[i]);
+        const mode *m = modes_find(NULL, names[i]);
         assert_non_null(m);
         assert_ptr_equal(m, &all[3 + i]); /* listed after the guards, in ladder order */
         assert_true(m->safe);
@@ -66,9 +68,9 @@ static void test_pg_rungs_are_safe_shapes_without_a_guard(void **state)
         assert_non_null(m->tx->read);
         assert_non_null(m->tx->write);
         /* no guard: the database closes the race (none's enter, leave and still_held) */
-        assert_ptr_equal(m->enter, modes_find("none")->enter);
-        assert_ptr_equal(m->leave, modes_find("none")->leave);
-        assert_ptr_equal(m->still_held, modes_find("none")->still_held);
+        assert_ptr_equal(m->enter, modes_find(NULL, "none")->enter);
+        assert_ptr_equal(m->leave, modes_find(NULL, "none")->leave);
+        assert_ptr_equal(m->still_held, modes_find(NULL, "none")->still_held);
     }
     for (size_t i = 0; i < 3; i++)
         assert_null(all[i].tx); /* the guard rungs run the guarded read-check-write */
@@ -77,12 +79,12 @@ static void test_pg_rungs_are_safe_shapes_without_a_guard(void **state)
 static void test_find(void **state)
 {
     (void)state;
-    assert_non_null(modes_find("redis"));
-    assert_string_equal(modes_find("local")->name, "local");
-    assert_null(modes_find("REDIS"));
-    assert_null(modes_find(""));
-    assert_null(modes_find("redis "));
-    assert_null(modes_find(NULL));
+    assert_non_null(modes_find(NULL, "redis"));
+    assert_string_equal(modes_find(NULL, "local")->name, "local");
+    assert_null(modes_find(NULL, "REDIS"));
+    assert_null(modes_find(NULL, ""));
+    assert_null(modes_find(NULL, "redis "));
+    assert_null(modes_find(NULL, NULL));
 }
 
 static void test_list_names_every_mode(void **state)
@@ -90,9 +92,9 @@ static void test_list_names_every_mode(void **state)
     char buf[120], tiny[8];
 
     (void)state;
-    assert_string_equal(modes_list(buf, sizeof(buf)),
+    assert_string_equal(modes_list(NULL, buf, sizeof(buf)),
                         "none, local, redis, pg-for-update, pg-atomic, pg-advisory, etcd");
-    assert_string_equal(modes_list(tiny, sizeof(tiny)), "none"); /* whole names only */
+    assert_string_equal(modes_list(NULL, tiny, sizeof(tiny)), "none"); /* whole names only */
 }
 
 static int env_setup(void **state)
@@ -114,7 +116,7 @@ static int env_teardown(void **state)
 
 static void test_none_guard_always_enters(void **state)
 {
-    const mode *none = modes_find("none");
+    const mode *none = modes_find(NULL, "none");
     guard_hold a, b;
     char detail[64];
 
@@ -135,7 +137,7 @@ struct contender {
 static void *try_local(void *arg)
 {
     struct contender *c = arg;
-    const mode *local = modes_find("local");
+    const mode *local = modes_find(NULL, "local");
     guard_hold hold;
     char detail[64];
 
@@ -148,7 +150,7 @@ static void *try_local(void *arg)
 
 static void test_local_guard_excludes_and_times_out(void **state)
 {
-    const mode *local = modes_find("local");
+    const mode *local = modes_find(NULL, "local");
     struct contender other = {.env = *state};
     guard_hold hold;
     pthread_t thread;
@@ -169,7 +171,7 @@ static void test_local_guard_excludes_and_times_out(void **state)
 
 static void test_local_guard_lets_other_goods_through(void **state)
 {
-    const mode *local = modes_find("local");
+    const mode *local = modes_find(NULL, "local");
     guard_hold held, other;
     char detail[64];
 
@@ -182,11 +184,83 @@ static void test_local_guard_lets_other_goods_through(void **state)
 
 static void test_redis_guard_without_client_is_unavailable(void **state)
 {
-    const mode *redis = modes_find("redis");
+    const mode *redis = modes_find(NULL, "redis");
     guard_hold hold;
     char detail[64] = "";
 
     assert_int_equal(redis->enter(*state, 1, &hold, detail, sizeof(detail)), GUARD_UNAVAILABLE);
+    assert_true(strlen(detail) > 0);
+}
+
+/* Guards with an etcd client: a replica told ETCD_ENDPOINT. The client connects lazily, so
+ * no etcd is needed at this address (port 9, where nothing listens on loopback). */
+static guard_env *env_with_etcd(etcd_lock_client **client)
+{
+    etcd_lock_options eo;
+    guard_env_options opts = {.lock = NULL, .wait_ms = 100, .lease_ms = LOCK_LEASE_WATCHDOG};
+    guard_env *env = NULL;
+
+    etcd_lock_options_init(&eo);
+    eo.endpoint = "http://127.0.0.1:9";
+    assert_int_equal(etcd_lock_client_create(&eo, client), ETCD_LOCK_OK);
+    opts.etcd = *client;
+    assert_int_equal(guard_env_create(&opts, &env), 0);
+    return env;
+}
+
+static void test_etcd_is_offered_only_with_an_etcd_client(void **state)
+{
+    etcd_lock_client *client = NULL;
+    guard_env *with = NULL, *without = NULL;
+    guard_env_options plain = {.lock = NULL, .wait_ms = 100, .lease_ms = LOCK_LEASE_WATCHDOG};
+    const mode *etcd = modes_find(NULL, "etcd");
+    size_t n = 0, i, offered = 0;
+    const mode *all = modes_all(&n);
+    char buf[160];
+
+    (void)state;
+    assert_non_null(etcd); /* the build knows it */
+    assert_true(etcd->safe);
+    assert_non_null(etcd->offered);
+    assert_null(etcd->tx);
+
+    assert_int_equal(guard_env_create(&plain, &without), 0);
+    with = env_with_etcd(&client);
+
+    /* Without: not found, not listed, and nothing else is lost. */
+    assert_null(modes_find(without, "etcd"));
+    assert_false(modes_offered(etcd, without));
+    assert_string_equal(modes_list(without, buf, sizeof(buf)),
+                        "none, local, redis, pg-for-update, pg-atomic, pg-advisory");
+    for (i = 0; i < n; i++)
+        offered += modes_offered(&all[i], without);
+    assert_int_equal(offered, n - 1);
+    assert_ptr_equal(modes_find(without, "redis"), modes_find(NULL, "redis"));
+
+    /* With: the whole table. */
+    assert_ptr_equal(modes_find(with, "etcd"), etcd);
+    assert_true(modes_offered(etcd, with));
+    assert_string_equal(modes_list(with, buf, sizeof(buf)),
+                        "none, local, redis, pg-for-update, pg-atomic, pg-advisory, etcd");
+    for (i = 0; i < n; i++)
+        assert_true(modes_offered(&all[i], with));
+
+    /* No env: every mode of the build (start-up checks and tools). */
+    assert_true(modes_offered(etcd, NULL));
+
+    guard_env_destroy(with);
+    guard_env_destroy(without);
+    etcd_lock_client_destroy(client);
+}
+
+static void test_etcd_guard_without_client_is_unavailable(void **state)
+{
+    const mode *etcd = modes_find(NULL, "etcd");
+    guard_hold hold;
+    char detail[64] = "";
+
+    /* Reached only if a caller skipped modes_find(env, ...): a 503, not a crash. */
+    assert_int_equal(etcd->enter(*state, 1, &hold, detail, sizeof(detail)), GUARD_UNAVAILABLE);
     assert_true(strlen(detail) > 0);
 }
 
@@ -204,6 +278,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_local_guard_lets_other_goods_through, env_setup,
                                         env_teardown),
         cmocka_unit_test_setup_teardown(test_redis_guard_without_client_is_unavailable, env_setup,
+                                        env_teardown),
+        cmocka_unit_test(test_etcd_is_offered_only_with_an_etcd_client),
+        cmocka_unit_test_setup_teardown(test_etcd_guard_without_client_is_unavailable, env_setup,
                                         env_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
