@@ -4,6 +4,7 @@
 #   make test       install what is missing, build with sanitizers, run every test
 #   make test-tsan  the lock's tests and the stack under ThreadSanitizer (make test runs it too)
 #   make demo       install what is missing, bring the local stack up, run the load report
+#                   (WITH_ETCD=1 make demo: with etcd too, and the report's etcd row)
 #   make up / down  start / stop the native local stack (PostgreSQL, Redis, 3 replicas, nginx)
 #   make test-fresh the README's two commands in new bookworm-slim containers (~6 min)
 #   make clean      remove build/ (make down first: .run/ holds the database)
@@ -134,12 +135,17 @@ test-fresh:
 
 # Not `demo: deps all`: `all` would build with the flags this make computed before `deps`
 # ran (and, under -j, while it runs).
+# The etcd group only with WITH_ETCD=1: the stack runs etcd then (scripts/stack.sh).
+ETCD_DEPS := $(if $(filter 1,$(WITH_ETCD)),scripts/deps.sh ensure etcd,@true)
+
 demo: deps
+	$(ETCD_DEPS)
 	$(MAKE) all
 	scripts/stack.sh up
 	loadtest/run
 
 up: deps
+	$(ETCD_DEPS)
 	$(MAKE) all
 	scripts/stack.sh up
 

@@ -33,7 +33,8 @@
 #   REPLICAS           how many replicas, named svc-1..svc-N [3]
 #   PG_PORT            PostgreSQL [15432]
 #   REDIS_PORT         Redis [16379]
-#   WITH_ETCD          1: `up` starts etcd too, for the etcd mode [0]
+#   WITH_ETCD          1: `up` starts etcd too, and the replicas offer the etcd mode; unset:
+#                      as the last `up` of this RUN_DIR left it, until `down` [0]
 #   ETCD_PORT, ETCD_PEER_PORT  etcd's client and peer ports [12379, 12380]
 #   STOCKD             the service binary [<project>/build/stockd]
 #   MODE               the replicas' default mode [redis]
@@ -120,7 +121,12 @@ cmd_up() {
     [ -x "$STOCKD" ] || die "$STOCKD not found: build it first (make)"
     pg_start
     redis_start
-    [ "$WITH_ETCD" = 1 ] && etcd_start
+    if [ "$WITH_ETCD" = 1 ]; then
+        : >"$RUN_DIR/with-etcd"
+        etcd_start
+    else
+        rm -f "$RUN_DIR/with-etcd"
+    fi
     replicas_migrate
     for ((n = 1; n <= REPLICAS; n++)); do
         replica_start "$n"
@@ -150,6 +156,7 @@ cmd_down() {
     replicas_stop $(replicas_known) || failed=1
     redis_stop || failed=1
     etcd_stop || failed=1
+    rm -f "$RUN_DIR/with-etcd"
     pg_stop || failed=1
     if [ $failed -ne 0 ]; then
         log "stopped, with the problems above"

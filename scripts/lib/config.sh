@@ -28,7 +28,13 @@ stack_config() {
     REDIS_PORT=${REDIS_PORT:-16379}
     ETCD_PORT=${ETCD_PORT:-12379}
     ETCD_PEER_PORT=${ETCD_PEER_PORT:-12380}
-    WITH_ETCD=${WITH_ETCD:-0}
+    # WITH_ETCD: as given; unset, as this run directory's `up` left it (the file with-etcd,
+    # removed by `down`), so that a replica restarted later is configured as its siblings.
+    if [ -z "${WITH_ETCD:-}" ]; then
+        WITH_ETCD=0
+        [ -e "$RUN_DIR/with-etcd" ] && WITH_ETCD=1
+    fi
+    [[ $WITH_ETCD =~ ^[01]$ ]] || die "WITH_ETCD must be 0 or 1, got '$WITH_ETCD'"
     STOCKD=${STOCKD:-$STACK_ROOT/build/stockd}
     MODE=${MODE:-redis}
     SEED_GOODS=${SEED_GOODS:-1}
@@ -56,7 +62,12 @@ stack_config() {
     DATABASE_URL="host=127.0.0.1 port=$PG_PORT dbname=stock user=stock connect_timeout=5"
     export DATABASE_URL MODE
     export REDIS_HOST=127.0.0.1 REDIS_PORT
-    export ETCD_ENDPOINT=http://127.0.0.1:$ETCD_PORT
+    # A replica offers the etcd mode only when told where etcd is (service/modes.h), so only
+    # a stack that runs etcd tells it; an ETCD_ENDPOINT of our own environment (even empty:
+    # a replica without etcd beside ones with) passes through like the variables above.
+    if [ "$WITH_ETCD" = 1 ]; then
+        export ETCD_ENDPOINT=${ETCD_ENDPOINT-http://127.0.0.1:$ETCD_PORT}
+    fi
     export MIGRATIONS_DIR=${MIGRATIONS_DIR:-$STACK_ROOT/migrations}
 }
 
