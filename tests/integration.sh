@@ -25,7 +25,9 @@
 #      stopped, requests get nginx's JSON 502;
 #   4. the live page (web/) in headless Chromium during a short load (tests/live_page.sh);
 #   4b. the etcd mode (etcd started by `up` with WITH_ETCD=1 on ports of its own): 64
-#      connections over the 3 replicas sell exactly the stock; a holder whose lease is revoked
+#      connections over the 3 replicas sell exactly the stock; one goods sold under redis and
+#      etcd in turn; a replica started without ETCD_ENDPOINT (svc-7, not behind nginx) lists
+#      no etcd mode and answers 400 unknown_mode for it; a holder whose lease is revoked
 #      while it pauses answers 503 lock_lost and sells nothing; with etcd down, 503
 #      unavailable; after it is back, deductions go through again;
 #   5. shutdown: every replica exits 0 on SIGTERM, and no replica log (nor the migrate log)
@@ -132,11 +134,10 @@ it__cleanup() {
 
 # --- the etcd mode's cases ---
 
-# A goods of its own: the goods row keeps the highest fencing token written, and etcd's
-# revisions are not comparable with the Redis lock's tokens (which start at Redis' clock in
-# microseconds), so a goods that test_stack sold under redis would refuse every etcd write
-# as fenced. (Until the fence is kept per token source.)
+# A goods of its own, so that these cases' books are theirs alone (and test_stack's too).
 IT_ETCD_GOODS=7001
+# The replica without etcd: not behind nginx, started with ETCD_ENDPOINT empty.
+IT_NO_ETCD_REPLICA=$((IT_REPLICAS + 4))
 
 it__reset() { # GOODS STOCK
     curl -sS -m 10 -f -o /dev/null -X POST -H "Authorization: Bearer $ADMIN_TOKEN" \
@@ -187,6 +188,37 @@ it__etcd_lease_lost() {
     return $rc
 }
 
+# The same goods sold under redis, then etcd, then redis: the goods row compares a fencing
+# token only with the last one of the same source (etcd's revisions are far below the Redis
+# lock's tokens, which start at Redis' clock in microseconds), so no sale is refused.
+it__etcd_and_redis_on_one_goods() {
+    local m answer
+    it__reset $IT_ETCD_GOODS 10 || return 1
+    for m in redis etcd redis etcd; do
+        answer=$(curl -sS -m 30 -w ' %{http_code}' -X POST -H 'Content-Type: application/json' \
+            -d "{\"goods_id\":$IT_ETCD_GOODS,\"count\":1}" \
+            "http://127.0.0.1:$HTTP_PORT/api/deduct?mode=$m" 2>/dev/null || true)
+        grep -q ' 200$' <<<"$answer" || { echo "    $m: $answer" >&2; return 1; }
+    done
+    [ "$(it__stock_field $IT_ETCD_GOODS stock)" = 6 ] && [ "$(it__stock_field $IT_ETCD_GOODS sold)" = 4 ]
+}
+
+# /api/modes through nginx (replicas with ETCD_ENDPOINT) lists etcd; the replica without
+# it (URL) neither lists it nor serves it: 400 unknown_mode, and the goods is untouched.
+it__etcd_offered_only_with_endpoint() {
+    local url=$1 modes answer
+    modes=$(curl -sS -m 10 "http://127.0.0.1:$HTTP_PORT/api/modes")
+    grep -q '"name":"etcd"' <<<"$modes" || { echo "    with etcd: $modes" >&2; return 1; }
+    modes=$(curl -sS -m 10 "$url/api/modes")
+    grep -q '"name":"redis"' <<<"$modes" && ! grep -q '"name":"etcd"' <<<"$modes" ||
+        { echo "    without etcd: $modes" >&2; return 1; }
+    it__reset $IT_ETCD_GOODS 10 || return 1
+    answer=$(it__deduct_code "$url" $IT_ETCD_GOODS)
+    echo "    without etcd, mode=etcd: $answer" >&2
+    grep -q '"unknown_mode".* 400$' <<<"$answer" && ! grep -q 'etcd, \|, etcd' <<<"$answer" &&
+        [ "$(it__stock_field $IT_ETCD_GOODS stock)" = 10 ]
+}
+
 it__etcd_down() {
     local answer
     it__reset $IT_ETCD_GOODS 10 || return 1
@@ -231,7 +263,8 @@ run_integration() {
     export RUN_DIR HTTP_PORT PG_PORT REDIS_PORT REPLICA_PORT_BASE REPLICAS STOCKD ADMIN_TOKEN \
         LOCK_WAIT_MS DB_REPLY_TIMEOUT_MS MODE ETCD_PORT ETCD_PEER_PORT WITH_ETCD
     unset BUSINESS_DELAY_MS LOCK_LEASE_MS WORKER_THREADS DB_POOL_SIZE REDIS_POOL_SIZE \
-        DB_WAIT_MS REDIS_TIMEOUT_MS CONNECTION_TIMEOUT_S DATABASE_URL
+        DB_WAIT_MS REDIS_TIMEOUT_MS CONNECTION_TIMEOUT_S DATABASE_URL ETCD_ENDPOINT \
+        ETCD_TIMEOUT_MS
     for ((n = 0; n < REPLICAS; n++)); do
         urls+="${urls:+,}http://127.0.0.1:$((REPLICA_PORT_BASE + n))"
     done
@@ -291,8 +324,25 @@ run_integration() {
         check_group_end
     fi
 
+    # A replica told no ETCD_ENDPOINT, beside the others, for the case that it offers no etcd.
+    local no_etcd_port no_etcd_url=""
+    no_etcd_port=$(pick_free_ports 1)
+    if ETCD_ENDPOINT="" scripts/stack.sh replica-start-extra "$IT_NO_ETCD_REPLICA" \
+        "$no_etcd_port" 2>&1 | tee -a "$up_log"; then
+        no_etcd_url=http://127.0.0.1:$no_etcd_port
+        all_replicas+=" $IT_NO_ETCD_REPLICA"
+    else
+        suite_broken "no-etcd-replica$sx" "scripts/stack.sh replica-start-extra failed (see $up_log)"
+    fi
+
     check_group_begin "etcd$sx"
     check "etcd mode: 64 connections over $REPLICAS replicas sell exactly the stock" it__etcd_exact
+    check "etcd and redis modes sell one goods in turn (tokens compared per source)" \
+        it__etcd_and_redis_on_one_goods
+    if [ -n "$no_etcd_url" ]; then
+        check "a replica without ETCD_ENDPOINT neither lists nor serves etcd (400 unknown_mode)" \
+            it__etcd_offered_only_with_endpoint "$no_etcd_url"
+    fi
     if [ -n "$slow_url" ]; then
         check "etcd mode: a holder whose lease is revoked answers 503 lock_lost, sells nothing" \
             it__etcd_lease_lost "$slow_url"
