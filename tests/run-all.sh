@@ -96,6 +96,12 @@ server_suites() {
     else
         suite_broken test_lock "$build/tests/test_lock missing"
     fi
+    # test_etcd starts an etcd of its own (etcd-server, the "etcd" group of packages.txt).
+    if [ -x "$build/tests/test_etcd" ]; then
+        run_suite test_etcd 120 "$build/tests/test_etcd"
+    else
+        suite_broken test_etcd "$build/tests/test_etcd missing"
+    fi
     run_db_suite
     run_integration "$build"
     if [ -n "${TSAN_BUILD:-}" ]; then

@@ -561,8 +561,8 @@ out:
 int etcd_lock_acquire(etcd_lock_client *c, const char *name, int64_t wait_ms, int64_t *token)
 {
     char prefix[NAME_MAX_LEN + 2], key[KEY_MAX_LEN], k64[KEY_MAX_LEN * 2], pred[KEY_MAX_LEN * 2];
-    int64_t deadline, lease, my_rev, at_rev;
-    uint64_t generation;
+    int64_t deadline, lease = 0, my_rev, at_rev;
+    uint64_t generation = 0;
     holding *h;
     json_t *ans = NULL;
     int rc;

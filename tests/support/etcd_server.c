@@ -1,9 +1,12 @@
 /*
  * etcd_server.c - a throwaway etcd for tests (see etcd_server.h).
  *
- * Ports are picked as redis_server.c does (bind port 0, close, hand the number on; retry
- * when the server then fails to bind). The server is our child (fork + exec), so it is
- * stopped by its PID. It is ready when GET /health answers {"health":"true"}.
+ * Ports are drawn from 20000-32767, as scripts/lib/ports.sh draws them: below Linux's
+ * ephemeral range (32768-60999), so no outgoing connection takes one between our check and
+ * etcd's bind. A port is free when a bind to it succeeds; the socket is closed and the
+ * number handed on, and a new pair is tried when etcd then fails to bind. The server is our child
+ * (fork + exec), so it is stopped by its PID. It is ready when GET /health answers
+ * {"health":"true"}.
  */
 #include "tests/support/etcd_server.h"
 #include "tests/support/files.h"
@@ -43,23 +46,37 @@ static void sleep_ms(int ms)
         ;
 }
 
+#define PORT_LOW 20000
+#define PORT_HIGH 32767
+#define PORT_TRIES 200
+
+/* A port of PORT_LOW..PORT_HIGH on 127.0.0.1 that a bind got a moment ago, or -1. */
 static int free_port(void)
 {
-    struct sockaddr_in addr;
-    socklen_t len = sizeof(addr);
-    int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;
+    static unsigned seed;
 
-    if (fd < 0)
-        return -1;
-    memset(&addr, 0, sizeof(addr));
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = 0;
-    if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0 &&
-        getsockname(fd, (struct sockaddr *)&addr, &len) == 0)
-        port = ntohs(addr.sin_port);
-    close(fd);
-    return port;
+    if (seed == 0)
+        seed = (unsigned)getpid() ^ (unsigned)time(NULL);
+    for (int i = 0; i < PORT_TRIES; i++) {
+        struct sockaddr_in addr;
+        int port = PORT_LOW + (int)(rand_r(&seed) % (PORT_HIGH - PORT_LOW + 1));
+        int fd, ok;
+
+        if (port == FORBIDDEN_PORT)
+            continue;
+        fd = socket(AF_INET, SOCK_STREAM, 0);
+        if (fd < 0)
+            return -1;
+        memset(&addr, 0, sizeof(addr));
+        addr.sin_family = AF_INET;
+        addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        addr.sin_port = htons((uint16_t)port);
+        ok = bind(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0;
+        close(fd);
+        if (ok)
+            return port;
+    }
+    return -1;
 }
 
 static int spawn(etcd_server *s)
