@@ -321,6 +321,71 @@ static void test_server_down(void **state)
     etcd_lock_client_destroy(c);
 }
 
+/* ---- a hung etcd: every caller returns within its bound ------------------------------- */
+
+#define HUNG_THREADS 12
+#define HUNG_TIMEOUT_MS 300
+#define HUNG_WAIT_MS 200
+
+typedef struct hung_arg {
+    etcd_lock_client *c;
+    int rc;
+    int64_t ms;
+} hung_arg;
+
+static void *hung_acquire(void *p)
+{
+    hung_arg *a = p;
+    int64_t start = now_ms();
+
+    a->rc = etcd_lock_acquire(a->c, "hung", HUNG_WAIT_MS, NULL);
+    a->ms = now_ms() - start;
+    return NULL;
+}
+
+/*
+ * A fresh client (no lease yet) meets an etcd that accepts connections and answers nothing.
+ * Its threads all need the lease first; one asks for it while the others wait for that
+ * answer, none queueing behind another's request: each fails within the bound of
+ * etcd_lock.h, wait + 8 request timeouts, however many arrive at once (a grant made under
+ * the client's mutex made the twelfth wait for eleven timeouts).
+ */
+static void test_hung_server_bounded(void **state)
+{
+    etcd_lock_options opts;
+    etcd_lock_client *c = NULL;
+    pthread_t t[HUNG_THREADS];
+    hung_arg a[HUNG_THREADS];
+    int64_t worst = 0;
+
+    (void)state;
+    etcd_lock_options_init(&opts);
+    opts.endpoint = etcd_server_endpoint(server);
+    opts.lease_ms = 3000;
+    opts.request_timeout_ms = HUNG_TIMEOUT_MS;
+    assert_int_equal(etcd_lock_client_create(&opts, &c), ETCD_LOCK_OK);
+    assert_int_equal(etcd_server_freeze(server), 0);
+    for (int i = 0; i < HUNG_THREADS; i++) {
+        a[i].c = c;
+        pthread_create(&t[i], NULL, hung_acquire, &a[i]);
+    }
+    for (int i = 0; i < HUNG_THREADS; i++)
+        pthread_join(t[i], NULL);
+    assert_int_equal(etcd_server_thaw(server), 0);
+    for (int i = 0; i < HUNG_THREADS; i++) {
+        assert_int_equal(a[i].rc, ETCD_LOCK_ERR_SERVER);
+        if (a[i].ms > worst)
+            worst = a[i].ms;
+    }
+    printf("hung etcd: the slowest of %d callers returned after %" PRId64 " ms\n", HUNG_THREADS,
+           worst);
+    assert_true(worst <= HUNG_WAIT_MS + 8 * HUNG_TIMEOUT_MS + 200); /* + scheduling slack */
+    /* Thawed, it serves again. */
+    assert_int_equal(etcd_lock_acquire(c, "hung", 2000, NULL), ETCD_LOCK_OK);
+    assert_int_equal(etcd_lock_release(c, "hung"), ETCD_LOCK_OK);
+    etcd_lock_client_destroy(c);
+}
+
 static int group_setup(void **state)
 {
     (void)state;
@@ -344,6 +409,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_reentrancy_and_token), cmocka_unit_test(test_mutual_exclusion),
         cmocka_unit_test(test_bounded_wait),         cmocka_unit_test(test_wakeup),
         cmocka_unit_test(test_lease_lost),           cmocka_unit_test(test_server_down),
+        cmocka_unit_test(test_hung_server_bounded),
     };
     return cmocka_run_group_tests_name("etcd", tests, group_setup, group_teardown);
 }

@@ -10,6 +10,7 @@
 #include "lock/etcd/etcd_lock.h"
 
 #include <curl/curl.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <pthread.h>
@@ -79,8 +80,10 @@ struct etcd_lock_client {
     int64_t ttl_s;
     int timeout_ms;
 
-    pthread_mutex_t mu; /* guards everything below */
-    pthread_cond_t wake;
+    pthread_mutex_t mu;    /* guards everything below; never held across a request */
+    pthread_cond_t wake;   /* the keep-alive thread's: a lease granted, or stopping */
+    pthread_cond_t grants; /* a grant ended, with a lease or without one */
+    bool granting;         /* a thread is asking etcd for a lease */
     bool stopping;
     int64_t lease_id;    /* 0: none */
     uint64_t generation; /* grows each time a lease is lost */
@@ -247,43 +250,82 @@ static void lease_lost_locked(etcd_lock_client *c)
     c->generation++;
 }
 
-/* Makes sure the client has a lease; returns its id and generation. */
+/* The monotonic clock's time ms from now, for pthread_cond_timedwait on a condition
+ * variable made with CLOCK_MONOTONIC (etcd_lock_client_create). */
+static struct timespec monotonic_in(int64_t ms)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    return ts;
+}
+
+/*
+ * Makes sure the client has a lease; returns its id and generation.
+ *
+ * One thread at a time asks etcd for a lease (two would grant two), and it does so without
+ * the mutex: a grant may take a whole request timeout (etcd hung), and is_held, the
+ * keep-alive and the other threads must not queue behind it. The others wait for its
+ * answer, up to one request timeout; if it got none, one of them asks in turn. So a call
+ * returns within two request timeouts, however many threads arrive at once.
+ */
 static int ensure_lease(etcd_lock_client *c, int64_t *id, uint64_t *generation)
 {
     json_t *ans = NULL;
     int64_t granted, ttl, sent;
+    struct timespec until = monotonic_in(c->timeout_ms);
     int rc;
 
     pthread_mutex_lock(&c->mu);
-    if (c->lease_id != 0 && now_ms() >= c->lease_until)
-        lease_lost_locked(c); /* ran out unrenewed: etcd has dropped it by now */
-    if (c->lease_id != 0) {
-        *id = c->lease_id;
-        *generation = c->generation;
-        pthread_mutex_unlock(&c->mu);
-        return ETCD_LOCK_OK;
+    for (;;) {
+        if (c->lease_id != 0 && now_ms() >= c->lease_until)
+            lease_lost_locked(c); /* ran out unrenewed: etcd has dropped it by now */
+        if (c->lease_id != 0) {
+            *id = c->lease_id;
+            *generation = c->generation;
+            pthread_mutex_unlock(&c->mu);
+            return ETCD_LOCK_OK;
+        }
+        if (!c->granting)
+            break;
+        if (pthread_cond_timedwait(&c->grants, &c->mu, &until) == ETIMEDOUT && c->granting) {
+            pthread_mutex_unlock(&c->mu);
+            set_error("lease grant: another thread's grant got no answer within %d ms",
+                      c->timeout_ms);
+            return ETCD_LOCK_ERR_SERVER;
+        }
     }
-    /* Granting under the mutex keeps two threads from granting two leases; it is bounded
-     * by one request timeout. */
+    c->granting = true;
+    pthread_mutex_unlock(&c->mu);
+
     sent = now_ms();
     rc = post(c, "/v3/lease/grant", json_pack("{sI}", "TTL", (json_int_t)c->ttl_s), c->timeout_ms,
               &ans);
-    if (rc == ETCD_LOCK_OK) {
-        granted = int64_field(ans, "ID");
-        ttl = int64_field(ans, "TTL");
-        if (granted == 0 || ttl <= 0) {
-            set_error("lease grant: no lease in the answer");
-            rc = ETCD_LOCK_ERR_SERVER;
-        } else {
-            c->lease_id = granted;
-            c->lease_until = sent + ttl * 1000;
-            *id = granted;
-            *generation = c->generation;
-            pthread_cond_broadcast(&c->wake);
-        }
-    }
-    pthread_mutex_unlock(&c->mu);
+    granted = rc == ETCD_LOCK_OK ? int64_field(ans, "ID") : 0;
+    ttl = rc == ETCD_LOCK_OK ? int64_field(ans, "TTL") : 0;
     json_decref(ans);
+    if (rc == ETCD_LOCK_OK && (granted == 0 || ttl <= 0)) {
+        set_error("lease grant: no lease in the answer");
+        rc = ETCD_LOCK_ERR_SERVER;
+    }
+
+    pthread_mutex_lock(&c->mu);
+    c->granting = false;
+    if (rc == ETCD_LOCK_OK) {
+        c->lease_id = granted;
+        c->lease_until = sent + ttl * 1000;
+        *id = granted;
+        *generation = c->generation;
+        pthread_cond_broadcast(&c->wake); /* the keep-alive has a lease to keep */
+    }
+    pthread_cond_broadcast(&c->grants);
+    pthread_mutex_unlock(&c->mu);
     return rc;
 }
 
@@ -296,23 +338,13 @@ static void *keepalive_main(void *arg)
 
     pthread_mutex_lock(&c->mu);
     while (!c->stopping) {
-        struct timespec until;
-        int64_t id = c->lease_id, sent, ttl;
+        /* On the monotonic clock: a change of the wall clock neither delays a renewal past
+         * the lease nor hurries it. With no lease, it sleeps until a grant wakes it. */
+        struct timespec until = monotonic_in(c->lease_id == 0 ? 3600000 : c->ttl_s * 1000 / 3);
+        int64_t id, sent, ttl;
         json_t *ans = NULL, *result;
         int rc;
 
-        clock_gettime(CLOCK_REALTIME, &until);
-        if (id == 0) {
-            until.tv_sec += 3600; /* woken by the grant */
-        } else {
-            int64_t ms = c->ttl_s * 1000 / 3;
-            until.tv_sec += ms / 1000;
-            until.tv_nsec += (ms % 1000) * 1000000L;
-            if (until.tv_nsec >= 1000000000L) {
-                until.tv_sec++;
-                until.tv_nsec -= 1000000000L;
-            }
-        }
         pthread_cond_timedwait(&c->wake, &c->mu, &until);
         if (c->stopping || c->lease_id == 0)
             continue;
@@ -362,6 +394,7 @@ void etcd_lock_options_init(etcd_lock_options *opts)
 int etcd_lock_client_create(const etcd_lock_options *opts, etcd_lock_client **out)
 {
     etcd_lock_client *c;
+    pthread_condattr_t cattr;
 
     if (opts == NULL || out == NULL || opts->endpoint == NULL || opts->endpoint[0] == '\0' ||
         strlen(opts->endpoint) >= sizeof(c->endpoint) || opts->lease_ms <= 0 ||
@@ -377,7 +410,11 @@ int etcd_lock_client_create(const etcd_lock_options *opts, etcd_lock_client **ou
     c->ttl_s = (opts->lease_ms + 999) / 1000;
     c->timeout_ms = opts->request_timeout_ms;
     pthread_mutex_init(&c->mu, NULL);
-    pthread_cond_init(&c->wake, NULL);
+    pthread_condattr_init(&cattr);
+    pthread_condattr_setclock(&cattr, CLOCK_MONOTONIC); /* timed waits: monotonic_in() */
+    pthread_cond_init(&c->wake, &cattr);
+    pthread_cond_init(&c->grants, &cattr);
+    pthread_condattr_destroy(&cattr);
     if (pthread_create(&c->keepalive, NULL, keepalive_main, c) != 0) {
         etcd_lock_client_destroy(c);
         return ETCD_LOCK_ERR_NOMEM;
@@ -404,6 +441,7 @@ void etcd_lock_client_destroy(etcd_lock_client *c)
         next = h->next;
         free(h);
     }
+    pthread_cond_destroy(&c->grants);
     pthread_cond_destroy(&c->wake);
     pthread_mutex_destroy(&c->mu);
     free(c);

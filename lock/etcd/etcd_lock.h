@@ -59,7 +59,10 @@ void etcd_lock_client_destroy(etcd_lock_client *c);
 /*
  * Takes lock `name` (1 to 200 bytes, no '/') for the calling thread, waiting at most
  * wait_ms (0: try once) plus two request timeouts (the last look at the queue, and the
- * delete of the waiter's key on giving up). Returns ETCD_LOCK_OK with *token set to
+ * delete of the waiter's key on giving up) while etcd answers. Every request is cut at the
+ * request timeout, so a hung etcd costs at most six of them before the queue (the lease,
+ * which may wait for another thread's grant, and the put, each once more on a lease etcd
+ * dropped): never more than wait_ms + 8 request timeouts. Returns ETCD_LOCK_OK with *token set to
  * the holding's fencing token; ETCD_LOCK_TIMEOUT (the waiter's key is deleted again);
  * ETCD_LOCK_ERR_SERVER; ETCD_LOCK_ERR_INVALID; ETCD_LOCK_ERR_NOMEM.
  */

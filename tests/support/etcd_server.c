@@ -206,6 +206,7 @@ int etcd_server_stop(etcd_server *s)
 
     if (s->pid <= 0)
         return -1;
+    kill(s->pid, SIGCONT); /* a frozen server cannot act on SIGTERM */
     kill(s->pid, SIGTERM);
     for (int waited = 0; waitpid(s->pid, &status, WNOHANG) != s->pid; waited += 10) {
         if (waited == STOP_WAIT_MS)
@@ -214,6 +215,16 @@ int etcd_server_stop(etcd_server *s)
     }
     s->pid = -1;
     return 0;
+}
+
+int etcd_server_freeze(etcd_server *s)
+{
+    return s->pid > 0 ? kill(s->pid, SIGSTOP) : -1;
+}
+
+int etcd_server_thaw(etcd_server *s)
+{
+    return s->pid > 0 ? kill(s->pid, SIGCONT) : -1;
 }
 
 int etcd_server_restart(etcd_server *s)

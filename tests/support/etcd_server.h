@@ -21,6 +21,11 @@ const char *etcd_server_endpoint(const etcd_server *s);
 /* Stops it (SIGTERM, SIGKILL after 5 s) and reaps it. 0, or -1 when not running. */
 int etcd_server_stop(etcd_server *s);
 
+/* Freezes it (SIGSTOP): it keeps its ports and connections but answers nothing, as a hung
+ * server does; thaw (SIGCONT) resumes it. 0, or -1 when not running. */
+int etcd_server_freeze(etcd_server *s);
+int etcd_server_thaw(etcd_server *s);
+
 /* Starts it again on the same ports and data. 0 or -1. */
 int etcd_server_restart(etcd_server *s);
 
