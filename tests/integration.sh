@@ -219,6 +219,20 @@ it__etcd_offered_only_with_endpoint() {
         [ "$(it__stock_field $IT_ETCD_GOODS stock)" = 10 ]
 }
 
+# MODE=etcd on a replica without ETCD_ENDPOINT stops its start-up: exit 2, saying why (and,
+# under the sanitizers, with nothing leaked on that path).
+it__etcd_mode_refused_at_start() {
+    local out rc=0
+    out=$(MODE=etcd ETCD_ENDPOINT="" PORT=$(pick_free_ports 1) INSTANCE=svc-no-etcd \
+        timeout 30 "$STOCKD" 2>&1) || rc=$?
+    echo "    exit $rc: $out" >&2
+    [ "$rc" = 2 ] && grep -q "does not offer mode 'etcd'" <<<"$out" && it__no_sanitizer_report_in "$out"
+}
+
+it__no_sanitizer_report_in() {
+    ! grep -E -q 'ERROR: (Address|Leak|Thread|Memory)Sanitizer|runtime error:|SUMMARY: [A-Za-z]+Sanitizer' <<<"$1"
+}
+
 it__etcd_down() {
     local answer
     it__reset $IT_ETCD_GOODS 10 || return 1
@@ -343,6 +357,7 @@ run_integration() {
         check "a replica without ETCD_ENDPOINT neither lists nor serves etcd (400 unknown_mode)" \
             it__etcd_offered_only_with_endpoint "$no_etcd_url"
     fi
+    check "MODE=etcd without ETCD_ENDPOINT stops the start-up (exit 2)" it__etcd_mode_refused_at_start
     if [ -n "$slow_url" ]; then
         check "etcd mode: a holder whose lease is revoked answers 503 lock_lost, sells nothing" \
             it__etcd_lease_lost "$slow_url"
