@@ -12,6 +12,8 @@
 #   scripts/stack.sh redlock-stop N...   stop Redlock nodes N... (by PID; the ladder's
 #                                  minority-down scenario)
 #   scripts/stack.sh redlock-start N...  start them again
+#   scripts/stack.sh etcd-stop     stop etcd only
+#   scripts/stack.sh etcd-start    start etcd (also without WITH_ETCD)
 #   scripts/stack.sh pg-stop       stop PostgreSQL only (fast shutdown: clients are cut off)
 #   scripts/stack.sh pg-start      start it again (the replicas reconnect by themselves)
 #   scripts/stack.sh pg-freeze     SIGSTOP PostgreSQL and its backends: a server that hangs
@@ -36,7 +38,10 @@
 #   REDIS_PORT         Redis [16379]
 #   REDLOCK_SERVERS    independent Redis servers for the redlock mode, 0 to 9 [5]; 0: the
 #                      replicas do not serve it
-#   REDLOCK_PORT_BASE  Redlock node N listens on REDLOCK_PORT_BASE+N-1 [REDIS_PORT+1]
+#   REDLOCK_PORT_BASE  Redlock node N listens on REDLOCK_PORT_BASE+N-1 [REDIS_PORT+11]
+#   WITH_ETCD          1: `up` starts etcd too, and the replicas offer the etcd mode; unset:
+#                      as the last `up` of this RUN_DIR left it, until `down` [0]
+#   ETCD_PORT, ETCD_PEER_PORT  etcd's client and peer ports [12379, 12380]
 #   STOCKD             the service binary [<project>/build/stockd]
 #   MODE               the replicas' default mode [redis]
 #   SEED_GOODS, SEED_STOCK  goods created by the first `up` [1, 5000]
@@ -62,6 +67,7 @@ source "$here/lib/ports.sh"
 source "$here/lib/pg.sh"
 source "$here/lib/redis.sh"
 source "$here/lib/redlock.sh"
+source "$here/lib/etcd.sh"
 source "$here/lib/replicas.sh"
 source "$here/lib/nginx.sh"
 
@@ -125,6 +131,12 @@ cmd_up() {
     for ((n = 1; n <= REDLOCK_SERVERS; n++)); do
         redlock_start "$n"
     done
+    if [ "$WITH_ETCD" = 1 ]; then
+        : >"$RUN_DIR/with-etcd"
+        etcd_start
+    else
+        rm -f "$RUN_DIR/with-etcd"
+    fi
     replicas_migrate
     for ((n = 1; n <= REPLICAS; n++)); do
         replica_start "$n"
@@ -156,6 +168,8 @@ cmd_down() {
     for n in $(redlock_known); do
         redlock_stop "$n" || failed=1
     done
+    etcd_stop || failed=1
+    rm -f "$RUN_DIR/with-etcd"
     pg_stop || failed=1
     if [ $failed -ne 0 ]; then
         log "stopped, with the problems above"
@@ -169,6 +183,7 @@ cmd_status() {
     pg_status
     redis_status
     redlock_status
+    etcd_status
     for ((n = 1; n <= REPLICAS; n++)); do
         replica_status "$n"
     done
@@ -186,7 +201,7 @@ cmd_logs() {
     '') files=("$PG_DIR/log/postgres.log" "$LOG_DIR/redis.log" "$LOG_DIR/migrate.log"
         "$LOG_DIR"/svc-*.log "$NGINX_DIR/logs/error.log") ;;
     postgres) files=("$PG_DIR/log/postgres.log") ;;
-    redis | migrate | svc-* | redlock-*) files=("$LOG_DIR/$name.log") ;;
+    redis | etcd | migrate | svc-* | redlock-*) files=("$LOG_DIR/$name.log") ;;
     nginx) files=("$NGINX_DIR/logs/error.log") ;;
     access) files=("$NGINX_DIR/logs/access.log") ;;
     *) die "logs: unknown log '$name' (svc-N, postgres, redis, redlock-N, nginx, access, migrate)" ;;
@@ -239,7 +254,8 @@ main() {
     [ $# -gt 0 ] && shift
     stack_config
     case $cmd in
-    up | down | redis-stop | redis-start | redlock-stop | redlock-start | pg-stop | pg-start | \
+    up | down | redis-stop | redis-start | redlock-stop | redlock-start | etcd-stop | etcd-start | \
+        pg-stop | pg-start | \
         pg-freeze | pg-thaw | replica-stop | replica-start | replica-start-extra)
         stack__lock "$cmd" "$@"
         ;;
@@ -261,6 +277,8 @@ main() {
             if [ "$cmd" = redlock-stop ]; then redlock_stop "$n"; else redlock_start "$n"; fi
         done
         ;;
+    etcd-stop) etcd_stop ;;
+    etcd-start) etcd_start ;;
     pg-stop) pg_stop ;;
     pg-start) pg_start ;;
     pg-freeze) pg_freeze ;;

@@ -48,6 +48,7 @@ static bool config__valid_visible(const char *value);
 static bool config__valid_log_level(const char *value);
 static bool config__valid_on_off(const char *value);
 static bool config__valid_redlock_nodes(const char *value);
+static bool config__valid_etcd_endpoint(const char *value);
 
 #define FIELD(f) offsetof(service_config, f), sizeof(((service_config *)0)->f)
 #define NUMBER(var, kind, f, def, lo, hi, help)                                                    \
@@ -110,6 +111,12 @@ static const config__setting config__settings[] = {
            "an idle or slow client connection is closed after this many seconds"),
     {"MIGRATIONS_DIR", CONFIG__STRING, FIELD(migrations_dir), "migrations", 1, 511, NULL,
      NULL, false, "directory of the numbered NNN_*.sql schema files"},
+    {"ETCD_ENDPOINT", CONFIG__STRING, FIELD(etcd_endpoint), "", 0, 255,
+     config__valid_etcd_endpoint, "empty, or an http:// URL of at most 255 characters, no spaces",
+     false, "client URL of etcd; empty: this replica neither offers nor lists the etcd mode "
+     "(its lease is LOCK_LEASE_MS, in whole seconds)"},
+    NUMBER("ETCD_TIMEOUT_MS", CONFIG__INT64, etcd_timeout_ms, "1000", 10, 60000,
+           "bound on each etcd request (the lock's watch waits up to LOCK_WAIT_MS)"),
     {"LOG_LEVEL", CONFIG__STRING, FIELD(log_level), "info", 1, 15,
      config__valid_log_level, "one of debug, info, warn, error", false,
      "least important log lines written to stderr"},
@@ -174,6 +181,15 @@ static bool config__valid_redlock_nodes(const char *value)
 static bool config__valid_log_level(const char *value)
 {
     return log_level_parse(value) >= 0;
+}
+
+/* Empty (no etcd) or a plain-HTTP URL: the lock speaks etcd's gateway without TLS, so an
+ * https:// endpoint, or a host alone, would only fail later, at the first etcd request. */
+static bool config__valid_etcd_endpoint(const char *value)
+{
+    if (value[0] == '\0')
+        return true;
+    return strncmp(value, "http://", 7) == 0 && value[7] != '\0' && config__valid_visible(value);
 }
 
 int config__parse_integer(const char *text, int64_t min, int64_t max, int64_t *out)

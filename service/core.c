@@ -11,6 +11,7 @@ int core_create(const service_config *cfg, int db_pool_size, int redis_pool_size
 {
     db_pool_options db_opts;
     lock_options lock_opts;
+    etcd_lock_options etcd_opts;
     guard_env_options guard_opts = {0};
 
     memset(out, 0, sizeof(*out));
@@ -55,8 +56,23 @@ int core_create(const service_config *cfg, int db_pool_size, int redis_pool_size
         }
     }
 
+    /* Without ETCD_ENDPOINT there is no etcd client, and so no etcd mode (modes.h). With
+     * it, the client connects lazily: a replica starts while etcd is down, and the etcd mode
+     * answers 503 until it is back. */
+    if (cfg->etcd_endpoint[0] != '\0') {
+        etcd_lock_options_init(&etcd_opts);
+        etcd_opts.endpoint = cfg->etcd_endpoint;
+        etcd_opts.lease_ms = cfg->lock_lease_ms;
+        etcd_opts.request_timeout_ms = (int)cfg->etcd_timeout_ms;
+        if (etcd_lock_client_create(&etcd_opts, &out->etcd) != ETCD_LOCK_OK) {
+            snprintf(err, errlen, "cannot create the etcd lock client");
+            return -1;
+        }
+    }
+
     guard_opts.lock = out->lock;
     guard_opts.redlock = out->redlock;
+    guard_opts.etcd = out->etcd;
     guard_opts.wait_ms = cfg->lock_wait_ms;
     /* Watchdog mode: the lease is renewed for as long as the transaction runs, however
      * long that is, and runs out within LOCK_LEASE_MS if the replica dies. */
@@ -79,6 +95,7 @@ void core_destroy(core *c)
 {
     guard_env_destroy(c->guards);
     redlock_destroy(c->redlock);
+    etcd_lock_client_destroy(c->etcd);
     lock_client_destroy(c->lock);
     db_pool_destroy(c->db);
     memset(c, 0, sizeof(*c));

@@ -114,6 +114,13 @@ static const mode mode_table[] = {
      .summary = "no guard: pg_advisory_xact_lock on the goods id inside the transaction, then "
                 "the same read-check-write: right with any number of replicas",
      NO_GUARD, .still_held = guards__always_held, .tx = &rung_pg_advisory__tx},
+
+    /* The other lock services: listed and served only by a replica configured with one. */
+    {.name = "etcd", .safe = true,
+     .summary = "the same under an etcd lock (lease kept alive, key per waiter, watch on the "
+                "predecessor, create revision as fencing token): right with any number of "
+                "replicas",
+     GUARD(guard_etcd), .still_held = guard_etcd__still_held, .needs = MODE_NEEDS_ETCD},
 };
 /* clang-format on */
 
@@ -144,6 +151,7 @@ static const struct {
     const char *setting;
 } needs_settings[] = {
     {MODE_NEEDS_REDLOCK, "REDLOCK_NODES"},
+    {MODE_NEEDS_ETCD, "ETCD_ENDPOINT"},
 };
 
 const char *modes_missing(const mode *m, const guard_env *env, char *buf, size_t len)
