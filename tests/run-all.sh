@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # run-all.sh BUILD_DIR - every test, against real servers, as `make test` runs it:
 #   1. the pure unit tests (tests/run-unit.sh's suites);
-#   2. test_lock, which starts a redis-server of its own;
+#   2. test_lock, which starts a redis-server of its own, and test_sentinel (a master, a
+#      replica and three Sentinels of its own);
 #   3. test_db and test_deduct (two lock holders in every interleaving), against a
 #      throwaway PostgreSQL started here on a free port in a temporary directory
 #      (TEST_DATABASE_URL names its superuser: the tests create databases);
@@ -95,6 +96,12 @@ server_suites() {
         run_suite test_lock 180 "$build/tests/test_lock"
     else
         suite_broken test_lock "$build/tests/test_lock missing"
+    fi
+    # test_sentinel starts a master, a replica and three Sentinels of its own, and fails over.
+    if [ -x "$build/tests/test_sentinel" ]; then
+        run_suite test_sentinel 120 "$build/tests/test_sentinel"
+    else
+        suite_broken test_sentinel "$build/tests/test_sentinel missing"
     fi
     run_db_suite
     run_integration "$build"

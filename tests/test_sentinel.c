@@ -1,0 +1,320 @@
+/*
+ * test_sentinel.c - finding the Redis master through real Sentinels, and following a failover
+ * (lock/sentinel.c).
+ *
+ * The program starts, on free loopback ports in temporary directories: a master, a replica of
+ * it and three Sentinels (redis-server --sentinel) watching it as "m" with a quorum of 2 and
+ * down-after-milliseconds 500, so a failover is quick. Each is stopped by its PID at the end:
+ *     build/san/tests/test_sentinel
+ *
+ * The cases, in order (they share the servers, and the last one moves the master):
+ *   parse          REDIS_SENTINELS lists: good ones, and each kind of bad entry refused
+ *   discovery      the master found, checked with ROLE; also when the first Sentinel is down
+ *   unknown name   a name no Sentinel watches: an error that names it, not an address
+ *   not a master   a Sentinel answering with a replica's address (it watches the replica as
+ *                  "r"): ROLE catches it and discovery refuses it
+ *   failover       SENTINEL FAILOVER: the watch hears +switch-master for "m" within the
+ *                  bound, discovery now gives the old replica, ROLE says master; a lock
+ *                  client on the new master works, and its fencing tokens continue past the
+ *                  ones issued before (the counter was replicated: WAIT before the failover)
+ */
+#include "lock/lock.h"
+#include "lock/sentinel.h"
+#include "tests/support/redis_server.h"
+
+#include <hiredis/hiredis.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <setjmp.h> /* cmocka.h needs these three first */
+#include <cmocka.h>
+
+#define SENTINELS 3
+#define TIMEOUT_MS 500
+#define FAILOVER_WAIT_MS 15000 /* a forced failover takes ~1-2 s; generous for a loaded box */
+
+typedef struct test_state {
+    redis_server *master;
+    redis_server *replica;
+    redis_server *sentinel[SENTINELS];
+} test_state;
+
+static test_state g_state;
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
+
+    nanosleep(&ts, NULL);
+}
+
+/* Runs a command on 127.0.0.1:port; the reply is the caller's (NULL if unreachable). */
+static redisReply *command_on(int port, const char *fmt, ...)
+{
+    struct timeval tv = {1, 0};
+    redisContext *ctx = redisConnectWithTimeout("127.0.0.1", port, tv);
+    redisReply *r = NULL;
+    va_list ap;
+
+    if (ctx == NULL || ctx->err != 0)
+        goto out;
+    redisSetTimeout(ctx, tv);
+    va_start(ap, fmt);
+    r = redisvCommand(ctx, fmt, ap);
+    va_end(ap);
+out:
+    if (ctx != NULL)
+        redisFree(ctx);
+    return r;
+}
+
+/* Whether INFO replication on port contains text. */
+static bool info_has(int port, const char *text)
+{
+    redisReply *r = command_on(port, "INFO replication");
+    bool has = r != NULL && r->type == REDIS_REPLY_STRING && strstr(r->str, text) != NULL;
+
+    if (r != NULL)
+        freeReplyObject(r);
+    return has;
+}
+
+/* Whether Sentinel port knows a connected replica of master `name`. */
+static bool sentinel_sees_replica(int port, const char *name)
+{
+    redisReply *r = command_on(port, "SENTINEL REPLICAS %s", name);
+    bool seen = false;
+
+    if (r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements == 1) {
+        const redisReply *fields = r->element[0];
+
+        for (size_t i = 0; i + 1 < fields->elements; i += 2)
+            if (strcmp(fields->element[i]->str, "flags") == 0)
+                seen = strcmp(fields->element[i + 1]->str, "slave") == 0;
+    }
+    if (r != NULL)
+        freeReplyObject(r);
+    return seen;
+}
+
+/* The REDIS_SENTINELS list of our Sentinels, optionally after a dead entry. */
+static void sentinel_list(char *buf, size_t len, const char *first)
+{
+    size_t used = (size_t)snprintf(buf, len, "%s", first != NULL ? first : "");
+
+    for (int i = 0; i < SENTINELS; i++)
+        used += (size_t)snprintf(buf + used, len - used, "%s127.0.0.1:%d", used > 0 ? "," : "",
+                                 redis_server_port(g_state.sentinel[i]));
+}
+
+static int group_setup(void **state)
+{
+    char conf[512];
+    int mport, rport;
+
+    (void)state;
+    if (redis_server_start(&g_state.master) != 0)
+        return -1;
+    mport = redis_server_port(g_state.master);
+    snprintf(conf, sizeof(conf), "replicaof 127.0.0.1 %d\n", mport);
+    if (redis_server_start_conf(&g_state.replica, conf, false) != 0)
+        return -1;
+    rport = redis_server_port(g_state.replica);
+    snprintf(conf, sizeof(conf),
+             "sentinel monitor m 127.0.0.1 %d 2\n"
+             "sentinel down-after-milliseconds m 500\n"
+             "sentinel failover-timeout m 3000\n"
+             "sentinel monitor r 127.0.0.1 %d 2\n"
+             "sentinel down-after-milliseconds r 60000\n",
+             mport, rport);
+    for (int i = 0; i < SENTINELS; i++)
+        if (redis_server_start_conf(&g_state.sentinel[i], conf, true) != 0)
+            return -1;
+    /* Ready when the replica is in sync and every Sentinel has found it through INFO. */
+    for (int waited = 0; waited < 10000; waited += 50) {
+        bool ready = info_has(rport, "master_link_status:up");
+
+        for (int i = 0; ready && i < SENTINELS; i++)
+            ready = sentinel_sees_replica(redis_server_port(g_state.sentinel[i]), "m");
+        if (ready)
+            return 0;
+        sleep_ms(50);
+    }
+    fprintf(stderr, "test_sentinel: the Sentinels did not see the replica in 10 s\n");
+    return -1;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    for (int i = 0; i < SENTINELS; i++)
+        redis_server_destroy(g_state.sentinel[i]);
+    redis_server_destroy(g_state.replica);
+    redis_server_destroy(g_state.master);
+    return 0;
+}
+
+/* ---- cases ---- */
+
+static void test_parse(void **state)
+{
+    lock__sentinels s;
+
+    (void)state;
+    assert_int_equal(
+        lock__sentinels_parse(&s, "127.0.0.1:26379, redis-s2:26380 ,::1:26381", "mymaster", 500),
+        LOCK_OK);
+    assert_int_equal(s.count, 3);
+    assert_string_equal(s.addr[0].host, "127.0.0.1");
+    assert_int_equal(s.addr[0].port, 26379);
+    assert_string_equal(s.addr[1].host, "redis-s2");
+    assert_int_equal(s.addr[1].port, 26380);
+    assert_string_equal(s.addr[2].host, "::1"); /* the last colon separates the port */
+    assert_string_equal(s.master_name, "mymaster");
+
+    const char *bad[] = {
+        "",        "host",  "host:",    ":26379", "h:0",
+        "h:65536", "h:12x", "h:1,,h:2", "h:1,",   "a:1,a:2,a:3,a:4,a:5,a:6,a:7,a:8,a:9"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        assert_int_equal(lock__sentinels_parse(&s, bad[i], "m", 500), LOCK_ERR_INVALID);
+        assert_true(lock_last_error()[0] != '\0');
+    }
+    assert_int_equal(lock__sentinels_parse(&s, "h:1", "", 500), LOCK_ERR_INVALID);
+    assert_int_equal(lock__sentinels_parse(&s, "h:1", "m", 0), LOCK_ERR_INVALID);
+}
+
+static void test_discovery(void **state)
+{
+    char list[256];
+    lock__sentinels s;
+    lock__addr master;
+
+    (void)state;
+    sentinel_list(list, sizeof(list), NULL);
+    assert_int_equal(lock__sentinels_parse(&s, list, "m", TIMEOUT_MS), LOCK_OK);
+    assert_int_equal(lock__sentinel_master(&s, &master), LOCK_OK);
+    assert_string_equal(master.host, "127.0.0.1");
+    assert_int_equal(master.port, redis_server_port(g_state.master));
+
+    /* The first Sentinel down (nothing listens on port 1): the next one answers. */
+    sentinel_list(list, sizeof(list), "127.0.0.1:1");
+    assert_int_equal(lock__sentinels_parse(&s, list, "m", TIMEOUT_MS), LOCK_OK);
+    assert_int_equal(lock__sentinel_master(&s, &master), LOCK_OK);
+    assert_int_equal(master.port, redis_server_port(g_state.master));
+}
+
+static void test_unknown_name(void **state)
+{
+    char list[256];
+    lock__sentinels s;
+    lock__addr master;
+
+    (void)state;
+    sentinel_list(list, sizeof(list), NULL);
+    assert_int_equal(lock__sentinels_parse(&s, list, "nobody", TIMEOUT_MS), LOCK_OK);
+    assert_int_equal(lock__sentinel_master(&s, &master), LOCK_ERR_REDIS);
+    assert_non_null(strstr(lock_last_error(), "nobody"));
+}
+
+static void test_not_a_master(void **state)
+{
+    char list[256];
+    lock__sentinels s;
+    lock__addr master;
+
+    (void)state;
+    sentinel_list(list, sizeof(list), NULL);
+    assert_int_equal(lock__sentinels_parse(&s, list, "r", TIMEOUT_MS), LOCK_OK);
+    assert_int_equal(lock__sentinel_master(&s, &master), LOCK_ERR_REDIS);
+    assert_non_null(strstr(lock_last_error(), "is not a master"));
+}
+
+/* Takes and releases "t:fence" on port, returning the token. */
+static int64_t token_on(int port)
+{
+    lock_options opts;
+    lock_client *c;
+    int64_t token = -1;
+
+    lock_options_init(&opts);
+    opts.redis_port = port;
+    opts.pool_size = 2;
+    assert_int_equal(lock_client_create(&opts, &c), LOCK_OK);
+    assert_int_equal(lock_try_lock(c, "t:fence", 1000, 1000, &token), LOCK_OK);
+    assert_int_equal(lock_unlock(c, "t:fence"), LOCK_OK);
+    lock_client_destroy(c);
+    return token;
+}
+
+static void test_failover(void **state)
+{
+    char list[256];
+    lock__sentinels s;
+    lock__sentinel_watch *w;
+    lock__addr heard, master;
+    int old_port = redis_server_port(g_state.master);
+    int new_port = redis_server_port(g_state.replica);
+    int64_t before = 0, after, started;
+    redisReply *r;
+    int rc;
+
+    (void)state;
+    for (int i = 0; i < 5; i++)
+        before = token_on(old_port);
+    /* The tokens' counter reaches the replica before the failover. */
+    r = command_on(old_port, "WAIT 1 2000");
+    assert_non_null(r);
+    assert_int_equal(r->integer, 1);
+    freeReplyObject(r);
+
+    sentinel_list(list, sizeof(list), NULL);
+    assert_int_equal(lock__sentinels_parse(&s, list, "m", TIMEOUT_MS), LOCK_OK);
+    w = lock__sentinel_watch_create(&s);
+    assert_non_null(w);
+    /* Nothing happens: the wait ends on time, and the subscription stays usable. */
+    started = (int64_t)time(NULL);
+    assert_int_equal(lock__sentinel_watch_wait(w, 100, &heard), LOCK_TIMEOUT);
+
+    r = command_on(redis_server_port(g_state.sentinel[0]), "SENTINEL FAILOVER m");
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+
+    /* +switch-master for "m" (the watch skips others) within the bound. */
+    do {
+        rc = lock__sentinel_watch_wait(w, 500, &heard);
+    } while (rc != LOCK_OK && (int64_t)time(NULL) - started < FAILOVER_WAIT_MS / 1000);
+    assert_int_equal(rc, LOCK_OK);
+    assert_int_equal(heard.port, new_port);
+    lock__sentinel_watch_destroy(w);
+
+    /* The promoted replica may take a moment to report ROLE master after the switch. */
+    for (int waited = 0; waited < 5000; waited += 50) {
+        rc = lock__sentinel_master(&s, &master);
+        if (rc == LOCK_OK && master.port == new_port)
+            break;
+        sleep_ms(50);
+    }
+    assert_int_equal(rc, LOCK_OK);
+    assert_int_equal(master.port, new_port);
+
+    /* The lock works on the new master, and its tokens go on from the old master's. */
+    after = token_on(new_port);
+    assert_true(after > before);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_parse),        cmocka_unit_test(test_discovery),
+        cmocka_unit_test(test_unknown_name), cmocka_unit_test(test_not_a_master),
+        cmocka_unit_test(test_failover),
+    };
+
+    return cmocka_run_group_tests_name("sentinel", tests, group_setup, group_teardown);
+}
