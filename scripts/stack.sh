@@ -22,6 +22,9 @@
 #                                      replica-start-extra 4 18090
 #                                  (replica-stop N and `down` stop it too)
 #   scripts/stack.sh nginx-test    render the nginx configuration and run nginx -t on it
+#   HA=1 scripts/stack.sh up       the same, plus a Redis replica and three Sentinels; the
+#                                  replicas are given REDIS_SENTINELS and REDIS_MASTER_NAME
+#   scripts/stack.sh ha-status     the replica's and the Sentinels' PIDs and ports
 #
 # Settings (environment; defaults in brackets). Change RUN_DIR and the ports to run a
 # second stack beside a running one.
@@ -30,7 +33,11 @@
 #   REPLICA_PORT_BASE  replica N listens on REPLICA_PORT_BASE+N-1 [8081]
 #   REPLICAS           how many replicas, named svc-1..svc-N [3]
 #   PG_PORT            PostgreSQL [15432]
-#   REDIS_PORT         Redis [16379]
+#   REDIS_PORT         Redis [16379] (with HA=1: where the master starts)
+#   HA                 1: add the Redis replica and the Sentinels [0]
+#   REDIS_REPLICA_PORT the Redis replica [16380]
+#   SENTINEL_PORT_BASE Sentinel N listens on SENTINEL_PORT_BASE+N-1, N = 1..3 [26379]
+#   REDIS_MASTER_NAME  the name the Sentinels know the master by [stock]
 #   STOCKD             the service binary [<project>/build/stockd]
 #   MODE               the replicas' default mode [redis]
 #   SEED_GOODS, SEED_STOCK  goods created by the first `up` [1, 5000]
@@ -55,6 +62,7 @@ source "$here/lib/config.sh"
 source "$here/lib/ports.sh"
 source "$here/lib/pg.sh"
 source "$here/lib/redis.sh"
+source "$here/lib/sentinel.sh"
 source "$here/lib/replicas.sh"
 source "$here/lib/nginx.sh"
 
@@ -115,6 +123,7 @@ cmd_up() {
     [ -x "$STOCKD" ] || die "$STOCKD not found: build it first (make)"
     pg_start
     redis_start
+    if [ "$HA" = 1 ]; then ha_start; fi
     replicas_migrate
     for ((n = 1; n <= REPLICAS; n++)); do
         replica_start "$n"
@@ -142,6 +151,9 @@ cmd_down() {
     nginx_stop || failed=1
     # shellcheck disable=SC2046 # numbers, one per line
     replicas_stop $(replicas_known) || failed=1
+    # The Sentinels and the replica are stopped whether HA is set now or not: `down` stops
+    # what `up` started.
+    ha_stop || failed=1
     redis_stop || failed=1
     pg_stop || failed=1
     if [ $failed -ne 0 ]; then
@@ -155,6 +167,7 @@ cmd_status() {
     local n
     pg_status
     redis_status
+    if [ "$HA" = 1 ]; then ha_status; fi
     for ((n = 1; n <= REPLICAS; n++)); do
         replica_status "$n"
     done
@@ -235,6 +248,7 @@ main() {
     logs) cmd_logs "$@" ;;
     redis-stop) redis_stop ;;
     redis-start) redis_start ;;
+    ha-status) ha_status ;;
     pg-stop) pg_stop ;;
     pg-start) pg_start ;;
     pg-freeze) pg_freeze ;;
