@@ -33,6 +33,7 @@
 #include "lock/owner.h"
 #include "lock/pool.h"
 #include "lock/scripts.h"
+#include "lock/sentinel.h"
 #include "lock/subscriber.h"
 #include "lock/watchdog.h"
 
@@ -47,7 +48,11 @@
 struct lock_client {
     char *host; /* owned copy of opts.redis_host */
     lock_options opts;
-    lock__conn_config conn_cfg; /* points into opts/host; read by every connection */
+    lock__conn_address addr;    /* where Redis is now; a failover moves it */
+    bool addr_ready;            /* addr initialised (for destroy) */
+    lock__conn_config conn_cfg; /* points at addr; read by every connection */
+    lock__sentinels *sentinels; /* NULL without Sentinel */
+    lock__sentinel_follower *follower;
     char process_id[LOCK__PROCESS_ID_LEN + 1];
     lock__pool *pool;
     lock__holdings *holdings;
@@ -90,7 +95,18 @@ static int check_options(const lock_options *o)
         return LOCK_ERR_INVALID;
     if (o->pool_size < 1 || o->pool_size > 1024)
         return LOCK_ERR_INVALID;
+    if ((o->sentinels == NULL) != (o->master_name == NULL))
+        return LOCK_ERR_INVALID;
     return LOCK_OK;
+}
+
+/* The follower moved the address: the subscriber must resubscribe on the new master (the
+ * pooled connections notice the new epoch by themselves before their next command). */
+static void client_moved(void *arg)
+{
+    lock_client *c = arg;
+
+    lock__subscriber_moved(c->subscriber);
 }
 
 int lock_client_create(const lock_options *opts, lock_client **out)
@@ -114,8 +130,29 @@ int lock_client_create(const lock_options *opts, lock_client **out)
     if (c->host == NULL)
         goto fail;
     c->opts.redis_host = c->host;
-    c->conn_cfg.host = c->host;
-    c->conn_cfg.port = opts->redis_port;
+    c->opts.sentinels = c->opts.master_name = NULL; /* not kept: parsed below */
+    rc = lock__conn_address_init(&c->addr, c->host, opts->redis_port);
+    if (rc != LOCK_OK)
+        goto fail;
+    c->addr_ready = true;
+    if (opts->sentinels != NULL) {
+        lock__addr master;
+
+        rc = LOCK_ERR_NOMEM;
+        c->sentinels = malloc(sizeof(*c->sentinels));
+        if (c->sentinels == NULL)
+            goto fail;
+        rc = lock__sentinels_parse(c->sentinels, opts->sentinels, opts->master_name,
+                                   opts->connect_timeout_ms);
+        if (rc != LOCK_OK)
+            goto fail;
+        /* The first commands go to the master if a Sentinel can say where it is now; if
+         * none can, the follower keeps asking. */
+        if (lock__sentinel_master(c->sentinels, &master) == LOCK_OK)
+            lock__conn_address_move(&c->addr, master.host, master.port);
+    }
+    rc = LOCK_ERR_NOMEM;
+    c->conn_cfg.addr = &c->addr;
     c->conn_cfg.connect_timeout_ms = opts->connect_timeout_ms;
     c->conn_cfg.command_timeout_ms = opts->command_timeout_ms;
     atomic_init(&c->timeouts, 0);
@@ -135,6 +172,11 @@ int lock_client_create(const lock_options *opts, lock_client **out)
     rc = lock__subscriber_create(&c->conn_cfg, &c->subscriber);
     if (rc != LOCK_OK)
         goto fail;
+    if (c->sentinels != NULL) {
+        rc = lock__sentinel_follower_start(c->sentinels, &c->addr, client_moved, c, &c->follower);
+        if (rc != LOCK_OK)
+            goto fail;
+    }
     *out = c;
     return LOCK_OK;
 
@@ -147,11 +189,16 @@ void lock_client_destroy(lock_client *c)
 {
     if (c == NULL)
         return;
-    /* Threads first (they use the rest), then what they used. */
+    /* Threads first (they use the rest), then what they used; the follower first of all
+     * (it calls into the subscriber). */
+    lock__sentinel_follower_stop(c->follower);
     lock__subscriber_destroy(c->subscriber);
     lock__watchdog_stop(c->watchdog);
     lock__holdings_destroy(c->holdings);
     lock__pool_destroy(c->pool);
+    free(c->sentinels);
+    if (c->addr_ready)
+        lock__conn_address_destroy(&c->addr);
     free(c->host);
     free(c);
 }

@@ -63,6 +63,12 @@ typedef struct lock_options {
     int64_t max_hold_ms;       /* the watchdog renews a holding for this long at most, then
                                   lets its lease run out (> 0); default 60000 */
     int pool_size;             /* command connections; default 16 */
+    /* Redis Sentinel (optional): "host:port,host:port,..." and the master's name. When set,
+     * the client asks the Sentinels for the master (checked with ROLE), uses redis_host/port
+     * only if none answers at start, and follows a failover by itself (lock/sentinel.h).
+     * Both are copied; default NULL (one fixed Redis). */
+    const char *sentinels;
+    const char *master_name;
 } lock_options;
 
 /* Fills *opts with the defaults above. */

@@ -13,6 +13,7 @@
  */
 #include "lock/sentinel.h"
 #include "lock/clock.h"
+#include "lock/conn.h"
 #include "lock/error.h"
 #include "lock/lock.h"
 
@@ -20,10 +21,14 @@
 #include <hiredis/hiredis.h>
 #include <limits.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* Copies [start, end) into dst (NUL-terminated) without the spaces around it. */
 static size_t copy_trimmed(char *dst, size_t cap, const char *start, const char *end)
@@ -354,4 +359,91 @@ int lock__sentinel_watch_wait(lock__sentinel_watch *w, int wait_ms, lock__addr *
         if (rc != LOCK_TIMEOUT)
             return rc;
     }
+}
+
+/* ---- the follower ---- */
+
+#define FOLLOW_WAIT_MS 200 /* one wait of the watch: how soon stop is noticed */
+
+struct lock__sentinel_follower {
+    const lock__sentinels *s;
+    lock__conn_address *addr;
+    void (*moved)(void *arg);
+    void *arg;
+    lock__sentinel_watch *watch;
+    pthread_t thread;
+    atomic_bool stop;
+};
+
+/* Asks the Sentinels and moves the address when the checked master is elsewhere. */
+static void follow_master(lock__sentinel_follower *f)
+{
+    lock__addr master;
+
+    if (lock__sentinel_master(f->s, &master) == LOCK_OK &&
+        lock__conn_address_move(f->addr, master.host, master.port))
+        f->moved(f->arg);
+}
+
+static void *follower_main(void *arg)
+{
+    lock__sentinel_follower *f = arg;
+    sigset_t pipe_set;
+
+    /* See watchdog.c: a write to a closed connection must not kill the process. */
+    sigemptyset(&pipe_set);
+    sigaddset(&pipe_set, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_set, NULL);
+
+    follow_master(f);
+    while (!atomic_load(&f->stop)) {
+        lock__addr heard;
+        int rc = lock__sentinel_watch_wait(f->watch, FOLLOW_WAIT_MS, &heard);
+
+        if (rc == LOCK_TIMEOUT)
+            continue;
+        /* A switch (check it before trusting it), or a broken watch (one may have been
+         * missed): either way, ask. After an error, pause so a dead Sentinel list does not
+         * spin. */
+        follow_master(f);
+        if (rc != LOCK_OK) {
+            struct timespec pause = {0, FOLLOW_WAIT_MS * 1000000L};
+            nanosleep(&pause, NULL);
+        }
+    }
+    return NULL;
+}
+
+int lock__sentinel_follower_start(const lock__sentinels *s, lock__conn_address *addr,
+                                  void (*moved)(void *arg), void *arg,
+                                  lock__sentinel_follower **out)
+{
+    lock__sentinel_follower *f = calloc(1, sizeof(*f));
+
+    *out = NULL;
+    if (f == NULL)
+        return LOCK_ERR_NOMEM;
+    f->s = s;
+    f->addr = addr;
+    f->moved = moved;
+    f->arg = arg;
+    atomic_init(&f->stop, false);
+    f->watch = lock__sentinel_watch_create(s);
+    if (f->watch == NULL || pthread_create(&f->thread, NULL, follower_main, f) != 0) {
+        lock__sentinel_watch_destroy(f->watch);
+        free(f);
+        return LOCK_ERR_NOMEM;
+    }
+    *out = f;
+    return LOCK_OK;
+}
+
+void lock__sentinel_follower_stop(lock__sentinel_follower *f)
+{
+    if (f == NULL)
+        return;
+    atomic_store(&f->stop, true);
+    pthread_join(f->thread, NULL);
+    lock__sentinel_watch_destroy(f->watch);
+    free(f);
 }

@@ -82,4 +82,24 @@ void lock__sentinel_watch_destroy(lock__sentinel_watch *w);
  */
 int lock__sentinel_watch_wait(lock__sentinel_watch *w, int wait_ms, lock__addr *master);
 
+/*
+ * The follower: a thread that keeps a lock client's address on the current master. It waits
+ * on a watch; on +switch-master, or when the watch breaks (a switch may have been missed),
+ * it asks the Sentinels again (lock__sentinel_master) and, when the checked master is not
+ * where the address points, moves the address (conn.h) and calls moved(arg), so the
+ * connections and the subscriber reconnect to the new master before their next command.
+ */
+struct lock__conn_address;
+typedef struct lock__sentinel_follower lock__sentinel_follower;
+
+/* Starts the follower. s and addr are borrowed and must outlive it. Returns LOCK_OK and
+ * *out, or LOCK_ERR_NOMEM. */
+int lock__sentinel_follower_start(const lock__sentinels *s, struct lock__conn_address *addr,
+                                  void (*moved)(void *arg), void *arg,
+                                  lock__sentinel_follower **out);
+
+/* Stops the thread (within one wait, 200 ms, plus one Sentinel timeout) and frees it. NULL
+ * is a no-op. */
+void lock__sentinel_follower_stop(lock__sentinel_follower *f);
+
 #endif

@@ -18,6 +18,8 @@ typedef struct service_config {
     char database_url[1024];   /* DATABASE_URL: libpq connection string */
     char redis_host[256];      /* REDIS_HOST */
     int redis_port;            /* REDIS_PORT */
+    char redis_sentinels[1024]; /* REDIS_SENTINELS ("" = no Sentinel) */
+    char redis_master_name[128]; /* REDIS_MASTER_NAME */
     char default_mode[32];     /* MODE: the mode used when a request names none */
     int worker_threads;        /* WORKER_THREADS: connections served at once (a thread each) */
     int64_t lock_wait_ms;      /* LOCK_WAIT_MS: bound on waiting for the lock */

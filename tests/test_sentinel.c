@@ -264,15 +264,30 @@ static void test_failover(void **state)
     int rc;
 
     (void)state;
-    for (int i = 0; i < 5; i++)
-        before = token_on(old_port);
+    lock_options opts;
+    lock_client *c;
+
+    /* A client that knows only the Sentinels, made before the failover and kept after. */
+    sentinel_list(list, sizeof(list), NULL);
+    lock_options_init(&opts);
+    opts.redis_port = 1; /* nothing there: only the Sentinels can say where the master is */
+    opts.sentinels = list;
+    opts.master_name = "m";
+    opts.pool_size = 2;
+    assert_int_equal(lock_client_create(&opts, &c), LOCK_OK);
+    for (int i = 0; i < 5; i++) {
+        assert_int_equal(lock_try_lock(c, "t:fence", 1000, 1000, &before), LOCK_OK);
+        assert_int_equal(lock_unlock(c, "t:fence"), LOCK_OK);
+    }
+    assert_true(before >= 5);
+    assert_true(token_on(old_port) > before); /* it was the old master that counted */
+    before = token_on(old_port);
     /* The tokens' counter reaches the replica before the failover. */
     r = command_on(old_port, "WAIT 1 2000");
     assert_non_null(r);
     assert_int_equal(r->integer, 1);
     freeReplyObject(r);
 
-    sentinel_list(list, sizeof(list), NULL);
     assert_int_equal(lock__sentinels_parse(&s, list, "m", TIMEOUT_MS), LOCK_OK);
     w = lock__sentinel_watch_create(&s);
     assert_non_null(w);
@@ -306,6 +321,24 @@ static void test_failover(void **state)
     /* The lock works on the new master, and its tokens go on from the old master's. */
     after = token_on(new_port);
     assert_true(after > before);
+
+    /* The client made before the failover followed it without being restarted: its
+     * lock is taken on the new master, with a token past every earlier one. */
+    before = after;
+    rc = LOCK_ERR_REDIS;
+    for (int waited = 0; rc != LOCK_OK && waited < 5000; waited += 50) {
+        rc = lock_try_lock(c, "t:follow", 0, 5000, &after);
+        if (rc != LOCK_OK)
+            sleep_ms(50);
+    }
+    assert_int_equal(rc, LOCK_OK);
+    assert_true(after > before);
+    r = command_on(new_port, "EXISTS t:follow");
+    assert_non_null(r);
+    assert_int_equal(r->integer, 1);
+    freeReplyObject(r);
+    assert_int_equal(lock_unlock(c, "t:follow"), LOCK_OK);
+    lock_client_destroy(c);
 }
 
 int main(void)
