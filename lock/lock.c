@@ -80,6 +80,7 @@ void lock_options_init(lock_options *opts)
     opts->watchdog_lease_ms = 30000;
     opts->max_hold_ms = 60000;
     opts->pool_size = 16;
+    opts->sync_timeout_ms = 200;
 }
 
 static int check_options(const lock_options *o)
@@ -96,6 +97,8 @@ static int check_options(const lock_options *o)
     if (o->pool_size < 1 || o->pool_size > 1024)
         return LOCK_ERR_INVALID;
     if ((o->sentinels == NULL) != (o->master_name == NULL))
+        return LOCK_ERR_INVALID;
+    if (o->sync_replicas < 0 || o->sync_replicas > 64 || o->sync_timeout_ms < 1)
         return LOCK_ERR_INVALID;
     return LOCK_OK;
 }
@@ -258,6 +261,50 @@ static int attempt_parse(const redisReply *r, attempt *a)
 }
 
 /*
+ * The replication wait (sync_replicas > 0), on the connection that just acquired: WAIT makes
+ * Redis answer once that many replicas have every write this connection made, the lock
+ * included, or when the timeout ends. Fewer acknowledgements: the lock exists on too few
+ * servers to survive a failover, so it is released again on the same connection and the
+ * acquisition reported as failed (*reply freed and NULL). The approach Redisson takes.
+ */
+static int sync_or_undo(lock_client *c, lock__conn *conn, const lock__keys *k,
+                        const char *const acquire_args[3], redisReply **reply)
+{
+    char want[16], wait_ms[16];
+    const char *argv[3] = {"WAIT", want, wait_ms};
+    const char *keys[2] = {k->name, k->fence};
+    char keep[24];
+    const char *args[3] = {acquire_args[0], k->channel, keep};
+    int64_t by = lock__now_ns() + lock__ms_to_ns(c->opts.sync_timeout_ms) +
+                 lock__ms_to_ns(c->opts.command_timeout_ms);
+    redisReply *w = NULL, *undo = NULL;
+    long long acks = -1;
+    int rc;
+
+    snprintf(want, sizeof(want), "%d", c->opts.sync_replicas);
+    snprintf(wait_ms, sizeof(wait_ms), "%d", c->opts.sync_timeout_ms);
+    rc = lock__conn_command(conn, by, 3, argv, NULL, &w);
+    if (rc == LOCK_OK && w->type == REDIS_REPLY_INTEGER)
+        acks = w->integer;
+    if (w != NULL)
+        freeReplyObject(w);
+    if (acks >= c->opts.sync_replicas)
+        return LOCK_OK;
+    /* Undo: back to the count the owner had before this take (acquire_args[2] is that count
+     * plus one; 0 gives the lock back and wakes a waiter). If this fails too, the lease ends
+     * it, or the owner's next release sets the count right (the scripts set counts). */
+    snprintf(keep, sizeof(keep), "%lld", strtoll(acquire_args[2], NULL, 10) - 1);
+    by = lock__now_ns() + lock__ms_to_ns(c->opts.command_timeout_ms);
+    if (lock__script_run(conn, LOCK__SCRIPT_RELEASE, by, 2, keys, 3, args, &undo) == LOCK_OK)
+        freeReplyObject(undo);
+    freeReplyObject(*reply);
+    *reply = NULL;
+    lock__error_set("lock taken but only %lld of %d replicas acknowledged it in %d ms: released",
+                    acks < 0 ? 0 : acks, c->opts.sync_replicas, c->opts.sync_timeout_ms);
+    return LOCK_ERR_REDIS;
+}
+
+/*
  * Runs one of the lock's scripts on a pooled connection: waits for the connection until
  * borrow_by, and for the answer until hard_by. *sent_ns (if not NULL) gets the moment the
  * command went out. On LOCK_OK the caller owns *reply (freeReplyObject).
@@ -283,6 +330,9 @@ static int pooled_script(lock_client *c, lock__script script, const lock__keys *
     if (sent_ns != NULL)
         *sent_ns = lock__now_ns();
     rc = lock__script_run(conn, script, hard_by, 2, keys, 3, args, reply);
+    if (rc == LOCK_OK && script == LOCK__SCRIPT_ACQUIRE && c->opts.sync_replicas > 0 &&
+        (*reply)->type == REDIS_REPLY_ARRAY)
+        rc = sync_or_undo(c, conn, k, args, reply);
     lock__pool_return(c->pool, conn);
     return rc;
 }

@@ -69,6 +69,12 @@ typedef struct lock_options {
      * Both are copied; default NULL (one fixed Redis). */
     const char *sentinels;
     const char *master_name;
+    /* Replication wait (optional): after each acquisition, WAIT until this many replicas
+     * have the lock, at most sync_timeout_ms; when fewer acknowledge, the acquisition is
+     * undone (released) and try_lock returns LOCK_ERR_REDIS. Narrows, does not close, the
+     * window in which a failover loses a granted lock. Default 0 (no wait), 200 ms. */
+    int sync_replicas;
+    int sync_timeout_ms;
 } lock_options;
 
 /* Fills *opts with the defaults above. */

@@ -13,6 +13,8 @@
  *   unknown name   a name no Sentinel watches: an error that names it, not an address
  *   not a master   a Sentinel answering with a replica's address (it watches the replica as
  *                  "r"): ROLE catches it and discovery refuses it
+ *   sync replicas  LOCK_SYNC_REPLICAS=1: held once the replica has it; with the replica
+ *                  frozen, released again and refused within the WAIT bound
  *   failover       SENTINEL FAILOVER: the watch hears +switch-master for "m" within the
  *                  bound, discovery now gives the old replica, ROLE says master; a lock
  *                  client on the new master works, and its fencing tokens continue past the
@@ -23,6 +25,7 @@
 #include "tests/support/redis_server.h"
 
 #include <hiredis/hiredis.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -45,6 +48,14 @@ typedef struct test_state {
 } test_state;
 
 static test_state g_state;
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 
 static void sleep_ms(int ms)
 {
@@ -234,6 +245,47 @@ static void test_not_a_master(void **state)
     assert_non_null(strstr(lock_last_error(), "is not a master"));
 }
 
+/* LOCK_SYNC_REPLICAS: with the replica answering, an acquisition waits for it and holds;
+ * with the replica frozen (SIGSTOP), the WAIT gets no acknowledgement, the lock is released
+ * again and try_lock fails within the bound. */
+static void test_sync_replicas(void **state)
+{
+    int mport = redis_server_port(g_state.master);
+    lock_options opts;
+    lock_client *c;
+    redisReply *r;
+    int64_t token, started, took;
+    int rc;
+
+    (void)state;
+    lock_options_init(&opts);
+    opts.redis_port = mport;
+    opts.pool_size = 2;
+    opts.sync_replicas = 1;
+    opts.sync_timeout_ms = 200;
+    assert_int_equal(lock_client_create(&opts, &c), LOCK_OK);
+    assert_int_equal(lock_try_lock(c, "t:sync", 0, 5000, &token), LOCK_OK);
+    r = command_on(redis_server_port(g_state.replica), "EXISTS t:sync");
+    assert_non_null(r);
+    assert_int_equal(r->integer, 1); /* WAIT returned: the replica has it */
+    freeReplyObject(r);
+    assert_int_equal(lock_unlock(c, "t:sync"), LOCK_OK);
+
+    assert_int_equal(kill(redis_server_pid(g_state.replica), SIGSTOP), 0);
+    started = now_ms();
+    rc = lock_try_lock(c, "t:sync", 0, 5000, &token);
+    took = now_ms() - started;
+    assert_int_equal(kill(redis_server_pid(g_state.replica), SIGCONT), 0);
+    assert_int_equal(rc, LOCK_ERR_REDIS);
+    assert_non_null(strstr(lock_last_error(), "replicas acknowledged"));
+    assert_true(took >= 200 && took < 200 + 500 + 500);
+    r = command_on(mport, "EXISTS t:sync");
+    assert_non_null(r);
+    assert_int_equal(r->integer, 0); /* undone on the master */
+    freeReplyObject(r);
+    lock_client_destroy(c);
+}
+
 /* Takes and releases "t:fence" on port, returning the token. */
 static int64_t token_on(int port)
 {
@@ -344,9 +396,9 @@ static void test_failover(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_parse),        cmocka_unit_test(test_discovery),
-        cmocka_unit_test(test_unknown_name), cmocka_unit_test(test_not_a_master),
-        cmocka_unit_test(test_failover),
+        cmocka_unit_test(test_parse),         cmocka_unit_test(test_discovery),
+        cmocka_unit_test(test_unknown_name),  cmocka_unit_test(test_not_a_master),
+        cmocka_unit_test(test_sync_replicas), cmocka_unit_test(test_failover),
     };
 
     return cmocka_run_group_tests_name("sentinel", tests, group_setup, group_teardown);
