@@ -375,14 +375,18 @@ struct lock__sentinel_follower {
     atomic_bool stop;
 };
 
-/* Asks the Sentinels and moves the address when the checked master is elsewhere. */
-static void follow_master(lock__sentinel_follower *f)
+/* Asks the Sentinels and moves the address when the checked master is elsewhere. Returns
+ * false when no checked master was found (no Sentinel answered, or the server named did not
+ * say "master" to ROLE: a promotion still under way, say). */
+static bool follow_master(lock__sentinel_follower *f)
 {
     lock__addr master;
 
-    if (lock__sentinel_master(f->s, &master) == LOCK_OK &&
-        lock__conn_address_move(f->addr, master.host, master.port))
+    if (lock__sentinel_master(f->s, &master) != LOCK_OK)
+        return false;
+    if (lock__conn_address_move(f->addr, master.host, master.port))
         f->moved(f->arg);
+    return true;
 }
 
 static void *follower_main(void *arg)
@@ -395,18 +399,22 @@ static void *follower_main(void *arg)
     sigaddset(&pipe_set, SIGPIPE);
     pthread_sigmask(SIG_BLOCK, &pipe_set, NULL);
 
-    follow_master(f);
+    /* unsure: the last ask found no checked master, so the address may be stale; ask again
+     * after every wait until one is found, not only on the next +switch-master (which may
+     * never come: the switch that moved the master has been announced already). */
+    bool unsure = !follow_master(f);
+
     while (!atomic_load(&f->stop)) {
         lock__addr heard;
         int rc = lock__sentinel_watch_wait(f->watch, FOLLOW_WAIT_MS, &heard);
 
-        if (rc == LOCK_TIMEOUT)
+        if (rc == LOCK_TIMEOUT && !unsure)
             continue;
-        /* A switch (check it before trusting it), or a broken watch (one may have been
-         * missed): either way, ask. After an error, pause so a dead Sentinel list does not
-         * spin. */
-        follow_master(f);
-        if (rc != LOCK_OK) {
+        /* A switch (check it before trusting it), a broken watch (one may have been
+         * missed), or still unsure: ask. After an error, pause so a dead Sentinel list does
+         * not spin. */
+        unsure = !follow_master(f);
+        if (rc != LOCK_OK && rc != LOCK_TIMEOUT) {
             struct timespec pause = {0, FOLLOW_WAIT_MS * 1000000L};
             nanosleep(&pause, NULL);
         }

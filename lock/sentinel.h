@@ -88,6 +88,7 @@ int lock__sentinel_watch_wait(lock__sentinel_watch *w, int wait_ms, lock__addr *
  * it asks the Sentinels again (lock__sentinel_master) and, when the checked master is not
  * where the address points, moves the address (conn.h) and calls moved(arg), so the
  * connections and the subscriber reconnect to the new master before their next command.
+ * While an ask finds no checked master, it asks again after every wait (200 ms).
  */
 struct lock__conn_address;
 typedef struct lock__sentinel_follower lock__sentinel_follower;
@@ -98,8 +99,9 @@ int lock__sentinel_follower_start(const lock__sentinels *s, struct lock__conn_ad
                                   void (*moved)(void *arg), void *arg,
                                   lock__sentinel_follower **out);
 
-/* Stops the thread (within one wait, 200 ms, plus one Sentinel timeout) and frees it. NULL
- * is a no-op. */
+/* Stops the thread and frees it: within one wait (200 ms) plus one round of asking at most
+ * (lock__sentinel_master's bound: count * 2 round trips of timeout_ms each, when every
+ * Sentinel is unreachable). NULL is a no-op. */
 void lock__sentinel_follower_stop(lock__sentinel_follower *f);
 
 #endif

@@ -94,7 +94,7 @@ static int spawn(redis_server *s)
     char logfile[96];
     char program[512];
     char conf[96];
-    const char *argv[24];
+    const char *argv[32];
     int n = 0;
     pid_t pid;
 
@@ -120,6 +120,10 @@ static int spawn(redis_server *s)
      * (Redis 7 refuses DEBUG unless enabled). A Sentinel has no use for it. */
     if (!s->sentinel)
         argv[n++] = "--enable-debug-command", argv[n++] = "yes";
+    /* A replica's full sync starts at once, not after the default 5 s that lets a master
+     * serve several replicas with one transfer (the tests have one). */
+    if (!s->sentinel)
+        argv[n++] = "--repl-diskless-sync-delay", argv[n++] = "0";
     argv[n] = NULL;
     pid = fork();
     if (pid < 0)
@@ -233,6 +237,19 @@ int redis_server_port(const redis_server *s)
 int redis_server_pid(const redis_server *s)
 {
     return s->pid;
+}
+
+int redis_server_kill(redis_server *s)
+{
+    int status;
+
+    if (s->pid <= 0)
+        return -1;
+    kill(s->pid, SIGKILL);
+    while (waitpid(s->pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    s->pid = -1;
+    return 0;
 }
 
 int redis_server_stop(redis_server *s)

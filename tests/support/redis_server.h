@@ -44,6 +44,10 @@ int redis_server_pid(const redis_server *s);
  * -1 if it was not running. */
 int redis_server_stop(redis_server *s);
 
+/* Kills it with SIGKILL (no shutdown, nothing saved: a crash) and waits for it to exit.
+ * Returns 0, or -1 if it was not running. */
+int redis_server_kill(redis_server *s);
+
 /* Starts it again on the same port and directory; waits for PING as start does. Returns 0
  * or -1. */
 int redis_server_restart(redis_server *s);
