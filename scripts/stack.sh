@@ -27,6 +27,9 @@
 #                                      replica-start-extra 4 18090
 #                                  (replica-stop N and `down` stop it too)
 #   scripts/stack.sh nginx-test    render the nginx configuration and run nginx -t on it
+#   HA=1 scripts/stack.sh up       the same, plus a Redis replica and three Sentinels; the
+#                                  replicas are given REDIS_SENTINELS and REDIS_MASTER_NAME
+#   scripts/stack.sh ha-status     the replica's and the Sentinels' PIDs and ports
 #
 # Settings (environment; defaults in brackets). Change RUN_DIR and the ports to run a
 # second stack beside a running one.
@@ -35,7 +38,11 @@
 #   REPLICA_PORT_BASE  replica N listens on REPLICA_PORT_BASE+N-1 [8081]
 #   REPLICAS           how many replicas, named svc-1..svc-N [3]
 #   PG_PORT            PostgreSQL [15432]
-#   REDIS_PORT         Redis [16379]
+#   REDIS_PORT         Redis [16379] (with HA=1: where the master starts)
+#   HA                 1: add the Redis replica and the Sentinels [0]
+#   REDIS_REPLICA_PORT the Redis replica [16380]
+#   SENTINEL_PORT_BASE Sentinel N listens on SENTINEL_PORT_BASE+N-1, N = 1..3 [26379]
+#   REDIS_MASTER_NAME  the name the Sentinels know the master by [stock]
 #   REDLOCK_SERVERS    independent Redis servers for the redlock mode, 0 to 9 [5]; 0: the
 #                      replicas do not serve it
 #   REDLOCK_PORT_BASE  Redlock node N listens on REDLOCK_PORT_BASE+N-1 [REDIS_PORT+11]
@@ -68,6 +75,7 @@ source "$here/lib/pg.sh"
 source "$here/lib/redis.sh"
 source "$here/lib/redlock.sh"
 source "$here/lib/etcd.sh"
+source "$here/lib/sentinel.sh"
 source "$here/lib/replicas.sh"
 source "$here/lib/nginx.sh"
 
@@ -137,6 +145,7 @@ cmd_up() {
     else
         rm -f "$RUN_DIR/with-etcd"
     fi
+    if [ "$HA" = 1 ]; then ha_start; fi
     replicas_migrate
     for ((n = 1; n <= REPLICAS; n++)); do
         replica_start "$n"
@@ -164,6 +173,9 @@ cmd_down() {
     nginx_stop || failed=1
     # shellcheck disable=SC2046 # numbers, one per line
     replicas_stop $(replicas_known) || failed=1
+    # The Sentinels and the replica are stopped whether HA is set now or not: `down` stops
+    # what `up` started.
+    ha_stop || failed=1
     redis_stop || failed=1
     for n in $(redlock_known); do
         redlock_stop "$n" || failed=1
@@ -184,6 +196,7 @@ cmd_status() {
     redis_status
     redlock_status
     etcd_status
+    if [ "$HA" = 1 ]; then ha_status; fi
     for ((n = 1; n <= REPLICAS; n++)); do
         replica_status "$n"
     done
@@ -279,6 +292,7 @@ main() {
         ;;
     etcd-stop) etcd_stop ;;
     etcd-start) etcd_start ;;
+    ha-status) ha_status ;;
     pg-stop) pg_stop ;;
     pg-start) pg_start ;;
     pg-freeze) pg_freeze ;;

@@ -74,6 +74,16 @@ static const config__setting config__settings[] = {
      "Redis host name or address"},
     NUMBER("REDIS_PORT", CONFIG__INT, redis_port, "16379", 1, 65535,
            "Redis port"),
+    {"REDIS_SENTINELS", CONFIG__STRING, FIELD(redis_sentinels), "", 0, 1023,
+     config__valid_visible, "host:port,host:port,... with no spaces", false,
+     "when set, the Redis master is found through these Sentinels and followed across a "
+     "failover (REDIS_HOST/PORT are used only if none answers at start)"},
+    {"REDIS_MASTER_NAME", CONFIG__STRING, FIELD(redis_master_name), "stock", 1, 127,
+     config__valid_visible, "1 to 127 characters, no spaces", false,
+     "the name the Sentinels know the master by"},
+    NUMBER("LOCK_SYNC_REPLICAS", CONFIG__INT, lock_sync_replicas, "0", 0, 16,
+           "after each lock acquisition, WAIT for this many Redis replicas (200 ms at most); "
+           "fewer: the lock is released and the request answered 503"),
     {"MODE", CONFIG__STRING, FIELD(default_mode), "redis", 1, 31,
      config__valid_visible, "1 to 31 characters, no spaces", false,
      "default deduction mode when a request names none (see GET /api/modes)"},

@@ -27,13 +27,19 @@ int core_create(const service_config *cfg, int db_pool_size, int redis_pool_size
     lock_options_init(&lock_opts);
     lock_opts.redis_host = cfg->redis_host;
     lock_opts.redis_port = cfg->redis_port;
+    if (cfg->redis_sentinels[0] != '\0') {
+        lock_opts.sentinels = cfg->redis_sentinels;
+        lock_opts.master_name = cfg->redis_master_name;
+    }
+    lock_opts.sync_replicas = cfg->lock_sync_replicas;
     lock_opts.connect_timeout_ms = (int)cfg->redis_timeout_ms;
     lock_opts.command_timeout_ms = (int)cfg->redis_timeout_ms;
     lock_opts.watchdog_lease_ms = cfg->lock_lease_ms;
     lock_opts.max_hold_ms = cfg->lock_max_hold_ms;
     lock_opts.pool_size = redis_pool_size;
     if (lock_client_create(&lock_opts, &out->lock) != LOCK_OK) {
-        snprintf(err, errlen, "cannot create the Redis lock client");
+        snprintf(err, errlen, "cannot create the Redis lock client: %s",
+                 lock_last_error()[0] != '\0' ? lock_last_error() : "bad options");
         return -1;
     }
 

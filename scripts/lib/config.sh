@@ -44,14 +44,21 @@ stack_config() {
     MODE=${MODE:-redis}
     SEED_GOODS=${SEED_GOODS:-1}
     SEED_STOCK=${SEED_STOCK:-5000}
+    # HA=1: a Redis replica and three Sentinels beside the master (scripts/lib/sentinel.sh).
+    HA=${HA:-0}
+    REDIS_REPLICA_PORT=${REDIS_REPLICA_PORT:-16380}
+    SENTINEL_PORT_BASE=${SENTINEL_PORT_BASE:-26379}
+    REDIS_MASTER_NAME=${REDIS_MASTER_NAME:-stock}
 
     local v
     for v in HTTP_PORT REPLICA_PORT_BASE REPLICAS PG_PORT REDIS_PORT REDLOCK_SERVERS \
-        REDLOCK_PORT_BASE ETCD_PORT ETCD_PEER_PORT SEED_GOODS SEED_STOCK; do
+        REDLOCK_PORT_BASE ETCD_PORT ETCD_PEER_PORT SEED_GOODS SEED_STOCK REDIS_REPLICA_PORT \
+        SENTINEL_PORT_BASE; do
         [[ ${!v} =~ ^[0-9]+$ ]] || die "$v must be a number, got '${!v}'"
     done
     ((REPLICAS >= 1 && REPLICAS <= 32)) || die "REPLICAS must be from 1 to 32, got $REPLICAS"
     ((REDLOCK_SERVERS <= 9)) || die "REDLOCK_SERVERS must be from 0 to 9, got $REDLOCK_SERVERS"
+    case $HA in 0 | 1) ;; *) die "HA must be 0 or 1, got '$HA'" ;; esac
     case $STOCKD in
     /*) ;;
     *) STOCKD=$PWD/$STOCKD ;;
@@ -80,6 +87,12 @@ stack_config() {
     # a replica without etcd beside ones with) passes through like the variables above.
     if [ "$WITH_ETCD" = 1 ]; then
         export ETCD_ENDPOINT=${ETCD_ENDPOINT-http://127.0.0.1:$ETCD_PORT}
+    fi
+    # With HA=1 the replicas find the master through the Sentinels (and follow a failover);
+    # REDIS_HOST/PORT are then only where the master starts.
+    if [ "$HA" = 1 ]; then
+        REDIS_SENTINELS=127.0.0.1:$SENTINEL_PORT_BASE,127.0.0.1:$((SENTINEL_PORT_BASE + 1)),127.0.0.1:$((SENTINEL_PORT_BASE + 2))
+        export REDIS_SENTINELS REDIS_MASTER_NAME
     fi
     export MIGRATIONS_DIR=${MIGRATIONS_DIR:-$STACK_ROOT/migrations}
 }
