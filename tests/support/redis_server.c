@@ -1,9 +1,10 @@
 /*
  * redis_server.c - a throwaway redis-server for tests (see redis_server.h).
  *
- * The port: bind a socket to 127.0.0.1 port 0, let the kernel pick a free port, close the
- * socket and hand the number to redis-server. Another program could take the port in
- * between; then redis-server fails to start and a new port is tried (a few times).
+ * The port: draw one from 20000-32767 (below the ephemeral range; see free_port), check that
+ * it can be bound on 127.0.0.1, and hand the number to redis-server. Another program could
+ * take the port in between; then redis-server fails to start and a new port is tried (a few
+ * times).
  *
  * The server runs in the foreground as our child (fork + exec), so its PID is known and it
  * is stopped by that PID, never by name. It is ready when PING answers PONG.
@@ -47,26 +48,53 @@ static void sleep_ms(int ms)
         ;
 }
 
-/* A port on 127.0.0.1 that nobody listened on a moment ago, or -1. */
-static int free_port(void)
+/* Free ports are drawn from 20000-32767, as tests/lib and scripts/lib/ports.sh do: below
+ * Linux's ephemeral range (32768-60999), from which the kernel picks the local end of every
+ * outgoing connection. A server on an ephemeral port can lose it, between our check and its
+ * bind, to any outgoing connection; and once it is stopped, a client that keeps reconnecting
+ * to it (a Sentinel watching a killed master) can be handed that very port as its own local
+ * end and connect to itself. */
+#define PORT_LOW 20000
+#define PORT_HIGH 32767
+#define PORT_DRAWS 64
+
+/* Whether 127.0.0.1:port can be bound now (nothing listens or is connected there). */
+static bool port_free(int port)
 {
     struct sockaddr_in addr;
-    socklen_t len = sizeof(addr);
-    int port = -1;
+    bool ok;
     int fd;
 
     fd = socket(AF_INET, SOCK_STREAM, 0);
     if (fd < 0)
-        return -1;
+        return false;
     memset(&addr, 0, sizeof(addr));
     addr.sin_family = AF_INET;
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = 0;
-    if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0 &&
-        getsockname(fd, (struct sockaddr *)&addr, &len) == 0)
-        port = ntohs(addr.sin_port);
+    addr.sin_port = htons((uint16_t)port);
+    ok = bind(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0;
     close(fd);
-    return port;
+    return ok;
+}
+
+/* A port of PORT_LOW..PORT_HIGH on 127.0.0.1 that was free a moment ago, or -1. */
+static int free_port(void)
+{
+    static _Thread_local uint64_t x;
+
+    if (x == 0)
+        x = ((uint64_t)time(NULL) << 20) ^ (uint64_t)getpid() ^ (uint64_t)clock() ^ 1;
+    for (int i = 0; i < PORT_DRAWS; i++) {
+        int port;
+
+        x ^= x << 13; /* xorshift64: different draws per process, nothing more needed */
+        x ^= x >> 7;
+        x ^= x << 17;
+        port = PORT_LOW + (int)(x % (uint64_t)(PORT_HIGH - PORT_LOW + 1));
+        if (port != FORBIDDEN_PORT && port_free(port))
+            return port;
+    }
+    return -1;
 }
 
 /* Finds redis-server on PATH. Done before fork: between fork and exec, a child of a
