@@ -11,6 +11,7 @@
  */
 #include "tests/support/redis_server.h"
 #include "tests/support/files.h"
+#include "tests/support/ports.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -30,7 +31,6 @@
 #define START_TRIES 5
 #define READY_WAIT_MS 5000
 #define STOP_WAIT_MS 5000
-#define FORBIDDEN_PORT 2024 /* never ours to use */
 
 struct redis_server {
     char dir[64];
@@ -46,55 +46,6 @@ static void sleep_ms(int ms)
 
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
         ;
-}
-
-/* Free ports are drawn from 20000-32767, as tests/lib and scripts/lib/ports.sh do: below
- * Linux's ephemeral range (32768-60999), from which the kernel picks the local end of every
- * outgoing connection. A server on an ephemeral port can lose it, between our check and its
- * bind, to any outgoing connection; and once it is stopped, a client that keeps reconnecting
- * to it (a Sentinel watching a killed master) can be handed that very port as its own local
- * end and connect to itself. */
-#define PORT_LOW 20000
-#define PORT_HIGH 32767
-#define PORT_DRAWS 64
-
-/* Whether 127.0.0.1:port can be bound now (nothing listens or is connected there). */
-static bool port_free(int port)
-{
-    struct sockaddr_in addr;
-    bool ok;
-    int fd;
-
-    fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0)
-        return false;
-    memset(&addr, 0, sizeof(addr));
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = htons((uint16_t)port);
-    ok = bind(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0;
-    close(fd);
-    return ok;
-}
-
-/* A port of PORT_LOW..PORT_HIGH on 127.0.0.1 that was free a moment ago, or -1. */
-static int free_port(void)
-{
-    static _Thread_local uint64_t x;
-
-    if (x == 0)
-        x = ((uint64_t)time(NULL) << 20) ^ (uint64_t)getpid() ^ (uint64_t)clock() ^ 1;
-    for (int i = 0; i < PORT_DRAWS; i++) {
-        int port;
-
-        x ^= x << 13; /* xorshift64: different draws per process, nothing more needed */
-        x ^= x >> 7;
-        x ^= x << 17;
-        port = PORT_LOW + (int)(x % (uint64_t)(PORT_HIGH - PORT_LOW + 1));
-        if (port != FORBIDDEN_PORT && port_free(port))
-            return port;
-    }
-    return -1;
 }
 
 /* Finds redis-server on PATH. Done before fork: between fork and exec, a child of a
@@ -244,8 +195,8 @@ int redis_server_start_conf(redis_server **out, const char *conf, bool sentinel)
         return -1;
     }
     for (int i = 0; i < START_TRIES; i++) {
-        s->port = free_port();
-        if (s->port <= 0 || s->port == FORBIDDEN_PORT)
+        s->port = support_free_port();
+        if (s->port <= 0)
             continue;
         if (spawn(s) == 0 && wait_ready(s) == 0) {
             *out = s;
