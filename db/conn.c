@@ -330,6 +330,10 @@ int db__check(db_conn *c, PGresult *res, ExecStatusType want)
         c->broken = true;
         return DB_ERR_UNAVAILABLE;
     }
+    /* lock_not_available: a wait for a lock outlasted lock_timeout (db_set_lock_timeout), or
+     * a NOWAIT found it taken. The caller answers "not had within the bound", not "down". */
+    if (state && strcmp(state, "55P03") == 0)
+        return DB_ERR_LOCK_TIMEOUT;
     return DB_ERR_QUERY;
 }
 
@@ -340,6 +344,17 @@ int db__set_statement_timeout(db_conn *c, int ms)
 
     params[0] = db__i64(buf, ms);
     return db__run(c, DB__SET_STATEMENT_TIMEOUT, params, NULL);
+}
+
+int db_set_lock_timeout(db_conn *conn, int64_t ms)
+{
+    char buf[DB__I64_LEN];
+    const char *params[1];
+
+    if (!conn || ms < 1)
+        return DB_ERR_INVALID; /* 0 would mean "no bound" to PostgreSQL */
+    params[0] = db__i64(buf, ms);
+    return db__run(conn, DB__SET_LOCK_TIMEOUT, params, NULL);
 }
 
 const char *db_conn_error(const db_conn *conn)
@@ -376,6 +391,12 @@ const char *db_strerror(int code)
         return "refused by a newer fencing token";
     case DB_ERR_INSUFFICIENT:
         return "not enough stock";
+    case DB_ERR_LOCK_TIMEOUT:
+        return "a lock was not had within lock_timeout";
+    case DB_ERR_RETRY:
+        return "the row changed since it was read: run the transaction again";
+    case DB_ERR_HELD:
+        return "the lock row is held by another owner";
     case DB_ERR_COMMIT_UNKNOWN:
         return "COMMIT sent, answer lost: the transaction may have committed";
     case DB_ERR_SCHEMA:

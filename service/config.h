@@ -23,6 +23,8 @@ typedef struct service_config {
     int64_t lock_wait_ms;      /* LOCK_WAIT_MS: bound on waiting for the lock */
     int64_t lock_lease_ms;     /* LOCK_LEASE_MS: watchdog lease (renewed every lease/3) */
     int64_t lock_max_hold_ms;  /* LOCK_MAX_HOLD_MS: no renewal past this hold time */
+    int optimistic_retries;    /* OPTIMISTIC_RETRIES: pg-optimistic's runs after a lost race */
+    int64_t lockrow_ttl_ms;    /* LOCKROW_TTL_MS: pg-lockrow-ttl's row lease */
     char admin_token[256];     /* ADMIN_TOKEN: "" = admin endpoint open */
     int64_t business_delay_ms; /* BUSINESS_DELAY_MS: sleep between the read and the write */
     int db_pool_size;          /* DB_POOL_SIZE: PostgreSQL connections per replica */

@@ -20,6 +20,9 @@ int guard_env_create(const guard_env_options *opts, guard_env **out)
     env->lock = opts->lock;
     env->wait_ms = opts->wait_ms;
     env->lease_ms = opts->lease_ms;
+    env->db = opts->db;
+    env->db_wait_ms = opts->db_wait_ms;
+    env->row_lease_ms = opts->row_lease_ms;
     guard_local__init(env);
     *out = env;
     return 0;

@@ -38,6 +38,9 @@ struct guard_env {
     lock_client *lock;
     int64_t wait_ms;
     int64_t lease_ms;
+    db_pool *db;          /* the pg-lockrow guards' connections; may be NULL */
+    int64_t db_wait_ms;   /* their bound on waiting for one */
+    int64_t row_lease_ms; /* pg-lockrow-ttl's row lease */
     local_stripe stripes[LOCAL_STRIPES];
 };
 
@@ -65,9 +68,19 @@ int guard_redis__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char 
 int guard_redis__still_held(guard_env *env, const guard_hold *hold);
 void guard_redis__leave(guard_env *env, guard_hold *hold);
 
+/* pg-lockrow (guard_pg_lockrow.c): a row of goods_locks, inserted to take the lock and
+ * deleted to release it, each in a transaction of its own; waiters poll. The plain one has
+ * no expiry (a dead holder wedges the goods); -ttl's row expires after row_lease_ms. */
+int guard_pg_lockrow__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
+                            size_t detail_len);
+int guard_pg_lockrow_ttl__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
+                                size_t detail_len);
+void guard_pg_lockrow__leave(guard_env *env, guard_hold *hold);
+
 /* The PostgreSQL rungs: no guard (guard_none's), a transaction shape each. */
 extern const mode_tx rung_pg_for_update__tx; /* rung_pg_for_update.c */
 extern const mode_tx rung_pg_atomic__tx;     /* rung_pg_atomic.c */
 extern const mode_tx rung_pg_advisory__tx;   /* rung_pg_advisory.c */
+extern const mode_tx rung_pg_optimistic__tx; /* rung_pg_optimistic.c */
 
 #endif

@@ -122,7 +122,7 @@ static int check_schema(const service_config *cfg, db_pool *pool)
 
 static metrics *create_metrics(void)
 {
-    const char *names[16];
+    const char *names[32]; /* the mode table's names: more than it has rows */
     size_t n, i;
     const mode *all = modes_all(&n);
 

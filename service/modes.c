@@ -14,6 +14,12 @@
  *   pg-for-update  rung_pg_for_update.c  SELECT ... FOR UPDATE: the row's lock.
  *   pg-atomic      rung_pg_atomic.c      one conditional UPDATE: check and write at once.
  *   pg-advisory    rung_pg_advisory.c    pg_advisory_xact_lock on the goods id.
+ *   pg-optimistic  rung_pg_optimistic.c  a version column: write only if unchanged, else retry.
+ *
+ * and a guard whose lock is a row of PostgreSQL's:
+ *
+ *   pg-lockrow      guard_pg_lockrow.c  a goods_locks row, no expiry: a dead holder wedges.
+ *   pg-lockrow-ttl  guard_pg_lockrow.c  the row with an expiry: a long section has two holders.
  *
  * Adding a mode means adding a row here and one file for it; nothing else changes.
  */
@@ -48,6 +54,20 @@ static const mode mode_table[] = {
      "no guard: pg_advisory_xact_lock on the goods id inside the transaction, then the same "
      "read-check-write: right with any number of replicas",
      guard_none__enter, guards__always_held, guard_none__leave, &rung_pg_advisory__tx},
+    {"pg-optimistic", true,
+     "no lock: read the stock and its version, write only if the version is unchanged, and "
+     "run the transaction again after a lost race (up to OPTIMISTIC_RETRIES, then 503 "
+     "conflict): right with any number of replicas",
+     guard_none__enter, guards__always_held, guard_none__leave, &rung_pg_optimistic__tx},
+    {"pg-lockrow", false,
+     "a row of goods_locks as the lock (insert to take, delete to release, waiters poll): "
+     "excludes across replicas, but a holder that dies leaves its row and the goods answers "
+     "lock_timeout for ever",
+     guard_pg_lockrow__enter, guards__always_held, guard_pg_lockrow__leave, NULL},
+    {"pg-lockrow-ttl", false,
+     "the lock row with an expiry that a taker may delete: no more wedge, but a section longer "
+     "than LOCKROW_TTL_MS lets a second holder in, with no fence to stop it: oversells",
+     guard_pg_lockrow_ttl__enter, guards__always_held, guard_pg_lockrow__leave, NULL},
 };
 
 const mode *modes_all(size_t *count)

@@ -23,9 +23,13 @@
 typedef struct guard_env guard_env;
 
 typedef struct guard_env_options {
-    lock_client *lock; /* the Redis lock client (redis mode); not owned */
-    int64_t wait_ms;   /* how long a request may wait for its guard (LOCK_WAIT_MS) */
-    int64_t lease_ms;  /* lease passed to lock_try_lock: LOCK_LEASE_WATCHDOG in the service */
+    lock_client *lock;    /* the Redis lock client (redis mode); not owned */
+    int64_t wait_ms;      /* how long a request may wait for its guard (LOCK_WAIT_MS) */
+    int64_t lease_ms;     /* lease passed to lock_try_lock: LOCK_LEASE_WATCHDOG in the service */
+    db_pool *db;          /* the PostgreSQL pool, for the guards whose lock is a row (pg-lockrow);
+                             not owned; NULL: those guards answer GUARD_UNAVAILABLE */
+    int64_t db_wait_ms;   /* bound on waiting for a pooled connection (DB_WAIT_MS) */
+    int64_t row_lease_ms; /* pg-lockrow-ttl: how long a lock row lives (LOCKROW_TTL_MS) */
 } guard_env_options;
 
 int guard_env_create(const guard_env_options *opts, guard_env **out);
@@ -49,6 +53,8 @@ typedef struct guard_hold {
     bool waited;              /* the guard has a wait worth measuring (local, redis) */
     double wait_seconds;      /* how long enter took */
     char name[64];            /* the lock's name, for the redis guard */
+    int64_t goods_id;         /* the goods locked, for the pg-lockrow guards */
+    char owner[40];           /* this holding's random token, for the pg-lockrow guards */
     void *local;              /* the stripe taken, for the local guard */
 } guard_hold;
 
@@ -58,13 +64,21 @@ typedef struct guard_hold {
  * guarded shape: a plain read (or, with a fencing token, db_stock_claim) and the write of
  * a value computed in C, which only the guard keeps apart.
  */
+/* What a shape's read saw, handed to its write in the same transaction. */
+typedef struct tx_seen {
+    int64_t stock;   /* the stock read */
+    int64_t version; /* the row's version, for the optimistic shape (0 for the others) */
+} tx_seen;
+
 typedef struct mode_tx {
-    /* Reads the stock into *stock inside the open transaction (it may take a lock held until
-     * the transaction ends). DB_ERR_INSUFFICIENT (with *stock the stock seen) when the shape
-     * checks in SQL and found too little; otherwise a DB_* code. */
-    int (*read)(db_conn *conn, int64_t goods_id, int64_t count, int64_t *stock);
-    /* Writes the stock after selling `count` of the `stock` read. */
-    int (*write)(db_conn *conn, int64_t goods_id, int64_t count, int64_t stock);
+    /* Reads the stock into seen->stock inside the open transaction (it may take a lock held
+     * until the transaction ends). DB_ERR_INSUFFICIENT (with seen->stock the stock seen)
+     * when the shape checks in SQL and found too little; otherwise a DB_* code. */
+    int (*read)(db_conn *conn, int64_t goods_id, int64_t count, tx_seen *seen);
+    /* Writes the stock after selling `count` of what `seen` holds. DB_ERR_RETRY when the
+     * shape found that it lost a race (the optimistic one): nothing was written, and the
+     * deduction rolls back and runs the whole transaction again (deduct.h says how often). */
+    int (*write)(db_conn *conn, int64_t goods_id, int64_t count, const tx_seen *seen);
 } mode_tx;
 
 typedef struct mode {
