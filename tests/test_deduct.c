@@ -106,6 +106,7 @@ typedef struct holder {
     int64_t token; /* its fencing token */
     int64_t goods;
     const mode *mode; /* scripted_mode, or a PostgreSQL rung of the table */
+    const char *key;  /* its Idempotency-Key, or NULL */
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -185,7 +186,7 @@ static void *holder_run(void *arg)
     int rc;
 
     t_token = h->token;
-    rc = deduct_execute(&env, h->mode, h->goods, 1, NULL, &hook, &h->res);
+    rc = deduct_execute(&env, h->mode, h->goods, 1, h->key, &hook, &h->res);
     pthread_mutex_lock(&h->mu);
     h->rc = rc;
     h->finished = true;
@@ -244,10 +245,12 @@ static bool holder_finished(holder *h)
 /* The two holders of the case running now. Not on the driver's stack: when an assertion
  * fails, cmocka jumps out of the driver while the threads still run, and the teardown
  * (holders_finish) lets them end and joins them. */
-static holder g_holders[2];
-static bool g_started[2];
+#define MAX_HOLDERS 3
+static holder g_holders[MAX_HOLDERS];
+static bool g_started[MAX_HOLDERS];
 
-static holder *holder_start(int i, char name, int64_t token, int64_t goods, const mode *m)
+static holder *holder_start_keyed(int i, char name, int64_t token, int64_t goods, const mode *m,
+                                  const char *key)
 {
     holder *h = &g_holders[i];
     pthread_condattr_t attr;
@@ -257,6 +260,7 @@ static holder *holder_start(int i, char name, int64_t token, int64_t goods, cons
     h->token = token;
     h->goods = goods;
     h->mode = m;
+    h->key = key;
     pthread_mutex_init(&h->mu, NULL);
     /* The deadlines are on the monotonic clock (deadline_in). */
     pthread_condattr_init(&attr);
@@ -266,6 +270,11 @@ static holder *holder_start(int i, char name, int64_t token, int64_t goods, cons
     assert_int_equal(pthread_create(&h->thread, NULL, holder_run, h), 0);
     g_started[i] = true;
     return h;
+}
+
+static holder *holder_start(int i, char name, int64_t token, int64_t goods, const mode *m)
+{
+    return holder_start_keyed(i, name, token, goods, m, NULL);
 }
 
 /* Lets holder i run to its end (the driver is done with it, or failed) and joins it. */
@@ -288,7 +297,7 @@ static void holder_finish(int i)
 static int holders_finish(void **state)
 {
     (void)state;
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < MAX_HOLDERS; i++) {
         bool started = g_started[i];
         holder_finish(i);
         if (started)
@@ -559,6 +568,59 @@ static void test_pg_optimistic_out_of_retries(void **state)
 }
 
 /*
+ * A retry keeps the Idempotency-Key's promise. A (key K) claims K and reads; its twin B (the
+ * same key) waits behind A's claim; C (no key) sells and commits, so A's write loses the
+ * race. A's transaction rolls back, its claim with it: B's claim goes through, B reads and
+ * stops before its write; A's second run claims K again and waits behind B. B sells and
+ * commits; A's claim then finds B's answer and replays it. K sold once, whatever the retry.
+ */
+static void test_pg_optimistic_retry_keeps_the_key(void **state)
+{
+    const mode *m = modes_find("pg-optimistic");
+    const int64_t goods = 5096;
+
+    (void)state;
+    reset_goods(goods, 10);
+    holder *a = holder_start_keyed(0, 'A', 0, goods, m, "same-key");
+    assert_true(holder_settle(a, STEP_LIMIT_MS));
+    assert_true(holder_step(a, STEP_LIMIT_MS)); /* A claimed K and read */
+
+    holder *b = holder_start_keyed(1, 'B', 0, goods, m, "same-key");
+    assert_true(holder_settle(b, STEP_LIMIT_MS));
+    assert_false(holder_step(b, STEP_SETTLE_MS)); /* B's claim of K waits for A */
+
+    holder *c = holder_start_keyed(2, 'C', 0, goods, m, NULL);
+    holder_finish(2); /* C sells: the version moves on */
+    assert_int_equal(c->res.status, 200);
+
+    /* A writes, loses, rolls back (B's claim goes through, B reads and stops before its
+     * write), runs again and waits behind B's claim */
+    assert_false(holder_step(a, STEP_SETTLE_MS));
+    assert_true(holder_settle(b, STEP_LIMIT_MS));
+    assert_true(holder_step(b, STEP_LIMIT_MS)); /* B writes */
+    holder_finish(1);                           /* B commits */
+    holder_finish(0);                           /* A finds B's answer */
+
+    printf("    A: %d %s after %d retr%s; B: %d %s; C: %d %s\n", a->res.status, a->res.outcome,
+           a->res.retries, a->res.retries == 1 ? "y" : "ies", b->res.status, b->res.outcome,
+           c->res.status, c->res.outcome);
+    assert_int_equal(b->res.status, 200);
+    assert_string_equal(b->res.outcome, "deducted");
+    assert_int_equal(a->res.retries, 1);
+    assert_int_equal(a->res.status, 200);
+    assert_string_equal(a->res.outcome, "replayed");
+    assert_string_equal(a->res.body, b->res.body);
+    db_stock_report r = report_of(goods);
+    assert_int_equal(r.stock, 8);
+    assert_int_equal(r.sold, 2);
+    assert_int_equal(r.orders, 2);
+    for (int i = 0; i < 3; i++) {
+        free(g_holders[i].res.body);
+        g_holders[i].res.body = NULL;
+    }
+}
+
+/*
  * pg-lockrow excludes: while one holder is inside its section (stopped before its write),
  * a second deduction of the same goods waits its bound and answers 503 lock_timeout, having
  * sold nothing; once the first has committed and left, the lock row is gone and a deduction
@@ -824,6 +886,7 @@ int main(void)
         cmocka_unit_test_teardown(test_pg_rungs_every_interleaving, holders_finish),
         cmocka_unit_test_teardown(test_pg_optimistic_every_interleaving, holders_finish),
         cmocka_unit_test_teardown(test_pg_optimistic_out_of_retries, holders_finish),
+        cmocka_unit_test_teardown(test_pg_optimistic_retry_keeps_the_key, holders_finish),
         cmocka_unit_test_teardown(test_pg_lockrow_excludes, holders_finish),
         cmocka_unit_test_teardown(test_pg_lockrow_ttl_two_holders_after_expiry, holders_finish),
         cmocka_unit_test_teardown(test_pg_rungs_lock_wait_is_bounded, holder_conn_teardown),
