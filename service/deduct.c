@@ -9,6 +9,9 @@
  *   4. the guard is asked whether it still holds, then the transaction commits;
  *   5. the guard is left only after the commit.
  * Every failure after BEGIN rolls back, so a request that does not answer 200 sold nothing.
+ * A PostgreSQL rung's transaction bounds its lock waits (SET LOCAL lock_timeout), and an
+ * optimistic one that lost its race is rolled back and run again, from BEGIN, a bounded
+ * number of times (run_transaction).
  */
 #include "service/deduct.h"
 
