@@ -306,7 +306,7 @@ int db__check(db_conn *c, PGresult *res, ExecStatusType want)
     ExecStatusType st = res ? PQresultStatus(res) : PGRES_FATAL_ERROR;
     const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
     const char *primary = res ? PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY) : NULL;
-    bool lost;
+    bool lost, lock_timeout;
 
     if (res && st == want)
         return DB_OK;
@@ -325,16 +325,16 @@ int db__check(db_conn *c, PGresult *res, ExecStatusType want)
            (st == PGRES_FATAL_ERROR && !state) ||
            /* a COPY nobody will finish leaves the session unusable */
            st == PGRES_COPY_IN || st == PGRES_COPY_OUT || st == PGRES_COPY_BOTH;
+    /* lock_not_available: a wait for a lock outlasted lock_timeout (db_set_lock_timeout), or
+     * a NOWAIT found it taken. The caller answers "not had within the bound", not "down".
+     * (Read before PQclear: `state` points into res.) */
+    lock_timeout = state != NULL && strcmp(state, "55P03") == 0;
     PQclear(res);
     if (lost) {
         c->broken = true;
         return DB_ERR_UNAVAILABLE;
     }
-    /* lock_not_available: a wait for a lock outlasted lock_timeout (db_set_lock_timeout), or
-     * a NOWAIT found it taken. The caller answers "not had within the bound", not "down". */
-    if (state && strcmp(state, "55P03") == 0)
-        return DB_ERR_LOCK_TIMEOUT;
-    return DB_ERR_QUERY;
+    return lock_timeout ? DB_ERR_LOCK_TIMEOUT : DB_ERR_QUERY;
 }
 
 int db__set_statement_timeout(db_conn *c, int ms)
