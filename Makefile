@@ -4,6 +4,8 @@
 #   make test       install what is missing, build with sanitizers, run every test
 #   make test-tsan  the lock's tests and the stack under ThreadSanitizer (make test runs it too)
 #   make demo       install what is missing, bring the local stack up, run the load report
+#   make ladder     each lock design's flaw provoked on a stack of its own (loadtest/ladder)
+#   make chaos      every fault against the safe modes under load, on a stack of its own
 #   make up / down  start / stop the native local stack (PostgreSQL, Redis, 3 replicas, nginx)
 #   make test-fresh the README's two commands in new bookworm-slim containers (~6 min)
 #   make clean      remove build/ (make down first: .run/ holds the database)
@@ -63,7 +65,7 @@ TESTS := $(patsubst tests/%.c,$(B)/tests/%,$(TEST_SRC))
 # What tests/tsan.sh runs: the service, and the tests with threads of their own to race.
 TSAN_TARGETS := build/tsan/stockd build/tsan/tests/test_lock build/tsan/tests/test_stack
 
-.PHONY: all programs tests test test-unit test-integration test-tsan test-docker test-fresh demo \
+.PHONY: all programs tests test test-unit test-integration test-tsan test-docker test-fresh demo ladder chaos \
         up down clean deps pkg-check
 
 all: programs
@@ -86,6 +88,10 @@ $(B)/lock-bench: $(B)/obj/bench/lock_bench.o $(LOCK_OBJ)
 
 $(B)/ceiling-bench: $(B)/obj/bench/ceiling_bench.o $(SERVICE_OBJ) $(DB_OBJ) $(LOCK_OBJ)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# Not in `programs`: it links libcurl, whose headers come with the test packages.
+$(B)/chaos-load: $(B)/obj/bench/chaos_load.o
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) -lcurl
 
 $(B)/tests/%: $(B)/obj/tests/%.o $(TEST_SUPPORT_OBJ) $(MODULE_OBJ)
 	@mkdir -p $(dir $@)
@@ -136,6 +142,17 @@ demo: deps
 	$(MAKE) all
 	scripts/stack.sh up
 	loadtest/run
+
+# Starts a stack of its own (FAULTS=on, short leases) on other ports, and stops it after.
+ladder: deps
+	$(MAKE) all
+	loadtest/ladder
+
+# The same, with load: a fault at a fixed moment of a bounded load, per (fault, mode).
+chaos: deps
+	@scripts/deps.sh ensure test
+	$(MAKE) all $(B)/chaos-load
+	loadtest/chaos
 
 up: deps
 	$(MAKE) all

@@ -25,6 +25,7 @@
  * cut so that it ends by deadline + one command timeout at the latest.
  */
 #include "lock/lock.h"
+#include "lock/client.h"
 #include "lock/clock.h"
 #include "lock/conn.h"
 #include "lock/error.h"
@@ -372,8 +373,7 @@ int lock_try_lock(lock_client *c, const char *name, int64_t wait_ms, int64_t lea
 
 int lock_inspect(lock_client *c, const char *name, lock_holder *out)
 {
-    int64_t borrow_by, hard_by;
-    const char *args[3] = {"", "", ""};
+    const char *keys[2];
     lock__keys k;
     redisReply *r = NULL;
     int rc;
@@ -385,9 +385,9 @@ int lock_inspect(lock_client *c, const char *name, lock_holder *out)
     rc = lock__keys_init(&k, name);
     if (rc != LOCK_OK)
         return rc;
-    borrow_by = lock__now_ns() + lock__ms_to_ns(c->opts.command_timeout_ms);
-    hard_by = borrow_by + lock__ms_to_ns(c->opts.command_timeout_ms);
-    rc = pooled_script(c, LOCK__SCRIPT_INSPECT, &k, args, borrow_by, hard_by, NULL, &r);
+    keys[0] = k.name;
+    keys[1] = k.fence;
+    rc = lock__client_script(c, LOCK__SCRIPT_INSPECT, 2, keys, 0, NULL, &r);
     if (rc != LOCK_OK)
         return rc;
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 4 ||
@@ -450,25 +450,62 @@ int lock_is_held(lock_client *c, const char *name)
     return lock__holdings_state(c->holdings, name, lock__thread_number(), lock__now_ns());
 }
 
+/* Borrows a pooled connection within one command timeout; *hard_by gets the moment by which
+ * the round trip made on it must end (one more command timeout). */
+static int borrow_for_one_command(lock_client *c, lock__conn **conn, int64_t *hard_by)
+{
+    int64_t borrow_by = lock__now_ns() + lock__ms_to_ns(c->opts.command_timeout_ms);
+
+    *hard_by = borrow_by + lock__ms_to_ns(c->opts.command_timeout_ms);
+    return lock__pool_borrow(c->pool, borrow_by, conn);
+}
+
+int lock__client_command(lock_client *c, int argc, const char **argv, redisReply **out)
+{
+    size_t lens[8];
+    lock__conn *conn = NULL;
+    int64_t hard_by;
+    int rc;
+
+    *out = NULL;
+    if (argc < 1 || argc > 8)
+        return LOCK_ERR_INVALID;
+    for (int i = 0; i < argc; i++)
+        lens[i] = strlen(argv[i]);
+    rc = borrow_for_one_command(c, &conn, &hard_by);
+    if (rc != LOCK_OK)
+        return rc;
+    rc = lock__conn_command(conn, hard_by, argc, argv, lens, out);
+    lock__pool_return(c->pool, conn);
+    return rc;
+}
+
+int lock__client_script(lock_client *c, lock__script s, int nkeys, const char *const *keys,
+                        int nargs, const char *const *args, redisReply **out)
+{
+    lock__conn *conn = NULL;
+    int64_t hard_by;
+    int rc;
+
+    *out = NULL;
+    rc = borrow_for_one_command(c, &conn, &hard_by);
+    if (rc != LOCK_OK)
+        return rc;
+    rc = lock__script_run(conn, s, hard_by, nkeys, keys, nargs, args, out);
+    lock__pool_return(c->pool, conn);
+    return rc;
+}
+
 int lock_ping(lock_client *c)
 {
     const char *argv[1] = {"PING"};
-    size_t lens[1] = {4};
-    lock__conn *conn = NULL;
     redisReply *r = NULL;
-    int64_t borrow_by, hard_by;
     int rc;
 
     lock__error_clear();
     if (c == NULL)
         return LOCK_ERR_INVALID;
-    borrow_by = lock__now_ns() + lock__ms_to_ns(c->opts.command_timeout_ms);
-    hard_by = borrow_by + lock__ms_to_ns(c->opts.command_timeout_ms);
-    rc = lock__pool_borrow(c->pool, borrow_by, &conn);
-    if (rc != LOCK_OK)
-        goto out;
-    rc = lock__conn_command(conn, hard_by, 1, argv, lens, &r);
-    lock__pool_return(c->pool, conn);
+    rc = lock__client_command(c, 1, argv, &r);
     if (rc != LOCK_OK)
         goto out;
     if (r->type != REDIS_REPLY_STATUS || strcmp(r->str, "PONG") != 0) {

@@ -36,12 +36,14 @@ LOCK__EMBED(lock__lua_acquire, "lock/acquire.lua");
 LOCK__EMBED(lock__lua_release, "lock/release.lua");
 LOCK__EMBED(lock__lua_renew, "lock/renew.lua");
 LOCK__EMBED(lock__lua_inspect, "lock/inspect.lua");
+LOCK__EMBED(lock__lua_delete_if_value, "lock/delete_if_value.lua");
 
 /* Hidden, so the compiler addresses them directly rather than through the GOT. */
 extern const char lock__lua_acquire[] __attribute__((visibility("hidden")));
 extern const char lock__lua_release[] __attribute__((visibility("hidden")));
 extern const char lock__lua_renew[] __attribute__((visibility("hidden")));
 extern const char lock__lua_inspect[] __attribute__((visibility("hidden")));
+extern const char lock__lua_delete_if_value[] __attribute__((visibility("hidden")));
 
 #define SCRIPT_MAX_KEYS 4
 #define SCRIPT_MAX_ARGS 4
@@ -56,6 +58,7 @@ static script_entry scripts[LOCK__SCRIPT_COUNT] = {
     [LOCK__SCRIPT_RELEASE] = {lock__lua_release, ""},
     [LOCK__SCRIPT_RENEW] = {lock__lua_renew, ""},
     [LOCK__SCRIPT_INSPECT] = {lock__lua_inspect, ""},
+    [LOCK__SCRIPT_DELETE_IF_VALUE] = {lock__lua_delete_if_value, ""},
 };
 
 static pthread_once_t scripts_once = PTHREAD_ONCE_INIT;

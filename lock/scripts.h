@@ -14,10 +14,11 @@
 #include <stdint.h>
 
 typedef enum lock__script {
-    LOCK__SCRIPT_ACQUIRE, /* acquire.lua */
-    LOCK__SCRIPT_RELEASE, /* release.lua */
-    LOCK__SCRIPT_RENEW,   /* renew.lua */
-    LOCK__SCRIPT_INSPECT, /* inspect.lua: read only */
+    LOCK__SCRIPT_ACQUIRE,         /* acquire.lua */
+    LOCK__SCRIPT_RELEASE,         /* release.lua */
+    LOCK__SCRIPT_RENEW,           /* renew.lua */
+    LOCK__SCRIPT_INSPECT,         /* inspect.lua: read only */
+    LOCK__SCRIPT_DELETE_IF_VALUE, /* delete_if_value.lua: the ladder's owner-lua rung */
     LOCK__SCRIPT_COUNT
 } lock__script;
 

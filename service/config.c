@@ -45,6 +45,7 @@ static bool config__valid_instance(const char *value);
 static bool config__valid_ipv4(const char *value);
 static bool config__valid_visible(const char *value);
 static bool config__valid_log_level(const char *value);
+static bool config__valid_on_off(const char *value);
 
 #define FIELD(f) offsetof(service_config, f), sizeof(((service_config *)0)->f)
 #define NUMBER(var, kind, f, def, lo, hi, help)                                                    \
@@ -81,6 +82,13 @@ static const config__setting config__settings[] = {
            "lease of a Redis lock; the watchdog renews it every lease/3 while held"),
     NUMBER("LOCK_MAX_HOLD_MS", CONFIG__INT64, lock_max_hold_ms, "60000", 1000, 3600000,
            "the watchdog stops renewing a lock held this long: a stuck holder's lease runs out"),
+    NUMBER("LOCK_FIXED_LEASE_MS", CONFIG__INT64, lock_fixed_lease_ms, "2000", 100, 600000,
+           "lease of the ladder's Redis rungs that have no watchdog (setnx-ttl ... "
+           "redis-nowatchdog)"),
+    {"FAULTS", CONFIG__STRING, FIELD(faults), "off", 2, 3, config__valid_on_off,
+     "on or off", false,
+     "on: a request may inject a fault with the X-Fault header (for the ladder's "
+     "demonstrations; never in production); off: X-Fault answers 400"},
     NUMBER("OPTIMISTIC_RETRIES", CONFIG__INT, optimistic_retries, "16", 0, 1000,
            "pg-optimistic: times a transaction that lost its race is run again before 503 conflict"),
     NUMBER("LOCKROW_TTL_MS", CONFIG__INT64, lockrow_ttl_ms, "30000", 100, 600000,
@@ -141,6 +149,11 @@ static bool config__valid_visible(const char *value)
             return false;
     }
     return true;
+}
+
+static bool config__valid_on_off(const char *value)
+{
+    return strcmp(value, "on") == 0 || strcmp(value, "off") == 0;
 }
 
 static bool config__valid_log_level(const char *value)

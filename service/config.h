@@ -12,29 +12,32 @@
 #include <stdint.h>
 
 typedef struct service_config {
-    int port;                  /* PORT: where the replica listens (127.0.0.1 unless BIND_ADDRESS) */
-    char bind_address[64];     /* BIND_ADDRESS: default 127.0.0.1 (0.0.0.0 in containers) */
-    char instance[64];         /* INSTANCE: this replica's name in answers and orders */
-    char database_url[1024];   /* DATABASE_URL: libpq connection string */
-    char redis_host[256];      /* REDIS_HOST */
-    int redis_port;            /* REDIS_PORT */
-    char default_mode[32];     /* MODE: the mode used when a request names none */
-    int worker_threads;        /* WORKER_THREADS: connections served at once (a thread each) */
-    int64_t lock_wait_ms;      /* LOCK_WAIT_MS: bound on waiting for the lock */
-    int64_t lock_lease_ms;     /* LOCK_LEASE_MS: watchdog lease (renewed every lease/3) */
-    int64_t lock_max_hold_ms;  /* LOCK_MAX_HOLD_MS: no renewal past this hold time */
-    int optimistic_retries;    /* OPTIMISTIC_RETRIES: pg-optimistic's runs after a lost race */
-    int64_t lockrow_ttl_ms;    /* LOCKROW_TTL_MS: pg-lockrow-ttl's row lease */
-    char admin_token[256];     /* ADMIN_TOKEN: "" = admin endpoint open */
-    int64_t business_delay_ms; /* BUSINESS_DELAY_MS: sleep between the read and the write */
-    int db_pool_size;          /* DB_POOL_SIZE: PostgreSQL connections per replica */
-    int redis_pool_size;       /* REDIS_POOL_SIZE: Redis command connections per replica */
-    int64_t db_wait_ms;        /* DB_WAIT_MS: bound on waiting for a pooled connection */
-    int db_reply_timeout_ms;   /* DB_REPLY_TIMEOUT_MS: client-side bound per round trip */
-    int64_t redis_timeout_ms;  /* REDIS_TIMEOUT_MS: connect and command timeout */
-    int connection_timeout_s;  /* CONNECTION_TIMEOUT_S: idle/slow client limit */
-    char migrations_dir[512];  /* MIGRATIONS_DIR: where the NNN_*.sql files are */
-    char log_level[16];        /* LOG_LEVEL: debug, info, warn, error */
+    int port;                 /* PORT: where the replica listens (127.0.0.1 unless BIND_ADDRESS) */
+    char bind_address[64];    /* BIND_ADDRESS: default 127.0.0.1 (0.0.0.0 in containers) */
+    char instance[64];        /* INSTANCE: this replica's name in answers and orders */
+    char database_url[1024];  /* DATABASE_URL: libpq connection string */
+    char redis_host[256];     /* REDIS_HOST */
+    int redis_port;           /* REDIS_PORT */
+    char default_mode[32];    /* MODE: the mode used when a request names none */
+    int worker_threads;       /* WORKER_THREADS: connections served at once (a thread each) */
+    int64_t lock_wait_ms;     /* LOCK_WAIT_MS: bound on waiting for the lock */
+    int64_t lock_lease_ms;    /* LOCK_LEASE_MS: watchdog lease (renewed every lease/3) */
+    int64_t lock_max_hold_ms; /* LOCK_MAX_HOLD_MS: no renewal past this hold time */
+    int64_t lock_fixed_lease_ms; /* LOCK_FIXED_LEASE_MS: lease of the ladder's rungs that
+                                    have no watchdog */
+    char faults[4];              /* FAULTS: "on" lets requests inject faults (X-Fault) */
+    int optimistic_retries;      /* OPTIMISTIC_RETRIES: pg-optimistic's runs after a lost race */
+    int64_t lockrow_ttl_ms;      /* LOCKROW_TTL_MS: pg-lockrow-ttl's row lease */
+    char admin_token[256];       /* ADMIN_TOKEN: "" = admin endpoint open */
+    int64_t business_delay_ms;   /* BUSINESS_DELAY_MS: sleep between the read and the write */
+    int db_pool_size;            /* DB_POOL_SIZE: PostgreSQL connections per replica */
+    int redis_pool_size;         /* REDIS_POOL_SIZE: Redis command connections per replica */
+    int64_t db_wait_ms;          /* DB_WAIT_MS: bound on waiting for a pooled connection */
+    int db_reply_timeout_ms;     /* DB_REPLY_TIMEOUT_MS: client-side bound per round trip */
+    int64_t redis_timeout_ms;    /* REDIS_TIMEOUT_MS: connect and command timeout */
+    int connection_timeout_s;    /* CONNECTION_TIMEOUT_S: idle/slow client limit */
+    char migrations_dir[512];    /* MIGRATIONS_DIR: where the NNN_*.sql files are */
+    char log_level[16];          /* LOG_LEVEL: debug, info, warn, error */
 } service_config;
 
 /* Looks up one variable; getenv() in the service, a table in the tests. */

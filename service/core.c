@@ -41,6 +41,7 @@ int core_create(const service_config *cfg, int db_pool_size, int redis_pool_size
     /* Watchdog mode: the lease is renewed for as long as the transaction runs, however
      * long that is, and runs out within LOCK_LEASE_MS if the replica dies. */
     guard_opts.lease_ms = LOCK_LEASE_WATCHDOG;
+    guard_opts.fixed_lease_ms = cfg->lock_fixed_lease_ms;
     guard_opts.db = out->db;
     guard_opts.db_wait_ms = cfg->db_wait_ms;
     guard_opts.row_lease_ms = cfg->lockrow_ttl_ms;

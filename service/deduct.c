@@ -22,6 +22,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "service/clock.h"
 #include "service/response.h"
 
 /* The pieces of one run, so that the steps below can share them. */
@@ -34,20 +35,17 @@ typedef struct deduction {
     const deduct_hook *hook; /* or NULL */
     db_conn *conn;
     guard_hold hold;
+    bool left; /* the guard has been left already (tx-inside leaves it before COMMIT) */
     deduct_result *out;
 } deduction;
 
+/* The retry pause is below a millisecond at first: clock_sleep_ms is too coarse for it. */
 static void sleep_us(int64_t us)
 {
     struct timespec ts = {.tv_sec = us / 1000000, .tv_nsec = (us % 1000000) * 1000L};
 
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
         ;
-}
-
-static void sleep_ms(int64_t ms)
-{
-    sleep_us(ms * 1000);
 }
 
 const char *deduct_point_name(deduct_point point)
@@ -61,16 +59,21 @@ const char *deduct_point_name(deduct_point point)
         return "read";
     case DEDUCT_AT_WRITTEN:
         return "written";
+    case DEDUCT_AT_CHECKED:
+        return "checked";
     case DEDUCT_AT_COMMITTED:
         return "committed";
     }
     return "?";
 }
 
-static void reached(const deduction *d, deduct_point point)
+/* Calls the hook at `point`. GUARD_OK to go on; otherwise the hook stopped the deduction
+ * and its reason is in d->out->detail. */
+static int reached(deduction *d, deduct_point point)
 {
-    if (d->hook != NULL && d->hook->at != NULL)
-        d->hook->at(d->hook->arg, point);
+    if (d->hook == NULL || d->hook->at == NULL)
+        return GUARD_OK;
+    return d->hook->at(d->hook->arg, point, &d->hold, d->out->detail, sizeof(d->out->detail));
 }
 
 /* Sets a 503 answer: `error` is both the body's error and the metrics outcome; `detail` goes
@@ -85,6 +88,16 @@ static int answer_503(deduction *d, const char *error, const char *detail)
     d->out->body = response_error(
         error, strcmp(error, "unavailable") == 0 || strcmp(error, "conflict") == 0 ? detail : NULL);
     return d->out->body != NULL ? 0 : -1;
+}
+
+/* The hook stopped the deduction (rc, a GUARD_* code; its reason in out->detail): answers
+ * as the guard would have. */
+static int answer_hook_stop(deduction *d, int rc)
+{
+    char why[sizeof(d->out->detail)];
+
+    snprintf(why, sizeof(why), "%s", d->out->detail);
+    return answer_503(d, rc == GUARD_TIMEOUT ? "lock_timeout" : "unavailable", why);
 }
 
 static int answer_db_failure(deduction *d, const char *what, int rc)
@@ -173,11 +186,14 @@ static int store_answer(deduction *d, int status, const char *body)
     return db_idempotency_store(d->conn, d->goods_id, d->key, status, body);
 }
 
+/* read_check_write's answer when a hook stopped it: roll back, the answer is set. */
+#define STOPPED 1
+
 /*
  * Inside the open transaction: read, check, write, record. Sets the answer; returns DB_OK
- * when the transaction should commit, a DB_ERR_* (answer set) when it must roll back,
- * DB_ERR_RETRY (no answer set) when the shape lost an optimistic race and the transaction
- * is to be run again, or DB_ERR_NOMEM.
+ * when the transaction should commit, a DB_ERR_* or STOPPED (answer set) when it must roll
+ * back, DB_ERR_RETRY (no answer set) when the shape lost an optimistic race and the
+ * transaction is to be run again, or DB_ERR_NOMEM.
  */
 static int read_check_write(deduction *d)
 {
@@ -224,8 +240,10 @@ static int read_check_write(deduction *d)
     /* The race window: everything another request does between our read and our write
      * is lost when we write our computed value. BUSINESS_DELAY_MS widens it on purpose. */
     if (d->env->business_delay_ms > 0)
-        sleep_ms(d->env->business_delay_ms);
-    reached(d, DEDUCT_AT_READ);
+        clock_sleep_ms(d->env->business_delay_ms);
+    rc = reached(d, DEDUCT_AT_READ);
+    if (rc != GUARD_OK)
+        return answer_hook_stop(d, rc) == 0 ? STOPPED : DB_ERR_NOMEM;
 
     if (d->mode->tx != NULL)
         rc = d->mode->tx->write(d->conn, d->goods_id, d->count, &seen);
@@ -241,7 +259,9 @@ static int read_check_write(deduction *d)
     if (rc != DB_OK)
         return statement_failed(d, "record order", rc);
 
-    reached(d, DEDUCT_AT_WRITTEN);
+    rc = reached(d, DEDUCT_AT_WRITTEN);
+    if (rc != GUARD_OK)
+        return answer_hook_stop(d, rc) == 0 ? STOPPED : DB_ERR_NOMEM;
     d->out->status = 200;
     d->out->outcome = "deducted";
     d->out->body = response_deducted(d->goods_id, d->count, stock - d->count, order_id,
@@ -269,7 +289,11 @@ static int run_attempt(deduction *d)
     rc = db_begin(d->conn);
     if (rc != DB_OK)
         return answer_db_failure(d, "begin", rc);
-    reached(d, DEDUCT_AT_BEGUN);
+    rc = reached(d, DEDUCT_AT_BEGUN);
+    if (rc != GUARD_OK) {
+        db_rollback(d->conn);
+        return answer_hook_stop(d, rc);
+    }
 
     /* A PostgreSQL rung's lock is the database's own (a row lock, an advisory lock), and a
      * request waits for it inside a statement: bound that wait as a guard's wait is bound,
@@ -324,6 +348,24 @@ static int run_attempt(deduction *d)
         return answer_503(d, "lock_lost", "the lock's lease was lost before the commit");
     }
 
+    /* The tx-inside pitfall, on purpose: the guard is given back before the commit, so the
+     * next holder reads the stock while this transaction's write is not yet visible. */
+    if (d->mode->leaves_inside_tx) {
+        d->mode->leave(d->env->guards, &d->hold);
+        d->left = true;
+    }
+
+    /* Between the check and the commit: a holder paused here (a GC-like stop of the whole
+     * process) commits after its lease ran out, whatever it checked; only a fencing token
+     * that the database itself checks can refuse that write. */
+    rc = reached(d, DEDUCT_AT_CHECKED);
+    if (rc != GUARD_OK) {
+        db_rollback(d->conn);
+        free(d->out->body);
+        d->out->body = NULL;
+        return answer_hook_stop(d, rc);
+    }
+
     rc = db_commit(d->conn);
     if (rc != DB_OK) {
         free(d->out->body);
@@ -333,7 +375,7 @@ static int run_attempt(deduction *d)
         return answer_db_failure(d, "commit", rc);
     }
     if (d->out->status == 200)
-        reached(d, DEDUCT_AT_COMMITTED);
+        (void)reached(d, DEDUCT_AT_COMMITTED); /* sold: too late to stop anything */
     return 0;
 }
 
@@ -410,7 +452,12 @@ int deduct_execute(const deduct_env *env, const mode *m, int64_t goods_id, int64
     if (rc != GUARD_OK)
         return answer_503(&d, "unavailable", detail);
 
-    reached(&d, DEDUCT_AT_ENTERED);
+    rc = reached(&d, DEDUCT_AT_ENTERED);
+    if (rc != GUARD_OK) {
+        result = answer_hook_stop(&d, rc);
+        m->leave(env->guards, &d.hold);
+        return result;
+    }
 
     /* The connection is taken after the guard: a request waiting for the lock should not
      * hold one of the pool's few connections idle while it waits. */
@@ -422,6 +469,7 @@ int deduct_execute(const deduct_env *env, const mode *m, int64_t goods_id, int64
         db_pool_release(env->db, d.conn);
     }
 
-    m->leave(env->guards, &d.hold);
+    if (!d.left)
+        m->leave(env->guards, &d.hold);
     return result;
 }

@@ -55,15 +55,24 @@ typedef enum deduct_point {
     DEDUCT_AT_READ,      /* the stock was read and is enough; nothing written yet: the race
                             window (BUSINESS_DELAY_MS sleeps here, before the hook) */
     DEDUCT_AT_WRITTEN,   /* stock written and order recorded; not committed yet */
+    DEDUCT_AT_CHECKED,   /* the guard said it still holds (tx-inside: it has been left);
+                            COMMIT is next: the gap no check before a commit can close */
     DEDUCT_AT_COMMITTED, /* committed; the guard is still held */
 } deduct_point;
 
+/*
+ * A hook is called at each point with the request's holding of its guard (it may set the
+ * holding's fault fields). It returns GUARD_OK to go on, or GUARD_TIMEOUT / GUARD_UNAVAILABLE
+ * with a reason in `why` to stop the deduction there as if its guard had failed: the
+ * transaction, if open, rolls back and the answer is 503 lock_timeout / unavailable.
+ * (Fault injection's nested step stops a deduction this way; tests' hooks only go on.)
+ */
 typedef struct deduct_hook {
-    void (*at)(void *arg, deduct_point point);
+    int (*at)(void *arg, deduct_point point, guard_hold *hold, char *why, size_t why_len);
     void *arg;
 } deduct_hook;
 
-/* The point's name ("entered", "begun", "read", "written", "committed"), for logs. */
+/* The point's name ("entered", "begun", "read", "written", "checked", "committed"). */
 const char *deduct_point_name(deduct_point point);
 
 typedef struct deduct_result {

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "service/clock.h"
 #include "service/guards.h"
 
 void guard_local__init(guard_env *env)
@@ -61,7 +62,7 @@ int guard_local__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char 
     }
     pthread_mutex_unlock(&stripe->mu);
     hold->waited = true;
-    hold->wait_seconds = guards__seconds_since(&start);
+    hold->wait_seconds = clock_seconds_since(&start);
     if (rc == ETIMEDOUT) {
         snprintf(detail, detail_len, "local lock not had within %" PRId64 " ms", env->wait_ms);
         return GUARD_TIMEOUT;

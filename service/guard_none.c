@@ -20,6 +20,7 @@ int guard_env_create(const guard_env_options *opts, guard_env **out)
     env->lock = opts->lock;
     env->wait_ms = opts->wait_ms;
     env->lease_ms = opts->lease_ms;
+    env->fixed_lease_ms = opts->fixed_lease_ms > 0 ? opts->fixed_lease_ms : 2000;
     env->db = opts->db;
     env->db_wait_ms = opts->db_wait_ms;
     env->row_lease_ms = opts->row_lease_ms;
@@ -34,14 +35,6 @@ void guard_env_destroy(guard_env *env)
         return;
     guard_local__destroy(env);
     free(env);
-}
-
-double guards__seconds_since(const struct timespec *start)
-{
-    struct timespec now;
-
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (double)(now.tv_sec - start->tv_sec) + (double)(now.tv_nsec - start->tv_nsec) / 1e9;
 }
 
 int guard_none__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,

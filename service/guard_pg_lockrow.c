@@ -32,6 +32,7 @@
 #include <sys/random.h>
 #include <time.h>
 
+#include "service/clock.h"
 #include "service/guards.h"
 #include "service/log.h"
 
@@ -40,17 +41,9 @@
  * until the next try. */
 #define LOCKROW_POLL_MS 5
 
-static void pause_ms(int64_t ms)
-{
-    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
-
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
-}
-
 static int64_t elapsed_ms(const struct timespec *start)
 {
-    return (int64_t)(guards__seconds_since(start) * 1000.0);
+    return (int64_t)(clock_seconds_since(start) * 1000.0);
 }
 
 /* A random owner token, 32 hex digits: the release deletes only the row that carries it. */
@@ -124,20 +117,20 @@ static int lockrow_enter(guard_env *env, int64_t goods_id, int64_t ttl_ms, guard
         if (rc == DB_OK)
             break;
         if (rc != DB_ERR_HELD) {
-            hold->wait_seconds = guards__seconds_since(&start);
+            hold->wait_seconds = clock_seconds_since(&start);
             return GUARD_UNAVAILABLE;
         }
         int64_t left = env->wait_ms - elapsed_ms(&start);
         if (left <= 0) {
-            hold->wait_seconds = guards__seconds_since(&start);
+            hold->wait_seconds = clock_seconds_since(&start);
             snprintf(detail, detail_len,
                      "lock row of goods %" PRId64 " not had within %" PRId64 " ms", goods_id,
                      env->wait_ms);
             return GUARD_TIMEOUT;
         }
-        pause_ms(left < LOCKROW_POLL_MS ? left : LOCKROW_POLL_MS);
+        clock_sleep_ms(left < LOCKROW_POLL_MS ? left : LOCKROW_POLL_MS);
     }
-    hold->wait_seconds = guards__seconds_since(&start);
+    hold->wait_seconds = clock_seconds_since(&start);
     /* Worth a line: the previous holder outlived its lease (or died), and may still be in
      * its section. */
     if (took_over)

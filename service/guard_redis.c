@@ -8,11 +8,12 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "service/clock.h"
 #include "service/guards.h"
 #include "service/log.h"
 
-int guard_redis__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
-                       size_t detail_len)
+int guards__redis_enter(guard_env *env, int64_t goods_id, int64_t lease_ms, bool fenced,
+                        guard_hold *hold, char *detail, size_t detail_len)
 {
     struct timespec start;
     int64_t token = 0;
@@ -25,14 +26,14 @@ int guard_redis__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char 
     }
     snprintf(hold->name, sizeof(hold->name), "lock:goods:%" PRId64, goods_id);
     clock_gettime(CLOCK_MONOTONIC, &start);
-    rc = lock_try_lock(env->lock, hold->name, env->wait_ms, env->lease_ms, &token);
+    rc = lock_try_lock(env->lock, hold->name, env->wait_ms, lease_ms, &token);
     hold->waited = true;
-    hold->wait_seconds = guards__seconds_since(&start);
+    hold->wait_seconds = clock_seconds_since(&start);
     switch (rc) {
     case LOCK_OK:
-        hold->fenced = true;
-        hold->fence = token;
-        hold->fence_source = "redis";
+        hold->fenced = fenced;
+        hold->fence = fenced ? token : 0;
+        hold->fence_source = fenced ? "redis" : NULL;
         return GUARD_OK;
     case LOCK_TIMEOUT:
         snprintf(detail, detail_len, "%s not had within %" PRId64 " ms", hold->name, env->wait_ms);
@@ -47,6 +48,12 @@ int guard_redis__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char 
     }
 }
 
+int guard_redis__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
+                       size_t detail_len)
+{
+    return guards__redis_enter(env, goods_id, env->lease_ms, true, hold, detail, detail_len);
+}
+
 int guard_redis__still_held(guard_env *env, const guard_hold *hold)
 {
     return lock_is_held(env->lock, hold->name) == LOCK_OK ? GUARD_OK : GUARD_LOST;
@@ -54,7 +61,10 @@ int guard_redis__still_held(guard_env *env, const guard_hold *hold)
 
 void guard_redis__leave(guard_env *env, guard_hold *hold)
 {
-    int rc = lock_unlock(env->lock, hold->name);
+    int rc;
+
+    guards__pause_before_release(hold);
+    rc = lock_unlock(env->lock, hold->name);
 
     /* A failed unlock leaves the key to its lease: the watchdog has stopped renewing it
      * (lock_unlock forgets the holding either way), so it expires within one lease. */

@@ -34,18 +34,19 @@ typedef struct local_stripe {
     bool held;
 } local_stripe;
 
+/* How long the polling rungs (setnx ... owner-lua) sleep between two tries. */
+#define RUNG_POLL_MS 20
+
 struct guard_env {
     lock_client *lock;
     int64_t wait_ms;
     int64_t lease_ms;
+    int64_t fixed_lease_ms;
     db_pool *db;          /* the pg-lockrow guards' connections; may be NULL */
     int64_t db_wait_ms;   /* their bound on waiting for one */
     int64_t row_lease_ms; /* pg-lockrow-ttl's row lease */
     local_stripe stripes[LOCAL_STRIPES];
 };
-
-/* Seconds elapsed on the monotonic clock since *start. */
-double guards__seconds_since(const struct timespec *start);
 
 /* still_held of a guard that cannot be lost (none, local): always GUARD_OK. */
 int guards__always_held(guard_env *env, const guard_hold *hold);
@@ -62,11 +63,50 @@ int guard_local__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char 
                        size_t detail_len);
 void guard_local__leave(guard_env *env, guard_hold *hold);
 
+/* One try of a polling rung: LOCK_OK with *acquired, or a LOCK_ERR_* code. */
+typedef int (*guards__try_fn)(guard_env *env, guard_hold *hold, bool *acquired);
+
+/* guard_poll.c: tries hold->name with try_once every RUNG_POLL_MS until it is had or
+ * env->wait_ms has passed. GUARD_OK, GUARD_TIMEOUT or GUARD_UNAVAILABLE (detail filled). */
+int guards__poll(guard_env *env, guard_hold *hold, guards__try_fn try_once, char *detail,
+                 size_t detail_len);
+
+/* guard_poll.c: sleeps hold->release_pause_ms (fault injection; 0: at once). A guard calls
+ * it right before the command that deletes its lock. */
+void guards__pause_before_release(const guard_hold *hold);
+
+/* The ladder's Redis rungs before the lock of lock/, one file each: */
+int guard_setnx__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
+                       size_t detail_len);
+void guard_setnx__leave(guard_env *env, guard_hold *hold);
+int guard_setnx_ttl__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
+                           size_t detail_len);
+void guard_setnx_ttl__leave(guard_env *env, guard_hold *hold);
+int guard_owner_get_del__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
+                               size_t detail_len);
+void guard_owner_get_del__leave(guard_env *env, guard_hold *hold);
+/* guard_owner_get_del.c: SET name token NX PX fixed lease (owner-get-del and owner-lua). */
+int guards__try_owned_set(guard_env *env, guard_hold *hold, bool *acquired);
+int guard_owner_lua__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
+                           size_t detail_len);
+void guard_owner_lua__leave(guard_env *env, guard_hold *hold);
+
+/* guard_redis.c: takes the lock of lock/ on "lock:goods:<id>" with lease_ms
+ * (LOCK_LEASE_WATCHDOG: renewed by the watchdog), handing out its fencing token when
+ * `fenced`. The redis rungs (redis, redis-nowatchdog, redis-nofence) differ only in these
+ * two arguments, and share still_held and leave. */
+int guards__redis_enter(guard_env *env, int64_t goods_id, int64_t lease_ms, bool fenced,
+                        guard_hold *hold, char *detail, size_t detail_len);
+
 /* redis (guard_redis.c): the lock of lock/ on "lock:goods:<id>", fenced. */
 int guard_redis__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
                        size_t detail_len);
 int guard_redis__still_held(guard_env *env, const guard_hold *hold);
 void guard_redis__leave(guard_env *env, guard_hold *hold);
+int guard_redis_nowatchdog__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
+                                  size_t detail_len);
+int guard_redis_nofence__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
+                               size_t detail_len);
 
 /* pg-lockrow (guard_pg_lockrow.c): a row of goods_locks, inserted to take the lock and
  * deleted to release it, each in a transaction of its own; waiters poll. The plain one has

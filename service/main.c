@@ -24,6 +24,7 @@
 #include "db/db.h"
 #include "lock/lock.h"
 #include "service/app.h"
+#include "service/clock.h"
 #include "service/config.h"
 #include "service/http.h"
 #include "service/log.h"
@@ -35,13 +36,6 @@
 /* Requests in flight get this long past the lock wait bound to finish at shutdown. */
 #define DRAIN_SLACK_MS 5000
 
-static void sleep_ms(long ms)
-{
-    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
-
-    nanosleep(&ts, NULL);
-}
-
 /* Borrows a connection, retrying while PostgreSQL is still starting. */
 static int connect_with_patience(db_pool *pool, db_conn **conn)
 {
@@ -51,7 +45,7 @@ static int connect_with_patience(db_pool *pool, db_conn **conn)
         rc = db_pool_acquire(pool, 1000, conn);
         if (rc != DB_ERR_UNAVAILABLE || waited >= DB_STARTUP_WAIT_MS)
             return rc;
-        sleep_ms(500);
+        clock_sleep_ms(500);
         waited += 500;
     }
 }

@@ -8,6 +8,16 @@
  *   local  guard_local.c  a mutex of this process: right with one replica only.
  *   redis  guard_redis.c  the Redis lock of lock/, fenced: right with any number of replicas.
  *
+ * the ladder's Redis rungs, each missing one piece of `redis` (README "The ladder"):
+ *
+ *   setnx             guard_setnx.c             no expiry: a dead holder wedges the goods.
+ *   setnx-ttl         guard_setnx_ttl.c         no owner: DEL frees another's lock.
+ *   owner-get-del     guard_owner_get_del.c     a two-command release: a gap.
+ *   owner-lua         guard_owner_lua.c         not reentrant, fixed lease.
+ *   redis-nowatchdog  guard_redis_nowatchdog.c  fixed lease: a long section has two holders.
+ *   redis-nofence     guard_redis_nofence.c     no token: a stopped process commits late.
+ *   tx-inside         (redis-nofence's guard)   left before COMMIT (mode.leaves_inside_tx).
+ *
  * and the PostgreSQL rungs, which need no guard: the database closes the race, each in its
  * own transaction shape (mode_tx):
  *
@@ -32,43 +42,98 @@
 
 /* ---- the table ----------------------------------------------------------------------- */
 
+#define GUARD(prefix) .enter = prefix##__enter, .leave = prefix##__leave
+#define NO_GUARD .enter = guard_none__enter, .leave = guard_none__leave
+
+/* clang-format off */
 static const mode mode_table[] = {
-    {"none", false, "read, check and write with no lock at all: oversells under load",
-     guard_none__enter, guards__always_held, guard_none__leave, NULL},
-    {"local", false,
-     "the same under a mutex of the process: right with one replica, oversells with several",
-     guard_local__enter, guards__always_held, guard_local__leave, NULL},
-    {"redis", true,
-     "the same under the Redis reentrant lock (owner, watchdog, bounded wait, fencing): "
-     "right with any number of replicas",
-     guard_redis__enter, guard_redis__still_held, guard_redis__leave, NULL},
-    {"pg-for-update", true,
-     "no guard: the read is SELECT ... FOR UPDATE, so PostgreSQL's row lock keeps the "
-     "read-check-write apart: right with any number of replicas",
-     guard_none__enter, guards__always_held, guard_none__leave, &rung_pg_for_update__tx},
-    {"pg-atomic", true,
-     "no guard and no read: one conditional UPDATE ... WHERE stock >= n checks and writes at "
-     "once: right with any number of replicas",
-     guard_none__enter, guards__always_held, guard_none__leave, &rung_pg_atomic__tx},
-    {"pg-advisory", true,
-     "no guard: pg_advisory_xact_lock on the goods id inside the transaction, then the same "
-     "read-check-write: right with any number of replicas",
-     guard_none__enter, guards__always_held, guard_none__leave, &rung_pg_advisory__tx},
-    {"pg-optimistic", true,
-     "no lock: read the stock and its version, write only if the version is unchanged, and "
-     "run the transaction again after a lost race (up to OPTIMISTIC_RETRIES, then 503 "
-     "conflict): right with any number of replicas",
-     guard_none__enter, guards__always_held, guard_none__leave, &rung_pg_optimistic__tx},
-    {"pg-lockrow", false,
-     "a row of goods_locks as the lock (insert to take, delete to release, waiters poll): "
-     "excludes across replicas, but a holder that dies leaves its row and the goods answers "
-     "lock_timeout for ever",
-     guard_pg_lockrow__enter, guards__always_held, guard_pg_lockrow__leave, NULL},
-    {"pg-lockrow-ttl", false,
-     "the lock row with an expiry that a taker may delete: no more wedge, but a section longer "
-     "than LOCKROW_TTL_MS lets a second holder in, with no fence to stop it: oversells",
-     guard_pg_lockrow_ttl__enter, guards__always_held, guard_pg_lockrow__leave, NULL},
+    /* The three the project exists to compare. */
+    {.name = "none", .safe = false,
+     .summary = "read, check and write with no lock at all: oversells under load",
+     NO_GUARD, .still_held = guards__always_held},
+    {.name = "local", .safe = false,
+     .summary = "the same under a mutex of the process: right with one replica, oversells "
+                "with several",
+     GUARD(guard_local), .still_held = guards__always_held},
+    {.name = "redis", .safe = true,
+     .summary = "the same under the Redis reentrant lock (owner, watchdog, bounded wait, "
+                "fencing): right with any number of replicas",
+     GUARD(guard_redis), .still_held = guard_redis__still_held},
+
+    /* The ladder's Redis rungs, in the order the course builds them: each fixes the flaw
+     * of the one before and shows the next (loadtest/ladder provokes each). */
+    {.name = "setnx", .safe = false,
+     .summary = "SETNX key, DEL key, polling: no expiry, so a holder that dies wedges the "
+                "goods for ever (503 lock_timeout until the key is deleted)",
+     GUARD(guard_setnx), .still_held = guards__always_held},
+    {.name = "setnx-ttl", .safe = false,
+     .summary = "SET key NX PX lease, DEL key: a section longer than the lease has two "
+                "holders, and the first one's DEL frees the second one's lock",
+     GUARD(guard_setnx_ttl), .still_held = guards__always_held},
+    {.name = "owner-get-del", .safe = false,
+     .summary = "an owner token, released by GET, compare, DEL: the lease can run out "
+                "between the GET and the DEL, which then frees another's lock",
+     GUARD(guard_owner_get_del), .still_held = guards__always_held},
+    {.name = "owner-lua", .safe = false,
+     .summary = "an owner token released by one Lua compare-and-delete: not reentrant (a "
+                "nested step waits for itself), and a fixed lease",
+     GUARD(guard_owner_lua), .still_held = guards__always_held},
+    {.name = "redis-nowatchdog", .safe = false,
+     .summary = "the reentrant lock with a fixed lease and no renewal, no fencing: a "
+                "section that outlasts the lease has a second holder beside it",
+     .enter = guard_redis_nowatchdog__enter, .leave = guard_redis__leave,
+     .still_held = guard_redis__still_held},
+    {.name = "redis-nofence", .safe = false,
+     .summary = "the reentrant lock with its watchdog, no fencing token: a process stopped "
+                "past its lease (a GC pause) commits after the next holder read",
+     .enter = guard_redis_nofence__enter, .leave = guard_redis__leave,
+     .still_held = guard_redis__still_held},
+
+    /* An application pitfall with a right lock. */
+    {.name = "tx-inside", .safe = false,
+     .summary = "the Redis lock (watchdog, no token) given back inside the transaction, "
+                "before COMMIT: the next holder reads the stock not yet committed",
+     .enter = guard_redis_nofence__enter, .leave = guard_redis__leave,
+     .still_held = guard_redis__still_held, .leaves_inside_tx = true},
+
+    /* PostgreSQL alone: the database closes the race, each in its transaction shape. */
+    {.name = "pg-for-update", .safe = true,
+     .summary = "no guard: the read is SELECT ... FOR UPDATE, so PostgreSQL's row lock keeps "
+                "the read-check-write apart: right with any number of replicas",
+     NO_GUARD, .still_held = guards__always_held, .tx = &rung_pg_for_update__tx},
+    {.name = "pg-optimistic", .safe = true,
+     .summary = "no lock: read the stock and its version, write only if the version is "
+                "unchanged, and run the transaction again after a lost race (up to "
+                "OPTIMISTIC_RETRIES, then 503 conflict): right with any number of replicas",
+     NO_GUARD, .still_held = guards__always_held, .tx = &rung_pg_optimistic__tx},
+    {.name = "pg-atomic", .safe = true,
+     .summary = "no guard and no read: one conditional UPDATE ... WHERE stock >= n checks and "
+                "writes at once: right with any number of replicas",
+     NO_GUARD, .still_held = guards__always_held, .tx = &rung_pg_atomic__tx},
+    {.name = "pg-advisory", .safe = true,
+     .summary = "no guard: pg_advisory_xact_lock on the goods id inside the transaction, then "
+                "the same read-check-write: right with any number of replicas",
+     NO_GUARD, .still_held = guards__always_held, .tx = &rung_pg_advisory__tx},
+
+    /* PostgreSQL as a lock service: a row whose unique key is the lock, outliving the
+     * transaction, as the Redis rungs' keys do. */
+    {.name = "pg-lockrow", .safe = false,
+     .summary = "a row of goods_locks as the lock (insert to take, delete to release, waiters "
+                "poll): excludes across replicas, but a holder that dies leaves its row and the "
+                "goods answers lock_timeout for ever",
+     .enter = guard_pg_lockrow__enter, .leave = guard_pg_lockrow__leave,
+     .still_held = guards__always_held},
+    {.name = "pg-lockrow-ttl", .safe = false,
+     .summary = "the lock row with an expiry that a taker may delete: no more wedge, but a "
+                "section longer than LOCKROW_TTL_MS lets a second holder in, with no fence to "
+                "stop it: oversells",
+     .enter = guard_pg_lockrow_ttl__enter, .leave = guard_pg_lockrow__leave,
+     .still_held = guards__always_held},
 };
+/* clang-format on */
+
+#undef GUARD
+#undef NO_GUARD
 
 const mode *modes_all(size_t *count)
 {

@@ -23,13 +23,16 @@
 typedef struct guard_env guard_env;
 
 typedef struct guard_env_options {
-    lock_client *lock;    /* the Redis lock client (redis mode); not owned */
-    int64_t wait_ms;      /* how long a request may wait for its guard (LOCK_WAIT_MS) */
-    int64_t lease_ms;     /* lease passed to lock_try_lock: LOCK_LEASE_WATCHDOG in the service */
-    db_pool *db;          /* the PostgreSQL pool, for the guards whose lock is a row (pg-lockrow);
-                             not owned; NULL: those guards answer GUARD_UNAVAILABLE */
-    int64_t db_wait_ms;   /* bound on waiting for a pooled connection (DB_WAIT_MS) */
-    int64_t row_lease_ms; /* pg-lockrow-ttl: how long a lock row lives (LOCKROW_TTL_MS) */
+    lock_client *lock;      /* the Redis lock client (redis mode); not owned */
+    int64_t wait_ms;        /* how long a request may wait for its guard (LOCK_WAIT_MS) */
+    int64_t lease_ms;       /* lease passed to lock_try_lock: LOCK_LEASE_WATCHDOG in the service */
+    int64_t fixed_lease_ms; /* the lease of the ladder's rungs that have no watchdog
+                               (LOCK_FIXED_LEASE_MS) */
+    db_pool *db;            /* the PostgreSQL pool, for the guards whose lock is a row
+                               (pg-lockrow); not owned; NULL: those guards answer
+                               GUARD_UNAVAILABLE */
+    int64_t db_wait_ms;     /* bound on waiting for a pooled connection (DB_WAIT_MS) */
+    int64_t row_lease_ms;   /* pg-lockrow-ttl: how long a lock row lives (LOCKROW_TTL_MS) */
 } guard_env_options;
 
 int guard_env_create(const guard_env_options *opts, guard_env **out);
@@ -52,10 +55,15 @@ typedef struct guard_hold {
                                  are compared only with tokens of the same source */
     bool waited;              /* the guard has a wait worth measuring (local, redis) */
     double wait_seconds;      /* how long enter took */
-    char name[64];            /* the lock's name, for the redis guard */
+    char name[64];            /* the lock's name (Redis key), for the Redis guards */
+    char token[80];           /* the owner token written as the key's value, for the rungs
+                                 whose lock is a plain string (owner-get-del, owner-lua) */
     int64_t goods_id;         /* the goods locked, for the pg-lockrow guards */
     char owner[40];           /* this holding's random token, for the pg-lockrow guards */
     void *local;              /* the stripe taken, for the local guard */
+    int64_t release_pause_ms; /* fault injection only (pause-before-release): leave sleeps
+                                 this long just before the command that deletes the lock
+                                 (for owner-get-del: between its GET and its DEL) */
 } guard_hold;
 
 /*
@@ -94,6 +102,9 @@ typedef struct mode {
     void (*leave)(guard_env *env, guard_hold *hold);
     /* The transaction's shape; NULL for the guarded read-check-write. */
     const mode_tx *tx;
+    /* The tx-inside pitfall: the guard is left inside the transaction, just before COMMIT,
+     * instead of after it. false for every other mode. */
+    bool leaves_inside_tx;
 } mode;
 
 /* The table, in the order /api/modes lists it. */

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "service/faults.h"
 #include "service/log.h"
 #include "service/request.h"
 #include "service/response.h"
@@ -52,7 +53,7 @@ static const mode *choose_mode(app *a, const http_request *req, const deduct_req
 {
     const char *name = dr->has_mode ? dr->mode : req->query(req->transport, "mode");
     const mode *m;
-    char detail[200], known[120];
+    char detail[600], known[400];
 
     if (name == NULL)
         return a->default_mode;
@@ -82,13 +83,35 @@ static void record_deduction(app *a, const mode *m, const deduct_result *res)
     }
 }
 
+/* Parses an X-Fault header into *plan; answers 400 and returns false when the replica was
+ * started without fault injection or the value names no known fault. */
+static bool fault_plan_from_header(app *a, const char *value, fault_plan *plan, http_reply *reply)
+{
+    char detail[256];
+
+    if (strcmp(a->config->faults, "on") != 0) {
+        reply_error(reply, 400, "bad_request",
+                    "X-Fault: fault injection is off on this replica (it starts with FAULTS=on)");
+        return false;
+    }
+    if (faults_parse(value, plan, detail, sizeof(detail)) != 0) {
+        reply_error(reply, 400, "bad_request", detail);
+        return false;
+    }
+    return true;
+}
+
 static void handle_deduct(app *a, const http_request *req, http_reply *reply)
 {
     deduct_request dr;
     deduct_result res;
     const char *key = req->header(req->transport, "Idempotency-Key");
+    const char *fault = req->header(req->transport, "X-Fault");
+    fault_plan plan = {0};
+    fault_run run;
+    deduct_hook hook = {faults_at, &run};
     const mode *m;
-    char detail[256];
+    char detail[256], quoted[160];
 
     if (request_parse_deduct(req->body, req->body_len, &dr, detail, sizeof(detail)) != 0) {
         reply_error(reply, 400, "bad_request", detail);
@@ -99,10 +122,17 @@ static void handle_deduct(app *a, const http_request *req, http_reply *reply)
                     "Idempotency-Key must be 1 to 128 characters of A-Za-z0-9_.:-");
         return;
     }
+    if (fault != NULL && !fault_plan_from_header(a, fault, &plan, reply))
+        return;
     m = choose_mode(a, req, &dr, reply);
     if (m == NULL)
         return;
-    if (deduct_execute(&a->core.deduct, m, dr.goods_id, dr.count, key, NULL, &res) != 0) {
+    run = (fault_run){.plan = &plan, .mode = m, .guards = a->core.guards, .goods_id = dr.goods_id};
+    if (fault != NULL)
+        log_event(LOG_WARN, "fault_requested", "mode=%s goods_id=%lld fault=%s", m->name,
+                  (long long)dr.goods_id, log_quote(quoted, sizeof(quoted), fault));
+    if (deduct_execute(&a->core.deduct, m, dr.goods_id, dr.count, key, fault != NULL ? &hook : NULL,
+                       &res) != 0) {
         reply->status = 500;
         reply->body = NULL;
         return;

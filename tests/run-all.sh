@@ -27,6 +27,7 @@ source scripts/lib/common.sh
 source scripts/lib/ports.sh
 source tests/lib/harness.sh
 source tests/integration.sh
+source tests/ladder.sh
 source tests/tsan.sh
 
 HARNESS_LOG_DIR=$build/test-logs
@@ -98,6 +99,8 @@ server_suites() {
     fi
     run_db_suite
     run_integration "$build"
+    harness__cleanup
+    run_ladder "$build"
     if [ -n "${TSAN_BUILD:-}" ]; then
         # The first stack stops before the second starts (and it__cleanup knows one only).
         harness__cleanup

@@ -88,13 +88,12 @@ static void scripted_leave(guard_env *env, guard_hold *hold)
     (void)hold;
 }
 
-static const mode scripted_mode = {"scripted",
-                                   true,
-                                   "a fixed token, a loss never noticed",
-                                   scripted_enter,
-                                   scripted_still_held,
-                                   scripted_leave,
-                                   NULL};
+static const mode scripted_mode = {.name = "scripted",
+                                   .safe = true,
+                                   .summary = "a fixed token, a loss never noticed",
+                                   .enter = scripted_enter,
+                                   .still_held = scripted_still_held,
+                                   .leave = scripted_leave};
 
 /* ---- a holder: a thread that stops at each step until told to go on ------------------- */
 
@@ -155,14 +154,17 @@ static int gate_of(deduct_point point)
     }
 }
 
-static void holder_at(void *arg, deduct_point point)
+static int holder_at(void *arg, deduct_point point, guard_hold *hold, char *why, size_t why_len)
 {
     holder *h = arg;
     int gate = gate_of(point);
     struct timespec limit = deadline_in(STEP_LIMIT_MS);
 
+    (void)hold;
+    (void)why;
+    (void)why_len;
     if (gate < 0)
-        return;
+        return GUARD_OK;
     pthread_mutex_lock(&h->mu);
     h->reached = gate + 1;
     pthread_cond_broadcast(&h->cv);
@@ -171,6 +173,7 @@ static void holder_at(void *arg, deduct_point point)
             break; /* the driver failed: go on, so that the case ends and reports */
     }
     pthread_mutex_unlock(&h->mu);
+    return GUARD_OK;
 }
 
 static void *holder_run(void *arg)

@@ -2208,6 +2208,13 @@ static const bad_request_case bad_requests[] = {
      "bad_request"},
     {"Idempotency-Key not ASCII", VALID_BODY, 0, 0, 0, "Idempotency-Key: cl\xC3\xA9", 400,
      "bad_request"},
+    /* fault injection: this stack's replicas run without it (FAULTS=off, the default), so
+     * any X-Fault is refused, a known fault as much as an unknown one */
+    {"X-Fault on a replica without fault injection", VALID_BODY, 0, 0, 0,
+     "X-Fault: crash-in-section", 400, "bad_request"},
+    {"X-Fault pause on a replica without fault injection", VALID_BODY, 0, 0, 0,
+     "X-Fault: pause-in-section=10", 400, "bad_request"},
+    {"unknown X-Fault", VALID_BODY, 0, 0, 0, "X-Fault: explode", 400, "bad_request"},
     /* the media type */
     {"Content-Type text/plain", VALID_BODY, 0, 0, "text/plain", 0, 415, "unsupported_media_type"},
     {"Content-Type form", VALID_BODY, 0, 0, "application/x-www-form-urlencoded", 0, 415,

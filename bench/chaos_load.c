@@ -1,0 +1,243 @@
+/*
+ * chaos_load.c - a load generator that remembers every request, for loadtest/chaos.
+ *
+ *   chaos-load --url http://127.0.0.1:8080 --mode redis --goods 7 [--threads 16]
+ *              [--seconds 10] [--timeout-ms 10000] --out FILE
+ *
+ * wrk measures throughput and latency percentiles, but a fault report needs to know what
+ * happened to each request and when: the first 200 after the fault, the longest answer,
+ * the requests that never got one. So each of --threads threads (one keep-alive connection
+ * each, libcurl) posts {"goods_id":G,"count":1,"mode":M} to URL/api/deduct in a loop for
+ * --seconds, and records for every request when it was sent, how long it took, its status
+ * (0: no answer within --timeout-ms, or the connection failed) and its "error" field.
+ * The records are written to --out as CSV, one line per request:
+ *
+ *   sent_ms,took_ms,status,error
+ *
+ * sent_ms counts from the start of the run (the moment written to stdout as
+ * "START <unix ms>", so that the caller can place its faults on the same time line).
+ * Memory is bounded: at most MAX_RECORDS requests per thread are recorded; more are
+ * counted as "unrecorded" in the summary line on stdout.
+ */
+#include <curl/curl.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MAX_RECORDS 200000
+#define BODY_MAX 1024
+
+typedef struct record {
+    int64_t sent_ms;
+    int32_t took_ms;
+    int16_t status;
+    char error[24];
+} record;
+
+typedef struct worker {
+    pthread_t thread;
+    const char *url;
+    const char *payload;
+    int64_t end_ms;
+    long timeout_ms;
+    record *records;
+    size_t count;
+    size_t unrecorded;
+} worker;
+
+typedef struct body_buffer {
+    char data[BODY_MAX];
+    size_t len;
+} body_buffer;
+
+static int64_t g_start_ms;
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static size_t collect(char *ptr, size_t size, size_t nmemb, void *userdata)
+{
+    body_buffer *b = userdata;
+    size_t n = size * nmemb, room = sizeof(b->data) - 1 - b->len;
+
+    memcpy(b->data + b->len, ptr, n < room ? n : room);
+    b->len += n < room ? n : room;
+    b->data[b->len] = '\0';
+    return n; /* take it all, keep what fits */
+}
+
+/* The "error" field of a flat JSON answer, or "" (a 200 has none). */
+static void error_of(const char *body, char *out, size_t len)
+{
+    const char *p = strstr(body, "\"error\":\"");
+    size_t n = 0;
+
+    out[0] = '\0';
+    if (p == NULL)
+        return;
+    p += strlen("\"error\":\"");
+    while (p[n] != '\0' && p[n] != '"' && n + 1 < len) {
+        out[n] = p[n];
+        n++;
+    }
+    out[n] = '\0';
+}
+
+static void *run(void *arg)
+{
+    worker *w = arg;
+    CURL *h = curl_easy_init();
+    struct curl_slist *headers = NULL;
+    body_buffer body;
+    char url[512];
+
+    if (h == NULL)
+        return NULL;
+    snprintf(url, sizeof(url), "%s/api/deduct", w->url);
+    headers = curl_slist_append(headers, "Content-Type: application/json");
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
+    curl_easy_setopt(h, CURLOPT_POSTFIELDS, w->payload);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, w->timeout_ms);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 2000L);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, collect);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &body);
+
+    while (now_ms() < w->end_ms) {
+        int64_t sent = now_ms();
+        long status = 0;
+        CURLcode rc;
+        body.len = 0;
+        body.data[0] = '\0';
+        rc = curl_easy_perform(h);
+        if (rc == CURLE_OK)
+            curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+        if (w->count < MAX_RECORDS) {
+            record *r = &w->records[w->count++];
+            r->sent_ms = sent - g_start_ms;
+            r->took_ms = (int32_t)(now_ms() - sent);
+            r->status = (int16_t)status;
+            if (rc != CURLE_OK)
+                snprintf(r->error, sizeof(r->error), "no_answer");
+            else
+                error_of(body.data, r->error, sizeof(r->error));
+        } else {
+            w->unrecorded++;
+        }
+        if (rc != CURLE_OK) {
+            /* A refused connection returns at once: do not spin on a replica that is down. */
+            struct timespec pause = {.tv_sec = 0, .tv_nsec = 20 * 1000000L};
+            nanosleep(&pause, NULL);
+        }
+    }
+    curl_slist_free_all(headers);
+    curl_easy_cleanup(h);
+    return NULL;
+}
+
+static void usage(void)
+{
+    fprintf(stderr, "usage: chaos-load --url URL --mode MODE --goods N [--threads N] "
+                    "[--seconds S] [--timeout-ms MS] --out FILE\n");
+    exit(2);
+}
+
+static long number(const char *text, long lo, long hi)
+{
+    char *end;
+    long v;
+
+    errno = 0;
+    v = strtol(text, &end, 10);
+    if (errno != 0 || *end != '\0' || end == text || v < lo || v > hi)
+        usage();
+    return v;
+}
+
+int main(int argc, char **argv)
+{
+    const char *url = NULL, *mode = NULL, *out_path = NULL;
+    long goods = 0, threads = 16, seconds = 10, timeout_ms = 10000;
+    char payload[256];
+    worker *workers;
+    FILE *out;
+    size_t total = 0, unrecorded = 0;
+    struct timespec wall;
+
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (strcmp(argv[i], "--url") == 0)
+            url = argv[i + 1];
+        else if (strcmp(argv[i], "--mode") == 0)
+            mode = argv[i + 1];
+        else if (strcmp(argv[i], "--goods") == 0)
+            goods = number(argv[i + 1], 1, LONG_MAX);
+        else if (strcmp(argv[i], "--threads") == 0)
+            threads = number(argv[i + 1], 1, 256);
+        else if (strcmp(argv[i], "--seconds") == 0)
+            seconds = number(argv[i + 1], 1, 3600);
+        else if (strcmp(argv[i], "--timeout-ms") == 0)
+            timeout_ms = number(argv[i + 1], 100, 600000);
+        else if (strcmp(argv[i], "--out") == 0)
+            out_path = argv[i + 1];
+        else
+            usage();
+    }
+    if (argc % 2 == 0 || url == NULL || mode == NULL || goods == 0 || out_path == NULL ||
+        strlen(mode) > 64)
+        usage();
+    snprintf(payload, sizeof(payload), "{\"goods_id\":%ld,\"count\":1,\"mode\":\"%s\"}", goods,
+             mode);
+
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    workers = calloc((size_t)threads, sizeof(*workers));
+    if (workers == NULL)
+        return 1;
+    clock_gettime(CLOCK_REALTIME, &wall);
+    g_start_ms = now_ms();
+    printf("START %" PRId64 "\n", (int64_t)wall.tv_sec * 1000 + wall.tv_nsec / 1000000);
+    fflush(stdout);
+    for (long i = 0; i < threads; i++) {
+        worker *w = &workers[i];
+        w->url = url;
+        w->payload = payload;
+        w->end_ms = g_start_ms + seconds * 1000;
+        w->timeout_ms = timeout_ms;
+        w->records = malloc(sizeof(record) * MAX_RECORDS);
+        if (w->records == NULL || pthread_create(&w->thread, NULL, run, w) != 0) {
+            fprintf(stderr, "chaos-load: cannot start thread %ld\n", i);
+            return 1;
+        }
+    }
+    out = fopen(out_path, "w");
+    for (long i = 0; i < threads; i++) {
+        worker *w = &workers[i];
+        pthread_join(w->thread, NULL);
+        for (size_t k = 0; out != NULL && k < w->count; k++)
+            fprintf(out, "%" PRId64 ",%d,%d,%s\n", w->records[k].sent_ms, w->records[k].took_ms,
+                    w->records[k].status, w->records[k].error);
+        total += w->count;
+        unrecorded += w->unrecorded;
+        free(w->records);
+    }
+    free(workers);
+    curl_global_cleanup();
+    if (out == NULL || fclose(out) != 0) {
+        fprintf(stderr, "chaos-load: cannot write %s\n", out_path);
+        return 1;
+    }
+    printf("DONE requests=%zu unrecorded=%zu\n", total, unrecorded);
+    return 0;
+}

@@ -1,0 +1,28 @@
+/*
+ * client.h - what the other files of lock/ may use of a lock_client (internal to lock/).
+ *
+ * lock.c owns the client's layout; the ladder's deliberately simpler locks (naive.c) need
+ * only a command connection and the client's process id, and get them through here.
+ */
+#ifndef LOCK_CLIENT_H
+#define LOCK_CLIENT_H
+
+#include <hiredis/hiredis.h>
+
+#include "lock/lock.h"
+#include "lock/scripts.h"
+
+/*
+ * Sends one command (argv[0..argc), NUL-terminated strings) on a pooled connection: waits
+ * one command timeout at most for the connection and one more for the answer. Returns
+ * LOCK_OK and *out (possibly an error reply: the caller decides; free it with
+ * freeReplyObject), or LOCK_ERR_BUSY / LOCK_ERR_REDIS / LOCK_ERR_NOMEM with the thread's
+ * last error set.
+ */
+int lock__client_command(lock_client *c, int argc, const char **argv, redisReply **out);
+
+/* Runs script s on a pooled connection within the same bounds; as lock__script_run. */
+int lock__client_script(lock_client *c, lock__script s, int nkeys, const char *const *keys,
+                        int nargs, const char *const *args, redisReply **out);
+
+#endif

@@ -1,0 +1,64 @@
+/*
+ * faults.h - fault injection: what the X-Fault header asks a replica to do to one deduction,
+ * and where (the named points of deduct.h). Off unless the replica was started with
+ * FAULTS=on: then, and only then, a request may carry
+ *
+ *   X-Fault: crash-in-section          the process ends (_exit) while it holds the guard,
+ *                                      after reading the stock: a crash mid-section;
+ *   X-Fault: pause-in-section=MS       sleeps MS after reading the stock: a slow section
+ *                                      (the process runs on: a watchdog keeps renewing);
+ *   X-Fault: pause-before-commit=MS    sleeps MS after the guard's last check, before COMMIT;
+ *   X-Fault: stop-before-commit=MS     stops the whole process (SIGSTOP, every thread,
+ *                                      the watchdog too) for MS at the same place: a GC-like
+ *                                      pause; a child process it forks sends the SIGCONT;
+ *   X-Fault: pause-before-release=MS   the release sleeps MS just before the command that
+ *                                      deletes the lock (owner-get-del: between GET and DEL);
+ *   X-Fault: nested                    inside the section, takes the same guard again and
+ *                                      gives it back, as a guarded helper called from the
+ *                                      section would: a lock that is not reentrant waits
+ *                                      for itself (503 lock_timeout).
+ *
+ * Several may be combined, comma-separated ("nested, pause-in-section=200"); MS is 1 to
+ * 60000. A replica without FAULTS=on answers any X-Fault with 400, and so does an unknown or
+ * malformed fault: nothing is sold. The ladder's driver (loadtest/ladder) uses these to
+ * provoke each rung's flaw at a known moment instead of waiting for it under load.
+ */
+#ifndef SERVICE_FAULTS_H
+#define SERVICE_FAULTS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "service/deduct.h"
+#include "service/modes.h"
+
+#define FAULTS_MAX_MS 60000
+/* The exit status of a process that crash-in-section ended: not one a real failure gives. */
+#define FAULTS_CRASH_STATUS 86
+
+typedef struct fault_plan {
+    bool crash_in_section;
+    int64_t pause_in_section_ms;     /* 0: none */
+    int64_t pause_before_commit_ms;  /* 0: none */
+    int64_t stop_before_commit_ms;   /* 0: none */
+    int64_t pause_before_release_ms; /* 0: none */
+    bool nested;
+} fault_plan;
+
+/* Parses an X-Fault value into *out. Returns 0, or -1 with a one-line reason in detail
+ * (unknown fault, bad MS, a fault named twice, an empty list). */
+int faults_parse(const char *value, fault_plan *out, char *detail, size_t detail_len);
+
+/* One deduction's faults: what deduct_execute's hook needs to carry them out. */
+typedef struct fault_run {
+    const fault_plan *plan;
+    const mode *mode;  /* the deduction's mode: nested takes its guard again */
+    guard_env *guards; /* the guards' environment */
+    int64_t goods_id;  /* the deduction's goods */
+} fault_run;
+
+/* A deduct_hook's `at` for a fault_run (arg): carries out the plan at each point. */
+int faults_at(void *arg, deduct_point point, guard_hold *hold, char *why, size_t why_len);
+
+#endif

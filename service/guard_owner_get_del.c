@@ -1,0 +1,42 @@
+/*
+ * guard_owner_get_del.c - rung 3, "owner-get-del": the lock's value is the holder's token;
+ * the release reads it (GET), compares it in C, then deletes (DEL): two commands.
+ *
+ * The token fixes rung 2's "DEL removes another's lock", except in the gap between the GET
+ * and the DEL: a lease that runs out there lets another holder in, and our DEL, already
+ * decided, deletes its lock. A third request then enters beside the second. Fault
+ * injection's pause-before-release puts a pause exactly in that gap.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "lock/naive.h"
+#include "service/guards.h"
+
+int guards__try_owned_set(guard_env *env, guard_hold *hold, bool *acquired)
+{
+    return naive_set_nx_px(env->lock, hold->name, hold->token, env->fixed_lease_ms, acquired);
+}
+
+int guard_owner_get_del__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
+                               size_t detail_len)
+{
+    memset(hold, 0, sizeof(*hold));
+    snprintf(hold->name, sizeof(hold->name), "lock:owner-get-del:goods:%" PRId64, goods_id);
+    if (env->lock != NULL)
+        naive_owner(env->lock, hold->token, sizeof(hold->token));
+    return guards__poll(env, hold, guards__try_owned_set, detail, detail_len);
+}
+
+void guard_owner_get_del__leave(guard_env *env, guard_hold *hold)
+{
+    char value[sizeof(hold->token)];
+    bool found = false;
+
+    if (naive_get(env->lock, hold->name, value, sizeof(value), &found) != LOCK_OK || !found ||
+        strcmp(value, hold->token) != 0)
+        return;                         /* not ours (any more): leave it */
+    guards__pause_before_release(hold); /* the gap: the lease may run out right here */
+    (void)naive_del(env->lock, hold->name);
+}

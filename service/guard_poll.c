@@ -1,0 +1,52 @@
+/*
+ * guard_poll.c - how the ladder's first rungs wait: try, sleep a fixed time, try again.
+ *
+ * This is the waiting the course starts from, before the lock of lock/ replaces it with a
+ * wake-up on release: every waiter asks Redis RUNG_POLL_MS apart whether the lock is free,
+ * so a release is noticed up to RUNG_POLL_MS late, and the waiters of all replicas keep
+ * Redis busy asking. Also home of the pause that fault injection puts before a release.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+
+#include "service/clock.h"
+#include "service/guards.h"
+
+int guards__poll(guard_env *env, guard_hold *hold, guards__try_fn try_once, char *detail,
+                 size_t detail_len)
+{
+    struct timespec start;
+    bool acquired = false;
+    int rc;
+
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    hold->waited = true;
+    if (env->lock == NULL) {
+        snprintf(detail, detail_len, "redis lock client not configured");
+        return GUARD_UNAVAILABLE;
+    }
+    for (;;) {
+        rc = try_once(env, hold, &acquired);
+        hold->wait_seconds = clock_seconds_since(&start);
+        if (rc != LOCK_OK) {
+            snprintf(detail, detail_len, "redis: %s%s%s", lock_strerror(rc),
+                     lock_last_error()[0] ? ": " : "", lock_last_error());
+            return GUARD_UNAVAILABLE;
+        }
+        if (acquired)
+            return GUARD_OK;
+        if (hold->wait_seconds * 1000.0 + RUNG_POLL_MS > (double)env->wait_ms) {
+            snprintf(detail, detail_len, "%s not had within %" PRId64 " ms", hold->name,
+                     env->wait_ms);
+            return GUARD_TIMEOUT;
+        }
+        clock_sleep_ms(RUNG_POLL_MS);
+    }
+}
+
+void guards__pause_before_release(const guard_hold *hold)
+{
+    if (hold->release_pause_ms > 0)
+        clock_sleep_ms(hold->release_pause_ms);
+}

@@ -1,0 +1,33 @@
+/*
+ * guard_setnx_ttl.c - rung 2, "setnx-ttl": SET key 1 NX PX lease to take, DEL to give back.
+ *
+ * The expiry cures rung 1's wedge: a dead holder's key expires. It brings the next flaw: a
+ * section that outlasts the lease. Then a second request takes the expired lock and reads
+ * the stock while the first is still inside (two in the section), and the first one's DEL,
+ * which checks no owner, deletes the second one's lock and lets a third in.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "lock/naive.h"
+#include "service/guards.h"
+
+static int try_set_px(guard_env *env, guard_hold *hold, bool *acquired)
+{
+    return naive_set_nx_px(env->lock, hold->name, "1", env->fixed_lease_ms, acquired);
+}
+
+int guard_setnx_ttl__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
+                           size_t detail_len)
+{
+    memset(hold, 0, sizeof(*hold));
+    snprintf(hold->name, sizeof(hold->name), "lock:setnx-ttl:goods:%" PRId64, goods_id);
+    return guards__poll(env, hold, try_set_px, detail, detail_len);
+}
+
+void guard_setnx_ttl__leave(guard_env *env, guard_hold *hold)
+{
+    guards__pause_before_release(hold);
+    (void)naive_del(env->lock, hold->name); /* whoever holds it now: the flaw */
+}

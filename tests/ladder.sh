@@ -1,0 +1,67 @@
+# tests/ladder.sh - the ladder's report as a test (sourced by tests/run-all.sh; bash).
+#
+# run_ladder BUILD_DIR runs loadtest/ladder --check against BUILD_DIR's stockd (the sanitizer
+# build under make test), on a run directory and ports of its own, and counts one case per
+# row of its table: each unsafe rung must show its flaw and each rung that fixes it must keep
+# the books exact, every time (the scenarios are timed, not left to chance). Then: the
+# replicas stopped with status 0 and their logs hold no sanitizer report. The report itself
+# is kept in the test logs (ladder/table.md).
+
+run_ladder() {
+    local build=$1 dir out base row log
+    local -a ports
+    case $build in /*) ;; *) build=$PWD/$build ;; esac
+    dir=$(mktemp -d "${TMPDIR:-/tmp}/stock-ladder.XXXXXX")
+    chmod 755 "$dir" # the postgres user must reach its data directory
+    out=$HARNESS_LOG_DIR/ladder
+    log=$HARNESS_LOG_DIR/ladder.log
+    mapfile -t ports < <(pick_free_ports 3)
+    base=$(pick_port_block 3)
+
+    check_group_begin "ladder"
+    echo "(loadtest/ladder --check: RUN_DIR=$dir, replicas :$base.., log $log)"
+    LADDER_RUN_DIR=$dir LADDER_HTTP_PORT=${ports[0]} LADDER_PG_PORT=${ports[1]} \
+        LADDER_REDIS_PORT=${ports[2]} LADDER_REPLICA_PORT_BASE=$base STOCKD=$build/stockd \
+        timeout --kill-after=10 240 loadtest/ladder --check --out "$out" >"$log" 2>&1 || true
+    if [ ! -s "$out/table.md" ]; then
+        tail -20 "$log" >&2
+        check "loadtest/ladder produced its table" false
+    else
+        check "a replica with FAULTS=on refuses an unknown fault with 400 and sells nothing" \
+            grep -q '^ladder: contract: unknown fault refused' "$log"
+        while IFS= read -r row; do
+            # | `rung` | scenario | answers | sold | taken | **oversold** | expect: yes |
+            local rung scenario
+            rung=$(echo "$row" | cut -d'|' -f2 | tr -d ' `')
+            scenario=$(echo "$row" | cut -d'|' -f3 | sed 's/^ *//; s/ *$//')
+            check "$rung, $scenario: $(echo "$row" | cut -d'|' -f8 | sed 's/^ *//; s/ *$//')" \
+                ladder__row_shown "$row"
+        done < <(grep '^| `' "$out/table.md")
+    fi
+    for n in 1 2 3; do
+        check "ladder svc-$n stopped with status 0" ladder__exit_zero "$dir" "$n"
+        check "ladder svc-$n log holds no sanitizer report" \
+            it__no_sanitizer_report "$dir/logs/svc-$n.log"
+    done
+    check_group_end
+    rm -rf "$dir"
+}
+
+ladder__row_shown() {
+    case $1 in
+    *': yes |') return 0 ;;
+    *)
+        echo "    $1" >&2
+        return 1
+        ;;
+    esac
+}
+
+ladder__exit_zero() {
+    local rc=""
+    [ -r "$1/replicas/svc-$2.exit" ] && read -r rc <"$1/replicas/svc-$2.exit"
+    [ "$rc" = 0 ] || {
+        echo "    svc-$2 exit status: ${rc:-none}" >&2
+        return 1
+    }
+}
