@@ -63,7 +63,8 @@ TEST_SUPPORT_OBJ := $(call obj,$(TEST_SUPPORT_SRC))
 PROGRAMS := $(B)/stockd $(B)/lock-bench $(B)/ceiling-bench
 TESTS := $(patsubst tests/%.c,$(B)/tests/%,$(TEST_SRC))
 # What tests/tsan.sh runs: the service, and the tests with threads of their own to race.
-TSAN_TARGETS := build/tsan/stockd build/tsan/tests/test_lock build/tsan/tests/test_stack
+TSAN_TARGETS := build/tsan/stockd build/tsan/tests/test_lock build/tsan/tests/test_redlock \
+                build/tsan/tests/test_stack
 
 .PHONY: all programs tests test test-unit test-integration test-tsan test-docker test-fresh demo ladder chaos \
         up down clean deps pkg-check

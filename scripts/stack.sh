@@ -6,9 +6,12 @@
 #   scripts/stack.sh down          stop what `up` started, by PID; keeps the database files
 #   scripts/stack.sh status        what runs, with PIDs and ports
 #   scripts/stack.sh logs [NAME]   the last LOG_LINES (50) lines of each log, or of NAME
-#                                  (svc-1, postgres, redis, nginx, access, migrate)
+#                                  (svc-1, postgres, redis, redlock-1, nginx, access, migrate)
 #   scripts/stack.sh redis-stop    stop Redis only (the tests' "dependency down" cases)
 #   scripts/stack.sh redis-start   start it again
+#   scripts/stack.sh redlock-stop N...   stop Redlock nodes N... (by PID; the ladder's
+#                                  minority-down scenario)
+#   scripts/stack.sh redlock-start N...  start them again
 #   scripts/stack.sh pg-stop       stop PostgreSQL only (fast shutdown: clients are cut off)
 #   scripts/stack.sh pg-start      start it again (the replicas reconnect by themselves)
 #   scripts/stack.sh pg-freeze     SIGSTOP PostgreSQL and its backends: a server that hangs
@@ -31,6 +34,9 @@
 #   REPLICAS           how many replicas, named svc-1..svc-N [3]
 #   PG_PORT            PostgreSQL [15432]
 #   REDIS_PORT         Redis [16379]
+#   REDLOCK_SERVERS    independent Redis servers for the redlock mode, 0 to 9 [5]; 0: the
+#                      replicas do not serve it
+#   REDLOCK_PORT_BASE  Redlock node N listens on REDLOCK_PORT_BASE+N-1 [REDIS_PORT+1]
 #   STOCKD             the service binary [<project>/build/stockd]
 #   MODE               the replicas' default mode [redis]
 #   SEED_GOODS, SEED_STOCK  goods created by the first `up` [1, 5000]
@@ -39,9 +45,9 @@
 # The service's other variables pass through to the replicas unchanged: LOCK_WAIT_MS,
 # LOCK_LEASE_MS, LOCK_MAX_HOLD_MS, ADMIN_TOKEN, BUSINESS_DELAY_MS, WORKER_THREADS, DB_POOL_SIZE,
 # REDIS_POOL_SIZE, DB_WAIT_MS, DB_REPLY_TIMEOUT_MS, REDIS_TIMEOUT_MS, CONNECTION_TIMEOUT_S,
-# OPTIMISTIC_RETRIES, LOCKROW_TTL_MS, LOG_LEVEL (see
-# `stockd --help`). DATABASE_URL, REDIS_HOST/PORT, PORT, INSTANCE and MIGRATIONS_DIR are
-# set here. A replica keeps the settings it was started with: `down` then `up` to change them
+# OPTIMISTIC_RETRIES, LOCKROW_TTL_MS, LOG_LEVEL (see `stockd --help`). DATABASE_URL,
+# REDIS_HOST/PORT, REDLOCK_NODES, PORT, INSTANCE and MIGRATIONS_DIR are set here. A replica
+# keeps the settings it was started with: `down` then `up` to change them
 # (`up` does restart a replica whose STOCKD binary was rebuilt since it started).
 #
 # Layout of RUN_DIR: pg/ (data, socket, postgres log), redis/, replicas/ (PID, exit and port
@@ -56,6 +62,7 @@ source "$here/lib/config.sh"
 source "$here/lib/ports.sh"
 source "$here/lib/pg.sh"
 source "$here/lib/redis.sh"
+source "$here/lib/redlock.sh"
 source "$here/lib/replicas.sh"
 source "$here/lib/nginx.sh"
 
@@ -116,6 +123,9 @@ cmd_up() {
     [ -x "$STOCKD" ] || die "$STOCKD not found: build it first (make)"
     pg_start
     redis_start
+    for ((n = 1; n <= REDLOCK_SERVERS; n++)); do
+        redlock_start "$n"
+    done
     replicas_migrate
     for ((n = 1; n <= REPLICAS; n++)); do
         replica_start "$n"
@@ -139,11 +149,14 @@ EOF
 # Stops in the reverse order of `up`: nginx first (no new requests), then the replicas
 # (they finish what is in flight and release their locks), then Redis and PostgreSQL.
 cmd_down() {
-    local failed=0
+    local failed=0 n
     nginx_stop || failed=1
     # shellcheck disable=SC2046 # numbers, one per line
     replicas_stop $(replicas_known) || failed=1
     redis_stop || failed=1
+    for n in $(redlock_known); do
+        redlock_stop "$n" || failed=1
+    done
     pg_stop || failed=1
     if [ $failed -ne 0 ]; then
         log "stopped, with the problems above"
@@ -156,6 +169,7 @@ cmd_status() {
     local n
     pg_status
     redis_status
+    redlock_status
     for ((n = 1; n <= REPLICAS; n++)); do
         replica_status "$n"
     done
@@ -173,10 +187,10 @@ cmd_logs() {
     '') files=("$PG_DIR/log/postgres.log" "$LOG_DIR/redis.log" "$LOG_DIR/migrate.log"
         "$LOG_DIR"/svc-*.log "$NGINX_DIR/logs/error.log") ;;
     postgres) files=("$PG_DIR/log/postgres.log") ;;
-    redis | migrate | svc-*) files=("$LOG_DIR/$name.log") ;;
+    redis | migrate | svc-* | redlock-*) files=("$LOG_DIR/$name.log") ;;
     nginx) files=("$NGINX_DIR/logs/error.log") ;;
     access) files=("$NGINX_DIR/logs/access.log") ;;
-    *) die "logs: unknown log '$name' (svc-N, postgres, redis, nginx, access, migrate)" ;;
+    *) die "logs: unknown log '$name' (svc-N, postgres, redis, redlock-N, nginx, access, migrate)" ;;
     esac
     for f in "${files[@]}"; do
         [ -r "$f" ] || continue
@@ -226,8 +240,10 @@ main() {
     [ $# -gt 0 ] && shift
     stack_config
     case $cmd in
-    up | down | redis-stop | redis-start | pg-stop | pg-start | pg-freeze | pg-thaw | \
-        replica-stop | replica-start | replica-start-extra) stack__lock "$cmd" "$@" ;;
+    up | down | redis-stop | redis-start | redlock-stop | redlock-start | pg-stop | pg-start | \
+        pg-freeze | pg-thaw | replica-stop | replica-start | replica-start-extra)
+        stack__lock "$cmd" "$@"
+        ;;
     esac
     case $cmd in
     up) cmd_up ;;
@@ -236,6 +252,16 @@ main() {
     logs) cmd_logs "$@" ;;
     redis-stop) redis_stop ;;
     redis-start) redis_start ;;
+    redlock-stop | redlock-start)
+        [ $# -gt 0 ] || die "name the Redlock nodes by number, e.g. '$cmd 1 2'"
+        for n in "$@"; do
+            [[ $n =~ ^[0-9]+$ ]] && ((n >= 1 && n <= REDLOCK_SERVERS)) ||
+                die "no Redlock node '$n' (1 to $REDLOCK_SERVERS)"
+        done
+        for n in "$@"; do
+            if [ "$cmd" = redlock-stop ]; then redlock_stop "$n"; else redlock_start "$n"; fi
+        done
+        ;;
     pg-stop) pg_stop ;;
     pg-start) pg_start ;;
     pg-freeze) pg_freeze ;;

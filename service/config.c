@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lock/redlock.h"
 #include "service/log.h"
 
 enum config__kind { CONFIG__INT, CONFIG__INT64, CONFIG__STRING };
@@ -46,6 +47,7 @@ static bool config__valid_ipv4(const char *value);
 static bool config__valid_visible(const char *value);
 static bool config__valid_log_level(const char *value);
 static bool config__valid_on_off(const char *value);
+static bool config__valid_redlock_nodes(const char *value);
 
 #define FIELD(f) offsetof(service_config, f), sizeof(((service_config *)0)->f)
 #define NUMBER(var, kind, f, def, lo, hi, help)                                                    \
@@ -115,6 +117,13 @@ static const config__setting config__settings[] = {
     {"LOG_LEVEL", CONFIG__STRING, FIELD(log_level), "info", 1, 15,
      config__valid_log_level, "one of debug, info, warn, error", false,
      "least important log lines written to stderr"},
+    {"REDLOCK_NODES", CONFIG__STRING, FIELD(redlock_nodes), "", 0, 1023,
+     config__valid_redlock_nodes, "empty, or host:port,host:port,... (1 to 9 distinct nodes)",
+     false,
+     "the independent Redis servers of the redlock mode; empty: the mode is not served"},
+    NUMBER("REDLOCK_TIMEOUT_MS", CONFIG__INT, redlock_timeout_ms, "100", 1, 10000,
+           "redlock: connect and command timeout per node (short beside the lease: a dead "
+           "node must cost little of the validity)"),
 };
 /* clang-format on */
 
@@ -154,6 +163,16 @@ static bool config__valid_visible(const char *value)
 static bool config__valid_on_off(const char *value)
 {
     return strcmp(value, "on") == 0 || strcmp(value, "off") == 0;
+}
+
+static bool config__valid_redlock_nodes(const char *value)
+{
+    redlock_node nodes[REDLOCK_MAX_NODES];
+    char err[128];
+    int n;
+
+    return value[0] == '\0' ||
+           redlock_parse_nodes(value, nodes, REDLOCK_MAX_NODES, &n, err, sizeof(err)) == 0;
 }
 
 static bool config__valid_log_level(const char *value)

@@ -38,6 +38,8 @@ typedef struct service_config {
     int connection_timeout_s;    /* CONNECTION_TIMEOUT_S: idle/slow client limit */
     char migrations_dir[512];    /* MIGRATIONS_DIR: where the NNN_*.sql files are */
     char log_level[16];          /* LOG_LEVEL: debug, info, warn, error */
+    char redlock_nodes[1024];    /* REDLOCK_NODES: "host:port,..."; "" = no redlock mode */
+    int redlock_timeout_ms;      /* REDLOCK_TIMEOUT_MS: connect and command timeout per node */
 } service_config;
 
 /* Looks up one variable; getenv() in the service, a table in the tests. */

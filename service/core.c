@@ -36,7 +36,27 @@ int core_create(const service_config *cfg, int db_pool_size, int redis_pool_size
         return -1;
     }
 
+    if (cfg->redlock_nodes[0] != '\0') {
+        redlock_node nodes[REDLOCK_MAX_NODES];
+        redlock_options rl_opts;
+        char why[128];
+
+        redlock_options_init(&rl_opts);
+        if (redlock_parse_nodes(cfg->redlock_nodes, nodes, REDLOCK_MAX_NODES, &rl_opts.n_nodes, why,
+                                sizeof(why)) != 0) {
+            snprintf(err, errlen, "REDLOCK_NODES: %s", why);
+            return -1;
+        }
+        rl_opts.nodes = nodes;
+        rl_opts.node_timeout_ms = cfg->redlock_timeout_ms;
+        if (redlock_create(&rl_opts, &out->redlock) != LOCK_OK) {
+            snprintf(err, errlen, "cannot create the Redlock clients");
+            return -1;
+        }
+    }
+
     guard_opts.lock = out->lock;
+    guard_opts.redlock = out->redlock;
     guard_opts.wait_ms = cfg->lock_wait_ms;
     /* Watchdog mode: the lease is renewed for as long as the transaction runs, however
      * long that is, and runs out within LOCK_LEASE_MS if the replica dies. */
@@ -65,6 +85,7 @@ int core_create(const service_config *cfg, int db_pool_size, int redis_pool_size
 void core_destroy(core *c)
 {
     guard_env_destroy(c->guards);
+    redlock_destroy(c->redlock);
     lock_client_destroy(c->lock);
     db_pool_destroy(c->db);
     memset(c, 0, sizeof(*c));

@@ -24,6 +24,9 @@ int guard_env_create(const guard_env_options *opts, guard_env **out)
     env->db = opts->db;
     env->db_wait_ms = opts->db_wait_ms;
     env->row_lease_ms = opts->row_lease_ms;
+    env->redlock = opts->redlock;
+    if (env->redlock != NULL)
+        env->has |= MODE_NEEDS_REDLOCK;
     guard_local__init(env);
     *out = env;
     return 0;
@@ -35,6 +38,11 @@ void guard_env_destroy(guard_env *env)
         return;
     guard_local__destroy(env);
     free(env);
+}
+
+unsigned guard_env_has(const guard_env *env)
+{
+    return env != NULL ? env->has : 0;
 }
 
 int guard_none__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,

@@ -45,6 +45,8 @@ struct guard_env {
     db_pool *db;          /* the pg-lockrow guards' connections; may be NULL */
     int64_t db_wait_ms;   /* their bound on waiting for one */
     int64_t row_lease_ms; /* pg-lockrow-ttl's row lease */
+    redlock *redlock;     /* NULL unless REDLOCK_NODES is set */
+    unsigned has;         /* MODE_NEEDS_* bits this environment can serve */
     local_stripe stripes[LOCAL_STRIPES];
 };
 
@@ -116,6 +118,12 @@ int guard_pg_lockrow__enter(guard_env *env, int64_t goods_id, guard_hold *hold, 
 int guard_pg_lockrow_ttl__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
                                 size_t detail_len);
 void guard_pg_lockrow__leave(guard_env *env, guard_hold *hold);
+/* redlock (guard_redlock.c): Redlock (lock/redlock.h) on "lock:redlock:goods:<id>" with the
+ * fixed lease; still_held checks the validity on this process's clock. */
+int guard_redlock__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
+                         size_t detail_len);
+int guard_redlock__still_held(guard_env *env, const guard_hold *hold);
+void guard_redlock__leave(guard_env *env, guard_hold *hold);
 
 /* The PostgreSQL rungs: no guard (guard_none's), a transaction shape each. */
 extern const mode_tx rung_pg_for_update__tx; /* rung_pg_for_update.c */

@@ -116,7 +116,7 @@ static int check_schema(const service_config *cfg, db_pool *pool)
 
 static metrics *create_metrics(void)
 {
-    const char *names[32]; /* the mode table's names: more than it has rows */
+    const char *names[32];
     size_t n, i;
     const mode *all = modes_all(&n);
 
@@ -155,6 +155,13 @@ static int serve(const service_config *cfg)
     if (core_create(cfg, cfg->db_pool_size, cfg->redis_pool_size, cfg->instance, &a.core, err,
                     sizeof(err)) != 0) {
         fprintf(stderr, "stockd: %s\n", err);
+        goto out;
+    }
+    if (!modes_served(a.default_mode, a.core.guards)) {
+        char missing[120];
+        fprintf(stderr, "stockd: MODE: the mode '%s' is served only with %s set\n",
+                cfg->default_mode,
+                modes_missing(a.default_mode, a.core.guards, missing, sizeof(missing)));
         goto out;
     }
     if (check_schema(cfg, a.core.db) != 0)

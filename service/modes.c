@@ -17,6 +17,8 @@
  *   redis-nowatchdog  guard_redis_nowatchdog.c  fixed lease: a long section has two holders.
  *   redis-nofence     guard_redis_nofence.c     no token: a stopped process commits late.
  *   tx-inside         (redis-nofence's guard)   left before COMMIT (mode.leaves_inside_tx).
+ *   redlock           guard_redlock.c           a quorum of 5 Redis servers, no token: served
+ *                                               only with REDLOCK_NODES (mode.needs).
  *
  * and the PostgreSQL rungs, which need no guard: the database closes the race, each in its
  * own transaction shape (mode_tx):
@@ -96,6 +98,15 @@ static const mode mode_table[] = {
      .enter = guard_redis_nofence__enter, .leave = guard_redis__leave,
      .still_held = guard_redis__still_held, .leaves_inside_tx = true},
 
+    /* Rung 8: a quorum of independent Redis servers; listed and served only by a replica
+     * started with REDLOCK_NODES. */
+    {.name = "redlock", .safe = false,
+     .summary = "Redlock: SET NX PX on a majority of 5 independent Redis servers, fixed lease, "
+                "no fencing token: survives 2 servers down, but a process stopped past its "
+                "validity commits after the next holder read",
+     GUARD(guard_redlock), .still_held = guard_redlock__still_held,
+     .needs = MODE_NEEDS_REDLOCK},
+
     /* PostgreSQL alone: the database closes the race, each in its transaction shape. */
     {.name = "pg-for-update", .safe = true,
      .summary = "no guard: the read is SELECT ... FOR UPDATE, so PostgreSQL's row lock keeps "
@@ -153,7 +164,48 @@ const mode *modes_find(const char *name)
     return NULL;
 }
 
-const char *modes_list(char *buf, size_t len)
+/* What each MODE_NEEDS_* bit stands for: the setting that gives it. */
+static const struct {
+    unsigned bit;
+    const char *setting;
+} needs_settings[] = {
+    {MODE_NEEDS_REDLOCK, "REDLOCK_NODES"},
+};
+
+const char *modes_missing(const mode *m, const guard_env *env, char *buf, size_t len)
+{
+    unsigned lacking = m != NULL ? m->needs & ~guard_env_has(env) : 0;
+    size_t used = 0;
+
+    if (len == 0)
+        return buf;
+    buf[0] = '\0';
+    for (size_t i = 0; i < sizeof(needs_settings) / sizeof(needs_settings[0]); i++) {
+        if ((lacking & needs_settings[i].bit) == 0)
+            continue;
+        int n = snprintf(buf + used, len - used, "%s%s", used > 0 ? ", " : "",
+                         needs_settings[i].setting);
+        if (n < 0 || (size_t)n >= len - used)
+            break;
+        used += (size_t)n;
+    }
+    return buf;
+}
+
+bool modes_served(const mode *m, const guard_env *env)
+{
+    return m != NULL && (m->needs & ~guard_env_has(env)) == 0;
+}
+
+const mode *modes_find_served(const guard_env *env, const char *name)
+{
+    const mode *m = modes_find(name);
+
+    return modes_served(m, env) ? m : NULL;
+}
+
+/* The names of the rows `env` serves (all rows when all_rows), comma-separated. */
+static const char *list_names(const guard_env *env, bool all_rows, char *buf, size_t len)
 {
     size_t i, used = 0;
 
@@ -161,7 +213,9 @@ const char *modes_list(char *buf, size_t len)
         return buf;
     buf[0] = '\0';
     for (i = 0; i < sizeof(mode_table) / sizeof(mode_table[0]); i++) {
-        int n = snprintf(buf + used, len - used, "%s%s", i > 0 ? ", " : "", mode_table[i].name);
+        if (!all_rows && !modes_served(&mode_table[i], env))
+            continue;
+        int n = snprintf(buf + used, len - used, "%s%s", used > 0 ? ", " : "", mode_table[i].name);
         if (n < 0 || (size_t)n >= len - used) {
             buf[used] = '\0'; /* drop the name that did not fit whole */
             break;
@@ -169,4 +223,14 @@ const char *modes_list(char *buf, size_t len)
         used += (size_t)n;
     }
     return buf;
+}
+
+const char *modes_list(char *buf, size_t len)
+{
+    return list_names(NULL, true, buf, len);
+}
+
+const char *modes_list_served(const guard_env *env, char *buf, size_t len)
+{
+    return list_names(env, false, buf, len);
 }

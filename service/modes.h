@@ -18,6 +18,7 @@
 
 #include "db/db.h"
 #include "lock/lock.h"
+#include "lock/redlock.h"
 
 /* What the guards share: built once at start-up, used by every request thread. */
 typedef struct guard_env guard_env;
@@ -33,7 +34,20 @@ typedef struct guard_env_options {
                                GUARD_UNAVAILABLE */
     int64_t db_wait_ms;     /* bound on waiting for a pooled connection (DB_WAIT_MS) */
     int64_t row_lease_ms;   /* pg-lockrow-ttl: how long a lock row lives (LOCKROW_TTL_MS) */
+    redlock *redlock;       /* the Redlock nodes (REDLOCK_NODES); NULL: not configured, and
+                               the redlock mode is not served; not owned */
 } guard_env_options;
+
+/*
+ * What a mode may need beyond the build: a backing service that a replica has only when it
+ * is configured. A row names what it needs (mode.needs, a set of these bits); the guard
+ * environment knows what it has (guard_env_create sets it from its options); a row whose
+ * needs are not all had is not served by that replica: /api/modes does not list it and a
+ * request for it answers 400 unknown_mode, exactly as if the build did not know it.
+ */
+enum {
+    MODE_NEEDS_REDLOCK = 1u << 0, /* REDLOCK_NODES */
+};
 
 int guard_env_create(const guard_env_options *opts, guard_env **out);
 void guard_env_destroy(guard_env *env);
@@ -64,6 +78,7 @@ typedef struct guard_hold {
     int64_t release_pause_ms; /* fault injection only (pause-before-release): leave sleeps
                                  this long just before the command that deletes the lock
                                  (for owner-get-del: between its GET and its DEL) */
+    int64_t valid_until_ns;   /* redlock: CLOCK_MONOTONIC time the holding is trusted until */
 } guard_hold;
 
 /*
@@ -105,6 +120,8 @@ typedef struct mode {
     /* The tx-inside pitfall: the guard is left inside the transaction, just before COMMIT,
      * instead of after it. false for every other mode. */
     bool leaves_inside_tx;
+    /* MODE_NEEDS_* bits: served only by a replica that has all of them; 0 for most. */
+    unsigned needs;
 } mode;
 
 /* The table, in the order /api/modes lists it. */
@@ -116,5 +133,21 @@ const mode *modes_find(const char *name);
 /* Writes the table's names as "none, local, redis" into buf (truncated to fit); returns
  * buf. For messages that list the known modes. */
 const char *modes_list(char *buf, size_t len);
+
+/* The MODE_NEEDS_* bits the environment has. */
+unsigned guard_env_has(const guard_env *env);
+
+/* Whether a replica with this environment serves mode m (its needs are all had). */
+bool modes_served(const mode *m, const guard_env *env);
+
+/* modes_find, but NULL for a row this environment does not serve. */
+const mode *modes_find_served(const guard_env *env, const char *name);
+
+/* Names the settings m needs that env lacks ("REDLOCK_NODES"), comma-separated, into buf;
+ * "" when it lacks none. Returns buf. */
+const char *modes_missing(const mode *m, const guard_env *env, char *buf, size_t len);
+
+/* modes_list of the rows this environment serves. */
+const char *modes_list_served(const guard_env *env, char *buf, size_t len);
 
 #endif

@@ -57,11 +57,12 @@ static const mode *choose_mode(app *a, const http_request *req, const deduct_req
 
     if (name == NULL)
         return a->default_mode;
-    m = modes_find(name);
+    /* A row this replica does not serve (mode.needs) is unknown here, as if not built. */
+    m = modes_find_served(a->core.guards, name);
     if (m == NULL) {
         char quoted[80];
         snprintf(detail, sizeof(detail), "unknown mode '%.40s'; known modes: %s", name,
-                 modes_list(known, sizeof(known)));
+                 modes_list_served(a->core.guards, known, sizeof(known)));
         reply_error(reply, 400, "unknown_mode", detail);
         log_event(LOG_DEBUG, "unknown_mode", "mode=%s", log_quote(quoted, sizeof(quoted), name));
     }
@@ -241,19 +242,20 @@ static void handle_reset(app *a, const http_request *req, http_reply *reply)
 
 static void handle_modes(app *a, const http_request *req, http_reply *reply)
 {
-    response_mode listed[16];
-    size_t n, i;
+    response_mode listed[32];
+    size_t n, i, k = 0;
     const mode *all = modes_all(&n);
 
     (void)req;
-    if (n > sizeof(listed) / sizeof(listed[0]))
-        n = sizeof(listed) / sizeof(listed[0]);
-    for (i = 0; i < n; i++) {
-        listed[i].name = all[i].name;
-        listed[i].safe = all[i].safe;
-        listed[i].summary = all[i].summary;
+    for (i = 0; i < n && k < sizeof(listed) / sizeof(listed[0]); i++) {
+        if (!modes_served(&all[i], a->core.guards))
+            continue;
+        listed[k].name = all[i].name;
+        listed[k].safe = all[i].safe;
+        listed[k].summary = all[i].summary;
+        k++;
     }
-    reply_json(reply, 200, response_modes(a->default_mode->name, listed, n));
+    reply_json(reply, 200, response_modes(a->default_mode->name, listed, k));
 }
 
 static void handle_healthz(app *a, const http_request *req, http_reply *reply)

@@ -94,6 +94,34 @@ it__413() {
     rm -f "$big"
 }
 
+# it__redlock URL served|unserved: the redlock row is listed by URL's /api/modes and sells one
+# unit of a fresh goods (served), or is neither listed nor served: 400 unknown_mode, the
+# stock untouched (unserved: a replica started without REDLOCK_NODES).
+it__redlock() {
+    local url=$1 want=$2 goods=990001 modes status body
+    curl -s -m 10 -o /dev/null -X POST -H "Authorization: Bearer $ADMIN_TOKEN" \
+        -H 'Content-Type: application/json' --data "{\"goods_id\":$goods,\"stock\":10}" \
+        "http://127.0.0.1:$HTTP_PORT/api/admin/reset" || return 1
+    modes=$(curl -s -m 10 "$url/api/modes") || return 1
+    body=$(mktemp)
+    status=$(curl -s -m 10 -o "$body" -w '%{http_code}' -X POST -H 'Content-Type: application/json' \
+        --data "{\"goods_id\":$goods,\"count\":1,\"mode\":\"redlock\"}" "$url/api/deduct")
+    local stock
+    stock=$(curl -s -m 10 "http://127.0.0.1:$HTTP_PORT/api/stock/$goods" |
+        sed -n 's/.*"stock":\([0-9]*\).*/\1/p')
+    if [ "$want" = served ]; then
+        [[ $modes == *'"redlock"'* ]] && [ "$status" = 200 ] && [ "$stock" = 9 ]
+    else
+        [[ $modes != *'"redlock"'* ]] && [ "$status" = 400 ] &&
+            grep -q '"unknown_mode"' "$body" && [ "$stock" = 10 ]
+    fi || {
+        echo "    $url: modes ${modes:0:80}...; deduct $status $(cat "$body"); stock $stock" >&2
+        rm -f "$body"
+        return 1
+    }
+    rm -f "$body"
+}
+
 it__502() {
     it__expect_json POST 502 unavailable -H 'Content-Type: application/json' \
         --data '{"goods_id":1,"count":1}'
@@ -147,6 +175,8 @@ run_integration() {
     mapfile -t ports < <(pick_free_ports 3)
     HTTP_PORT=${ports[0]} PG_PORT=${ports[1]} REDIS_PORT=${ports[2]}
     REPLICA_PORT_BASE=$(pick_port_block $IT_REPLICAS)
+    REDLOCK_SERVERS=5 # the redlock mode's servers, so the stack runs as `make up` does
+    REDLOCK_PORT_BASE=$(pick_port_block $REDLOCK_SERVERS)
     REPLICAS=$IT_REPLICAS
     STOCKD=$build/stockd
     ADMIN_TOKEN=it-$RANDOM$RANDOM$RANDOM
@@ -154,9 +184,9 @@ run_integration() {
     DB_REPLY_TIMEOUT_MS=$IT_DB_REPLY_TIMEOUT_MS
     MODE=redis
     export RUN_DIR HTTP_PORT PG_PORT REDIS_PORT REPLICA_PORT_BASE REPLICAS STOCKD ADMIN_TOKEN \
-        LOCK_WAIT_MS DB_REPLY_TIMEOUT_MS MODE
+        LOCK_WAIT_MS DB_REPLY_TIMEOUT_MS MODE REDLOCK_SERVERS REDLOCK_PORT_BASE
     unset BUSINESS_DELAY_MS LOCK_LEASE_MS LOCK_FIXED_LEASE_MS FAULTS WORKER_THREADS DB_POOL_SIZE REDIS_POOL_SIZE \
-        DB_WAIT_MS REDIS_TIMEOUT_MS CONNECTION_TIMEOUT_S DATABASE_URL
+        DB_WAIT_MS REDIS_TIMEOUT_MS CONNECTION_TIMEOUT_S DATABASE_URL REDLOCK_TIMEOUT_MS
     for ((n = 0; n < REPLICAS; n++)); do
         urls+="${urls:+,}http://127.0.0.1:$((REPLICA_PORT_BASE + n))"
     done
@@ -174,11 +204,12 @@ run_integration() {
     fi
 
     # The slow replica, beside the others. Should it not start, its cases fail (the suite is
-    # told no SLOW_REPLICA_URL) and this says why.
+    # told no SLOW_REPLICA_URL) and this says why. It is also the replica without
+    # REDLOCK_NODES (REDLOCK_SERVERS=0 gives it none), for the redlock-mode checks.
     local slow_port slow_url="" all_replicas
     slow_port=$(pick_free_ports 1)
-    if BUSINESS_DELAY_MS=$IT_SLOW_DELAY_MS LOCK_LEASE_MS=$IT_SLOW_LEASE_MS scripts/stack.sh \
-        replica-start-extra "$IT_SLOW_REPLICA" "$slow_port" 2>&1 | tee -a "$up_log"; then
+    if BUSINESS_DELAY_MS=$IT_SLOW_DELAY_MS LOCK_LEASE_MS=$IT_SLOW_LEASE_MS REDLOCK_SERVERS=0 \
+        scripts/stack.sh replica-start-extra "$IT_SLOW_REPLICA" "$slow_port" 2>&1 | tee -a "$up_log"; then
         slow_url=http://127.0.0.1:$slow_port
     else
         suite_broken "slow-replica$sx" "scripts/stack.sh replica-start-extra failed (see $up_log)"
@@ -207,6 +238,15 @@ run_integration() {
         SLOW_REPLICA_DELAY_MS=$IT_SLOW_DELAY_MS SLOW_REPLICA_LEASE_MS=$IT_SLOW_LEASE_MS \
         DELAYED_REPLICA_URLS=$delayed_urls DELAYED_REPLICA_DELAY_MS=$IT_DELAYED_DELAY_MS \
         run_suite "test_stack$sx${pattern:+:$pattern}" 480 "$build/tests/test_stack" ${pattern:+"$pattern"}
+
+    check_group_begin "redlock-mode$sx"
+    check "svc-1, started with REDLOCK_NODES, lists redlock and sells with it" \
+        it__redlock "http://127.0.0.1:$REPLICA_PORT_BASE" served
+    if [ -n "$slow_url" ]; then
+        check "svc-$IT_SLOW_REPLICA, without REDLOCK_NODES, neither lists nor serves redlock (400)" \
+            it__redlock "$slow_url" unserved
+    fi
+    check_group_end
 
     # The live page in a real browser, once (not again in the ThreadSanitizer pass).
     if [ -z "$sx" ]; then

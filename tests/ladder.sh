@@ -8,7 +8,7 @@
 # is kept in the test logs (ladder/table.md).
 
 run_ladder() {
-    local build=$1 dir out base row log
+    local build=$1 dir out base rlbase row log
     local -a ports
     case $build in /*) ;; *) build=$PWD/$build ;; esac
     dir=$(mktemp -d "${TMPDIR:-/tmp}/stock-ladder.XXXXXX")
@@ -17,11 +17,13 @@ run_ladder() {
     log=$HARNESS_LOG_DIR/ladder.log
     mapfile -t ports < <(pick_free_ports 3)
     base=$(pick_port_block 3)
+    rlbase=$(pick_port_block 5) # the 5 Redlock nodes
 
     check_group_begin "ladder"
     echo "(loadtest/ladder --check: RUN_DIR=$dir, replicas :$base.., log $log)"
     LADDER_RUN_DIR=$dir LADDER_HTTP_PORT=${ports[0]} LADDER_PG_PORT=${ports[1]} \
-        LADDER_REDIS_PORT=${ports[2]} LADDER_REPLICA_PORT_BASE=$base STOCKD=$build/stockd \
+        LADDER_REDIS_PORT=${ports[2]} LADDER_REPLICA_PORT_BASE=$base \
+        LADDER_REDLOCK_PORT_BASE=$rlbase STOCKD=$build/stockd \
         timeout --kill-after=10 240 loadtest/ladder --check --out "$out" >"$log" 2>&1 || true
     if [ ! -s "$out/table.md" ]; then
         tail -20 "$log" >&2

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # run-all.sh BUILD_DIR - every test, against real servers, as `make test` runs it:
 #   1. the pure unit tests (tests/run-unit.sh's suites);
-#   2. test_lock, which starts a redis-server of its own;
+#   2. test_lock, which starts a redis-server of its own, and test_redlock, five of them;
 #   3. test_db and test_deduct (two lock holders in every interleaving), against a
 #      throwaway PostgreSQL started here on a free port in a temporary directory
 #      (TEST_DATABASE_URL names its superuser: the tests create databases);
@@ -96,6 +96,11 @@ server_suites() {
         run_suite test_lock 180 "$build/tests/test_lock"
     else
         suite_broken test_lock "$build/tests/test_lock missing"
+    fi
+    if [ -x "$build/tests/test_redlock" ]; then
+        run_suite test_redlock 120 "$build/tests/test_redlock"
+    else
+        suite_broken test_redlock "$build/tests/test_redlock missing"
     fi
     run_db_suite
     run_integration "$build"

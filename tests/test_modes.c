@@ -238,6 +238,57 @@ static void test_redis_guard_without_client_is_unavailable(void **state)
     assert_true(strlen(detail) > 0);
 }
 
+/* A row that needs a backing service (mode.needs) is served only where the guard
+ * environment has it: without REDLOCK_NODES, redlock is neither found nor listed. */
+static void test_needs_filter_the_served_rows(void **state)
+{
+    guard_env_options opts = {.wait_ms = 100, .lease_ms = LOCK_LEASE_WATCHDOG};
+    redlock_node node = {"127.0.0.1", 1}; /* never contacted: clients connect lazily */
+    redlock_options ro;
+    redlock *rl = NULL;
+    guard_env *without = NULL, *with = NULL;
+    char list[1024];
+    size_t n = 0;
+    const mode *all = modes_all(&n);
+
+    (void)state;
+    assert_non_null(modes_find("redlock"));
+    assert_int_equal(modes_find("redlock")->needs, MODE_NEEDS_REDLOCK);
+    assert_false(modes_find("redlock")->safe);
+
+    assert_int_equal(guard_env_create(&opts, &without), 0);
+    assert_int_equal(guard_env_has(without), 0);
+    assert_null(modes_find_served(without, "redlock"));
+    assert_non_null(modes_find_served(without, "redis"));
+    assert_null(strstr(modes_list_served(without, list, sizeof(list)), "redlock"));
+    assert_true(strncmp(list, "none, local, redis, ", 20) == 0);
+    assert_string_equal(modes_missing(modes_find("redlock"), without, list, sizeof(list)),
+                        "REDLOCK_NODES");
+    assert_string_equal(modes_missing(modes_find("redis"), without, list, sizeof(list)), "");
+
+    redlock_options_init(&ro);
+    ro.nodes = &node;
+    ro.n_nodes = 1;
+    assert_int_equal(redlock_create(&ro, &rl), LOCK_OK);
+    opts.redlock = rl;
+    assert_int_equal(guard_env_create(&opts, &with), 0);
+    assert_int_equal(guard_env_has(with), MODE_NEEDS_REDLOCK);
+    assert_ptr_equal(modes_find_served(with, "redlock"), modes_find("redlock"));
+    assert_non_null(strstr(modes_list_served(with, list, sizeof(list)), "redlock"));
+    assert_string_equal(modes_missing(modes_find("redlock"), with, list, sizeof(list)), "");
+
+    /* Every row without needs is served by both. */
+    for (size_t i = 0; i < n; i++) {
+        if (all[i].needs == 0) {
+            assert_true(modes_served(&all[i], without));
+            assert_true(modes_served(&all[i], with));
+        }
+    }
+    guard_env_destroy(with);
+    guard_env_destroy(without);
+    redlock_destroy(rl);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -247,6 +298,7 @@ int main(void)
         cmocka_unit_test(test_optimistic_and_lockrow_rows),
         cmocka_unit_test(test_find),
         cmocka_unit_test(test_list_names_every_mode),
+        cmocka_unit_test(test_needs_filter_the_served_rows),
         cmocka_unit_test_setup_teardown(test_none_guard_always_enters, env_setup, env_teardown),
         cmocka_unit_test_setup_teardown(test_local_guard_excludes_and_times_out, env_setup,
                                         env_teardown),

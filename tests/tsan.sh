@@ -7,7 +7,8 @@
 # (waiters, the watchdog that renews leases, the subscriber that wakes waiters on a release)
 # and a replica's (one thread per HTTP connection, sharing the pools, the lock client, the
 # local guard and the metrics). It sees only what runs, so it runs what is most concurrent:
-#   1. test_lock, every case, on the TSan build of lock/;
+#   1. test_lock, every case, on the TSan build of lock/, and test_redlock (8 threads sharing
+#      one redlock over five servers);
 #   2. the whole stack (tests/integration.sh) with TSan builds of stockd as its replicas, and
 #      test_stack (TSan build too) against it: its load cases (64 clients through nginx, and
 #      on one replica), the same Idempotency-Key 20 times at once, the lock_lost cases (the
@@ -40,6 +41,11 @@ run_tsan() {
     # second_deadlock_stack: both stacks of a lock-order inversion. The replicas inherit it.
     export TSAN_OPTIONS="halt_on_error=0 exitcode=66 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp"
     run_suite test_lock-tsan 600 "$build/tests/test_lock"
+    if [ -x "$build/tests/test_redlock" ]; then
+        run_suite test_redlock-tsan 120 "$build/tests/test_redlock"
+    else
+        suite_broken test_redlock-tsan "$build/tests/test_redlock missing"
+    fi
     run_integration "$build" -tsan "$TSAN_CASES"
 }
 

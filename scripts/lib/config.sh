@@ -26,16 +26,22 @@ stack_config() {
     REPLICAS=${REPLICAS:-3}
     PG_PORT=${PG_PORT:-15432}
     REDIS_PORT=${REDIS_PORT:-16379}
+    # The redlock mode's independent Redis servers: how many (0: none, and no redlock mode)
+    # and the first one's port (node N listens on REDLOCK_PORT_BASE+N-1).
+    REDLOCK_SERVERS=${REDLOCK_SERVERS:-5}
+    REDLOCK_PORT_BASE=${REDLOCK_PORT_BASE:-$((REDIS_PORT + 1))}
     STOCKD=${STOCKD:-$STACK_ROOT/build/stockd}
     MODE=${MODE:-redis}
     SEED_GOODS=${SEED_GOODS:-1}
     SEED_STOCK=${SEED_STOCK:-5000}
 
     local v
-    for v in HTTP_PORT REPLICA_PORT_BASE REPLICAS PG_PORT REDIS_PORT SEED_GOODS SEED_STOCK; do
+    for v in HTTP_PORT REPLICA_PORT_BASE REPLICAS PG_PORT REDIS_PORT REDLOCK_SERVERS \
+        REDLOCK_PORT_BASE SEED_GOODS SEED_STOCK; do
         [[ ${!v} =~ ^[0-9]+$ ]] || die "$v must be a number, got '${!v}'"
     done
     ((REPLICAS >= 1 && REPLICAS <= 32)) || die "REPLICAS must be from 1 to 32, got $REPLICAS"
+    ((REDLOCK_SERVERS <= 9)) || die "REDLOCK_SERVERS must be from 0 to 9, got $REDLOCK_SERVERS"
     case $STOCKD in
     /*) ;;
     *) STOCKD=$PWD/$STOCKD ;;
@@ -52,6 +58,12 @@ stack_config() {
     DATABASE_URL="host=127.0.0.1 port=$PG_PORT dbname=stock user=stock connect_timeout=5"
     export DATABASE_URL MODE
     export REDIS_HOST=127.0.0.1 REDIS_PORT
+    # The replicas serve the redlock mode only when given its nodes.
+    REDLOCK_NODES=""
+    for ((v = 0; v < REDLOCK_SERVERS; v++)); do
+        REDLOCK_NODES+="${REDLOCK_NODES:+,}127.0.0.1:$((REDLOCK_PORT_BASE + v))"
+    done
+    export REDLOCK_NODES
     export MIGRATIONS_DIR=${MIGRATIONS_DIR:-$STACK_ROOT/migrations}
 }
 

@@ -182,7 +182,7 @@ run_unit_suites() {
         if [ ! -f "$bin" ] || [ ! -x "$bin" ]; then continue; fi
         name=${bin##*/}
         case $name in
-        test_lock | test_db | test_deduct | test_stack) continue ;;
+        test_lock | test_redlock | test_db | test_deduct | test_stack) continue ;;
         esac
         found=1
         run_suite "$name" 120 "$bin"
