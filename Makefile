@@ -4,6 +4,7 @@
 #   make test       install what is missing, build with sanitizers, run every test
 #   make test-tsan  the lock's tests and the stack under ThreadSanitizer (make test runs it too)
 #   make demo       install what is missing, bring the local stack up, run the load report
+#                   (WITH_ETCD=1 make demo: with etcd too, and the report's etcd row)
 #   make ladder     each lock design's flaw provoked on a stack of its own (loadtest/ladder)
 #   make chaos      every fault against the safe modes under load, on a stack of its own
 #   make up / down  start / stop the native local stack (PostgreSQL, Redis, 3 replicas, nginx)
@@ -30,7 +31,9 @@ PKG_OK := $(shell pkg-config --exists $(PKGS) 2>/dev/null && echo yes)
 CFLAGS := -std=gnu11 -O2 -g $(WARN) -D_GNU_SOURCE -I. -MMD -MP \
           $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 LDLIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lpthread -lm
-TEST_LDLIBS := -lcmocka -lcurl
+# The etcd lock (lock/etcd/) speaks etcd's JSON gateway over libcurl.
+LDLIBS += -lcurl
+TEST_LDLIBS := -lcmocka
 
 ifeq ($(SAN),1)
 CFLAGS += -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
@@ -47,7 +50,7 @@ CFLAGS += -O1 -fsanitize=thread -fno-omit-frame-pointer
 LDFLAGS += -fsanitize=thread
 endif
 
-LOCK_SRC := $(wildcard lock/*.c)
+LOCK_SRC := $(wildcard lock/*.c lock/etcd/*.c)
 DB_SRC := $(wildcard db/*.c)
 SERVICE_SRC := $(filter-out service/main.c,$(wildcard service/*.c))
 TEST_SRC := $(wildcard tests/test_*.c)
@@ -64,6 +67,8 @@ PROGRAMS := $(B)/stockd $(B)/lock-bench $(B)/ceiling-bench
 TESTS := $(patsubst tests/%.c,$(B)/tests/%,$(TEST_SRC))
 # What tests/tsan.sh runs: the service, and the tests with threads of their own to race.
 TSAN_TARGETS := build/tsan/stockd build/tsan/tests/test_lock build/tsan/tests/test_redlock \
+                build/tsan/tests/test_etcd \
+                build/tsan/tests/test_sentinel \
                 build/tsan/tests/test_stack
 
 .PHONY: all programs tests test test-unit test-integration test-tsan test-docker test-fresh demo ladder chaos \
@@ -111,7 +116,7 @@ endif
 # The tests build three times: the release build (so -O2 warnings are errors too), the
 # sanitizer build they run, and the ThreadSanitizer build of what tests/tsan.sh runs.
 test: deps
-	@scripts/deps.sh ensure browser
+	@scripts/deps.sh ensure browser etcd
 	$(MAKE) all
 	$(MAKE) B=build/san SAN=1 programs tests
 	$(MAKE) B=build/tsan TSAN=1 $(TSAN_TARGETS)
@@ -139,7 +144,11 @@ test-fresh:
 
 # Not `demo: deps all`: `all` would build with the flags this make computed before `deps`
 # ran (and, under -j, while it runs).
+# The etcd group only with WITH_ETCD=1: the stack runs etcd then (scripts/stack.sh).
+ETCD_DEPS := $(if $(filter 1,$(WITH_ETCD)),scripts/deps.sh ensure etcd,@true)
+
 demo: deps
+	$(ETCD_DEPS)
 	$(MAKE) all
 	scripts/stack.sh up
 	loadtest/run
@@ -156,6 +165,7 @@ chaos: deps
 	loadtest/chaos
 
 up: deps
+	$(ETCD_DEPS)
 	$(MAKE) all
 	scripts/stack.sh up
 

@@ -168,9 +168,11 @@ static int parse_args(int argc, char **argv, bench_options *opts, service_config
     return 0;
 }
 
-/* Splits opts->modes and looks each name up in the service's table. Returns the count, or
- * -1 (message printed) for an unknown name or too many. */
-static int resolve_modes(const bench_options *opts, const mode **out, int max)
+/* Splits opts->modes and looks each name up among the modes `guards` offers (NULL: the
+ * service's whole table). Returns the count, or -1 (message printed) for an unknown or not
+ * offered name, or too many. */
+static int resolve_modes(const bench_options *opts, const guard_env *guards, const mode **out,
+                         int max)
 {
     char list[sizeof(opts->modes)];
     char *save = NULL, *name;
@@ -178,9 +180,13 @@ static int resolve_modes(const bench_options *opts, const mode **out, int max)
 
     memcpy(list, opts->modes, sizeof(list));
     for (name = strtok_r(list, ",", &save); name != NULL; name = strtok_r(NULL, ",", &save)) {
-        const mode *m = modes_find(name);
+        const mode *m = guards != NULL ? modes_find_served(guards, name) : modes_find(name);
         if (m == NULL) {
-            fprintf(stderr, "ceiling-bench: unknown mode '%s'\n", name);
+            char missing[120] = "";
+            if (guards != NULL && modes_find(name) != NULL)
+                modes_missing(modes_find(name), guards, missing, sizeof(missing));
+            fprintf(stderr, "ceiling-bench: unknown mode '%s'%s%s\n", name,
+                    missing[0] != '\0' ? " here: it is served only with " : "", missing);
             return -1;
         }
         if (n == max) {
@@ -296,7 +302,7 @@ int main(int argc, char **argv)
         usage(stdout);
         return 0;
     }
-    n = resolve_modes(&opts, modes, MAX_MODES);
+    n = resolve_modes(&opts, NULL, modes, MAX_MODES);
     if (n < 0)
         return 2;
 
@@ -305,6 +311,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "ceiling-bench: %s\n", err);
         goto out;
     }
+    /* Again, against what this configuration offers (etcd needs ETCD_ENDPOINT). */
+    if (resolve_modes(&opts, env.guards, modes, MAX_MODES) < 0)
+        goto out;
     status = 0;
     for (i = 0; i < n; i++) {
         rc = measure_mode(&env, modes[i], &opts);

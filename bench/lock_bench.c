@@ -2,6 +2,7 @@
  * lock_bench.c - what the Redis lock costs, in figures (a program that prints, not a test).
  *
  *   build/lock-bench --port 6399 [--host 127.0.0.1] [--seconds 3] [--threads 16] [--clients 3]
+ *                    [--sync-replicas 0]
  *   bench/lock-bench.sh [same options but --port]   (starts a throwaway redis-server)
  *
  * 1. Uncontended, one thread: lock+unlock pairs per second on one key, next to the PING rate
@@ -45,7 +46,8 @@ typedef struct bench_opts {
     int port;
     int seconds;
     int threads;
-    int clients; /* lock_clients the contended threads are spread over, second run */
+    int clients;       /* lock_clients the contended threads are spread over, second run */
+    int sync_replicas; /* --sync-replicas: lock_options.sync_replicas */
 } bench_opts;
 
 /* A growable array of durations in ns, owned by one thread. */
@@ -132,6 +134,7 @@ static int parse_args(int argc, char **argv, bench_opts *o)
     o->seconds = 3;
     o->threads = 16;
     o->clients = 3;
+    o->sync_replicas = 0;
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
 
@@ -145,12 +148,15 @@ static int parse_args(int argc, char **argv, bench_opts *o)
             o->threads = atoi(v);
         else if (v != NULL && strcmp(argv[i], "--clients") == 0)
             o->clients = atoi(v);
+        else if (v != NULL && strcmp(argv[i], "--sync-replicas") == 0)
+            o->sync_replicas = atoi(v);
         else
             return -1;
         i++;
     }
     if (o->port < 1 || o->port > 65535 || o->seconds < 1 || o->threads < 2 ||
-        o->threads > MAX_THREADS || o->clients < 1 || o->clients > o->threads)
+        o->threads > MAX_THREADS || o->clients < 1 || o->clients > o->threads ||
+        o->sync_replicas < 0)
         return -1;
     return 0;
 }
@@ -351,7 +357,7 @@ int main(int argc, char **argv)
 
     if (parse_args(argc, argv, &o) != 0) {
         fprintf(stderr, "usage: lock-bench --port PORT [--host HOST] [--seconds S (3)] "
-                        "[--threads N (16)] [--clients K (3)]\n");
+                        "[--threads N (16)] [--clients K (3)] [--sync-replicas N (0)]\n");
         return 2;
     }
     /* hiredis writes with write(2): a closed connection must give EPIPE, not kill us. */
@@ -360,13 +366,14 @@ int main(int argc, char **argv)
     lo.redis_host = o.host;
     lo.redis_port = o.port;
     lo.pool_size = o.threads;
+    lo.sync_replicas = o.sync_replicas; /* LOCK_SYNC_REPLICAS: WAIT after each acquisition */
     for (; created < o.clients; created++) {
         if (lock_client_create(&lo, &c[created]) != LOCK_OK) {
             fprintf(stderr, "lock-bench: cannot create the lock clients\n");
             goto out;
         }
     }
-    printf("lock-bench: redis %s:%d\n", o.host, o.port);
+    printf("lock-bench: redis %s:%d, sync replicas %d\n", o.host, o.port, o.sync_replicas);
     if (run_uncontended(c[0], &o) != 0 || run_contended(c, 1, &o) != 0)
         goto out;
     if (o.clients > 1 && run_contended(c, o.clients, &o) != 0)

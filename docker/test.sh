@@ -257,8 +257,8 @@ main() {
     # Every variable the file uses has its default in docker/.env.
     ! grep -i 'variable is not set' <<<"$out" >&2 || fail "docker/.env lacks a variable"
     local services
-    services=$(compose --profile load --profile tools config --services | sort | tr '\n' ' ')
-    [ "$services" = "loadtest migrate nginx postgres psql redis seed svc-1 svc-2 svc-3 " ] ||
+    services=$(compose --profile load --profile tools --profile etcd --profile ha config --services | sort | tr '\n' ' ')
+    [ "$services" = "etcd loadtest migrate nginx postgres psql redis redis-replica seed sentinel-1 sentinel-2 sentinel-3 svc-1 svc-2 svc-3 " ] ||
         fail "unexpected services: $services"
     info "valid; services: $services"
     # Published: nginx only, on loopback. docker-compose 1.29 prints the short form
@@ -317,6 +317,11 @@ main() {
     r=$(http POST /api/admin/reset -H 'Content-Type: application/json' -d '{"goods_id":1,"stock":1}')
     [ "${r%% *}" = 401 ] || fail "a reset without the admin token answered: $r"
     info "seeded goods 1 ($(json_field "$r" error) without the token, as it should)"
+    # The default stack runs no etcd (profile "etcd"), so its replicas do not offer that mode.
+    r=$(http GET /api/modes)
+    [ "${r%% *}" = 200 ] && [[ $r == *'"name":"redis"'* ]] && [[ $r != *'"name":"etcd"'* ]] ||
+        fail "GET /api/modes of the stack without etcd: $r"
+    info "GET /api/modes lists no etcd mode: the stack runs no etcd"
 
     step "5. load through nginx: loadtest service, redis mode, $BUDGET requests, stock $STOCK"
     # --no-deps: the stack is up (without it, compose would run migrate again, a no-op).

@@ -8,6 +8,54 @@
 
 #include <poll.h>
 #include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+int lock__conn_address_init(lock__conn_address *a, const char *host, int port)
+{
+    if (strlen(host) >= sizeof(a->host))
+        return LOCK_ERR_INVALID;
+    if (pthread_mutex_init(&a->mu, NULL) != 0)
+        return LOCK_ERR_NOMEM;
+    snprintf(a->host, sizeof(a->host), "%s", host);
+    a->port = port;
+    atomic_init(&a->epoch, 0);
+    return LOCK_OK;
+}
+
+void lock__conn_address_destroy(lock__conn_address *a)
+{
+    pthread_mutex_destroy(&a->mu);
+}
+
+unsigned lock__conn_address_get(lock__conn_address *a, char *host, int *port)
+{
+    unsigned epoch;
+
+    pthread_mutex_lock(&a->mu);
+    memcpy(host, a->host, sizeof(a->host));
+    *port = a->port;
+    epoch = atomic_load(&a->epoch);
+    pthread_mutex_unlock(&a->mu);
+    return epoch;
+}
+
+bool lock__conn_address_move(lock__conn_address *a, const char *host, int port)
+{
+    bool moved = false;
+
+    if (strlen(host) >= sizeof(a->host))
+        return false;
+    pthread_mutex_lock(&a->mu);
+    if (strcmp(a->host, host) != 0 || a->port != port) {
+        snprintf(a->host, sizeof(a->host), "%s", host);
+        a->port = port;
+        atomic_fetch_add(&a->epoch, 1);
+        moved = true;
+    }
+    pthread_mutex_unlock(&a->mu);
+    return moved;
+}
 
 void lock__conn_init(lock__conn *conn, const lock__conn_config *cfg)
 {
@@ -35,19 +83,19 @@ static int conn_connect(lock__conn *conn, int64_t deadline_ns)
     int64_t left = deadline_ns - lock__now_ns();
     redisContext *ctx;
 
+    conn->epoch = lock__conn_address_get(conn->cfg->addr, conn->host, &conn->port);
     if (left <= 0) {
-        lock__error_set("redis %s:%d: no time left to connect", conn->cfg->host, conn->cfg->port);
+        lock__error_set("redis %s:%d: no time left to connect", conn->host, conn->port);
         return LOCK_ERR_REDIS;
     }
     left = min_ns(left, lock__ms_to_ns(conn->cfg->connect_timeout_ms));
-    ctx = redisConnectWithTimeout(conn->cfg->host, conn->cfg->port, lock__timeval(left));
+    ctx = redisConnectWithTimeout(conn->host, conn->port, lock__timeval(left));
     if (ctx == NULL) {
-        lock__error_set("redis %s:%d: cannot allocate a connection", conn->cfg->host,
-                        conn->cfg->port);
+        lock__error_set("redis %s:%d: cannot allocate a connection", conn->host, conn->port);
         return LOCK_ERR_NOMEM;
     }
     if (ctx->err != 0) {
-        lock__error_set("redis %s:%d: connect: %s", conn->cfg->host, conn->cfg->port, ctx->errstr);
+        lock__error_set("redis %s:%d: connect: %s", conn->host, conn->port, ctx->errstr);
         redisFree(ctx);
         return LOCK_ERR_REDIS;
     }
@@ -86,8 +134,7 @@ static int conn_set_timeout(lock__conn *conn, int64_t deadline_ns)
     int64_t want = lock__ms_to_ns(conn->cfg->command_timeout_ms);
 
     if (left <= 0) {
-        lock__error_set("redis %s:%d: no time left for the command", conn->cfg->host,
-                        conn->cfg->port);
+        lock__error_set("redis %s:%d: no time left for the command", conn->host, conn->port);
         return LOCK_ERR_REDIS;
     }
     if (left < want)
@@ -98,8 +145,7 @@ static int conn_set_timeout(lock__conn *conn, int64_t deadline_ns)
     if (want > LOCK__NS_PER_MS)
         want -= want % LOCK__NS_PER_MS;
     if (redisSetTimeout(conn->ctx, lock__timeval(want)) != REDIS_OK) {
-        lock__error_set("redis %s:%d: set timeout: %s", conn->cfg->host, conn->cfg->port,
-                        conn->ctx->errstr);
+        lock__error_set("redis %s:%d: set timeout: %s", conn->host, conn->port, conn->ctx->errstr);
         return LOCK_ERR_REDIS;
     }
     conn->timeout_ns = want;
@@ -113,7 +159,9 @@ int lock__conn_command(lock__conn *conn, int64_t deadline_ns, int argc, const ch
     int rc;
 
     *out = NULL;
-    if (conn->ctx != NULL && conn_is_stale(conn))
+    /* A connection to where Redis was before a failover is dropped, open or not. */
+    if (conn->ctx != NULL &&
+        (conn->epoch != atomic_load(&conn->cfg->addr->epoch) || conn_is_stale(conn)))
         lock__conn_close(conn);
     if (conn->ctx == NULL) {
         rc = conn_connect(conn, deadline_ns);
@@ -127,7 +175,7 @@ int lock__conn_command(lock__conn *conn, int64_t deadline_ns, int argc, const ch
     if (reply == NULL) {
         /* I/O error, timeout or EOF: the context is unusable (a late reply could still
          * arrive on it), so it is closed and the next command reconnects. */
-        lock__error_set("redis %s:%d: %s: %s", conn->cfg->host, conn->cfg->port, argv[0],
+        lock__error_set("redis %s:%d: %s: %s", conn->host, conn->port, argv[0],
                         conn->ctx->errstr[0] != '\0' ? conn->ctx->errstr : "no reply");
         rc = conn->ctx->err == REDIS_ERR_OOM ? LOCK_ERR_NOMEM : LOCK_ERR_REDIS;
         goto fail;

@@ -20,13 +20,39 @@
 #define LOCK_CONN_H
 
 #include <hiredis/hiredis.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#define LOCK__HOST_MAX 256
+
+/*
+ * Where Redis is. Fixed for a plain client; with Sentinel, a failover moves it
+ * (lock__conn_address_move): every connection to the old address is then dropped before its
+ * next use, because the epoch it connected at is no longer the current one.
+ */
+typedef struct lock__conn_address {
+    pthread_mutex_t mu; /* guards host and port */
+    char host[LOCK__HOST_MAX];
+    int port;
+    _Atomic unsigned epoch; /* +1 at every move */
+} lock__conn_address;
+
+/* Sets the first address; LOCK_ERR_INVALID if host is too long. */
+int lock__conn_address_init(lock__conn_address *a, const char *host, int port);
+void lock__conn_address_destroy(lock__conn_address *a);
+
+/* Copies the current address into host (LOCK__HOST_MAX bytes) and *port; returns its epoch. */
+unsigned lock__conn_address_get(lock__conn_address *a, char *host, int *port);
+
+/* Moves to host:port (a no-op when that is where it is already). Returns true if it moved. */
+bool lock__conn_address_move(lock__conn_address *a, const char *host, int port);
+
 /* Where Redis is and how long to wait for it; shared by all connections of a client. */
 typedef struct lock__conn_config {
-    const char *host;
-    int port;
+    lock__conn_address *addr; /* shared; a failover changes what it holds */
     int connect_timeout_ms;
     int command_timeout_ms;
 } lock__conn_config;
@@ -35,6 +61,9 @@ typedef struct lock__conn {
     const lock__conn_config *cfg; /* borrowed: must outlive the connection */
     redisContext *ctx;            /* NULL until connected and after any failure */
     int64_t timeout_ns;           /* the socket timeout set on ctx now */
+    unsigned epoch;               /* the address epoch ctx was connected at */
+    char host[LOCK__HOST_MAX];    /* where ctx is connected (for messages) */
+    int port;
 } lock__conn;
 
 /* Makes an unconnected connection; nothing to free until it has connected. */

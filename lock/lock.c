@@ -34,6 +34,7 @@
 #include "lock/owner.h"
 #include "lock/pool.h"
 #include "lock/scripts.h"
+#include "lock/sentinel.h"
 #include "lock/subscriber.h"
 #include "lock/watchdog.h"
 
@@ -48,7 +49,11 @@
 struct lock_client {
     char *host; /* owned copy of opts.redis_host */
     lock_options opts;
-    lock__conn_config conn_cfg; /* points into opts/host; read by every connection */
+    lock__conn_address addr;    /* where Redis is now; a failover moves it */
+    bool addr_ready;            /* addr initialised (for destroy) */
+    lock__conn_config conn_cfg; /* points at addr; read by every connection */
+    lock__sentinels *sentinels; /* NULL without Sentinel */
+    lock__sentinel_follower *follower;
     char process_id[LOCK__PROCESS_ID_LEN + 1];
     lock__pool *pool;
     lock__holdings *holdings;
@@ -76,6 +81,7 @@ void lock_options_init(lock_options *opts)
     opts->watchdog_lease_ms = 30000;
     opts->max_hold_ms = 60000;
     opts->pool_size = 16;
+    opts->sync_timeout_ms = 200;
 }
 
 static int check_options(const lock_options *o)
@@ -91,7 +97,20 @@ static int check_options(const lock_options *o)
         return LOCK_ERR_INVALID;
     if (o->pool_size < 1 || o->pool_size > 1024)
         return LOCK_ERR_INVALID;
+    if ((o->sentinels == NULL) != (o->master_name == NULL))
+        return LOCK_ERR_INVALID;
+    if (o->sync_replicas < 0 || o->sync_replicas > 64 || o->sync_timeout_ms < 1)
+        return LOCK_ERR_INVALID;
     return LOCK_OK;
+}
+
+/* The follower moved the address: the subscriber must resubscribe on the new master (the
+ * pooled connections notice the new epoch by themselves before their next command). */
+static void client_moved(void *arg)
+{
+    lock_client *c = arg;
+
+    lock__subscriber_moved(c->subscriber);
 }
 
 int lock_client_create(const lock_options *opts, lock_client **out)
@@ -115,8 +134,29 @@ int lock_client_create(const lock_options *opts, lock_client **out)
     if (c->host == NULL)
         goto fail;
     c->opts.redis_host = c->host;
-    c->conn_cfg.host = c->host;
-    c->conn_cfg.port = opts->redis_port;
+    c->opts.sentinels = c->opts.master_name = NULL; /* not kept: parsed below */
+    rc = lock__conn_address_init(&c->addr, c->host, opts->redis_port);
+    if (rc != LOCK_OK)
+        goto fail;
+    c->addr_ready = true;
+    if (opts->sentinels != NULL) {
+        lock__addr master;
+
+        rc = LOCK_ERR_NOMEM;
+        c->sentinels = malloc(sizeof(*c->sentinels));
+        if (c->sentinels == NULL)
+            goto fail;
+        rc = lock__sentinels_parse(c->sentinels, opts->sentinels, opts->master_name,
+                                   opts->connect_timeout_ms);
+        if (rc != LOCK_OK)
+            goto fail;
+        /* The first commands go to the master if a Sentinel can say where it is now; if
+         * none can, the follower keeps asking. */
+        if (lock__sentinel_master(c->sentinels, &master) == LOCK_OK)
+            lock__conn_address_move(&c->addr, master.host, master.port);
+    }
+    rc = LOCK_ERR_NOMEM;
+    c->conn_cfg.addr = &c->addr;
     c->conn_cfg.connect_timeout_ms = opts->connect_timeout_ms;
     c->conn_cfg.command_timeout_ms = opts->command_timeout_ms;
     atomic_init(&c->timeouts, 0);
@@ -136,6 +176,11 @@ int lock_client_create(const lock_options *opts, lock_client **out)
     rc = lock__subscriber_create(&c->conn_cfg, &c->subscriber);
     if (rc != LOCK_OK)
         goto fail;
+    if (c->sentinels != NULL) {
+        rc = lock__sentinel_follower_start(c->sentinels, &c->addr, client_moved, c, &c->follower);
+        if (rc != LOCK_OK)
+            goto fail;
+    }
     *out = c;
     return LOCK_OK;
 
@@ -148,11 +193,16 @@ void lock_client_destroy(lock_client *c)
 {
     if (c == NULL)
         return;
-    /* Threads first (they use the rest), then what they used. */
+    /* Threads first (they use the rest), then what they used; the follower first of all
+     * (it calls into the subscriber). */
+    lock__sentinel_follower_stop(c->follower);
     lock__subscriber_destroy(c->subscriber);
     lock__watchdog_stop(c->watchdog);
     lock__holdings_destroy(c->holdings);
     lock__pool_destroy(c->pool);
+    free(c->sentinels);
+    if (c->addr_ready)
+        lock__conn_address_destroy(&c->addr);
     free(c->host);
     free(c);
 }
@@ -212,6 +262,50 @@ static int attempt_parse(const redisReply *r, attempt *a)
 }
 
 /*
+ * The replication wait (sync_replicas > 0), on the connection that just acquired: WAIT makes
+ * Redis answer once that many replicas have every write this connection made, the lock
+ * included, or when the timeout ends. Fewer acknowledgements: the lock exists on too few
+ * servers to survive a failover, so it is released again on the same connection and the
+ * acquisition reported as failed (*reply freed and NULL). The approach Redisson takes.
+ */
+static int sync_or_undo(lock_client *c, lock__conn *conn, const lock__keys *k,
+                        const char *const acquire_args[3], redisReply **reply)
+{
+    char want[16], wait_ms[16];
+    const char *argv[3] = {"WAIT", want, wait_ms};
+    const char *keys[2] = {k->name, k->fence};
+    char keep[24];
+    const char *args[3] = {acquire_args[0], k->channel, keep};
+    int64_t by = lock__now_ns() + lock__ms_to_ns(c->opts.sync_timeout_ms) +
+                 lock__ms_to_ns(c->opts.command_timeout_ms);
+    redisReply *w = NULL, *undo = NULL;
+    long long acks = -1;
+    int rc;
+
+    snprintf(want, sizeof(want), "%d", c->opts.sync_replicas);
+    snprintf(wait_ms, sizeof(wait_ms), "%d", c->opts.sync_timeout_ms);
+    rc = lock__conn_command(conn, by, 3, argv, NULL, &w);
+    if (rc == LOCK_OK && w->type == REDIS_REPLY_INTEGER)
+        acks = w->integer;
+    if (w != NULL)
+        freeReplyObject(w);
+    if (acks >= c->opts.sync_replicas)
+        return LOCK_OK;
+    /* Undo: back to the count the owner had before this take (acquire_args[2] is that count
+     * plus one; 0 gives the lock back and wakes a waiter). If this fails too, the lease ends
+     * it, or the owner's next release sets the count right (the scripts set counts). */
+    snprintf(keep, sizeof(keep), "%lld", strtoll(acquire_args[2], NULL, 10) - 1);
+    by = lock__now_ns() + lock__ms_to_ns(c->opts.command_timeout_ms);
+    if (lock__script_run(conn, LOCK__SCRIPT_RELEASE, by, 2, keys, 3, args, &undo) == LOCK_OK)
+        freeReplyObject(undo);
+    freeReplyObject(*reply);
+    *reply = NULL;
+    lock__error_set("lock taken but only %lld of %d replicas acknowledged it in %d ms: released",
+                    acks < 0 ? 0 : acks, c->opts.sync_replicas, c->opts.sync_timeout_ms);
+    return LOCK_ERR_REDIS;
+}
+
+/*
  * Runs one of the lock's scripts on a pooled connection: waits for the connection until
  * borrow_by, and for the answer until hard_by. *sent_ns (if not NULL) gets the moment the
  * command went out. On LOCK_OK the caller owns *reply (freeReplyObject).
@@ -237,6 +331,9 @@ static int pooled_script(lock_client *c, lock__script script, const lock__keys *
     if (sent_ns != NULL)
         *sent_ns = lock__now_ns();
     rc = lock__script_run(conn, script, hard_by, 2, keys, 3, args, reply);
+    if (rc == LOCK_OK && script == LOCK__SCRIPT_ACQUIRE && c->opts.sync_replicas > 0 &&
+        (*reply)->type == REDIS_REPLY_ARRAY)
+        rc = sync_or_undo(c, conn, k, args, reply);
     lock__pool_return(c->pool, conn);
     return rc;
 }

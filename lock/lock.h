@@ -63,6 +63,18 @@ typedef struct lock_options {
     int64_t max_hold_ms;       /* the watchdog renews a holding for this long at most, then
                                   lets its lease run out (> 0); default 60000 */
     int pool_size;             /* command connections; default 16 */
+    /* Redis Sentinel (optional): "host:port,host:port,..." and the master's name. When set,
+     * the client asks the Sentinels for the master (checked with ROLE), uses redis_host/port
+     * only if none answers at start, and follows a failover by itself (lock/sentinel.h).
+     * Both are copied; default NULL (one fixed Redis). */
+    const char *sentinels;
+    const char *master_name;
+    /* Replication wait (optional): after each acquisition, WAIT until this many replicas
+     * have the lock, at most sync_timeout_ms; when fewer acknowledge, the acquisition is
+     * undone (released) and try_lock returns LOCK_ERR_REDIS. Narrows, does not close, the
+     * window in which a failover loses a granted lock. Default 0 (no wait), 200 ms. */
+    int sync_replicas;
+    int sync_timeout_ms;
 } lock_options;
 
 /* Fills *opts with the defaults above. */
@@ -86,7 +98,8 @@ void lock_client_destroy(lock_client *c);
 /*
  * Takes the lock `name` (1 to 512 bytes) for the calling thread.
  *   wait_ms  >= 0: how long to wait in all, round trips included; 0 tries once. The call
- *            returns no later than wait_ms plus one command timeout.
+ *            returns no later than wait_ms plus one command timeout (with sync_replicas > 0,
+ *            plus sync_timeout_ms and two command timeouts more: the WAIT, then the undo).
  *   lease_ms > 0: the lock expires after lease_ms unless released;
  *            LOCK_LEASE_WATCHDOG: default lease, renewed by the watchdog while held.
  * Reentrant: a thread that holds the lock takes it again (the hold count grows; the TTL is
@@ -96,7 +109,8 @@ void lock_client_destroy(lock_client *c);
  * Waiting does not poll: the waiter sleeps until a release is announced or the holder's
  * remaining TTL (or the wait) runs out, plus a little jitter.
  * Returns LOCK_OK and sets *fence_token (if not NULL) to the token of this holding;
- * LOCK_TIMEOUT; LOCK_ERR_REDIS (never "acquired" on a lost connection); LOCK_ERR_BUSY;
+ * LOCK_TIMEOUT; LOCK_ERR_REDIS (never "acquired" on a lost connection; with sync_replicas,
+ * also a grant that too few replicas acknowledged, released again); LOCK_ERR_BUSY;
  * LOCK_ERR_INVALID.
  */
 int lock_try_lock(lock_client *c, const char *name, int64_t wait_ms, int64_t lease_ms,

@@ -100,7 +100,8 @@ struct lock__subscriber {
     bool stop;
     int64_t retry_at_ns;
     int64_t backoff_ns;
-    int wake_fd; /* eventfd: a write wakes the thread's poll() */
+    int wake_fd;    /* eventfd: a write wakes the thread's poll() */
+    unsigned epoch; /* the address epoch of the link (conn.h) */
     pthread_t thread;
 
     /* The thread's own; no lock needed (only the thread reads or writes them). */
@@ -225,6 +226,11 @@ static void subscriber_wake(lock__subscriber *s)
     }
 }
 
+void lock__subscriber_moved(lock__subscriber *s)
+{
+    subscriber_wake(s); /* the thread sees the new epoch and reconnects */
+}
+
 static void broadcast_ready(lock__subscriber *s)
 {
     for (lock__channel *ch = s->channels; ch != NULL; ch = ch->next)
@@ -263,13 +269,16 @@ static void link_down(lock__subscriber *s)
 static void link_connect(lock__subscriber *s)
 {
     const lock__conn_config *cfg = s->cfg;
+    char host[LOCK__HOST_MAX];
+    int port;
     redisContext *ctx;
     struct timeval connect_tv = lock__timeval(lock__ms_to_ns(cfg->connect_timeout_ms));
     struct timeval command_tv = lock__timeval(lock__ms_to_ns(cfg->command_timeout_ms));
 
     s->link = LINK_CONNECTING;
     pthread_mutex_unlock(&s->mu);
-    ctx = redisConnectWithTimeout(cfg->host, cfg->port, connect_tv);
+    s->epoch = lock__conn_address_get(cfg->addr, host, &port);
+    ctx = redisConnectWithTimeout(host, port, connect_tv);
     /* The socket timeout only bounds writes here (reads wait in poll()). */
     if (ctx != NULL && ctx->err == 0 && redisSetTimeout(ctx, command_tv) != REDIS_OK)
         ctx->err = REDIS_ERR_IO;
@@ -517,6 +526,10 @@ static void *subscriber_main(void *arg)
             }
             if (s->link == LINK_DOWN && channels_wanted(s))
                 timeout_ms = ms_until(s->retry_at_ns, now);
+        } else if (s->epoch != atomic_load(&s->cfg->addr->epoch)) {
+            link_down(s); /* the master moved (Sentinel): subscribe on the new one */
+            s->retry_at_ns = now;
+            continue;
         } else {
             timeout_ms = link_plan(s, now);
             if (timeout_ms == -2) {

@@ -52,6 +52,10 @@ typedef struct lock__waiter lock__waiter;   /* one thread waiting on one lock */
  */
 int lock__subscriber_create(const lock__conn_config *cfg, lock__subscriber **out);
 
+/* Tells the thread that the address moved (a failover): it drops its link and subscribes
+ * again on the new master. Safe from any thread. */
+void lock__subscriber_moved(lock__subscriber *s);
+
 /* Stops the thread, closes the connection and frees everything. No waiter may be left
  * (every join was matched by a leave). NULL is a no-op. */
 void lock__subscriber_destroy(lock__subscriber *s);

@@ -16,7 +16,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 PACKAGES_FILE=${PACKAGES_FILE:-$here/packages.txt}
 
 # What the native `make test` / `make demo` need: every group except those only images use.
-NATIVE_GROUPS="build test runtime postgres redis nginx stack load"
+NATIVE_GROUPS="build test runtime postgres redis sentinel nginx stack load"
 
 die() {
     echo "deps.sh: $*" >&2

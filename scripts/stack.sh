@@ -12,6 +12,8 @@
 #   scripts/stack.sh redlock-stop N...   stop Redlock nodes N... (by PID; the ladder's
 #                                  minority-down scenario)
 #   scripts/stack.sh redlock-start N...  start them again
+#   scripts/stack.sh etcd-stop     stop etcd only
+#   scripts/stack.sh etcd-start    start etcd (also without WITH_ETCD)
 #   scripts/stack.sh pg-stop       stop PostgreSQL only (fast shutdown: clients are cut off)
 #   scripts/stack.sh pg-start      start it again (the replicas reconnect by themselves)
 #   scripts/stack.sh pg-freeze     SIGSTOP PostgreSQL and its backends: a server that hangs
@@ -25,6 +27,9 @@
 #                                      replica-start-extra 4 18090
 #                                  (replica-stop N and `down` stop it too)
 #   scripts/stack.sh nginx-test    render the nginx configuration and run nginx -t on it
+#   HA=1 scripts/stack.sh up       the same, plus a Redis replica and three Sentinels; the
+#                                  replicas are given REDIS_SENTINELS and REDIS_MASTER_NAME
+#   scripts/stack.sh ha-status     the replica's and the Sentinels' PIDs and ports
 #
 # Settings (environment; defaults in brackets). Change RUN_DIR and the ports to run a
 # second stack beside a running one.
@@ -33,10 +38,17 @@
 #   REPLICA_PORT_BASE  replica N listens on REPLICA_PORT_BASE+N-1 [8081]
 #   REPLICAS           how many replicas, named svc-1..svc-N [3]
 #   PG_PORT            PostgreSQL [15432]
-#   REDIS_PORT         Redis [16379]
+#   REDIS_PORT         Redis [16379] (with HA=1: where the master starts)
+#   HA                 1: add the Redis replica and the Sentinels [0]
+#   REDIS_REPLICA_PORT the Redis replica [16380]
+#   SENTINEL_PORT_BASE Sentinel N listens on SENTINEL_PORT_BASE+N-1, N = 1..3 [26379]
+#   REDIS_MASTER_NAME  the name the Sentinels know the master by [stock]
 #   REDLOCK_SERVERS    independent Redis servers for the redlock mode, 0 to 9 [5]; 0: the
 #                      replicas do not serve it
-#   REDLOCK_PORT_BASE  Redlock node N listens on REDLOCK_PORT_BASE+N-1 [REDIS_PORT+1]
+#   REDLOCK_PORT_BASE  Redlock node N listens on REDLOCK_PORT_BASE+N-1 [REDIS_PORT+11]
+#   WITH_ETCD          1: `up` starts etcd too, and the replicas offer the etcd mode; unset:
+#                      as the last `up` of this RUN_DIR left it, until `down` [0]
+#   ETCD_PORT, ETCD_PEER_PORT  etcd's client and peer ports [12379, 12380]
 #   STOCKD             the service binary [<project>/build/stockd]
 #   MODE               the replicas' default mode [redis]
 #   SEED_GOODS, SEED_STOCK  goods created by the first `up` [1, 5000]
@@ -63,6 +75,8 @@ source "$here/lib/ports.sh"
 source "$here/lib/pg.sh"
 source "$here/lib/redis.sh"
 source "$here/lib/redlock.sh"
+source "$here/lib/etcd.sh"
+source "$here/lib/sentinel.sh"
 source "$here/lib/replicas.sh"
 source "$here/lib/nginx.sh"
 
@@ -126,6 +140,13 @@ cmd_up() {
     for ((n = 1; n <= REDLOCK_SERVERS; n++)); do
         redlock_start "$n"
     done
+    if [ "$WITH_ETCD" = 1 ]; then
+        : >"$RUN_DIR/with-etcd"
+        etcd_start
+    else
+        rm -f "$RUN_DIR/with-etcd"
+    fi
+    if [ "$HA" = 1 ]; then ha_start; fi
     replicas_migrate
     for ((n = 1; n <= REPLICAS; n++)); do
         replica_start "$n"
@@ -153,10 +174,15 @@ cmd_down() {
     nginx_stop || failed=1
     # shellcheck disable=SC2046 # numbers, one per line
     replicas_stop $(replicas_known) || failed=1
+    # The Sentinels and the replica are stopped whether HA is set now or not: `down` stops
+    # what `up` started.
+    ha_stop || failed=1
     redis_stop || failed=1
     for n in $(redlock_known); do
         redlock_stop "$n" || failed=1
     done
+    etcd_stop || failed=1
+    rm -f "$RUN_DIR/with-etcd"
     pg_stop || failed=1
     if [ $failed -ne 0 ]; then
         log "stopped, with the problems above"
@@ -170,6 +196,8 @@ cmd_status() {
     pg_status
     redis_status
     redlock_status
+    etcd_status
+    if [ "$HA" = 1 ]; then ha_status; fi
     for ((n = 1; n <= REPLICAS; n++)); do
         replica_status "$n"
     done
@@ -187,7 +215,7 @@ cmd_logs() {
     '') files=("$PG_DIR/log/postgres.log" "$LOG_DIR/redis.log" "$LOG_DIR/migrate.log"
         "$LOG_DIR"/svc-*.log "$NGINX_DIR/logs/error.log") ;;
     postgres) files=("$PG_DIR/log/postgres.log") ;;
-    redis | migrate | svc-* | redlock-*) files=("$LOG_DIR/$name.log") ;;
+    redis | etcd | migrate | svc-* | redlock-*) files=("$LOG_DIR/$name.log") ;;
     nginx) files=("$NGINX_DIR/logs/error.log") ;;
     access) files=("$NGINX_DIR/logs/access.log") ;;
     *) die "logs: unknown log '$name' (svc-N, postgres, redis, redlock-N, nginx, access, migrate)" ;;
@@ -240,7 +268,8 @@ main() {
     [ $# -gt 0 ] && shift
     stack_config
     case $cmd in
-    up | down | redis-stop | redis-start | redlock-stop | redlock-start | pg-stop | pg-start | \
+    up | down | redis-stop | redis-start | redlock-stop | redlock-start | etcd-stop | etcd-start | \
+        pg-stop | pg-start | \
         pg-freeze | pg-thaw | replica-stop | replica-start | replica-start-extra)
         stack__lock "$cmd" "$@"
         ;;
@@ -262,6 +291,9 @@ main() {
             if [ "$cmd" = redlock-stop ]; then redlock_stop "$n"; else redlock_start "$n"; fi
         done
         ;;
+    etcd-stop) etcd_stop ;;
+    etcd-start) etcd_start ;;
+    ha-status) ha_status ;;
     pg-stop) pg_stop ;;
     pg-start) pg_start ;;
     pg-freeze) pg_freeze ;;

@@ -48,6 +48,7 @@ static bool config__valid_visible(const char *value);
 static bool config__valid_log_level(const char *value);
 static bool config__valid_on_off(const char *value);
 static bool config__valid_redlock_nodes(const char *value);
+static bool config__valid_etcd_endpoint(const char *value);
 
 #define FIELD(f) offsetof(service_config, f), sizeof(((service_config *)0)->f)
 #define NUMBER(var, kind, f, def, lo, hi, help)                                                    \
@@ -73,6 +74,16 @@ static const config__setting config__settings[] = {
      "Redis host name or address"},
     NUMBER("REDIS_PORT", CONFIG__INT, redis_port, "16379", 1, 65535,
            "Redis port"),
+    {"REDIS_SENTINELS", CONFIG__STRING, FIELD(redis_sentinels), "", 0, 1023,
+     config__valid_visible, "host:port,host:port,... with no spaces", false,
+     "when set, the Redis master is found through these Sentinels and followed across a "
+     "failover (REDIS_HOST/PORT are used only if none answers at start)"},
+    {"REDIS_MASTER_NAME", CONFIG__STRING, FIELD(redis_master_name), "stock", 1, 127,
+     config__valid_visible, "1 to 127 characters, no spaces", false,
+     "the name the Sentinels know the master by"},
+    NUMBER("LOCK_SYNC_REPLICAS", CONFIG__INT, lock_sync_replicas, "0", 0, 16,
+           "after each lock acquisition, WAIT for this many Redis replicas (200 ms at most); "
+           "fewer: the lock is released and the request answered 503"),
     {"MODE", CONFIG__STRING, FIELD(default_mode), "redis", 1, 31,
      config__valid_visible, "1 to 31 characters, no spaces", false,
      "default deduction mode when a request names none (see GET /api/modes)"},
@@ -114,6 +125,12 @@ static const config__setting config__settings[] = {
            "an idle or slow client connection is closed after this many seconds"),
     {"MIGRATIONS_DIR", CONFIG__STRING, FIELD(migrations_dir), "migrations", 1, 511, NULL,
      NULL, false, "directory of the numbered NNN_*.sql schema files"},
+    {"ETCD_ENDPOINT", CONFIG__STRING, FIELD(etcd_endpoint), "", 0, 255,
+     config__valid_etcd_endpoint, "empty, or an http:// URL of at most 255 characters, no spaces",
+     false, "client URL of etcd; empty: this replica neither offers nor lists the etcd mode "
+     "(its lease is LOCK_LEASE_MS, in whole seconds)"},
+    NUMBER("ETCD_TIMEOUT_MS", CONFIG__INT64, etcd_timeout_ms, "1000", 10, 60000,
+           "bound on each etcd request (the lock's watch waits up to LOCK_WAIT_MS)"),
     {"LOG_LEVEL", CONFIG__STRING, FIELD(log_level), "info", 1, 15,
      config__valid_log_level, "one of debug, info, warn, error", false,
      "least important log lines written to stderr"},
@@ -178,6 +195,15 @@ static bool config__valid_redlock_nodes(const char *value)
 static bool config__valid_log_level(const char *value)
 {
     return log_level_parse(value) >= 0;
+}
+
+/* Empty (no etcd) or a plain-HTTP URL: the lock speaks etcd's gateway without TLS, so an
+ * https:// endpoint, or a host alone, would only fail later, at the first etcd request. */
+static bool config__valid_etcd_endpoint(const char *value)
+{
+    if (value[0] == '\0')
+        return true;
+    return strncmp(value, "http://", 7) == 0 && value[7] != '\0' && config__valid_visible(value);
 }
 
 int config__parse_integer(const char *text, int64_t min, int64_t max, int64_t *out)

@@ -12,17 +12,20 @@
 #include <stdint.h>
 
 typedef struct service_config {
-    int port;                 /* PORT: where the replica listens (127.0.0.1 unless BIND_ADDRESS) */
-    char bind_address[64];    /* BIND_ADDRESS: default 127.0.0.1 (0.0.0.0 in containers) */
-    char instance[64];        /* INSTANCE: this replica's name in answers and orders */
-    char database_url[1024];  /* DATABASE_URL: libpq connection string */
-    char redis_host[256];     /* REDIS_HOST */
-    int redis_port;           /* REDIS_PORT */
-    char default_mode[32];    /* MODE: the mode used when a request names none */
-    int worker_threads;       /* WORKER_THREADS: connections served at once (a thread each) */
-    int64_t lock_wait_ms;     /* LOCK_WAIT_MS: bound on waiting for the lock */
-    int64_t lock_lease_ms;    /* LOCK_LEASE_MS: watchdog lease (renewed every lease/3) */
-    int64_t lock_max_hold_ms; /* LOCK_MAX_HOLD_MS: no renewal past this hold time */
+    int port;                /* PORT: where the replica listens (127.0.0.1 unless BIND_ADDRESS) */
+    char bind_address[64];   /* BIND_ADDRESS: default 127.0.0.1 (0.0.0.0 in containers) */
+    char instance[64];       /* INSTANCE: this replica's name in answers and orders */
+    char database_url[1024]; /* DATABASE_URL: libpq connection string */
+    char redis_host[256];    /* REDIS_HOST */
+    int redis_port;          /* REDIS_PORT */
+    char redis_sentinels[1024];  /* REDIS_SENTINELS ("" = no Sentinel) */
+    char redis_master_name[128]; /* REDIS_MASTER_NAME */
+    int lock_sync_replicas;      /* LOCK_SYNC_REPLICAS */
+    char default_mode[32];       /* MODE: the mode used when a request names none */
+    int worker_threads;          /* WORKER_THREADS: connections served at once (a thread each) */
+    int64_t lock_wait_ms;        /* LOCK_WAIT_MS: bound on waiting for the lock */
+    int64_t lock_lease_ms;       /* LOCK_LEASE_MS: watchdog lease (renewed every lease/3) */
+    int64_t lock_max_hold_ms;    /* LOCK_MAX_HOLD_MS: no renewal past this hold time */
     int64_t lock_fixed_lease_ms; /* LOCK_FIXED_LEASE_MS: lease of the ladder's rungs that
                                     have no watchdog */
     char faults[4];              /* FAULTS: "on" lets requests inject faults (X-Fault) */
@@ -37,6 +40,8 @@ typedef struct service_config {
     int64_t redis_timeout_ms;    /* REDIS_TIMEOUT_MS: connect and command timeout */
     int connection_timeout_s;    /* CONNECTION_TIMEOUT_S: idle/slow client limit */
     char migrations_dir[512];    /* MIGRATIONS_DIR: where the NNN_*.sql files are */
+    char etcd_endpoint[256];     /* ETCD_ENDPOINT: etcd's client URL; "": no etcd mode */
+    int64_t etcd_timeout_ms;     /* ETCD_TIMEOUT_MS: bound on each etcd request */
     char log_level[16];          /* LOG_LEVEL: debug, info, warn, error */
     char redlock_nodes[1024];    /* REDLOCK_NODES: "host:port,..."; "" = no redlock mode */
     int redlock_timeout_ms;      /* REDLOCK_TIMEOUT_MS: connect and command timeout per node */

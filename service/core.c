@@ -11,6 +11,7 @@ int core_create(const service_config *cfg, int db_pool_size, int redis_pool_size
 {
     db_pool_options db_opts;
     lock_options lock_opts;
+    etcd_lock_options etcd_opts;
     guard_env_options guard_opts = {0};
 
     memset(out, 0, sizeof(*out));
@@ -26,13 +27,19 @@ int core_create(const service_config *cfg, int db_pool_size, int redis_pool_size
     lock_options_init(&lock_opts);
     lock_opts.redis_host = cfg->redis_host;
     lock_opts.redis_port = cfg->redis_port;
+    if (cfg->redis_sentinels[0] != '\0') {
+        lock_opts.sentinels = cfg->redis_sentinels;
+        lock_opts.master_name = cfg->redis_master_name;
+    }
+    lock_opts.sync_replicas = cfg->lock_sync_replicas;
     lock_opts.connect_timeout_ms = (int)cfg->redis_timeout_ms;
     lock_opts.command_timeout_ms = (int)cfg->redis_timeout_ms;
     lock_opts.watchdog_lease_ms = cfg->lock_lease_ms;
     lock_opts.max_hold_ms = cfg->lock_max_hold_ms;
     lock_opts.pool_size = redis_pool_size;
     if (lock_client_create(&lock_opts, &out->lock) != LOCK_OK) {
-        snprintf(err, errlen, "cannot create the Redis lock client");
+        snprintf(err, errlen, "cannot create the Redis lock client: %s",
+                 lock_last_error()[0] != '\0' ? lock_last_error() : "bad options");
         return -1;
     }
 
@@ -55,8 +62,23 @@ int core_create(const service_config *cfg, int db_pool_size, int redis_pool_size
         }
     }
 
+    /* Without ETCD_ENDPOINT there is no etcd client, and so no etcd mode (modes.h). With
+     * it, the client connects lazily: a replica starts while etcd is down, and the etcd mode
+     * answers 503 until it is back. */
+    if (cfg->etcd_endpoint[0] != '\0') {
+        etcd_lock_options_init(&etcd_opts);
+        etcd_opts.endpoint = cfg->etcd_endpoint;
+        etcd_opts.lease_ms = cfg->lock_lease_ms;
+        etcd_opts.request_timeout_ms = (int)cfg->etcd_timeout_ms;
+        if (etcd_lock_client_create(&etcd_opts, &out->etcd) != ETCD_LOCK_OK) {
+            snprintf(err, errlen, "cannot create the etcd lock client");
+            return -1;
+        }
+    }
+
     guard_opts.lock = out->lock;
     guard_opts.redlock = out->redlock;
+    guard_opts.etcd = out->etcd;
     guard_opts.wait_ms = cfg->lock_wait_ms;
     /* Watchdog mode: the lease is renewed for as long as the transaction runs, however
      * long that is, and runs out within LOCK_LEASE_MS if the replica dies. */
@@ -86,6 +108,7 @@ void core_destroy(core *c)
 {
     guard_env_destroy(c->guards);
     redlock_destroy(c->redlock);
+    etcd_lock_client_destroy(c->etcd);
     lock_client_destroy(c->lock);
     db_pool_destroy(c->db);
     memset(c, 0, sizeof(*c));

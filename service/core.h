@@ -11,6 +11,7 @@
 #include <stddef.h>
 
 #include "db/db.h"
+#include "lock/etcd/etcd_lock.h"
 #include "lock/lock.h"
 #include "service/config.h"
 #include "service/deduct.h"
@@ -19,7 +20,9 @@
 typedef struct core {
     db_pool *db;
     lock_client *lock;
-    redlock *redlock; /* NULL without REDLOCK_NODES */
+    redlock *redlock;       /* NULL without REDLOCK_NODES */
+    etcd_lock_client *etcd; /* the etcd mode's client (lock/etcd/); NULL without
+                               ETCD_ENDPOINT */
     guard_env *guards;
     deduct_env deduct; /* points at the three above */
 } core;

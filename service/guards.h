@@ -39,6 +39,7 @@ typedef struct local_stripe {
 
 struct guard_env {
     lock_client *lock;
+    etcd_lock_client *etcd;
     int64_t wait_ms;
     int64_t lease_ms;
     int64_t fixed_lease_ms;
@@ -124,6 +125,13 @@ int guard_redlock__enter(guard_env *env, int64_t goods_id, guard_hold *hold, cha
                          size_t detail_len);
 int guard_redlock__still_held(guard_env *env, const guard_hold *hold);
 void guard_redlock__leave(guard_env *env, guard_hold *hold);
+
+/* etcd (guard_etcd.c): the etcd lock of lock/etcd/ on "goods-<id>", fenced. */
+int guard_etcd__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
+                      size_t detail_len);
+int guard_etcd__still_held(guard_env *env, const guard_hold *hold);
+void guard_etcd__leave(guard_env *env, guard_hold *hold);
+/* Offered only by a replica with an etcd client (ETCD_ENDPOINT set). */
 
 /* The PostgreSQL rungs: no guard (guard_none's), a transaction shape each. */
 extern const mode_tx rung_pg_for_update__tx; /* rung_pg_for_update.c */

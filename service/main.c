@@ -137,9 +137,11 @@ static int serve(const service_config *cfg)
 
     memset(&a, 0, sizeof(a));
     a.config = cfg;
+    /* Checked against the build's table now, before anything starts, and against what
+     * this replica offers once its guards exist (below). */
     a.default_mode = modes_find(cfg->default_mode);
     if (a.default_mode == NULL) {
-        char known[120];
+        char known[600];
         fprintf(stderr, "stockd: MODE: unknown mode '%s' (known: %s)\n", cfg->default_mode,
                 modes_list(known, sizeof(known)));
         return 2;
@@ -162,6 +164,7 @@ static int serve(const service_config *cfg)
         fprintf(stderr, "stockd: MODE: the mode '%s' is served only with %s set\n",
                 cfg->default_mode,
                 modes_missing(a.default_mode, a.core.guards, missing, sizeof(missing)));
+        status = 2; /* a configuration error, like a bad variable */
         goto out;
     }
     if (check_schema(cfg, a.core.db) != 0)

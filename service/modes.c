@@ -140,6 +140,13 @@ static const mode mode_table[] = {
                 "stop it: oversells",
      .enter = guard_pg_lockrow_ttl__enter, .leave = guard_pg_lockrow__leave,
      .still_held = guards__always_held},
+
+    /* The other lock services: listed and served only by a replica configured with one. */
+    {.name = "etcd", .safe = true,
+     .summary = "the same under an etcd lock (lease kept alive, key per waiter, watch on the "
+                "predecessor, create revision as fencing token): right with any number of "
+                "replicas",
+     GUARD(guard_etcd), .still_held = guard_etcd__still_held, .needs = MODE_NEEDS_ETCD},
 };
 /* clang-format on */
 
@@ -170,6 +177,7 @@ static const struct {
     const char *setting;
 } needs_settings[] = {
     {MODE_NEEDS_REDLOCK, "REDLOCK_NODES"},
+    {MODE_NEEDS_ETCD, "ETCD_ENDPOINT"},
 };
 
 const char *modes_missing(const mode *m, const guard_env *env, char *buf, size_t len)

@@ -8,6 +8,12 @@
  * may be asked, just before the commit, whether it still holds. A new mode is one more row
  * in the table (modes.c) and one guard file (service/guard_*.c, declared in
  * service/guards.h), nothing else.
+ *
+ * The table is what the build knows; a replica offers the modes its configuration can
+ * serve. A mode whose guard needs a service of its own (etcd) is offered only by a replica
+ * told where that service is (ETCD_ENDPOINT): elsewhere it is neither listed by /api/modes
+ * nor served (400 unknown_mode), so that a client trying every listed mode meets no mode
+ * that could only answer 503.
  */
 #ifndef SERVICE_MODES_H
 #define SERVICE_MODES_H
@@ -17,6 +23,7 @@
 #include <stdint.h>
 
 #include "db/db.h"
+#include "lock/etcd/etcd_lock.h"
 #include "lock/lock.h"
 #include "lock/redlock.h"
 
@@ -36,6 +43,8 @@ typedef struct guard_env_options {
     int64_t row_lease_ms;   /* pg-lockrow-ttl: how long a lock row lives (LOCKROW_TTL_MS) */
     redlock *redlock;       /* the Redlock nodes (REDLOCK_NODES); NULL: not configured, and
                                the redlock mode is not served; not owned */
+    etcd_lock_client *etcd; /* the etcd lock client (ETCD_ENDPOINT); NULL: not configured,
+                               and the etcd mode is not served; not owned */
 } guard_env_options;
 
 /*
@@ -47,6 +56,7 @@ typedef struct guard_env_options {
  */
 enum {
     MODE_NEEDS_REDLOCK = 1u << 0, /* REDLOCK_NODES */
+    MODE_NEEDS_ETCD = 1u << 1,    /* ETCD_ENDPOINT */
 };
 
 int guard_env_create(const guard_env_options *opts, guard_env **out);
@@ -65,11 +75,11 @@ enum {
 typedef struct guard_hold {
     bool fenced;              /* a fencing token comes with this holding */
     int64_t fence;            /* the token, when fenced */
-    const char *fence_source; /* the counter it comes from ("redis"), when fenced: tokens
+    const char *fence_source; /* the counter it comes from ("redis", "etcd"), when fenced: tokens
                                  are compared only with tokens of the same source */
     bool waited;              /* the guard has a wait worth measuring (local, redis) */
     double wait_seconds;      /* how long enter took */
-    char name[64];            /* the lock's name (Redis key), for the Redis guards */
+    char name[64];            /* the lock's name (Redis key, etcd prefix), for the lock guards */
     char token[80];           /* the owner token written as the key's value, for the rungs
                                  whose lock is a plain string (owner-get-del, owner-lua) */
     int64_t goods_id;         /* the goods locked, for the pg-lockrow guards */
@@ -124,7 +134,7 @@ typedef struct mode {
     unsigned needs;
 } mode;
 
-/* The table, in the order /api/modes lists it. */
+/* The whole table, every mode this build knows, in the order /api/modes lists them. */
 const mode *modes_all(size_t *count);
 
 /* The mode named `name`, or NULL. */

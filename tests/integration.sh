@@ -24,6 +24,12 @@
 #   3. nginx's own errors: a body over 16 KiB gets nginx's JSON 413; with every replica
 #      stopped, requests get nginx's JSON 502;
 #   4. the live page (web/) in headless Chromium during a short load (tests/live_page.sh);
+#   4b. the etcd mode (etcd started by `up` with WITH_ETCD=1 on ports of its own): 64
+#      connections over the 3 replicas sell exactly the stock; one goods sold under redis and
+#      etcd in turn; a replica started without ETCD_ENDPOINT (svc-7, not behind nginx) lists
+#      no etcd mode and answers 400 unknown_mode for it; a holder whose lease is revoked
+#      while it pauses answers 503 lock_lost and sells nothing; with etcd down, 503
+#      unavailable; after it is back, deductions go through again;
 #   5. shutdown: every replica exits 0 on SIGTERM, and no replica log (nor the migrate log)
 #      holds a sanitizer report: a leak, a crash or undefined behaviour fails the run.
 # Everything started is stopped at exit, on failure too; the logs are copied to the test log
@@ -154,6 +160,120 @@ it__cleanup() {
     fi
 }
 
+# --- the etcd mode's cases ---
+
+# A goods of its own, so that these cases' books are theirs alone (and test_stack's too).
+IT_ETCD_GOODS=7001
+# The replica without etcd: not behind nginx, started with ETCD_ENDPOINT empty.
+IT_NO_ETCD_REPLICA=$((IT_REPLICAS + 4))
+
+it__reset() { # GOODS STOCK
+    curl -sS -m 10 -f -o /dev/null -X POST -H "Authorization: Bearer $ADMIN_TOKEN" \
+        -H 'Content-Type: application/json' -d "{\"goods_id\":$1,\"stock\":$2}" \
+        "http://127.0.0.1:$HTTP_PORT/api/admin/reset"
+}
+
+it__deduct_code() { # URL GOODS: prints the status and the body of one etcd-mode deduction
+    curl -sS -m 30 -w ' %{http_code}' -X POST -H 'Content-Type: application/json' \
+        -d "{\"goods_id\":$2,\"count\":1}" "$1/api/deduct?mode=etcd" 2>/dev/null || true
+}
+
+it__stock_field() { # GOODS FIELD
+    curl -sS -m 10 "http://127.0.0.1:$HTTP_PORT/api/stock/$1" | sed -n "s/.*\"$2\":\([0-9]*\).*/\1/p"
+}
+
+it__etcd_exact() {
+    local codes ok
+    it__reset $IT_ETCD_GOODS 100 || return 1
+    codes=$(seq 160 | xargs -P 64 -I{} curl -sS -m 30 -o /dev/null -w '%{http_code}\n' \
+        -X POST -H 'Content-Type: application/json' -d "{\"goods_id\":$IT_ETCD_GOODS,\"count\":1}" \
+        "http://127.0.0.1:$HTTP_PORT/api/deduct?mode=etcd")
+    ok=$(grep -c '^200$' <<<"$codes" || true)
+    echo "    200s: $ok; stock $(it__stock_field $IT_ETCD_GOODS stock); sold $(it__stock_field $IT_ETCD_GOODS sold)" >&2
+    [ "$ok" = 100 ] && [ "$(it__stock_field $IT_ETCD_GOODS stock)" = 0 ] && [ "$(it__stock_field $IT_ETCD_GOODS sold)" = 100 ]
+}
+
+it__etcd_lease_lost() {
+    local url=$1 out pid lease
+    it__reset $IT_ETCD_GOODS 10 || return 1
+    out=$(mktemp)
+    it__deduct_code "$url" $IT_ETCD_GOODS >"$out" &
+    pid=$!
+    # The slow replica holds the lock for BUSINESS_DELAY_MS (1500 ms): revoke every lease
+    # meanwhile (this etcd serves this stack only).
+    sleep 0.7
+    for lease in $(ETCDCTL_API=3 etcdctl --endpoints "http://127.0.0.1:$ETCD_PORT" lease list |
+        tail -n +2); do
+        ETCDCTL_API=3 etcdctl --endpoints "http://127.0.0.1:$ETCD_PORT" lease revoke "$lease" \
+            >/dev/null 2>&1 || true
+    done
+    wait "$pid" || true
+    echo "    answer: $(cat "$out")" >&2
+    grep -q '"lock_lost".* 503$' "$out" && [ "$(it__stock_field $IT_ETCD_GOODS stock)" = 10 ] &&
+        [ "$(it__stock_field $IT_ETCD_GOODS sold)" = 0 ]
+    local rc=$?
+    rm -f "$out"
+    return $rc
+}
+
+# The same goods sold under redis, then etcd, then redis: the goods row compares a fencing
+# token only with the last one of the same source (etcd's revisions are far below the Redis
+# lock's tokens, which start at Redis' clock in microseconds), so no sale is refused.
+it__etcd_and_redis_on_one_goods() {
+    local m answer
+    it__reset $IT_ETCD_GOODS 10 || return 1
+    for m in redis etcd redis etcd; do
+        answer=$(curl -sS -m 30 -w ' %{http_code}' -X POST -H 'Content-Type: application/json' \
+            -d "{\"goods_id\":$IT_ETCD_GOODS,\"count\":1}" \
+            "http://127.0.0.1:$HTTP_PORT/api/deduct?mode=$m" 2>/dev/null || true)
+        grep -q ' 200$' <<<"$answer" || { echo "    $m: $answer" >&2; return 1; }
+    done
+    [ "$(it__stock_field $IT_ETCD_GOODS stock)" = 6 ] && [ "$(it__stock_field $IT_ETCD_GOODS sold)" = 4 ]
+}
+
+# /api/modes through nginx (replicas with ETCD_ENDPOINT) lists etcd; the replica without
+# it (URL) neither lists it nor serves it: 400 unknown_mode, and the goods is untouched.
+it__etcd_offered_only_with_endpoint() {
+    local url=$1 modes answer
+    modes=$(curl -sS -m 10 "http://127.0.0.1:$HTTP_PORT/api/modes")
+    grep -q '"name":"etcd"' <<<"$modes" || { echo "    with etcd: $modes" >&2; return 1; }
+    modes=$(curl -sS -m 10 "$url/api/modes")
+    grep -q '"name":"redis"' <<<"$modes" && ! grep -q '"name":"etcd"' <<<"$modes" ||
+        { echo "    without etcd: $modes" >&2; return 1; }
+    it__reset $IT_ETCD_GOODS 10 || return 1
+    answer=$(it__deduct_code "$url" $IT_ETCD_GOODS)
+    echo "    without etcd, mode=etcd: $answer" >&2
+    grep -q '"unknown_mode".* 400$' <<<"$answer" && ! grep -q 'etcd, \|, etcd' <<<"$answer" &&
+        [ "$(it__stock_field $IT_ETCD_GOODS stock)" = 10 ]
+}
+
+# MODE=etcd on a replica without ETCD_ENDPOINT stops its start-up: exit 2, saying why (and,
+# under the sanitizers, with nothing leaked on that path).
+it__etcd_mode_refused_at_start() {
+    local out rc=0
+    out=$(MODE=etcd ETCD_ENDPOINT="" PORT=$(pick_free_ports 1) INSTANCE=svc-no-etcd \
+        timeout 30 "$STOCKD" 2>&1) || rc=$?
+    echo "    exit $rc: $out" >&2
+    [ "$rc" = 2 ] && grep -q "the mode 'etcd' is served only with ETCD_ENDPOINT set" <<<"$out" && it__no_sanitizer_report_in "$out"
+}
+
+it__no_sanitizer_report_in() {
+    ! grep -E -q 'ERROR: (Address|Leak|Thread|Memory)Sanitizer|runtime error:|SUMMARY: [A-Za-z]+Sanitizer' <<<"$1"
+}
+
+it__etcd_down() {
+    local answer
+    it__reset $IT_ETCD_GOODS 10 || return 1
+    scripts/stack.sh etcd-stop >/dev/null 2>&1 || return 1
+    answer=$(it__deduct_code "http://127.0.0.1:$HTTP_PORT" $IT_ETCD_GOODS)
+    echo "    etcd down: $answer" >&2
+    scripts/stack.sh etcd-start >/dev/null 2>&1 || return 1
+    grep -q '"unavailable".* 503$' <<<"$answer" || return 1
+    answer=$(it__deduct_code "http://127.0.0.1:$HTTP_PORT" $IT_ETCD_GOODS)
+    echo "    etcd back: $answer" >&2
+    grep -q ' 200$' <<<"$answer" && [ "$(it__stock_field $IT_ETCD_GOODS stock)" = 9 ]
+}
+
 run_integration() {
     # shellcheck source=tests/live_page.sh
     source tests/live_page.sh
@@ -172,8 +292,9 @@ run_integration() {
     chmod 755 "$RUN_DIR"
     harness_on_exit it__cleanup
     local -a ports
-    mapfile -t ports < <(pick_free_ports 3)
+    mapfile -t ports < <(pick_free_ports 5)
     HTTP_PORT=${ports[0]} PG_PORT=${ports[1]} REDIS_PORT=${ports[2]}
+    ETCD_PORT=${ports[3]} ETCD_PEER_PORT=${ports[4]} WITH_ETCD=1
     REPLICA_PORT_BASE=$(pick_port_block $IT_REPLICAS)
     REDLOCK_SERVERS=5 # the redlock mode's servers, so the stack runs as `make up` does
     REDLOCK_PORT_BASE=$(pick_port_block $REDLOCK_SERVERS)
@@ -184,9 +305,11 @@ run_integration() {
     DB_REPLY_TIMEOUT_MS=$IT_DB_REPLY_TIMEOUT_MS
     MODE=redis
     export RUN_DIR HTTP_PORT PG_PORT REDIS_PORT REPLICA_PORT_BASE REPLICAS STOCKD ADMIN_TOKEN \
-        LOCK_WAIT_MS DB_REPLY_TIMEOUT_MS MODE REDLOCK_SERVERS REDLOCK_PORT_BASE
-    unset BUSINESS_DELAY_MS LOCK_LEASE_MS LOCK_FIXED_LEASE_MS FAULTS WORKER_THREADS DB_POOL_SIZE REDIS_POOL_SIZE \
-        DB_WAIT_MS REDIS_TIMEOUT_MS CONNECTION_TIMEOUT_S DATABASE_URL REDLOCK_TIMEOUT_MS
+        LOCK_WAIT_MS DB_REPLY_TIMEOUT_MS MODE REDLOCK_SERVERS REDLOCK_PORT_BASE ETCD_PORT \
+        ETCD_PEER_PORT WITH_ETCD
+    unset BUSINESS_DELAY_MS LOCK_LEASE_MS LOCK_FIXED_LEASE_MS FAULTS WORKER_THREADS DB_POOL_SIZE \
+        REDIS_POOL_SIZE DB_WAIT_MS REDIS_TIMEOUT_MS CONNECTION_TIMEOUT_S DATABASE_URL \
+        REDLOCK_TIMEOUT_MS ETCD_ENDPOINT ETCD_TIMEOUT_MS
     for ((n = 0; n < REPLICAS; n++)); do
         urls+="${urls:+,}http://127.0.0.1:$((REPLICA_PORT_BASE + n))"
     done
@@ -255,6 +378,33 @@ run_integration() {
             it__live_page
         check_group_end
     fi
+
+    # A replica told no ETCD_ENDPOINT, beside the others, for the case that it offers no etcd.
+    local no_etcd_port no_etcd_url=""
+    no_etcd_port=$(pick_free_ports 1)
+    if ETCD_ENDPOINT="" scripts/stack.sh replica-start-extra "$IT_NO_ETCD_REPLICA" \
+        "$no_etcd_port" 2>&1 | tee -a "$up_log"; then
+        no_etcd_url=http://127.0.0.1:$no_etcd_port
+        all_replicas+=" $IT_NO_ETCD_REPLICA"
+    else
+        suite_broken "no-etcd-replica$sx" "scripts/stack.sh replica-start-extra failed (see $up_log)"
+    fi
+
+    check_group_begin "etcd$sx"
+    check "etcd mode: 64 connections over $REPLICAS replicas sell exactly the stock" it__etcd_exact
+    check "etcd and redis modes sell one goods in turn (tokens compared per source)" \
+        it__etcd_and_redis_on_one_goods
+    if [ -n "$no_etcd_url" ]; then
+        check "a replica without ETCD_ENDPOINT neither lists nor serves etcd (400 unknown_mode)" \
+            it__etcd_offered_only_with_endpoint "$no_etcd_url"
+    fi
+    check "MODE=etcd without ETCD_ENDPOINT stops the start-up (exit 2)" it__etcd_mode_refused_at_start
+    if [ -n "$slow_url" ]; then
+        check "etcd mode: a holder whose lease is revoked answers 503 lock_lost, sells nothing" \
+            it__etcd_lease_lost "$slow_url"
+    fi
+    check "etcd mode: etcd down gives 503 unavailable, and back, deductions resume" it__etcd_down
+    check_group_end
 
     check_group_begin "nginx-errors+shutdown$sx"
     check "nginx refuses a 20 KiB body with its JSON 413" it__413

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # run-all.sh BUILD_DIR - every test, against real servers, as `make test` runs it:
 #   1. the pure unit tests (tests/run-unit.sh's suites);
-#   2. test_lock, which starts a redis-server of its own, and test_redlock, five of them;
+#   2. test_lock, which starts a redis-server of its own; test_redlock, five of them;
+#      test_etcd, an etcd of its own; test_sentinel, a master, a replica and three Sentinels;
 #   3. test_db and test_deduct (two lock holders in every interleaving), against a
 #      throwaway PostgreSQL started here on a free port in a temporary directory
 #      (TEST_DATABASE_URL names its superuser: the tests create databases);
@@ -101,6 +102,18 @@ server_suites() {
         run_suite test_redlock 120 "$build/tests/test_redlock"
     else
         suite_broken test_redlock "$build/tests/test_redlock missing"
+    fi
+    # test_etcd starts an etcd of its own (etcd-server, the "etcd" group of packages.txt).
+    if [ -x "$build/tests/test_etcd" ]; then
+        run_suite test_etcd 120 "$build/tests/test_etcd"
+    else
+        suite_broken test_etcd "$build/tests/test_etcd missing"
+    fi
+    # test_sentinel starts a master, a replica and three Sentinels of its own, and fails over.
+    if [ -x "$build/tests/test_sentinel" ]; then
+        run_suite test_sentinel 120 "$build/tests/test_sentinel"
+    else
+        suite_broken test_sentinel "$build/tests/test_sentinel missing"
     fi
     run_db_suite
     run_integration "$build"

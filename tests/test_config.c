@@ -78,6 +78,7 @@ static const number_case numbers[] = {
     {"DB_WAIT_MS", 0, 600000},
     {"REDIS_TIMEOUT_MS", 10, 60000},
     {"CONNECTION_TIMEOUT_S", 1, 3600},
+    {"ETCD_TIMEOUT_MS", 10, 60000},
 };
 
 static int64_t number_field(const service_config *c, const char *var)
@@ -104,6 +105,8 @@ static int64_t number_field(const service_config *c, const char *var)
         return c->redis_timeout_ms;
     if (strcmp(var, "CONNECTION_TIMEOUT_S") == 0)
         return c->connection_timeout_s;
+    if (strcmp(var, "ETCD_TIMEOUT_MS") == 0)
+        return c->etcd_timeout_ms;
     fail_msg("no field for %s", var);
     return -1;
 }
@@ -135,6 +138,8 @@ static void test_defaults(void **state)
     assert_int_equal(cfg.redis_timeout_ms, 500);
     assert_int_equal(cfg.connection_timeout_s, 30);
     assert_string_equal(cfg.migrations_dir, "migrations");
+    assert_string_equal(cfg.etcd_endpoint, ""); /* no etcd: the etcd mode is not offered */
+    assert_int_equal(cfg.etcd_timeout_ms, 1000);
     assert_string_equal(cfg.log_level, "info");
 
     /* No lookup at all: the same defaults. */
@@ -412,6 +417,30 @@ static void test_string_lengths(void **state)
     assert_accepted("MIGRATIONS_DIR", "/opt/stock service/migrations", &cfg);
 }
 
+static void test_etcd_endpoint(void **state)
+{
+    service_config cfg;
+    char value[300];
+
+    (void)state;
+    assert_accepted("ETCD_ENDPOINT", "", &cfg);
+    assert_string_equal(cfg.etcd_endpoint, "");
+    assert_accepted("ETCD_ENDPOINT", "http://127.0.0.1:12379", &cfg);
+    assert_string_equal(cfg.etcd_endpoint, "http://127.0.0.1:12379");
+    assert_refused("ETCD_ENDPOINT", "127.0.0.1:12379",
+                   "ETCD_ENDPOINT: must be empty, or an http:// URL of at most 255 characters, "
+                   "no spaces, got '127.0.0.1:12379'");
+    assert_refused("ETCD_ENDPOINT", "https://etcd:2379", NULL); /* no TLS in the client */
+    assert_refused("ETCD_ENDPOINT", "http://", NULL);
+    assert_refused("ETCD_ENDPOINT", "http://etcd :2379", NULL);
+    memcpy(value, "http://", 7);
+    memset(value + 7, 'e', 249);
+    value[256] = '\0';
+    assert_refused("ETCD_ENDPOINT", value, NULL);
+    value[255] = '\0';
+    assert_accepted("ETCD_ENDPOINT", value, &cfg);
+}
+
 static void test_first_bad_variable_is_reported(void **state)
 {
     env_var vars[] = {
@@ -517,6 +546,7 @@ int main(void)
         cmocka_unit_test(test_bind_address),
         cmocka_unit_test(test_secrets_are_not_echoed),
         cmocka_unit_test(test_string_lengths),
+        cmocka_unit_test(test_etcd_endpoint),
         cmocka_unit_test(test_first_bad_variable_is_reported),
         cmocka_unit_test(test_several_variables),
         cmocka_unit_test(test_small_error_buffer),

@@ -1321,12 +1321,14 @@ static void test_lost_reply_on_release(void **state)
  * release gets the reserved connection at once, and a second release waits for it. */
 static void test_release_with_the_pool_exhausted(void **state)
 {
-    lock__conn_config cfg = {"127.0.0.1", g_state.port, 500, 500};
+    lock__conn_address addr;
+    lock__conn_config cfg = {&addr, 500, 500};
     lock__pool *p = NULL;
     lock__conn *a = NULL, *b = NULL, *r1 = NULL, *r2 = NULL, *x = NULL;
     int64_t t0;
 
     (void)state;
+    assert_int_equal(lock__conn_address_init(&addr, "127.0.0.1", g_state.port), LOCK_OK);
     assert_int_equal(lock__pool_create(&cfg, 2, &p), LOCK_OK);
     assert_int_equal(lock__pool_borrow(p, now_ns(), &a), LOCK_OK);
     assert_int_equal(lock__pool_borrow(p, now_ns(), &b), LOCK_OK);
@@ -1353,6 +1355,7 @@ static void test_release_with_the_pool_exhausted(void **state)
     lock__pool_return(p, b);
     assert_int_equal(lock__pool_in_use(p), 0);
     lock__pool_destroy(p);
+    lock__conn_address_destroy(&addr);
 }
 
 /* The watchdog renews a holding for max_hold_ms at most; then its lease runs out, the holder

@@ -1,6 +1,7 @@
 /*
  * test_modes.c - the strategy table and the guards that need no server (none, local).
- * The redis guard is exercised through the whole stack by test_stack.c.
+ * The redis guard is exercised through the whole stack by test_stack.c, the etcd guard by
+ * test_etcd.c (its lock) and the integration run (the mode); here, which replicas offer it.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "lock/etcd/etcd_lock.h"
 #include "service/modes.h"
 
 static void test_table_lists_the_three_modes_in_order(void **state)
@@ -289,6 +291,67 @@ static void test_needs_filter_the_served_rows(void **state)
     redlock_destroy(rl);
 }
 
+/* Guards with an etcd client: a replica told ETCD_ENDPOINT. The client connects lazily, so
+ * no etcd is needed at this address (port 9, where nothing listens on loopback). */
+static guard_env *env_with_etcd(etcd_lock_client **client)
+{
+    etcd_lock_options eo;
+    guard_env_options opts = {.lock = NULL, .wait_ms = 100, .lease_ms = LOCK_LEASE_WATCHDOG};
+    guard_env *env = NULL;
+
+    etcd_lock_options_init(&eo);
+    eo.endpoint = "http://127.0.0.1:9";
+    assert_int_equal(etcd_lock_client_create(&eo, client), ETCD_LOCK_OK);
+    opts.etcd = *client;
+    assert_int_equal(guard_env_create(&opts, &env), 0);
+    return env;
+}
+
+/* etcd is served only by a replica with an etcd client (ETCD_ENDPOINT), like redlock. */
+static void test_etcd_is_served_only_with_an_etcd_client(void **state)
+{
+    etcd_lock_client *client = NULL;
+    guard_env *with = NULL, *without = NULL;
+    guard_env_options plain = {.lock = NULL, .wait_ms = 100, .lease_ms = LOCK_LEASE_WATCHDOG};
+    const mode *etcd = modes_find("etcd");
+    char buf[1024];
+
+    (void)state;
+    assert_non_null(etcd); /* the build knows it */
+    assert_true(etcd->safe);
+    assert_int_equal(etcd->needs, MODE_NEEDS_ETCD);
+    assert_null(etcd->tx);
+
+    assert_int_equal(guard_env_create(&plain, &without), 0);
+    with = env_with_etcd(&client);
+
+    assert_null(modes_find_served(without, "etcd"));
+    assert_false(modes_served(etcd, without));
+    assert_null(strstr(modes_list_served(without, buf, sizeof(buf)), "etcd"));
+    assert_string_equal(modes_missing(etcd, without, buf, sizeof(buf)), "ETCD_ENDPOINT");
+    assert_ptr_equal(modes_find_served(without, "redis"), modes_find("redis"));
+
+    assert_int_equal(guard_env_has(with), MODE_NEEDS_ETCD);
+    assert_ptr_equal(modes_find_served(with, "etcd"), etcd);
+    assert_non_null(strstr(modes_list_served(with, buf, sizeof(buf)), "etcd"));
+    assert_null(modes_find_served(with, "redlock")); /* each need is its own */
+
+    guard_env_destroy(with);
+    guard_env_destroy(without);
+    etcd_lock_client_destroy(client);
+}
+
+static void test_etcd_guard_without_client_is_unavailable(void **state)
+{
+    const mode *etcd = modes_find("etcd");
+    guard_hold hold;
+    char detail[64] = "";
+
+    /* Reached only if a caller skipped modes_find_served: a 503, not a crash. */
+    assert_int_equal(etcd->enter(*state, 1, &hold, detail, sizeof(detail)), GUARD_UNAVAILABLE);
+    assert_true(strlen(detail) > 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -308,6 +371,9 @@ int main(void)
                                         env_teardown),
         cmocka_unit_test_setup_teardown(test_lockrow_guards_without_a_pool_are_unavailable,
                                         env_setup, env_teardown),
+        cmocka_unit_test(test_etcd_is_served_only_with_an_etcd_client),
+        cmocka_unit_test_setup_teardown(test_etcd_guard_without_client_is_unavailable, env_setup,
+                                        env_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

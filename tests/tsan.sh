@@ -8,7 +8,10 @@
 # and a replica's (one thread per HTTP connection, sharing the pools, the lock client, the
 # local guard and the metrics). It sees only what runs, so it runs what is most concurrent:
 #   1. test_lock, every case, on the TSan build of lock/, and test_redlock (8 threads sharing
-#      one redlock over five servers);
+#      one redlock over five servers); test_etcd, every case, on the TSan build of lock/etcd/
+#      (its keep-alive thread against 2 x 8 contending threads);
+#      test_sentinel (a client that follows a failover: its follower thread moves the address
+#      under the pool, the watchdog and the subscriber);
 #   2. the whole stack (tests/integration.sh) with TSan builds of stockd as its replicas, and
 #      test_stack (TSan build too) against it: its load cases (64 clients through nginx, and
 #      on one replica), the same Idempotency-Key 20 times at once, the lock_lost cases (the
@@ -45,6 +48,16 @@ run_tsan() {
         run_suite test_redlock-tsan 120 "$build/tests/test_redlock"
     else
         suite_broken test_redlock-tsan "$build/tests/test_redlock missing"
+    fi
+    if [ -x "$build/tests/test_etcd" ]; then
+        run_suite test_etcd-tsan 180 "$build/tests/test_etcd"
+    else
+        suite_broken test_etcd-tsan "$build/tests/test_etcd missing (make B=$build TSAN=1 $build/tests/test_etcd)"
+    fi
+    if [ -x "$build/tests/test_sentinel" ]; then
+        run_suite test_sentinel-tsan 180 "$build/tests/test_sentinel"
+    else
+        suite_broken test_sentinel-tsan "$build/tests/test_sentinel missing"
     fi
     run_integration "$build" -tsan "$TSAN_CASES"
 }

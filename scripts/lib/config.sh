@@ -27,21 +27,38 @@ stack_config() {
     PG_PORT=${PG_PORT:-15432}
     REDIS_PORT=${REDIS_PORT:-16379}
     # The redlock mode's independent Redis servers: how many (0: none, and no redlock mode)
-    # and the first one's port (node N listens on REDLOCK_PORT_BASE+N-1).
+    # and the first one's port (node N listens on REDLOCK_PORT_BASE+N-1; REDIS_PORT+1.. is left
+    # to the HA profile's Redis replica).
     REDLOCK_SERVERS=${REDLOCK_SERVERS:-5}
-    REDLOCK_PORT_BASE=${REDLOCK_PORT_BASE:-$((REDIS_PORT + 1))}
+    REDLOCK_PORT_BASE=${REDLOCK_PORT_BASE:-$((REDIS_PORT + 11))}
+    ETCD_PORT=${ETCD_PORT:-12379}
+    ETCD_PEER_PORT=${ETCD_PEER_PORT:-12380}
+    # WITH_ETCD: as given; unset, as this run directory's `up` left it (the file with-etcd,
+    # removed by `down`), so that a replica restarted later is configured as its siblings.
+    if [ -z "${WITH_ETCD:-}" ]; then
+        WITH_ETCD=0
+        [ -e "$RUN_DIR/with-etcd" ] && WITH_ETCD=1
+    fi
+    [[ $WITH_ETCD =~ ^[01]$ ]] || die "WITH_ETCD must be 0 or 1, got '$WITH_ETCD'"
     STOCKD=${STOCKD:-$STACK_ROOT/build/stockd}
     MODE=${MODE:-redis}
     SEED_GOODS=${SEED_GOODS:-1}
     SEED_STOCK=${SEED_STOCK:-5000}
+    # HA=1: a Redis replica and three Sentinels beside the master (scripts/lib/sentinel.sh).
+    HA=${HA:-0}
+    REDIS_REPLICA_PORT=${REDIS_REPLICA_PORT:-16380}
+    SENTINEL_PORT_BASE=${SENTINEL_PORT_BASE:-26379}
+    REDIS_MASTER_NAME=${REDIS_MASTER_NAME:-stock}
 
     local v
     for v in HTTP_PORT REPLICA_PORT_BASE REPLICAS PG_PORT REDIS_PORT REDLOCK_SERVERS \
-        REDLOCK_PORT_BASE SEED_GOODS SEED_STOCK; do
+        REDLOCK_PORT_BASE ETCD_PORT ETCD_PEER_PORT SEED_GOODS SEED_STOCK REDIS_REPLICA_PORT \
+        SENTINEL_PORT_BASE; do
         [[ ${!v} =~ ^[0-9]+$ ]] || die "$v must be a number, got '${!v}'"
     done
     ((REPLICAS >= 1 && REPLICAS <= 32)) || die "REPLICAS must be from 1 to 32, got $REPLICAS"
     ((REDLOCK_SERVERS <= 9)) || die "REDLOCK_SERVERS must be from 0 to 9, got $REDLOCK_SERVERS"
+    case $HA in 0 | 1) ;; *) die "HA must be 0 or 1, got '$HA'" ;; esac
     case $STOCKD in
     /*) ;;
     *) STOCKD=$PWD/$STOCKD ;;
@@ -50,6 +67,7 @@ stack_config() {
     LOG_DIR=$RUN_DIR/logs
     PG_DIR=$RUN_DIR/pg
     REDIS_DIR=$RUN_DIR/redis
+    ETCD_DIR=$RUN_DIR/etcd
     NGINX_DIR=$RUN_DIR/nginx
     REPLICA_DIR=$RUN_DIR/replicas
 
@@ -64,6 +82,18 @@ stack_config() {
         REDLOCK_NODES+="${REDLOCK_NODES:+,}127.0.0.1:$((REDLOCK_PORT_BASE + v))"
     done
     export REDLOCK_NODES
+    # A replica offers the etcd mode only when told where etcd is (service/modes.h), so only
+    # a stack that runs etcd tells it; an ETCD_ENDPOINT of our own environment (even empty:
+    # a replica without etcd beside ones with) passes through like the variables above.
+    if [ "$WITH_ETCD" = 1 ]; then
+        export ETCD_ENDPOINT=${ETCD_ENDPOINT-http://127.0.0.1:$ETCD_PORT}
+    fi
+    # With HA=1 the replicas find the master through the Sentinels (and follow a failover);
+    # REDIS_HOST/PORT are then only where the master starts.
+    if [ "$HA" = 1 ]; then
+        REDIS_SENTINELS=127.0.0.1:$SENTINEL_PORT_BASE,127.0.0.1:$((SENTINEL_PORT_BASE + 1)),127.0.0.1:$((SENTINEL_PORT_BASE + 2))
+        export REDIS_SENTINELS REDIS_MASTER_NAME
+    fi
     export MIGRATIONS_DIR=${MIGRATIONS_DIR:-$STACK_ROOT/migrations}
 }
 

@@ -4,7 +4,8 @@
 #ifndef TESTS_SUPPORT_FILES_H
 #define TESTS_SUPPORT_FILES_H
 
-/* Removes the plain files directly inside `dir`, then `dir` itself. Best effort: errors
+/* Removes `dir` and everything under it (a server's data directory has subdirectories:
+ * etcd's member/wal, member/snap), never following a symbolic link. Best effort: errors
  * are ignored (a test's temporary directory is all it is for). */
 void support_remove_dir(const char *dir);
 

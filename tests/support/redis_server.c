@@ -1,15 +1,17 @@
 /*
  * redis_server.c - a throwaway redis-server for tests (see redis_server.h).
  *
- * The port: bind a socket to 127.0.0.1 port 0, let the kernel pick a free port, close the
- * socket and hand the number to redis-server. Another program could take the port in
- * between; then redis-server fails to start and a new port is tried (a few times).
+ * The port: draw one from 20000-32767 (below the ephemeral range; see free_port), check that
+ * it can be bound on 127.0.0.1, and hand the number to redis-server. Another program could
+ * take the port in between; then redis-server fails to start and a new port is tried (a few
+ * times).
  *
  * The server runs in the foreground as our child (fork + exec), so its PID is known and it
  * is stopped by that PID, never by name. It is ready when PING answers PONG.
  */
 #include "tests/support/redis_server.h"
 #include "tests/support/files.h"
+#include "tests/support/ports.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -21,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <stdint.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -28,12 +31,13 @@
 #define START_TRIES 5
 #define READY_WAIT_MS 5000
 #define STOP_WAIT_MS 5000
-#define FORBIDDEN_PORT 2024 /* never ours to use */
 
 struct redis_server {
     char dir[64];
     int port;
-    pid_t pid; /* -1 while stopped */
+    pid_t pid;     /* -1 while stopped */
+    bool conf;     /* started with <dir>/redis.conf as its first argument */
+    bool sentinel; /* ... and --sentinel */
 };
 
 static void sleep_ms(int ms)
@@ -42,28 +46,6 @@ static void sleep_ms(int ms)
 
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
         ;
-}
-
-/* A port on 127.0.0.1 that nobody listened on a moment ago, or -1. */
-static int free_port(void)
-{
-    struct sockaddr_in addr;
-    socklen_t len = sizeof(addr);
-    int port = -1;
-    int fd;
-
-    fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0)
-        return -1;
-    memset(&addr, 0, sizeof(addr));
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = 0;
-    if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0 &&
-        getsockname(fd, (struct sockaddr *)&addr, &len) == 0)
-        port = ntohs(addr.sin_port);
-    close(fd);
-    return port;
 }
 
 /* Finds redis-server on PATH. Done before fork: between fork and exec, a child of a
@@ -83,27 +65,50 @@ static int find_redis_server(char *path, size_t len)
     return -1;
 }
 
-/* fork + exec redis-server in the foreground on s->port with s->dir. */
+/* fork + exec redis-server in the foreground on s->port with s->dir; with a config file
+ * first when s->conf (a Sentinel needs one: it rewrites it), and --sentinel when asked. */
 static int spawn(redis_server *s)
 {
     char port[16];
     char logfile[96];
     char program[512];
+    char conf[96];
+    const char *argv[32];
+    int n = 0;
     pid_t pid;
 
     snprintf(port, sizeof(port), "%d", s->port);
     snprintf(logfile, sizeof(logfile), "%s/redis.log", s->dir);
+    snprintf(conf, sizeof(conf), "%s/redis.conf", s->dir);
     if (find_redis_server(program, sizeof(program)) != 0)
         return -1;
+    /* Built before fork: the child of a threaded process only calls execv. */
+    argv[n++] = "redis-server";
+    if (s->conf)
+        argv[n++] = conf; /* the file comes first; the options below override it */
+    if (s->sentinel)
+        argv[n++] = "--sentinel";
+    argv[n++] = "--port", argv[n++] = port;
+    argv[n++] = "--bind", argv[n++] = "127.0.0.1";
+    argv[n++] = "--dir", argv[n++] = s->dir;
+    argv[n++] = "--save", argv[n++] = "";
+    argv[n++] = "--appendonly", argv[n++] = "no";
+    argv[n++] = "--daemonize", argv[n++] = "no";
+    argv[n++] = "--logfile", argv[n++] = logfile;
+    /* DEBUG SLEEP stands in for a Redis that runs a command but whose reply comes too late
+     * (Redis 7 refuses DEBUG unless enabled). A Sentinel has no use for it. */
+    if (!s->sentinel)
+        argv[n++] = "--enable-debug-command", argv[n++] = "yes";
+    /* A replica's full sync starts at once, not after the default 5 s that lets a master
+     * serve several replicas with one transfer (the tests have one). */
+    if (!s->sentinel)
+        argv[n++] = "--repl-diskless-sync-delay", argv[n++] = "0";
+    argv[n] = NULL;
     pid = fork();
     if (pid < 0)
         return -1;
     if (pid == 0) {
-        execl(program, "redis-server", "--port", port, "--bind", "127.0.0.1", "--dir", s->dir,
-              "--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", logfile,
-              /* DEBUG SLEEP stands in for a Redis that runs a command but whose reply comes
-               * too late (Redis 7 refuses DEBUG unless enabled). */
-              "--enable-debug-command", "yes", (char *)NULL);
+        execv(program, (char *const *)(uintptr_t)argv);
         _exit(127);
     }
     s->pid = pid;
@@ -150,6 +155,25 @@ static int wait_ready(redis_server *s)
 
 int redis_server_start(redis_server **out)
 {
+    return redis_server_start_conf(out, NULL, false);
+}
+
+/* Writes text to <dir>/redis.conf. */
+static int write_conf(const redis_server *s, const char *text)
+{
+    char path[96];
+    FILE *f;
+
+    snprintf(path, sizeof(path), "%s/redis.conf", s->dir);
+    f = fopen(path, "w");
+    if (f == NULL)
+        return -1;
+    fputs(text, f);
+    return fclose(f) == 0 ? 0 : -1;
+}
+
+int redis_server_start_conf(redis_server **out, const char *conf, bool sentinel)
+{
     redis_server *s;
 
     *out = NULL;
@@ -163,9 +187,16 @@ int redis_server_start(redis_server **out)
         free(s);
         return -1;
     }
+    s->conf = conf != NULL;
+    s->sentinel = sentinel;
+    if (s->conf && write_conf(s, conf) != 0) {
+        fprintf(stderr, "redis_server: cannot write %s/redis.conf\n", s->dir);
+        redis_server_destroy(s);
+        return -1;
+    }
     for (int i = 0; i < START_TRIES; i++) {
-        s->port = free_port();
-        if (s->port <= 0 || s->port == FORBIDDEN_PORT)
+        s->port = support_free_port();
+        if (s->port <= 0)
             continue;
         if (spawn(s) == 0 && wait_ready(s) == 0) {
             *out = s;
@@ -185,6 +216,19 @@ int redis_server_port(const redis_server *s)
 int redis_server_pid(const redis_server *s)
 {
     return s->pid;
+}
+
+int redis_server_kill(redis_server *s)
+{
+    int status;
+
+    if (s->pid <= 0)
+        return -1;
+    kill(s->pid, SIGKILL);
+    while (waitpid(s->pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    s->pid = -1;
+    return 0;
 }
 
 int redis_server_stop(redis_server *s)

@@ -19,12 +19,20 @@
 #ifndef TESTS_SUPPORT_REDIS_SERVER_H
 #define TESTS_SUPPORT_REDIS_SERVER_H
 
+#include <stdbool.h>
+
 typedef struct redis_server redis_server;
 
 /* Starts redis-server (found on PATH) and waits until it answers PING (5 s at most).
  * Returns 0 and *out, to be freed with redis_server_destroy(); or -1 (a message on
  * stderr says why). */
 int redis_server_start(redis_server **out);
+
+/* As redis_server_start, with conf written to <dir>/redis.conf and given as the first
+ * argument (the port, bind address, directory and log file are still set on the command
+ * line), and --sentinel when sentinel is true: a replica ("replicaof 127.0.0.1 <port>") or
+ * a Sentinel ("sentinel monitor ..."). */
+int redis_server_start_conf(redis_server **out, const char *conf, bool sentinel);
 
 /* The port it listens on, on 127.0.0.1. */
 int redis_server_port(const redis_server *s);
@@ -35,6 +43,10 @@ int redis_server_pid(const redis_server *s);
 /* Stops the server (SIGTERM, then SIGKILL after 5 s) and waits for it to exit. Returns 0, or
  * -1 if it was not running. */
 int redis_server_stop(redis_server *s);
+
+/* Kills it with SIGKILL (no shutdown, nothing saved: a crash) and waits for it to exit.
+ * Returns 0, or -1 if it was not running. */
+int redis_server_kill(redis_server *s);
 
 /* Starts it again on the same port and directory; waits for PING as start does. Returns 0
  * or -1. */

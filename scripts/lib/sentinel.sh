@@ -1,0 +1,144 @@
+# sentinel.sh - the HA part of the native stack (HA=1): a replica of Redis and three Sentinels
+# watching the master (sourced, bash; needs common.sh, config.sh, redis.sh).
+# shellcheck shell=bash
+#
+# The master is redis.sh's Redis on REDIS_PORT; this adds one replica (REDIS_REPLICA_PORT)
+# and three Sentinels (SENTINEL_PORT_BASE..+2) that watch it under REDIS_MASTER_NAME with a
+# quorum of 2. Failover is fast on purpose (down-after-milliseconds 1000, failover-timeout
+# 5000): the chaos report measures what a failover does to requests, not how long Sentinel
+# hesitates. Like the master, nothing is persisted: a lock is only worth its lease.
+# Everything is started daemonized with a PID file and stopped by that PID.
+#
+# After a failover the roles stay swapped (the Sentinels rewrite their files, which live in
+# RUN_DIR); `down` stops all five whatever their roles are now.
+
+REDIS_SENTINEL=${REDIS_SENTINEL:-/usr/bin/redis-sentinel}
+SENTINELS=3
+
+# The process title of each: "redis-server 127.0.0.1:PORT", "redis-sentinel 127.0.0.1:PORT".
+ha__pattern() {
+    local kind=$1 dir=$2 port=""
+    [ -r "$dir/port" ] && read -r port <"$dir/port"
+    echo "$kind 127.0.0.1:$port"
+}
+
+ha__replica_dir() { echo "$RUN_DIR/redis-replica"; }
+ha__sentinel_dir() { echo "$RUN_DIR/sentinel-$1"; }
+
+# Prints the PID of the replica (or Sentinel N) when it runs, else returns 1.
+ha_replica_pid() {
+    local dir
+    dir=$(ha__replica_dir)
+    pidfile_alive "$dir/pid" "$(ha__pattern redis-server "$dir")"
+}
+ha_sentinel_pid() {
+    local dir
+    dir=$(ha__sentinel_dir "$1")
+    pidfile_alive "$dir/pid" "$(ha__pattern redis-sentinel "$dir")"
+}
+
+ha__answers() {
+    [ "$(redis-cli -h 127.0.0.1 -p "$1" ping 2>/dev/null)" = PONG ]
+}
+
+# True when Sentinel on port $1 knows the master and one connected replica.
+ha__sentinel_ready() {
+    redis-cli -h 127.0.0.1 -p "$1" sentinel replicas "$REDIS_MASTER_NAME" 2>/dev/null |
+        grep -qx slave
+}
+
+ha__start_replica() {
+    local dir pid
+    dir=$(ha__replica_dir)
+    if pid=$(ha_replica_pid); then
+        log "redis replica already running (pid $pid, port $REDIS_REPLICA_PORT)"
+        return 0
+    fi
+    require_port_free "$REDIS_REPLICA_PORT" "redis replica" REDIS_REPLICA_PORT
+    mkdir -p "$dir" "$LOG_DIR"
+    rm -f "$dir/pid"
+    echo "$REDIS_REPLICA_PORT" >"$dir/port"
+    "$REDIS_SERVER" --bind 127.0.0.1 --port "$REDIS_REPLICA_PORT" \
+        --replicaof 127.0.0.1 "$REDIS_PORT" \
+        --daemonize yes --pidfile "$dir/pid" --logfile "$LOG_DIR/redis-replica.log" \
+        --dir "$dir" --save "" --appendonly no ||
+        die "the redis replica did not start (see $LOG_DIR/redis-replica.log)"
+    wait_until 10 ha__answers "$REDIS_REPLICA_PORT" || die "the redis replica does not answer"
+    log "redis replica started (pid $(wait_until 5 ha_replica_pid), 127.0.0.1:$REDIS_REPLICA_PORT)"
+}
+
+ha__start_sentinel() {
+    local n=$1 port=$((SENTINEL_PORT_BASE + $1 - 1)) dir pid
+    dir=$(ha__sentinel_dir "$n")
+    if pid=$(ha_sentinel_pid "$n"); then
+        log "sentinel $n already running (pid $pid, port $port)"
+        return 0
+    fi
+    [ -x "$REDIS_SENTINEL" ] || die "redis-sentinel not found (scripts/deps.sh ensure)"
+    require_port_free "$port" "sentinel $n" SENTINEL_PORT_BASE
+    mkdir -p "$dir" "$LOG_DIR"
+    rm -f "$dir/pid"
+    echo "$port" >"$dir/port"
+    # A Sentinel rewrites its file with what it learns (the replicas, the other Sentinels,
+    # the current master); a fresh file per start keeps `up` after `down` predictable.
+    cat >"$dir/sentinel.conf" <<CONF
+sentinel monitor $REDIS_MASTER_NAME 127.0.0.1 $REDIS_PORT 2
+sentinel down-after-milliseconds $REDIS_MASTER_NAME 1000
+sentinel failover-timeout $REDIS_MASTER_NAME 5000
+sentinel parallel-syncs $REDIS_MASTER_NAME 1
+CONF
+    "$REDIS_SENTINEL" "$dir/sentinel.conf" --bind 127.0.0.1 --port "$port" \
+        --daemonize yes --pidfile "$dir/pid" --logfile "$LOG_DIR/sentinel-$n.log" \
+        --dir "$dir" || die "sentinel $n did not start (see $LOG_DIR/sentinel-$n.log)"
+    wait_until 10 ha__answers "$port" || die "sentinel $n does not answer on port $port"
+    log "sentinel $n started (pid $(wait_until 5 ha_sentinel_pid "$n"), 127.0.0.1:$port)"
+}
+
+# Starts the replica and the Sentinels unless running; returns once every Sentinel has
+# found the replica (a failover before that would have nothing to promote).
+ha_start() {
+    local n
+    ha__start_replica
+    for ((n = 1; n <= SENTINELS; n++)); do
+        ha__start_sentinel "$n"
+    done
+    for ((n = 1; n <= SENTINELS; n++)); do
+        wait_until 20 ha__sentinel_ready $((SENTINEL_PORT_BASE + n - 1)) ||
+            die "sentinel $n has not found the replica (see $LOG_DIR/sentinel-$n.log)"
+    done
+    log "sentinels watch '$REDIS_MASTER_NAME' (REDIS_SENTINELS=$REDIS_SENTINELS)"
+}
+
+# Stops the Sentinels first (so they do not fail over a master being stopped), then the
+# replica.
+ha_stop() {
+    local n pid dir failed=0
+    for ((n = 1; n <= SENTINELS; n++)); do
+        pid=$(ha_sentinel_pid "$n") || continue
+        dir=$(ha__sentinel_dir "$n")
+        log "stopping sentinel $n (pid $pid)"
+        stop_pid "sentinel $n" "$pid" "$(ha__pattern redis-sentinel "$dir")" TERM:10 KILL:5 || failed=1
+    done
+    if pid=$(ha_replica_pid); then
+        dir=$(ha__replica_dir)
+        log "stopping redis replica (pid $pid)"
+        stop_pid "redis replica" "$pid" "$(ha__pattern redis-server "$dir")" TERM:10 KILL:5 || failed=1
+    fi
+    return $failed
+}
+
+ha_status() {
+    local n pid
+    if pid=$(ha_replica_pid); then
+        echo "redis-rep  running  pid $pid  127.0.0.1:$REDIS_REPLICA_PORT"
+    else
+        echo "redis-rep  stopped"
+    fi
+    for ((n = 1; n <= SENTINELS; n++)); do
+        if pid=$(ha_sentinel_pid "$n"); then
+            echo "sentinel-$n running  pid $pid  127.0.0.1:$((SENTINEL_PORT_BASE + n - 1))"
+        else
+            echo "sentinel-$n stopped"
+        fi
+    done
+}
