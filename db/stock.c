@@ -16,8 +16,10 @@
 #include "db/internal.h"
 
 /* Runs `stmt`, a one-parameter statement (the goods id) that returns the stock in one row or
- * no row: the plain read and the FOR UPDATE read differ only in their SQL. */
-static int read_stock_with(db_conn *conn, enum db__stmt_id stmt, int64_t goods_id, int64_t *stock)
+ * no row, and, when `version` is not NULL, the row's version as a second column: the plain,
+ * the FOR UPDATE and the versioned reads differ only in their SQL. */
+static int read_stock_with(db_conn *conn, enum db__stmt_id stmt, int64_t goods_id, int64_t *stock,
+                           int64_t *version)
 {
     char id_buf[DB__I64_LEN];
     const char *params[1];
@@ -34,13 +36,15 @@ static int read_stock_with(db_conn *conn, enum db__stmt_id stmt, int64_t goods_i
         rc = DB_ERR_NOT_FOUND;
     else
         rc = db__get_i64(conn, res, 0, 0, stock);
+    if (rc == DB_OK && version != NULL)
+        rc = db__get_i64(conn, res, 0, 1, version);
     PQclear(res);
     return rc;
 }
 
 int db_stock_read(db_conn *conn, int64_t goods_id, int64_t *stock)
 {
-    return read_stock_with(conn, DB__STOCK_READ, goods_id, stock);
+    return read_stock_with(conn, DB__STOCK_READ, goods_id, stock, NULL);
 }
 
 /* After a claim or a write changed no row: was the goods missing, or the fence newer? */
@@ -206,7 +210,7 @@ out:
 
 int db_stock_read_for_update(db_conn *conn, int64_t goods_id, int64_t *stock)
 {
-    return read_stock_with(conn, DB__STOCK_READ_FOR_UPDATE, goods_id, stock);
+    return read_stock_with(conn, DB__STOCK_READ_FOR_UPDATE, goods_id, stock, NULL);
 }
 
 int db_goods_lock(db_conn *conn, int64_t goods_id)
@@ -256,25 +260,9 @@ int db_stock_take(db_conn *conn, int64_t goods_id, int64_t count, int64_t *stock
 
 int db_stock_read_versioned(db_conn *conn, int64_t goods_id, int64_t *stock, int64_t *version)
 {
-    char id_buf[DB__I64_LEN];
-    const char *params[1];
-    PGresult *res = NULL;
-    int rc;
-
-    if (!conn || !stock || !version)
+    if (!version)
         return DB_ERR_INVALID;
-    params[0] = db__i64(id_buf, goods_id);
-    rc = db__run(conn, DB__STOCK_READ_VERSIONED, params, &res);
-    if (rc != DB_OK)
-        return rc;
-    if (PQntuples(res) == 0)
-        rc = DB_ERR_NOT_FOUND;
-    else
-        rc = db__get_i64(conn, res, 0, 0, stock);
-    if (rc == DB_OK)
-        rc = db__get_i64(conn, res, 0, 1, version);
-    PQclear(res);
-    return rc;
+    return read_stock_with(conn, DB__STOCK_READ_VERSIONED, goods_id, stock, version);
 }
 
 int db_stock_write_versioned(db_conn *conn, int64_t goods_id, int64_t new_stock, int64_t version)

@@ -69,10 +69,12 @@ void guard_local__leave(guard_env *env, guard_hold *hold);
 /* One try of a polling rung: LOCK_OK with *acquired, or a LOCK_ERR_* code. */
 typedef int (*guards__try_fn)(guard_env *env, guard_hold *hold, bool *acquired);
 
-/* guard_poll.c: tries hold->name with try_once every RUNG_POLL_MS until it is had or
+/* guard_poll.c: the enter of a polling rung. Empties *hold, names its key
+ * "lock:<rung>:goods:<goods_id>", gives it the calling thread's owner token when
+ * `with_token`, then tries it with try_once every RUNG_POLL_MS until it is had or
  * env->wait_ms has passed. GUARD_OK, GUARD_TIMEOUT or GUARD_UNAVAILABLE (detail filled). */
-int guards__poll(guard_env *env, guard_hold *hold, guards__try_fn try_once, char *detail,
-                 size_t detail_len);
+int guards__poll(guard_env *env, const char *rung, int64_t goods_id, bool with_token,
+                 guards__try_fn try_once, guard_hold *hold, char *detail, size_t detail_len);
 
 /* guard_poll.c: sleeps hold->release_pause_ms (fault injection; 0: at once). A guard calls
  * it right before the command that deletes its lock. */
