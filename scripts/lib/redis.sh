@@ -37,6 +37,10 @@ redis_start() {
     require_port_free "$REDIS_PORT" redis REDIS_PORT
     mkdir -p "$REDIS_DIR" "$LOG_DIR"
     rm -f "$REDIS_DIR/redis.pid"
+    # Starts empty, always: --save "" keeps Redis from writing a snapshot, but a server that
+    # was once a replica (HA=1, after a failover) was sent one and kept it as dump.rdb, which
+    # it would load now: locks and fencing counters from an earlier run.
+    rm -f "$REDIS_DIR/dump.rdb"
     echo "$REDIS_PORT" >"$REDIS_DIR/redis.port"
     # --daemonize: redis forks, starts a session of its own and writes its PID file.
     # --repl-diskless-sync-delay 0: with HA=1, a replica (the HA one, or this server come back

@@ -62,7 +62,7 @@ ha__start_replica() {
     fi
     require_port_free "$REDIS_REPLICA_PORT" "redis replica" REDIS_REPLICA_PORT
     mkdir -p "$dir" "$LOG_DIR"
-    rm -f "$dir/pid"
+    rm -f "$dir/pid" "$dir/dump.rdb" # empty at start, like the master (see redis.sh)
     echo "$REDIS_REPLICA_PORT" >"$dir/port"
     "$REDIS_SERVER" --bind 127.0.0.1 --port "$REDIS_REPLICA_PORT" \
         --replicaof 127.0.0.1 "$REDIS_PORT" \
