@@ -7,7 +7,7 @@
 # fault's window, from its injection (f0, seconds) to its end (f1), is shaded. What a learner
 # reads off it: when the sales stop, for how long, and how they come back.
 
-set terminal pngcairo size 900,300 font "DejaVu Sans,9"
+set terminal pngcairo size 900,300 font "DejaVu Sans,9" noenhanced # "_" is no subscript
 set output png
 set title title
 set xlabel "seconds since the load began (by when each request was sent)"
