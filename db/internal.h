@@ -75,6 +75,7 @@ enum db__stmt_id {
     DB__STOCK_TAKE,
     DB__GOODS_EXISTS,
     DB__ORDER_INSERT,
+    DB__ORDERS_INSERT_MANY,
     /* idempotency */
     DB__IDEM_CLAIM,
     DB__IDEM_STORE,

@@ -193,12 +193,14 @@ typedef struct batch_scratch {
     batch_item **pending;
     int64_t *counts;
     int64_t *left;
+    int64_t *sold_counts; /* the counts of the sold requests, in order */
+    int64_t *order_ids;   /* their orders' ids */
     bool *sold;
 } batch_scratch;
 
 static batch_scratch *scratch_new(size_t k)
 {
-    size_t bytes = sizeof(batch_scratch) + k * (sizeof(batch_item *) + 2 * sizeof(int64_t)) + k;
+    size_t bytes = sizeof(batch_scratch) + k * (sizeof(batch_item *) + 4 * sizeof(int64_t)) + k;
     batch_scratch *sc = malloc(bytes);
     char *p;
 
@@ -210,6 +212,10 @@ static batch_scratch *scratch_new(size_t k)
     sc->counts = (int64_t *)(void *)p;
     p += k * sizeof(int64_t);
     sc->left = (int64_t *)(void *)p;
+    p += k * sizeof(int64_t);
+    sc->sold_counts = (int64_t *)(void *)p;
+    p += k * sizeof(int64_t);
+    sc->order_ids = (int64_t *)(void *)p;
     p += k * sizeof(int64_t);
     sc->sold = (bool *)(void *)p;
     return sc;
@@ -254,11 +260,11 @@ static int sell_pending(const deduct_env *env, const mode *m, db_conn *conn, con
                         batch_item **items, size_t n, batch_scratch *sc, size_t k,
                         int64_t *stock_out)
 {
-    int64_t goods_id = items[0]->goods_id, stock = 0, order_id = 0;
+    int64_t goods_id = items[0]->goods_id, stock = 0;
     batch_item **pending = sc->pending;
     int64_t *counts = sc->counts, *left = sc->left;
-    bool *sold = sc->sold, any_sold = false;
-    size_t i;
+    bool *sold = sc->sold;
+    size_t i, n_sold = 0;
     int rc;
 
     rc = hold->fenced ? db_stock_claim(conn, goods_id, hold->fence_source, hold->fence, &stock)
@@ -282,22 +288,29 @@ static int sell_pending(const deduct_env *env, const mode *m, db_conn *conn, con
     if (rc == DB_OK)
         stock = batch_allocate(stock, counts, k, sold, left);
 
-    for (i = 0; i < k; i++) {
+    /* Every sold request's order in one statement: one round trip for the batch. */
+    for (i = 0; rc == DB_OK && i < k; i++)
+        if (sold[i])
+            sc->sold_counts[n_sold++] = counts[i];
+    if (n_sold > 0) {
+        int irc =
+            db_orders_insert_many(conn, goods_id, sc->sold_counts, n_sold, m->name, env->instance,
+                                  hold->fenced ? &hold->fence : NULL, sc->order_ids);
+        if (irc != DB_OK) {
+            fail_db(items, n, "record orders", irc, conn);
+            return irc;
+        }
+    }
+
+    for (i = 0, n_sold = 0; i < k; i++) {
         batch_item *it = pending[i];
-        const char *what = "record order";
 
         if (rc == DB_ERR_NOT_FOUND) {
             set_answer(it, 404, "unknown_goods", response_unknown_goods(goods_id));
         } else if (!sold[i]) {
             set_answer(it, 409, "insufficient_stock", response_insufficient(goods_id, left[i]));
         } else {
-            int irc = db_order_insert(conn, goods_id, it->count, m->name, env->instance,
-                                      hold->fenced ? &hold->fence : NULL, &order_id);
-            if (irc != DB_OK) {
-                fail_db(items, n, what, irc, conn);
-                return irc;
-            }
-            any_sold = true;
+            int64_t order_id = sc->order_ids[n_sold++];
             set_answer(
                 it, 200, "deducted",
                 response_deducted(goods_id, it->count, left[i], order_id, m->name, env->instance));
@@ -315,7 +328,7 @@ static int sell_pending(const deduct_env *env, const mode *m, db_conn *conn, con
         }
     }
 
-    if (any_sold) {
+    if (n_sold > 0) {
         rc = db_stock_write(conn, goods_id, stock);
         if (rc != DB_OK) {
             fail_db(items, n, "write stock", rc, conn);
@@ -326,17 +339,15 @@ static int sell_pending(const deduct_env *env, const mode *m, db_conn *conn, con
     return DB_OK;
 }
 
-/* The leader's work: the lock, one transaction for the n requests, the lock left. Sets
- * every request's answer. */
-static void run_batch(const deduct_env *env, const mode *m, batch_item **items, size_t n)
+/* The leader's work once it entered the guard (rc, GUARD_OK or the failure, with detail):
+ * one transaction for the n requests, the guard left. Sets every request's answer. */
+static void run_batch(const deduct_env *env, const mode *m, int rc, guard_hold *hold_in,
+                      const char *detail, batch_item **items, size_t n)
 {
-    guard_hold hold;
+    guard_hold hold = *hold_in;
     db_conn *conn = NULL;
-    char detail[256] = "";
     size_t i;
-    int rc;
 
-    rc = m->enter(env->guards, items[0]->goods_id, &hold, detail, sizeof(detail));
     for (i = 0; i < n; i++) {
         /* The wait a request measures is from its arrival to the lock: queue and lock. */
         items[i]->out->waited = hold.waited;
@@ -494,17 +505,25 @@ int batch_execute(batch_queue *q, const deduct_env *env, const mode *m, int64_t 
 
     if (self.lead && !self.done) {
         batch_item *one[1], **items = malloc((size_t)q->opts.max_batch * sizeof(*items));
-        int max = q->opts.max_batch;
+        int max = q->opts.max_batch, grc;
+        guard_hold hold;
+        char detail[256] = "";
         size_t n, i;
 
         if (items == NULL) { /* out of memory: a batch of this request alone still works */
             items = one;
             max = 1;
         }
-        n = take_batch(s, goods_id, max, items);
-
+        /* The lock first, then the queue: every request that came while the lock was awaited
+         * (other replicas' batches held it) joins this batch. The leader stays at the head of
+         * the queue meanwhile: nothing but a leader takes from it, and a leader does not
+         * time out, so it is still there to be taken first. */
         pthread_mutex_unlock(&s->mu);
-        run_batch(env, m, items, n);
+        grc = m->enter(env->guards, goods_id, &hold, detail, sizeof(detail));
+        pthread_mutex_lock(&s->mu);
+        n = take_batch(s, goods_id, max, items);
+        pthread_mutex_unlock(&s->mu);
+        run_batch(env, m, grc, &hold, detail, items, n);
         pthread_mutex_lock(&s->mu);
         for (i = 0; i < n; i++) {
             items[i]->done = true;

@@ -4,14 +4,16 @@
  *
  * The serial ceiling of a lock-guarded sale is one lock round trip plus one commit per
  * sale, whatever the number of replicas. Here a request does not take the lock itself: it
- * joins its replica's queue for the goods. One thread at a time per goods (the leader) takes
- * up to `max_batch` queued requests, in arrival order, takes the `redis` lock with its
- * fencing token, and runs ONE transaction for all of them:
+ * joins its replica's queue for the goods. One thread at a time per goods (the leader, the
+ * request at the head of the queue) takes the `redis` lock with its fencing token, and only
+ * then takes up to `max_batch` queued requests, in arrival order (itself first), so that all
+ * that came while the lock was awaited join; it runs ONE transaction for all of them:
  *
  *   BEGIN -> claim each Idempotency-Key (a stored answer is replayed) -> one fenced row read
  *   (db_stock_claim) -> each request checked in arrival order against what is left (the
- *   pure batch_allocate below) -> one order row per sold request, each answer stored with
- *   its key -> one stock write -> the lock still held? -> COMMIT -> the lock is left
+ *   pure batch_allocate below) -> one order row per sold request, all in one statement
+ *   (db_orders_insert_many) -> each answer stored with its key -> one stock write -> the
+ *   lock still held? -> COMMIT -> the lock is left
  *
  * and only then are the answers given: 200 to the sold, 409 to those the stock could not
  * cover. A request is never answered before the commit that contains it; when anything of
@@ -23,7 +25,8 @@
  * goods, the bigger the batch, and the lock and the commit are paid once per batch instead
  * of once per sale.
  *
- * Bounds: the queue holds at most `max_queued` requests per replica (more: 503 unavailable
+ * Bounds: at most `max_queued` requests wait per goods on a replica (the leader awaiting the
+ * lock counts; goods that share a stripe of the queue share the bound; more: 503 unavailable
  * at once); a request waits at most `wait_ms` in the queue before a leader takes it (then
  * 503 lock_timeout, nothing sold); once taken, its wait is the batch's own, bounded by the
  * lock's wait bound and the database's timeouts.
@@ -39,7 +42,7 @@
 
 typedef struct batch_options {
     int max_batch;   /* requests per transaction at most (BATCH_MAX) */
-    int max_queued;  /* requests queued per replica at most (BATCH_QUEUE_MAX) */
+    int max_queued;  /* requests waiting per goods at most (BATCH_QUEUE_MAX) */
     int64_t wait_ms; /* how long a request may wait in the queue (BATCH_WAIT_MS) */
 } batch_options;
 

@@ -240,7 +240,8 @@ static void test_queue_wait_and_size_are_bounded(void **state)
     struct timespec t0, t1;
 
     (void)state;
-    assert_int_equal(batch_queue_create(&(batch_options){64, 1, 100}, &q), 0);
+    /* Room for two: the leader (queued until it has the lock) and one more. */
+    assert_int_equal(batch_queue_create(&(batch_options){64, 2, 100}, &q), 0);
     g_enter_delay_ms = 600; /* the leader holds the guard this long */
     leader = (shot){.q = q, .goods_id = 9};
     assert_int_equal(pthread_create(&leader.thread, NULL, shot_thread, &leader), 0);
@@ -249,7 +250,7 @@ static void test_queue_wait_and_size_are_bounded(void **state)
     waiting = (shot){.q = q, .goods_id = 9};
     clock_gettime(CLOCK_MONOTONIC, &t0);
     assert_int_equal(pthread_create(&waiting.thread, NULL, shot_thread, &waiting), 0);
-    usleep(30 * 1000); /* queued: the queue (max 1) is full */
+    usleep(30 * 1000); /* queued behind the leader: the queue (max 2) is full */
     extra = (shot){.q = q, .goods_id = 9};
     shot_thread(&extra);
     assert_int_equal(extra.res.status, 503);
