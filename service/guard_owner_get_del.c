@@ -7,8 +7,6 @@
  * decided, deletes its lock. A third request then enters beside the second. Fault
  * injection's pause-before-release puts a pause exactly in that gap.
  */
-#include <inttypes.h>
-#include <stdio.h>
 #include <string.h>
 
 #include "lock/naive.h"
@@ -22,11 +20,8 @@ int guards__try_owned_set(guard_env *env, guard_hold *hold, bool *acquired)
 int guard_owner_get_del__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
                                size_t detail_len)
 {
-    memset(hold, 0, sizeof(*hold));
-    snprintf(hold->name, sizeof(hold->name), "lock:owner-get-del:goods:%" PRId64, goods_id);
-    if (env->lock != NULL)
-        naive_owner(env->lock, hold->token, sizeof(hold->token));
-    return guards__poll(env, hold, guards__try_owned_set, detail, detail_len);
+    return guards__poll(env, "owner-get-del", goods_id, true, guards__try_owned_set, hold, detail,
+                        detail_len);
 }
 
 void guard_owner_get_del__leave(guard_env *env, guard_hold *hold)

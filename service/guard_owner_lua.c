@@ -7,21 +7,14 @@
  *     injection's `nested`) waits for itself, out to the wait bound: 503 lock_timeout;
  *   - the lease is fixed: a section that outlasts it has a second holder beside it.
  */
-#include <inttypes.h>
-#include <stdio.h>
-#include <string.h>
-
 #include "lock/naive.h"
 #include "service/guards.h"
 
 int guard_owner_lua__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
                            size_t detail_len)
 {
-    memset(hold, 0, sizeof(*hold));
-    snprintf(hold->name, sizeof(hold->name), "lock:owner-lua:goods:%" PRId64, goods_id);
-    if (env->lock != NULL)
-        naive_owner(env->lock, hold->token, sizeof(hold->token));
-    return guards__poll(env, hold, guards__try_owned_set, detail, detail_len);
+    return guards__poll(env, "owner-lua", goods_id, true, guards__try_owned_set, hold, detail,
+                        detail_len);
 }
 
 void guard_owner_lua__leave(guard_env *env, guard_hold *hold)

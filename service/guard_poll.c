@@ -9,23 +9,30 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <string.h>
+
+#include "lock/naive.h"
 
 #include "service/clock.h"
 #include "service/guards.h"
 
-int guards__poll(guard_env *env, guard_hold *hold, guards__try_fn try_once, char *detail,
-                 size_t detail_len)
+int guards__poll(guard_env *env, const char *rung, int64_t goods_id, bool with_token,
+                 guards__try_fn try_once, guard_hold *hold, char *detail, size_t detail_len)
 {
     struct timespec start;
     bool acquired = false;
     int rc;
 
+    memset(hold, 0, sizeof(*hold));
+    snprintf(hold->name, sizeof(hold->name), "lock:%s:goods:%" PRId64, rung, goods_id);
     clock_gettime(CLOCK_MONOTONIC, &start);
     hold->waited = true;
     if (env->lock == NULL) {
         snprintf(detail, detail_len, "redis lock client not configured");
         return GUARD_UNAVAILABLE;
     }
+    if (with_token)
+        naive_owner(env->lock, hold->token, sizeof(hold->token));
     for (;;) {
         rc = try_once(env, hold, &acquired);
         hold->wait_seconds = clock_seconds_since(&start);

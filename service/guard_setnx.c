@@ -7,10 +7,6 @@
  * out its bound and answers 503 lock_timeout, until a person deletes the key by hand.
  * Fault injection's crash-in-section shows it.
  */
-#include <inttypes.h>
-#include <stdio.h>
-#include <string.h>
-
 #include "lock/naive.h"
 #include "service/guards.h"
 
@@ -22,9 +18,7 @@ static int try_setnx(guard_env *env, guard_hold *hold, bool *acquired)
 int guard_setnx__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
                        size_t detail_len)
 {
-    memset(hold, 0, sizeof(*hold));
-    snprintf(hold->name, sizeof(hold->name), "lock:setnx:goods:%" PRId64, goods_id);
-    return guards__poll(env, hold, try_setnx, detail, detail_len);
+    return guards__poll(env, "setnx", goods_id, false, try_setnx, hold, detail, detail_len);
 }
 
 void guard_setnx__leave(guard_env *env, guard_hold *hold)

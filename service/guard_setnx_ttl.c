@@ -6,10 +6,6 @@
  * the stock while the first is still inside (two in the section), and the first one's DEL,
  * which checks no owner, deletes the second one's lock and lets a third in.
  */
-#include <inttypes.h>
-#include <stdio.h>
-#include <string.h>
-
 #include "lock/naive.h"
 #include "service/guards.h"
 
@@ -21,9 +17,7 @@ static int try_set_px(guard_env *env, guard_hold *hold, bool *acquired)
 int guard_setnx_ttl__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
                            size_t detail_len)
 {
-    memset(hold, 0, sizeof(*hold));
-    snprintf(hold->name, sizeof(hold->name), "lock:setnx-ttl:goods:%" PRId64, goods_id);
-    return guards__poll(env, hold, try_set_px, detail, detail_len);
+    return guards__poll(env, "setnx-ttl", goods_id, false, try_set_px, hold, detail, detail_len);
 }
 
 void guard_setnx_ttl__leave(guard_env *env, guard_hold *hold)
