@@ -140,6 +140,10 @@ int db_rollback(db_conn *conn);
  *   its transaction ends, so no token is needed. DB_ERR_NOT_FOUND for unknown goods.
  * db_order_insert: records the order; fence (the holder's token) may be NULL. Sets
  *   *order_id.
+ * db_orders_insert_many: records n orders of goods_id (counts[i] units each, 1 <= n <=
+ *   DB_ORDERS_MAX) in one statement, one round trip: the batched sale's orders. Sets
+ *   order_ids[i] to the id of a row of its own whose count is counts[i]. DB_ERR_INVALID for
+ *   n out of range or a count < 1.
  */
 int db_stock_read(db_conn *conn, int64_t goods_id, int64_t *stock);
 int db_stock_claim(db_conn *conn, int64_t goods_id, const char *source, int64_t token,
@@ -147,6 +151,10 @@ int db_stock_claim(db_conn *conn, int64_t goods_id, const char *source, int64_t 
 int db_stock_write(db_conn *conn, int64_t goods_id, int64_t new_stock);
 int db_order_insert(db_conn *conn, int64_t goods_id, int64_t count, const char *mode,
                     const char *instance, const int64_t *fence, int64_t *order_id);
+#define DB_ORDERS_MAX 4096
+int db_orders_insert_many(db_conn *conn, int64_t goods_id, const int64_t *counts, size_t n,
+                          const char *mode, const char *instance, const int64_t *fence,
+                          int64_t *order_ids);
 
 /*
  * The PostgreSQL rungs of the ladder: the database itself closes the race, with no guard.

@@ -81,6 +81,7 @@ enum db__stmt_id {
     DB__LOCKROW_RELEASE,
     DB__GOODS_EXISTS,
     DB__ORDER_INSERT,
+    DB__ORDERS_INSERT_MANY,
     /* idempotency */
     DB__IDEM_CLAIM,
     DB__IDEM_STORE,

@@ -139,6 +139,14 @@ static const struct db__stmt stmts[DB__STMT_COUNT] = {
                           "INSERT INTO orders (goods, count, mode, instance, fence)"
                           " VALUES ($1, $2, $3, $4, $5) RETURNING id",
                           5, PGRES_TUPLES_OK, false},
+    /* A batch's orders in one round trip: one row per element of the counts array ($2, an
+     * array literal of integers), inserted in the array's order. */
+    [DB__ORDERS_INSERT_MANY] = {"orders_insert_many",
+                                "INSERT INTO orders (goods, count, mode, instance, fence)"
+                                " SELECT $1::bigint, u.c, $3::text, $4::text, $5::bigint"
+                                " FROM unnest($2::integer[]) WITH ORDINALITY AS u (c, i)"
+                                " ORDER BY u.i RETURNING id, count",
+                                5, PGRES_TUPLES_OK, false},
 
     /* ON CONFLICT DO NOTHING waits for a transaction that inserted the same key and has not
      * ended yet; then it inserts (that one rolled back) or does nothing (it committed). */

@@ -133,6 +133,78 @@ int db_order_insert(db_conn *conn, int64_t goods_id, int64_t count, const char *
     return rc;
 }
 
+int db_orders_insert_many(db_conn *conn, int64_t goods_id, const int64_t *counts, size_t n,
+                          const char *mode, const char *instance, const int64_t *fence,
+                          int64_t *order_ids)
+{
+    char id_buf[DB__I64_LEN], fence_buf[DB__I64_LEN];
+    const char *params[5];
+    PGresult *res = NULL;
+    char *array, *p;
+    size_t i;
+    int rc;
+
+    if (!conn || !counts || !mode || !instance || !order_ids || n < 1 || n > DB_ORDERS_MAX)
+        return DB_ERR_INVALID;
+    for (i = 0; i < n; i++)
+        if (counts[i] < 1 || counts[i] > INT32_MAX)
+            return DB_ERR_INVALID;
+    /* The counts as an array literal "{3,1,2}": a parameter's text, never part of the SQL. */
+    array = malloc(n * DB__I64_LEN + 3);
+    if (!array)
+        return DB_ERR_NOMEM;
+    p = array;
+    *p++ = '{';
+    for (i = 0; i < n; i++) {
+        char num[DB__I64_LEN];
+        size_t len = strlen(db__i64(num, counts[i]));
+        if (i > 0)
+            *p++ = ',';
+        memcpy(p, num, len);
+        p += len;
+    }
+    *p++ = '}';
+    *p = '\0';
+    params[0] = db__i64(id_buf, goods_id);
+    params[1] = array;
+    params[2] = mode;
+    params[3] = instance;
+    params[4] = fence ? db__i64(fence_buf, *fence) : NULL;
+    rc = db__run(conn, DB__ORDERS_INSERT_MANY, params, &res);
+    free(array);
+    if (rc != DB_OK)
+        return rc;
+    if ((size_t)PQntuples(res) != n) {
+        db__set_error(conn, "orders_insert_many returned %d rows for %zu orders", PQntuples(res),
+                      n);
+        PQclear(res);
+        return DB_ERR_QUERY;
+    }
+    /* Each caller's entry gets a row with its own count: the rows come back in the order
+     * they were inserted, and matching on the count keeps the answer right whatever order
+     * they came in. */
+    for (i = 0; i < n; i++)
+        order_ids[i] = 0;
+    for (int row = 0; row < (int)n && rc == DB_OK; row++) {
+        int64_t id = 0, count = 0;
+        rc = db__get_i64(conn, res, row, 0, &id);
+        if (rc == DB_OK)
+            rc = db__get_i64(conn, res, row, 1, &count);
+        for (i = 0; rc == DB_OK && i < n; i++)
+            if (order_ids[i] == 0 && counts[i] == count) {
+                order_ids[i] = id;
+                break;
+            }
+        if (rc == DB_OK && i == n) {
+            db__set_error(conn, "orders_insert_many returned a row of count %lld not asked for",
+                          (long long)count);
+            rc = DB_ERR_QUERY;
+        }
+    }
+    PQclear(res);
+    return rc;
+}
+
 /* The three statements of a reset, inside the transaction db_goods_reset opened. The
  * goods row is written first: that waits for any deduction holding the row, so the
  * deletes that follow (each with a fresh snapshot, READ COMMITTED) see its order too. */

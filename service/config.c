@@ -91,6 +91,13 @@ static const config__setting config__settings[] = {
            "connections served at once, one thread each; more wait in the accept queue"),
     NUMBER("LOCK_WAIT_MS", CONFIG__INT64, lock_wait_ms, "2000", 0, 600000,
            "how long a request waits for a lock before answering 503 lock_timeout"),
+    NUMBER("BATCH_MAX", CONFIG__INT, batch_max, "64", 1, 1024,
+           "redis-batch: requests sold in one transaction at most"),
+    NUMBER("BATCH_QUEUE_MAX", CONFIG__INT, batch_queue_max, "1024", 1, 100000,
+           "redis-batch: requests waiting for a batch per goods at most; more answer 503 at once"),
+    NUMBER("BATCH_WAIT_MS", CONFIG__INT64, batch_wait_ms, "2000", 0, 600000,
+           "redis-batch: how long a request waits to be taken into a batch before 503 "
+           "lock_timeout"),
     NUMBER("LOCK_LEASE_MS", CONFIG__INT64, lock_lease_ms, "30000", 300, 600000,
            "lease of a Redis lock; the watchdog renews it every lease/3 while held"),
     NUMBER("LOCK_MAX_HOLD_MS", CONFIG__INT64, lock_max_hold_ms, "60000", 1000, 3600000,

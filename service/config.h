@@ -24,6 +24,9 @@ typedef struct service_config {
     char default_mode[32];       /* MODE: the mode used when a request names none */
     int worker_threads;          /* WORKER_THREADS: connections served at once (a thread each) */
     int64_t lock_wait_ms;        /* LOCK_WAIT_MS: bound on waiting for the lock */
+    int batch_max;               /* BATCH_MAX: requests per redis-batch transaction at most */
+    int batch_queue_max;         /* BATCH_QUEUE_MAX: requests queued per goods at most */
+    int64_t batch_wait_ms;       /* BATCH_WAIT_MS: bound on waiting to be taken into a batch */
     int64_t lock_lease_ms;       /* LOCK_LEASE_MS: watchdog lease (renewed every lease/3) */
     int64_t lock_max_hold_ms;    /* LOCK_MAX_HOLD_MS: no renewal past this hold time */
     int64_t lock_fixed_lease_ms; /* LOCK_FIXED_LEASE_MS: lease of the ladder's rungs that

@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "service/batch.h"
+
 int core_create(const service_config *cfg, int db_pool_size, int redis_pool_size,
                 const char *instance, core *out, char *err, size_t errlen)
 {
@@ -101,11 +103,20 @@ int core_create(const service_config *cfg, int db_pool_size, int redis_pool_size
      * so the smallest bound it knows stands for it. */
     out->deduct.lock_wait_ms = cfg->lock_wait_ms > 0 ? cfg->lock_wait_ms : 1;
     out->deduct.optimistic_retries = cfg->optimistic_retries;
+
+    batch_options batch_opts = {.max_batch = cfg->batch_max,
+                                .max_queued = cfg->batch_queue_max,
+                                .wait_ms = cfg->batch_wait_ms};
+    if (batch_queue_create(&batch_opts, &out->deduct.batch) != 0) {
+        snprintf(err, errlen, "cannot create the redis-batch queues");
+        return -1;
+    }
     return 0;
 }
 
 void core_destroy(core *c)
 {
+    batch_queue_destroy(c->deduct.batch);
     guard_env_destroy(c->guards);
     redlock_destroy(c->redlock);
     etcd_lock_client_destroy(c->etcd);

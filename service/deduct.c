@@ -22,6 +22,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "service/batch.h"
 #include "service/clock.h"
 #include "service/response.h"
 
@@ -437,6 +438,9 @@ int deduct_execute(const deduct_env *env, const mode *m, int64_t goods_id, int64
     int rc, result;
 
     memset(out, 0, sizeof(*out));
+
+    if (m->batched && env->batch != NULL && hook == NULL)
+        return batch_execute(env->batch, env, m, goods_id, count, idempotency_key, out);
 
     if (idempotency_key != NULL) {
         rc = try_replay(&d);

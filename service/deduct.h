@@ -41,6 +41,8 @@ typedef struct deduct_env {
     /* How many times a transaction whose write lost an optimistic race (DB_ERR_RETRY) is run
      * again, after a short random pause, before the answer is 503 conflict. 0: never. */
     int optimistic_retries;
+    struct batch_queue *batch; /* the queues of the batched modes (service/batch.h); NULL:
+                                  a batched mode runs the single path below */
 } deduct_env;
 
 /*
@@ -96,6 +98,9 @@ typedef struct deduct_result {
  * NULL; when given, an earlier stored answer for (goods_id, key) is returned unchanged and
  * nothing is deducted; otherwise the 200/404/409 answer is stored in the same transaction.
  * hook may be NULL; when given, hook->at is called at each deduct_point reached.
+ * A batched mode (mode.batched) without a hook joins its replica's batch (batch_execute):
+ * the hook's points belong to one request's own transaction, so a request with a hook
+ * (fault injection) runs the single path, under the same lock and fence.
  * Returns 0 with *out filled (free out->body), or -1 when out of memory.
  */
 int deduct_execute(const deduct_env *env, const mode *m, int64_t goods_id, int64_t count,

@@ -7,6 +7,8 @@
  *   none   guard_none.c   no guard at all: a lost update under load.
  *   local  guard_local.c  a mutex of this process: right with one replica only.
  *   redis  guard_redis.c  the Redis lock of lock/, fenced: right with any number of replicas.
+ *   redis-batch  (redis's guard)  the same lock once per batch of a replica's requests for
+ *                                 one goods (mode.batched: service/batch.c runs it).
  *
  * the ladder's Redis rungs, each missing one piece of `redis` (README "The ladder"):
  *
@@ -61,6 +63,13 @@ static const mode mode_table[] = {
      .summary = "the same under the Redis reentrant lock (owner, watchdog, bounded wait, "
                 "fencing): right with any number of replicas",
      GUARD(guard_redis), .still_held = guard_redis__still_held},
+
+    /* Past the serial ceiling: one lock holding and one commit for many sales. */
+    {.name = "redis-batch", .safe = true,
+     .summary = "the redis lock taken once per batch: a replica's concurrent requests for one "
+                "goods are checked in arrival order and sold in one fenced transaction, each "
+                "answered after its commit: right with any number of replicas",
+     GUARD(guard_redis), .still_held = guard_redis__still_held, .batched = true},
 
     /* The ladder's Redis rungs, in the order the course builds them: each fixes the flaw
      * of the one before and shows the next (loadtest/ladder provokes each). */

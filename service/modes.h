@@ -132,6 +132,9 @@ typedef struct mode {
     bool leaves_inside_tx;
     /* MODE_NEEDS_* bits: served only by a replica that has all of them; 0 for most. */
     unsigned needs;
+    /* The replica's concurrent requests for one goods are coalesced, one transaction under
+     * one holding of the guard per batch (service/batch.h); false for every other mode. */
+    bool batched;
 } mode;
 
 /* The whole table, every mode this build knows, in the order /api/modes lists them. */

@@ -540,6 +540,42 @@ static void test_read_write_and_insert(void **state)
     db_pool_release(f->pool, c);
 }
 
+/* A batch's orders in one statement: one row per count, each caller's entry given the id of
+ * a row of its own with its count; bad arguments change nothing. */
+static void test_orders_insert_many(void **state)
+{
+    fixture *f = *state;
+    db_conn *c = acquire(f->pool);
+    const int64_t counts[] = {2, 1, 2, 5};
+    int64_t ids[4] = {0}, fence = 9, bad[] = {1, 0};
+
+    reset_ok(c, 1, 10);
+    assert_int_equal(db_orders_insert_many(c, 1, counts, 4, "redis-batch", "svc-1", &fence, ids),
+                     DB_OK);
+    for (int i = 0; i < 4; i++) {
+        char id_buf[24], count_buf[24];
+        const char *params[2] = {id_buf, count_buf};
+        snprintf(id_buf, sizeof(id_buf), "%lld", (long long)ids[i]);
+        snprintf(count_buf, sizeof(count_buf), "%lld", (long long)counts[i]);
+        assert_true(ids[i] > 0);
+        for (int j = 0; j < i; j++)
+            assert_true(ids[i] != ids[j]);
+        assert_int_equal(raw_int(f->admin,
+                                 "SELECT count(*) FROM orders WHERE id = $1::bigint AND goods = 1"
+                                 " AND count = $2::integer AND mode = 'redis-batch'"
+                                 " AND instance = 'svc-1' AND fence = 9",
+                                 2, params),
+                         1);
+    }
+    assert_int_equal(raw_int(f->admin, "SELECT count(*) FROM orders WHERE goods = 1", 0, NULL), 4);
+
+    assert_int_equal(db_orders_insert_many(c, 1, counts, 0, "m", "i", NULL, ids), DB_ERR_INVALID);
+    assert_int_equal(db_orders_insert_many(c, 1, bad, 2, "m", "i", NULL, ids), DB_ERR_INVALID);
+    assert_int_equal(db_orders_insert_many(c, 999, counts, 1, "m", "i", NULL, ids), DB_ERR_QUERY);
+    assert_int_equal(raw_int(f->admin, "SELECT count(*) FROM orders WHERE goods = 1", 0, NULL), 4);
+    db_pool_release(f->pool, c);
+}
+
 /* The statements of the PostgreSQL rungs, and that each lock is held by the transaction:
  * another session sees the row lock (FOR UPDATE NOWAIT fails) and the advisory lock
  * (pg_try_advisory_xact_lock answers false) until the commit. */
@@ -1551,6 +1587,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_a_failing_migration_changes_nothing, setup_migrated,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_read_write_and_insert, setup_migrated, teardown),
+        cmocka_unit_test_setup_teardown(test_orders_insert_many, setup_migrated, teardown),
         cmocka_unit_test_setup_teardown(test_pg_rung_statements, setup_migrated, teardown),
         cmocka_unit_test_setup_teardown(test_versioned_read_and_write, setup_migrated, teardown),
         cmocka_unit_test_setup_teardown(test_lockrow_take_and_release, setup_migrated, teardown),

@@ -131,6 +131,8 @@
 #define GOODS_LOAD_LOCAL3 3804LL
 #define GOODS_LOAD_PG 3805LL     /* 3805 .. 3807: one per PostgreSQL rung */
 #define GOODS_PG_OUTCOMES 3808LL /* 3808 .. 3810 */
+#define GOODS_LOAD_BATCH 3811LL
+#define GOODS_BATCH_IDEM 3812LL /* 3812 .. 3813 */
 #define GOODS_AUTH 3901LL
 #define GOODS_DOWN 4001LL
 #define GOODS_PG_DOWN 4002LL
@@ -2462,6 +2464,86 @@ static void test_idempotency(void **state)
     expect_stock(GOODS_IDEM + 5, 10, 9, 1, 1, "after the 128-character key");
 }
 
+/* redis-batch: a request whose key another request of the same batch carries, or a request
+ * committed earlier, gets the one stored answer. Twenty requests at once with one key sell
+ * once; then twenty at once over five keys (four requests each) on 3 units: three keys sell,
+ * two are refused, every request of a key gets its key's one answer, and each key replays it
+ * later on every replica. */
+static void test_batch_idempotency(void **state)
+{
+    (void)state;
+    begin_case("batch_idempotency");
+    char key[128], keys[5][128], what[200];
+
+    reset_goods(GOODS_BATCH_IDEM, 100);
+    snprintf(key, sizeof(key), "batch-burst-%s", g_env.run_tag);
+    json_t *stored = idem_burst(GOODS_BATCH_IDEM, "redis-batch", key);
+    expect_replayed(GOODS_BATCH_IDEM, "redis-batch", key, 200, stored, "the redis-batch burst");
+    expect_stock(GOODS_BATCH_IDEM, 100, 99, 1, 1, "the redis-batch burst");
+
+    long long goods = GOODS_BATCH_IDEM + 1;
+    reset_goods(goods, 3);
+    idem_shot *shots = calloc(IDEM_THREADS, sizeof(*shots));
+    pthread_barrier_t barrier;
+    if (shots == NULL)
+        fail_msg("out of memory");
+    own(shots, idem_shots_release);
+    for (int k = 0; k < 5; k++)
+        snprintf(keys[k], sizeof(keys[k]), "batch-mix-%d-%s", k, g_env.run_tag);
+    pthread_barrier_init(&barrier, NULL, IDEM_THREADS);
+    for (int i = 0; i < IDEM_THREADS; i++) {
+        size_t target = (size_t)i % (g_env.n_replicas + 1);
+        shots[i].barrier = &barrier;
+        shots[i].base = target == 0 ? g_env.stock_url : g_env.replicas[target - 1];
+        deduct_body(shots[i].body, sizeof(shots[i].body), goods, 1, "redis-batch");
+        snprintf(shots[i].key_header, sizeof(shots[i].key_header), "Idempotency-Key: %s",
+                 keys[i % 5]);
+    }
+    for (int i = 0; i < IDEM_THREADS; i++)
+        if (pthread_create(&shots[i].thread, NULL, idem_thread, &shots[i]) != 0)
+            abort(); /* the barrier would wait forever for the missing threads */
+    for (int i = 0; i < IDEM_THREADS; i++)
+        pthread_join(shots[i].thread, NULL);
+    pthread_barrier_destroy(&barrier);
+
+    json_t *answer[5] = {NULL};
+    long status[5] = {0};
+    int sold = 0, refused = 0;
+    for (int i = 0; i < IDEM_THREADS; i++) {
+        const http_reply *r = &shots[i].reply;
+        int k = i % 5;
+        snprintf(what, sizeof(what), "redis-batch, 5 keys at once on 3 units, key %d", k);
+        if (r->status != 200 && r->status != 409)
+            fail_msg("%s: status %ld, want 200 or 409: %.300s", what, r->status, r->body);
+        json_t *j = expect_json(r, r->status, what);
+        if (answer[k] == NULL) {
+            answer[k] = j;
+            status[k] = r->status;
+        } else if (r->status != status[k] || !json_equal(answer[k], j)) {
+            fail_msg("%s: two answers for one key differ: %ld vs %ld: %.300s", what, status[k],
+                     r->status, r->body);
+        }
+    }
+    for (int k = 0; k < 5; k++) {
+        snprintf(what, sizeof(what), "redis-batch, 5 keys at once on 3 units, key %d", k);
+        if (status[k] == 200) {
+            sold++;
+            expect_field_str(answer[k], "mode", "redis-batch", what);
+            if (field_int(answer[k], "order_id", what) <= 0)
+                fail_msg("%s: a 200 without an order", what);
+        } else {
+            refused++;
+        }
+        expect_replayed(goods, "redis-batch", keys[k], status[k], answer[k], what);
+    }
+    printf("    redis-batch, %d requests over 5 keys on 3 units: %d keys sold, %d refused\n",
+           IDEM_THREADS, sold, refused);
+    if (sold != 3 || refused != 2)
+        fail_msg("redis-batch, 5 keys on 3 units: %d keys sold and %d refused, want 3 and 2", sold,
+                 refused);
+    expect_stock(goods, 3, 0, 3, 3, "redis-batch, 5 keys at once on 3 units");
+}
+
 /* ------------------------------------------------------------------------------------------
  * Cases: load
  * ------------------------------------------------------------------------------------------ */
@@ -2480,6 +2562,23 @@ static void test_load_redis_three(void **state)
         if (p->counts.per_instance[i] == 0)
             fail_msg("redis via nginx: replica %s sold nothing: nginx did not balance over all",
                      g_env.instances[i]);
+}
+
+/* redis-batch through nginx over every replica: each replica's concurrent requests are sold
+ * in batches, one transaction each under the redis lock, and exactly the stock is sold, each
+ * 200 with its own remaining value, by all replicas. */
+static void test_load_redis_batch_three(void **state)
+{
+    (void)state;
+    begin_case("load_redis_batch_three");
+    reset_goods(GOODS_LOAD_BATCH, LOAD_STOCK);
+    load_plan *p = load_plan_new("redis-batch via nginx", g_env.stock_url, GOODS_LOAD_BATCH,
+                                 "redis-batch", LOAD_REQUESTS, LOAD_THREADS);
+    load_run(p);
+    expect_exact_sale(p, LOAD_STOCK);
+    for (size_t i = 0; i < g_env.n_replicas; i++)
+        if (p->counts.per_instance[i] == 0)
+            fail_msg("redis-batch via nginx: replica %s sold nothing", g_env.instances[i]);
 }
 
 /* The PostgreSQL rungs answer like every mode: 200 with the stock left, 409 with the stock
@@ -3849,6 +3948,8 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_malformed_requests, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_idempotency, case_setup, idempotency_teardown),
         cmocka_unit_test_setup_teardown(test_load_redis_three, case_setup, case_teardown),
+        cmocka_unit_test_setup_teardown(test_load_redis_batch_three, case_setup, case_teardown),
+        cmocka_unit_test_setup_teardown(test_batch_idempotency, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_pg_rung_outcomes, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_load_pg_for_update_three, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_load_pg_atomic_three, case_setup, case_teardown),

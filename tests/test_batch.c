@@ -1,0 +1,289 @@
+/*
+ * test_batch.c - the redis-batch mode's pure parts, without servers: the arrival-order
+ * allocation, and the queue (leader, hand-off, bounds) driven through a mode whose guard
+ * is a stub that counts and delays its entries and then fails, so that no database is
+ * reached and every answer is the guard's 503.
+ *
+ * The mode itself, against real Redis, PostgreSQL and nginx, is tested by test_stack
+ * (load_redis_batch_three, batch_idempotency).
+ */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "service/batch.h"
+
+/* ---- batch_allocate ------------------------------------------------------------------ */
+
+static void test_allocate_in_arrival_order(void **state)
+{
+    const int64_t counts[] = {3, 2, 4, 1, 1};
+    bool sold[5];
+    int64_t left[5];
+
+    (void)state;
+    /* 7 units: 3 sold (4 left), 2 sold (2 left), 4 refused, 1 sold, 1 sold. */
+    assert_int_equal(batch_allocate(7, counts, 5, sold, left), 0);
+    assert_true(sold[0]);
+    assert_int_equal(left[0], 4);
+    assert_true(sold[1]);
+    assert_int_equal(left[1], 2);
+    assert_false(sold[2]); /* refused against the 2 that were left */
+    assert_int_equal(left[2], 2);
+    assert_true(sold[3]);
+    assert_int_equal(left[3], 1);
+    assert_true(sold[4]);
+    assert_int_equal(left[4], 0);
+}
+
+static void test_allocate_first_come_first_served(void **state)
+{
+    const int64_t counts[] = {1, 1, 1, 1};
+    bool sold[4];
+    int64_t left[4];
+
+    (void)state;
+    /* 2 units for 4 requests of 1: the first two, not any two. */
+    assert_int_equal(batch_allocate(2, counts, 4, sold, left), 0);
+    assert_true(sold[0] && sold[1]);
+    assert_false(sold[2] || sold[3]);
+    assert_int_equal(left[2], 0);
+    assert_int_equal(left[3], 0);
+}
+
+static void test_allocate_exact_and_empty(void **state)
+{
+    const int64_t counts[] = {5, 1};
+    bool sold[2];
+    int64_t left[2];
+
+    (void)state;
+    assert_int_equal(batch_allocate(5, counts, 2, sold, left), 0); /* exactly the stock */
+    assert_true(sold[0]);
+    assert_false(sold[1]);
+    assert_int_equal(batch_allocate(0, counts, 2, sold, left), 0); /* sold out: all refused */
+    assert_false(sold[0] || sold[1]);
+    assert_int_equal(left[0], 0);
+    assert_int_equal(batch_allocate(9, counts, 0, sold, left), 9); /* nobody: nothing taken */
+}
+
+static void test_allocate_never_goes_negative(void **state)
+{
+    int64_t counts[64], left[64], stock = 100, total = 0;
+    bool sold[64];
+    unsigned seed = 11;
+
+    (void)state;
+    for (int round = 0; round < 200; round++) {
+        for (int i = 0; i < 64; i++)
+            counts[i] = 1 + (int64_t)(rand_r(&seed) % 7);
+        stock = rand_r(&seed) % 120;
+        int64_t end = batch_allocate(stock, counts, 64, sold, left), taken = 0, prev = stock;
+        for (int i = 0; i < 64; i++) {
+            assert_true(left[i] >= 0);
+            if (sold[i]) {
+                assert_int_equal(left[i], prev - counts[i]);
+                taken += counts[i];
+            } else {
+                assert_true(counts[i] > prev); /* refused only when not covered */
+                assert_int_equal(left[i], prev);
+            }
+            prev = left[i];
+        }
+        assert_int_equal(end, stock - taken);
+        total += taken;
+    }
+    assert_true(total > 0);
+}
+
+/* ---- the queue, with a stub guard ---------------------------------------------------- */
+
+static atomic_int g_entries; /* how many times the stub guard was entered: one per batch */
+static int g_enter_delay_ms; /* how long each entry takes */
+
+static int stub_enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
+                      size_t detail_len)
+{
+    (void)env;
+    (void)goods_id;
+    memset(hold, 0, sizeof(*hold));
+    hold->waited = true; /* as the redis guard's: its wait is measured */
+    atomic_fetch_add(&g_entries, 1);
+    usleep((useconds_t)g_enter_delay_ms * 1000);
+    snprintf(detail, detail_len, "stub guard: no lock service here");
+    return GUARD_UNAVAILABLE;
+}
+
+static int stub_still_held(guard_env *env, const guard_hold *hold)
+{
+    (void)env;
+    (void)hold;
+    return GUARD_OK;
+}
+
+static void stub_leave(guard_env *env, guard_hold *hold)
+{
+    (void)env;
+    (void)hold;
+}
+
+static const mode stub_mode = {.name = "stub-batch",
+                               .safe = true,
+                               .summary = "a batched mode whose guard always fails",
+                               .enter = stub_enter,
+                               .still_held = stub_still_held,
+                               .leave = stub_leave,
+                               .batched = true};
+
+typedef struct shot {
+    pthread_t thread;
+    batch_queue *q;
+    int64_t goods_id;
+    int rc;
+    deduct_result res;
+} shot;
+
+static const deduct_env g_env = {.instance = "test"};
+
+static void *shot_thread(void *arg)
+{
+    shot *s = arg;
+    s->rc = batch_execute(s->q, &g_env, &stub_mode, s->goods_id, 1, NULL, &s->res);
+    return NULL;
+}
+
+static void test_options_are_checked(void **state)
+{
+    batch_queue *q = (batch_queue *)1;
+
+    (void)state;
+    assert_int_equal(batch_queue_create(&(batch_options){0, 10, 10}, &q), -1);
+    assert_null(q);
+    assert_int_equal(batch_queue_create(&(batch_options){10, 0, 10}, &q), -1);
+    assert_int_equal(batch_queue_create(&(batch_options){10, 10, -1}, &q), -1);
+    assert_int_equal(batch_queue_create(&(batch_options){1, 1, 0}, &q), 0);
+    batch_queue_destroy(q);
+    batch_queue_destroy(NULL);
+}
+
+/* A failed guard fails its whole batch with the guard's 503, and the batch answers every
+ * request; the requests that came while the first batch held the guard were coalesced:
+ * fewer entries than requests. */
+static void test_concurrent_requests_share_batches(void **state)
+{
+    enum { N = 24 };
+    shot shots[N];
+    batch_queue *q = NULL;
+
+    (void)state;
+    assert_int_equal(batch_queue_create(&(batch_options){64, 1024, 5000}, &q), 0);
+    atomic_store(&g_entries, 0);
+    g_enter_delay_ms = 50;
+    for (int i = 0; i < N; i++) {
+        shots[i] = (shot){.q = q, .goods_id = 7};
+        assert_int_equal(pthread_create(&shots[i].thread, NULL, shot_thread, &shots[i]), 0);
+    }
+    for (int i = 0; i < N; i++) {
+        pthread_join(shots[i].thread, NULL);
+        assert_int_equal(shots[i].rc, 0);
+        assert_int_equal(shots[i].res.status, 503);
+        assert_string_equal(shots[i].res.outcome, "unavailable");
+        assert_non_null(strstr(shots[i].res.body, "stub guard"));
+        assert_true(shots[i].res.waited);
+        free(shots[i].res.body);
+    }
+    printf("    %d concurrent requests, %d batches\n", N, atomic_load(&g_entries));
+    assert_true(atomic_load(&g_entries) < N);
+    batch_queue_destroy(q);
+}
+
+/* BATCH_MAX bounds a batch: with max 1 every request is a batch of its own. */
+static void test_batch_size_is_bounded(void **state)
+{
+    enum { N = 6 };
+    shot shots[N];
+    batch_queue *q = NULL;
+
+    (void)state;
+    assert_int_equal(batch_queue_create(&(batch_options){1, 1024, 5000}, &q), 0);
+    atomic_store(&g_entries, 0);
+    g_enter_delay_ms = 5;
+    for (int i = 0; i < N; i++) {
+        shots[i] = (shot){.q = q, .goods_id = 7};
+        assert_int_equal(pthread_create(&shots[i].thread, NULL, shot_thread, &shots[i]), 0);
+    }
+    for (int i = 0; i < N; i++) {
+        pthread_join(shots[i].thread, NULL);
+        assert_int_equal(shots[i].res.status, 503);
+        free(shots[i].res.body);
+    }
+    assert_int_equal(atomic_load(&g_entries), N);
+    batch_queue_destroy(q);
+}
+
+/* A request is not kept past BATCH_WAIT_MS in the queue (503 lock_timeout), and one past
+ * BATCH_QUEUE_MAX is refused at once (503 unavailable). */
+static void test_queue_wait_and_size_are_bounded(void **state)
+{
+    shot leader = {0}, waiting = {0}, extra = {0};
+    batch_queue *q = NULL;
+    struct timespec t0, t1;
+
+    (void)state;
+    /* Room for two: the leader (queued until it has the lock) and one more. */
+    assert_int_equal(batch_queue_create(&(batch_options){64, 2, 100}, &q), 0);
+    g_enter_delay_ms = 600; /* the leader holds the guard this long */
+    leader = (shot){.q = q, .goods_id = 9};
+    assert_int_equal(pthread_create(&leader.thread, NULL, shot_thread, &leader), 0);
+    usleep(100 * 1000); /* the leader is inside the guard now */
+
+    waiting = (shot){.q = q, .goods_id = 9};
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    assert_int_equal(pthread_create(&waiting.thread, NULL, shot_thread, &waiting), 0);
+    usleep(30 * 1000); /* queued behind the leader: the queue (max 2) is full */
+    extra = (shot){.q = q, .goods_id = 9};
+    shot_thread(&extra);
+    assert_int_equal(extra.res.status, 503);
+    assert_string_equal(extra.res.outcome, "unavailable");
+    assert_non_null(strstr(extra.res.body, "queued"));
+
+    pthread_join(waiting.thread, NULL);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double waited = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    assert_int_equal(waiting.res.status, 503);
+    assert_string_equal(waiting.res.outcome, "lock_timeout");
+    assert_true(waited < 0.45); /* 100 ms bound, far before the leader's 600 ms */
+
+    pthread_join(leader.thread, NULL);
+    assert_int_equal(leader.res.status, 503);
+    assert_string_equal(leader.res.outcome, "unavailable");
+    free(leader.res.body);
+    free(waiting.res.body);
+    free(extra.res.body);
+    batch_queue_destroy(q);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_allocate_in_arrival_order),
+        cmocka_unit_test(test_allocate_first_come_first_served),
+        cmocka_unit_test(test_allocate_exact_and_empty),
+        cmocka_unit_test(test_allocate_never_goes_negative),
+        cmocka_unit_test(test_options_are_checked),
+        cmocka_unit_test(test_concurrent_requests_share_batches),
+        cmocka_unit_test(test_batch_size_is_bounded),
+        cmocka_unit_test(test_queue_wait_and_size_are_bounded),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
