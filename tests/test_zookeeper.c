@@ -346,6 +346,7 @@ static void test_server_down(void **state)
     start = now_ms();
     while (zk_lock_acquire(c, "down-2", 2000, NULL) != ZK_LOCK_OK && now_ms() - start < 10000)
         sleep_ms(100);
+    print_message("back after the restart: the lock had in %" PRId64 " ms\n", now_ms() - start);
     assert_int_equal(zk_lock_is_held(c, "down-2"), ZK_LOCK_OK);
     assert_int_equal(zk_lock_release(c, "down-2"), ZK_LOCK_OK);
     zk_lock_client_destroy(c);

@@ -28,8 +28,8 @@ zookeeper_pid() {
 # "ruok" answered "imok" (the config allows that one four-letter command).
 zookeeper__healthy() {
     local answer=""
-    answer=$(exec 3<>"/dev/tcp/127.0.0.1/$ZK_PORT" && printf ruok >&3 &&
-        timeout 1 head -c 4 <&3) 2>/dev/null || return 1
+    answer=$(exec 2>/dev/null 3<>"/dev/tcp/127.0.0.1/$ZK_PORT" && printf ruok >&3 &&
+        timeout 1 head -c 4 <&3) || return 1
     [ "$answer" = imok ]
 }
 
