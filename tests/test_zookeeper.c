@@ -30,6 +30,9 @@
 
 #define MX_THREADS 8
 #define MX_ROUNDS 8
+/* The request timeout of the tests' clients: generous, because the machine is shared and a
+ * JVM starved of CPU answers late; the bounds asserted below are in terms of it. */
+#define REQUEST_TIMEOUT_MS 2000
 
 static zk_server *server;
 
@@ -56,7 +59,7 @@ static zk_lock_client *new_client(const char *hosts, int session_ms)
     zk_lock_options_init(&opts);
     opts.hosts = hosts;
     opts.session_ms = session_ms;
-    opts.request_timeout_ms = 1000;
+    opts.request_timeout_ms = REQUEST_TIMEOUT_MS;
     if (zk_lock_client_create(&opts, &c) != ZK_LOCK_OK)
         return NULL;
     return c;
@@ -223,7 +226,7 @@ static void test_bounded_wait(void **state)
     pthread_join(t, NULL);
     assert_int_equal(w.rc, ZK_LOCK_TIMEOUT);
     assert_true(w.done_at - start >= 400);
-    assert_true(w.done_at - start < 400 + 1000); /* wait + a request timeout */
+    assert_true(w.done_at - start < 400 + REQUEST_TIMEOUT_MS); /* wait + a request timeout */
     /* The waiter left the queue: a try of the other client after the release gets it. */
     assert_int_equal(zk_lock_release(c, "wb"), ZK_LOCK_OK);
     assert_int_equal(zk_lock_acquire(other, "wb", 0, NULL), ZK_LOCK_OK);
@@ -337,7 +340,7 @@ static void test_server_down(void **state)
     assert_int_equal(zk_lock_is_held(c, "down"), ZK_LOCK_ERR_LOST);
     start = now_ms();
     assert_int_equal(zk_lock_acquire(c, "down-2", 500, NULL), ZK_LOCK_ERR_SERVER);
-    assert_true(now_ms() - start < 1000 + 500); /* one request timeout, and slack */
+    assert_true(now_ms() - start < REQUEST_TIMEOUT_MS + 500); /* a request timeout, and slack */
     assert_true(zk_lock_last_error()[0] != '\0');
     zk_lock_release(c, "down");
     assert_int_equal(zk_server_restart(server), 0);
@@ -349,6 +352,76 @@ static void test_server_down(void **state)
     print_message("back after the restart: the lock had in %" PRId64 " ms\n", now_ms() - start);
     assert_int_equal(zk_lock_is_held(c, "down-2"), ZK_LOCK_OK);
     assert_int_equal(zk_lock_release(c, "down-2"), ZK_LOCK_OK);
+    zk_lock_client_destroy(c);
+}
+
+/* ---- a hung server: every caller returns within its bound ------------------------------ */
+
+#define HUNG_THREADS 12
+#define HUNG_TIMEOUT_MS 300
+#define HUNG_WAIT_MS 200
+
+typedef struct hung_arg {
+    zk_lock_client *c;
+    int rc;
+    int64_t ms;
+} hung_arg;
+
+static void *hung_acquire(void *p)
+{
+    hung_arg *a = p;
+    int64_t start = now_ms();
+
+    a->rc = zk_lock_acquire(a->c, "hung", HUNG_WAIT_MS, NULL);
+    a->ms = now_ms() - start;
+    return NULL;
+}
+
+/*
+ * A client with a connected session meets a server that keeps its connections and answers
+ * nothing. The library would notice only after two thirds of the session timeout (here 6 s);
+ * each request is cut at the request timeout instead, the session whose create went
+ * unanswered is ended, and a new one cannot connect within a request timeout: every caller
+ * returns within wait + 3 request timeouts, however many arrive at once.
+ */
+static void test_hung_server_bounded(void **state)
+{
+    zk_lock_options opts;
+    zk_lock_client *c = NULL;
+    pthread_t t[HUNG_THREADS];
+    hung_arg a[HUNG_THREADS];
+    int64_t worst = 0, start;
+
+    (void)state;
+    zk_lock_options_init(&opts);
+    opts.hosts = zk_server_hosts(server);
+    opts.session_ms = 9000;
+    opts.request_timeout_ms = HUNG_TIMEOUT_MS;
+    assert_int_equal(zk_lock_client_create(&opts, &c), ZK_LOCK_OK);
+    assert_int_equal(zk_lock_acquire(c, "hung", 0, NULL), ZK_LOCK_OK); /* connected */
+    assert_int_equal(zk_lock_release(c, "hung"), ZK_LOCK_OK);
+    assert_int_equal(zk_server_freeze(server), 0);
+    for (int i = 0; i < HUNG_THREADS; i++) {
+        a[i].c = c;
+        pthread_create(&t[i], NULL, hung_acquire, &a[i]);
+    }
+    for (int i = 0; i < HUNG_THREADS; i++)
+        pthread_join(t[i], NULL);
+    assert_int_equal(zk_server_thaw(server), 0);
+    for (int i = 0; i < HUNG_THREADS; i++) {
+        assert_int_equal(a[i].rc, ZK_LOCK_ERR_SERVER);
+        if (a[i].ms > worst)
+            worst = a[i].ms;
+    }
+    print_message("hung ZooKeeper: the slowest of %d callers returned after %" PRId64 " ms\n",
+                  HUNG_THREADS, worst);
+    assert_true(worst <= HUNG_WAIT_MS + 3 * HUNG_TIMEOUT_MS + 200); /* + scheduling slack */
+    /* Thawed, it serves again. */
+    start = now_ms();
+    while (zk_lock_acquire(c, "hung", 2000, NULL) != ZK_LOCK_OK && now_ms() - start < 10000)
+        sleep_ms(100);
+    assert_int_equal(zk_lock_is_held(c, "hung"), ZK_LOCK_OK);
+    assert_int_equal(zk_lock_release(c, "hung"), ZK_LOCK_OK);
     zk_lock_client_destroy(c);
 }
 
@@ -377,6 +450,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_wakeup),
         cmocka_unit_test(test_session_expired_is_lost),
         cmocka_unit_test(test_server_down),
+        cmocka_unit_test(test_hung_server_bounded),
     };
     return cmocka_run_group_tests_name("zookeeper", tests, group_setup, group_teardown);
 }

@@ -3,8 +3,9 @@
  * an ephemeral sequential node per waiter, a watch on the predecessor only.
  *
  * The client library (libzookeeper_mt) runs two threads per handle: one does the network
- * (connects, pings, reconnects), one runs the watchers. The calls used here are its
- * synchronous ones, which any thread may make on a shared handle.
+ * (connects, pings, reconnects), one runs the watchers and the completions of requests. The
+ * requests are its asynchronous calls, each awaited at most the request timeout (see
+ * "requests" below), on a handle shared by every thread of the process.
  *
  * A session is one handle with a reference count: a thread that makes a request holds a
  * reference, so a handle is never closed under a call. A session found dead (expired, or
@@ -20,6 +21,7 @@
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -313,6 +315,199 @@ static void reap_locked(zk_lock_client *c)
     }
 }
 
+/* ---- requests, each bounded by the request timeout -------------------------------------- */
+
+/*
+ * The library's synchronous calls wait for their answer until the library itself gives up on
+ * the connection: two thirds of the session timeout (20 s with the service's 30 s lease) when
+ * the server hangs. So every request here is the library's asynchronous call, whose answer
+ * (the completion, run on the library's thread) is awaited at most the request timeout. A
+ * request whose answer comes later finds its caller gone: the call record is shared by the
+ * two, with a reference each, and freed by whichever lets go last.
+ */
+typedef struct zk_call {
+    zk_lock_client *c;
+    int refs; /* the caller's and the completion's; under c->mu */
+    bool done;
+    int rc;
+    char path[PATH_MAX_LEN]; /* create: the path the server gave the node */
+    int64_t czxid;           /* create: the node's czxid */
+    char **names;            /* get_children: a copy of the names */
+    int count;
+} zk_call;
+
+static zk_call *call_new(zk_lock_client *c)
+{
+    zk_call *k = calloc(1, sizeof(*k));
+
+    if (k != NULL) {
+        k->c = c;
+        k->refs = 2;
+    }
+    return k;
+}
+
+static void call_free(zk_call *k)
+{
+    for (int i = 0; i < k->count; i++)
+        free(k->names[i]);
+    free(k->names);
+    free(k);
+}
+
+/* Drops one reference; the last frees the record. */
+static void call_unref(zk_call *k)
+{
+    zk_lock_client *c = k->c;
+    bool last;
+
+    pthread_mutex_lock(&c->mu);
+    last = --k->refs == 0;
+    pthread_mutex_unlock(&c->mu);
+    if (last)
+        call_free(k);
+}
+
+/* The completion's end: records the answer, wakes the caller, lets go. */
+static void call_finish(zk_call *k, int rc)
+{
+    zk_lock_client *c = k->c;
+
+    pthread_mutex_lock(&c->mu);
+    k->rc = rc;
+    k->done = true;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    call_unref(k);
+}
+
+/* The completions: data is the zk_call (the library passes it back as const). */
+static void on_void(int rc, const void *data)
+{
+    call_finish((zk_call *)(uintptr_t)data, rc);
+}
+
+static void on_stat(int rc, const struct Stat *stat, const void *data)
+{
+    (void)stat;
+    call_finish((zk_call *)(uintptr_t)data, rc);
+}
+
+static void on_create(int rc, const char *value, const struct Stat *stat, const void *data)
+{
+    zk_call *k = (zk_call *)(uintptr_t)data;
+
+    if (rc == ZOK && value != NULL && stat != NULL) {
+        snprintf(k->path, sizeof(k->path), "%s", value);
+        k->czxid = stat->czxid;
+    }
+    call_finish(k, rc);
+}
+
+static void on_children(int rc, const struct String_vector *strings, const void *data)
+{
+    zk_call *k = (zk_call *)(uintptr_t)data;
+
+    if (rc == ZOK && strings != NULL && strings->count > 0) {
+        k->names = calloc((size_t)strings->count, sizeof(*k->names));
+        if (k->names == NULL) {
+            rc = ZSYSTEMERROR;
+        } else {
+            for (int i = 0; i < strings->count; i++) {
+                k->names[i] = strdup(strings->data[i]);
+                if (k->names[i] == NULL) {
+                    rc = ZSYSTEMERROR;
+                    break;
+                }
+                k->count = i + 1;
+            }
+        }
+    }
+    call_finish(k, rc);
+}
+
+/* Awaits the answer to a request sent (submit_rc: what the asynchronous call returned) for at
+ * most the request timeout. Returns its code, or ZOPERATIONTIMEOUT when none came in time.
+ * The caller reads k's results, then call_unref(k). */
+static int call_wait(zk_lock_client *c, zk_call *k, int submit_rc)
+{
+    struct timespec until = monotonic_at(now_ms() + c->timeout_ms);
+    int rc;
+
+    pthread_mutex_lock(&c->mu);
+    if (submit_rc != ZOK) {
+        k->refs--; /* not sent: no completion will run */
+        pthread_mutex_unlock(&c->mu);
+        return submit_rc;
+    }
+    while (!k->done)
+        if (pthread_cond_timedwait(&c->cv, &c->mu, &until) == ETIMEDOUT)
+            break;
+    rc = k->done ? k->rc : ZOPERATIONTIMEOUT;
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+/* Creates path with the given flags; the server's path and the czxid come back in k. */
+static int req_create(zk_session *s, zk_call *k, const char *path, int flags)
+{
+    return call_wait(
+        s->c, k, zoo_acreate2(s->zh, path, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, flags, on_create, k));
+}
+
+static int req_children(zk_session *s, zk_call *k, const char *path)
+{
+    return call_wait(s->c, k, zoo_aget_children(s->zh, path, 0, on_children, k));
+}
+
+/* exists, with a watch (the one watcher, context s) when watch is true. */
+static int req_exists(zk_session *s, zk_call *k, const char *path, bool watch)
+{
+    return call_wait(s->c, k,
+                     watch ? zoo_awexists(s->zh, path, watcher, s, on_stat, k)
+                           : zoo_aexists(s->zh, path, 0, on_stat, k));
+}
+
+static int req_create_persistent(zk_session *s, zk_call *k, const char *path)
+{
+    return req_create(s, k, path, ZOO_PERSISTENT);
+}
+
+static int req_create_container(zk_session *s, zk_call *k, const char *path)
+{
+    return req_create(s, k, path, ZOO_CONTAINER);
+}
+
+static int req_delete(zk_session *s, zk_call *k, const char *path)
+{
+    return call_wait(s->c, k, zoo_adelete(s->zh, path, -1, on_void, k));
+}
+
+/* One request on session s: a new call record, the request, the record let go. For the
+ * requests whose results are the code alone. */
+static int request(zk_session *s, int (*req)(zk_session *, zk_call *, const char *),
+                   const char *path)
+{
+    zk_call *k = call_new(s->c);
+    int rc;
+
+    if (k == NULL)
+        return ZSYSTEMERROR;
+    rc = req(s, k, path);
+    call_unref(k);
+    return rc;
+}
+
+static int req_exists_plain(zk_session *s, zk_call *k, const char *path)
+{
+    return req_exists(s, k, path, false);
+}
+
+static int req_exists_watched(zk_session *s, zk_call *k, const char *path)
+{
+    return req_exists(s, k, path, true);
+}
+
 /* The confirming thread: every third of the session timeout, one cheap request on the
  * session (exists "/") moves confirmed_until on; between two, the library's own pings keep
  * the session alive. It also closes retired sessions. */
@@ -326,7 +521,6 @@ static void *confirmer_main(void *arg)
         zk_session *s = c->current;
         int period = (s != NULL ? s->timeout_ms : c->session_ms) / 3;
         struct timespec until = monotonic_at(now_ms() + (period > 0 ? period : 1));
-        struct Stat stat;
         int64_t sent;
         int zrc;
 
@@ -340,7 +534,7 @@ static void *confirmer_main(void *arg)
         pthread_mutex_unlock(&c->mu);
         sent = now_ms();
         next = sent + period;
-        zrc = zoo_exists(s->zh, "/", 0, &stat);
+        zrc = request(s, req_exists_plain, "/");
         if (zrc == ZOK)
             confirm(c, s, sent);
         note_answer(c, s, zrc);
@@ -482,26 +676,32 @@ static int create_node(zk_lock_client *c, zk_session *s, const char *parent, cha
                        size_t pathlen, int64_t *czxid)
 {
     char prefix[PATH_MAX_LEN + 8];
-    struct Stat stat;
     int zrc = ZOK;
     int64_t sent;
 
     snprintf(prefix, sizeof(prefix), "%s/lock-", parent);
     for (int attempt = 0; attempt < 3; attempt++) {
+        zk_call *k = call_new(c);
+
+        if (k == NULL)
+            return ZK_LOCK_ERR_NOMEM;
         sent = now_ms();
-        zrc = zoo_create2(s->zh, prefix, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL_SEQUENTIAL,
-                          path, (int)pathlen, &stat);
+        zrc = req_create(s, k, prefix, ZOO_EPHEMERAL_SEQUENTIAL);
+        if (zrc == ZOK) {
+            snprintf(path, pathlen, "%s", k->path);
+            *czxid = k->czxid;
+        }
+        call_unref(k);
         if (zrc == ZOK) {
             confirm(c, s, sent);
-            *czxid = stat.czxid;
             return ZK_LOCK_OK;
         }
         if (zrc != ZNONODE)
             break;
-        zrc = zoo_create(s->zh, ROOT, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_PERSISTENT, NULL, 0);
+        zrc = request(s, req_create_persistent, ROOT);
         if (zrc != ZOK && zrc != ZNODEEXISTS)
             break;
-        zrc = zoo_create(s->zh, parent, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_CONTAINER, NULL, 0);
+        zrc = request(s, req_create_container, parent);
         if (zrc != ZOK && zrc != ZNODEEXISTS)
             break;
     }
@@ -517,24 +717,27 @@ static int create_node(zk_lock_client *c, zk_session *s, const char *parent, cha
 static int find_predecessor(zk_lock_client *c, zk_session *s, const char *parent, int64_t mine,
                             char *pred, size_t predlen)
 {
-    struct String_vector children = {0, NULL};
+    zk_call *k = call_new(c);
     int64_t best = -1;
     int64_t sent = now_ms();
     int zrc;
 
-    zrc = zoo_get_children(s->zh, parent, 0, &children);
+    if (k == NULL)
+        return ZK_LOCK_ERR_NOMEM;
+    zrc = req_children(s, k, parent);
     if (zrc != ZOK) {
+        call_unref(k);
         set_error("children of %s: %s", parent, zerror(zrc));
         note_answer(c, s, zrc);
         return ZK_LOCK_ERR_SERVER;
     }
     confirm(c, s, sent);
     pred[0] = '\0';
-    for (int i = 0; i < children.count; i++) {
-        int64_t seq = sequence_of(children.data[i]);
+    for (int i = 0; i < k->count; i++) {
+        int64_t seq = sequence_of(k->names[i]);
 
         if (seq >= 0 && seq < mine && seq > best) {
-            int n = snprintf(pred, predlen, "%s/%s", parent, children.data[i]);
+            int n = snprintf(pred, predlen, "%s/%s", parent, k->names[i]);
 
             if (n > 0 && (size_t)n < predlen)
                 best = seq; /* a name too long is not ours: ours are lock-<10 digits> */
@@ -542,7 +745,7 @@ static int find_predecessor(zk_lock_client *c, zk_session *s, const char *parent
                 pred[0] = '\0';
         }
     }
-    deallocate_String_vector(&children);
+    call_unref(k);
     return ZK_LOCK_OK;
 }
 
@@ -551,7 +754,6 @@ static int find_predecessor(zk_lock_client *c, zk_session *s, const char *parent
 static int wait_for_deletion(zk_lock_client *c, zk_session *s, const char *pred, int64_t deadline)
 {
     struct timespec until = monotonic_at(deadline);
-    struct Stat stat;
     waiter w = {NULL, s, "", false};
     waiter **p;
     int zrc;
@@ -564,7 +766,7 @@ static int wait_for_deletion(zk_lock_client *c, zk_session *s, const char *pred,
     c->waiters = &w;
     pthread_mutex_unlock(&c->mu);
 
-    zrc = zoo_wexists(s->zh, pred, watcher, s, &stat);
+    zrc = request(s, req_exists_watched, pred);
     pthread_mutex_lock(&c->mu);
     if (zrc == ZOK)
         while (!w.fired && !s->dead && !c->stopping)
@@ -594,7 +796,7 @@ static int wait_for_deletion(zk_lock_client *c, zk_session *s, const char *pred,
  * session lives, blocking its lock: then the session is ended. */
 static int delete_node(zk_lock_client *c, zk_session *s, const char *path)
 {
-    int zrc = zoo_delete(s->zh, path, -1);
+    int zrc = request(s, req_delete, path);
 
     if (zrc == ZOK || zrc == ZNONODE)
         return ZK_LOCK_OK;

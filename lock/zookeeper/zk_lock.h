@@ -52,7 +52,8 @@ typedef struct zk_lock_options {
     const char *hosts;      /* "127.0.0.1:2181[,host:port...]"; copied */
     int session_ms;         /* the session timeout asked for (the server may clamp it to its
                                min/maxSessionTimeout); default 10000 */
-    int request_timeout_ms; /* bound on waiting for a session to connect; default 1000 */
+    int request_timeout_ms; /* bound on waiting for a session to connect, and on each
+                               request's answer; default 1000 */
 } zk_lock_options;
 
 void zk_lock_options_init(zk_lock_options *opts);
@@ -68,9 +69,11 @@ void zk_lock_client_destroy(zk_lock_client *c);
 /*
  * Takes lock `name` (1 to 200 bytes, no '/') for the calling thread, waiting at most
  * wait_ms (0: try once) for the holders before it. A request is made only on a connected
- * session (else ZK_LOCK_ERR_SERVER at once, after at most one request timeout spent
- * waiting for a session to connect); the client library fails a request whose answer does
- * not come within two thirds of the session timeout. Returns ZK_LOCK_OK with *token set to
+ * session (after at most one request timeout spent waiting for one to connect), and each
+ * answer is awaited at most one request timeout: the steps are the session, the create, a
+ * listing of the queue per wake-up (the last one after wait_ms) and, on giving up, the
+ * delete, so a call returns within wait_ms + 5 request timeouts even when the server hangs.
+ * Returns ZK_LOCK_OK with *token set to
  * the holding's fencing token (the node's czxid); ZK_LOCK_TIMEOUT (the node is deleted
  * again); ZK_LOCK_ERR_SERVER (also when the session expired during the wait);
  * ZK_LOCK_ERR_LOST (the thread holds `name` under a lost session: release it first);

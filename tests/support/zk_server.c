@@ -237,6 +237,16 @@ int zk_server_stop(zk_server *s)
     return 0;
 }
 
+int zk_server_freeze(zk_server *s)
+{
+    return s->pid > 0 ? kill(s->pid, SIGSTOP) : -1;
+}
+
+int zk_server_thaw(zk_server *s)
+{
+    return s->pid > 0 ? kill(s->pid, SIGCONT) : -1;
+}
+
 int zk_server_restart(zk_server *s)
 {
     for (int i = 0; i < START_TRIES; i++) {

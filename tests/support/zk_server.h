@@ -23,6 +23,11 @@ const char *zk_server_hosts(const zk_server *s);
 /* Stops it (SIGTERM, SIGKILL after 5 s) and reaps it. 0, or -1 when not running. */
 int zk_server_stop(zk_server *s);
 
+/* Freezes it (SIGSTOP): it keeps its port and connections but answers nothing, as a hung
+ * server does; thaw (SIGCONT) resumes it. 0, or -1 when not running. */
+int zk_server_freeze(zk_server *s);
+int zk_server_thaw(zk_server *s);
+
 /* Starts it again on the same port and data. 0 or -1. */
 int zk_server_restart(zk_server *s);
 
