@@ -306,7 +306,7 @@ int db__check(db_conn *c, PGresult *res, ExecStatusType want)
     ExecStatusType st = res ? PQresultStatus(res) : PGRES_FATAL_ERROR;
     const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
     const char *primary = res ? PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY) : NULL;
-    bool lost;
+    bool lost, lock_timeout;
 
     if (res && st == want)
         return DB_OK;
@@ -325,12 +325,16 @@ int db__check(db_conn *c, PGresult *res, ExecStatusType want)
            (st == PGRES_FATAL_ERROR && !state) ||
            /* a COPY nobody will finish leaves the session unusable */
            st == PGRES_COPY_IN || st == PGRES_COPY_OUT || st == PGRES_COPY_BOTH;
+    /* lock_not_available: a wait for a lock outlasted lock_timeout (db_set_lock_timeout), or
+     * a NOWAIT found it taken. The caller answers "not had within the bound", not "down".
+     * (Read before PQclear: `state` points into res.) */
+    lock_timeout = state != NULL && strcmp(state, "55P03") == 0;
     PQclear(res);
     if (lost) {
         c->broken = true;
         return DB_ERR_UNAVAILABLE;
     }
-    return DB_ERR_QUERY;
+    return lock_timeout ? DB_ERR_LOCK_TIMEOUT : DB_ERR_QUERY;
 }
 
 int db__set_statement_timeout(db_conn *c, int ms)
@@ -340,6 +344,17 @@ int db__set_statement_timeout(db_conn *c, int ms)
 
     params[0] = db__i64(buf, ms);
     return db__run(c, DB__SET_STATEMENT_TIMEOUT, params, NULL);
+}
+
+int db_set_lock_timeout(db_conn *conn, int64_t ms)
+{
+    char buf[DB__I64_LEN];
+    const char *params[1];
+
+    if (!conn || ms < 1)
+        return DB_ERR_INVALID; /* 0 would mean "no bound" to PostgreSQL */
+    params[0] = db__i64(buf, ms);
+    return db__run(conn, DB__SET_LOCK_TIMEOUT, params, NULL);
 }
 
 const char *db_conn_error(const db_conn *conn)
@@ -376,6 +391,12 @@ const char *db_strerror(int code)
         return "refused by a newer fencing token";
     case DB_ERR_INSUFFICIENT:
         return "not enough stock";
+    case DB_ERR_LOCK_TIMEOUT:
+        return "a lock was not had within lock_timeout";
+    case DB_ERR_RETRY:
+        return "the row changed since it was read: run the transaction again";
+    case DB_ERR_HELD:
+        return "the lock row is held by another owner";
     case DB_ERR_COMMIT_UNKNOWN:
         return "COMMIT sent, answer lost: the transaction may have committed";
     case DB_ERR_SCHEMA:

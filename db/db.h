@@ -12,6 +12,7 @@
 #ifndef DB_DB_H
 #define DB_DB_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -28,6 +29,11 @@ enum {
     DB_ERR_INVALID = -9,
     DB_ERR_COMMIT_UNKNOWN = -10, /* COMMIT was sent and its answer lost: it may have committed */
     DB_ERR_INSUFFICIENT = -11,   /* db_stock_take: less stock than asked; nothing written */
+    DB_ERR_LOCK_TIMEOUT = -12,   /* a lock wait ran out (lock_timeout, SQLSTATE 55P03): the
+                                    session is fine, the transaction must be rolled back */
+    DB_ERR_RETRY = -13,          /* db_stock_write_versioned: the row's version moved on since
+                                    the read; nothing written: run the transaction again */
+    DB_ERR_HELD = -14,           /* db_lockrow_take: another owner holds the goods' lock row */
 };
 
 typedef struct db_pool db_pool;
@@ -160,6 +166,58 @@ int db_order_insert(db_conn *conn, int64_t goods_id, int64_t count, const char *
 int db_stock_read_for_update(db_conn *conn, int64_t goods_id, int64_t *stock);
 int db_goods_lock(db_conn *conn, int64_t goods_id);
 int db_stock_take(db_conn *conn, int64_t goods_id, int64_t count, int64_t *stock);
+
+/*
+ * Bounding the waits for locks inside PostgreSQL (the rungs whose lock is the database's).
+ *
+ * db_set_lock_timeout: SET LOCAL lock_timeout for the rest of the open transaction: a
+ *   statement that waits longer than ms (> 0) for a row lock, an advisory lock or another
+ *   transaction's insert of the same key fails with DB_ERR_LOCK_TIMEOUT (SQLSTATE 55P03),
+ *   and the transaction must be rolled back. Ends with the transaction (a pooled session
+ *   keeps no trace of it). Must be called inside a transaction; DB_ERR_INVALID for ms < 1.
+ */
+int db_set_lock_timeout(db_conn *conn, int64_t ms);
+
+/*
+ * The pg-optimistic rung: no lock is taken at the read; the write succeeds only if the row
+ * is still at the version that was read. Every UPDATE that sets goods.stock or
+ * goods.initial, whichever statement runs it (the other rungs' writes, the reset, SQL typed
+ * by hand), moves the version on: a trigger does it (migrations/003_goods_version.sql), so
+ * no writer can slip a change past a versioned read.
+ *
+ * db_stock_read_versioned: a plain SELECT of the stock and the row's version.
+ *   DB_ERR_NOT_FOUND for unknown goods.
+ * db_stock_write_versioned: UPDATE ... SET stock = new_stock WHERE id = $1 AND version =
+ *   `version`. DB_OK when it wrote; DB_ERR_RETRY when no row is at that version any more
+ *   (another writer committed in between: the caller lost the race, nothing was written,
+ *   and it must roll back and read again). Goods rows are never deleted, so after a
+ *   successful versioned read "no row" can only mean "another version". Under READ
+ *   COMMITTED the UPDATE waits for a concurrent writer's uncommitted change of the row, then
+ *   checks the version against what that writer committed (or rolled back): a lock wait,
+ *   which db_set_lock_timeout bounds.
+ */
+int db_stock_read_versioned(db_conn *conn, int64_t goods_id, int64_t *stock, int64_t *version);
+int db_stock_write_versioned(db_conn *conn, int64_t goods_id, int64_t new_stock, int64_t version);
+
+/*
+ * The pg-lockrow rungs: a table with the goods id as its unique key is the lock
+ * (migrations/004_goods_locks.sql). Each call is one statement in its own transaction (call
+ * it outside one), so a taken lock is visible to every replica at once and outlives the
+ * caller's own transaction, as a lock service's lock would.
+ *
+ * db_lockrow_take: inserts the row (goods_id, owner); ttl_ms > 0 gives it an expiry of
+ *   now + ttl_ms on PostgreSQL's clock, 0 none. DB_OK when the row is now the caller's;
+ *   DB_ERR_HELD when another owner's row is there. With ttl_ms > 0 a row whose expiry has
+ *   passed is deleted first and the insert tried again (*took_over, when not NULL, says
+ *   so): an expired lock is free. A row without expiry is never taken over: if its owner
+ *   died, it stays until someone deletes it. DB_ERR_INVALID for ttl_ms < 0.
+ * db_lockrow_release: deletes the row if it is still `owner`'s. DB_OK when it was;
+ *   DB_ERR_NOT_FOUND when there was none of the owner's (it expired and was taken over, or
+ *   was deleted by hand): nothing else is deleted.
+ */
+int db_lockrow_take(db_conn *conn, int64_t goods_id, const char *owner, int64_t ttl_ms,
+                    bool *took_over);
+int db_lockrow_release(db_conn *conn, int64_t goods_id, const char *owner);
 
 /*
  * Idempotency records, unique per (goods, key).

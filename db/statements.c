@@ -93,6 +93,44 @@ static const struct db__stmt stmts[DB__STMT_COUNT] = {
                         "UPDATE goods SET stock = stock - $2, updated = now()"
                         " WHERE id = $1 AND stock >= $2 RETURNING stock",
                         2, PGRES_TUPLES_OK, false},
+    /* Every PostgreSQL rung's transaction: bound its waits for locks by the replica's lock
+     * wait bound. set_config(..., true) is SET LOCAL with the value as a parameter: it ends
+     * with the transaction, so the pooled session goes back to the server's default (no
+     * bound). A wait that runs out fails with SQLSTATE 55P03 (DB_ERR_LOCK_TIMEOUT). */
+    [DB__SET_LOCK_TIMEOUT] = {"set_lock_timeout", "SELECT set_config('lock_timeout', $1, true)", 1,
+                              PGRES_TUPLES_OK, false},
+    /* The pg-optimistic rung: read the stock and the version it is at, without a lock... */
+    [DB__STOCK_READ_VERSIONED] = {"stock_read_versioned",
+                                  "SELECT stock, version FROM goods WHERE id = $1", 1,
+                                  PGRES_TUPLES_OK, false},
+    /* ...and write only if the row is still at that version. No row updated: another writer
+     * committed in between, and this transaction lost the race. (The trigger of
+     * 003_goods_version.sql also moves the version on for writers that do not say so.) */
+    [DB__STOCK_WRITE_VERSIONED] = {"stock_write_versioned",
+                                   "UPDATE goods SET stock = $2, version = version + 1,"
+                                   " updated = now() WHERE id = $1 AND version = $3",
+                                   3, PGRES_COMMAND_OK, false},
+    /* The pg-lockrow rungs: the goods_locks row is the lock, its primary key the exclusion.
+     * ON CONFLICT DO NOTHING turns "held" into "no row inserted" rather than a unique
+     * violation: the same exclusion, without an error (and a line in the server's log) per
+     * attempt of every waiter. $3 is the lease in ms, or NULL for a row that never expires
+     * (now() + NULL is NULL). */
+    [DB__LOCKROW_TAKE] = {"lockrow_take",
+                          "INSERT INTO goods_locks (goods, owner, locked_until)"
+                          " VALUES ($1, $2, now() + $3::bigint * interval '1 millisecond')"
+                          " ON CONFLICT (goods) DO NOTHING",
+                          3, PGRES_COMMAND_OK, false},
+    /* pg-lockrow-ttl: a row whose expiry has passed, on PostgreSQL's clock (one clock for
+     * every replica), is free: whoever finds it may delete it and take the lock. Rows with
+     * no expiry (NULL) never match. */
+    [DB__LOCKROW_EXPIRE] = {"lockrow_expire",
+                            "DELETE FROM goods_locks WHERE goods = $1 AND locked_until < now()", 1,
+                            PGRES_COMMAND_OK, false},
+    /* Only the owner's row: a holder whose row expired and was taken over must not delete
+     * the new holder's lock. */
+    [DB__LOCKROW_RELEASE] = {"lockrow_release",
+                             "DELETE FROM goods_locks WHERE goods = $1 AND owner = $2", 2,
+                             PGRES_COMMAND_OK, false},
     /* Only run when a claim or a write changed no row, to tell "unknown goods" from
      * "fenced". */
     [DB__GOODS_EXISTS] = {"goods_exists", "SELECT 1 FROM goods WHERE id = $1", 1, PGRES_TUPLES_OK,

@@ -251,3 +251,137 @@ int db_stock_take(db_conn *conn, int64_t goods_id, int64_t count, int64_t *stock
     rc = db_stock_read(conn, goods_id, stock);
     return rc == DB_OK ? DB_ERR_INSUFFICIENT : rc;
 }
+
+/* ---- pg-optimistic: the versioned read and write ------------------------------------- */
+
+int db_stock_read_versioned(db_conn *conn, int64_t goods_id, int64_t *stock, int64_t *version)
+{
+    char id_buf[DB__I64_LEN];
+    const char *params[1];
+    PGresult *res = NULL;
+    int rc;
+
+    if (!conn || !stock || !version)
+        return DB_ERR_INVALID;
+    params[0] = db__i64(id_buf, goods_id);
+    rc = db__run(conn, DB__STOCK_READ_VERSIONED, params, &res);
+    if (rc != DB_OK)
+        return rc;
+    if (PQntuples(res) == 0)
+        rc = DB_ERR_NOT_FOUND;
+    else
+        rc = db__get_i64(conn, res, 0, 0, stock);
+    if (rc == DB_OK)
+        rc = db__get_i64(conn, res, 0, 1, version);
+    PQclear(res);
+    return rc;
+}
+
+int db_stock_write_versioned(db_conn *conn, int64_t goods_id, int64_t new_stock, int64_t version)
+{
+    char id_buf[DB__I64_LEN], stock_buf[DB__I64_LEN], version_buf[DB__I64_LEN];
+    const char *params[3];
+    PGresult *res = NULL;
+    int rc;
+
+    if (!conn)
+        return DB_ERR_INVALID;
+    params[0] = db__i64(id_buf, goods_id);
+    params[1] = db__i64(stock_buf, new_stock);
+    params[2] = db__i64(version_buf, version);
+    rc = db__run(conn, DB__STOCK_WRITE_VERSIONED, params, &res);
+    if (rc != DB_OK)
+        return rc;
+    if (strcmp(PQcmdTuples(res), "1") != 0) {
+        db__set_error(conn, "goods %s is no longer at version %s: another writer committed first",
+                      id_buf, version_buf);
+        rc = DB_ERR_RETRY;
+    }
+    PQclear(res);
+    return rc;
+}
+
+/* ---- pg-lockrow: a row as the lock ----------------------------------------------------- */
+
+/* Runs a one-statement change of goods_locks outside any transaction and sets *rows to the
+ * number of rows it changed. */
+static int lockrow_run(db_conn *conn, enum db__stmt_id stmt, const char *const *params, long *rows)
+{
+    PGresult *res = NULL;
+    int rc;
+
+    if (PQtransactionStatus(conn->pg) != PQTRANS_IDLE) {
+        db__set_error(conn, "a lock row is taken and released in its own transaction: call it "
+                            "outside one");
+        return DB_ERR_INVALID;
+    }
+    rc = db__run(conn, stmt, params, &res);
+    if (rc != DB_OK)
+        return rc;
+    *rows = strtol(PQcmdTuples(res), NULL, 10);
+    PQclear(res);
+    return DB_OK;
+}
+
+int db_lockrow_take(db_conn *conn, int64_t goods_id, const char *owner, int64_t ttl_ms,
+                    bool *took_over)
+{
+    char id_buf[DB__I64_LEN], ttl_buf[DB__I64_LEN];
+    const char *params[3];
+    long rows = 0;
+    int rc;
+
+    if (took_over)
+        *took_over = false;
+    if (!conn || !conn->pg || !owner || ttl_ms < 0)
+        return DB_ERR_INVALID;
+    params[0] = db__i64(id_buf, goods_id);
+    params[1] = owner;
+    params[2] = ttl_ms > 0 ? db__i64(ttl_buf, ttl_ms) : NULL;
+    rc = lockrow_run(conn, DB__LOCKROW_TAKE, params, &rows);
+    if (rc != DB_OK || rows == 1)
+        return rc;
+    if (ttl_ms > 0) {
+        /* Held, but perhaps by a holder whose lease has run out: then the row is free to
+         * delete, and the insert is tried once more (another taker may win it first). */
+        rc = lockrow_run(conn, DB__LOCKROW_EXPIRE, params, &rows);
+        if (rc != DB_OK)
+            return rc;
+        if (rows == 1) {
+            rc = lockrow_run(conn, DB__LOCKROW_TAKE, params, &rows);
+            if (rc != DB_OK)
+                return rc;
+            if (rows == 1) {
+                if (took_over)
+                    *took_over = true;
+                return DB_OK;
+            }
+        }
+    }
+    db__set_error(conn, "the lock row of goods %s is held by another owner", id_buf);
+    return DB_ERR_HELD;
+}
+
+int db_lockrow_release(db_conn *conn, int64_t goods_id, const char *owner)
+{
+    char id_buf[DB__I64_LEN];
+    const char *params[2];
+    long rows = 0;
+    int rc;
+
+    if (!conn || !conn->pg || !owner)
+        return DB_ERR_INVALID;
+    params[0] = db__i64(id_buf, goods_id);
+    params[1] = owner;
+    rc = lockrow_run(conn, DB__LOCKROW_RELEASE, params, &rows);
+    if (rc != DB_OK)
+        return rc;
+    if (rows != 1) {
+        db__set_error(conn,
+                      "goods %s has no lock row of this owner (expired and taken over, or "
+                      "deleted)",
+                      id_buf);
+        return DB_ERR_NOT_FOUND;
+    }
+    return DB_OK;
+}

@@ -61,9 +61,10 @@
 #   LOG_LINES          lines shown by `logs` [50]
 # The service's other variables pass through to the replicas unchanged: LOCK_WAIT_MS,
 # LOCK_LEASE_MS, LOCK_MAX_HOLD_MS, ADMIN_TOKEN, BUSINESS_DELAY_MS, WORKER_THREADS, DB_POOL_SIZE,
-# REDIS_POOL_SIZE, DB_WAIT_MS, DB_REPLY_TIMEOUT_MS, REDIS_TIMEOUT_MS, CONNECTION_TIMEOUT_S, LOG_LEVEL (see
-# `stockd --help`). DATABASE_URL, REDIS_HOST/PORT, REDLOCK_NODES, PORT, INSTANCE and
-# MIGRATIONS_DIR are set here. A replica keeps the settings it was started with: `down` then `up` to change them
+# REDIS_POOL_SIZE, DB_WAIT_MS, DB_REPLY_TIMEOUT_MS, REDIS_TIMEOUT_MS, CONNECTION_TIMEOUT_S,
+# OPTIMISTIC_RETRIES, LOCKROW_TTL_MS, LOG_LEVEL (see `stockd --help`). DATABASE_URL,
+# REDIS_HOST/PORT, REDLOCK_NODES, PORT, INSTANCE and MIGRATIONS_DIR are set here. A replica
+# keeps the settings it was started with: `down` then `up` to change them
 # (`up` does restart a replica whose STOCKD binary was rebuilt since it started).
 #
 # Layout of RUN_DIR: pg/ (data, socket, postgres log), redis/, replicas/ (PID, exit and port

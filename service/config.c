@@ -103,6 +103,10 @@ static const config__setting config__settings[] = {
      "on or off", false,
      "on: a request may inject a fault with the X-Fault header (for the ladder's "
      "demonstrations; never in production); off: X-Fault answers 400"},
+    NUMBER("OPTIMISTIC_RETRIES", CONFIG__INT, optimistic_retries, "16", 0, 1000,
+           "pg-optimistic: times a transaction that lost its race is run again before 503 conflict"),
+    NUMBER("LOCKROW_TTL_MS", CONFIG__INT64, lockrow_ttl_ms, "30000", 100, 600000,
+           "pg-lockrow-ttl: how long a lock row lives; a taker may delete one older than this"),
     {"ADMIN_TOKEN", CONFIG__STRING, FIELD(admin_token), "", 0, 255,
      config__valid_visible, "at most 255 visible ASCII characters, no spaces", true,
      "when set, POST /api/admin/reset requires 'Authorization: Bearer <token>'"},

@@ -29,6 +29,8 @@ typedef struct service_config {
     int64_t lock_fixed_lease_ms; /* LOCK_FIXED_LEASE_MS: lease of the ladder's rungs that
                                     have no watchdog */
     char faults[4];              /* FAULTS: "on" lets requests inject faults (X-Fault) */
+    int optimistic_retries;      /* OPTIMISTIC_RETRIES: pg-optimistic's runs after a lost race */
+    int64_t lockrow_ttl_ms;      /* LOCKROW_TTL_MS: pg-lockrow-ttl's row lease */
     char admin_token[256];       /* ADMIN_TOKEN: "" = admin endpoint open */
     int64_t business_delay_ms;   /* BUSINESS_DELAY_MS: sleep between the read and the write */
     int db_pool_size;            /* DB_POOL_SIZE: PostgreSQL connections per replica */

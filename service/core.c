@@ -100,6 +100,9 @@ int core_create(const service_config *cfg, int db_pool_size, int redis_pool_size
      * long that is, and runs out within LOCK_LEASE_MS if the replica dies. */
     guard_opts.lease_ms = LOCK_LEASE_WATCHDOG;
     guard_opts.fixed_lease_ms = cfg->lock_fixed_lease_ms;
+    guard_opts.db = out->db;
+    guard_opts.db_wait_ms = cfg->db_wait_ms;
+    guard_opts.row_lease_ms = cfg->lockrow_ttl_ms;
     if (guard_env_create(&guard_opts, &out->guards) != 0) {
         snprintf(err, errlen, "out of memory");
         return -1;
@@ -110,6 +113,10 @@ int core_create(const service_config *cfg, int db_pool_size, int redis_pool_size
     out->deduct.guards = out->guards;
     out->deduct.instance = instance;
     out->deduct.business_delay_ms = cfg->business_delay_ms;
+    /* LOCK_WAIT_MS=0 means "do not wait"; PostgreSQL's lock_timeout=0 means "wait for ever",
+     * so the smallest bound it knows stands for it. */
+    out->deduct.lock_wait_ms = cfg->lock_wait_ms > 0 ? cfg->lock_wait_ms : 1;
+    out->deduct.optimistic_retries = cfg->optimistic_retries;
     return 0;
 }
 

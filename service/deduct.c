@@ -9,10 +9,14 @@
  *   4. the guard is asked whether it still holds, then the transaction commits;
  *   5. the guard is left only after the commit.
  * Every failure after BEGIN rolls back, so a request that does not answer 200 sold nothing.
+ * A PostgreSQL rung's transaction bounds its lock waits (SET LOCAL lock_timeout), and an
+ * optimistic one that lost its race is rolled back and run again, from BEGIN, a bounded
+ * number of times (run_transaction).
  */
 #include "service/deduct.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +38,15 @@ typedef struct deduction {
     bool left; /* the guard has been left already (tx-inside leaves it before COMMIT) */
     deduct_result *out;
 } deduction;
+
+/* The retry pause is below a millisecond at first: clock_sleep_ms is too coarse for it. */
+static void sleep_us(int64_t us)
+{
+    struct timespec ts = {.tv_sec = us / 1000000, .tv_nsec = (us % 1000000) * 1000L};
+
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
 
 const char *deduct_point_name(deduct_point point)
 {
@@ -71,8 +84,9 @@ static int answer_503(deduction *d, const char *error, const char *detail)
     d->out->outcome = error;
     snprintf(d->out->detail, sizeof(d->out->detail), "%s", detail);
     /* lock_timeout and lock_lost carry no detail in API.md; unavailable says which
-     * dependency failed. */
-    d->out->body = response_error(error, strcmp(error, "unavailable") == 0 ? detail : NULL);
+     * dependency failed, conflict how many attempts were made. */
+    d->out->body = response_error(
+        error, strcmp(error, "unavailable") == 0 || strcmp(error, "conflict") == 0 ? detail : NULL);
     return d->out->body != NULL ? 0 : -1;
 }
 
@@ -115,11 +129,25 @@ static int answer_commit_unknown(deduction *d)
     return d->out->body != NULL ? 0 : -1;
 }
 
+/* Answers 503 for a failed statement: lock_timeout when it waited for a lock inside
+ * PostgreSQL past the bound (lock_timeout, deduct_env.lock_wait_ms), as a guard's wait
+ * would; unavailable otherwise. Returns 0, or -1 when out of memory. */
+static int answer_statement_failure(deduction *d, const char *what, int rc)
+{
+    char detail[256];
+
+    if (rc != DB_ERR_LOCK_TIMEOUT)
+        return answer_db_failure(d, what, rc);
+    snprintf(detail, sizeof(detail), "postgresql: %s: no lock within lock_timeout (%lld ms)", what,
+             (long long)d->env->lock_wait_ms);
+    return answer_503(d, "lock_timeout", detail);
+}
+
 /* Inside the transaction: answers 503 for a failed statement and hands back its code, so
  * that the caller rolls back. */
 static int statement_failed(deduction *d, const char *what, int rc)
 {
-    if (answer_db_failure(d, what, rc) != 0)
+    if (answer_statement_failure(d, what, rc) != 0)
         return DB_ERR_NOMEM;
     return rc;
 }
@@ -164,20 +192,24 @@ static int store_answer(deduction *d, int status, const char *body)
 /*
  * Inside the open transaction: read, check, write, record. Sets the answer; returns DB_OK
  * when the transaction should commit, a DB_ERR_* or STOPPED (answer set) when it must roll
- * back, or DB_ERR_NOMEM.
+ * back, DB_ERR_RETRY (no answer set) when the shape lost an optimistic race and the
+ * transaction is to be run again, or DB_ERR_NOMEM.
  */
 static int read_check_write(deduction *d)
 {
     const int64_t *fence = d->hold.fenced ? &d->hold.fence : NULL;
+    tx_seen seen = {0, 0};
     int64_t stock = 0, order_id = 0;
     int rc;
 
     /* A PostgreSQL rung reads in its own shape (a row lock, an advisory lock, a conditional
-     * update). Otherwise, with a token, the read claims the row for it: see db_stock_claim
-     * for why this closes the gap a token checked only at the write leaves open. */
-    if (d->mode->tx != NULL)
-        rc = d->mode->tx->read(d->conn, d->goods_id, d->count, &stock);
-    else if (fence != NULL)
+     * update, a versioned read). Otherwise, with a token, the read claims the row for it:
+     * see db_stock_claim for why this closes the gap a token checked only at the write
+     * leaves open. */
+    if (d->mode->tx != NULL) {
+        rc = d->mode->tx->read(d->conn, d->goods_id, d->count, &seen);
+        stock = seen.stock;
+    } else if (fence != NULL)
         rc = db_stock_claim(d->conn, d->goods_id, d->hold.fence_source, *fence, &stock);
     else
         rc = db_stock_read(d->conn, d->goods_id, &stock);
@@ -214,9 +246,11 @@ static int read_check_write(deduction *d)
         return answer_hook_stop(d, rc) == 0 ? STOPPED : DB_ERR_NOMEM;
 
     if (d->mode->tx != NULL)
-        rc = d->mode->tx->write(d->conn, d->goods_id, d->count, stock);
+        rc = d->mode->tx->write(d->conn, d->goods_id, d->count, &seen);
     else
         rc = db_stock_write(d->conn, d->goods_id, stock - d->count);
+    if (rc == DB_ERR_RETRY)
+        return rc; /* lost the race: nothing written, no answer yet (run_transaction) */
     if (rc != DB_OK)
         return statement_failed(d, "write stock", rc);
 
@@ -245,8 +279,10 @@ store:
     return DB_OK;
 }
 
-/* Runs the transaction on d->conn with the guard held. Sets the answer. */
-static int run_transaction(deduction *d)
+/* Runs the transaction once on d->conn with the guard held. Sets the answer and returns 0
+ * (-1 when out of memory), or returns DB_ERR_RETRY, rolled back and with no answer set, when
+ * the transaction's shape lost an optimistic race. */
+static int run_attempt(deduction *d)
 {
     int rc;
 
@@ -257,6 +293,17 @@ static int run_transaction(deduction *d)
     if (rc != GUARD_OK) {
         db_rollback(d->conn);
         return answer_hook_stop(d, rc);
+    }
+
+    /* A PostgreSQL rung's lock is the database's own (a row lock, an advisory lock), and a
+     * request waits for it inside a statement: bound that wait as a guard's wait is bound,
+     * before anything in the transaction can wait (the key's claim can, too). */
+    if (d->mode->tx != NULL && d->env->lock_wait_ms > 0) {
+        rc = db_set_lock_timeout(d->conn, d->env->lock_wait_ms);
+        if (rc != DB_OK) {
+            db_rollback(d->conn);
+            return answer_db_failure(d, "set lock_timeout", rc);
+        }
     }
 
     if (d->key != NULL) {
@@ -274,7 +321,7 @@ static int run_transaction(deduction *d)
         }
         if (rc != DB_OK) {
             db_rollback(d->conn);
-            return answer_db_failure(d, "claim idempotency key", rc);
+            return answer_statement_failure(d, "claim idempotency key", rc);
         }
     }
 
@@ -282,6 +329,10 @@ static int run_transaction(deduction *d)
     if (rc == DB_ERR_NOMEM) {
         db_rollback(d->conn);
         return -1;
+    }
+    if (rc == DB_ERR_RETRY) {
+        db_rollback(d->conn); /* the claim of the key goes too: the next run claims again */
+        return DB_ERR_RETRY;
     }
     if (rc != DB_OK) {
         db_rollback(d->conn);
@@ -326,6 +377,50 @@ static int run_transaction(deduction *d)
     if (d->out->status == 200)
         (void)reached(d, DEDUCT_AT_COMMITTED); /* sold: too late to stop anything */
     return 0;
+}
+
+/* The pause before running a transaction again after its `attempt`-th lost race (0 for the
+ * first): random, so that the requests that lost together do not all come back together
+ * and collide again, and growing (up to OPTIMISTIC_BACKOFF_CAP_US), so that under heavy
+ * contention they spread out. */
+#define OPTIMISTIC_BACKOFF_BASE_US 1000
+#define OPTIMISTIC_BACKOFF_CAP_US 16000
+
+static int64_t retry_pause_us(int attempt, unsigned *seed)
+{
+    int64_t cap = OPTIMISTIC_BACKOFF_BASE_US;
+
+    for (int i = 0; i < attempt && cap < OPTIMISTIC_BACKOFF_CAP_US; i++)
+        cap *= 2;
+    if (cap > OPTIMISTIC_BACKOFF_CAP_US)
+        cap = OPTIMISTIC_BACKOFF_CAP_US;
+    return 1 + (int64_t)(rand_r(seed) % (unsigned)cap);
+}
+
+/* Runs the transaction, again after each lost optimistic race, up to the bound; then answers
+ * 503 conflict. Sets the answer; returns 0, or -1 when out of memory. */
+static int run_transaction(deduction *d)
+{
+    struct timespec now;
+    unsigned seed;
+    char detail[200];
+
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    seed = (unsigned)now.tv_nsec ^ (unsigned)(uintptr_t)d;
+    for (int attempt = 0;; attempt++) {
+        int rc = run_attempt(d);
+        if (rc != DB_ERR_RETRY)
+            return rc;
+        if (attempt >= d->env->optimistic_retries)
+            break;
+        d->out->retries++;
+        sleep_us(retry_pause_us(attempt, &seed));
+    }
+    snprintf(detail, sizeof(detail),
+             "gave up after %d attempts: each time another sale of goods %lld committed between "
+             "the read and the write",
+             d->out->retries + 1, (long long)d->goods_id);
+    return answer_503(d, "conflict", detail);
 }
 
 int deduct_execute(const deduct_env *env, const mode *m, int64_t goods_id, int64_t count,

@@ -33,6 +33,14 @@ typedef struct deduct_env {
     guard_env *guards;         /* not owned */
     const char *instance;      /* this replica's name, written with each order */
     int64_t business_delay_ms; /* sleep between the read and the write (teaching) */
+    /* The PostgreSQL rungs (a mode with a transaction shape) wait for their locks inside
+     * PostgreSQL: each of their transactions bounds those waits by this (SET LOCAL
+     * lock_timeout), and a wait that runs out answers 503 lock_timeout, as a guard's does.
+     * 0: no bound of ours (PostgreSQL's default; statement_timeout still ends the wait). */
+    int64_t lock_wait_ms;
+    /* How many times a transaction whose write lost an optimistic race (DB_ERR_RETRY) is run
+     * again, after a short random pause, before the answer is 503 conflict. 0: never. */
+    int optimistic_retries;
 } deduct_env;
 
 /*
@@ -68,6 +76,7 @@ typedef struct deduct_hook {
 const char *deduct_point_name(deduct_point point);
 
 typedef struct deduct_result {
+    int retries;         /* transactions run again after a lost optimistic race */
     int status;          /* HTTP status: 200, 404, 409 or 503 */
     char *body;          /* JSON body, malloc'd: the caller frees it */
     const char *outcome; /* metrics outcome: "deducted", "insufficient_stock", ... */
@@ -77,6 +86,12 @@ typedef struct deduct_result {
 } deduct_result;
 
 /*
+ * A transaction shape may ask for its transaction to be run again (mode_tx.write returning
+ * DB_ERR_RETRY: pg-optimistic lost its race). The transaction is then rolled back, the
+ * idempotency claim with it, and run again from BEGIN, claim included: a twin request that
+ * committed in the meantime is found there and its answer replayed, so a retry never sells
+ * twice. The hook sees "begun" and "read" once per run of the transaction.
+ *
  * Runs one deduction of `count` units of `goods_id` in mode `m`. idempotency_key may be
  * NULL; when given, an earlier stored answer for (goods_id, key) is returned unchanged and
  * nothing is deducted; otherwise the 200/404/409 answer is stored in the same transaction.

@@ -44,8 +44,11 @@ struct guard_env {
     int64_t wait_ms;
     int64_t lease_ms;
     int64_t fixed_lease_ms;
-    redlock *redlock; /* NULL unless REDLOCK_NODES is set */
-    unsigned has;     /* MODE_NEEDS_* bits this environment can serve */
+    db_pool *db;          /* the pg-lockrow guards' connections; may be NULL */
+    int64_t db_wait_ms;   /* their bound on waiting for one */
+    int64_t row_lease_ms; /* pg-lockrow-ttl's row lease */
+    redlock *redlock;     /* NULL unless REDLOCK_NODES is set */
+    unsigned has;         /* MODE_NEEDS_* bits this environment can serve */
     local_stripe stripes[LOCAL_STRIPES];
 };
 
@@ -109,6 +112,14 @@ int guard_redis_nowatchdog__enter(guard_env *env, int64_t goods_id, guard_hold *
 int guard_redis_nofence__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
                                size_t detail_len);
 
+/* pg-lockrow (guard_pg_lockrow.c): a row of goods_locks, inserted to take the lock and
+ * deleted to release it, each in a transaction of its own; waiters poll. The plain one has
+ * no expiry (a dead holder wedges the goods); -ttl's row expires after row_lease_ms. */
+int guard_pg_lockrow__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
+                            size_t detail_len);
+int guard_pg_lockrow_ttl__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
+                                size_t detail_len);
+void guard_pg_lockrow__leave(guard_env *env, guard_hold *hold);
 /* redlock (guard_redlock.c): Redlock (lock/redlock.h) on "lock:redlock:goods:<id>" with the
  * fixed lease; still_held checks the validity on this process's clock. */
 int guard_redlock__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
@@ -135,5 +146,6 @@ void guard_zookeeper__leave(guard_env *env, guard_hold *hold);
 extern const mode_tx rung_pg_for_update__tx; /* rung_pg_for_update.c */
 extern const mode_tx rung_pg_atomic__tx;     /* rung_pg_atomic.c */
 extern const mode_tx rung_pg_advisory__tx;   /* rung_pg_advisory.c */
+extern const mode_tx rung_pg_optimistic__tx; /* rung_pg_optimistic.c */
 
 #endif

@@ -38,8 +38,8 @@ static const int metrics__statuses[] = {200, 400, 401, 404, 405, 409, 413, 415, 
 #define METRICS__STATUS_OTHER (METRICS__N_STATUS - 1)
 
 static const char *const metrics__outcomes[] = {
-    "deducted",  "insufficient_stock", "unknown_goods", "lock_timeout",
-    "lock_lost", "unavailable",        "replayed",      "commit_unknown",
+    "deducted",    "insufficient_stock", "unknown_goods",  "lock_timeout", "lock_lost",
+    "unavailable", "replayed",           "commit_unknown", "conflict",
 };
 #define METRICS__N_OUTCOMES (sizeof(metrics__outcomes) / sizeof(metrics__outcomes[0]))
 
@@ -65,6 +65,7 @@ struct metrics {
     _Atomic uint64_t lock_wait[METRICS__N_BUCKETS + 1]; /* the last one is +Inf */
     _Atomic uint64_t lock_wait_sum_ns;
     _Atomic uint64_t lock_timeouts;
+    _Atomic uint64_t optimistic_retries;
 };
 
 const char *metrics_route_name(metrics_route route)
@@ -165,6 +166,12 @@ void metrics_count_lock_timeout(metrics *m)
 {
     if (m != NULL)
         atomic_fetch_add_explicit(&m->lock_timeouts, 1, memory_order_relaxed);
+}
+
+void metrics_count_optimistic_retries(metrics *m, int retries)
+{
+    if (m != NULL && retries > 0)
+        atomic_fetch_add_explicit(&m->optimistic_retries, (uint64_t)retries, memory_order_relaxed);
 }
 
 /* A growing output buffer; after a failed allocation every append is a no-op and
@@ -338,6 +345,10 @@ char *metrics_render(metrics *m, const metrics_external *ext)
     metrics__counter(&b, "stock_lock_timeouts_total",
                      "Lock waits that ended without the lock (503 lock_timeout).",
                      atomic_load_explicit(&m->lock_timeouts, memory_order_relaxed));
+    metrics__counter(&b, "stock_optimistic_retries_total",
+                     "Transactions run again because an optimistic write lost its race "
+                     "(pg-optimistic); divide by its deducted outcomes for retries per sale.",
+                     atomic_load_explicit(&m->optimistic_retries, memory_order_relaxed));
     metrics__render_external(ext != NULL ? ext : &none, &b);
 
     if (b.failed) {

@@ -34,7 +34,8 @@ const char *metrics_route_name(metrics_route route);
 
 /* mode_names: the mode table's names (copied); outcomes are a fixed set:
  * "deducted", "insufficient_stock", "unknown_goods", "lock_timeout", "lock_lost",
- * "unavailable", "replayed" (an idempotent retry answered from the store).
+ * "unavailable", "replayed" (an idempotent retry answered from the store), "commit_unknown",
+ * "conflict" (an optimistic mode out of retries).
  * Returns the metrics (free with metrics_destroy()), or NULL when out of memory. */
 metrics *metrics_create(const char *const *mode_names, size_t n_modes);
 /* Frees m; no other call may be running on it. NULL is a no-op. */
@@ -53,6 +54,9 @@ void metrics_count_deduction(metrics *m, const char *mode, const char *outcome);
 void metrics_observe_lock_wait(metrics *m, double seconds);
 /* A lock wait that ended without the lock (the 503 lock_timeout). */
 void metrics_count_lock_timeout(metrics *m);
+/* Transactions a deduction ran again after lost optimistic races (deduct_result.retries);
+ * 0 or less is ignored. */
+void metrics_count_optimistic_retries(metrics *m, int retries);
 
 /* Figures owned by other modules, passed in when rendering. */
 typedef struct metrics_external {

@@ -26,6 +26,12 @@
  *   pg-for-update  rung_pg_for_update.c  SELECT ... FOR UPDATE: the row's lock.
  *   pg-atomic      rung_pg_atomic.c      one conditional UPDATE: check and write at once.
  *   pg-advisory    rung_pg_advisory.c    pg_advisory_xact_lock on the goods id.
+ *   pg-optimistic  rung_pg_optimistic.c  a version column: write only if unchanged, else retry.
+ *
+ * and a guard whose lock is a row of PostgreSQL's:
+ *
+ *   pg-lockrow      guard_pg_lockrow.c  a goods_locks row, no expiry: a dead holder wedges.
+ *   pg-lockrow-ttl  guard_pg_lockrow.c  the row with an expiry: a long section has two holders.
  *
  * Adding a mode means adding a row here and one file for it; nothing else changes.
  */
@@ -106,6 +112,11 @@ static const mode mode_table[] = {
      .summary = "no guard: the read is SELECT ... FOR UPDATE, so PostgreSQL's row lock keeps "
                 "the read-check-write apart: right with any number of replicas",
      NO_GUARD, .still_held = guards__always_held, .tx = &rung_pg_for_update__tx},
+    {.name = "pg-optimistic", .safe = true,
+     .summary = "no lock: read the stock and its version, write only if the version is "
+                "unchanged, and run the transaction again after a lost race (up to "
+                "OPTIMISTIC_RETRIES, then 503 conflict): right with any number of replicas",
+     NO_GUARD, .still_held = guards__always_held, .tx = &rung_pg_optimistic__tx},
     {.name = "pg-atomic", .safe = true,
      .summary = "no guard and no read: one conditional UPDATE ... WHERE stock >= n checks and "
                 "writes at once: right with any number of replicas",
@@ -114,6 +125,21 @@ static const mode mode_table[] = {
      .summary = "no guard: pg_advisory_xact_lock on the goods id inside the transaction, then "
                 "the same read-check-write: right with any number of replicas",
      NO_GUARD, .still_held = guards__always_held, .tx = &rung_pg_advisory__tx},
+
+    /* PostgreSQL as a lock service: a row whose unique key is the lock, outliving the
+     * transaction, as the Redis rungs' keys do. */
+    {.name = "pg-lockrow", .safe = false,
+     .summary = "a row of goods_locks as the lock (insert to take, delete to release, waiters "
+                "poll): excludes across replicas, but a holder that dies leaves its row and the "
+                "goods answers lock_timeout for ever",
+     .enter = guard_pg_lockrow__enter, .leave = guard_pg_lockrow__leave,
+     .still_held = guards__always_held},
+    {.name = "pg-lockrow-ttl", .safe = false,
+     .summary = "the lock row with an expiry that a taker may delete: no more wedge, but a "
+                "section longer than LOCKROW_TTL_MS lets a second holder in, with no fence to "
+                "stop it: oversells",
+     .enter = guard_pg_lockrow_ttl__enter, .leave = guard_pg_lockrow__leave,
+     .still_held = guards__always_held},
 
     /* The other lock services: listed and served only by a replica configured with one. */
     {.name = "etcd", .safe = true,

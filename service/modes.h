@@ -37,6 +37,11 @@ typedef struct guard_env_options {
     int64_t lease_ms;       /* lease passed to lock_try_lock: LOCK_LEASE_WATCHDOG in the service */
     int64_t fixed_lease_ms; /* the lease of the ladder's rungs that have no watchdog
                                (LOCK_FIXED_LEASE_MS) */
+    db_pool *db;            /* the PostgreSQL pool, for the guards whose lock is a row
+                               (pg-lockrow); not owned; NULL: those guards answer
+                               GUARD_UNAVAILABLE */
+    int64_t db_wait_ms;     /* bound on waiting for a pooled connection (DB_WAIT_MS) */
+    int64_t row_lease_ms;   /* pg-lockrow-ttl: how long a lock row lives (LOCKROW_TTL_MS) */
     redlock *redlock;       /* the Redlock nodes (REDLOCK_NODES); NULL: not configured, and
                                the redlock mode is not served; not owned */
     etcd_lock_client *etcd; /* the etcd lock client (ETCD_ENDPOINT); NULL: not configured,
@@ -82,6 +87,8 @@ typedef struct guard_hold {
     char name[64];            /* the lock's name (Redis key, etcd prefix), for the lock guards */
     char token[80];           /* the owner token written as the key's value, for the rungs
                                  whose lock is a plain string (owner-get-del, owner-lua) */
+    int64_t goods_id;         /* the goods locked, for the pg-lockrow guards */
+    char owner[40];           /* this holding's random token, for the pg-lockrow guards */
     void *local;              /* the stripe taken, for the local guard */
     int64_t release_pause_ms; /* fault injection only (pause-before-release): leave sleeps
                                  this long just before the command that deletes the lock
@@ -95,13 +102,21 @@ typedef struct guard_hold {
  * guarded shape: a plain read (or, with a fencing token, db_stock_claim) and the write of
  * a value computed in C, which only the guard keeps apart.
  */
+/* What a shape's read saw, handed to its write in the same transaction. */
+typedef struct tx_seen {
+    int64_t stock;   /* the stock read */
+    int64_t version; /* the row's version, for the optimistic shape (0 for the others) */
+} tx_seen;
+
 typedef struct mode_tx {
-    /* Reads the stock into *stock inside the open transaction (it may take a lock held until
-     * the transaction ends). DB_ERR_INSUFFICIENT (with *stock the stock seen) when the shape
-     * checks in SQL and found too little; otherwise a DB_* code. */
-    int (*read)(db_conn *conn, int64_t goods_id, int64_t count, int64_t *stock);
-    /* Writes the stock after selling `count` of the `stock` read. */
-    int (*write)(db_conn *conn, int64_t goods_id, int64_t count, int64_t stock);
+    /* Reads the stock into seen->stock inside the open transaction (it may take a lock held
+     * until the transaction ends). DB_ERR_INSUFFICIENT (with seen->stock the stock seen)
+     * when the shape checks in SQL and found too little; otherwise a DB_* code. */
+    int (*read)(db_conn *conn, int64_t goods_id, int64_t count, tx_seen *seen);
+    /* Writes the stock after selling `count` of what `seen` holds. DB_ERR_RETRY when the
+     * shape found that it lost a race (the optimistic one): nothing was written, and the
+     * deduction rolls back and runs the whole transaction again (deduct.h says how often). */
+    int (*write)(db_conn *conn, int64_t goods_id, int64_t count, const tx_seen *seen);
 } mode_tx;
 
 typedef struct mode {

@@ -76,6 +76,7 @@ static void record_deduction(app *a, const mode *m, const deduct_result *res)
         metrics_observe_lock_wait(a->metrics, res->wait_seconds);
     if (strcmp(res->outcome, "lock_timeout") == 0)
         metrics_count_lock_timeout(a->metrics);
+    metrics_count_optimistic_retries(a->metrics, res->retries);
     if (res->status >= 500) {
         char quoted[300];
         log_event(LOG_WARN, "deduct_failed", "mode=%s outcome=%s detail=%s", m->name, res->outcome,

@@ -7,19 +7,19 @@
  */
 #include "service/guards.h"
 
-static int lock_then_read(db_conn *conn, int64_t goods_id, int64_t count, int64_t *stock)
+static int lock_then_read(db_conn *conn, int64_t goods_id, int64_t count, tx_seen *seen)
 {
     int rc = db_goods_lock(conn, goods_id);
 
     (void)count;
     if (rc != DB_OK)
         return rc;
-    return db_stock_read(conn, goods_id, stock);
+    return db_stock_read(conn, goods_id, &seen->stock);
 }
 
-static int write_computed(db_conn *conn, int64_t goods_id, int64_t count, int64_t stock)
+static int write_computed(db_conn *conn, int64_t goods_id, int64_t count, const tx_seen *seen)
 {
-    return db_stock_write(conn, goods_id, stock - count);
+    return db_stock_write(conn, goods_id, seen->stock - count);
 }
 
 const mode_tx rung_pg_advisory__tx = {lock_then_read, write_computed};

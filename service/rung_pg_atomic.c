@@ -11,21 +11,21 @@
  */
 #include "service/guards.h"
 
-static int take(db_conn *conn, int64_t goods_id, int64_t count, int64_t *stock)
+static int take(db_conn *conn, int64_t goods_id, int64_t count, tx_seen *seen)
 {
     int64_t left = 0;
     int rc = db_stock_take(conn, goods_id, count, &left);
 
-    *stock = rc == DB_OK ? left + count : left;
+    seen->stock = rc == DB_OK ? left + count : left;
     return rc;
 }
 
-static int already_written(db_conn *conn, int64_t goods_id, int64_t count, int64_t stock)
+static int already_written(db_conn *conn, int64_t goods_id, int64_t count, const tx_seen *seen)
 {
     (void)conn;
     (void)goods_id;
     (void)count;
-    (void)stock;
+    (void)seen;
     return DB_OK;
 }
 

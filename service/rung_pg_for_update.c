@@ -7,15 +7,15 @@
  */
 #include "service/guards.h"
 
-static int read_for_update(db_conn *conn, int64_t goods_id, int64_t count, int64_t *stock)
+static int read_for_update(db_conn *conn, int64_t goods_id, int64_t count, tx_seen *seen)
 {
     (void)count;
-    return db_stock_read_for_update(conn, goods_id, stock);
+    return db_stock_read_for_update(conn, goods_id, &seen->stock);
 }
 
-static int write_computed(db_conn *conn, int64_t goods_id, int64_t count, int64_t stock)
+static int write_computed(db_conn *conn, int64_t goods_id, int64_t count, const tx_seen *seen)
 {
-    return db_stock_write(conn, goods_id, stock - count);
+    return db_stock_write(conn, goods_id, seen->stock - count);
 }
 
 const mode_tx rung_pg_for_update__tx = {read_for_update, write_computed};

@@ -258,7 +258,7 @@ it__etcd_mode_refused_at_start() {
     out=$(MODE=etcd ETCD_ENDPOINT="" PORT=$(pick_free_ports 1) INSTANCE=svc-no-etcd \
         timeout 30 "$STOCKD" 2>&1) || rc=$?
     echo "    exit $rc: $out" >&2
-    [ "$rc" = 2 ] && grep -q "does not offer mode 'etcd'" <<<"$out" && it__no_sanitizer_report_in "$out"
+    [ "$rc" = 2 ] && grep -q "the mode 'etcd' is served only with ETCD_ENDPOINT set" <<<"$out" && it__no_sanitizer_report_in "$out"
 }
 
 it__no_sanitizer_report_in() {

@@ -584,6 +584,172 @@ static void test_pg_rung_statements(void **state)
     db_pool_release(f->pool, c);
 }
 
+/* The row's version: the versioned write succeeds only at the version read, and every
+ * change of the stock moves the version on, whichever statement makes it (the trigger of
+ * 003_goods_version.sql): the other rungs' writes, the reset, SQL typed by hand. */
+static int64_t version_of(fixture *f, int64_t goods)
+{
+    char buf[32];
+    const char *p[1] = {buf};
+
+    snprintf(buf, sizeof(buf), "%lld", (long long)goods);
+    return raw_int(f->admin, "SELECT version FROM goods WHERE id = $1", 1, p);
+}
+
+static void test_versioned_read_and_write(void **state)
+{
+    fixture *f = *state;
+    db_conn *c = acquire(f->pool);
+    int64_t s = -1, v = -1, v0, left = 0;
+
+    reset_ok(c, 1, 10);
+    assert_int_equal(db_stock_read_versioned(c, 1, &s, &v), DB_OK);
+    assert_int_equal(s, 10);
+    assert_int_equal(v, version_of(f, 1));
+    v0 = v;
+
+    assert_int_equal(db_stock_write_versioned(c, 1, 9, v0), DB_OK);
+    assert_int_equal(db_stock_read_versioned(c, 1, &s, &v), DB_OK);
+    assert_int_equal(s, 9);
+    assert_int_equal(v, v0 + 1);
+    /* a write at the old version: the race was lost, nothing is written */
+    assert_int_equal(db_stock_write_versioned(c, 1, 5, v0), DB_ERR_RETRY);
+    assert_non_null(strstr(db_conn_error(c), "version"));
+    assert_int_equal(stock_of(c, 1), 9);
+
+    /* every other writer of the stock moves the version on too */
+    assert_int_equal(db_stock_write(c, 1, 8), DB_OK);
+    assert_int_equal(version_of(f, 1), v0 + 2);
+    assert_int_equal(db_stock_take(c, 1, 1, &left), DB_OK);
+    assert_int_equal(version_of(f, 1), v0 + 3);
+    reset_ok(c, 1, 10);
+    assert_int_equal(version_of(f, 1), v0 + 4);
+    PQclear(raw_exec(f->admin, "UPDATE goods SET stock = 3 WHERE id = 1", 0, NULL));
+    assert_int_equal(version_of(f, 1), v0 + 5);
+    /* a claim writes the fence, not the stock: the version stays */
+    assert_int_equal(db_begin(c), DB_OK);
+    assert_int_equal(db_stock_claim(c, 1, "test", 7, &s), DB_OK);
+    assert_int_equal(db_commit(c), DB_OK);
+    assert_int_equal(version_of(f, 1), v0 + 5);
+    assert_int_equal(db_stock_write_versioned(c, 1, 2, v0 + 4), DB_ERR_RETRY);
+    assert_int_equal(db_stock_write_versioned(c, 1, 2, v0 + 5), DB_OK);
+    assert_int_equal(stock_of(c, 1), 2);
+
+    assert_int_equal(db_stock_read_versioned(c, 999, &s, &v), DB_ERR_NOT_FOUND);
+    assert_int_equal(db_stock_read_versioned(c, 1, NULL, &v), DB_ERR_INVALID);
+    db_pool_release(f->pool, c);
+}
+
+/* The lock row: one owner at a time; a row without expiry is never taken over; an expired
+ * one is; a release deletes only the owner's own row; each call is its own transaction. */
+static void test_lockrow_take_and_release(void **state)
+{
+    fixture *f = *state;
+    db_conn *c = acquire(f->pool);
+    bool over = true;
+
+    assert_int_equal(db_lockrow_take(c, 1, "a", 0, &over), DB_OK);
+    assert_false(over);
+    assert_int_equal(db_lockrow_take(c, 1, "b", 0, &over), DB_ERR_HELD);
+    assert_non_null(strstr(db_conn_error(c), "held"));
+    assert_int_equal(db_lockrow_take(c, 2, "b", 0, NULL), DB_OK); /* another goods is free */
+    /* a row with no expiry stays, even for a taker that would take over an expired one */
+    assert_int_equal(db_lockrow_take(c, 1, "b", 50, &over), DB_ERR_HELD);
+    assert_false(over);
+    /* not b's row: b's release deletes nothing */
+    assert_int_equal(db_lockrow_release(c, 1, "b"), DB_ERR_NOT_FOUND);
+    assert_int_equal(raw_int(f->admin, "SELECT count(*) FROM goods_locks WHERE goods = 1", 0, NULL),
+                     1);
+    assert_int_equal(db_lockrow_release(c, 1, "a"), DB_OK);
+    assert_int_equal(db_lockrow_release(c, 1, "a"), DB_ERR_NOT_FOUND);
+
+    /* with an expiry: held until it passes, then taken over */
+    assert_int_equal(db_lockrow_take(c, 1, "b", 200, &over), DB_OK);
+    assert_int_equal(db_lockrow_take(c, 1, "c", 200, &over), DB_ERR_HELD);
+    assert_false(over);
+    sleep_ms(250);
+    assert_int_equal(db_lockrow_take(c, 1, "c", 200, &over), DB_OK);
+    assert_true(over);
+    /* b's late release must not delete c's lock */
+    assert_int_equal(db_lockrow_release(c, 1, "b"), DB_ERR_NOT_FOUND);
+    assert_int_equal(db_lockrow_take(c, 1, "d", 200, &over), DB_ERR_HELD);
+    assert_int_equal(db_lockrow_release(c, 1, "c"), DB_OK);
+
+    /* its own transaction: not inside the caller's */
+    assert_int_equal(db_begin(c), DB_OK);
+    assert_int_equal(db_lockrow_take(c, 1, "a", 0, NULL), DB_ERR_INVALID);
+    assert_int_equal(db_lockrow_release(c, 1, "a"), DB_ERR_INVALID);
+    assert_int_equal(db_rollback(c), DB_OK);
+    assert_int_equal(db_lockrow_take(c, 1, "a", -1, NULL), DB_ERR_INVALID);
+    assert_int_equal(db_lockrow_release(c, 2, "b"), DB_OK);
+    db_pool_release(f->pool, c);
+}
+
+/* Runs `what` (a statement that must wait for the lock f->admin holds) after SET LOCAL
+ * lock_timeout = 200 ms: it fails with DB_ERR_LOCK_TIMEOUT after about that long, the
+ * session stays usable, and the setting ends with the transaction. */
+static void expect_lock_timeout(fixture *f, db_conn *c, const char *what, int rc_of_call,
+                                int64_t started)
+{
+    int64_t took = now_ms() - started;
+
+    printf("    %s behind a held lock, lock_timeout 200 ms: %s after %lld ms\n", what,
+           db_strerror(rc_of_call), (long long)took);
+    assert_int_equal(rc_of_call, DB_ERR_LOCK_TIMEOUT);
+    assert_non_null(strstr(db_conn_error(c), "55P03"));
+    assert_true(took >= 190 && took < 2000);
+    assert_int_equal(db_rollback(c), DB_OK);
+    assert_int_equal(db_ping(c), DB_OK);
+    (void)f;
+}
+
+static void test_lock_waits_end_at_lock_timeout(void **state)
+{
+    fixture *f = *state;
+    db_conn *c = acquire(f->pool);
+    int64_t s = 0, v = 0, start;
+
+    reset_ok(c, 1, 10);
+    assert_int_equal(db_begin(c), DB_OK);
+    assert_int_equal(db_set_lock_timeout(c, 0), DB_ERR_INVALID); /* 0 would be "for ever" */
+    assert_int_equal(db_set_lock_timeout(c, 200), DB_OK);
+    assert_int_equal(db_commit(c), DB_OK);
+
+    /* another transaction holds the row and the goods' advisory lock */
+    PQclear(raw_exec(f->admin, "BEGIN", 0, NULL));
+    PQclear(raw_exec(f->admin, "UPDATE goods SET updated = now() WHERE id = 1", 0, NULL));
+    PQclear(raw_exec(f->admin, "SELECT pg_advisory_xact_lock(1)", 0, NULL));
+
+    assert_int_equal(db_begin(c), DB_OK);
+    assert_int_equal(db_set_lock_timeout(c, 200), DB_OK);
+    start = now_ms();
+    expect_lock_timeout(f, c, "SELECT ... FOR UPDATE", db_stock_read_for_update(c, 1, &s), start);
+
+    assert_int_equal(db_begin(c), DB_OK);
+    assert_int_equal(db_set_lock_timeout(c, 200), DB_OK);
+    start = now_ms();
+    expect_lock_timeout(f, c, "pg_advisory_xact_lock", db_goods_lock(c, 1), start);
+
+    assert_int_equal(db_begin(c), DB_OK);
+    assert_int_equal(db_set_lock_timeout(c, 200), DB_OK);
+    start = now_ms();
+    expect_lock_timeout(f, c, "the conditional UPDATE", db_stock_take(c, 1, 1, &s), start);
+
+    assert_int_equal(db_begin(c), DB_OK);
+    assert_int_equal(db_set_lock_timeout(c, 200), DB_OK);
+    assert_int_equal(db_stock_read_versioned(c, 1, &s, &v), DB_OK); /* no lock to wait for */
+    start = now_ms();
+    expect_lock_timeout(f, c, "the versioned UPDATE", db_stock_write_versioned(c, 1, 9, v), start);
+
+    /* the holder ends: the row is free again */
+    PQclear(raw_exec(f->admin, "COMMIT", 0, NULL));
+    assert_int_equal(db_begin(c), DB_OK);
+    assert_int_equal(db_stock_read_for_update(c, 1, &s), DB_OK);
+    assert_int_equal(s, 10);
+    assert_int_equal(db_rollback(c), DB_OK);
+    db_pool_release(f->pool, c);
+}
+
 static void test_a_failed_transaction_does_not_commit(void **state)
 {
     fixture *f = *state;
@@ -1360,6 +1526,9 @@ static void test_strerror_names_every_code(void **state)
                    DB_ERR_SCHEMA,
                    DB_ERR_COMMIT_UNKNOWN,
                    DB_ERR_INSUFFICIENT,
+                   DB_ERR_LOCK_TIMEOUT,
+                   DB_ERR_RETRY,
+                   DB_ERR_HELD,
                    DB_ERR_NOMEM,
                    DB_ERR_INVALID};
     size_t i;
@@ -1383,6 +1552,10 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_read_write_and_insert, setup_migrated, teardown),
         cmocka_unit_test_setup_teardown(test_pg_rung_statements, setup_migrated, teardown),
+        cmocka_unit_test_setup_teardown(test_versioned_read_and_write, setup_migrated, teardown),
+        cmocka_unit_test_setup_teardown(test_lockrow_take_and_release, setup_migrated, teardown),
+        cmocka_unit_test_setup_teardown(test_lock_waits_end_at_lock_timeout, setup_migrated,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_a_failed_transaction_does_not_commit, setup_migrated,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_claim_refuses_an_older_token, setup_migrated,

@@ -50,7 +50,12 @@
 static const char *migrations_dir;
 static char g_dbname[64];
 static char *g_base_url;
+static char *g_conninfo; /* the test database, for the test's own raw connections */
 static db_pool *g_pool;
+static guard_env *g_guards; /* the real guards (pg-lockrow needs the pool) */
+/* What holder_run's deductions run with; cases that need other values set them first. */
+static int64_t g_lock_wait_ms;        /* deduct_env.lock_wait_ms (0: no lock_timeout) */
+static int g_optimistic_retries = 16; /* deduct_env.optimistic_retries */
 
 /* ---- the scripted guard: a fixed token per thread, a loss it never notices ------------ */
 
@@ -100,6 +105,7 @@ typedef struct holder {
     int64_t token; /* its fencing token */
     int64_t goods;
     const mode *mode; /* scripted_mode, or a PostgreSQL rung of the table */
+    const char *key;  /* its Idempotency-Key, or NULL */
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -173,12 +179,17 @@ static int holder_at(void *arg, deduct_point point, guard_hold *hold, char *why,
 static void *holder_run(void *arg)
 {
     holder *h = arg;
-    deduct_env env = {.db = g_pool, .db_wait_ms = 2000, .guards = NULL, .instance = "test"};
+    deduct_env env = {.db = g_pool,
+                      .db_wait_ms = 2000,
+                      .guards = g_guards,
+                      .instance = "test",
+                      .lock_wait_ms = g_lock_wait_ms,
+                      .optimistic_retries = g_optimistic_retries};
     deduct_hook hook = {holder_at, h};
     int rc;
 
     t_token = h->token;
-    rc = deduct_execute(&env, h->mode, h->goods, 1, NULL, &hook, &h->res);
+    rc = deduct_execute(&env, h->mode, h->goods, 1, h->key, &hook, &h->res);
     pthread_mutex_lock(&h->mu);
     h->rc = rc;
     h->finished = true;
@@ -237,10 +248,12 @@ static bool holder_finished(holder *h)
 /* The two holders of the case running now. Not on the driver's stack: when an assertion
  * fails, cmocka jumps out of the driver while the threads still run, and the teardown
  * (holders_finish) lets them end and joins them. */
-static holder g_holders[2];
-static bool g_started[2];
+#define MAX_HOLDERS 3
+static holder g_holders[MAX_HOLDERS];
+static bool g_started[MAX_HOLDERS];
 
-static holder *holder_start(int i, char name, int64_t token, int64_t goods, const mode *m)
+static holder *holder_start_keyed(int i, char name, int64_t token, int64_t goods, const mode *m,
+                                  const char *key)
 {
     holder *h = &g_holders[i];
     pthread_condattr_t attr;
@@ -250,6 +263,7 @@ static holder *holder_start(int i, char name, int64_t token, int64_t goods, cons
     h->token = token;
     h->goods = goods;
     h->mode = m;
+    h->key = key;
     pthread_mutex_init(&h->mu, NULL);
     /* The deadlines are on the monotonic clock (deadline_in). */
     pthread_condattr_init(&attr);
@@ -259,6 +273,11 @@ static holder *holder_start(int i, char name, int64_t token, int64_t goods, cons
     assert_int_equal(pthread_create(&h->thread, NULL, holder_run, h), 0);
     g_started[i] = true;
     return h;
+}
+
+static holder *holder_start(int i, char name, int64_t token, int64_t goods, const mode *m)
+{
+    return holder_start_keyed(i, name, token, goods, m, NULL);
 }
 
 /* Lets holder i run to its end (the driver is done with it, or failed) and joins it. */
@@ -281,7 +300,7 @@ static void holder_finish(int i)
 static int holders_finish(void **state)
 {
     (void)state;
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < MAX_HOLDERS; i++) {
         bool started = g_started[i];
         holder_finish(i);
         if (started)
@@ -385,11 +404,19 @@ static int run_interleaving(const char *plan, int64_t goods, const mode *m, char
                                  (long long)h->token, h->res.status, h->res.outcome);
         if (used >= trace_len)
             used = trace_len - 1;
+        if (h->res.retries > 0) {
+            used += (size_t)snprintf(trace + used, trace_len - used, "after %d retr%s ",
+                                     h->res.retries, h->res.retries == 1 ? "y" : "ies");
+            if (used >= trace_len)
+                used = trace_len - 1;
+        }
         if (h->res.status == 200)
             ok_count++;
-        else if (h->res.status != 503 || strcmp(h->res.outcome, "lock_lost") != 0)
-            fail_msg("%s: holder %c answered %d %s (%s), want 200 or 503 lock_lost", plan, h->name,
-                     h->res.status, h->res.outcome ? h->res.outcome : "?", h->res.detail);
+        else if (h->res.status != 503 || (strcmp(h->res.outcome, "lock_lost") != 0 &&
+                                          strcmp(h->res.outcome, "conflict") != 0))
+            fail_msg("%s: holder %c answered %d %s (%s), want 200, or 503 lock_lost or conflict",
+                     plan, h->name, h->res.status, h->res.outcome ? h->res.outcome : "?",
+                     h->res.detail);
         free(h->res.body);
         h->res.body = NULL;
     }
@@ -488,6 +515,291 @@ static void test_pg_rungs_every_interleaving(void **state)
     }
 }
 
+/*
+ * pg-optimistic in every interleaving: both sell, from two different stocks. Its read takes
+ * no lock, so in the five steps' order the second read does not wait: the second write finds
+ * the version moved on, and that holder's transaction runs again (a retry), reads what the
+ * first committed, and sells from it.
+ */
+static void test_pg_optimistic_every_interleaving(void **state)
+{
+    const mode *m = modes_find("pg-optimistic");
+    char trace[512];
+    int n = 0;
+
+    (void)state;
+    assert_non_null(m);
+    for (int mask = 0; mask < (1 << (2 * STEPS)); mask++) {
+        char plan[2 * STEPS + 1];
+        int olders = 0;
+
+        for (int bit = 0; bit < 2 * STEPS; bit++) {
+            plan[bit] = (mask >> bit) & 1 ? 'O' : 'N';
+            olders += (mask >> bit) & 1;
+        }
+        plan[2 * STEPS] = '\0';
+        if (olders != STEPS)
+            continue;
+        if (run_interleaving(plan, 5000 + n, m, trace, sizeof(trace)) != 2)
+            fail_msg("pg-optimistic %s: not both sold: %s", plan, trace);
+        n++;
+    }
+    assert_int_equal(n, 20);
+    run_interleaving("ONOONN", 5090, m, trace, sizeof(trace));
+    if (strstr(trace, "N.R(waits)") != NULL ||
+        strstr(trace, "N(11): 200 deducted after 1 retry") == NULL)
+        fail_msg("pg-optimistic ONOONN: want the second read not to wait and the second holder "
+                 "to sell after exactly one retry: %s",
+                 trace);
+}
+
+/* With no retries allowed, the holder that lost the race answers 503 conflict and sells
+ * nothing: the books still balance. */
+static void test_pg_optimistic_out_of_retries(void **state)
+{
+    const mode *m = modes_find("pg-optimistic");
+    char trace[512];
+
+    (void)state;
+    g_optimistic_retries = 0;
+    int sold = run_interleaving("ONOONN", 5095, m, trace, sizeof(trace));
+    g_optimistic_retries = 16;
+    if (sold != 1 || strstr(trace, "N(11): 503 conflict") == NULL)
+        fail_msg("pg-optimistic ONOONN without retries: want the second holder to answer 503 "
+                 "conflict: %s",
+                 trace);
+}
+
+/*
+ * A retry keeps the Idempotency-Key's promise. A (key K) claims K and reads; its twin B (the
+ * same key) waits behind A's claim; C (no key) sells and commits, so A's write loses the
+ * race. A's transaction rolls back, its claim with it: B's claim goes through, B reads and
+ * stops before its write; A's second run claims K again and waits behind B. B sells and
+ * commits; A's claim then finds B's answer and replays it. K sold once, whatever the retry.
+ */
+static void test_pg_optimistic_retry_keeps_the_key(void **state)
+{
+    const mode *m = modes_find("pg-optimistic");
+    const int64_t goods = 5096;
+
+    (void)state;
+    reset_goods(goods, 10);
+    holder *a = holder_start_keyed(0, 'A', 0, goods, m, "same-key");
+    assert_true(holder_settle(a, STEP_LIMIT_MS));
+    assert_true(holder_step(a, STEP_LIMIT_MS)); /* A claimed K and read */
+
+    holder *b = holder_start_keyed(1, 'B', 0, goods, m, "same-key");
+    assert_true(holder_settle(b, STEP_LIMIT_MS));
+    assert_false(holder_step(b, STEP_SETTLE_MS)); /* B's claim of K waits for A */
+
+    holder *c = holder_start_keyed(2, 'C', 0, goods, m, NULL);
+    holder_finish(2); /* C sells: the version moves on */
+    assert_int_equal(c->res.status, 200);
+
+    /* A writes, loses, rolls back (B's claim goes through, B reads and stops before its
+     * write), runs again and waits behind B's claim */
+    assert_false(holder_step(a, STEP_SETTLE_MS));
+    assert_true(holder_settle(b, STEP_LIMIT_MS));
+    assert_true(holder_step(b, STEP_LIMIT_MS)); /* B writes */
+    holder_finish(1);                           /* B commits */
+    holder_finish(0);                           /* A finds B's answer */
+
+    printf("    A: %d %s after %d retr%s; B: %d %s; C: %d %s\n", a->res.status, a->res.outcome,
+           a->res.retries, a->res.retries == 1 ? "y" : "ies", b->res.status, b->res.outcome,
+           c->res.status, c->res.outcome);
+    assert_int_equal(b->res.status, 200);
+    assert_string_equal(b->res.outcome, "deducted");
+    assert_int_equal(a->res.retries, 1);
+    assert_int_equal(a->res.status, 200);
+    assert_string_equal(a->res.outcome, "replayed");
+    assert_string_equal(a->res.body, b->res.body);
+    db_stock_report r = report_of(goods);
+    assert_int_equal(r.stock, 8);
+    assert_int_equal(r.sold, 2);
+    assert_int_equal(r.orders, 2);
+    for (int i = 0; i < 3; i++) {
+        free(g_holders[i].res.body);
+        g_holders[i].res.body = NULL;
+    }
+}
+
+/*
+ * pg-lockrow excludes: while one holder is inside its section (stopped before its write),
+ * a second deduction of the same goods waits its bound and answers 503 lock_timeout, having
+ * sold nothing; once the first has committed and left, the lock row is gone and a deduction
+ * enters at once.
+ */
+static void test_pg_lockrow_excludes(void **state)
+{
+    const mode *m = modes_find("pg-lockrow");
+    const int64_t goods = 5101;
+
+    (void)state;
+    assert_non_null(m);
+    reset_goods(goods, 10);
+    holder *a = holder_start(0, 'O', 0, goods, m);
+    assert_true(holder_settle(a, STEP_LIMIT_MS)); /* entered: the row is a's */
+    assert_true(holder_step(a, STEP_LIMIT_MS));   /* a has read; it stops before writing */
+
+    holder *b = holder_start(1, 'N', 0, goods, m);
+    int64_t start = now_ms();
+    holder_finish(1); /* b never gets past its guard: it must end by itself */
+    int64_t took = now_ms() - start;
+    printf("    a second taker while the row is held: %d %s after %lld ms (bound 300 ms)\n",
+           b->res.status, b->res.outcome, (long long)took);
+    assert_int_equal(b->res.status, 503);
+    assert_string_equal(b->res.outcome, "lock_timeout");
+    assert_true(took >= 290 && took < 3000);
+    free(b->res.body);
+    b->res.body = NULL;
+
+    holder_finish(0);
+    assert_int_equal(a->res.status, 200);
+    db_stock_report r = report_of(goods);
+    assert_int_equal(r.stock, 9);
+    assert_int_equal(r.sold, 1);
+
+    /* released: the next taker enters without waiting */
+    holder *c = holder_start(1, 'N', 0, goods, m);
+    holder_finish(1);
+    assert_int_equal(c->res.status, 200);
+    assert_true(c->res.wait_seconds < 0.25);
+    r = report_of(goods);
+    assert_int_equal(r.stock, 8);
+    assert_int_equal(r.sold - (r.initial - r.stock), 0);
+    free(a->res.body);
+    a->res.body = NULL;
+    free(c->res.body);
+    c->res.body = NULL;
+}
+
+/*
+ * pg-lockrow-ttl's flaw, made exact: holder A takes the row (lease 300 ms here) and reads
+ * the stock, then is held up past the lease before its write (a pause, a slow statement).
+ * Holder B finds the row expired, deletes it, takes the lock, and reads the same stock. Both
+ * write the value they computed and both commit: one unit sold twice. Nothing in this rung
+ * can notice: no renewal, no check before the commit, no fencing token on the goods row.
+ */
+static void test_pg_lockrow_ttl_two_holders_after_expiry(void **state)
+{
+    const mode *m = modes_find("pg-lockrow-ttl");
+    const int64_t goods = 5102;
+
+    (void)state;
+    assert_non_null(m);
+    reset_goods(goods, 10);
+    holder *a = holder_start(0, 'O', 0, goods, m);
+    assert_true(holder_settle(a, STEP_LIMIT_MS));
+    assert_true(holder_step(a, STEP_LIMIT_MS)); /* A read 10 and stops before its write */
+    usleep(400 * 1000);                         /* past A's lease of 300 ms */
+
+    holder *b = holder_start(1, 'N', 0, goods, m);
+    assert_true(holder_settle(b, STEP_LIMIT_MS)); /* B took the expired row over */
+    assert_true(holder_step(b, STEP_LIMIT_MS));   /* B read 10 too */
+    assert_true(holder_step(a, STEP_LIMIT_MS));   /* A writes 9 */
+    holder_finish(0);                             /* A commits, releases (its row is gone) */
+    assert_true(holder_step(b, STEP_LIMIT_MS));   /* B writes 9 */
+    holder_finish(1);                             /* B commits */
+
+    assert_int_equal(a->res.status, 200);
+    assert_int_equal(b->res.status, 200);
+    db_stock_report r = report_of(goods);
+    int64_t oversold = r.sold - (r.initial - r.stock);
+    printf("    pg-lockrow-ttl, A paused past its lease: both sold, stock %lld, sold %lld, "
+           "oversold %lld\n",
+           (long long)r.stock, (long long)r.sold, (long long)oversold);
+    assert_int_equal(r.stock, 9);
+    assert_int_equal(r.sold, 2);
+    assert_int_equal(oversold, 1);
+    free(a->res.body);
+    a->res.body = NULL;
+    free(b->res.body);
+    b->res.body = NULL;
+}
+
+/* A connection of the test's own, outside the service's pool, that holds a lock the way a
+ * stuck transaction of another process would. */
+static PGconn *g_holder_conn;
+
+static void holder_conn_exec(const char *sql)
+{
+    PGresult *res = PQexec(g_holder_conn, sql);
+    ExecStatusType st = PQresultStatus(res);
+
+    if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
+        char msg[256];
+        snprintf(msg, sizeof(msg), "%s", PQresultErrorMessage(res));
+        PQclear(res);
+        fail_msg("%s: %s", sql, msg);
+    }
+    PQclear(res);
+}
+
+static int holder_conn_teardown(void **state)
+{
+    if (g_holder_conn != NULL) {
+        PQfinish(g_holder_conn); /* ends its transaction: every lock it held goes */
+        g_holder_conn = NULL;
+    }
+    g_lock_wait_ms = 0;
+    return holders_finish(state);
+}
+
+/*
+ * The PostgreSQL rungs wait for their locks inside PostgreSQL, and that wait is bounded like
+ * a guard's: with the goods row locked by another transaction (and its advisory lock held),
+ * each rung answers 503 lock_timeout after its lock wait bound (here 300 ms), having sold
+ * nothing, rather than waiting until statement_timeout and answering "unavailable".
+ */
+static void test_pg_rungs_lock_wait_is_bounded(void **state)
+{
+    const char *names[] = {"pg-for-update", "pg-atomic", "pg-advisory", "pg-optimistic"};
+    const int64_t goods = 5201;
+    char sql[160];
+
+    (void)state;
+    reset_goods(goods, 10);
+    g_holder_conn = PQconnectdb(g_conninfo);
+    assert_int_equal(PQstatus(g_holder_conn), CONNECTION_OK);
+    holder_conn_exec("BEGIN");
+    snprintf(sql, sizeof(sql), "UPDATE goods SET updated = now() WHERE id = %lld",
+             (long long)goods);
+    holder_conn_exec(sql);
+    snprintf(sql, sizeof(sql), "SELECT pg_advisory_xact_lock(%lld)", (long long)goods);
+    holder_conn_exec(sql);
+
+    g_lock_wait_ms = 300;
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        const mode *m = modes_find(names[i]);
+        assert_non_null(m);
+        holder *h = holder_start(0, 'O', 0, goods, m);
+        int64_t start = now_ms();
+        holder_finish(0);
+        int64_t took = now_ms() - start;
+        printf("    %s with the row and its advisory lock held elsewhere: %d %s after %lld ms\n",
+               names[i], h->res.status, h->res.outcome, (long long)took);
+        if (h->res.status != 503 || strcmp(h->res.outcome, "lock_timeout") != 0)
+            fail_msg("%s: answered %d %s (%s), want 503 lock_timeout", names[i], h->res.status,
+                     h->res.outcome, h->res.detail);
+        assert_true(took >= 290 && took < 3000);
+        free(h->res.body);
+        h->res.body = NULL;
+    }
+    db_stock_report r = report_of(goods);
+    assert_int_equal(r.stock, 10);
+    assert_int_equal(r.sold, 0);
+
+    holder_conn_exec("ROLLBACK"); /* the locks go: every rung sells again */
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        holder *h = holder_start(0, 'O', 0, goods, modes_find(names[i]));
+        holder_finish(0);
+        assert_int_equal(h->res.status, 200);
+        free(h->res.body);
+        h->res.body = NULL;
+    }
+    assert_int_equal(report_of(goods).stock, 6);
+}
+
 /* ---- set-up --------------------------------------------------------------------------- */
 
 static void admin_exec(const char *conninfo, const char *sql)
@@ -528,14 +840,20 @@ static int setup_database(void **state)
     /* In a key=value string the last setting of a keyword wins. */
     if (asprintf(&conninfo, "%s dbname=%s", g_base_url, g_dbname) < 0)
         return -1;
+    g_conninfo = conninfo;
     db_pool_options_init(&opts);
     opts.conninfo = conninfo;
     opts.size = 4;
-    if (db_pool_create(&opts, &g_pool) != DB_OK) {
-        free(conninfo);
+    if (db_pool_create(&opts, &g_pool) != DB_OK)
         return -1;
-    }
-    free(conninfo);
+    guard_env_options gopts = {.lock = NULL,
+                               .wait_ms = 300,
+                               .lease_ms = 0,
+                               .db = g_pool,
+                               .db_wait_ms = 2000,
+                               .row_lease_ms = 300};
+    if (guard_env_create(&gopts, &g_guards) != 0)
+        return -1;
     if (db_pool_acquire(g_pool, 5000, &c) != DB_OK)
         return -1;
     if (db_migrate(c, migrations_dir, NULL, msg, sizeof(msg)) != DB_OK) {
@@ -552,8 +870,12 @@ static int teardown_database(void **state)
     char sql[160];
 
     (void)state;
+    guard_env_destroy(g_guards);
+    g_guards = NULL;
     db_pool_destroy(g_pool);
     g_pool = NULL;
+    free(g_conninfo);
+    g_conninfo = NULL;
     snprintf(sql, sizeof(sql), "DROP DATABASE IF EXISTS %s", g_dbname);
     admin_exec(g_base_url, sql);
     return 0;
@@ -565,6 +887,12 @@ int main(void)
         cmocka_unit_test_teardown(test_the_five_steps, holders_finish),
         cmocka_unit_test_teardown(test_two_holders_every_interleaving, holders_finish),
         cmocka_unit_test_teardown(test_pg_rungs_every_interleaving, holders_finish),
+        cmocka_unit_test_teardown(test_pg_optimistic_every_interleaving, holders_finish),
+        cmocka_unit_test_teardown(test_pg_optimistic_out_of_retries, holders_finish),
+        cmocka_unit_test_teardown(test_pg_optimistic_retry_keeps_the_key, holders_finish),
+        cmocka_unit_test_teardown(test_pg_lockrow_excludes, holders_finish),
+        cmocka_unit_test_teardown(test_pg_lockrow_ttl_two_holders_after_expiry, holders_finish),
+        cmocka_unit_test_teardown(test_pg_rungs_lock_wait_is_bounded, holder_conn_teardown),
     };
 
     g_base_url = getenv("TEST_DATABASE_URL");

@@ -187,7 +187,7 @@ static void test_deductions_by_mode_and_outcome(void **state)
 {
     static const char *const outcomes[] = {"deducted",     "insufficient_stock", "unknown_goods",
                                            "lock_timeout", "lock_lost",          "unavailable",
-                                           "replayed"};
+                                           "replayed",     "commit_unknown",     "conflict"};
     metrics *m = make();
     char *text, series[160];
 
@@ -196,6 +196,7 @@ static void test_deductions_by_mode_and_outcome(void **state)
     metrics_count_deduction(m, "redis", "deducted");
     metrics_count_deduction(m, "none", "insufficient_stock");
     metrics_count_deduction(m, "local", "replayed");
+    metrics_count_deduction(m, "local", "conflict");
     metrics_count_deduction(m, "nosuch", "deducted"); /* ignored */
     metrics_count_deduction(m, "redis", "exploded");  /* ignored */
     metrics_count_deduction(m, NULL, "deducted");     /* ignored */
@@ -211,7 +212,8 @@ static void test_deductions_by_mode_and_outcome(void **state)
             total += sample(text, series);
         }
     }
-    assert_true(total == 4);
+    assert_true(total == 5);
+    assert_true(sample(text, "stock_deductions_total{mode=\"local\",outcome=\"conflict\"}") == 1);
     assert_true(sample(text, "stock_deductions_total{mode=\"redis\",outcome=\"deducted\"}") == 2);
     assert_true(
         sample(text, "stock_deductions_total{mode=\"none\",outcome=\"insufficient_stock\"}") == 1);
@@ -285,9 +287,14 @@ static void test_lock_timeouts_and_external_figures(void **state)
     metrics_count_lock_timeout(m);
     metrics_count_lock_timeout(m);
     metrics_count_lock_timeout(NULL);
+    metrics_count_optimistic_retries(m, 3);
+    metrics_count_optimistic_retries(m, 4);
+    metrics_count_optimistic_retries(m, -1); /* ignored */
+    metrics_count_optimistic_retries(NULL, 1);
     text = metrics_render(m, &ext);
     assert_non_null(text);
     assert_true(sample(text, "stock_lock_timeouts_total") == 2);
+    assert_true(sample(text, "stock_optimistic_retries_total") == 7);
     assert_true(sample(text, "stock_lock_renewals_total") == 12345678901.0);
     assert_true(sample(text, "stock_lock_lost_total") == 2);
     assert_true(sample(text, "stock_db_pool_connections{state=\"size\"}") == 16);

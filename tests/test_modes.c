@@ -76,6 +76,35 @@ static void test_pg_rungs_are_safe_shapes_without_a_guard(void **state)
         assert_null(all[i].tx); /* the guard rungs run the guarded read-check-write */
 }
 
+/* pg-optimistic is a safe transaction shape with no guard, like the other PostgreSQL rungs;
+ * the lock-row rungs are guards (their lock outlives the transaction) around the plain
+ * read-check-write, and unsafe: one wedges, the other lets a second holder in. */
+static void test_optimistic_and_lockrow_rows(void **state)
+{
+    const mode *opt = modes_find("pg-optimistic");
+    const mode *row = modes_find("pg-lockrow");
+    const mode *ttl = modes_find("pg-lockrow-ttl");
+    const mode *none = modes_find("none");
+
+    (void)state;
+    assert_non_null(opt);
+    assert_true(opt->safe);
+    assert_non_null(opt->tx);
+    assert_ptr_equal(opt->enter, none->enter);
+    assert_ptr_equal(opt->leave, none->leave);
+    for (int i = 0; i < 2; i++) {
+        const mode *m = i == 0 ? row : ttl;
+        assert_non_null(m);
+        assert_false(m->safe);
+        assert_null(m->tx);
+        assert_ptr_not_equal(m->enter, none->enter);
+        assert_ptr_not_equal(m->leave, none->leave);
+    }
+    assert_ptr_not_equal(row->enter, ttl->enter); /* one with an expiry, one without */
+    assert_non_null(strstr(ttl->summary, "second holder"));
+    assert_non_null(strstr(row->summary, "lock_timeout"));
+}
+
 static void test_find(void **state)
 {
     (void)state;
@@ -187,6 +216,19 @@ static void test_local_guard_lets_other_goods_through(void **state)
     assert_int_equal(local->enter(*state, 8, &other, detail, sizeof(detail)), GUARD_OK);
     local->leave(*state, &other);
     local->leave(*state, &held);
+}
+
+static void test_lockrow_guards_without_a_pool_are_unavailable(void **state)
+{
+    const char *names[] = {"pg-lockrow", "pg-lockrow-ttl"};
+
+    for (int i = 0; i < 2; i++) {
+        guard_hold hold;
+        char detail[64] = "";
+        assert_int_equal(modes_find(names[i])->enter(*state, 1, &hold, detail, sizeof(detail)),
+                         GUARD_UNAVAILABLE);
+        assert_true(strlen(detail) > 0);
+    }
 }
 
 static void test_redis_guard_without_client_is_unavailable(void **state)
@@ -365,6 +407,7 @@ int main(void)
         cmocka_unit_test(test_table_lists_the_three_modes_in_order),
         cmocka_unit_test(test_every_row_is_complete_and_names_are_unique),
         cmocka_unit_test(test_pg_rungs_are_safe_shapes_without_a_guard),
+        cmocka_unit_test(test_optimistic_and_lockrow_rows),
         cmocka_unit_test(test_find),
         cmocka_unit_test(test_list_names_every_mode),
         cmocka_unit_test(test_needs_filter_the_served_rows),
@@ -375,6 +418,8 @@ int main(void)
                                         env_teardown),
         cmocka_unit_test_setup_teardown(test_redis_guard_without_client_is_unavailable, env_setup,
                                         env_teardown),
+        cmocka_unit_test_setup_teardown(test_lockrow_guards_without_a_pool_are_unavailable,
+                                        env_setup, env_teardown),
         cmocka_unit_test(test_etcd_is_served_only_with_an_etcd_client),
         cmocka_unit_test_setup_teardown(test_etcd_guard_without_client_is_unavailable, env_setup,
                                         env_teardown),

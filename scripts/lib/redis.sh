@@ -39,10 +39,13 @@ redis_start() {
     rm -f "$REDIS_DIR/redis.pid"
     echo "$REDIS_PORT" >"$REDIS_DIR/redis.port"
     # --daemonize: redis forks, starts a session of its own and writes its PID file.
+    # --repl-diskless-sync-delay 0: with HA=1, a replica (the HA one, or this server come back
+    # after a failover) is sent its first copy at once, not after the default 5 s wait for
+    # more replicas to share it; until then LOCK_SYNC_REPLICAS refuses every grant.
     "$REDIS_SERVER" --bind 127.0.0.1 --port "$REDIS_PORT" \
         --daemonize yes --pidfile "$REDIS_DIR/redis.pid" \
         --logfile "$LOG_DIR/redis.log" --dir "$REDIS_DIR" \
-        --save "" --appendonly no ||
+        --save "" --appendonly no --repl-diskless-sync-delay 0 ||
         die "redis-server did not start (see $LOG_DIR/redis.log)"
     if ! wait_until 10 redis__ping || ! pid=$(wait_until 5 redis_pid); then
         log_tail "$LOG_DIR/redis.log"

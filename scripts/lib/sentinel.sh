@@ -37,6 +37,12 @@ ha_sentinel_pid() {
     pidfile_alive "$dir/pid" "$(ha__pattern redis-sentinel "$dir")"
 }
 
+# Whether the master counts the replica in sync (state=online in INFO replication).
+ha__replica_online() {
+    redis-cli -h 127.0.0.1 -p "$REDIS_PORT" info replication 2>/dev/null |
+        grep -q "port=$REDIS_REPLICA_PORT,state=online"
+}
+
 ha__answers() {
     [ "$(redis-cli -h 127.0.0.1 -p "$1" ping 2>/dev/null)" = PONG ]
 }
@@ -61,9 +67,13 @@ ha__start_replica() {
     "$REDIS_SERVER" --bind 127.0.0.1 --port "$REDIS_REPLICA_PORT" \
         --replicaof 127.0.0.1 "$REDIS_PORT" \
         --daemonize yes --pidfile "$dir/pid" --logfile "$LOG_DIR/redis-replica.log" \
-        --dir "$dir" --save "" --appendonly no ||
+        --dir "$dir" --save "" --appendonly no --repl-diskless-sync-delay 0 ||
         die "the redis replica did not start (see $LOG_DIR/redis-replica.log)"
     wait_until 10 ha__answers "$REDIS_REPLICA_PORT" || die "the redis replica does not answer"
+    # In sync before `up` returns: until the master counts it online, a WAIT (LOCK_SYNC_REPLICAS)
+    # has no replica to count, and a failover would promote an empty server.
+    wait_until 20 ha__replica_online ||
+        die "the redis replica did not come in sync (see $LOG_DIR/redis-replica.log)"
     log "redis replica started (pid $(wait_until 5 ha_replica_pid), 127.0.0.1:$REDIS_REPLICA_PORT)"
 }
 

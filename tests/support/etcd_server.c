@@ -10,6 +10,7 @@
  */
 #include "tests/support/etcd_server.h"
 #include "tests/support/files.h"
+#include "tests/support/ports.h"
 
 #include <arpa/inet.h>
 #include <curl/curl.h>
@@ -29,7 +30,6 @@
 #define START_TRIES 3
 #define READY_WAIT_MS 20000
 #define STOP_WAIT_MS 5000
-#define FORBIDDEN_PORT 2024
 
 struct etcd_server {
     char dir[64];
@@ -44,39 +44,6 @@ static void sleep_ms(int ms)
 
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
         ;
-}
-
-#define PORT_LOW 20000
-#define PORT_HIGH 32767
-#define PORT_TRIES 200
-
-/* A port of PORT_LOW..PORT_HIGH on 127.0.0.1 that a bind got a moment ago, or -1. */
-static int free_port(void)
-{
-    static unsigned seed;
-
-    if (seed == 0)
-        seed = (unsigned)getpid() ^ (unsigned)time(NULL);
-    for (int i = 0; i < PORT_TRIES; i++) {
-        struct sockaddr_in addr;
-        int port = PORT_LOW + (int)(rand_r(&seed) % (PORT_HIGH - PORT_LOW + 1));
-        int fd, ok;
-
-        if (port == FORBIDDEN_PORT)
-            continue;
-        fd = socket(AF_INET, SOCK_STREAM, 0);
-        if (fd < 0)
-            return -1;
-        memset(&addr, 0, sizeof(addr));
-        addr.sin_family = AF_INET;
-        addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        addr.sin_port = htons((uint16_t)port);
-        ok = bind(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0;
-        close(fd);
-        if (ok)
-            return port;
-    }
-    return -1;
 }
 
 static int spawn(etcd_server *s)
@@ -179,10 +146,9 @@ int etcd_server_start(etcd_server **out)
         return -1;
     }
     for (int i = 0; i < START_TRIES; i++) {
-        s->client_port = free_port();
-        s->peer_port = free_port();
-        if (s->client_port <= 0 || s->peer_port <= 0 || s->client_port == s->peer_port ||
-            s->client_port == FORBIDDEN_PORT || s->peer_port == FORBIDDEN_PORT)
+        s->client_port = support_free_port();
+        s->peer_port = support_free_port();
+        if (s->client_port <= 0 || s->peer_port <= 0 || s->client_port == s->peer_port)
             continue;
         snprintf(s->endpoint, sizeof(s->endpoint), "http://127.0.0.1:%d", s->client_port);
         if (spawn(s) == 0 && wait_ready(s) == 0) {

@@ -1,15 +1,17 @@
 /*
  * redis_server.c - a throwaway redis-server for tests (see redis_server.h).
  *
- * The port: bind a socket to 127.0.0.1 port 0, let the kernel pick a free port, close the
- * socket and hand the number to redis-server. Another program could take the port in
- * between; then redis-server fails to start and a new port is tried (a few times).
+ * The port: draw one from 20000-32767 (below the ephemeral range; see free_port), check that
+ * it can be bound on 127.0.0.1, and hand the number to redis-server. Another program could
+ * take the port in between; then redis-server fails to start and a new port is tried (a few
+ * times).
  *
  * The server runs in the foreground as our child (fork + exec), so its PID is known and it
  * is stopped by that PID, never by name. It is ready when PING answers PONG.
  */
 #include "tests/support/redis_server.h"
 #include "tests/support/files.h"
+#include "tests/support/ports.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -29,7 +31,6 @@
 #define START_TRIES 5
 #define READY_WAIT_MS 5000
 #define STOP_WAIT_MS 5000
-#define FORBIDDEN_PORT 2024 /* never ours to use */
 
 struct redis_server {
     char dir[64];
@@ -45,28 +46,6 @@ static void sleep_ms(int ms)
 
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
         ;
-}
-
-/* A port on 127.0.0.1 that nobody listened on a moment ago, or -1. */
-static int free_port(void)
-{
-    struct sockaddr_in addr;
-    socklen_t len = sizeof(addr);
-    int port = -1;
-    int fd;
-
-    fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0)
-        return -1;
-    memset(&addr, 0, sizeof(addr));
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = 0;
-    if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0 &&
-        getsockname(fd, (struct sockaddr *)&addr, &len) == 0)
-        port = ntohs(addr.sin_port);
-    close(fd);
-    return port;
 }
 
 /* Finds redis-server on PATH. Done before fork: between fork and exec, a child of a
@@ -216,8 +195,8 @@ int redis_server_start_conf(redis_server **out, const char *conf, bool sentinel)
         return -1;
     }
     for (int i = 0; i < START_TRIES; i++) {
-        s->port = free_port();
-        if (s->port <= 0 || s->port == FORBIDDEN_PORT)
+        s->port = support_free_port();
+        if (s->port <= 0)
             continue;
         if (spawn(s) == 0 && wait_ready(s) == 0) {
             *out = s;
