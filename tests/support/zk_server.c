@@ -1,13 +1,14 @@
 /*
  * zk_server.c - a throwaway ZooKeeper for tests (see zk_server.h).
  *
- * Ports are drawn as etcd_server.c draws them (20000-32767, below the ephemeral range). The
+ * The port comes from support_free_port() (20000-32767, below the ephemeral range). The
  * JVM is our child (fork + exec), so it is stopped by its PID. It is ready when the
  * four-letter command "ruok" answers "imok" (the config allows it), which ZooKeeper does
  * once it serves clients.
  */
 #include "tests/support/zk_server.h"
 #include "tests/support/files.h"
+#include "tests/support/ports.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -27,10 +28,6 @@
 #define START_TRIES 3
 #define READY_WAIT_MS 30000
 #define STOP_WAIT_MS 5000
-#define FORBIDDEN_PORT 2024
-#define PORT_LOW 20000
-#define PORT_HIGH 32767
-#define PORT_TRIES 200
 
 struct zk_server {
     char dir[64];
@@ -56,31 +53,6 @@ static struct sockaddr_in loopback(int port)
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     addr.sin_port = htons((uint16_t)port);
     return addr;
-}
-
-/* A port of PORT_LOW..PORT_HIGH on 127.0.0.1 that a bind got a moment ago, or -1. */
-static int free_port(void)
-{
-    static unsigned seed;
-
-    if (seed == 0)
-        seed = (unsigned)getpid() ^ (unsigned)time(NULL);
-    for (int i = 0; i < PORT_TRIES; i++) {
-        int port = PORT_LOW + (int)(rand_r(&seed) % (PORT_HIGH - PORT_LOW + 1));
-        struct sockaddr_in addr = loopback(port);
-        int fd, ok;
-
-        if (port == FORBIDDEN_PORT)
-            continue;
-        fd = socket(AF_INET, SOCK_STREAM, 0);
-        if (fd < 0)
-            return -1;
-        ok = bind(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0;
-        close(fd);
-        if (ok)
-            return port;
-    }
-    return -1;
 }
 
 /* Writes the server's config: standalone, loopback only, no admin HTTP server (it would
@@ -201,7 +173,7 @@ int zk_server_start(zk_server **out)
         return -1;
     }
     for (int i = 0; i < START_TRIES; i++) {
-        s->port = free_port();
+        s->port = support_free_port();
         if (s->port <= 0)
             continue;
         snprintf(s->hosts, sizeof(s->hosts), "127.0.0.1:%d", s->port);
