@@ -77,7 +77,8 @@ typedef struct zk_session {
     zk_lock_client *c;
     zhandle_t *zh;
     uint64_t id; /* this client's number for it: a holding names the session it was taken in */
-    int refs;    /* requests in flight on zh; the client's own use is not counted */
+    int refs;    /* threads using zh; the client's own use is not counted */
+    struct zk_call *calls; /* requests sent whose completion has not run yet */
     bool connected;
     bool dead;               /* expired or ended: no request is made on it any more */
     int timeout_ms;          /* the timeout the server granted */
@@ -293,28 +294,6 @@ static int get_session(zk_lock_client *c, zk_session **out)
     return ZK_LOCK_ERR_SERVER;
 }
 
-/* Closes the retired sessions no request is using any more. Called with c->mu held; drops
- * it around zookeeper_close, which joins the library's threads. */
-static void reap_locked(zk_lock_client *c)
-{
-    zk_session **p = &c->retired;
-
-    while (*p != NULL) {
-        zk_session *s = *p;
-
-        if (s->refs > 0) {
-            p = &s->next;
-            continue;
-        }
-        *p = s->next;
-        pthread_mutex_unlock(&c->mu);
-        zookeeper_close(s->zh);
-        free(s);
-        pthread_mutex_lock(&c->mu);
-        p = &c->retired; /* the list may have changed meanwhile */
-    }
-}
-
 /* ---- requests, each bounded by the request timeout -------------------------------------- */
 
 /*
@@ -326,7 +305,9 @@ static void reap_locked(zk_lock_client *c)
  * two, with a reference each, and freed by whichever lets go last.
  */
 typedef struct zk_call {
+    struct zk_call *next; /* in its session's list while the completion is pending */
     zk_lock_client *c;
+    zk_session *s;
     int refs; /* the caller's and the completion's; under c->mu */
     bool done;
     int rc;
@@ -336,15 +317,33 @@ typedef struct zk_call {
     int count;
 } zk_call;
 
-static zk_call *call_new(zk_lock_client *c)
+/* A call record for one request on session s, listed as awaiting its completion. */
+static zk_call *call_new(zk_session *s)
 {
     zk_call *k = calloc(1, sizeof(*k));
 
     if (k != NULL) {
-        k->c = c;
+        k->c = s->c;
+        k->s = s;
         k->refs = 2;
+        pthread_mutex_lock(&s->c->mu);
+        k->next = s->calls;
+        s->calls = k;
+        pthread_mutex_unlock(&s->c->mu);
     }
     return k;
+}
+
+/* Takes k off its session's list: its completion ran, or will never run. Under c->mu. */
+static void call_unlist_locked(zk_call *k)
+{
+    zk_call **p;
+
+    for (p = &k->s->calls; *p != NULL; p = &(*p)->next)
+        if (*p == k) {
+            *p = k->next;
+            return;
+        }
 }
 
 static void call_free(zk_call *k)
@@ -376,7 +375,8 @@ static void call_finish(zk_call *k, int rc)
     pthread_mutex_lock(&c->mu);
     k->rc = rc;
     k->done = true;
-    pthread_cond_broadcast(&c->cv);
+    call_unlist_locked(k);
+    pthread_cond_broadcast(&c->cv); /* the caller, and the reaper when it was the last */
     pthread_mutex_unlock(&c->mu);
     call_unref(k);
 }
@@ -436,6 +436,7 @@ static int call_wait(zk_lock_client *c, zk_call *k, int submit_rc)
 
     pthread_mutex_lock(&c->mu);
     if (submit_rc != ZOK) {
+        call_unlist_locked(k);
         k->refs--; /* not sent: no completion will run */
         pthread_mutex_unlock(&c->mu);
         return submit_rc;
@@ -488,7 +489,7 @@ static int req_delete(zk_session *s, zk_call *k, const char *path)
 static int request(zk_session *s, int (*req)(zk_session *, zk_call *, const char *),
                    const char *path)
 {
-    zk_call *k = call_new(s->c);
+    zk_call *k = call_new(s);
     int rc;
 
     if (k == NULL)
@@ -508,6 +509,44 @@ static int req_exists_watched(zk_session *s, zk_call *k, const char *path)
     return req_exists(s, k, path, true);
 }
 
+/*
+ * Closes the retired sessions that no thread uses and that await no answer any more. Called
+ * with c->mu held; drops it around zookeeper_close, which joins the library's threads.
+ *
+ * A request whose caller gave up still has its completion pending in the library. Closing
+ * the handle then would free the library's record of it without running the completion (and
+ * leak what both had allocated), so a session waits until every answer came, or until the
+ * library itself fails them (it does, with a connection loss, once it gives up on a hung
+ * server). With force (at destroy), it is closed all the same, and the call records the
+ * library did not finish are freed here: its threads are gone by then.
+ */
+static void reap_locked(zk_lock_client *c, bool force)
+{
+    zk_session **p = &c->retired;
+
+    while (*p != NULL) {
+        zk_session *s = *p;
+
+        if (s->refs > 0 || (s->calls != NULL && !force)) {
+            p = &s->next;
+            continue;
+        }
+        *p = s->next;
+        pthread_mutex_unlock(&c->mu);
+        zookeeper_close(s->zh);
+        pthread_mutex_lock(&c->mu);
+        while (s->calls != NULL) {
+            struct zk_call *k = s->calls;
+
+            s->calls = k->next;
+            if (--k->refs == 0)
+                call_free(k);
+        }
+        free(s);
+        p = &c->retired; /* the list may have changed meanwhile */
+    }
+}
+
 /* The confirming thread: every third of the session timeout, one cheap request on the
  * session (exists "/") moves confirmed_until on; between two, the library's own pings keep
  * the session alive. It also closes retired sessions. */
@@ -524,9 +563,9 @@ static void *confirmer_main(void *arg)
         int64_t sent;
         int zrc;
 
-        reap_locked(c);
+        reap_locked(c, false);
         pthread_cond_timedwait(&c->cv, &c->mu, &until);
-        reap_locked(c);
+        reap_locked(c, false);
         s = c->current;
         if (c->stopping || s == NULL || !s->connected || now_ms() < next)
             continue;
@@ -603,7 +642,23 @@ void zk_lock_client_destroy(zk_lock_client *c)
         pthread_cond_wait(&c->cv, &c->mu);
     if (c->current != NULL)
         retire_locked(c->current);
-    reap_locked(c); /* no request is in flight: the caller has stopped its threads */
+    /* No thread uses a session any more (the caller has stopped its threads); answers still
+     * due are awaited one request timeout, then the sessions are closed regardless. */
+    {
+        struct timespec until = monotonic_at(now_ms() + c->timeout_ms);
+        bool waiting = true;
+
+        while (waiting) {
+            zk_session *r;
+
+            waiting = false;
+            for (r = c->retired; r != NULL; r = r->next)
+                waiting = waiting || r->calls != NULL;
+            if (waiting && pthread_cond_timedwait(&c->cv, &c->mu, &until) == ETIMEDOUT)
+                break;
+        }
+    }
+    reap_locked(c, true);
     pthread_mutex_unlock(&c->mu);
     for (h = c->holdings; h != NULL; h = next) {
         next = h->next;
@@ -681,7 +736,7 @@ static int create_node(zk_lock_client *c, zk_session *s, const char *parent, cha
 
     snprintf(prefix, sizeof(prefix), "%s/lock-", parent);
     for (int attempt = 0; attempt < 3; attempt++) {
-        zk_call *k = call_new(c);
+        zk_call *k = call_new(s);
 
         if (k == NULL)
             return ZK_LOCK_ERR_NOMEM;
@@ -717,7 +772,7 @@ static int create_node(zk_lock_client *c, zk_session *s, const char *parent, cha
 static int find_predecessor(zk_lock_client *c, zk_session *s, const char *parent, int64_t mine,
                             char *pred, size_t predlen)
 {
-    zk_call *k = call_new(c);
+    zk_call *k = call_new(s);
     int64_t best = -1;
     int64_t sent = now_ms();
     int zrc;
