@@ -4,7 +4,8 @@
 #   make test       install what is missing, build with sanitizers, run every test
 #   make test-tsan  the lock's tests and the stack under ThreadSanitizer (make test runs it too)
 #   make demo       install what is missing, bring the local stack up, run the load report
-#                   (WITH_ETCD=1 make demo: with etcd too, and the report's etcd row)
+#                   (WITH_ETCD=1 make demo: with etcd too, and the report's etcd row;
+#                   WITH_ZOOKEEPER=1: with ZooKeeper too, and the zookeeper row)
 #   make ladder     each lock design's flaw provoked on a stack of its own (loadtest/ladder)
 #   make chaos      every fault against the safe modes under load, on a stack of its own
 #   make up / down  start / stop the native local stack (PostgreSQL, Redis, 3 replicas, nginx)
@@ -33,6 +34,9 @@ CFLAGS := -std=gnu11 -O2 -g $(WARN) -D_GNU_SOURCE -I. -MMD -MP \
 LDLIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lpthread -lm
 # The etcd lock (lock/etcd/) speaks etcd's JSON gateway over libcurl.
 LDLIBS += -lcurl
+# The ZooKeeper lock (lock/zookeeper/) uses ZooKeeper's multi-threaded C client, which has
+# no pkg-config file.
+LDLIBS += -lzookeeper_mt
 TEST_LDLIBS := -lcmocka
 
 ifeq ($(SAN),1)
@@ -50,7 +54,7 @@ CFLAGS += -O1 -fsanitize=thread -fno-omit-frame-pointer
 LDFLAGS += -fsanitize=thread
 endif
 
-LOCK_SRC := $(wildcard lock/*.c lock/etcd/*.c)
+LOCK_SRC := $(wildcard lock/*.c lock/etcd/*.c lock/zookeeper/*.c)
 DB_SRC := $(wildcard db/*.c)
 SERVICE_SRC := $(filter-out service/main.c,$(wildcard service/*.c))
 TEST_SRC := $(wildcard tests/test_*.c)
@@ -68,6 +72,7 @@ TESTS := $(patsubst tests/%.c,$(B)/tests/%,$(TEST_SRC))
 # What tests/tsan.sh runs: the service, and the tests with threads of their own to race.
 TSAN_TARGETS := build/tsan/stockd build/tsan/tests/test_lock build/tsan/tests/test_redlock \
                 build/tsan/tests/test_etcd \
+                build/tsan/tests/test_zookeeper \
                 build/tsan/tests/test_sentinel \
                 build/tsan/tests/test_stack
 
@@ -116,7 +121,7 @@ endif
 # The tests build three times: the release build (so -O2 warnings are errors too), the
 # sanitizer build they run, and the ThreadSanitizer build of what tests/tsan.sh runs.
 test: deps
-	@scripts/deps.sh ensure browser etcd
+	@scripts/deps.sh ensure browser etcd zookeeper
 	$(MAKE) all
 	$(MAKE) B=build/san SAN=1 programs tests
 	$(MAKE) B=build/tsan TSAN=1 $(TSAN_TARGETS)
@@ -146,9 +151,12 @@ test-fresh:
 # ran (and, under -j, while it runs).
 # The etcd group only with WITH_ETCD=1: the stack runs etcd then (scripts/stack.sh).
 ETCD_DEPS := $(if $(filter 1,$(WITH_ETCD)),scripts/deps.sh ensure etcd,@true)
+# The zookeeper group only with WITH_ZOOKEEPER=1, likewise.
+ZK_DEPS := $(if $(filter 1,$(WITH_ZOOKEEPER)),scripts/deps.sh ensure zookeeper,@true)
 
 demo: deps
 	$(ETCD_DEPS)
+	$(ZK_DEPS)
 	$(MAKE) all
 	scripts/stack.sh up
 	loadtest/run
@@ -166,6 +174,7 @@ chaos: deps
 
 up: deps
 	$(ETCD_DEPS)
+	$(ZK_DEPS)
 	$(MAKE) all
 	scripts/stack.sh up
 

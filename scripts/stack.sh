@@ -14,6 +14,8 @@
 #   scripts/stack.sh redlock-start N...  start them again
 #   scripts/stack.sh etcd-stop     stop etcd only
 #   scripts/stack.sh etcd-start    start etcd (also without WITH_ETCD)
+#   scripts/stack.sh zookeeper-stop   stop ZooKeeper only
+#   scripts/stack.sh zookeeper-start  start ZooKeeper (also without WITH_ZOOKEEPER)
 #   scripts/stack.sh pg-stop       stop PostgreSQL only (fast shutdown: clients are cut off)
 #   scripts/stack.sh pg-start      start it again (the replicas reconnect by themselves)
 #   scripts/stack.sh pg-freeze     SIGSTOP PostgreSQL and its backends: a server that hangs
@@ -49,6 +51,9 @@
 #   WITH_ETCD          1: `up` starts etcd too, and the replicas offer the etcd mode; unset:
 #                      as the last `up` of this RUN_DIR left it, until `down` [0]
 #   ETCD_PORT, ETCD_PEER_PORT  etcd's client and peer ports [12379, 12380]
+#   WITH_ZOOKEEPER     1: `up` starts ZooKeeper too (a JVM), and the replicas offer the
+#                      zookeeper mode; unset: as the last `up` of this RUN_DIR left it [0]
+#   ZK_PORT            ZooKeeper's client port [12181]
 #   STOCKD             the service binary [<project>/build/stockd]
 #   MODE               the replicas' default mode [redis]
 #   SEED_GOODS, SEED_STOCK  goods created by the first `up` [1, 5000]
@@ -76,6 +81,7 @@ source "$here/lib/pg.sh"
 source "$here/lib/redis.sh"
 source "$here/lib/redlock.sh"
 source "$here/lib/etcd.sh"
+source "$here/lib/zookeeper.sh"
 source "$here/lib/sentinel.sh"
 source "$here/lib/replicas.sh"
 source "$here/lib/nginx.sh"
@@ -146,6 +152,12 @@ cmd_up() {
     else
         rm -f "$RUN_DIR/with-etcd"
     fi
+    if [ "$WITH_ZOOKEEPER" = 1 ]; then
+        : >"$RUN_DIR/with-zookeeper"
+        zookeeper_start
+    else
+        rm -f "$RUN_DIR/with-zookeeper"
+    fi
     if [ "$HA" = 1 ]; then ha_start; fi
     replicas_migrate
     for ((n = 1; n <= REPLICAS; n++)); do
@@ -183,6 +195,8 @@ cmd_down() {
     done
     etcd_stop || failed=1
     rm -f "$RUN_DIR/with-etcd"
+    zookeeper_stop || failed=1
+    rm -f "$RUN_DIR/with-zookeeper"
     pg_stop || failed=1
     if [ $failed -ne 0 ]; then
         log "stopped, with the problems above"
@@ -197,6 +211,7 @@ cmd_status() {
     redis_status
     redlock_status
     etcd_status
+    zookeeper_status
     if [ "$HA" = 1 ]; then ha_status; fi
     for ((n = 1; n <= REPLICAS; n++)); do
         replica_status "$n"
@@ -215,7 +230,7 @@ cmd_logs() {
     '') files=("$PG_DIR/log/postgres.log" "$LOG_DIR/redis.log" "$LOG_DIR/migrate.log"
         "$LOG_DIR"/svc-*.log "$NGINX_DIR/logs/error.log") ;;
     postgres) files=("$PG_DIR/log/postgres.log") ;;
-    redis | etcd | migrate | svc-* | redlock-*) files=("$LOG_DIR/$name.log") ;;
+    redis | etcd | zookeeper | migrate | svc-* | redlock-*) files=("$LOG_DIR/$name.log") ;;
     nginx) files=("$NGINX_DIR/logs/error.log") ;;
     access) files=("$NGINX_DIR/logs/access.log") ;;
     *) die "logs: unknown log '$name' (svc-N, postgres, redis, redlock-N, nginx, access, migrate)" ;;
@@ -269,6 +284,7 @@ main() {
     stack_config
     case $cmd in
     up | down | redis-stop | redis-start | redlock-stop | redlock-start | etcd-stop | etcd-start | \
+        zookeeper-stop | zookeeper-start | \
         pg-stop | pg-start | \
         pg-freeze | pg-thaw | replica-stop | replica-start | replica-start-extra)
         stack__lock "$cmd" "$@"
@@ -293,6 +309,8 @@ main() {
         ;;
     etcd-stop) etcd_stop ;;
     etcd-start) etcd_start ;;
+    zookeeper-stop) zookeeper_stop ;;
+    zookeeper-start) zookeeper_start ;;
     ha-status) ha_status ;;
     pg-stop) pg_stop ;;
     pg-start) pg_start ;;

@@ -49,6 +49,7 @@ static bool config__valid_log_level(const char *value);
 static bool config__valid_on_off(const char *value);
 static bool config__valid_redlock_nodes(const char *value);
 static bool config__valid_etcd_endpoint(const char *value);
+static bool config__valid_zookeeper_hosts(const char *value);
 
 #define FIELD(f) offsetof(service_config, f), sizeof(((service_config *)0)->f)
 #define NUMBER(var, kind, f, def, lo, hi, help)                                                    \
@@ -138,6 +139,12 @@ static const config__setting config__settings[] = {
      "(its lease is LOCK_LEASE_MS, in whole seconds)"},
     NUMBER("ETCD_TIMEOUT_MS", CONFIG__INT64, etcd_timeout_ms, "1000", 10, 60000,
            "bound on each etcd request (the lock's watch waits up to LOCK_WAIT_MS)"),
+    {"ZOOKEEPER_HOSTS", CONFIG__STRING, FIELD(zookeeper_hosts), "", 0, 255,
+     config__valid_zookeeper_hosts, "empty, or host:port,host:port,... (A-Za-z0-9.-_ hosts)",
+     false, "the ZooKeeper ensemble; empty: this replica neither offers nor lists the zookeeper "
+     "mode (its session timeout is LOCK_LEASE_MS, within the server's min/maxSessionTimeout)"},
+    NUMBER("ZOOKEEPER_TIMEOUT_MS", CONFIG__INT, zookeeper_timeout_ms, "1000", 10, 60000,
+           "how long a request waits for a connected ZooKeeper session before a 503"),
     {"LOG_LEVEL", CONFIG__STRING, FIELD(log_level), "info", 1, 15,
      config__valid_log_level, "one of debug, info, warn, error", false,
      "least important log lines written to stderr"},
@@ -211,6 +218,37 @@ static bool config__valid_etcd_endpoint(const char *value)
     if (value[0] == '\0')
         return true;
     return strncmp(value, "http://", 7) == 0 && value[7] != '\0' && config__valid_visible(value);
+}
+
+/* Empty (no ZooKeeper) or a list of host:port the C client accepts: it would take a bad
+ * list at start-up and only fail later, at every request. */
+static bool config__valid_zookeeper_hosts(const char *value)
+{
+    const char *p = value;
+
+    if (value[0] == '\0')
+        return true;
+    for (;;) {
+        const char *host = p;
+        int64_t port = 0;
+
+        while ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+               *p == '.' || *p == '-' || *p == '_')
+            p++;
+        if (p == host || *p != ':')
+            return false;
+        p++;
+        if (*p < '0' || *p > '9')
+            return false;
+        while (*p >= '0' && *p <= '9' && port <= 65535)
+            port = port * 10 + (*p++ - '0');
+        if (port < 1 || port > 65535)
+            return false;
+        if (*p == '\0')
+            return true;
+        if (*p++ != ',')
+            return false;
+    }
 }
 
 int config__parse_integer(const char *text, int64_t min, int64_t max, int64_t *out)

@@ -45,6 +45,8 @@ typedef struct service_config {
     char migrations_dir[512];    /* MIGRATIONS_DIR: where the NNN_*.sql files are */
     char etcd_endpoint[256];     /* ETCD_ENDPOINT: etcd's client URL; "": no etcd mode */
     int64_t etcd_timeout_ms;     /* ETCD_TIMEOUT_MS: bound on each etcd request */
+    char zookeeper_hosts[256];   /* ZOOKEEPER_HOSTS: "host:port,..."; "": no zookeeper mode */
+    int zookeeper_timeout_ms;    /* ZOOKEEPER_TIMEOUT_MS: bound on waiting for a session */
     char log_level[16];          /* LOG_LEVEL: debug, info, warn, error */
     char redlock_nodes[1024];    /* REDLOCK_NODES: "host:port,..."; "" = no redlock mode */
     int redlock_timeout_ms;      /* REDLOCK_TIMEOUT_MS: connect and command timeout per node */

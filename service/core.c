@@ -3,6 +3,7 @@
  */
 #include "service/core.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -14,6 +15,7 @@ int core_create(const service_config *cfg, int db_pool_size, int redis_pool_size
     db_pool_options db_opts;
     lock_options lock_opts;
     etcd_lock_options etcd_opts;
+    zk_lock_options zk_opts;
     guard_env_options guard_opts = {0};
 
     memset(out, 0, sizeof(*out));
@@ -78,9 +80,23 @@ int core_create(const service_config *cfg, int db_pool_size, int redis_pool_size
         }
     }
 
+    /* Likewise ZOOKEEPER_HOSTS: no client, no zookeeper mode; the client connects lazily.
+     * The session timeout is the lease, as etcd's TTL is. */
+    if (cfg->zookeeper_hosts[0] != '\0') {
+        zk_lock_options_init(&zk_opts);
+        zk_opts.hosts = cfg->zookeeper_hosts;
+        zk_opts.session_ms = cfg->lock_lease_ms > INT32_MAX ? INT32_MAX : (int)cfg->lock_lease_ms;
+        zk_opts.request_timeout_ms = cfg->zookeeper_timeout_ms;
+        if (zk_lock_client_create(&zk_opts, &out->zk) != ZK_LOCK_OK) {
+            snprintf(err, errlen, "cannot create the ZooKeeper lock client");
+            return -1;
+        }
+    }
+
     guard_opts.lock = out->lock;
     guard_opts.redlock = out->redlock;
     guard_opts.etcd = out->etcd;
+    guard_opts.zk = out->zk;
     guard_opts.wait_ms = cfg->lock_wait_ms;
     /* Watchdog mode: the lease is renewed for as long as the transaction runs, however
      * long that is, and runs out within LOCK_LEASE_MS if the replica dies. */
@@ -120,6 +136,7 @@ void core_destroy(core *c)
     guard_env_destroy(c->guards);
     redlock_destroy(c->redlock);
     etcd_lock_client_destroy(c->etcd);
+    zk_lock_client_destroy(c->zk);
     lock_client_destroy(c->lock);
     db_pool_destroy(c->db);
     memset(c, 0, sizeof(*c));

@@ -19,6 +19,7 @@ int guard_env_create(const guard_env_options *opts, guard_env **out)
         return -1;
     env->lock = opts->lock;
     env->etcd = opts->etcd;
+    env->zk = opts->zk;
     env->wait_ms = opts->wait_ms;
     env->lease_ms = opts->lease_ms;
     env->fixed_lease_ms = opts->fixed_lease_ms > 0 ? opts->fixed_lease_ms : 2000;
@@ -30,6 +31,8 @@ int guard_env_create(const guard_env_options *opts, guard_env **out)
         env->has |= MODE_NEEDS_REDLOCK;
     if (env->etcd != NULL)
         env->has |= MODE_NEEDS_ETCD;
+    if (env->zk != NULL)
+        env->has |= MODE_NEEDS_ZOOKEEPER;
     guard_local__init(env);
     *out = env;
     return 0;

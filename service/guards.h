@@ -40,6 +40,7 @@ typedef struct local_stripe {
 struct guard_env {
     lock_client *lock;
     etcd_lock_client *etcd;
+    zk_lock_client *zk;
     int64_t wait_ms;
     int64_t lease_ms;
     int64_t fixed_lease_ms;
@@ -134,6 +135,14 @@ int guard_etcd__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *
 int guard_etcd__still_held(guard_env *env, const guard_hold *hold);
 void guard_etcd__leave(guard_env *env, guard_hold *hold);
 /* Offered only by a replica with an etcd client (ETCD_ENDPOINT set). */
+
+/* zookeeper (guard_zookeeper.c): the ZooKeeper lock of lock/zookeeper/ on "goods-<id>"
+ * (nodes under /locks/goods-<id>), fenced by the node's czxid. Offered only by a replica
+ * with a ZooKeeper client (ZOOKEEPER_HOSTS set). */
+int guard_zookeeper__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
+                           size_t detail_len);
+int guard_zookeeper__still_held(guard_env *env, const guard_hold *hold);
+void guard_zookeeper__leave(guard_env *env, guard_hold *hold);
 
 /* The PostgreSQL rungs: no guard (guard_none's), a transaction shape each. */
 extern const mode_tx rung_pg_for_update__tx; /* rung_pg_for_update.c */

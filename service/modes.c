@@ -156,6 +156,12 @@ static const mode mode_table[] = {
                 "predecessor, create revision as fencing token): right with any number of "
                 "replicas",
      GUARD(guard_etcd), .still_held = guard_etcd__still_held, .needs = MODE_NEEDS_ETCD},
+    {.name = "zookeeper", .safe = true,
+     .summary = "the same under a ZooKeeper lock (ephemeral sequential node per waiter, watch "
+                "on the predecessor, session as lease, node's czxid as fencing token): right "
+                "with any number of replicas",
+     GUARD(guard_zookeeper), .still_held = guard_zookeeper__still_held,
+     .needs = MODE_NEEDS_ZOOKEEPER},
 };
 /* clang-format on */
 
@@ -187,6 +193,7 @@ static const struct {
 } needs_settings[] = {
     {MODE_NEEDS_REDLOCK, "REDLOCK_NODES"},
     {MODE_NEEDS_ETCD, "ETCD_ENDPOINT"},
+    {MODE_NEEDS_ZOOKEEPER, "ZOOKEEPER_HOSTS"},
 };
 
 const char *modes_missing(const mode *m, const guard_env *env, char *buf, size_t len)

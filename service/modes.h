@@ -26,6 +26,7 @@
 #include "lock/etcd/etcd_lock.h"
 #include "lock/lock.h"
 #include "lock/redlock.h"
+#include "lock/zookeeper/zk_lock.h"
 
 /* What the guards share: built once at start-up, used by every request thread. */
 typedef struct guard_env guard_env;
@@ -45,6 +46,8 @@ typedef struct guard_env_options {
                                the redlock mode is not served; not owned */
     etcd_lock_client *etcd; /* the etcd lock client (ETCD_ENDPOINT); NULL: not configured,
                                and the etcd mode is not served; not owned */
+    zk_lock_client *zk;     /* the ZooKeeper lock client (ZOOKEEPER_HOSTS); NULL: not
+                               configured, and the zookeeper mode is not served; not owned */
 } guard_env_options;
 
 /*
@@ -55,8 +58,9 @@ typedef struct guard_env_options {
  * request for it answers 400 unknown_mode, exactly as if the build did not know it.
  */
 enum {
-    MODE_NEEDS_REDLOCK = 1u << 0, /* REDLOCK_NODES */
-    MODE_NEEDS_ETCD = 1u << 1,    /* ETCD_ENDPOINT */
+    MODE_NEEDS_REDLOCK = 1u << 0,   /* REDLOCK_NODES */
+    MODE_NEEDS_ETCD = 1u << 1,      /* ETCD_ENDPOINT */
+    MODE_NEEDS_ZOOKEEPER = 1u << 2, /* ZOOKEEPER_HOSTS */
 };
 
 int guard_env_create(const guard_env_options *opts, guard_env **out);
@@ -75,7 +79,8 @@ enum {
 typedef struct guard_hold {
     bool fenced;              /* a fencing token comes with this holding */
     int64_t fence;            /* the token, when fenced */
-    const char *fence_source; /* the counter it comes from ("redis", "etcd"), when fenced: tokens
+    const char *fence_source; /* the counter it comes from ("redis", "etcd", "zookeeper"), when
+                                 fenced: tokens
                                  are compared only with tokens of the same source */
     bool waited;              /* the guard has a wait worth measuring (local, redis) */
     double wait_seconds;      /* how long enter took */

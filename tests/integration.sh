@@ -30,6 +30,10 @@
 #      no etcd mode and answers 400 unknown_mode for it; a holder whose lease is revoked
 #      while it pauses answers 503 lock_lost and sells nothing; with etcd down, 503
 #      unavailable; after it is back, deductions go through again;
+#   4c. the zookeeper mode (ZooKeeper started by `up` with WITH_ZOOKEEPER=1, on a port of its
+#      own): 64 connections over the 3 replicas sell exactly the stock; a holder whose
+#      replica is frozen (SIGSTOP) past its session timeout answers 503 lock_lost and sells
+#      nothing; with ZooKeeper down, 503 unavailable; after it is back, deductions resume;
 #   5. shutdown: every replica exits 0 on SIGTERM, and no replica log (nor the migrate log)
 #      holds a sanitizer report: a leak, a crash or undefined behaviour fails the run.
 # Everything started is stopped at exit, on failure too; the logs are copied to the test log
@@ -274,6 +278,72 @@ it__etcd_down() {
     grep -q ' 200$' <<<"$answer" && [ "$(it__stock_field $IT_ETCD_GOODS stock)" = 9 ]
 }
 
+# --- the zookeeper mode's cases ---
+
+IT_ZK_GOODS=7002
+
+it__deduct_mode() { # URL GOODS MODE: prints the status and the body of one deduction
+    curl -sS -m 30 -w ' %{http_code}' -X POST -H 'Content-Type: application/json' \
+        -d "{\"goods_id\":$2,\"count\":1}" "$1/api/deduct?mode=$3" 2>/dev/null || true
+}
+
+it__zk_exact() {
+    local codes ok
+    it__reset $IT_ZK_GOODS 100 || return 1
+    codes=$(seq 160 | xargs -P 64 -I{} curl -sS -m 30 -o /dev/null -w '%{http_code}\n' \
+        -X POST -H 'Content-Type: application/json' -d "{\"goods_id\":$IT_ZK_GOODS,\"count\":1}" \
+        "http://127.0.0.1:$HTTP_PORT/api/deduct?mode=zookeeper")
+    ok=$(grep -c '^200$' <<<"$codes" || true)
+    echo "    200s: $ok; stock $(it__stock_field $IT_ZK_GOODS stock); sold $(it__stock_field $IT_ZK_GOODS sold)" >&2
+    [ "$ok" = 100 ] && [ "$(it__stock_field $IT_ZK_GOODS stock)" = 0 ] && [ "$(it__stock_field $IT_ZK_GOODS sold)" = 100 ]
+}
+
+# The slow replica (URL, svc-N) holds the lock for BUSINESS_DELAY_MS (1500 ms) with a session
+# timeout of LOCK_LEASE_MS (600 ms, which the server raises to its minimum, 1 s). A slow
+# holder alone keeps its session (the client library pings on its own thread), so the
+# replica is frozen whole, as a GC pause or a stopped VM freezes it, for 2.5 s: ZooKeeper
+# expires the session and deletes the node; thawed, the holder must see it lost.
+it__zk_paused_replica() {
+    local url=$1 n=$2 out pid svc
+    it__reset $IT_ZK_GOODS 10 || return 1
+    # The first zookeeper request of this replica opens its session: one sale before.
+    grep -q ' 200$' <<<"$(it__deduct_mode "$url" $IT_ZK_GOODS zookeeper)" || return 1
+    svc=$(cat "$RUN_DIR/replicas/svc-$n.pid") || return 1
+    out=$(mktemp)
+    it__deduct_mode "$url" $IT_ZK_GOODS zookeeper >"$out" &
+    pid=$!
+    sleep 0.5
+    kill -STOP "$svc"
+    sleep 2.5
+    kill -CONT "$svc"
+    wait "$pid" || true
+    echo "    answer: $(cat "$out")" >&2
+    grep -q '"lock_lost".* 503$' "$out" && [ "$(it__stock_field $IT_ZK_GOODS stock)" = 9 ] &&
+        [ "$(it__stock_field $IT_ZK_GOODS sold)" = 1 ]
+    local rc=$?
+    rm -f "$out"
+    return $rc
+}
+
+it__zk_down() {
+    local answer i
+    it__reset $IT_ZK_GOODS 10 || return 1
+    scripts/stack.sh zookeeper-stop >/dev/null 2>&1 || return 1
+    answer=$(it__deduct_mode "http://127.0.0.1:$HTTP_PORT" $IT_ZK_GOODS zookeeper)
+    echo "    zookeeper down: $answer" >&2
+    scripts/stack.sh zookeeper-start >/dev/null 2>&1 || return 1
+    grep -q '"unavailable".* 503$' <<<"$answer" || return 1
+    # Back: each replica's client reconnects on its own (measured well under a second on an
+    # idle machine); a request meanwhile waits at most ZOOKEEPER_TIMEOUT_MS for it.
+    for i in 1 2 3 4 5; do
+        answer=$(it__deduct_mode "http://127.0.0.1:$HTTP_PORT" $IT_ZK_GOODS zookeeper)
+        grep -q ' 200$' <<<"$answer" && break
+        sleep 1
+    done
+    echo "    zookeeper back: $answer" >&2
+    grep -q ' 200$' <<<"$answer" && [ "$(it__stock_field $IT_ZK_GOODS stock)" = 9 ]
+}
+
 run_integration() {
     # shellcheck source=tests/live_page.sh
     source tests/live_page.sh
@@ -292,9 +362,10 @@ run_integration() {
     chmod 755 "$RUN_DIR"
     harness_on_exit it__cleanup
     local -a ports
-    mapfile -t ports < <(pick_free_ports 5)
+    mapfile -t ports < <(pick_free_ports 6)
     HTTP_PORT=${ports[0]} PG_PORT=${ports[1]} REDIS_PORT=${ports[2]}
     ETCD_PORT=${ports[3]} ETCD_PEER_PORT=${ports[4]} WITH_ETCD=1
+    ZK_PORT=${ports[5]} WITH_ZOOKEEPER=1
     REPLICA_PORT_BASE=$(pick_port_block $IT_REPLICAS)
     REDLOCK_SERVERS=5 # the redlock mode's servers, so the stack runs as `make up` does
     REDLOCK_PORT_BASE=$(pick_port_block $REDLOCK_SERVERS)
@@ -306,10 +377,10 @@ run_integration() {
     MODE=redis
     export RUN_DIR HTTP_PORT PG_PORT REDIS_PORT REPLICA_PORT_BASE REPLICAS STOCKD ADMIN_TOKEN \
         LOCK_WAIT_MS DB_REPLY_TIMEOUT_MS MODE REDLOCK_SERVERS REDLOCK_PORT_BASE ETCD_PORT \
-        ETCD_PEER_PORT WITH_ETCD
+        ETCD_PEER_PORT WITH_ETCD ZK_PORT WITH_ZOOKEEPER
     unset BUSINESS_DELAY_MS LOCK_LEASE_MS LOCK_FIXED_LEASE_MS FAULTS WORKER_THREADS DB_POOL_SIZE \
         REDIS_POOL_SIZE DB_WAIT_MS REDIS_TIMEOUT_MS CONNECTION_TIMEOUT_S DATABASE_URL \
-        REDLOCK_TIMEOUT_MS ETCD_ENDPOINT ETCD_TIMEOUT_MS
+        REDLOCK_TIMEOUT_MS ETCD_ENDPOINT ETCD_TIMEOUT_MS ZOOKEEPER_HOSTS ZOOKEEPER_TIMEOUT_MS
     for ((n = 0; n < REPLICAS; n++)); do
         urls+="${urls:+,}http://127.0.0.1:$((REPLICA_PORT_BASE + n))"
     done
@@ -404,6 +475,16 @@ run_integration() {
             it__etcd_lease_lost "$slow_url"
     fi
     check "etcd mode: etcd down gives 503 unavailable, and back, deductions resume" it__etcd_down
+    check_group_end
+
+    check_group_begin "zookeeper$sx"
+    check "zookeeper mode: 64 connections over $REPLICAS replicas sell exactly the stock" it__zk_exact
+    if [ -n "$slow_url" ]; then
+        check "zookeeper mode: a holder frozen past its session answers 503 lock_lost, sells nothing" \
+            it__zk_paused_replica "$slow_url" "$IT_SLOW_REPLICA"
+    fi
+    check "zookeeper mode: ZooKeeper down gives 503 unavailable, and back, deductions resume" \
+        it__zk_down
     check_group_end
 
     check_group_begin "nginx-errors+shutdown$sx"

@@ -2,7 +2,7 @@
 # run-all.sh BUILD_DIR - every test, against real servers, as `make test` runs it:
 #   1. the pure unit tests (tests/run-unit.sh's suites);
 #   2. test_lock, which starts a redis-server of its own; test_redlock, five of them;
-#      test_etcd, an etcd of its own; test_sentinel, a master, a replica and three Sentinels;
+#      test_etcd, an etcd of its own; test_zookeeper, a ZooKeeper of its own; test_sentinel, a master, a replica and three Sentinels;
 #   3. test_db and test_deduct (two lock holders in every interleaving), against a
 #      throwaway PostgreSQL started here on a free port in a temporary directory
 #      (TEST_DATABASE_URL names its superuser: the tests create databases);
@@ -108,6 +108,12 @@ server_suites() {
         run_suite test_etcd 120 "$build/tests/test_etcd"
     else
         suite_broken test_etcd "$build/tests/test_etcd missing"
+    fi
+    # test_zookeeper starts a ZooKeeper of its own (a JVM: the "zookeeper" group), once.
+    if [ -x "$build/tests/test_zookeeper" ]; then
+        run_suite test_zookeeper 120 "$build/tests/test_zookeeper"
+    else
+        suite_broken test_zookeeper "$build/tests/test_zookeeper missing"
     fi
     # test_sentinel starts a master, a replica and three Sentinels of its own, and fails over.
     if [ -x "$build/tests/test_sentinel" ]; then

@@ -79,6 +79,7 @@ static const number_case numbers[] = {
     {"REDIS_TIMEOUT_MS", 10, 60000},
     {"CONNECTION_TIMEOUT_S", 1, 3600},
     {"ETCD_TIMEOUT_MS", 10, 60000},
+    {"ZOOKEEPER_TIMEOUT_MS", 10, 60000},
 };
 
 static int64_t number_field(const service_config *c, const char *var)
@@ -107,6 +108,8 @@ static int64_t number_field(const service_config *c, const char *var)
         return c->connection_timeout_s;
     if (strcmp(var, "ETCD_TIMEOUT_MS") == 0)
         return c->etcd_timeout_ms;
+    if (strcmp(var, "ZOOKEEPER_TIMEOUT_MS") == 0)
+        return c->zookeeper_timeout_ms;
     fail_msg("no field for %s", var);
     return -1;
 }
@@ -140,6 +143,8 @@ static void test_defaults(void **state)
     assert_string_equal(cfg.migrations_dir, "migrations");
     assert_string_equal(cfg.etcd_endpoint, ""); /* no etcd: the etcd mode is not offered */
     assert_int_equal(cfg.etcd_timeout_ms, 1000);
+    assert_string_equal(cfg.zookeeper_hosts, ""); /* no ZooKeeper: no zookeeper mode */
+    assert_int_equal(cfg.zookeeper_timeout_ms, 1000);
     assert_string_equal(cfg.log_level, "info");
 
     /* No lookup at all: the same defaults. */
@@ -441,6 +446,27 @@ static void test_etcd_endpoint(void **state)
     assert_accepted("ETCD_ENDPOINT", value, &cfg);
 }
 
+static void test_zookeeper_hosts(void **state)
+{
+    service_config cfg;
+
+    (void)state;
+    assert_accepted("ZOOKEEPER_HOSTS", "", &cfg);
+    assert_string_equal(cfg.zookeeper_hosts, "");
+    assert_accepted("ZOOKEEPER_HOSTS", "127.0.0.1:12181", &cfg);
+    assert_string_equal(cfg.zookeeper_hosts, "127.0.0.1:12181");
+    assert_accepted("ZOOKEEPER_HOSTS", "zk-1:2181,zk-2:2181,zk_3.local:2181", &cfg);
+    assert_refused("ZOOKEEPER_HOSTS", "127.0.0.1",
+                   "ZOOKEEPER_HOSTS: must be empty, or host:port,host:port,... (A-Za-z0-9.-_ "
+                   "hosts), got '127.0.0.1'");
+    assert_refused("ZOOKEEPER_HOSTS", "zk:0", NULL);
+    assert_refused("ZOOKEEPER_HOSTS", "zk:65536", NULL);
+    assert_refused("ZOOKEEPER_HOSTS", "zk:2181,", NULL);
+    assert_refused("ZOOKEEPER_HOSTS", ":2181", NULL);
+    assert_refused("ZOOKEEPER_HOSTS", "zk :2181", NULL);
+    assert_refused("ZOOKEEPER_HOSTS", "zk:2181/chroot", NULL);
+}
+
 static void test_first_bad_variable_is_reported(void **state)
 {
     env_var vars[] = {
@@ -547,6 +573,7 @@ int main(void)
         cmocka_unit_test(test_secrets_are_not_echoed),
         cmocka_unit_test(test_string_lengths),
         cmocka_unit_test(test_etcd_endpoint),
+        cmocka_unit_test(test_zookeeper_hosts),
         cmocka_unit_test(test_first_bad_variable_is_reported),
         cmocka_unit_test(test_several_variables),
         cmocka_unit_test(test_small_error_buffer),

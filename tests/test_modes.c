@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "lock/etcd/etcd_lock.h"
+#include "lock/zookeeper/zk_lock.h"
 #include "service/modes.h"
 
 static void test_table_lists_the_three_modes_in_order(void **state)
@@ -341,6 +342,54 @@ static void test_etcd_is_served_only_with_an_etcd_client(void **state)
     etcd_lock_client_destroy(client);
 }
 
+/* zookeeper likewise, with a ZooKeeper client (ZOOKEEPER_HOSTS): it connects lazily, so no
+ * server is needed at this address either. */
+static void test_zookeeper_is_served_only_with_a_zookeeper_client(void **state)
+{
+    zk_lock_options zo;
+    zk_lock_client *client = NULL;
+    guard_env *with = NULL, *without = NULL;
+    guard_env_options plain = {.lock = NULL, .wait_ms = 100, .lease_ms = LOCK_LEASE_WATCHDOG};
+    guard_env_options opts = plain;
+    const mode *zk = modes_find("zookeeper");
+    char buf[1024];
+
+    (void)state;
+    assert_non_null(zk);
+    assert_true(zk->safe);
+    assert_int_equal(zk->needs, MODE_NEEDS_ZOOKEEPER);
+    assert_null(zk->tx);
+
+    zk_lock_options_init(&zo);
+    zo.hosts = "127.0.0.1:9";
+    assert_int_equal(zk_lock_client_create(&zo, &client), ZK_LOCK_OK);
+    opts.zk = client;
+    assert_int_equal(guard_env_create(&plain, &without), 0);
+    assert_int_equal(guard_env_create(&opts, &with), 0);
+
+    assert_null(modes_find_served(without, "zookeeper"));
+    assert_null(strstr(modes_list_served(without, buf, sizeof(buf)), "zookeeper"));
+    assert_string_equal(modes_missing(zk, without, buf, sizeof(buf)), "ZOOKEEPER_HOSTS");
+    assert_int_equal(guard_env_has(with), MODE_NEEDS_ZOOKEEPER);
+    assert_ptr_equal(modes_find_served(with, "zookeeper"), zk);
+    assert_non_null(strstr(modes_list_served(with, buf, sizeof(buf)), "zookeeper"));
+    assert_null(modes_find_served(with, "etcd")); /* each need is its own */
+
+    guard_env_destroy(with);
+    guard_env_destroy(without);
+    zk_lock_client_destroy(client);
+}
+
+static void test_zookeeper_guard_without_client_is_unavailable(void **state)
+{
+    const mode *zk = modes_find("zookeeper");
+    guard_hold hold;
+    char detail[64] = "";
+
+    assert_int_equal(zk->enter(*state, 1, &hold, detail, sizeof(detail)), GUARD_UNAVAILABLE);
+    assert_true(strlen(detail) > 0);
+}
+
 static void test_etcd_guard_without_client_is_unavailable(void **state)
 {
     const mode *etcd = modes_find("etcd");
@@ -374,6 +423,9 @@ int main(void)
         cmocka_unit_test(test_etcd_is_served_only_with_an_etcd_client),
         cmocka_unit_test_setup_teardown(test_etcd_guard_without_client_is_unavailable, env_setup,
                                         env_teardown),
+        cmocka_unit_test(test_zookeeper_is_served_only_with_a_zookeeper_client),
+        cmocka_unit_test_setup_teardown(test_zookeeper_guard_without_client_is_unavailable,
+                                        env_setup, env_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -9,7 +9,8 @@
 # local guard and the metrics). It sees only what runs, so it runs what is most concurrent:
 #   1. test_lock, every case, on the TSan build of lock/, and test_redlock (8 threads sharing
 #      one redlock over five servers); test_etcd, every case, on the TSan build of lock/etcd/
-#      (its keep-alive thread against 2 x 8 contending threads);
+#      (its keep-alive thread against 2 x 8 contending threads); test_zookeeper likewise on
+#      lock/zookeeper/ (its confirming thread and the client library's watcher thread);
 #      test_sentinel (a client that follows a failover: its follower thread moves the address
 #      under the pool, the watchdog and the subscriber);
 #   2. the whole stack (tests/integration.sh) with TSan builds of stockd as its replicas, and
@@ -53,6 +54,11 @@ run_tsan() {
         run_suite test_etcd-tsan 180 "$build/tests/test_etcd"
     else
         suite_broken test_etcd-tsan "$build/tests/test_etcd missing (make B=$build TSAN=1 $build/tests/test_etcd)"
+    fi
+    if [ -x "$build/tests/test_zookeeper" ]; then
+        run_suite test_zookeeper-tsan 180 "$build/tests/test_zookeeper"
+    else
+        suite_broken test_zookeeper-tsan "$build/tests/test_zookeeper missing (make B=$build TSAN=1 $build/tests/test_zookeeper)"
     fi
     if [ -x "$build/tests/test_sentinel" ]; then
         run_suite test_sentinel-tsan 180 "$build/tests/test_sentinel"

@@ -40,6 +40,13 @@ stack_config() {
         [ -e "$RUN_DIR/with-etcd" ] && WITH_ETCD=1
     fi
     [[ $WITH_ETCD =~ ^[01]$ ]] || die "WITH_ETCD must be 0 or 1, got '$WITH_ETCD'"
+    # ZooKeeper likewise (the file with-zookeeper).
+    ZK_PORT=${ZK_PORT:-12181}
+    if [ -z "${WITH_ZOOKEEPER:-}" ]; then
+        WITH_ZOOKEEPER=0
+        [ -e "$RUN_DIR/with-zookeeper" ] && WITH_ZOOKEEPER=1
+    fi
+    [[ $WITH_ZOOKEEPER =~ ^[01]$ ]] || die "WITH_ZOOKEEPER must be 0 or 1, got '$WITH_ZOOKEEPER'"
     STOCKD=${STOCKD:-$STACK_ROOT/build/stockd}
     MODE=${MODE:-redis}
     SEED_GOODS=${SEED_GOODS:-1}
@@ -52,7 +59,7 @@ stack_config() {
 
     local v
     for v in HTTP_PORT REPLICA_PORT_BASE REPLICAS PG_PORT REDIS_PORT REDLOCK_SERVERS \
-        REDLOCK_PORT_BASE ETCD_PORT ETCD_PEER_PORT SEED_GOODS SEED_STOCK REDIS_REPLICA_PORT \
+        REDLOCK_PORT_BASE ETCD_PORT ETCD_PEER_PORT ZK_PORT SEED_GOODS SEED_STOCK REDIS_REPLICA_PORT \
         SENTINEL_PORT_BASE; do
         [[ ${!v} =~ ^[0-9]+$ ]] || die "$v must be a number, got '${!v}'"
     done
@@ -68,6 +75,7 @@ stack_config() {
     PG_DIR=$RUN_DIR/pg
     REDIS_DIR=$RUN_DIR/redis
     ETCD_DIR=$RUN_DIR/etcd
+    ZK_DIR=$RUN_DIR/zookeeper
     NGINX_DIR=$RUN_DIR/nginx
     REPLICA_DIR=$RUN_DIR/replicas
 
@@ -87,6 +95,10 @@ stack_config() {
     # a replica without etcd beside ones with) passes through like the variables above.
     if [ "$WITH_ETCD" = 1 ]; then
         export ETCD_ENDPOINT=${ETCD_ENDPOINT-http://127.0.0.1:$ETCD_PORT}
+    fi
+    # The zookeeper mode likewise, with ZOOKEEPER_HOSTS.
+    if [ "$WITH_ZOOKEEPER" = 1 ]; then
+        export ZOOKEEPER_HOSTS=${ZOOKEEPER_HOSTS-127.0.0.1:$ZK_PORT}
     fi
     # With HA=1 the replicas find the master through the Sentinels (and follow a failover);
     # REDIS_HOST/PORT are then only where the master starts.

@@ -1,0 +1,456 @@
+/*
+ * test_zookeeper.c - the ZooKeeper lock (lock/zookeeper/) against a real ZooKeeper started
+ * once for this program (tests/support/zk_server.c: the JVM is paid for once) on a free
+ * loopback port.
+ *
+ * Mutual exclusion is checked as test_etcd.c checks it: every holder reads a counter from
+ * a file, pauses, writes it back plus one; two holders at once lose increments. Two
+ * processes of 8 threads each share the file; the second process is this binary
+ * re-executed with the role "mx".
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+/* The test expires a session from a second handle of its own, with the library's calls. */
+#define THREADED
+#include <zookeeper/zookeeper.h>
+
+#include "lock/zookeeper/zk_lock.h"
+#include "tests/support/zk_server.h"
+
+#define MX_THREADS 8
+#define MX_ROUNDS 8
+/* The request timeout of the tests' clients: generous, because the machine is shared and a
+ * JVM starved of CPU answers late; the bounds asserted below are in terms of it. */
+#define REQUEST_TIMEOUT_MS 2000
+
+static zk_server *server;
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+
+    nanosleep(&ts, NULL);
+}
+
+static zk_lock_client *new_client(const char *hosts, int session_ms)
+{
+    zk_lock_options opts;
+    zk_lock_client *c = NULL;
+
+    zk_lock_options_init(&opts);
+    opts.hosts = hosts;
+    opts.session_ms = session_ms;
+    opts.request_timeout_ms = REQUEST_TIMEOUT_MS;
+    if (zk_lock_client_create(&opts, &c) != ZK_LOCK_OK)
+        return NULL;
+    return c;
+}
+
+/* ---- mutual exclusion -------------------------------------------------------------- */
+
+typedef struct mx_arg {
+    zk_lock_client *c;
+    const char *file;
+    int failures;
+} mx_arg;
+
+static void *mx_thread(void *p)
+{
+    mx_arg *a = p;
+
+    for (int i = 0; i < MX_ROUNDS; i++) {
+        long n = 0;
+        FILE *f;
+
+        if (zk_lock_acquire(a->c, "mx", 30000, NULL) != ZK_LOCK_OK) {
+            a->failures++;
+            continue;
+        }
+        f = fopen(a->file, "r");
+        if (f != NULL) {
+            if (fscanf(f, "%ld", &n) != 1)
+                n = 0;
+            fclose(f);
+        }
+        sleep_ms(1); /* widen the window a second holder would need */
+        f = fopen(a->file, "w");
+        if (f != NULL) {
+            fprintf(f, "%ld\n", n + 1);
+            fclose(f);
+        }
+        if (zk_lock_release(a->c, "mx") != ZK_LOCK_OK)
+            a->failures++;
+    }
+    return NULL;
+}
+
+/* Runs MX_THREADS threads on one client; returns the number of failed calls. */
+static int run_mx(const char *hosts, const char *file)
+{
+    pthread_t t[MX_THREADS];
+    mx_arg a[MX_THREADS];
+    zk_lock_client *c = new_client(hosts, 5000);
+    int failures = 0;
+
+    if (c == NULL)
+        return -1;
+    for (int i = 0; i < MX_THREADS; i++) {
+        a[i] = (mx_arg){c, file, 0};
+        pthread_create(&t[i], NULL, mx_thread, &a[i]);
+    }
+    for (int i = 0; i < MX_THREADS; i++) {
+        pthread_join(t[i], NULL);
+        failures += a[i].failures;
+    }
+    if (failures > 0)
+        fprintf(stderr, "mx: %d failed calls, last: %s\n", failures, zk_lock_last_error());
+    zk_lock_client_destroy(c);
+    return failures;
+}
+
+static void test_mutual_exclusion(void **state)
+{
+    char file[] = "/tmp/test-zk-mx.XXXXXX";
+    int fd = mkstemp(file), status = 0;
+    long n = -1;
+    pid_t child;
+    FILE *f;
+
+    (void)state;
+    assert_true(fd >= 0);
+    close(fd);
+    child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+        execl("/proc/self/exe", "test_zookeeper", "mx", zk_server_hosts(server), file,
+              (char *)NULL);
+        _exit(127);
+    }
+    assert_int_equal(run_mx(zk_server_hosts(server), file), 0);
+    assert_int_equal(waitpid(child, &status, 0), child);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    f = fopen(file, "r");
+    assert_non_null(f);
+    assert_int_equal(fscanf(f, "%ld", &n), 1);
+    fclose(f);
+    unlink(file);
+    assert_int_equal(n, 2 * MX_THREADS * MX_ROUNDS);
+}
+
+/* ---- reentrancy, tokens -------------------------------------------------------------- */
+
+static void test_reentrancy_and_token(void **state)
+{
+    zk_lock_client *c = new_client(zk_server_hosts(server), 5000);
+    int64_t t1 = 0, t2 = 0, t3 = 0, t4 = 0;
+
+    (void)state;
+    assert_non_null(c);
+    assert_int_equal(zk_lock_acquire(c, "re", 0, &t1), ZK_LOCK_OK);
+    assert_int_equal(zk_lock_acquire(c, "re", 0, &t2), ZK_LOCK_OK);
+    assert_true(t1 > 0);
+    assert_int_equal(t1, t2);
+    assert_int_equal(zk_lock_is_held(c, "re"), ZK_LOCK_OK);
+    assert_int_equal(zk_lock_release(c, "re"), ZK_LOCK_OK);
+    assert_int_equal(zk_lock_is_held(c, "re"), ZK_LOCK_OK); /* one hold left */
+    assert_int_equal(zk_lock_release(c, "re"), ZK_LOCK_OK);
+    assert_int_equal(zk_lock_is_held(c, "re"), ZK_LOCK_ERR_NOT_HELD);
+    assert_int_equal(zk_lock_release(c, "re"), ZK_LOCK_ERR_NOT_HELD);
+    /* A later holding has a greater token, of this lock or of another (czxid is global). */
+    assert_int_equal(zk_lock_acquire(c, "re", 0, &t3), ZK_LOCK_OK);
+    assert_true(t3 > t1);
+    assert_int_equal(zk_lock_acquire(c, "re-other", 0, &t4), ZK_LOCK_OK);
+    assert_true(t4 > t3);
+    assert_int_equal(zk_lock_release(c, "re-other"), ZK_LOCK_OK);
+    assert_int_equal(zk_lock_release(c, "re"), ZK_LOCK_OK);
+    assert_int_equal(zk_lock_acquire(c, "a/b", 0, NULL), ZK_LOCK_ERR_INVALID);
+    assert_int_equal(zk_lock_acquire(c, "", 0, NULL), ZK_LOCK_ERR_INVALID);
+    zk_lock_client_destroy(c);
+}
+
+/* ---- bounded wait and wake-up ---------------------------------------------------------- */
+
+typedef struct waiter {
+    zk_lock_client *c;
+    int64_t wait_ms;
+    int rc;
+    int64_t done_at;
+} waiter;
+
+static void *wait_thread(void *p)
+{
+    waiter *w = p;
+
+    w->rc = zk_lock_acquire(w->c, "wb", w->wait_ms, NULL);
+    w->done_at = now_ms();
+    if (w->rc == ZK_LOCK_OK)
+        zk_lock_release(w->c, "wb");
+    return NULL;
+}
+
+static void test_bounded_wait(void **state)
+{
+    zk_lock_client *c = new_client(zk_server_hosts(server), 5000);
+    zk_lock_client *other = new_client(zk_server_hosts(server), 5000);
+    waiter w;
+    pthread_t t;
+    int64_t start;
+
+    (void)state;
+    assert_non_null(c);
+    assert_non_null(other);
+    assert_int_equal(zk_lock_acquire(c, "wb", 0, NULL), ZK_LOCK_OK);
+    w = (waiter){other, 400, 1, 0};
+    start = now_ms();
+    pthread_create(&t, NULL, wait_thread, &w);
+    pthread_join(t, NULL);
+    assert_int_equal(w.rc, ZK_LOCK_TIMEOUT);
+    assert_true(w.done_at - start >= 400);
+    assert_true(w.done_at - start < 400 + REQUEST_TIMEOUT_MS); /* wait + a request timeout */
+    /* The waiter left the queue: a try of the other client after the release gets it. */
+    assert_int_equal(zk_lock_release(c, "wb"), ZK_LOCK_OK);
+    assert_int_equal(zk_lock_acquire(other, "wb", 0, NULL), ZK_LOCK_OK);
+    assert_int_equal(zk_lock_release(other, "wb"), ZK_LOCK_OK);
+    zk_lock_client_destroy(other);
+    zk_lock_client_destroy(c);
+}
+
+/* A waiter is woken by the watch on its predecessor, not by a poll: it gets the lock
+ * within a small time of the release, while its wait bound is long. */
+static void test_wakeup(void **state)
+{
+    zk_lock_client *c = new_client(zk_server_hosts(server), 5000);
+    zk_lock_client *other = new_client(zk_server_hosts(server), 5000);
+    waiter w;
+    pthread_t t;
+    int64_t released;
+
+    (void)state;
+    assert_non_null(c);
+    assert_non_null(other);
+    assert_int_equal(zk_lock_acquire(c, "wb", 0, NULL), ZK_LOCK_OK);
+    w = (waiter){other, 20000, 1, 0};
+    pthread_create(&t, NULL, wait_thread, &w);
+    sleep_ms(500); /* the waiter is queued and watching */
+    released = now_ms();
+    assert_int_equal(zk_lock_release(c, "wb"), ZK_LOCK_OK);
+    pthread_join(t, NULL);
+    assert_int_equal(w.rc, ZK_LOCK_OK);
+    print_message("wake-up after release: %" PRId64 " ms\n", w.done_at - released);
+    assert_true(w.done_at - released < 1000);
+    zk_lock_client_destroy(other);
+    zk_lock_client_destroy(c);
+}
+
+/* ---- session expiry -------------------------------------------------------------------- */
+
+/* Expires session `id` the way ZooKeeper's own tests do: a second handle opened with the
+ * same id and password, then closed, ends the session on the server. */
+static int expire_session(const char *hosts, int64_t id, const char passwd[16])
+{
+    clientid_t cid;
+    zhandle_t *zh;
+
+    cid.client_id = id;
+    memcpy(cid.passwd, passwd, sizeof(cid.passwd));
+    zh = zookeeper_init(hosts, NULL, 5000, &cid, NULL, 0);
+    if (zh == NULL)
+        return -1;
+    for (int waited = 0; zoo_state(zh) != ZOO_CONNECTED_STATE; waited += 10) {
+        if (waited > 5000) {
+            zookeeper_close(zh);
+            return -1;
+        }
+        sleep_ms(10);
+    }
+    return zookeeper_close(zh) == ZOK ? 0 : -1;
+}
+
+static void test_session_expired_is_lost(void **state)
+{
+    zk_lock_client *c = new_client(zk_server_hosts(server), 2000);
+    zk_lock_client *other = new_client(zk_server_hosts(server), 2000);
+    char passwd[16];
+    int64_t id = 0, start, t1 = 0, t2 = 0;
+
+    (void)state;
+    assert_non_null(c);
+    assert_non_null(other);
+    assert_int_equal(zk_lock_acquire(c, "ll", 0, &t1), ZK_LOCK_OK);
+    assert_int_equal(zk_lock_session(c, &id, passwd), ZK_LOCK_OK);
+    assert_int_equal(expire_session(zk_server_hosts(server), id, passwd), 0);
+    /* The client hears of it (the library's session event) and reports the holding lost. */
+    start = now_ms();
+    while (zk_lock_is_held(c, "ll") == ZK_LOCK_OK && now_ms() - start < 5000)
+        sleep_ms(20);
+    print_message("session expiry seen after %" PRId64 " ms\n", now_ms() - start);
+    assert_int_equal(zk_lock_is_held(c, "ll"), ZK_LOCK_ERR_LOST);
+    /* A lost holding is not reentered. */
+    assert_int_equal(zk_lock_acquire(c, "ll", 0, NULL), ZK_LOCK_ERR_LOST);
+    /* The node went with the session: another owner takes it at once, with a greater token. */
+    assert_int_equal(zk_lock_acquire(other, "ll", 0, &t2), ZK_LOCK_OK);
+    assert_true(t2 > t1);
+    assert_int_equal(zk_lock_release(other, "ll"), ZK_LOCK_OK);
+    /* The lost holding is cleared by its release (whose delete may fail: the session is
+     * gone); the client then works on a new session. */
+    zk_lock_release(c, "ll");
+    assert_int_equal(zk_lock_release(c, "ll"), ZK_LOCK_ERR_NOT_HELD);
+    assert_int_equal(zk_lock_acquire(c, "ll", 1000, NULL), ZK_LOCK_OK);
+    assert_int_equal(zk_lock_is_held(c, "ll"), ZK_LOCK_OK);
+    assert_int_equal(zk_lock_release(c, "ll"), ZK_LOCK_OK);
+    zk_lock_client_destroy(other);
+    zk_lock_client_destroy(c);
+}
+
+/* ---- server down, then back ------------------------------------------------------------ */
+
+static void test_server_down(void **state)
+{
+    zk_lock_client *c = new_client(zk_server_hosts(server), 4000);
+    int64_t start;
+
+    (void)state;
+    assert_non_null(c);
+    assert_int_equal(zk_lock_acquire(c, "down", 0, NULL), ZK_LOCK_OK);
+    assert_int_equal(zk_server_stop(server), 0);
+    /* Disconnected: the holding can no longer be vouched for. */
+    start = now_ms();
+    while (zk_lock_is_held(c, "down") == ZK_LOCK_OK && now_ms() - start < 5000)
+        sleep_ms(20);
+    assert_int_equal(zk_lock_is_held(c, "down"), ZK_LOCK_ERR_LOST);
+    start = now_ms();
+    assert_int_equal(zk_lock_acquire(c, "down-2", 500, NULL), ZK_LOCK_ERR_SERVER);
+    assert_true(now_ms() - start < REQUEST_TIMEOUT_MS + 500); /* a request timeout, and slack */
+    assert_true(zk_lock_last_error()[0] != '\0');
+    zk_lock_release(c, "down");
+    assert_int_equal(zk_server_restart(server), 0);
+    /* Back: the client reconnects by itself (the session, kept in the server's data,
+     * survives a quick restart, or a new one is opened). */
+    start = now_ms();
+    while (zk_lock_acquire(c, "down-2", 2000, NULL) != ZK_LOCK_OK && now_ms() - start < 10000)
+        sleep_ms(100);
+    print_message("back after the restart: the lock had in %" PRId64 " ms\n", now_ms() - start);
+    assert_int_equal(zk_lock_is_held(c, "down-2"), ZK_LOCK_OK);
+    assert_int_equal(zk_lock_release(c, "down-2"), ZK_LOCK_OK);
+    zk_lock_client_destroy(c);
+}
+
+/* ---- a hung server: every caller returns within its bound ------------------------------ */
+
+#define HUNG_THREADS 12
+#define HUNG_TIMEOUT_MS 300
+#define HUNG_WAIT_MS 200
+
+typedef struct hung_arg {
+    zk_lock_client *c;
+    int rc;
+    int64_t ms;
+} hung_arg;
+
+static void *hung_acquire(void *p)
+{
+    hung_arg *a = p;
+    int64_t start = now_ms();
+
+    a->rc = zk_lock_acquire(a->c, "hung", HUNG_WAIT_MS, NULL);
+    a->ms = now_ms() - start;
+    return NULL;
+}
+
+/*
+ * A client with a connected session meets a server that keeps its connections and answers
+ * nothing. The library would notice only after two thirds of the session timeout (here 6 s);
+ * each request is cut at the request timeout instead, the session whose create went
+ * unanswered is ended, and a new one cannot connect within a request timeout: every caller
+ * returns within wait + 3 request timeouts, however many arrive at once.
+ */
+static void test_hung_server_bounded(void **state)
+{
+    zk_lock_options opts;
+    zk_lock_client *c = NULL;
+    pthread_t t[HUNG_THREADS];
+    hung_arg a[HUNG_THREADS];
+    int64_t worst = 0, start;
+
+    (void)state;
+    zk_lock_options_init(&opts);
+    opts.hosts = zk_server_hosts(server);
+    opts.session_ms = 9000;
+    opts.request_timeout_ms = HUNG_TIMEOUT_MS;
+    assert_int_equal(zk_lock_client_create(&opts, &c), ZK_LOCK_OK);
+    assert_int_equal(zk_lock_acquire(c, "hung", 0, NULL), ZK_LOCK_OK); /* connected */
+    assert_int_equal(zk_lock_release(c, "hung"), ZK_LOCK_OK);
+    assert_int_equal(zk_server_freeze(server), 0);
+    for (int i = 0; i < HUNG_THREADS; i++) {
+        a[i].c = c;
+        pthread_create(&t[i], NULL, hung_acquire, &a[i]);
+    }
+    for (int i = 0; i < HUNG_THREADS; i++)
+        pthread_join(t[i], NULL);
+    assert_int_equal(zk_server_thaw(server), 0);
+    for (int i = 0; i < HUNG_THREADS; i++) {
+        assert_int_equal(a[i].rc, ZK_LOCK_ERR_SERVER);
+        if (a[i].ms > worst)
+            worst = a[i].ms;
+    }
+    print_message("hung ZooKeeper: the slowest of %d callers returned after %" PRId64 " ms\n",
+                  HUNG_THREADS, worst);
+    assert_true(worst <= HUNG_WAIT_MS + 3 * HUNG_TIMEOUT_MS + 200); /* + scheduling slack */
+    /* Thawed, it serves again. */
+    start = now_ms();
+    while (zk_lock_acquire(c, "hung", 2000, NULL) != ZK_LOCK_OK && now_ms() - start < 10000)
+        sleep_ms(100);
+    assert_int_equal(zk_lock_is_held(c, "hung"), ZK_LOCK_OK);
+    assert_int_equal(zk_lock_release(c, "hung"), ZK_LOCK_OK);
+    zk_lock_client_destroy(c);
+}
+
+static int group_setup(void **state)
+{
+    (void)state;
+    return zk_server_start(&server);
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    zk_server_destroy(server);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    zoo_set_debug_level(0);
+    if (argc == 4 && strcmp(argv[1], "mx") == 0)
+        return run_mx(argv[2], argv[3]) == 0 ? 0 : 1;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_reentrancy_and_token),
+        cmocka_unit_test(test_mutual_exclusion),
+        cmocka_unit_test(test_bounded_wait),
+        cmocka_unit_test(test_wakeup),
+        cmocka_unit_test(test_session_expired_is_lost),
+        cmocka_unit_test(test_server_down),
+        cmocka_unit_test(test_hung_server_bounded),
+    };
+    return cmocka_run_group_tests_name("zookeeper", tests, group_setup, group_teardown);
+}
