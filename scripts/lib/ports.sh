@@ -75,7 +75,19 @@ port_explain() {
     [ -z "$who" ] || { log "port $port, which it wanted, is held by:"; echo "$who" >&2; }
 }
 
-# Prints COUNT distinct unused ports, one per line.
+# The ports handed out so far, when PICKED_PORTS_FILE names a file (the test harness sets it,
+# in its log directory): a picked port is free when picked, but nothing listens on it until
+# its server starts, so a later pick could hand it out again (a database port inside a block
+# of replica ports picked next, say). A file, not a variable: picks run in subshells.
+ports__picked() {
+    [ -n "${PICKED_PORTS_FILE:-}" ] && [ -f "$PICKED_PORTS_FILE" ] && grep -qx "$1" "$PICKED_PORTS_FILE"
+}
+
+ports__remember() {
+    [ -z "${PICKED_PORTS_FILE:-}" ] || echo "$1" >>"$PICKED_PORTS_FILE"
+}
+
+# Prints COUNT distinct unused ports, one per line, none handed out before by this shell.
 pick_free_ports() {
     local count=$1 port tries=0
     local -A chosen=()
@@ -84,21 +96,28 @@ pick_free_ports() {
         port=$((20000 + (RANDOM * 32768 + RANDOM) % 12768))
         [ -z "${chosen[$port]:-}" ] || continue
         port_unused "$port" || continue
+        ports__picked "$port" && continue
         chosen[$port]=1
+        ports__remember "$port"
         echo "$port"
     done
 }
 
-# Prints the first of COUNT consecutive unused ports (the replicas listen on BASE..BASE+N-1).
+# Prints the first of COUNT consecutive unused ports (the replicas listen on BASE..BASE+N-1),
+# none handed out before by this shell.
 pick_port_block() {
     local count=$1 base i tries=0 ok
     while ((tries++ < 500)); do
         base=$((20000 + (RANDOM * 32768 + RANDOM) % (12768 - count)))
         ok=1
         for ((i = 0; i < count; i++)); do
-            port_unused $((base + i)) || { ok=0; break; }
+            port_unused $((base + i)) && ! ports__picked $((base + i)) || { ok=0; break; }
         done
-        [ $ok -eq 1 ] && { echo "$base"; return 0; }
+        if [ $ok -eq 1 ]; then
+            for ((i = 0; i < count; i++)); do ports__remember $((base + i)); done
+            echo "$base"
+            return 0
+        fi
     done
     die "no $count consecutive free ports found in 20000-32767"
 }

@@ -43,6 +43,10 @@ harness_init() {
     trap 'exit 143' TERM
     HARNESS_LOG_DIR=${HARNESS_LOG_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/stock-tests.XXXXXX")}
     mkdir -p "$HARNESS_LOG_DIR"
+    # Every port picked in this run is remembered, so no two servers are given the same one
+    # (scripts/lib/ports.sh).
+    export PICKED_PORTS_FILE=$HARNESS_LOG_DIR/picked-ports
+    : >"$PICKED_PORTS_FILE"
 }
 
 # harness__record NAME PASSED FAILED NOTE
