@@ -67,6 +67,10 @@ missing_packages() {
 apt_install() {
     export DEBIAN_FRONTEND=noninteractive
     local lists
+    # A -slim image keeps no manual pages, and its /usr/share/man/man1 is missing; Java's
+    # post-install (default-jre-headless, for the ZooKeeper server) links a page there and
+    # fails without it.
+    mkdir -p /usr/share/man/man1
     # A fresh image has no package lists at all: update first. Otherwise try the install with
     # the lists we have and update only if that fails (stale lists name versions since gone).
     lists=$(find /var/lib/apt/lists -maxdepth 1 -name '*_Packages*' 2>/dev/null | head -n 1)
