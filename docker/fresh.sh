@@ -23,7 +23,7 @@
 # their own, so the stack inside them binds 8080, 15432... without touching the host's; they
 # reach the Debian mirror through the engine's network.
 #
-# Takes about 6 minutes on a 2-core machine (package downloads included): not part of
+# Takes about 9 minutes on a 2-core machine (package downloads included): not part of
 # `make test`. Settings: FRESH_ONLY=1 or FRESH_ONLY=2 runs one of the two containers;
 # FRESH_KEEP=1 keeps each container (stopped) for a look afterwards. Logs: .run/fresh/.
 set -euo pipefail
