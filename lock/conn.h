@@ -74,6 +74,7 @@ void lock__conn_close(lock__conn *conn);
 
 /*
  * Connects if needed, sends argv and reads the reply, all before deadline_ns (monotonic).
+ * lens may be NULL when every argument is a C string (hiredis then takes their strlen).
  * Returns LOCK_OK with *out set to the reply, which the caller frees with freeReplyObject();
  * the reply may be a Redis error reply (REDIS_REPLY_ERROR): the caller decides what that
  * means. Returns LOCK_ERR_REDIS, *out NULL and the thread's last error set when Redis could

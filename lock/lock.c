@@ -559,20 +559,18 @@ static int borrow_for_one_command(lock_client *c, lock__conn **conn, int64_t *ha
 
 int lock__client_command(lock_client *c, int argc, const char **argv, redisReply **out)
 {
-    size_t lens[8];
     lock__conn *conn = NULL;
     int64_t hard_by;
     int rc;
 
     *out = NULL;
-    if (argc < 1 || argc > 8)
+    if (argc < 1)
         return LOCK_ERR_INVALID;
-    for (int i = 0; i < argc; i++)
-        lens[i] = strlen(argv[i]);
     rc = borrow_for_one_command(c, &conn, &hard_by);
     if (rc != LOCK_OK)
         return rc;
-    rc = lock__conn_command(conn, hard_by, argc, argv, lens, out);
+    /* NULL lengths: hiredis takes strlen of each argument, which are C strings here. */
+    rc = lock__conn_command(conn, hard_by, argc, argv, NULL, out);
     lock__pool_return(c->pool, conn);
     return rc;
 }

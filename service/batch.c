@@ -118,11 +118,7 @@ static void set_answer(batch_item *it, int status, const char *outcome, char *bo
 static void set_503(batch_item *it, const char *error, const char *detail)
 {
     snprintf(it->out->detail, sizeof(it->out->detail), "%s", detail);
-    if (strcmp(error, "commit_unknown") == 0)
-        set_answer(it, 503, error, response_error(error, "retry with the same Idempotency-Key"));
-    else
-        set_answer(it, 503, error,
-                   response_error(error, strcmp(error, "unavailable") == 0 ? detail : NULL));
+    set_answer(it, 503, error, response_deduct_503(error, detail));
 }
 
 /* Something of the batch's transaction failed: it sells nothing, so every request not

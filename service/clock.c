@@ -5,17 +5,22 @@
 
 #include <errno.h>
 
-void clock_sleep_ms(int64_t ms)
+void clock_sleep_us(int64_t us)
 {
     struct timespec ts;
 
-    if (ms <= 0)
+    if (us <= 0)
         return;
-    ts.tv_sec = ms / 1000;
-    ts.tv_nsec = (ms % 1000) * 1000000L;
+    ts.tv_sec = us / 1000000;
+    ts.tv_nsec = (us % 1000000) * 1000L;
     /* nanosleep writes what is left into ts when a signal interrupts it. */
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
         ;
+}
+
+void clock_sleep_ms(int64_t ms)
+{
+    clock_sleep_us(ms * 1000);
 }
 
 double clock_seconds_since(const struct timespec *start)

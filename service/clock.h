@@ -10,8 +10,10 @@
 #include <stdint.h>
 #include <time.h>
 
-/* Sleeps ms milliseconds (<= 0: returns at once), resuming after a signal interrupts it. */
+/* Sleeps ms milliseconds, or us microseconds (<= 0: returns at once), resuming after a
+ * signal interrupts it. (The optimistic rung's first retry pauses are below a millisecond.) */
 void clock_sleep_ms(int64_t ms);
+void clock_sleep_us(int64_t us);
 
 /* Seconds elapsed on the monotonic clock since *start (taken with CLOCK_MONOTONIC). */
 double clock_seconds_since(const struct timespec *start);

@@ -15,7 +15,6 @@
  */
 #include "service/deduct.h"
 
-#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,15 +38,6 @@ typedef struct deduction {
     bool left; /* the guard has been left already (tx-inside leaves it before COMMIT) */
     deduct_result *out;
 } deduction;
-
-/* The retry pause is below a millisecond at first: clock_sleep_ms is too coarse for it. */
-static void sleep_us(int64_t us)
-{
-    struct timespec ts = {.tv_sec = us / 1000000, .tv_nsec = (us % 1000000) * 1000L};
-
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
-}
 
 const char *deduct_point_name(deduct_point point)
 {
@@ -84,10 +74,7 @@ static int answer_503(deduction *d, const char *error, const char *detail)
     d->out->status = 503;
     d->out->outcome = error;
     snprintf(d->out->detail, sizeof(d->out->detail), "%s", detail);
-    /* lock_timeout and lock_lost carry no detail in API.md; unavailable says which
-     * dependency failed, conflict how many attempts were made. */
-    d->out->body = response_error(
-        error, strcmp(error, "unavailable") == 0 || strcmp(error, "conflict") == 0 ? detail : NULL);
+    d->out->body = response_deduct_503(error, detail);
     return d->out->body != NULL ? 0 : -1;
 }
 
@@ -123,11 +110,7 @@ static int answer_commit_unknown(deduction *d)
 
     snprintf(detail, sizeof(detail), "postgresql: commit: %s",
              db_describe_error(DB_ERR_COMMIT_UNKNOWN, d->conn, why, sizeof(why)));
-    d->out->status = 503;
-    d->out->outcome = "commit_unknown";
-    snprintf(d->out->detail, sizeof(d->out->detail), "%s", detail);
-    d->out->body = response_error("commit_unknown", "retry with the same Idempotency-Key");
-    return d->out->body != NULL ? 0 : -1;
+    return answer_503(d, "commit_unknown", detail);
 }
 
 /* Answers 503 for a failed statement: lock_timeout when it waited for a lock inside
@@ -415,7 +398,7 @@ static int run_transaction(deduction *d)
         if (attempt >= d->env->optimistic_retries)
             break;
         d->out->retries++;
-        sleep_us(retry_pause_us(attempt, &seed));
+        clock_sleep_us(retry_pause_us(attempt, &seed));
     }
     snprintf(detail, sizeof(detail),
              "gave up after %d attempts: each time another sale of goods %lld committed between "

@@ -22,7 +22,7 @@ int guard_env_create(const guard_env_options *opts, guard_env **out)
     env->zk = opts->zk;
     env->wait_ms = opts->wait_ms;
     env->lease_ms = opts->lease_ms;
-    env->fixed_lease_ms = opts->fixed_lease_ms > 0 ? opts->fixed_lease_ms : 2000;
+    env->fixed_lease_ms = opts->fixed_lease_ms;
     env->db = opts->db;
     env->db_wait_ms = opts->db_wait_ms;
     env->row_lease_ms = opts->row_lease_ms;

@@ -36,7 +36,8 @@ typedef struct guard_env_options {
     int64_t wait_ms;        /* how long a request may wait for its guard (LOCK_WAIT_MS) */
     int64_t lease_ms;       /* lease passed to lock_try_lock: LOCK_LEASE_WATCHDOG in the service */
     int64_t fixed_lease_ms; /* the lease of the ladder's rungs that have no watchdog
-                               (LOCK_FIXED_LEASE_MS) */
+                               (LOCK_FIXED_LEASE_MS); 0: those rungs answer 503 (an
+                               invalid lease), as without a lock client */
     db_pool *db;            /* the PostgreSQL pool, for the guards whose lock is a row
                                (pg-lockrow); not owned; NULL: those guards answer
                                GUARD_UNAVAILABLE */

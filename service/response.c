@@ -247,3 +247,12 @@ char *response_lock(int64_t goods_id, const char *lock_name, bool held, const ch
     }
     return response__finish(o, failed);
 }
+
+char *response_deduct_503(const char *error, const char *detail)
+{
+    if (strcmp(error, "commit_unknown") == 0)
+        return response_error(error, "retry with the same Idempotency-Key");
+    if (strcmp(error, "unavailable") == 0 || strcmp(error, "conflict") == 0)
+        return response_error(error, detail);
+    return response_error(error, NULL);
+}

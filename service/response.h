@@ -17,6 +17,12 @@ struct json_t; /* jansson's */
 /* {"ok":false,"error":<error>} plus "detail" when detail is not NULL. */
 char *response_error(const char *error, const char *detail);
 
+/* A deduction's 503 body for `error` (lock_timeout, lock_lost, unavailable, conflict,
+ * commit_unknown), by API.md's rule: "unavailable" and "conflict" say why (`detail`),
+ * "commit_unknown" says how to find out, lock_timeout and lock_lost carry no detail.
+ * The single path (deduct.c) and the batch (batch.c) both answer with it. malloc'd or NULL. */
+char *response_deduct_503(const char *error, const char *detail);
+
 /* {"ok":true,"goods_id":..,"count":..,"remaining":..,"order_id":..,"mode":..,"instance":..} */
 char *response_deducted(int64_t goods_id, int64_t count, int64_t remaining, int64_t order_id,
                         const char *mode, const char *instance);

@@ -96,6 +96,23 @@ static void test_error_with_detail(void **state)
     json_decref(o);
 }
 
+/* A deduction's 503: the detail is shown only where API.md gives one. */
+static void test_deduct_503_details(void **state)
+{
+    (void)state;
+    assert_body(response_deduct_503("lock_timeout", "lock:goods:1 not had within 2000 ms"),
+                "{\"ok\":false,\"error\":\"lock_timeout\"}");
+    assert_body(response_deduct_503("lock_lost", "fencing token 3 is older"),
+                "{\"ok\":false,\"error\":\"lock_lost\"}");
+    assert_body(response_deduct_503("unavailable", "redis: down"),
+                "{\"ok\":false,\"error\":\"unavailable\",\"detail\":\"redis: down\"}");
+    assert_body(response_deduct_503("conflict", "gave up after 17 attempts"),
+                "{\"ok\":false,\"error\":\"conflict\",\"detail\":\"gave up after 17 attempts\"}");
+    assert_body(response_deduct_503("commit_unknown", "postgresql: commit: no answer"),
+                "{\"ok\":false,\"error\":\"commit_unknown\","
+                "\"detail\":\"retry with the same Idempotency-Key\"}");
+}
+
 static void test_error_with_invalid_utf8_detail(void **state)
 {
     json_t *o;
@@ -269,6 +286,7 @@ int main(void)
         cmocka_unit_test(test_unknown_goods),
         cmocka_unit_test(test_stock),
         cmocka_unit_test(test_oversold_formula),
+        cmocka_unit_test(test_deduct_503_details),
         cmocka_unit_test(test_reset),
         cmocka_unit_test(test_modes),
         cmocka_unit_test(test_health),
