@@ -1,51 +1,109 @@
--- acquire.lua: take the lock for an owner, or say how long it is still held.
+-- acquire.lua: take the lock for an owner when it is free and the owner's turn, or say how
+-- long to wait.
 --
 -- KEYS[1]  the lock: a hash {owner -> hold count} whose TTL is the lease
 -- KEYS[2]  the fencing counter: an integer that only grows, no TTL
+-- KEYS[3]  the waiters' line: a sorted set {owner -> arrival time in microseconds}
+-- KEYS[4]  the waiters' liveness: a sorted set {owner -> ms (Redis clock) after which the
+--          owner, if it has not come back, is taken for dead and leaves the line}
 -- ARGV[1]  the owner, "<process id>:<thread number>"
 -- ARGV[2]  the lease, in milliseconds
 -- ARGV[3]  the hold count the owner has once this call succeeds: its own count, kept by the
 --          client, plus one
+-- ARGV[4]  how long (ms) the owner's place in line lasts unless it calls again; 0: do not
+--          queue (a single try, or a client that does not wait in line)
+-- ARGV[5]  the release channel, told who is first in line when this call drops dead waiters
 --
--- Returns {hold count, fencing token} when ARGV[1] now holds the lock, or, when another
--- owner holds it, its remaining TTL in milliseconds (a plain integer; -1 if it has none).
+-- Returns {hold count, fencing token} when ARGV[1] now holds the lock. Otherwise how many ms
+-- the caller may sleep before it tries again (-1: no bound but its own deadline): the
+-- holder's TTL, or, when the lock is free but another waiter is first in line, how long
+-- that waiter has to come and take it.
 --
 -- Idempotent: the count is set, not incremented. When a reply is lost (a timeout, a dropped
 -- connection) the client cannot know whether the script ran; running it again, or running
 -- the next release, leaves Redis with the count the client keeps, never one more than the
 -- client will ever give back (which the watchdog would renew for ever).
 --
--- Why a script: "is it free?" and "take it" must be one step. As two commands, two clients
--- could both see the lock free and both take it. Redis runs a script to its end before it
--- runs any other client's command, so nothing can come between the check and the change.
+-- Why a script: "is it free, and is it my turn?" and "take it" must be one step. As separate
+-- commands, two clients could both see the lock free and both take it. Redis runs a script
+-- to its end before it runs any other client's command, so nothing comes between.
+--
+-- Why a line: without it, a release is won by whichever process's waiter reaches Redis
+-- first, and each process sends one waiter per release. Every process then wins about the
+-- same share of the hand-offs however many of its threads wait, so one that fell behind
+-- never catches up (lock/README.md, "Fair hand-off", has the measurements). With the line,
+-- the lock goes to the waiter that has waited longest, whichever process it is in.
+
+local now = redis.call('TIME')
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local owner = ARGV[1]
+
+-- Waiters that stopped calling (their process died, or lost Redis) leave the line, so that
+-- a dead waiter first in line cannot keep a free lock from everyone else for long.
+local dead = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now_ms)
+for _, gone in ipairs(dead) do
+    redis.call('ZREM', KEYS[3], gone)
+    redis.call('ZREM', KEYS[4], gone)
+end
+
+-- Joins the line, or keeps the caller's place in it (NX: the arrival time is the first one),
+-- and pushes its liveness forward. The line's keys expire when nobody calls any more.
+local function stay_in_line()
+    local keep = tonumber(ARGV[4])
+    if keep <= 0 then
+        return
+    end
+    redis.call('ZADD', KEYS[3], 'NX', tonumber(now[1]) * 1000000 + tonumber(now[2]), owner)
+    redis.call('ZADD', KEYS[4], now_ms + keep, owner)
+    for i = 3, 4 do
+        if redis.call('PTTL', KEYS[i]) < keep then
+            redis.call('PEXPIRE', KEYS[i], keep)
+        end
+    end
+end
 
 if redis.call('EXISTS', KEYS[1]) == 0 then
-    -- Free: a new holding. Its token is the next value of the counter, so every holding
-    -- ever made of this lock has a larger token than the one before.
+    local first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+    if first ~= nil and first ~= owner then
+        -- Free, but someone has waited longer: the caller waits behind them. If the head of
+        -- the line just changed (dead waiters dropped), nobody told the new head: tell it.
+        stay_in_line()
+        if #dead > 0 then
+            redis.call('PUBLISH', ARGV[5], first)
+        end
+        local until_ms = tonumber(redis.call('ZSCORE', KEYS[4], first))
+        return math.max(until_ms - now_ms, 1)
+    end
+    if first == owner then
+        redis.call('ZREM', KEYS[3], owner)
+        redis.call('ZREM', KEYS[4], owner)
+    end
+    -- A new holding. Its token is the next value of the counter, so every holding ever
+    -- made of this lock has a larger token than the one before.
     if redis.call('EXISTS', KEYS[2]) == 0 then
         -- No counter: first use, or Redis lost its data (a restart without persistence, a
         -- failover to a replica that had not received the counter yet). Start it at Redis'
         -- clock in microseconds rather than at 0, so that tokens still grow past every
         -- token handed out before (which were at most their counter's start plus one per
         -- acquisition: far fewer than a million a second).
-        local now = redis.call('TIME')
         redis.call('SET', KEYS[2], now[1] .. string.format('%06d', tonumber(now[2])))
     end
     local token = redis.call('INCR', KEYS[2])
-    redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+    redis.call('HSET', KEYS[1], owner, ARGV[3])
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
     return {tonumber(ARGV[3]), token}
 end
 
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
+if redis.call('HEXISTS', KEYS[1], owner) == 1 then
     -- Ours already (a reentrant take, or this very call run again after its reply was lost):
     -- set the count and restart the lease. Nobody else can have moved the counter while we
     -- hold the lock, so its value is still our holding's token.
-    redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+    redis.call('HSET', KEYS[1], owner, ARGV[3])
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
     local token = tonumber(redis.call('GET', KEYS[2]) or '0')
     return {tonumber(ARGV[3]), token}
 end
 
--- Someone else's: the caller may sleep this long before the lease runs out.
+-- Someone else's: wait in line; the caller may sleep until the lease runs out.
+stay_in_line()
 return redis.call('PTTL', KEYS[1])

@@ -6,6 +6,13 @@
 
 #include <string.h>
 
+/* out = name[0..len) followed by suffix; out has room for LOCK__NAME_MAX bytes and suffix. */
+static void derive(char *out, const char *name, size_t len, const char *suffix)
+{
+    memcpy(out, name, len);
+    memcpy(out + len, suffix, strlen(suffix) + 1);
+}
+
 int lock__keys_init(lock__keys *k, const char *name)
 {
     size_t len;
@@ -16,9 +23,9 @@ int lock__keys_init(lock__keys *k, const char *name)
     if (len == 0 || len > LOCK__NAME_MAX)
         return LOCK_ERR_INVALID;
     k->name = name;
-    memcpy(k->fence, name, len);
-    memcpy(k->fence + len, ":fence", sizeof(":fence"));
-    memcpy(k->channel, name, len);
-    memcpy(k->channel + len, ":released", sizeof(":released"));
+    derive(k->fence, name, len, ":fence");
+    derive(k->channel, name, len, ":released");
+    derive(k->waiters, name, len, ":waiters");
+    derive(k->waiters_until, name, len, ":waiters:until");
     return LOCK_OK;
 }

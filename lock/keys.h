@@ -3,6 +3,8 @@
  *   N           the lock hash
  *   N:fence     the fencing counter
  *   N:released  the release channel
+ *   N:waiters   the waiters' line (acquire.lua): owner -> arrival
+ *   N:waiters:until  each waiter's liveness: owner -> when it is taken for dead
  * Kept in fixed buffers so that no call allocates for them.
  */
 #ifndef LOCK_KEYS_H
@@ -14,6 +16,8 @@ typedef struct lock__keys {
     const char *name; /* borrowed from the caller */
     char fence[LOCK__NAME_MAX + sizeof(":fence")];
     char channel[LOCK__NAME_MAX + sizeof(":released")];
+    char waiters[LOCK__NAME_MAX + sizeof(":waiters")];
+    char waiters_until[LOCK__NAME_MAX + sizeof(":waiters:until")];
 } lock__keys;
 
 /* Fills *k for `name`. Returns LOCK_OK, or LOCK_ERR_INVALID for a NULL or empty name or one

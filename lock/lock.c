@@ -11,13 +11,16 @@
  *   subscriber.c  the release-message thread and the waiters' wake-ups
  *
  * try_lock, step by step:
- *   1. run acquire.lua once; acquired, or another owner holds it (the answer is its TTL);
+ *   1. run acquire.lua once; acquired, or another owner holds it, or another waiter is
+ *      first in line (the answer is how long to wait); the call also put us in the line
+ *      (the fair lock, when the wait allows);
  *   2. if the wait allows, join the lock's release channel and wait until subscribed;
  *   3. run acquire.lua again (the lock may have been released before we subscribed);
- *   4. sleep until a release message, or until the holder's TTL runs out (plus jitter),
- *      or until the deadline, whichever is first; then go to 3, until acquired or the
- *      deadline has passed. A message wakes only the process's oldest waiter on that
- *      lock (the one that joined first in step 2), so waiters take turns in arrival order.
+ *   4. sleep until a release message calls us, or until the holder's TTL runs out (plus
+ *      jitter), or until our place in line needs keeping (a third of the liveness), or
+ *      until the deadline, whichever is first; then go to 3, until acquired or the
+ *      deadline has passed;
+ *   5. leaving without the lock, give up the place in line (leave.lua).
  * The connection is borrowed for each round trip only, never held while sleeping.
  *
  * Time bounds: the deadline is start + wait_ms. A round trip is only begun before the
@@ -82,6 +85,8 @@ void lock_options_init(lock_options *opts)
     opts->max_hold_ms = 60000;
     opts->pool_size = 16;
     opts->sync_timeout_ms = 200;
+    opts->fair = true;
+    opts->waiter_liveness_ms = 1500;
 }
 
 static int check_options(const lock_options *o)
@@ -100,6 +105,8 @@ static int check_options(const lock_options *o)
     if ((o->sentinels == NULL) != (o->master_name == NULL))
         return LOCK_ERR_INVALID;
     if (o->sync_replicas < 0 || o->sync_replicas > 64 || o->sync_timeout_ms < 1)
+        return LOCK_ERR_INVALID;
+    if (o->waiter_liveness_ms < 30 || o->waiter_liveness_ms > 600000)
         return LOCK_ERR_INVALID;
     return LOCK_OK;
 }
@@ -226,7 +233,8 @@ static uint64_t jitter_random(void)
 /*
  * When a waiter that heard no release should try again: when the holder's TTL runs out,
  * plus a random 0..min(TTL/4, 25 ms) so that the waiters of an expired lock do not all
- * arrive at once, and never after the deadline.
+ * arrive at once, and never after the deadline. (A waiter in line passes an earlier
+ * deadline: the moment its place needs keeping.)
  */
 static int64_t wake_time(int64_t now, int64_t ttl_ms, int64_t deadline)
 {
@@ -269,11 +277,11 @@ static int attempt_parse(const redisReply *r, attempt *a)
  * acquisition reported as failed (*reply freed and NULL). The approach Redisson takes.
  */
 static int sync_or_undo(lock_client *c, lock__conn *conn, const lock__keys *k,
-                        const char *const acquire_args[3], redisReply **reply)
+                        const char *const acquire_args[5], redisReply **reply)
 {
     char want[16], wait_ms[16];
     const char *argv[3] = {"WAIT", want, wait_ms};
-    const char *keys[2] = {k->name, k->fence};
+    const char *keys[4] = {k->name, k->fence, k->waiters, k->waiters_until};
     char keep[24];
     const char *args[3] = {acquire_args[0], k->channel, keep};
     int64_t by = lock__now_ns() + lock__ms_to_ns(c->opts.sync_timeout_ms) +
@@ -296,7 +304,7 @@ static int sync_or_undo(lock_client *c, lock__conn *conn, const lock__keys *k,
      * it, or the owner's next release sets the count right (the scripts set counts). */
     snprintf(keep, sizeof(keep), "%lld", strtoll(acquire_args[2], NULL, 10) - 1);
     by = lock__now_ns() + lock__ms_to_ns(c->opts.command_timeout_ms);
-    if (lock__script_run(conn, LOCK__SCRIPT_RELEASE, by, 2, keys, 3, args, &undo) == LOCK_OK)
+    if (lock__script_run(conn, LOCK__SCRIPT_RELEASE, by, 4, keys, 3, args, &undo) == LOCK_OK)
         freeReplyObject(undo);
     freeReplyObject(*reply);
     *reply = NULL;
@@ -306,15 +314,17 @@ static int sync_or_undo(lock_client *c, lock__conn *conn, const lock__keys *k,
 }
 
 /*
- * Runs one of the lock's scripts on a pooled connection: waits for the connection until
- * borrow_by, and for the answer until hard_by. *sent_ns (if not NULL) gets the moment the
- * command went out. On LOCK_OK the caller owns *reply (freeReplyObject).
+ * Runs acquire.lua (5 arguments) or release.lua (3) on a pooled connection, with the lock's
+ * four keys: waits for the connection until borrow_by, and for the answer until hard_by.
+ * *sent_ns (if not NULL) gets the moment the command went out. On LOCK_OK the caller owns
+ * *reply (freeReplyObject).
  */
 static int pooled_script(lock_client *c, lock__script script, const lock__keys *k,
-                         const char *const args[3], int64_t borrow_by, int64_t hard_by,
+                         const char *const *args, int64_t borrow_by, int64_t hard_by,
                          int64_t *sent_ns, redisReply **reply)
 {
-    const char *keys[2] = {k->name, k->fence};
+    const char *keys[4] = {k->name, k->fence, k->waiters, k->waiters_until};
+    int nargs = script == LOCK__SCRIPT_ACQUIRE ? 5 : 3;
     lock__conn *conn = NULL;
     int rc;
 
@@ -330,7 +340,7 @@ static int pooled_script(lock_client *c, lock__script script, const lock__keys *
         return rc;
     if (sent_ns != NULL)
         *sent_ns = lock__now_ns();
-    rc = lock__script_run(conn, script, hard_by, 2, keys, 3, args, reply);
+    rc = lock__script_run(conn, script, hard_by, 4, keys, nargs, args, reply);
     if (rc == LOCK_OK && script == LOCK__SCRIPT_ACQUIRE && c->opts.sync_replicas > 0 &&
         (*reply)->type == REDIS_REPLY_ARRAY)
         rc = sync_or_undo(c, conn, k, args, reply);
@@ -339,11 +349,13 @@ static int pooled_script(lock_client *c, lock__script script, const lock__keys *
 }
 
 /* Runs acquire.lua once, for an owner that will hold `count` (its own count plus one) once
- * it succeeds: waits for a connection until borrow_by, ends by hard_by. */
+ * it succeeds, and keeps a place in line for `line` ms ("0": no place): waits for a
+ * connection until borrow_by, ends by hard_by. */
 static int attempt_once(lock_client *c, const lock__keys *k, const char *owner, const char *lease,
-                        const char *count, int64_t borrow_by, int64_t hard_by, attempt *a)
+                        const char *count, const char *line, int64_t borrow_by, int64_t hard_by,
+                        attempt *a)
 {
-    const char *args[3] = {owner, lease, count};
+    const char *args[5] = {owner, lease, count, line, k->channel};
     redisReply *r = NULL;
     int rc = pooled_script(c, LOCK__SCRIPT_ACQUIRE, k, args, borrow_by, hard_by, &a->sent_ns, &r);
 
@@ -389,17 +401,39 @@ out:
     return rc;
 }
 
+/*
+ * Gives up the owner's place in the lock's line (leave.lua), by hard_by at the latest. Best
+ * effort: if it fails, the place lapses by itself within the liveness, and until then the
+ * waiters behind it wait that much longer.
+ */
+static void leave_line(lock_client *c, const lock__keys *k, const char *owner, int64_t hard_by)
+{
+    const char *keys[3] = {k->name, k->waiters, k->waiters_until};
+    const char *args[2] = {owner, k->channel};
+    lock__conn *conn = NULL;
+    redisReply *r = NULL;
+
+    if (lock__pool_borrow(c->pool, hard_by, &conn) != LOCK_OK)
+        return;
+    if (lock__script_run(conn, LOCK__SCRIPT_LEAVE, hard_by, 3, keys, 2, args, &r) == LOCK_OK)
+        freeReplyObject(r);
+    lock__pool_return(c->pool, conn);
+}
+
 int lock_try_lock(lock_client *c, const char *name, int64_t wait_ms, int64_t lease_ms,
                   int64_t *fence_token)
 {
     lock__keys k;
     char owner[LOCK__OWNER_MAX];
-    char lease[24], count[24];
+    char lease[24], count[24], line[24];
     lock__waiter *w = NULL;
     attempt a = {0};
-    bool woken = false;
+    bool woken = false, in_line = false;
     bool watchdog = lease_ms == LOCK_LEASE_WATCHDOG;
-    int64_t start, deadline, hard_deadline, now, ready_by;
+    /* A caller that waits stands in the line; a single try does not (it would only block
+     * the others until its place lapsed). */
+    bool queue = c != NULL && c->opts.fair && wait_ms > 0;
+    int64_t start, deadline, hard_deadline, now, ready_by, keep_place_by;
     int rc;
 
     lock__error_clear();
@@ -412,6 +446,7 @@ int lock_try_lock(lock_client *c, const char *name, int64_t wait_ms, int64_t lea
         lease_ms = c->opts.watchdog_lease_ms;
     lock__owner_format(c->process_id, owner);
     snprintf(lease, sizeof(lease), "%" PRId64, lease_ms);
+    snprintf(line, sizeof(line), "%" PRId64, queue ? c->opts.waiter_liveness_ms : (int64_t)0);
     /* The count Redis is told to set: what this thread holds, as it knows, plus this hold. */
     snprintf(count, sizeof(count), "%" PRId64,
              lock__holdings_count(c->holdings, k.name, lock__thread_number()) + 1);
@@ -420,8 +455,9 @@ int lock_try_lock(lock_client *c, const char *name, int64_t wait_ms, int64_t lea
     deadline = lock__add_ns(start, lock__ms_to_ns(wait_ms));
     hard_deadline = lock__add_ns(deadline, lock__ms_to_ns(c->opts.command_timeout_ms));
 
-    rc = attempt_once(c, &k, owner, lease, count, deadline, hard_deadline, &a);
+    rc = attempt_once(c, &k, owner, lease, count, line, deadline, hard_deadline, &a);
     while (rc == LOCK_OK && !a.acquired) {
+        in_line = queue;
         now = lock__now_ns();
         if (now >= deadline) {
             rc = LOCK_TIMEOUT;
@@ -430,17 +466,23 @@ int lock_try_lock(lock_client *c, const char *name, int64_t wait_ms, int64_t lea
         if (w == NULL) {
             /* Subscribe before trying again: a release after this point wakes us. Joining
              * once per call, not per retry, keeps our place in the process's queue. */
-            rc = lock__subscriber_join(c->subscriber, k.channel, &w);
+            rc = lock__subscriber_join(c->subscriber, k.channel, owner, &w);
             if (rc != LOCK_OK)
                 break;
             ready_by = lock__add_ns(now, lock__ms_to_ns(c->opts.command_timeout_ms));
             lock__subscriber_wait_ready(c->subscriber, w,
                                         ready_by < deadline ? ready_by : deadline);
         } else {
-            woken =
-                lock__subscriber_wait_release(c->subscriber, w, wake_time(now, a.ttl_ms, deadline));
+            /* In line, come back before the place lapses: a third of the liveness leaves
+             * two more chances if a call is late. */
+            keep_place_by = queue
+                                ? lock__add_ns(now, lock__ms_to_ns(c->opts.waiter_liveness_ms) / 3)
+                                : deadline;
+            woken = lock__subscriber_wait_release(
+                c->subscriber, w,
+                wake_time(now, a.ttl_ms, keep_place_by < deadline ? keep_place_by : deadline));
         }
-        rc = attempt_once(c, &k, owner, lease, count, deadline, hard_deadline, &a);
+        rc = attempt_once(c, &k, owner, lease, count, line, deadline, hard_deadline, &a);
     }
 
     if (rc == LOCK_OK) {
@@ -457,6 +499,11 @@ int lock_try_lock(lock_client *c, const char *name, int64_t wait_ms, int64_t lea
     }
     if (rc == LOCK_TIMEOUT)
         atomic_fetch_add(&c->timeouts, 1);
+    /* Leaving without the lock: out of the line at once, so that the waiters behind do not
+     * wait for the place to lapse. Only after a clean "not yours" (after an error, Redis is
+     * likely unreachable, and the call's time bound has no room for another timeout). */
+    if (in_line && rc == LOCK_TIMEOUT)
+        leave_line(c, &k, owner, hard_deadline);
     if (w != NULL) {
         /* A wake-up used for a try that failed on an error (not on another holder) is
          * passed to another waiter: the lock may well be free. */

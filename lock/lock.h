@@ -6,7 +6,11 @@
  *   N:fence     a counter that only grows (no TTL): the fencing token source; when it is
  *               missing (first use, Redis lost its data) it starts at Redis' clock in
  *               microseconds, so tokens keep growing across a Redis restart too;
- *   N:released  the pub/sub channel a release is announced on.
+ *   N:released  the pub/sub channel a release is announced on, naming the waiter whose
+ *               turn it is;
+ *   N:waiters   the waiters' line, shared by every client: a sorted set {owner -> arrival};
+ *   N:waiters:until  when each waiter's place lapses unless it calls again (a dead
+ *               process's waiters leave the line by themselves).
  * An owner is "<128-bit random process id in hex>:<thread number>", so reentrancy is per
  * thread of a process, as in Redisson's "UUID:threadId". (The id is drawn by
  * lock_client_create(): one per client, which is one per process in practice; a child made
@@ -75,6 +79,16 @@ typedef struct lock_options {
      * window in which a failover loses a granted lock. Default 0 (no wait), 200 ms. */
     int sync_replicas;
     int sync_timeout_ms;
+    /* The fair lock (default true): a caller that waits stands in one line shared by all
+     * clients, and a free lock goes to the waiter that has waited longest, whichever process
+     * it is in. false: no line; whoever reaches Redis first after a release wins, each
+     * process sending its own oldest waiter (every client of one lock should agree: a client
+     * without the line also waits behind one that others keep). */
+    bool fair;
+    /* A waiter's place in line lapses this long after its last call (it calls every third
+     * of it while waiting), so the waiters of a process that died leave the line by
+     * themselves; until then a free lock waits for them. Default 1500, 30..600000. */
+    int64_t waiter_liveness_ms;
 } lock_options;
 
 /* Fills *opts with the defaults above. */
@@ -106,8 +120,11 @@ void lock_client_destroy(lock_client *c);
  * reset to this call's lease) and gets the same fencing token. Once any hold of a holding
  * was taken with LOCK_LEASE_WATCHDOG, the watchdog renews it until its last release, or
  * until it has been held for max_hold_ms.
- * Waiting does not poll: the waiter sleeps until a release is announced or the holder's
- * remaining TTL (or the wait) runs out, plus a little jitter.
+ * Waiting does not poll: the waiter sleeps until a release calls it, or the holder's
+ * remaining TTL (or the wait) runs out, plus a little jitter. With opts.fair it stands in
+ * line: it wakes every third of the liveness to keep its place, and the lock is its own
+ * only when every waiter that came before it has had the lock or left the line; a try
+ * with wait_ms 0 takes a free lock only when nobody is in line.
  * Returns LOCK_OK and sets *fence_token (if not NULL) to the token of this holding;
  * LOCK_TIMEOUT; LOCK_ERR_REDIS (never "acquired" on a lost connection; with sync_replicas,
  * also a grant that too few replicas acknowledged, released again); LOCK_ERR_BUSY;

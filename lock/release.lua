@@ -1,7 +1,8 @@
--- release.lua: give back one hold of the lock; at zero delete it and announce the release.
+-- release.lua: give back one hold of the lock; at zero delete it and tell the first waiter.
 --
 -- KEYS[1]  the lock: a hash {owner -> hold count} with a TTL
--- KEYS[2]  the fencing counter (read only: its value is the token published)
+-- KEYS[2]  the fencing counter (not used; the lock's keys travel together)
+-- KEYS[3]  the waiters' line, KEYS[4] their liveness (see acquire.lua)
 -- ARGV[1]  the owner, "<process id>:<thread number>"
 -- ARGV[2]  the release channel, "<lock>:released"
 -- ARGV[3]  the hold count the owner keeps after this call: its own count, kept by the
@@ -31,7 +32,20 @@ if count > 0 then
 end
 
 redis.call('DEL', KEYS[1])
--- Waiters subscribed to the channel wake now instead of sleeping out the TTL. The message
--- is the token of the holding that ended, for anyone watching with redis-cli.
-redis.call('PUBLISH', ARGV[2], redis.call('GET', KEYS[2]) or '0')
+-- The message names the waiter whose turn it is, so that only its process wakes it and
+-- nobody else tries in vain. A dead waiter is not named: it would never come.
+local now = redis.call('TIME')
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local first = nil
+repeat
+    first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+    if first ~= nil and tonumber(redis.call('ZSCORE', KEYS[4], first) or '0') <= now_ms then
+        redis.call('ZREM', KEYS[3], first)
+        redis.call('ZREM', KEYS[4], first)
+        first = false
+    end
+until first ~= false
+-- "" when nobody is in line: each process then wakes its oldest waiter, if any (one that
+-- does not wait in line, or whose place Redis lost).
+redis.call('PUBLISH', ARGV[2], first or '')
 return 0

@@ -34,6 +34,7 @@
 
 LOCK__EMBED(lock__lua_acquire, "lock/acquire.lua");
 LOCK__EMBED(lock__lua_release, "lock/release.lua");
+LOCK__EMBED(lock__lua_leave, "lock/leave.lua");
 LOCK__EMBED(lock__lua_renew, "lock/renew.lua");
 LOCK__EMBED(lock__lua_inspect, "lock/inspect.lua");
 LOCK__EMBED(lock__lua_delete_if_value, "lock/delete_if_value.lua");
@@ -41,24 +42,27 @@ LOCK__EMBED(lock__lua_delete_if_value, "lock/delete_if_value.lua");
 /* Hidden, so the compiler addresses them directly rather than through the GOT. */
 extern const char lock__lua_acquire[] __attribute__((visibility("hidden")));
 extern const char lock__lua_release[] __attribute__((visibility("hidden")));
+extern const char lock__lua_leave[] __attribute__((visibility("hidden")));
 extern const char lock__lua_renew[] __attribute__((visibility("hidden")));
 extern const char lock__lua_inspect[] __attribute__((visibility("hidden")));
 extern const char lock__lua_delete_if_value[] __attribute__((visibility("hidden")));
 
 #define SCRIPT_MAX_KEYS 4
-#define SCRIPT_MAX_ARGS 4
+#define SCRIPT_MAX_ARGS 6
 
 typedef struct script_entry {
     const char *text;
+    const char *file; /* for error messages */
     char sha[LOCK__SHA1_HEX_LEN + 1];
 } script_entry;
 
 static script_entry scripts[LOCK__SCRIPT_COUNT] = {
-    [LOCK__SCRIPT_ACQUIRE] = {lock__lua_acquire, ""},
-    [LOCK__SCRIPT_RELEASE] = {lock__lua_release, ""},
-    [LOCK__SCRIPT_RENEW] = {lock__lua_renew, ""},
-    [LOCK__SCRIPT_INSPECT] = {lock__lua_inspect, ""},
-    [LOCK__SCRIPT_DELETE_IF_VALUE] = {lock__lua_delete_if_value, ""},
+    [LOCK__SCRIPT_ACQUIRE] = {lock__lua_acquire, "acquire.lua", ""},
+    [LOCK__SCRIPT_RELEASE] = {lock__lua_release, "release.lua", ""},
+    [LOCK__SCRIPT_LEAVE] = {lock__lua_leave, "leave.lua", ""},
+    [LOCK__SCRIPT_RENEW] = {lock__lua_renew, "renew.lua", ""},
+    [LOCK__SCRIPT_INSPECT] = {lock__lua_inspect, "inspect.lua", ""},
+    [LOCK__SCRIPT_DELETE_IF_VALUE] = {lock__lua_delete_if_value, "delete_if_value.lua", ""},
 };
 
 static pthread_once_t scripts_once = PTHREAD_ONCE_INIT;
@@ -150,11 +154,7 @@ int lock__script_run(lock__conn *conn, lock__script s, int64_t deadline_ns, int 
             goto out;
     }
     if (r->type == REDIS_REPLY_ERROR) {
-        lock__error_set("EVALSHA %s: %s",
-                        s == LOCK__SCRIPT_ACQUIRE   ? "acquire.lua"
-                        : s == LOCK__SCRIPT_RELEASE ? "release.lua"
-                                                    : "renew.lua",
-                        r->str);
+        lock__error_set("EVALSHA %s: %s", scripts[s].file, r->str);
         rc = LOCK_ERR_REDIS;
         goto out;
     }

@@ -16,6 +16,7 @@
 typedef enum lock__script {
     LOCK__SCRIPT_ACQUIRE,         /* acquire.lua */
     LOCK__SCRIPT_RELEASE,         /* release.lua */
+    LOCK__SCRIPT_LEAVE,           /* leave.lua: a waiter gives up its place in line */
     LOCK__SCRIPT_RENEW,           /* renew.lua */
     LOCK__SCRIPT_INSPECT,         /* inspect.lua: read only */
     LOCK__SCRIPT_DELETE_IF_VALUE, /* delete_if_value.lua: the ladder's owner-lua rung */
@@ -30,7 +31,7 @@ const char *lock__script_text(lock__script s);
 const char *lock__script_sha(lock__script s);
 
 /*
- * Runs script s on conn with keys[0..nkeys) and args[0..nargs) (at most 4 each), loading
+ * Runs script s on conn with keys[0..nkeys) and args[0..nargs) (at most 4 keys and 6 arguments), loading
  * it on NOSCRIPT, everything before deadline_ns. Returns LOCK_OK and *out (a reply that is
  * not an error; the caller frees it with freeReplyObject()); or LOCK_ERR_REDIS with the
  * thread's last error set (unreachable, timed out, or the script failed), or

@@ -6,8 +6,8 @@
  *     needs no lock for it;
  *   - the channels list, the link state and each channel's queue of waiters are shared
  *     with the waiters and guarded by `mu`;
- *   - each waiter sleeps on a condition variable of its own, so a wake-up meant for the
- *     oldest waiter wakes that thread and no other;
+ *   - each waiter sleeps on a condition variable of its own, so a wake-up meant for one
+ *     waiter wakes that thread and no other;
  *   - a waiter that needs the thread (a new channel to subscribe, a reconnect to start)
  *     writes to an eventfd the thread polls next to its socket.
  * The thread uses the socket with poll() rather than blocking in redisGetReply(), so that a
@@ -32,11 +32,13 @@
 #include "lock/subscriber.h"
 #include "lock/clock.h"
 #include "lock/lock.h"
+#include "lock/owner.h"
 
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -70,7 +72,9 @@ struct lock__waiter {
     lock__waiter *next; /* the next younger waiter (larger ticket) of the channel */
     lock__channel *ch;
     uint64_t ticket;
-    pthread_cond_t cv; /* signalled when this waiter, as the oldest, has a wake-up */
+    char owner[LOCK__OWNER_MAX]; /* as release.lua names it when it is this waiter's turn */
+    bool called;                 /* a wake-up for it that it has not acted on yet */
+    pthread_cond_t cv;           /* signalled when it is called */
 };
 
 struct lock__channel {
@@ -83,9 +87,6 @@ struct lock__channel {
     lock__waiter *oldest;
     lock__waiter **tail; /* &last->next, or &oldest when empty */
     uint64_t next_ticket;
-    /* A release was announced that the oldest waiter has not acted on yet. It belongs to
-     * whoever is oldest: see channel_wake_oldest(). */
-    bool wake_pending;
     channel_state state;
     bool resync;             /* a release may have been missed: wake the oldest once subscribed */
     int64_t idle_since_ns;   /* when waiters became 0 */
@@ -166,32 +167,47 @@ static lock__channel **channel_find(lock__subscriber *s, const char *topic, size
 }
 
 /*
- * A release of ch was announced (or may have gone unheard): the oldest waiter, and only
- * it, is told to try again.
- *
- * Redisson's LockPubSub releases one permit of a semaphore per message, so that one
- * message wakes one waiter, but which waiter is up to the semaphore, and a waiter that
- * was woken and lost the race (to another process, or to a thread that was not asleep)
- * waits again behind newer ones; under steady contention some waiters lose every time
- * until their wait runs out. Here the wake-up goes to the waiter with the smallest
- * ticket, and a waiter keeps its ticket when it loses: the process's waiters are served
- * in the order they arrived. (Across processes the order is whoever's script reaches
- * Redis first: each process sends its oldest waiter.)
- *
- * The oldest may be busy (in a round trip) rather than asleep: the wake-up is then kept
- * as pending and used by its next wait_release, which returns at once. That is how no
- * release is lost. If a wake-up is already pending, a second one adds nothing: the
- * oldest's next try starts after both messages arrived, so it sees the lock as the later
- * release left it; if that try fails, someone took the lock since, and their release
- * will be announced in turn. So only the oldest ever retries on a message, and the
- * others sleep on undisturbed: no stampede, and no one overtakes the oldest.
+ * Tells w to go and try. It may be busy (in a round trip) rather than asleep: the call is
+ * then kept and used by its next wait_release, which returns at once. That is how no
+ * release is lost. A second call before it acted adds nothing: its next try starts after
+ * both messages arrived, so it sees the lock as the later release left it.
+ */
+static void waiter_call(lock__waiter *w)
+{
+    w->called = true;
+    pthread_cond_signal(&w->cv);
+}
+
+/*
+ * A release of ch may have gone unheard (the link was down), or was announced without a
+ * name (nobody was in Redis' line: a client that does not queue, or a line Redis lost):
+ * the oldest waiter of this process, and only it, is told to try again. Waking every
+ * waiter to have all but one fail is a stampede.
  */
 static void channel_wake_oldest(lock__channel *ch)
 {
-    if (ch->oldest == NULL)
-        return; /* nobody to tell: the next waiter tries the lock before it sleeps anyway */
-    ch->wake_pending = true;
-    pthread_cond_signal(&ch->oldest->cv);
+    if (ch->oldest != NULL)
+        waiter_call(ch->oldest);
+    /* else nobody to tell: the next waiter tries the lock before it sleeps anyway */
+}
+
+/*
+ * A release was announced, naming the waiter first in Redis' line (release.lua): if that
+ * waiter is one of this process's, it and nobody else is told. A name of another process
+ * is not ours to act on: that process wakes its own waiter. So exactly one thread in all
+ * the processes tries per release, and it is the one whose turn it is.
+ */
+static void channel_wake_named(lock__channel *ch, const char *name, size_t len)
+{
+    if (len == 0) {
+        channel_wake_oldest(ch);
+        return;
+    }
+    for (lock__waiter *w = ch->oldest; w != NULL; w = w->next)
+        if (strlen(w->owner) == len && memcmp(w->owner, name, len) == 0) {
+            waiter_call(w);
+            return;
+        }
 }
 
 static bool channels_wanted(const lock__subscriber *s)
@@ -413,7 +429,9 @@ static bool link_handle(lock__subscriber *s, const redisReply *r)
     ch = *link;
 
     if (reply_is(r->element[0], "message")) {
-        if (ch != NULL)
+        if (ch != NULL && r->element[2]->type == REDIS_REPLY_STRING)
+            channel_wake_named(ch, r->element[2]->str, r->element[2]->len);
+        else if (ch != NULL)
             channel_wake_oldest(ch);
         return true;
     }
@@ -627,7 +645,8 @@ static void waiter_unlink(lock__waiter *w)
     ch->waiters--;
 }
 
-int lock__subscriber_join(lock__subscriber *s, const char *channel, lock__waiter **out)
+int lock__subscriber_join(lock__subscriber *s, const char *channel, const char *owner,
+                          lock__waiter **out)
 {
     lock__channel **link;
     lock__channel *ch;
@@ -639,6 +658,7 @@ int lock__subscriber_join(lock__subscriber *s, const char *channel, lock__waiter
     w = waiter_new();
     if (w == NULL)
         return LOCK_ERR_NOMEM;
+    snprintf(w->owner, sizeof(w->owner), "%s", owner);
     pthread_mutex_lock(&s->mu);
     link = channel_find(s, channel, strlen(channel));
     if (*link == NULL) {
@@ -691,25 +711,19 @@ bool lock__subscriber_wait_ready(lock__subscriber *s, lock__waiter *w, int64_t d
     return ready;
 }
 
-/* Whether w may go and try: it is the oldest and a wake-up is pending (mu held). */
-static bool waiter_called(const lock__waiter *w)
-{
-    return w->ch->oldest == w && w->ch->wake_pending;
-}
-
 bool lock__subscriber_wait_release(lock__subscriber *s, lock__waiter *w, int64_t deadline_ns)
 {
     bool woken = false;
 
     pthread_mutex_lock(&s->mu);
-    /* Only our own condition variable is signalled, and only once we are the oldest, so a
-     * waiter further back sleeps through releases until its turn (or its deadline). */
-    while (!waiter_called(w)) {
+    /* Only our own condition variable is signalled, and only when we are called, so the
+     * other waiters sleep through releases until their turn (or their deadline). */
+    while (!w->called) {
         if (lock__cond_wait_until(&w->cv, &s->mu, deadline_ns) == ETIMEDOUT)
             break;
     }
-    if (waiter_called(w)) {
-        w->ch->wake_pending = false; /* used: our next try sees every release until now */
+    if (w->called) {
+        w->called = false; /* used: our next try sees every release until now */
         woken = true;
     }
     pthread_mutex_unlock(&s->mu);
@@ -719,26 +733,21 @@ bool lock__subscriber_wait_release(lock__subscriber *s, lock__waiter *w, int64_t
 void lock__subscriber_leave(lock__subscriber *s, lock__waiter *w, bool acquired, bool pass_on)
 {
     lock__channel *ch = w->ch;
-    bool was_oldest, last;
+    bool last;
 
     pthread_mutex_lock(&s->mu);
-    was_oldest = ch->oldest == w;
     waiter_unlink(w);
     /*
-     * A pending wake-up is the oldest's. If the oldest leaves with the lock, the releases
-     * it stood for were used by that very acquisition (nobody else can release the lock
-     * while we hold it), so it goes. If it leaves without the lock (deadline, error), the
-     * lock may be free: the new oldest gets the wake-up instead. pass_on: the caller used
-     * a wake-up for a try that failed on an error, not on another holder, so it owes one.
+     * A call not acted on is spent if the caller leaves with the lock: the releases it stood
+     * for were used by that very acquisition (nobody else can release the lock while we hold
+     * it). If it leaves without the lock (deadline, error), the lock may be free: the oldest
+     * waiter left gets the call instead. pass_on: the caller used a call for a try that
+     * failed on an error, not on another holder, so it owes one. (A waiter that leaves Redis'
+     * line tells the next one in line itself: leave.lua.) Calls are for waiters, not banked
+     * for later ones.
      */
-    if (was_oldest && acquired)
-        ch->wake_pending = false;
-    if (pass_on)
-        ch->wake_pending = true;
-    if (ch->oldest == NULL)
-        ch->wake_pending = false; /* wake-ups are for waiters, not banked for later ones */
-    else if (ch->wake_pending && (was_oldest || pass_on))
-        pthread_cond_signal(&ch->oldest->cv);
+    if (((w->called && !acquired) || pass_on) && ch->oldest != NULL)
+        waiter_call(ch->oldest);
     last = ch->waiters == 0;
     if (last) {
         ch->idle_since_ns = lock__now_ns();

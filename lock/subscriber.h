@@ -8,23 +8,24 @@
  * process and wakes a waiter when a message comes.
  *
  * How a waiter uses it (lock_try_lock):
- *   join(channel)           count me as waiting on this lock: subscribe if not yet; I get
- *                           a ticket, my place in the queue of this lock's waiters
+ *   join(channel, owner)    count me as waiting on this lock: subscribe if not yet; I get
+ *                           a ticket, my place in this process's queue of its waiters
  *   wait_ready(...)         until Redis confirmed the subscription, so that a release
  *                           after this point cannot be missed
  *   try to acquire again    (it may have been released before we subscribed)
- *   wait_release(...)       sleep until it is my turn to try, or the deadline; then try again
+ *   wait_release(...)       sleep until I am called, or the deadline; then try again
  *   leave(...)              when done, acquired or not
  *
- * One release wakes one waiter of the process, not all of them: only one can get the lock,
- * and waking sixteen threads to have fifteen fail is a stampede. Redisson's LockPubSub
- * does this with a semaphore, one permit per message, and leaves the choice of waiter to
- * it. Here the choice is made: the waiter with the smallest ticket, the one that has waited
- * longest, and it keeps its ticket when it tries and loses (to another process, or to a
- * thread that had not gone to sleep yet). So a process serves its waiters in the order they
- * arrived; between processes the order is whoever's script reaches Redis first.
- * A message that arrives while the oldest waiter is busy retrying is not lost: it stays
- * pending, and the oldest's next wait_release returns at once (see subscriber.c).
+ * Who is called. release.lua's message names the waiter first in Redis' line (the line
+ * acquire.lua keeps for all processes): that waiter is called if it is one of ours, and no
+ * other thread of any process wakes. A message naming nobody (no line: a client that does
+ * not queue, or a line Redis lost) calls this process's oldest waiter, the one with the
+ * smallest ticket, which keeps its ticket when it tries and loses. Either way one release
+ * wakes one thread, not all of them: only one can get the lock, and waking sixteen threads
+ * to have fifteen fail is a stampede. (Redisson's LockPubSub wakes one waiter per message
+ * with a semaphore and leaves the choice to it; its fair lock names the next waiter, as
+ * here.) A call that arrives while the waiter is busy retrying is not lost: it stays
+ * pending, and the waiter's next wait_release returns at once (see subscriber.c).
  *
  * When the connection is down, waiters are not told about releases. They do not wait for
  * the subscription then, and sleep until the holder's TTL or their deadline, whichever is
@@ -62,12 +63,14 @@ void lock__subscriber_destroy(lock__subscriber *s);
 
 /*
  * Counts the caller as a waiter on `channel` ("<lock>:released"), gives it the channel's
- * next ticket (it is now the youngest waiter) and has the channel subscribed. Call it once
+ * next ticket (it is now the youngest waiter) and has the channel subscribed. `owner` is the
+ * name a release message calls it by (copied). Call it once
  * per lock_try_lock that must wait, not once per retry: the ticket is the caller's place
  * in line. Returns LOCK_OK and *out (owned by the subscriber; valid until, and freed by,
  * the matching lock__subscriber_leave()), or LOCK_ERR_NOMEM.
  */
-int lock__subscriber_join(lock__subscriber *s, const char *channel, lock__waiter **out);
+int lock__subscriber_join(lock__subscriber *s, const char *channel, const char *owner,
+                          lock__waiter **out);
 
 /*
  * Waits until Redis has confirmed the subscription to w's channel, or the connection is
@@ -75,17 +78,17 @@ int lock__subscriber_join(lock__subscriber *s, const char *channel, lock__waiter
  */
 bool lock__subscriber_wait_ready(lock__subscriber *s, lock__waiter *w, int64_t deadline_ns);
 
-/* Sleeps until w is the oldest waiter of its channel and a release has been announced
- * since its last wake-up (returns true, having used up that wake-up; at once if one is
- * pending already), or until deadline_ns (returns false). */
+/* Sleeps until w is called (a release named it, or named nobody and w is the oldest) since
+ * its last wake-up (returns true, having used up that call; at once if one is pending
+ * already), or until deadline_ns (returns false). */
 bool lock__subscriber_wait_release(lock__subscriber *s, lock__waiter *w, int64_t deadline_ns);
 
 /*
- * The caller stops waiting and w is freed. acquired: the caller got the lock (a wake-up
+ * The caller stops waiting and w is freed. acquired: the caller got the lock (a call
  * pending for it is spent: it stood for releases this acquisition used). Otherwise a
- * pending wake-up goes to the next oldest waiter. pass_on: the caller used up a wake-up
- * but leaves without the lock and without having seen it taken (an error), so a wake-up
- * goes to the next oldest instead of being lost.
+ * pending call goes to the oldest waiter left. pass_on: the caller used up a call but
+ * leaves without the lock and without having seen it taken (an error), so a call goes to
+ * the oldest instead of being lost.
  */
 void lock__subscriber_leave(lock__subscriber *s, lock__waiter *w, bool acquired, bool pass_on);
 

@@ -103,6 +103,14 @@ static const config__setting config__settings[] = {
            "lease of a Redis lock; the watchdog renews it every lease/3 while held"),
     NUMBER("LOCK_MAX_HOLD_MS", CONFIG__INT64, lock_max_hold_ms, "60000", 1000, 3600000,
            "the watchdog stops renewing a lock held this long: a stuck holder's lease runs out"),
+    {"LOCK_FAIR", CONFIG__STRING, FIELD(lock_fair), "on", 2, 3, config__valid_on_off, "on or off",
+     false,
+     "on: lock waiters of every replica stand in one line in Redis and a free lock goes to the "
+     "longest waiting; off: to whichever replica's waiter reaches Redis first (every replica "
+     "should agree)"},
+    NUMBER("LOCK_WAITER_LIVENESS_MS", CONFIG__INT64, lock_waiter_liveness_ms, "1500", 30, 600000,
+           "a lock waiter's place in line lapses this long after its last call (it calls every "
+           "third of it): the waiters of a replica that died leave the line by themselves"),
     NUMBER("LOCK_FIXED_LEASE_MS", CONFIG__INT64, lock_fixed_lease_ms, "2000", 100, 600000,
            "lease of the ladder's Redis rungs that have no watchdog (setnx-ttl ... "
            "redis-nowatchdog)"),

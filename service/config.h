@@ -21,6 +21,8 @@ typedef struct service_config {
     char redis_sentinels[1024];  /* REDIS_SENTINELS ("" = no Sentinel) */
     char redis_master_name[128]; /* REDIS_MASTER_NAME */
     int lock_sync_replicas;      /* LOCK_SYNC_REPLICAS */
+    char lock_fair[4];           /* LOCK_FAIR: "on" or "off" */
+    int64_t lock_waiter_liveness_ms; /* LOCK_WAITER_LIVENESS_MS */
     char default_mode[32];       /* MODE: the mode used when a request names none */
     int worker_threads;          /* WORKER_THREADS: connections served at once (a thread each) */
     int64_t lock_wait_ms;        /* LOCK_WAIT_MS: bound on waiting for the lock */

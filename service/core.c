@@ -36,6 +36,8 @@ int core_create(const service_config *cfg, int db_pool_size, int redis_pool_size
         lock_opts.master_name = cfg->redis_master_name;
     }
     lock_opts.sync_replicas = cfg->lock_sync_replicas;
+    lock_opts.fair = strcmp(cfg->lock_fair, "on") == 0;
+    lock_opts.waiter_liveness_ms = cfg->lock_waiter_liveness_ms;
     lock_opts.connect_timeout_ms = (int)cfg->redis_timeout_ms;
     lock_opts.command_timeout_ms = (int)cfg->redis_timeout_ms;
     lock_opts.watchdog_lease_ms = cfg->lock_lease_ms;

@@ -927,15 +927,15 @@ static void test_wakeup(void **state)
  *     the one after it subscribed) have run in Redis (INFO commandstats counts them), and
  *     it joined the queue before the second. So the queue order is the start order.
  *   - a "barger" thread of the same process then tries the lock with wait 0 in a loop,
- *     never queueing (a newcomer's first attempt, over and over): it wins some of the
- *     races against the waiter that a release woke, holds the lock, and releases it.
+ *     never queueing (a newcomer's first attempt, over and over), in the moments the lock
+ *     is free between a release and the next waiter's take.
  *   - the main thread releases; each waiter, once it has the lock, notes its place, holds
  *     the lock FAIR_HOLD_MS and releases it for good.
- * With the oldest waiter woken and keeping its place when it loses to the barger, the
- * waiters acquire in exactly their start order. With one permit per message taken by
- * whichever thread waits (the old way), a waiter that lost to the barger went back to
- * waiting behind the others, and the order came out shuffled. Every lease is fixed and
- * long (no watchdog renewals in the command counts, no TTL fallback during the test).
+ * With the line in Redis, the waiters acquire in exactly their start order and the barger
+ * never gets the lock while anyone is in line (before the line, it won about 45 of those
+ * races per run; before the oldest-waiter wake-up, a waiter that lost to it went back behind
+ * the others and the order came out shuffled). Every lease is fixed and long (no watchdog
+ * renewals in the command counts, no TTL fallback during the test).
  */
 #define FAIR_WAITERS 16
 #define FAIR_ROUNDS 3
@@ -948,7 +948,8 @@ typedef struct fair_shared {
     _Atomic int acquired;
     _Atomic int errors;
     _Atomic bool stop_barger;
-    _Atomic int steals; /* the barger's acquisitions while waiters were queued */
+    _Atomic int tries;  /* the barger's tries while waiters were queued */
+    _Atomic int steals; /* its acquisitions while waiters were queued */
 } fair_shared;
 
 typedef struct fair_waiter {
@@ -981,15 +982,20 @@ static void *fair_barger_main(void *arg)
     fair_shared *sh = arg;
 
     while (!atomic_load(&sh->stop_barger)) {
+        bool in_line = atomic_load(&sh->acquired) < FAIR_WAITERS;
         int rc = lock_try_lock(sh->c, "t:fair", 0, FAIR_LEASE_MS, NULL);
 
+        if (in_line)
+            atomic_fetch_add(&sh->tries, 1);
         if (rc == LOCK_TIMEOUT)
             continue;
         if (rc != LOCK_OK) {
             atomic_fetch_add(&sh->errors, 1);
             break;
         }
-        atomic_fetch_add(&sh->steals, 1);
+        /* Waiters left after this take (acquired is counted under the lock): a steal. */
+        if (atomic_load(&sh->acquired) < FAIR_WAITERS)
+            atomic_fetch_add(&sh->steals, 1);
         sleep_ms(FAIR_HOLD_MS);
         if (lock_unlock(sh->c, "t:fair") != LOCK_OK)
             atomic_fetch_add(&sh->errors, 1);
@@ -1067,6 +1073,7 @@ static void test_fair_order(void **state)
     memset(&sh, 0, sizeof(sh));
     sh.c = g_state.client;
     atomic_store(&sh.steals, 0);
+    atomic_store(&sh.tries, 0);
     for (int r = 0; r < FAIR_ROUNDS; r++) {
         int n = 0;
 
@@ -1075,14 +1082,170 @@ static void test_fair_order(void **state)
             n += snprintf(seen[r] + n, sizeof(seen[r]) - (size_t)n, " %d", sh.order[k]);
         print_message("fair order: round %d acquired in order%s\n", r, seen[r]);
     }
-    print_message("fair order: %d waiters x %d rounds, the barger took the lock %d times; "
-                  "%d out of queue order; longest wait %.1f ms\n",
-                  FAIR_WAITERS, FAIR_ROUNDS, atomic_load(&sh.steals), out_of_order,
-                  (double)max_wait / 1e6);
-    /* The races the order must survive did happen. */
-    assert_true(atomic_load(&sh.steals) > 0);
+    print_message("fair order: %d waiters x %d rounds, the barger tried %d times while they "
+                  "waited and took the lock %d times; %d out of queue order; longest wait "
+                  "%.1f ms\n",
+                  FAIR_WAITERS, FAIR_ROUNDS, atomic_load(&sh.tries), atomic_load(&sh.steals),
+                  out_of_order, (double)max_wait / 1e6);
+    /* The races were run, and the line won them all. */
+    assert_true(atomic_load(&sh.tries) > 0);
+    assert_int_equal(atomic_load(&sh.steals), 0);
     assert_int_equal(out_of_order, 0);
     assert_int_equal(redis_int("EXISTS t:fair"), 0);
+}
+
+/* ---- the line shared by all clients (the fair lock across processes) ---- */
+
+static lock_client *new_client_fair(bool fair, int64_t liveness_ms)
+{
+    lock_options o;
+    lock_client *c = NULL;
+
+    lock_options_init(&o);
+    o.redis_port = g_state.port;
+    o.fair = fair;
+    if (liveness_ms > 0)
+        o.waiter_liveness_ms = liveness_ms;
+    assert_int_equal(lock_client_create(&o, &c), LOCK_OK);
+    return c;
+}
+
+/* Waits until the line of `lock` holds `want` waiters (ZCARD of "<lock>:waiters"). */
+static bool wait_line(const char *lock, long long want, int64_t timeout_ms)
+{
+    int64_t until = now_ns() + timeout_ms * MS;
+
+    while (redis_int("ZCARD %s:waiters", lock) != want) {
+        if (now_ns() >= until)
+            return false;
+        sleep_ms(2);
+    }
+    return true;
+}
+
+/* Redis' clock in ms, as the scripts read it. */
+static long long redis_now_ms(void)
+{
+    redisReply *r = redis_cmd("TIME");
+    long long ms = -1;
+
+    if (r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements == 2)
+        ms = atoll(r->element[0]->str) * 1000 + atoll(r->element[1]->str) / 1000;
+    if (r != NULL)
+        freeReplyObject(r);
+    return ms;
+}
+
+#define LINE_WAITERS 6
+
+/*
+ * Three clients stand for three processes (each has its own process id, subscriber and
+ * pool). Six waiters queue in a known order, three from one client first: the order that
+ * wins without the line is one waiter per client per release, whoever's script reaches
+ * Redis first (the first client's second waiter would then come after the others' first).
+ * With the line, the lock goes in arrival order whatever the client, which the tokens show:
+ * each waiter takes and gives back the lock at once, so tokens grow in the order served.
+ */
+static void test_fair_across_clients(void **state)
+{
+    static const int client_of[LINE_WAITERS] = {0, 0, 0, 1, 2, 0};
+    lock_client *c[3];
+    bg_call b[LINE_WAITERS];
+
+    (void)state;
+    for (int i = 0; i < 3; i++)
+        c[i] = new_client_fair(true, 0);
+    assert_int_equal(lock_try_lock(g_state.client, "t:line", 0, 10000, NULL), LOCK_OK);
+    for (int i = 0; i < LINE_WAITERS; i++) {
+        b[i] = (bg_call){.c = c[client_of[i]],
+                         .name = "t:line",
+                         .wait_ms = 10000,
+                         .lease_ms = 10000,
+                         .unlock_after = true};
+        bg_start(&b[i]);
+        assert_true(wait_line("t:line", i + 1, 3000)); /* in line before the next comes */
+    }
+    assert_int_equal(lock_unlock(g_state.client, "t:line"), LOCK_OK);
+    for (int i = 0; i < LINE_WAITERS; i++) {
+        bg_join(&b[i]);
+        assert_int_equal(b[i].rc, LOCK_OK);
+        assert_int_equal(b[i].unlock_rc, LOCK_OK);
+    }
+    for (int i = 1; i < LINE_WAITERS; i++) {
+        print_message("line: waiter %d (client %d) token +%lld\n", i, client_of[i],
+                      (long long)(b[i].token - b[0].token));
+        assert_true(b[i].token == b[i - 1].token + 1); /* served in arrival order */
+    }
+    assert_int_equal(redis_int("EXISTS t:line:waiters"), 0); /* an empty line is no key */
+    for (int i = 0; i < 3; i++)
+        lock_client_destroy(c[i]);
+}
+
+/*
+ * A waiter whose process died (here: an entry written by hand, as its last call would have
+ * left it) keeps its place only until its liveness lapses: a free lock waits for it that
+ * long, no longer. A single try (wait 0) does not overtake it.
+ */
+static void test_fair_dead_waiter(void **state)
+{
+    lock_client *c = new_client_fair(true, 300);
+    long long now_ms = redis_now_ms();
+    int64_t start, waited_ms;
+
+    (void)state;
+    assert_true(now_ms > 0);
+    assert_int_equal(redis_int("ZADD t:ghost:waiters 1 ghost:1"), 1);
+    assert_int_equal(redis_int("ZADD t:ghost:waiters:until %lld ghost:1", now_ms + 400), 1);
+    assert_int_equal(lock_try_lock(c, "t:ghost", 0, 10000, NULL), LOCK_TIMEOUT);
+    start = now_ns();
+    assert_int_equal(lock_try_lock(c, "t:ghost", 3000, 10000, NULL), LOCK_OK);
+    waited_ms = (now_ns() - start) / MS;
+    print_message("line: a dead waiter held a free lock up for %lld ms\n", (long long)waited_ms);
+    assert_true(waited_ms >= 250); /* it did wait for the ghost's place to lapse */
+    assert_true(waited_ms < 1500); /* and no longer than the lapse plus a keep-place period */
+    assert_int_equal(redis_int("EXISTS t:ghost:waiters"), 0);
+    assert_int_equal(lock_unlock(c, "t:ghost"), LOCK_OK);
+    lock_client_destroy(c);
+}
+
+/*
+ * A waiter that gives up leaves the line at once (leave.lua): the next waiter gets the lock
+ * as soon as it is released, not a liveness later. A single try never joins the line, and a
+ * client with fair = false does not either.
+ */
+static void test_fair_leave(void **state)
+{
+    lock_client *other = new_client_fair(true, 1500);
+    lock_client *unfair = new_client_fair(false, 0);
+    bg_call next = {
+        .c = other, .name = "t:leave", .wait_ms = 5000, .lease_ms = 10000, .unlock_after = true};
+    bg_call plain = {.c = unfair, .name = "t:leave", .wait_ms = 150, .lease_ms = 10000};
+    int64_t released;
+
+    (void)state;
+    assert_int_equal(lock_try_lock(g_state.client, "t:leave", 0, 10000, NULL), LOCK_OK);
+    assert_int_equal(other_try_lock(other, "t:leave", 0, true), LOCK_TIMEOUT);
+    assert_int_equal(redis_int("EXISTS t:leave:waiters"), 0);
+    bg_start(&plain);
+    bg_join(&plain);
+    assert_int_equal(plain.rc, LOCK_TIMEOUT);
+    assert_int_equal(redis_int("EXISTS t:leave:waiters"), 0);
+
+    /* In line, then out of it when its 200 ms run out. */
+    assert_int_equal(other_try_lock(other, "t:leave", 200, true), LOCK_TIMEOUT);
+    assert_int_equal(redis_int("EXISTS t:leave:waiters"), 0);
+
+    bg_start(&next);
+    assert_true(wait_line("t:leave", 1, 3000));
+    released = now_ns();
+    assert_int_equal(lock_unlock(g_state.client, "t:leave"), LOCK_OK);
+    bg_join(&next);
+    assert_int_equal(next.rc, LOCK_OK);
+    print_message("line: taken %.1f ms after the release\n",
+                  (double)(next.done_ns - released) / 1e6);
+    assert_true(next.done_ns - released < 400 * MS); /* a lapse would take 1000+ ms */
+    lock_client_destroy(other);
+    lock_client_destroy(unfair);
 }
 
 /* ---- fencing ---- */
@@ -1583,6 +1746,9 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_wait_bound, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_wakeup, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_fair_order, case_setup, case_teardown),
+        cmocka_unit_test_setup_teardown(test_fair_across_clients, case_setup, case_teardown),
+        cmocka_unit_test_setup_teardown(test_fair_dead_waiter, case_setup, case_teardown),
+        cmocka_unit_test_setup_teardown(test_fair_leave, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_fencing, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_noscript, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_lost_reply_on_acquire, case_setup, case_teardown),
