@@ -2,7 +2,7 @@
  * lock_bench.c - what the Redis lock costs, in figures (a program that prints, not a test).
  *
  *   build/lock-bench --port 6399 [--host 127.0.0.1] [--seconds 3] [--threads 16] [--clients 3]
- *                    [--sync-replicas 0]
+ *                    [--sync-replicas 0] [--fair on|off]
  *   bench/lock-bench.sh [same options but --port]   (starts a throwaway redis-server)
  *
  * 1. Uncontended, one thread: lock+unlock pairs per second on one key, next to the PING rate
@@ -20,7 +20,8 @@
  *    It runs twice: all threads on one lock_client (one process), then the same threads
  *    spread over --clients lock_clients (3 by default), each with its own process id and
  *    subscriber, as the service's replicas are: there waiters of different "processes"
- *    race for every release.
+ *    race for every release (--fair off) or stand in one line (--fair on, the default),
+ *    and the mean wait of each client says whether one "process" starves while others do not.
  *
  * The lock is taken in watchdog mode, as the service takes it.
  */
@@ -48,6 +49,7 @@ typedef struct bench_opts {
     int threads;
     int clients;       /* lock_clients the contended threads are spread over, second run */
     int sync_replicas; /* --sync-replicas: lock_options.sync_replicas */
+    bool fair;         /* --fair: lock_options.fair */
 } bench_opts;
 
 /* A growable array of durations in ns, owned by one thread. */
@@ -135,6 +137,7 @@ static int parse_args(int argc, char **argv, bench_opts *o)
     o->threads = 16;
     o->clients = 3;
     o->sync_replicas = 0;
+    o->fair = true;
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
 
@@ -150,6 +153,9 @@ static int parse_args(int argc, char **argv, bench_opts *o)
             o->clients = atoi(v);
         else if (v != NULL && strcmp(argv[i], "--sync-replicas") == 0)
             o->sync_replicas = atoi(v);
+        else if (v != NULL && strcmp(argv[i], "--fair") == 0 &&
+                 (strcmp(v, "on") == 0 || strcmp(v, "off") == 0))
+            o->fair = strcmp(v, "on") == 0;
         else
             return -1;
         i++;
@@ -333,6 +339,22 @@ static int run_contended(lock_client **clients, int nclients, const bench_opts *
            percentile_ms(&handoff_gaps, 50), percentile_ms(&handoff_gaps, 99));
     printf("  wait (try_lock -> acquired)   median %.3f ms, p99 %.3f ms, max %.3f ms\n",
            percentile_ms(&waits, 50), percentile_ms(&waits, 99), percentile_ms(&waits, 100));
+    if (nclients > 1) {
+        /* Fairness between processes: each client's mean wait (thread i uses client i % n). */
+        printf("  mean wait per client          ");
+        for (int k = 0; k < nclients; k++) {
+            int64_t sum = 0;
+            size_t n = 0;
+
+            for (int i = k; i < started; i += nclients) {
+                for (size_t j = 0; j < w[i].waits.n; j++)
+                    sum += w[i].waits.v[j];
+                n += w[i].waits.n;
+            }
+            printf("%s%.3f", k > 0 ? " / " : "", n > 0 ? (double)sum / (double)n / 1e6 : 0.0);
+        }
+        printf(" ms\n");
+    }
     printf("  errors                        %d\n", atomic_load(&sh.errors));
     rc = atomic_load(&sh.errors) == 0 ? 0 : -1;
 out:
@@ -357,7 +379,8 @@ int main(int argc, char **argv)
 
     if (parse_args(argc, argv, &o) != 0) {
         fprintf(stderr, "usage: lock-bench --port PORT [--host HOST] [--seconds S (3)] "
-                        "[--threads N (16)] [--clients K (3)] [--sync-replicas N (0)]\n");
+                        "[--threads N (16)] [--clients K (3)] [--sync-replicas N (0)] "
+                        "[--fair on|off (on)]\n");
         return 2;
     }
     /* hiredis writes with write(2): a closed connection must give EPIPE, not kill us. */
@@ -367,13 +390,15 @@ int main(int argc, char **argv)
     lo.redis_port = o.port;
     lo.pool_size = o.threads;
     lo.sync_replicas = o.sync_replicas; /* LOCK_SYNC_REPLICAS: WAIT after each acquisition */
+    lo.fair = o.fair;                   /* LOCK_FAIR */
     for (; created < o.clients; created++) {
         if (lock_client_create(&lo, &c[created]) != LOCK_OK) {
             fprintf(stderr, "lock-bench: cannot create the lock clients\n");
             goto out;
         }
     }
-    printf("lock-bench: redis %s:%d, sync replicas %d\n", o.host, o.port, o.sync_replicas);
+    printf("lock-bench: redis %s:%d, sync replicas %d, fair %s\n", o.host, o.port, o.sync_replicas,
+           o.fair ? "on" : "off");
     if (run_uncontended(c[0], &o) != 0 || run_contended(c, 1, &o) != 0)
         goto out;
     if (o.clients > 1 && run_contended(c, o.clients, &o) != 0)
