@@ -10,6 +10,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#define TIMEOUT_MARGIN_MS 10000L /* a request's timeout: the lock wait bound plus this */
+
 test_env g_env;
 CURL *g_curl;
 static const char *g_case_name = "";

@@ -16,6 +16,9 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#define CONNECT_TIMEOUT_MS 3000L
+#define MAX_REPLY_BYTES (1024 * 1024) /* no answer of the service is anywhere near this */
+
 typedef struct byte_buffer {
     char *data;
     size_t len, cap;

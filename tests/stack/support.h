@@ -59,27 +59,11 @@
 #include <stdio.h>
 
 #define MAX_REPLICAS 8
-#define CONNECT_TIMEOUT_MS 3000L
-#define TIMEOUT_MARGIN_MS 10000L      /* a request's timeout: the lock wait bound plus this */
-#define MAX_REPLY_BYTES (1024 * 1024) /* no answer of the service is anywhere near this */
-#define BODY_LIMIT 16384              /* API.md: a larger deduct body is a 413 */
 
-#define LOAD_THREADS 64
-#define LOAD_REQUESTS 3000
-#define LOAD_STOCK 2000
-#define IDEM_THREADS 20
+#define LOAD_THREADS 64 /* at most, per load plan (load.c) */
 
-#define READY_WAIT_S 10.0 /* how long Redis's return may take to show in /readyz */
-#define DOWN_ANSWER_S 2.0 /* "quickly": a redis-mode deduct with Redis down answers within */
-/* "Quickly" with PostgreSQL down: the service waits at most DB_WAIT_MS (2 s) for a pooled
- * connection, and a refused connect fails at once; this leaves a second for the rest. */
-#define PG_DOWN_ANSWER_S 3.0
-#define PG_READY_WAIT_S 15.0 /* how long PostgreSQL's return may take to show in /readyz */
-/* The slow replica must be seen holding the lock, and then reading the stock, within this
- * (well inside its BUSINESS_DELAY_MS pause, so the takeover happens during the pause). */
-#define SLOW_HOLD_WAIT_S 1.0
-
-/* Goods ids, distinct per case. GOODS_UNKNOWN is never reset by anyone, so it stays unknown. */
+/* Goods ids, distinct per case, over every program (they share the database). GOODS_UNKNOWN is
+ * never reset by anyone, so it stays unknown. */
 #define GOODS_DEDUCT 3101LL
 #define GOODS_MODES 3102LL
 #define GOODS_LIMITS 3201LL

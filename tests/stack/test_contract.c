@@ -6,11 +6,11 @@
  * retry of its key; GET /api/stock/{id}; POST /api/admin/reset, and without its token;
  * GET /api/modes; /healthz, /readyz and /metrics.
  *
- * Run alone, against a stack of your own (`make up`, or tests/integration.sh's, with
- * KEEP_RUN_DIR=1), from the project root, with the variables of tests/stack/support.h:
- *   STOCK_URL=http://127.0.0.1:8080 REPLICA_URLS=http://127.0.0.1:8081,... ADMIN_TOKEN=...
- *   REDIS_PORT=... PG_PORT=... RUN_DIR=... build/san/tests/stack/test_contract [PATTERN]
- * `make test-integration` starts a stack and runs every program of tests/stack/ against it.
+ * Run alone: `STACK_PROGRAMS=contract make test-integration` starts a stack on free ports,
+ * runs this program only against it (then the shell checks that follow it), and stops it.
+ * Against a stack already up, from the project root, with the variables of
+ * tests/stack/support.h set: build/san/tests/stack/test_contract [PATTERN | --list].
+ * `make test-integration` runs every program of tests/stack/ against one stack.
  */
 #include "tests/stack/support.h"
 

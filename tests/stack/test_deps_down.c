@@ -7,14 +7,22 @@
  * 200). Each teardown brings its server back even when an assertion failed. Run it after the
  * other programs: a dependency down must not disturb them.
  *
- * Run alone as tests/stack/test_contract.c says (build/san/tests/stack/test_deps_down); it
- * stops and starts the stack's own servers with scripts/stack.sh (RUN_DIR and the ports).
+ * Run alone as tests/stack/test_contract.c says: STACK_PROGRAMS=deps_down make
+ * test-integration. It stops and starts the stack's own servers with scripts/stack.sh
+ * (RUN_DIR and the ports).
  */
 #include "tests/stack/support.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#define READY_WAIT_S 10.0 /* how long Redis's return may take to show in /readyz */
+#define DOWN_ANSWER_S 2.0 /* "quickly": a redis-mode deduct with Redis down answers within */
+/* "Quickly" with PostgreSQL down: the service waits at most DB_WAIT_MS (2 s) for a pooled
+ * connection, and a refused connect fails at once; this leaves a second for the rest. */
+#define PG_DOWN_ANSWER_S 3.0
+#define PG_READY_WAIT_S 15.0 /* how long PostgreSQL's return may take to show in /readyz */
 
 /* ------------------------------------------------------------------------------------------
  * Case: Redis down, and back

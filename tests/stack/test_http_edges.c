@@ -7,13 +7,16 @@
  * answer, nginx's own answers (TRACE, HTTP/2.0 request line) in JSON, and over 60 malformed
  * deduct requests that each get their 4xx and change nothing.
  *
- * Run alone as tests/stack/test_contract.c says (build/san/tests/stack/test_http_edges).
+ * Run alone as tests/stack/test_contract.c says: STACK_PROGRAMS=http_edges make
+ * test-integration.
  */
 #include "tests/stack/support.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#define BODY_LIMIT 16384 /* API.md: a larger deduct body is a 413 */
 
 /* A deduct body of exactly `len` bytes: the JSON object padded with spaces (owned by the
  * case). */

@@ -4,13 +4,16 @@
  * is changed behind the service's back, in SQL, to tell them apart); the batch endpoint's
  * keys likewise.
  *
- * Run alone as tests/stack/test_contract.c says (build/san/tests/stack/test_idempotency).
+ * Run alone as tests/stack/test_contract.c says: STACK_PROGRAMS=idempotency make
+ * test-integration.
  */
 #include "tests/stack/support.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#define IDEM_THREADS 20
 
 /* ------------------------------------------------------------------------------------------
  * Case: idempotency

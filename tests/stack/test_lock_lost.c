@@ -26,15 +26,19 @@
  * read: one unit sold twice. With the claim, the new holder's read waits for the first one's
  * commit and reads its result, in both orders of the writes.
  *
- * Run alone as tests/stack/test_contract.c says (build/san/tests/stack/test_lock_lost); it
- * needs the slow and delayed replicas tests/integration.sh starts (SLOW_REPLICA_*,
- * DELAYED_REPLICA_*: see tests/stack/support.h).
+ * Run alone as tests/stack/test_contract.c says: STACK_PROGRAMS=lock_lost make
+ * test-integration. It needs the slow and delayed replicas tests/integration.sh starts
+ * (SLOW_REPLICA_*, DELAYED_REPLICA_*: see tests/stack/support.h).
  */
 #include "tests/stack/support.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+/* The slow replica must be seen holding the lock, and then reading the stock, within this
+ * (well inside its BUSINESS_DELAY_MS pause, so the takeover happens during the pause). */
+#define SLOW_HOLD_WAIT_S 1.0
 
 /* Fails the case when the harness gave no slow replica, or one these cases cannot use. */
 static void need_slow_replica(void)

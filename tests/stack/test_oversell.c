@@ -8,7 +8,8 @@
  * held elsewhere, `local` on one replica (exact), and `none` and `local` over three replicas:
  * whatever they oversell, the books agree with the answers (sold = the number of 200s).
  *
- * Run alone as tests/stack/test_contract.c says (build/san/tests/stack/test_oversell).
+ * Run alone as tests/stack/test_contract.c says: STACK_PROGRAMS=oversell make
+ * test-integration.
  */
 #include "tests/stack/support.h"
 
@@ -16,6 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#define LOAD_REQUESTS 3000
+#define LOAD_STOCK 2000
 
 /* ------------------------------------------------------------------------------------------
  * Cases: load
