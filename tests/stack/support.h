@@ -134,8 +134,10 @@ extern test_env g_env;
 /* The main thread's libcurl handle (keep-alive: the cases reuse its connections). */
 extern CURL *g_curl;
 
+/* How own() frees what it is given (free, json_release, ...). */
 typedef void (*release_fn)(void *);
 
+/* CLOCK_MONOTONIC in seconds: for durations only. */
 double now_s(void);
 
 /* Registers ptr to be released by release() at the end of the case; returns ptr. NULL is
@@ -145,14 +147,16 @@ void *own(void *ptr, release_fn release);
 /* Releases everything the case owned, newest first. */
 void release_owned(void);
 
+/* json_decref() as a release_fn. */
 void json_release(void *json);
 
 /* First line of every case: names it for the timing line, and fails it when the environment
  * is unusable. */
 void begin_case(const char *name);
 
+/* Every case's setup and teardown (a teardown of a case's own calls case_teardown last):
+ * the teardown releases what the case owned and prints its "[ TIMING   ]" line. */
 int case_setup(void **state);
-
 int case_teardown(void **state);
 
 /* Reads and checks the environment; on any problem, g_env.problem says what. */
@@ -222,6 +226,7 @@ int http_do(CURL *h, const http_request *rq, http_reply *out);
  * the case. */
 http_reply *call(const http_request *rq);
 
+/* call() of GET base+path. */
 http_reply *get(const char *base, const char *path);
 
 /* The value of the answer's header `name` (any case) in out; false, out "", without one. */
@@ -246,14 +251,14 @@ bool content_type_is(const char *value, const char *type);
  * with duplicate keys refused); returns the object, owned by the case. */
 json_t *expect_json(const http_reply *r, long status, const char *what);
 
+/* A field of obj, of that type; fails the case (naming `what`) when it is missing or of
+ * another type. */
 long long field_int(const json_t *obj, const char *key, const char *what);
-
 const char *field_str(const json_t *obj, const char *key, const char *what);
-
 bool field_bool(const json_t *obj, const char *key, const char *what);
 
+/* Asserts that obj's field `key` is `want`. */
 void expect_field_int(const json_t *obj, const char *key, long long want, const char *what);
-
 void expect_field_str(const json_t *obj, const char *key, const char *want, const char *what);
 
 /* Asserts an error answer: status, JSON, ok false and the error code. Returns the object. */
@@ -270,9 +275,11 @@ stock_view stock_get(long long goods_id);
  * commit answer was lost may still land), at most 15 s. */
 stock_view stock_settled(long long goods_id);
 
+/* Asserts goods_id's four figures (stock_get). */
 void expect_stock(long long goods_id, long long initial, long long stock, long long sold,
                   long long orders, const char *what);
 
+/* expect_stock() with the figures of `before`: nothing changed. */
 void expect_unchanged(long long goods_id, const stock_view *before, const char *what);
 
 /* POST /api/admin/reset through nginx with the token; asserts the 200 answer. */
@@ -286,6 +293,7 @@ void deduct_body(char *buf, size_t len, long long goods_id, long long count, con
 http_reply *deduct_at(const char *base, const char *path, long long goods_id, long long count,
                       const char *mode, const char *key);
 
+/* deduct_at() on /api/deduct. */
 http_reply *deduct(const char *base, long long goods_id, long long count, const char *mode,
                    const char *key);
 
