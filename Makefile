@@ -59,6 +59,10 @@ DB_SRC := $(wildcard db/*.c)
 SERVICE_SRC := $(filter-out service/main.c,$(wildcard service/*.c))
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_SUPPORT_SRC := $(wildcard tests/support/*.c)
+# The stack's test programs (tests/stack/test_*.c, one per concern, run against one running
+# stack by tests/integration.sh) and the support library they share (tests/stack/*.c).
+STACK_TEST_SRC := $(wildcard tests/stack/test_*.c)
+STACK_SUPPORT_SRC := $(filter-out $(STACK_TEST_SRC),$(wildcard tests/stack/*.c))
 
 obj = $(patsubst %.c,$(B)/obj/%.o,$(1))
 LOCK_OBJ := $(call obj,$(LOCK_SRC))
@@ -66,22 +70,24 @@ DB_OBJ := $(call obj,$(DB_SRC))
 SERVICE_OBJ := $(call obj,$(SERVICE_SRC))
 MODULE_OBJ := $(SERVICE_OBJ) $(DB_OBJ) $(LOCK_OBJ)
 TEST_SUPPORT_OBJ := $(call obj,$(TEST_SUPPORT_SRC))
+STACK_SUPPORT_OBJ := $(call obj,$(STACK_SUPPORT_SRC))
 
 PROGRAMS := $(B)/stockd $(B)/lock-bench $(B)/ceiling-bench
 TESTS := $(patsubst tests/%.c,$(B)/tests/%,$(TEST_SRC))
+STACK_TESTS := $(patsubst tests/%.c,$(B)/tests/%,$(STACK_TEST_SRC))
 # What tests/tsan.sh runs: the service, and the tests with threads of their own to race.
 TSAN_TARGETS := build/tsan/stockd build/tsan/tests/test_lock build/tsan/tests/test_redlock \
                 build/tsan/tests/test_etcd \
                 build/tsan/tests/test_zookeeper \
                 build/tsan/tests/test_sentinel \
-                build/tsan/tests/test_stack
+                $(patsubst tests/%.c,build/tsan/tests/%,$(STACK_TEST_SRC))
 
 .PHONY: all programs tests test test-unit test-integration test-tsan test-docker test-fresh demo ladder chaos \
         up down clean deps pkg-check
 
 all: programs
 programs: $(PROGRAMS)
-tests: $(TESTS)
+tests: $(TESTS) $(STACK_TESTS)
 
 # pkg-check is order-only: it runs before the first compile but never makes an object stale.
 $(B)/obj/%.o: %.c | pkg-check
@@ -103,6 +109,12 @@ $(B)/ceiling-bench: $(B)/obj/bench/ceiling_bench.o $(SERVICE_OBJ) $(DB_OBJ) $(LO
 # Not in `programs`: it links libcurl, whose headers come with the test packages.
 $(B)/chaos-load: $(B)/obj/bench/chaos_load.o
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) -lcurl
+
+# The stack's programs talk to the stack over HTTP, redis-cli and libpq: none of the modules.
+# (GNU make takes the pattern rule with the shortest stem: this one for tests/stack/.)
+$(B)/tests/stack/%: $(B)/obj/tests/stack/%.o $(STACK_SUPPORT_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(TEST_LDLIBS)
 
 $(B)/tests/%: $(B)/obj/tests/%.o $(TEST_SUPPORT_OBJ) $(MODULE_OBJ)
 	@mkdir -p $(dir $@)

@@ -3,7 +3,9 @@
 # REPLICAS (3) replicas of BUILD_DIR/stockd (the sanitizer build) and nginx, started by
 # scripts/stack.sh in a throwaway run directory, then:
 #   1. nginx -t on the generated configuration (static check);
-#   2. BUILD_DIR/tests/test_stack, the cmocka integration suite, told where things listen:
+#   2. BUILD_DIR/tests/stack/test_*, the cmocka integration programs, one per concern (see
+#      IT_STACK_PROGRAMS below), each run in turn against this one stack, told where things
+#      listen (tests/stack/support.h):
 #        STOCK_URL     http://127.0.0.1:HTTP_PORT (nginx)
 #        REPLICA_URLS  http://127.0.0.1:PORT of each replica, comma-separated
 #        ADMIN_TOKEN   the token the stack runs with
@@ -63,6 +65,14 @@ IT_SLOW_LEASE_MS=600
 # The delayed replicas: a pause inside the section with a lease far longer than it.
 IT_DELAYED_REPLICAS="$((IT_REPLICAS + 2)) $((IT_REPLICAS + 3))"
 IT_DELAYED_DELAY_MS=2500
+# The stack's test programs (tests/stack/test_NAME.c), in the order they run, each with its
+# time limit in seconds (about four times what each takes under the sanitizers). deps_down
+# runs last: it stops and freezes the stack's servers, which must not disturb the others.
+IT_STACK_PROGRAMS="contract:120 http_edges:120 idempotency:120 oversell:360 lock_lost:180 deps_down:180"
+# STACK_PROGRAMS="NAME ...", when set, runs only those of them (e.g. STACK_PROGRAMS=lock_lost
+# make test-integration): one concern against a stack of its own, the rest of this file as
+# always.
+STACK_PROGRAMS=${STACK_PROGRAMS:-}
 
 # True when FILE holds no sanitizer report.
 it__no_sanitizer_report() {
@@ -166,7 +176,7 @@ it__cleanup() {
 
 # --- the etcd mode's cases ---
 
-# A goods of its own, so that these cases' books are theirs alone (and test_stack's too).
+# A goods of its own, so that these cases' books are theirs alone (and tests/stack's too).
 IT_ETCD_GOODS=7001
 # The replica without etcd: not behind nginx, started with ETCD_ENDPOINT empty.
 IT_NO_ETCD_REPLICA=$((IT_REPLICAS + 4))
@@ -344,6 +354,17 @@ it__zk_down() {
     grep -q ' 200$' <<<"$answer" && [ "$(it__stock_field $IT_ZK_GOODS stock)" = 9 ]
 }
 
+# it__program_has_case BIN PATTERN: true when one of BIN's cases (BIN --list) matches
+# PATTERN, a cmocka pattern ('*' and '?', which mean the same in the shell's [[ == ]]).
+it__program_has_case() {
+    local case_name
+    while read -r case_name; do
+        # shellcheck disable=SC2053 # the pattern is meant as one
+        [[ $case_name == $2 ]] && return 0
+    done < <("$1" --list)
+    return 1
+}
+
 run_integration() {
     # shellcheck source=tests/live_page.sh
     source tests/live_page.sh
@@ -351,8 +372,8 @@ run_integration() {
     IT_SUFFIX=${2:-}
     sx=$IT_SUFFIX
     case $build in /*) ;; *) build=$PWD/$build ;; esac
-    if [ ! -x "$build/stockd" ] || [ ! -x "$build/tests/test_stack" ]; then
-        suite_broken "integration$sx" "$build/stockd or $build/tests/test_stack missing (make B=$build ... programs tests)"
+    if [ ! -x "$build/stockd" ] || [ ! -x "$build/tests/stack/test_contract" ]; then
+        suite_broken "integration$sx" "$build/stockd or $build/tests/stack/test_contract missing (make B=$build ... programs tests)"
         return 0
     fi
 
@@ -393,7 +414,7 @@ run_integration() {
 
     up_log=$HARNESS_LOG_DIR/integration$sx-up.log
     if ! scripts/stack.sh up 2>&1 | tee "$up_log"; then
-        suite_broken "test_stack$sx" "scripts/stack.sh up failed (see $up_log)"
+        suite_broken "stack$sx" "scripts/stack.sh up failed (see $up_log)"
         return 0
     fi
 
@@ -427,11 +448,27 @@ run_integration() {
         delayed_urls=""
     fi
 
-    STOCK_URL=http://127.0.0.1:$HTTP_PORT REPLICA_URLS=$urls SLOW_REPLICA_URL=$slow_url \
-        SLOW_REPLICA_LOG=$RUN_DIR/logs/svc-$IT_SLOW_REPLICA.log \
-        SLOW_REPLICA_DELAY_MS=$IT_SLOW_DELAY_MS SLOW_REPLICA_LEASE_MS=$IT_SLOW_LEASE_MS \
-        DELAYED_REPLICA_URLS=$delayed_urls DELAYED_REPLICA_DELAY_MS=$IT_DELAYED_DELAY_MS \
-        run_suite "test_stack$sx${pattern:+:$pattern}" 480 "$build/tests/test_stack" ${pattern:+"$pattern"}
+    local prog name limit bin
+    for prog in $IT_STACK_PROGRAMS; do
+        name=${prog%%:*} limit=${prog##*:} bin=$build/tests/stack/test_${prog%%:*}
+        if [ ! -x "$bin" ]; then
+            suite_broken "stack-$name$sx" "$bin missing (make B=$build ... tests)"
+            continue
+        fi
+        if [ -n "$STACK_PROGRAMS" ] && [[ " $STACK_PROGRAMS " != *" $name "* ]]; then
+            continue
+        fi
+        # With a pattern, only the programs with a case it matches (cmocka's '*' and '?' are
+        # the shell's): one that runs no case would count as a failure.
+        if [ -n "$pattern" ] && ! it__program_has_case "$bin" "$pattern"; then
+            continue
+        fi
+        STOCK_URL=http://127.0.0.1:$HTTP_PORT REPLICA_URLS=$urls SLOW_REPLICA_URL=$slow_url \
+            SLOW_REPLICA_LOG=$RUN_DIR/logs/svc-$IT_SLOW_REPLICA.log \
+            SLOW_REPLICA_DELAY_MS=$IT_SLOW_DELAY_MS SLOW_REPLICA_LEASE_MS=$IT_SLOW_LEASE_MS \
+            DELAYED_REPLICA_URLS=$delayed_urls DELAYED_REPLICA_DELAY_MS=$IT_DELAYED_DELAY_MS \
+            run_suite "stack-$name$sx${pattern:+:$pattern}" "$limit" "$bin" ${pattern:+"$pattern"}
+    done
 
     check_group_begin "redlock-mode$sx"
     check "svc-1, started with REDLOCK_NODES, lists redlock and sells with it" \

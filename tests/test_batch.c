@@ -4,8 +4,8 @@
  * is a stub that counts and delays its entries and then fails, so that no database is
  * reached and every answer is the guard's 503.
  *
- * The mode itself, against real Redis, PostgreSQL and nginx, is tested by test_stack
- * (load_redis_batch_three, batch_idempotency).
+ * The mode itself, against real Redis, PostgreSQL and nginx, is tested by tests/stack/
+ * (test_oversell's load_redis_batch_three, test_idempotency's batch_idempotency).
  */
 #include <pthread.h>
 #include <setjmp.h>

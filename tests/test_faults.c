@@ -1,7 +1,7 @@
 /*
  * test_faults.c - the X-Fault parser (service/faults.c): what is accepted, what is refused
  * with a reason, and that a refused value sets nothing. The faults themselves act on a real
- * stack (test_stack.c, loadtest/ladder).
+ * stack (loadtest/ladder, loadtest/chaos).
  */
 #include <setjmp.h>
 #include <stdarg.h>

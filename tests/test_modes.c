@@ -1,6 +1,6 @@
 /*
  * test_modes.c - the strategy table and the guards that need no server (none, local).
- * The redis guard is exercised through the whole stack by test_stack.c, the etcd guard by
+ * The redis guard is exercised through the whole stack by tests/stack/, the etcd guard by
  * test_etcd.c (its lock) and the integration run (the mode); here, which replicas offer it.
  */
 #include <setjmp.h>
@@ -18,38 +18,99 @@
 #include "lock/zookeeper/zk_lock.h"
 #include "service/modes.h"
 
-static void test_table_lists_the_three_modes_in_order(void **state)
+static double now_s(void)
 {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static guard_env *plain_env(void)
+{
+    guard_env_options opts = {.lock = NULL, .wait_ms = 100, .lease_ms = LOCK_LEASE_WATCHDOG};
+    guard_env *env = NULL;
+
+    assert_int_equal(guard_env_create(&opts, &env), 0);
+    return env;
+}
+
+/*
+ * What `safe` claims, checked against what the guards do: a row is safe only if two replicas
+ * can never sell from one read. Two guard environments stand for two replicas; every row
+ * whose guard works without a server (none, local, and the rungs that use none's) is entered
+ * for one goods by both at once. When both get in, only the row's own transaction (tx: the
+ * database closes the race) can keep it safe, so a row without one must say unsafe. `local`
+ * is the case in point: it excludes within a replica, not across two.
+ */
+static void test_safe_means_two_replicas_cannot_both_hold(void **state)
+{
+    guard_env *a = plain_env(), *b = plain_env();
+    size_t n = 0, both_in = 0;
+    const mode *all = modes_all(&n);
+
+    (void)state;
+    for (size_t i = 0; i < n; i++) {
+        guard_hold ha, hb;
+        char detail[128] = "";
+
+        if (all[i].enter(a, 7, &ha, detail, sizeof(detail)) != GUARD_OK)
+            continue; /* it needs a server: proven against one (tests/stack/test_oversell) */
+        int rc = all[i].enter(b, 7, &hb, detail, sizeof(detail));
+        if (rc == GUARD_OK) {
+            both_in++;
+            if (all[i].tx == NULL && all[i].safe)
+                fail_msg("mode %s is marked safe, but two replicas hold goods 7 at once and no "
+                         "transaction shape closes the race",
+                         all[i].name);
+            all[i].leave(b, &hb);
+        }
+        all[i].leave(a, &ha);
+    }
+    /* none and local at least: a check that entered nothing would prove nothing. */
+    assert_true(both_in >= 2);
+    assert_false(modes_find("local")->safe);
+    guard_env_destroy(b);
+    guard_env_destroy(a);
+}
+
+/*
+ * Every row, on a replica with no server configured (no Redis client, no pool, no etcd or
+ * ZooKeeper client): its guard either needs none (enter answers GUARD_OK, still_held
+ * GUARD_OK, and leave lets the next one in) or answers GUARD_UNAVAILABLE with a reason,
+ * within the wait bound: a 503, never a crash, a hang or a false GUARD_OK. And each row is
+ * found by its own name (no two rows share one).
+ */
+static void test_every_row_answers_without_its_server(void **state)
+{
+    guard_env *env = plain_env();
     size_t n = 0;
     const mode *all = modes_all(&n);
 
     (void)state;
     assert_true(n >= 3);
-    assert_string_equal(all[0].name, "none");
-    assert_string_equal(all[1].name, "local");
-    assert_string_equal(all[2].name, "redis");
-    assert_false(all[0].safe);
-    assert_false(all[1].safe);
-    assert_true(all[2].safe);
-}
+    for (size_t i = 0; i < n; i++) {
+        guard_hold hold;
+        char detail[128] = "";
+        double start = now_s();
 
-static void test_every_row_is_complete_and_names_are_unique(void **state)
-{
-    size_t n = 0, i, j;
-    const mode *all = modes_all(&n);
-
-    (void)state;
-    for (i = 0; i < n; i++) {
-        assert_non_null(all[i].name);
-        assert_true(strlen(all[i].name) > 0);
-        assert_non_null(all[i].summary);
+        assert_ptr_equal(modes_find(all[i].name), &all[i]);
         assert_true(strlen(all[i].summary) > 10);
-        assert_non_null(all[i].enter);
-        assert_non_null(all[i].still_held);
-        assert_non_null(all[i].leave);
-        for (j = i + 1; j < n; j++)
-            assert_string_not_equal(all[i].name, all[j].name);
+        int rc = all[i].enter(env, 11, &hold, detail, sizeof(detail));
+        if (now_s() - start > 1.0)
+            fail_msg("mode %s: enter took %.2f s with a 100 ms wait bound", all[i].name,
+                     now_s() - start);
+        if (rc == GUARD_OK) {
+            assert_int_equal(all[i].still_held(env, &hold), GUARD_OK);
+            all[i].leave(env, &hold);
+            assert_int_equal(all[i].enter(env, 11, &hold, detail, sizeof(detail)), GUARD_OK);
+            all[i].leave(env, &hold);
+        } else if (rc != GUARD_UNAVAILABLE || detail[0] == '\0') {
+            fail_msg("mode %s without a server: enter answered %d (detail '%s'), want GUARD_OK "
+                     "or GUARD_UNAVAILABLE with a reason",
+                     all[i].name, rc, detail);
+        }
     }
+    guard_env_destroy(env);
 }
 
 static void test_pg_rungs_are_safe_shapes_without_a_guard(void **state)
@@ -404,8 +465,8 @@ static void test_etcd_guard_without_client_is_unavailable(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_table_lists_the_three_modes_in_order),
-        cmocka_unit_test(test_every_row_is_complete_and_names_are_unique),
+        cmocka_unit_test(test_safe_means_two_replicas_cannot_both_hold),
+        cmocka_unit_test(test_every_row_answers_without_its_server),
         cmocka_unit_test(test_pg_rungs_are_safe_shapes_without_a_guard),
         cmocka_unit_test(test_optimistic_and_lockrow_rows),
         cmocka_unit_test(test_find),

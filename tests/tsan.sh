@@ -14,7 +14,7 @@
 #      test_sentinel (a client that follows a failover: its follower thread moves the address
 #      under the pool, the watchdog and the subscriber);
 #   2. the whole stack (tests/integration.sh) with TSan builds of stockd as its replicas, and
-#      test_stack (TSan build too) against it: its load cases (64 clients through nginx, and
+#      the programs of tests/stack/ (TSan builds too) against it: its load cases (64 clients through nginx, and
 #      on one replica), the same Idempotency-Key 20 times at once, the lock_lost cases (the
 #      watchdog against a holder that pauses past its lease), Redis and PostgreSQL stopped
 #      and started under the replicas (their reconnecting threads) and the rest, all of it
@@ -30,7 +30,8 @@
 # calls run_tsan, so its cases join the total.
 set -euo pipefail
 
-# test_stack's cases run under TSan: a cmocka pattern; empty: every case.
+# The cases of tests/stack/ run under TSan: a cmocka pattern; empty: every case (a program
+# with no case it matches is not run).
 TSAN_CASES=${TSAN_CASES:-}
 
 run_tsan() {

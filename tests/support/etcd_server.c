@@ -4,27 +4,20 @@
  * Ports are drawn from 20000-32767, as scripts/lib/ports.sh draws them: below Linux's
  * ephemeral range (32768-60999), so no outgoing connection takes one between our check and
  * etcd's bind. A port is free when a bind to it succeeds; the socket is closed and the
- * number handed on, and a new pair is tried when etcd then fails to bind. The server is our child
- * (fork + exec), so it is stopped by its PID. It is ready when GET /health answers
+ * number handed on, and a new pair is tried when etcd then fails to bind. The server is our
+ * child (child.h: fork + exec, stopped by its PID). It is ready when GET /health answers
  * {"health":"true"}.
  */
 #include "tests/support/etcd_server.h"
+#include "tests/support/child.h"
 #include "tests/support/files.h"
 #include "tests/support/ports.h"
 
-#include <arpa/inet.h>
 #include <curl/curl.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <netinet/in.h>
-#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #define START_TRIES 3
@@ -38,51 +31,30 @@ struct etcd_server {
     pid_t pid;
 };
 
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
-}
-
 static int spawn(etcd_server *s)
 {
     char program[256], data[96], logfile[96], client[64], peer[64], cluster[96];
     const char *bin = getenv("ETCD_BIN");
-    pid_t pid;
-    int fd;
 
-    snprintf(program, sizeof(program), "%s", bin != NULL ? bin : "/usr/bin/etcd");
+    if (child_find_program(bin != NULL ? bin : "/usr/bin/etcd", "etcd-server", program,
+                           sizeof(program)) != 0)
+        return -1;
     snprintf(data, sizeof(data), "%s/data", s->dir);
     snprintf(logfile, sizeof(logfile), "%s/etcd.log", s->dir);
     snprintf(client, sizeof(client), "http://127.0.0.1:%d", s->client_port);
     snprintf(peer, sizeof(peer), "http://127.0.0.1:%d", s->peer_port);
     snprintf(cluster, sizeof(cluster), "test=%s", peer);
-    if (access(program, X_OK) != 0) {
-        fprintf(stderr, "etcd_server: %s not found (install etcd-server)\n", program);
-        return -1;
-    }
-    fd = open(logfile, O_WRONLY | O_CREAT | O_APPEND, 0644);
-    if (fd < 0)
-        return -1;
-    pid = fork();
-    if (pid < 0) {
-        close(fd);
-        return -1;
-    }
-    if (pid == 0) {
-        dup2(fd, 1);
-        dup2(fd, 2);
-        execl(program, "etcd", "--name", "test", "--data-dir", data, "--listen-client-urls", client,
-              "--advertise-client-urls", client, "--listen-peer-urls", peer,
-              "--initial-advertise-peer-urls", peer, "--initial-cluster", cluster,
-              "--listen-metrics-urls", "", (char *)NULL);
-        _exit(127);
-    }
-    close(fd);
-    s->pid = pid;
-    return 0;
+    const char *const argv[] = {"etcd",  "--name",
+                                "test",  "--data-dir",
+                                data,    "--listen-client-urls",
+                                client,  "--advertise-client-urls",
+                                client,  "--listen-peer-urls",
+                                peer,    "--initial-advertise-peer-urls",
+                                peer,    "--initial-cluster",
+                                cluster, "--listen-metrics-urls",
+                                "",      NULL};
+    s->pid = child_spawn(program, argv, logfile);
+    return s->pid > 0 ? 0 : -1;
 }
 
 static size_t discard(char *p, size_t size, size_t n, void *ud)
@@ -94,8 +66,9 @@ static size_t discard(char *p, size_t size, size_t n, void *ud)
     return size * n;
 }
 
-static bool healthy(const etcd_server *s)
+static bool healthy(const void *arg)
 {
+    const etcd_server *s = arg;
     char url[96];
     bool ok = false;
     CURL *h = curl_easy_init();
@@ -116,19 +89,7 @@ static bool healthy(const etcd_server *s)
 
 static int wait_ready(etcd_server *s)
 {
-    for (int waited = 0; waited < READY_WAIT_MS; waited += 50) {
-        int status;
-
-        if (waitpid(s->pid, &status, WNOHANG) == s->pid) {
-            s->pid = -1;
-            return -1;
-        }
-        if (healthy(s))
-            return 0;
-        sleep_ms(50);
-    }
-    etcd_server_stop(s);
-    return -1;
+    return child_wait_ready(&s->pid, healthy, s, 50, READY_WAIT_MS);
 }
 
 int etcd_server_start(etcd_server **out)
@@ -168,29 +129,17 @@ const char *etcd_server_endpoint(const etcd_server *s)
 
 int etcd_server_stop(etcd_server *s)
 {
-    int status;
-
-    if (s->pid <= 0)
-        return -1;
-    kill(s->pid, SIGCONT); /* a frozen server cannot act on SIGTERM */
-    kill(s->pid, SIGTERM);
-    for (int waited = 0; waitpid(s->pid, &status, WNOHANG) != s->pid; waited += 10) {
-        if (waited == STOP_WAIT_MS)
-            kill(s->pid, SIGKILL);
-        sleep_ms(10);
-    }
-    s->pid = -1;
-    return 0;
+    return child_stop(&s->pid, STOP_WAIT_MS);
 }
 
 int etcd_server_freeze(etcd_server *s)
 {
-    return s->pid > 0 ? kill(s->pid, SIGSTOP) : -1;
+    return child_freeze(s->pid);
 }
 
 int etcd_server_thaw(etcd_server *s)
 {
-    return s->pid > 0 ? kill(s->pid, SIGCONT) : -1;
+    return child_thaw(s->pid);
 }
 
 int etcd_server_restart(etcd_server *s)
@@ -200,7 +149,7 @@ int etcd_server_restart(etcd_server *s)
             return 0;
         if (spawn(s) == 0 && wait_ready(s) == 0)
             return 0;
-        sleep_ms(200);
+        child_sleep_ms(200);
     }
     return -1;
 }

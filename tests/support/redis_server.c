@@ -6,26 +6,20 @@
  * take the port in between; then redis-server fails to start and a new port is tried (a few
  * times).
  *
- * The server runs in the foreground as our child (fork + exec), so its PID is known and it
- * is stopped by that PID, never by name. It is ready when PING answers PONG.
+ * The server runs in the foreground as our child (child.h: fork + exec, stopped by its PID,
+ * never by name). It is ready when PING answers PONG.
  */
 #include "tests/support/redis_server.h"
+#include "tests/support/child.h"
 #include "tests/support/files.h"
 #include "tests/support/ports.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <hiredis/hiredis.h>
-#include <netinet/in.h>
-#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <stdint.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #define START_TRIES 5
@@ -40,32 +34,7 @@ struct redis_server {
     bool sentinel; /* ... and --sentinel */
 };
 
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
-
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
-}
-
-/* Finds redis-server on PATH. Done before fork: between fork and exec, a child of a
- * threaded process may only make async-signal-safe calls, and a PATH search may allocate. */
-static int find_redis_server(char *path, size_t len)
-{
-    const char *dirs = getenv("PATH");
-    char copy[1024];
-    char *dir, *save = NULL;
-
-    snprintf(copy, sizeof(copy), "%s", dirs != NULL ? dirs : "/usr/bin:/bin");
-    for (dir = strtok_r(copy, ":", &save); dir != NULL; dir = strtok_r(NULL, ":", &save)) {
-        snprintf(path, len, "%s/redis-server", dir);
-        if (access(path, X_OK) == 0)
-            return 0;
-    }
-    return -1;
-}
-
-/* fork + exec redis-server in the foreground on s->port with s->dir; with a config file
+/* Starts redis-server in the foreground on s->port with s->dir; with a config file
  * first when s->conf (a Sentinel needs one: it rewrites it), and --sentinel when asked. */
 static int spawn(redis_server *s)
 {
@@ -75,14 +44,12 @@ static int spawn(redis_server *s)
     char conf[96];
     const char *argv[32];
     int n = 0;
-    pid_t pid;
 
     snprintf(port, sizeof(port), "%d", s->port);
     snprintf(logfile, sizeof(logfile), "%s/redis.log", s->dir);
     snprintf(conf, sizeof(conf), "%s/redis.conf", s->dir);
-    if (find_redis_server(program, sizeof(program)) != 0)
+    if (child_find_program("redis-server", "redis-server", program, sizeof(program)) != 0)
         return -1;
-    /* Built before fork: the child of a threaded process only calls execv. */
     argv[n++] = "redis-server";
     if (s->conf)
         argv[n++] = conf; /* the file comes first; the options below override it */
@@ -104,20 +71,14 @@ static int spawn(redis_server *s)
     if (!s->sentinel)
         argv[n++] = "--repl-diskless-sync-delay", argv[n++] = "0";
     argv[n] = NULL;
-    pid = fork();
-    if (pid < 0)
-        return -1;
-    if (pid == 0) {
-        execv(program, (char *const *)(uintptr_t)argv);
-        _exit(127);
-    }
-    s->pid = pid;
-    return 0;
+    s->pid = child_spawn(program, argv, NULL); /* it writes its own log (--logfile) */
+    return s->pid > 0 ? 0 : -1;
 }
 
-/* Whether PING answers PONG right now. */
-static bool answers_ping(int port)
+/* Whether PING answers PONG right now (arg: the redis_server). */
+static bool answers_ping(const void *arg)
 {
+    int port = ((const redis_server *)arg)->port;
     struct timeval tv = {0, 200000};
     redisContext *ctx = redisConnectWithTimeout("127.0.0.1", port, tv);
     redisReply *r = NULL;
@@ -138,19 +99,7 @@ out:
 /* Waits for the child to answer PING; -1 if it exits or takes too long (then it is gone). */
 static int wait_ready(redis_server *s)
 {
-    for (int waited = 0; waited < READY_WAIT_MS; waited += 10) {
-        int status;
-
-        if (waitpid(s->pid, &status, WNOHANG) == s->pid) {
-            s->pid = -1; /* exited: the port was taken, or redis-server is missing */
-            return -1;
-        }
-        if (answers_ping(s->port))
-            return 0;
-        sleep_ms(10);
-    }
-    redis_server_stop(s);
-    return -1;
+    return child_wait_ready(&s->pid, answers_ping, s, 10, READY_WAIT_MS);
 }
 
 int redis_server_start(redis_server **out)
@@ -220,31 +169,12 @@ int redis_server_pid(const redis_server *s)
 
 int redis_server_kill(redis_server *s)
 {
-    int status;
-
-    if (s->pid <= 0)
-        return -1;
-    kill(s->pid, SIGKILL);
-    while (waitpid(s->pid, &status, 0) < 0 && errno == EINTR)
-        ;
-    s->pid = -1;
-    return 0;
+    return child_kill(&s->pid);
 }
 
 int redis_server_stop(redis_server *s)
 {
-    int status;
-
-    if (s->pid <= 0)
-        return -1;
-    kill(s->pid, SIGTERM);
-    for (int waited = 0; waitpid(s->pid, &status, WNOHANG) != s->pid; waited += 10) {
-        if (waited == STOP_WAIT_MS)
-            kill(s->pid, SIGKILL);
-        sleep_ms(10);
-    }
-    s->pid = -1;
-    return 0;
+    return child_stop(&s->pid, STOP_WAIT_MS);
 }
 
 int redis_server_restart(redis_server *s)
@@ -256,7 +186,7 @@ int redis_server_restart(redis_server *s)
             return 0;
         if (spawn(s) == 0 && wait_ready(s) == 0)
             return 0;
-        sleep_ms(100);
+        child_sleep_ms(100);
     }
     return -1;
 }

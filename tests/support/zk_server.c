@@ -2,27 +2,23 @@
  * zk_server.c - a throwaway ZooKeeper for tests (see zk_server.h).
  *
  * The port comes from support_free_port() (20000-32767, below the ephemeral range). The
- * JVM is our child (fork + exec), so it is stopped by its PID. It is ready when the
+ * JVM is our child (child.h: fork + exec, stopped by its PID). It is ready when the
  * four-letter command "ruok" answers "imok" (the config allows it), which ZooKeeper does
  * once it serves clients.
  */
 #include "tests/support/zk_server.h"
+#include "tests/support/child.h"
 #include "tests/support/files.h"
 #include "tests/support/ports.h"
 
 #include <arpa/inet.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <netinet/in.h>
-#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/time.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #define START_TRIES 3
@@ -35,14 +31,6 @@ struct zk_server {
     int port;
     pid_t pid;
 };
-
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
-}
 
 static struct sockaddr_in loopback(int port)
 {
@@ -81,49 +69,42 @@ static int write_config(const zk_server *s)
 
 static int spawn(zk_server *s)
 {
-    char config[96], logfile[96], classpath[256];
-    const char *java = getenv("JAVA");
+    char java[256], config[96], logfile[96];
+    const char *java_bin = getenv("JAVA");
     const char *jar = getenv("ZOOKEEPER_JAR");
-    pid_t pid;
-    int fd;
 
-    java = java != NULL ? java : "/usr/bin/java";
     jar = jar != NULL ? jar : "/usr/share/java/zookeeper.jar";
-    if (access(java, X_OK) != 0 || access(jar, R_OK) != 0) {
-        fprintf(stderr, "zk_server: %s or %s not found (install zookeeper)\n", java, jar);
+    if (child_find_program(java_bin != NULL ? java_bin : "/usr/bin/java", "zookeeper", java,
+                           sizeof(java)) != 0)
+        return -1;
+    if (access(jar, R_OK) != 0) {
+        fprintf(stderr, "zk_server: %s not found (install zookeeper)\n", jar);
         return -1;
     }
     snprintf(config, sizeof(config), "%s/zoo.cfg", s->dir);
     snprintf(logfile, sizeof(logfile), "%s/zookeeper.log", s->dir);
-    /* The jar's manifest names the jars it needs (Debian's /usr/share/java/...). */
-    snprintf(classpath, sizeof(classpath), "%s", jar);
     if (write_config(s) != 0)
         return -1;
-    fd = open(logfile, O_WRONLY | O_CREAT | O_APPEND, 0644);
-    if (fd < 0)
-        return -1;
-    pid = fork();
-    if (pid < 0) {
-        close(fd);
-        return -1;
-    }
-    if (pid == 0) {
-        dup2(fd, 1);
-        dup2(fd, 2);
-        /* A small heap and the quick JIT tier: a test server starts in well under a second
-         * on an idle machine this way. */
-        execl(java, "java", "-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-cp",
-              classpath, "org.apache.zookeeper.server.ZooKeeperServerMain", config, (char *)NULL);
-        _exit(127);
-    }
-    close(fd);
-    s->pid = pid;
-    return 0;
+    /* A small heap and the quick JIT tier: a test server starts in well under a second on an
+     * idle machine this way. The jar's manifest names the jars it needs (Debian's
+     * /usr/share/java/...). */
+    const char *const argv[] = {"java",
+                                "-Xmx256m",
+                                "-XX:TieredStopAtLevel=1",
+                                "-XX:+UseSerialGC",
+                                "-cp",
+                                jar,
+                                "org.apache.zookeeper.server.ZooKeeperServerMain",
+                                config,
+                                NULL};
+    s->pid = child_spawn(java, argv, logfile);
+    return s->pid > 0 ? 0 : -1;
 }
 
 /* "ruok" answered "imok". */
-static bool healthy(const zk_server *s)
+static bool healthy(const void *arg)
 {
+    const zk_server *s = arg;
     struct sockaddr_in addr = loopback(s->port);
     struct timeval tv = {0, 500000};
     char buf[8] = {0};
@@ -143,19 +124,7 @@ static bool healthy(const zk_server *s)
 
 static int wait_ready(zk_server *s)
 {
-    for (int waited = 0; waited < READY_WAIT_MS; waited += 50) {
-        int status;
-
-        if (waitpid(s->pid, &status, WNOHANG) == s->pid) {
-            s->pid = -1;
-            return -1;
-        }
-        if (healthy(s))
-            return 0;
-        sleep_ms(50);
-    }
-    zk_server_stop(s);
-    return -1;
+    return child_wait_ready(&s->pid, healthy, s, 50, READY_WAIT_MS);
 }
 
 int zk_server_start(zk_server **out)
@@ -194,29 +163,17 @@ const char *zk_server_hosts(const zk_server *s)
 
 int zk_server_stop(zk_server *s)
 {
-    int status;
-
-    if (s->pid <= 0)
-        return -1;
-    kill(s->pid, SIGCONT);
-    kill(s->pid, SIGTERM);
-    for (int waited = 0; waitpid(s->pid, &status, WNOHANG) != s->pid; waited += 10) {
-        if (waited == STOP_WAIT_MS)
-            kill(s->pid, SIGKILL);
-        sleep_ms(10);
-    }
-    s->pid = -1;
-    return 0;
+    return child_stop(&s->pid, STOP_WAIT_MS);
 }
 
 int zk_server_freeze(zk_server *s)
 {
-    return s->pid > 0 ? kill(s->pid, SIGSTOP) : -1;
+    return child_freeze(s->pid);
 }
 
 int zk_server_thaw(zk_server *s)
 {
-    return s->pid > 0 ? kill(s->pid, SIGCONT) : -1;
+    return child_thaw(s->pid);
 }
 
 int zk_server_restart(zk_server *s)
@@ -226,7 +183,7 @@ int zk_server_restart(zk_server *s)
             return 0;
         if (spawn(s) == 0 && wait_ready(s) == 0)
             return 0;
-        sleep_ms(200);
+        child_sleep_ms(200);
     }
     return -1;
 }

@@ -1,0 +1,281 @@
+/*
+ * load.c - the load generator of the stack's test programs: a plan's requests sent by many
+ * threads, each with its own libcurl handle; the threads never assert (cmocka is not
+ * thread-safe), they count what they saw, and the main thread asserts on the totals.
+ */
+#include "tests/stack/support.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void note_once(load_counts *c, const char *fmt_what, long status, const char *body)
+{
+    if (c->note[0] == '\0')
+        snprintf(c->note, sizeof(c->note), "%s (status %ld): %.200s", fmt_what, status, body);
+}
+
+/* Classifies one answer of a load run into the thread's own counts. */
+static void load_record(load_plan *p, load_counts *c, const http_reply *r)
+{
+    json_error_t jerr;
+    json_t *j = NULL;
+
+    if (r->status <= 0 || r->status >= 600) {
+        c->by_status[0]++;
+        note_once(c, r->error, r->status, "");
+        return;
+    }
+    c->by_status[r->status]++;
+    if (r->status == 503 && r->body != NULL && strstr(r->body, "\"commit_unknown\"") != NULL)
+        c->commit_unknown++;
+    if (r->status == 503 && p->allowed_503 != NULL && r->body != NULL) {
+        char want[80];
+        snprintf(want, sizeof(want), "\"error\":\"%s\"", p->allowed_503);
+        if (strstr(r->body, want) != NULL && strstr(r->body, "\"ok\":false") != NULL) {
+            c->allowed_503++;
+            return;
+        }
+    }
+    if (r->status != 200 && r->status != 409) {
+        note_once(c, "unexpected answer", r->status, r->body);
+        return;
+    }
+    j = json_loadb(r->body, r->len, JSON_REJECT_DUPLICATES, &jerr);
+    if (j == NULL || !content_type_is(r->content_type, "application/json")) {
+        c->bad_answer++;
+        note_once(c, "not a JSON answer", r->status, r->body);
+        goto out;
+    }
+    const json_t *goods = json_object_get(j, "goods_id");
+    if (!json_is_integer(goods) || json_integer_value(goods) != p->goods_id) {
+        c->bad_answer++;
+        note_once(c, "wrong goods_id", r->status, r->body);
+        goto out;
+    }
+    if (r->status == 409) {
+        const json_t *error = json_object_get(j, "error");
+        if (!json_is_string(error) || strcmp(json_string_value(error), "insufficient_stock") != 0 ||
+            !json_is_integer(json_object_get(j, "remaining")) ||
+            !json_is_false(json_object_get(j, "ok"))) {
+            c->bad_answer++;
+            note_once(c, "malformed 409", r->status, r->body);
+        }
+        goto out;
+    }
+    const json_t *count = json_object_get(j, "count"), *mode = json_object_get(j, "mode");
+    const json_t *order = json_object_get(j, "order_id"), *rest = json_object_get(j, "remaining");
+    const json_t *instance = json_object_get(j, "instance");
+    int who = json_is_string(instance) ? instance_index(json_string_value(instance)) : -1;
+    if (!json_is_true(json_object_get(j, "ok")) || !json_is_integer(count) ||
+        json_integer_value(count) != 1 || !json_is_string(mode) ||
+        strcmp(json_string_value(mode), p->mode) != 0 || !json_is_integer(order) ||
+        !json_is_integer(rest) || who < 0) {
+        c->bad_answer++;
+        note_once(c, "malformed 200", r->status, r->body);
+        goto out;
+    }
+    c->per_instance[who]++;
+    int k = atomic_fetch_add(&p->n_ok, 1);
+    if (k < p->total) {
+        p->order_ids[k] = (long long)json_integer_value(order);
+        p->remaining[k] = (long long)json_integer_value(rest);
+    }
+out:
+    json_decref(j);
+}
+
+static void *load_thread(void *arg)
+{
+    load_plan *p = arg;
+    load_counts mine;
+    CURL *h = curl_easy_init();
+
+    memset(&mine, 0, sizeof(mine));
+    pthread_barrier_wait(&p->start_line);
+    for (;;) {
+        double until = atomic_load(&p->until);
+        if (until > 0 && now_s() > until)
+            break;
+        int i = atomic_fetch_add(&p->next, 1);
+        if (i >= p->total)
+            break;
+        http_request rq = {.method = "POST",
+                           .base = p->base,
+                           .path = p->path,
+                           .body = p->body,
+                           .timeout_ms = p->timeout_ms};
+        http_reply r;
+        if (h == NULL) {
+            mine.by_status[0]++;
+            note_once(&mine, "curl_easy_init failed", 0, "");
+            continue;
+        }
+        http_do(h, &rq, &r);
+        load_record(p, &mine, &r);
+        p->latency[atomic_fetch_add(&p->n_timed, 1)] = r.seconds;
+        free(r.body);
+    }
+    curl_easy_cleanup(h);
+
+    pthread_mutex_lock(&p->mu);
+    for (int s = 0; s < 600; s++)
+        p->counts.by_status[s] += mine.by_status[s];
+    p->counts.commit_unknown += mine.commit_unknown;
+    p->counts.allowed_503 += mine.allowed_503;
+    p->counts.bad_answer += mine.bad_answer;
+    for (int k = 0; k < MAX_REPLICAS; k++)
+        p->counts.per_instance[k] += mine.per_instance[k];
+    if (p->counts.note[0] == '\0')
+        memcpy(p->counts.note, mine.note, sizeof(mine.note));
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+static void load_plan_release(void *arg)
+{
+    load_plan *p = arg;
+    pthread_barrier_destroy(&p->start_line);
+    pthread_mutex_destroy(&p->mu);
+    free(p->order_ids);
+    free(p->remaining);
+    free(p->latency);
+    free(p);
+}
+
+load_plan *load_plan_new(const char *label, const char *base, long long goods_id, const char *mode,
+                         int total, int threads)
+{
+    load_plan *p = calloc(1, sizeof(*p));
+    if (p == NULL)
+        fail_msg("out of memory");
+    p->order_ids = calloc((size_t)total, sizeof(long long));
+    p->remaining = calloc((size_t)total, sizeof(long long));
+    p->latency = calloc((size_t)total, sizeof(double));
+    if (p->order_ids == NULL || p->remaining == NULL || p->latency == NULL ||
+        pthread_barrier_init(&p->start_line, NULL, (unsigned)threads) != 0) {
+        free(p->order_ids);
+        free(p->remaining);
+        free(p->latency);
+        free(p);
+        fail_msg("out of memory");
+        return NULL; /* not reached: fail_msg() leaves the case */
+    }
+    pthread_mutex_init(&p->mu, NULL);
+    own(p, load_plan_release);
+    p->label = label;
+    p->base = base;
+    snprintf(p->path, sizeof(p->path), "/api/deduct");
+    deduct_body(p->body, sizeof(p->body), goods_id, 1, mode);
+    p->goods_id = goods_id;
+    p->mode = mode;
+    p->total = total;
+    p->threads = threads;
+    atomic_init(&p->next, 0);
+    atomic_init(&p->n_ok, 0);
+    atomic_init(&p->n_timed, 0);
+    atomic_init(&p->until, 0);
+    return p;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+void load_run(load_plan *p)
+{
+    pthread_t tid[LOAD_THREADS];
+    int started = 0;
+
+    if (p->threads > LOAD_THREADS)
+        fail_msg("%s: at most %d threads", p->label, LOAD_THREADS);
+    double start = now_s();
+    for (; started < p->threads; started++)
+        if (pthread_create(&tid[started], NULL, load_thread, p) != 0)
+            break;
+    if (started < p->threads) {
+        /* The barrier waits for all: the missing ones can't come, so start them here. */
+        fprintf(stderr, "%s: could only start %d threads\n", p->label, started);
+        abort();
+    }
+    for (int i = 0; i < started; i++)
+        pthread_join(tid[i], NULL);
+    p->seconds = now_s() - start;
+
+    const load_counts *c = &p->counts;
+    int n = atomic_load(&p->n_timed);
+    int other = n - c->by_status[200] - c->by_status[409] - c->by_status[503];
+    printf("    %s: %d requests from %d threads in %.2f s (%.0f req/s): 200=%d 409=%d 503=%d "
+           "other=%d (no answer=%d) malformed bodies=%d\n",
+           p->label, n, p->threads, p->seconds, n / p->seconds, c->by_status[200],
+           c->by_status[409], c->by_status[503], other, c->by_status[0], c->bad_answer);
+    qsort(p->latency, (size_t)n, sizeof(double), cmp_double);
+    if (n > 0)
+        printf("    %s: latency p50 %.1f ms, p99 %.1f ms, max %.1f ms\n", p->label,
+               1000 * p->latency[n / 2], 1000 * p->latency[(n * 99) / 100],
+               1000 * p->latency[n - 1]);
+    printf("    %s: 200s by instance:", p->label);
+    for (size_t i = 0; i < g_env.n_replicas; i++)
+        printf(" %s=%d", g_env.instances[i], c->per_instance[i]);
+    printf("\n");
+    if (c->note[0] != '\0')
+        printf("    %s: first surprise: %s\n", p->label, c->note);
+}
+
+int cmp_ll(const void *a, const void *b)
+{
+    long long x = *(const long long *)a, y = *(const long long *)b;
+    return (x > y) - (x < y);
+}
+
+int count_repeats(long long *v, int n)
+{
+    int repeats = 0;
+    qsort(v, (size_t)n, sizeof(*v), cmp_ll);
+    for (int i = 1; i < n; i++)
+        if (v[i] == v[i - 1])
+            repeats++;
+    return repeats;
+}
+
+void expect_only_200_409(const load_plan *p)
+{
+    const load_counts *c = &p->counts;
+    int other = p->total - c->by_status[200] - c->by_status[409];
+    if (other != 0)
+        fail_msg("%s: %d answers were neither 200 nor 409 (503=%d, no answer=%d); first: %s",
+                 p->label, other, c->by_status[503], c->by_status[0], c->note);
+    if (c->bad_answer != 0)
+        fail_msg("%s: %d answers had a body off the contract; first: %s", p->label, c->bad_answer,
+                 c->note);
+}
+
+void expect_exact_sale(load_plan *p, long long stock)
+{
+    const load_counts *c = &p->counts;
+    int n_ok = atomic_load(&p->n_ok);
+
+    expect_only_200_409(p);
+    if (c->by_status[200] != stock || c->by_status[409] != p->total - stock)
+        fail_msg("%s: 200=%d 409=%d, want exactly %lld and %lld", p->label, c->by_status[200],
+                 c->by_status[409], stock, p->total - stock);
+    if (count_repeats(p->order_ids, n_ok) != 0)
+        fail_msg("%s: two 200 answers carry the same order_id", p->label);
+    /* Under a correct lock each sale sees the one before it: remaining runs through every
+     * value from stock-1 down to 0 exactly once. */
+    qsort(p->remaining, (size_t)n_ok, sizeof(long long), cmp_ll);
+    for (int i = 0; i < n_ok; i++)
+        if (p->remaining[i] != i)
+            fail_msg("%s: the 200s' remaining values are not each of 0..%lld once (sorted, "
+                     "position %d holds %lld)",
+                     p->label, stock - 1, i, p->remaining[i]);
+    stock_view v = stock_get(p->goods_id);
+    printf("    %s: stock %lld sold %lld orders %lld oversold %lld\n", p->label, v.stock, v.sold,
+           v.orders, v.oversold);
+    if (v.initial != stock || v.stock != 0 || v.sold != stock || v.orders != stock ||
+        v.oversold != 0)
+        fail_msg("%s: initial %lld stock %lld sold %lld orders %lld oversold %lld, want %lld 0 "
+                 "%lld %lld 0",
+                 p->label, v.initial, v.stock, v.sold, v.orders, v.oversold, stock, stock, stock);
+}
