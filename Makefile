@@ -83,14 +83,15 @@ TSAN_TARGETS := build/tsan/stockd build/tsan/tests/test_lock build/tsan/tests/te
                 $(patsubst tests/%.c,build/tsan/tests/%,$(STACK_TEST_SRC))
 
 .PHONY: all programs tests test test-unit test-integration test-tsan test-docker test-fresh demo ladder chaos \
-        up down clean deps pkg-check
+        up down clean deps pkg-check check-includes
 
 all: programs
 programs: $(PROGRAMS)
 tests: $(TESTS) $(STACK_TESTS)
 
-# pkg-check is order-only: it runs before the first compile but never makes an object stale.
-$(B)/obj/%.o: %.c | pkg-check
+# pkg-check and check-includes are order-only: they run before the first compile but never
+# make an object stale.
+$(B)/obj/%.o: %.c | pkg-check check-includes
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c -o $@ $<
 
@@ -122,6 +123,11 @@ $(B)/tests/%: $(B)/obj/tests/%.o $(TEST_SUPPORT_OBJ) $(MODULE_OBJ)
 
 deps:
 	@scripts/deps.sh ensure
+
+# The module boundaries (CONTRIBUTING.md): service/ includes only the public headers of lock/
+# and db/, and neither of those includes the other.
+check-includes:
+	@scripts/check-includes.sh
 
 pkg-check:
 ifneq ($(PKG_OK),yes)

@@ -26,7 +26,7 @@
 
 #include "db/internal.h"
 
-struct db__stmt {
+struct statement {
     const char *name; /* the prepared statement's name on the session */
     const char *sql;
     int nparams;
@@ -37,7 +37,7 @@ struct db__stmt {
 /* The key of the migrations' advisory lock: any fixed number, the same in every process. */
 #define DB__MIGRATION_LOCK_KEY "7340031001"
 
-static const struct db__stmt stmts[DB__STMT_COUNT] = {
+static const struct statement stmts[DB__STMT_COUNT] = {
     [DB__BEGIN] = {"begin", "BEGIN", 0, PGRES_COMMAND_OK, true},
     [DB__COMMIT] = {"commit", "COMMIT", 0, PGRES_COMMAND_OK, true},
     [DB__ROLLBACK] = {"rollback", "ROLLBACK", 0, PGRES_COMMAND_OK, true},
@@ -219,7 +219,7 @@ const char *db__sql(enum db__stmt_id id)
 /* Prepares statement id on c's session unless that was done already. */
 static int prepare_once(db_conn *c, enum db__stmt_id id)
 {
-    const struct db__stmt *s = &stmts[id];
+    const struct statement *s = &stmts[id];
     uint64_t bit = UINT64_C(1) << id;
     PGresult *res;
     int rc;
@@ -241,7 +241,7 @@ static int prepare_once(db_conn *c, enum db__stmt_id id)
 
 int db__run(db_conn *c, enum db__stmt_id id, const char *const *params, PGresult **res)
 {
-    const struct db__stmt *s = &stmts[id];
+    const struct statement *s = &stmts[id];
     PGresult *r = NULL;
     int rc;
 

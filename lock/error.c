@@ -34,7 +34,7 @@ const char *lock_strerror(int code)
     switch (code) {
     case LOCK_OK:
         return "ok";
-    case LOCK_TIMEOUT:
+    case LOCK_ERR_TIMEOUT:
         return "lock held by another owner for the whole wait";
     case LOCK_ERR_REDIS:
         return "redis unreachable, timed out or answered an error";

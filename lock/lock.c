@@ -460,7 +460,7 @@ int lock_try_lock(lock_client *c, const char *name, int64_t wait_ms, int64_t lea
         in_line = queue;
         now = lock__now_ns();
         if (now >= deadline) {
-            rc = LOCK_TIMEOUT;
+            rc = LOCK_ERR_TIMEOUT;
             break;
         }
         if (w == NULL) {
@@ -497,18 +497,18 @@ int lock_try_lock(lock_client *c, const char *name, int64_t wait_ms, int64_t lea
         } else if (fence_token != NULL)
             *fence_token = a.token;
     }
-    if (rc == LOCK_TIMEOUT)
+    if (rc == LOCK_ERR_TIMEOUT)
         atomic_fetch_add(&c->timeouts, 1);
     /* Leaving without the lock: out of the line at once, so that the waiters behind do not
      * wait for the place to lapse. Only after a clean "not yours" (after an error, Redis is
      * likely unreachable, and the call's time bound has no room for another timeout). */
-    if (in_line && rc == LOCK_TIMEOUT)
+    if (in_line && rc == LOCK_ERR_TIMEOUT)
         leave_line(c, &k, owner, hard_deadline);
     if (w != NULL) {
         /* A wake-up used for a try that failed on an error (not on another holder) is
          * passed to another waiter: the lock may well be free. */
         lock__subscriber_leave(c->subscriber, w, rc == LOCK_OK,
-                               woken && rc != LOCK_OK && rc != LOCK_TIMEOUT);
+                               woken && rc != LOCK_OK && rc != LOCK_ERR_TIMEOUT);
     }
     return rc;
 }

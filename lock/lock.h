@@ -43,7 +43,7 @@
 /* Result codes. 0 is success; every failure is negative. */
 enum {
     LOCK_OK = 0,
-    LOCK_TIMEOUT = -1,      /* try_lock: the lock was held by another owner for the whole wait */
+    LOCK_ERR_TIMEOUT = -1,  /* try_lock: the lock was held by another owner for the whole wait */
     LOCK_ERR_REDIS = -2,    /* Redis unreachable, timed out or answered an error: not acquired */
     LOCK_ERR_NOT_HELD = -3, /* unlock/is_held: the caller does not hold this lock */
     LOCK_ERR_INVALID = -4,  /* bad argument (empty name, lease 0 or < -1, wait < 0, ...) */
@@ -126,7 +126,7 @@ void lock_client_destroy(lock_client *c);
  * only when every waiter that came before it has had the lock or left the line; a try
  * with wait_ms 0 takes a free lock only when nobody is in line.
  * Returns LOCK_OK and sets *fence_token (if not NULL) to the token of this holding;
- * LOCK_TIMEOUT; LOCK_ERR_REDIS (never "acquired" on a lost connection; with sync_replicas,
+ * LOCK_ERR_TIMEOUT; LOCK_ERR_REDIS (never "acquired" on a lost connection; with sync_replicas,
  * also a grant that too few replicas acknowledged, released again); LOCK_ERR_BUSY;
  * LOCK_ERR_INVALID.
  */
@@ -158,7 +158,7 @@ int lock_is_held(lock_client *c, const char *name);
 typedef struct lock_stats {
     uint64_t renewals; /* successful watchdog renewals */
     uint64_t lost;     /* holdings the watchdog found lost */
-    uint64_t timeouts; /* try_lock calls that returned LOCK_TIMEOUT */
+    uint64_t timeouts; /* try_lock calls that returned LOCK_ERR_TIMEOUT */
     int pool_size;     /* command connections in the pool */
     int pool_in_use;   /* borrowed right now */
 } lock_stats;

@@ -308,7 +308,7 @@ int redlock_lock(redlock *r, const char *name, int64_t wait_ms, int64_t lease_ms
                         why[0] ? why : "no reason given");
         return LOCK_ERR_REDIS;
     }
-    return LOCK_TIMEOUT;
+    return LOCK_ERR_TIMEOUT;
 }
 
 int redlock_unlock(redlock *r, const redlock_holding *h)

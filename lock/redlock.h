@@ -119,7 +119,7 @@ typedef struct redlock_holding {
  * Takes `name` (1 to 127 bytes) with a fixed lease (lease_ms > 2 * drift, in practice >=
  * 10 ms), trying for wait_ms at most (0: one attempt). Returns no later than wait_ms plus one
  * attempt (N nodes x 2 node timeouts).
- * LOCK_OK with *out filled; LOCK_TIMEOUT when a majority of nodes answered but the lock was
+ * LOCK_OK with *out filled; LOCK_ERR_TIMEOUT when a majority of nodes answered but the lock was
  * held elsewhere (or the attempts were too slow to leave any validity) for the whole wait;
  * LOCK_ERR_REDIS when, on the last attempt, fewer than a quorum of nodes answered at all
  * (lock_last_error() says how many and why); LOCK_ERR_INVALID.

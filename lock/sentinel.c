@@ -289,7 +289,7 @@ static int watch_connect(lock__sentinel_watch *w)
 
 /*
  * Reads "<name> <old-ip> <old-port> <new-ip> <new-port>" from a pub/sub message. Returns
- * LOCK_OK for our master, LOCK_TIMEOUT for another message (skipped), LOCK_ERR_REDIS for a
+ * LOCK_OK for our master, LOCK_ERR_TIMEOUT for another message (skipped), LOCK_ERR_REDIS for a
  * malformed one.
  */
 static int parse_switch(const lock__sentinel_watch *w, const redisReply *r, lock__addr *master)
@@ -300,14 +300,14 @@ static int parse_switch(const lock__sentinel_watch *w, const redisReply *r, lock
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
         r->element[0]->type != REDIS_REPLY_STRING || strcmp(r->element[0]->str, "message") != 0 ||
         r->element[2]->type != REDIS_REPLY_STRING)
-        return LOCK_TIMEOUT;
+        return LOCK_ERR_TIMEOUT;
     if (sscanf(r->element[2]->str, "%127s %*s %*d %255s %d", name, host, &port) != 3 || port < 1 ||
         port > 65535) {
         lock__error_set("sentinel: malformed +switch-master \"%s\"", r->element[2]->str);
         return LOCK_ERR_REDIS;
     }
     if (strcmp(name, w->s->master_name) != 0)
-        return LOCK_TIMEOUT;
+        return LOCK_ERR_TIMEOUT;
     snprintf(master->host, sizeof(master->host), "%s", host);
     master->port = port;
     return LOCK_OK;
@@ -338,13 +338,13 @@ int lock__sentinel_watch_wait(lock__sentinel_watch *w, int wait_ms, lock__addr *
         if (reply == NULL) {
             left = deadline - lock__now_ns();
             if (left <= 0)
-                return LOCK_TIMEOUT;
+                return LOCK_ERR_TIMEOUT;
             left = (left + LOCK__NS_PER_MS - 1) / LOCK__NS_PER_MS;
             rc = poll(&pfd, 1, left > INT_MAX ? INT_MAX : (int)left);
             if (rc < 0 && errno == EINTR)
                 continue;
             if (rc == 0)
-                return LOCK_TIMEOUT;
+                return LOCK_ERR_TIMEOUT;
             /* Readable: at least one byte (or EOF) is there, so this read does not wait
              * longer than the socket timeout for the rest of a message. */
             if (rc < 0 || redisGetReply(w->ctx, &reply) != REDIS_OK) {
@@ -356,7 +356,7 @@ int lock__sentinel_watch_wait(lock__sentinel_watch *w, int wait_ms, lock__addr *
         }
         rc = parse_switch(w, reply, master);
         freeReplyObject(reply);
-        if (rc != LOCK_TIMEOUT)
+        if (rc != LOCK_ERR_TIMEOUT)
             return rc;
     }
 }
@@ -408,13 +408,13 @@ static void *follower_main(void *arg)
         lock__addr heard;
         int rc = lock__sentinel_watch_wait(f->watch, FOLLOW_WAIT_MS, &heard);
 
-        if (rc == LOCK_TIMEOUT && !unsure)
+        if (rc == LOCK_ERR_TIMEOUT && !unsure)
             continue;
         /* A switch (check it before trusting it), a broken watch (one may have been
          * missed), or still unsure: ask. After an error, pause so a dead Sentinel list does
          * not spin. */
         unsure = !follow_master(f);
-        if (rc != LOCK_OK && rc != LOCK_TIMEOUT) {
+        if (rc != LOCK_OK && rc != LOCK_ERR_TIMEOUT) {
             struct timespec pause = {0, FOLLOW_WAIT_MS * 1000000L};
             nanosleep(&pause, NULL);
         }

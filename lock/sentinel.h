@@ -75,7 +75,7 @@ void lock__sentinel_watch_destroy(lock__sentinel_watch *w);
 /*
  * Waits at most wait_ms for a +switch-master about our master name. Returns LOCK_OK with
  * *master set to the new master's address (as the Sentinel announced it: check with
- * lock__sentinel_master() before trusting it); LOCK_TIMEOUT when none came; LOCK_ERR_REDIS
+ * lock__sentinel_master() before trusting it); LOCK_ERR_TIMEOUT when none came; LOCK_ERR_REDIS
  * when the Sentinel could not be reached or the connection broke (the next call tries the
  * next Sentinel; a switch announced meanwhile is missed, so a caller re-asks
  * lock__sentinel_master() after an error). Messages about other names are skipped.

@@ -350,7 +350,7 @@ static void run_batch(const deduct_env *env, const mode *m, int rc, guard_hold *
         items[i]->out->wait_seconds = clock_seconds_since(&items[i]->arrived);
     }
     if (rc != GUARD_OK) {
-        fail_batch(items, n, rc == GUARD_TIMEOUT ? "lock_timeout" : "unavailable", detail);
+        fail_batch(items, n, rc == GUARD_ERR_TIMEOUT ? "lock_timeout" : "unavailable", detail);
         goto twins;
     }
 

@@ -1,7 +1,7 @@
 /*
  * config.c - the service's settings, read from environment variables.
  *
- * Design: one table, config__settings[], says everything about every setting: the variable,
+ * Design: one table, settings[], says everything about every setting: the variable,
  * where it goes in service_config, its default, its bounds and its meaning. Loading, the
  * --help text and the README's table are all produced from it, so they cannot disagree.
  * Even the defaults are written as text and go through the same parser as a value from the
@@ -26,11 +26,11 @@
 #include "lock/redlock.h"
 #include "service/log.h"
 
-enum config__kind { CONFIG__INT, CONFIG__INT64, CONFIG__STRING };
+enum setting_kind { KIND_INT, KIND_INT64, KIND_STRING };
 
-typedef struct config__setting {
+typedef struct setting {
     const char *var;                  /* the environment variable */
-    enum config__kind kind;           /* how the field is stored */
+    enum setting_kind kind;           /* how the field is stored */
     size_t offset;                    /* offsetof(service_config, field) */
     size_t size;                      /* strings: sizeof the field, terminator included */
     const char *def;                  /* the default, as text */
@@ -40,16 +40,16 @@ typedef struct config__setting {
                                          NULL: "<min> to <max> characters" */
     bool secret;                      /* never echo the value */
     const char *help;                 /* what it means */
-} config__setting;
+} setting;
 
-static bool config__valid_instance(const char *value);
-static bool config__valid_ipv4(const char *value);
-static bool config__valid_visible(const char *value);
-static bool config__valid_log_level(const char *value);
-static bool config__valid_on_off(const char *value);
-static bool config__valid_redlock_nodes(const char *value);
-static bool config__valid_etcd_endpoint(const char *value);
-static bool config__valid_zookeeper_hosts(const char *value);
+static bool valid_instance(const char *value);
+static bool valid_ipv4(const char *value);
+static bool valid_visible(const char *value);
+static bool valid_log_level(const char *value);
+static bool valid_on_off(const char *value);
+static bool valid_redlock_nodes(const char *value);
+static bool valid_etcd_endpoint(const char *value);
+static bool valid_zookeeper_hosts(const char *value);
 
 #define FIELD(f) offsetof(service_config, f), sizeof(((service_config *)0)->f)
 #define NUMBER(var, kind, f, def, lo, hi, help)                                                    \
@@ -58,109 +58,109 @@ static bool config__valid_zookeeper_hosts(const char *value);
     }
 
 /* clang-format off */
-static const config__setting config__settings[] = {
-    NUMBER("PORT", CONFIG__INT, port, "8081", 1, 65535,
+static const setting settings[] = {
+    NUMBER("PORT", KIND_INT, port, "8081", 1, 65535,
            "TCP port this replica listens on"),
-    {"BIND_ADDRESS", CONFIG__STRING, FIELD(bind_address), "127.0.0.1", 7, 15,
-     config__valid_ipv4, "an IPv4 address such as 127.0.0.1 or 0.0.0.0", false,
+    {"BIND_ADDRESS", KIND_STRING, FIELD(bind_address), "127.0.0.1", 7, 15,
+     valid_ipv4, "an IPv4 address such as 127.0.0.1 or 0.0.0.0", false,
      "address to listen on (0.0.0.0 inside a container)"},
-    {"INSTANCE", CONFIG__STRING, FIELD(instance), "svc-1", 1, 63,
-     config__valid_instance, "1 to 63 characters of A-Za-z0-9_.-", false,
+    {"INSTANCE", KIND_STRING, FIELD(instance), "svc-1", 1, 63,
+     valid_instance, "1 to 63 characters of A-Za-z0-9_.-", false,
      "this replica's name, reported in answers and recorded with each order"},
-    {"DATABASE_URL", CONFIG__STRING, FIELD(database_url),
+    {"DATABASE_URL", KIND_STRING, FIELD(database_url),
      "host=127.0.0.1 port=15432 user=stock dbname=stock", 1, 1023, NULL, NULL, true,
      "libpq connection string of the stock database"},
-    {"REDIS_HOST", CONFIG__STRING, FIELD(redis_host), "127.0.0.1", 1, 255,
-     config__valid_visible, "1 to 255 characters, no spaces", false,
+    {"REDIS_HOST", KIND_STRING, FIELD(redis_host), "127.0.0.1", 1, 255,
+     valid_visible, "1 to 255 characters, no spaces", false,
      "Redis host name or address"},
-    NUMBER("REDIS_PORT", CONFIG__INT, redis_port, "16379", 1, 65535,
+    NUMBER("REDIS_PORT", KIND_INT, redis_port, "16379", 1, 65535,
            "Redis port"),
-    {"REDIS_SENTINELS", CONFIG__STRING, FIELD(redis_sentinels), "", 0, 1023,
-     config__valid_visible, "host:port,host:port,... with no spaces", false,
+    {"REDIS_SENTINELS", KIND_STRING, FIELD(redis_sentinels), "", 0, 1023,
+     valid_visible, "host:port,host:port,... with no spaces", false,
      "when set, the Redis master is found through these Sentinels and followed across a "
      "failover (REDIS_HOST/PORT are used only if none answers at start)"},
-    {"REDIS_MASTER_NAME", CONFIG__STRING, FIELD(redis_master_name), "stock", 1, 127,
-     config__valid_visible, "1 to 127 characters, no spaces", false,
+    {"REDIS_MASTER_NAME", KIND_STRING, FIELD(redis_master_name), "stock", 1, 127,
+     valid_visible, "1 to 127 characters, no spaces", false,
      "the name the Sentinels know the master by"},
-    NUMBER("LOCK_SYNC_REPLICAS", CONFIG__INT, lock_sync_replicas, "0", 0, 16,
+    NUMBER("LOCK_SYNC_REPLICAS", KIND_INT, lock_sync_replicas, "0", 0, 16,
            "after each lock acquisition, WAIT for this many Redis replicas (200 ms at most); "
            "fewer: the lock is released and the request answered 503"),
-    {"MODE", CONFIG__STRING, FIELD(default_mode), "redis", 1, 31,
-     config__valid_visible, "1 to 31 characters, no spaces", false,
+    {"MODE", KIND_STRING, FIELD(default_mode), "redis", 1, 31,
+     valid_visible, "1 to 31 characters, no spaces", false,
      "default deduction mode when a request names none (see GET /api/modes)"},
-    NUMBER("WORKER_THREADS", CONFIG__INT, worker_threads, "256", 1, 4096,
+    NUMBER("WORKER_THREADS", KIND_INT, worker_threads, "256", 1, 4096,
            "connections served at once, one thread each; more wait in the accept queue"),
-    NUMBER("LOCK_WAIT_MS", CONFIG__INT64, lock_wait_ms, "2000", 0, 600000,
+    NUMBER("LOCK_WAIT_MS", KIND_INT64, lock_wait_ms, "2000", 0, 600000,
            "how long a request waits for a lock before answering 503 lock_timeout"),
-    NUMBER("BATCH_MAX", CONFIG__INT, batch_max, "64", 1, 1024,
+    NUMBER("BATCH_MAX", KIND_INT, batch_max, "64", 1, 1024,
            "redis-batch: requests sold in one transaction at most"),
-    NUMBER("BATCH_QUEUE_MAX", CONFIG__INT, batch_queue_max, "1024", 1, 100000,
+    NUMBER("BATCH_QUEUE_MAX", KIND_INT, batch_queue_max, "1024", 1, 100000,
            "redis-batch: requests waiting for a batch per goods at most; more answer 503 at once"),
-    NUMBER("BATCH_WAIT_MS", CONFIG__INT64, batch_wait_ms, "2000", 0, 600000,
+    NUMBER("BATCH_WAIT_MS", KIND_INT64, batch_wait_ms, "2000", 0, 600000,
            "redis-batch: how long a request waits to be taken into a batch before 503 "
            "lock_timeout"),
-    NUMBER("LOCK_LEASE_MS", CONFIG__INT64, lock_lease_ms, "30000", 300, 600000,
+    NUMBER("LOCK_LEASE_MS", KIND_INT64, lock_lease_ms, "30000", 300, 600000,
            "lease of a Redis lock; the watchdog renews it every lease/3 while held"),
-    NUMBER("LOCK_MAX_HOLD_MS", CONFIG__INT64, lock_max_hold_ms, "60000", 1000, 3600000,
+    NUMBER("LOCK_MAX_HOLD_MS", KIND_INT64, lock_max_hold_ms, "60000", 1000, 3600000,
            "the watchdog stops renewing a lock held this long: a stuck holder's lease runs out"),
-    {"LOCK_FAIR", CONFIG__STRING, FIELD(lock_fair), "on", 2, 3, config__valid_on_off, "on or off",
+    {"LOCK_FAIR", KIND_STRING, FIELD(lock_fair), "on", 2, 3, valid_on_off, "on or off",
      false,
      "on: lock waiters of every replica stand in one line in Redis and a free lock goes to the "
      "longest waiting; off: to whichever replica's waiter reaches Redis first (every replica "
      "should agree)"},
-    NUMBER("LOCK_WAITER_LIVENESS_MS", CONFIG__INT64, lock_waiter_liveness_ms, "1500", 30, 600000,
+    NUMBER("LOCK_WAITER_LIVENESS_MS", KIND_INT64, lock_waiter_liveness_ms, "1500", 30, 600000,
            "a lock waiter's place in line lapses this long after its last call (it calls every "
            "third of it): the waiters of a replica that died leave the line by themselves"),
-    NUMBER("LOCK_FIXED_LEASE_MS", CONFIG__INT64, lock_fixed_lease_ms, "2000", 100, 600000,
+    NUMBER("LOCK_FIXED_LEASE_MS", KIND_INT64, lock_fixed_lease_ms, "2000", 100, 600000,
            "lease of the ladder's Redis rungs that have no watchdog (setnx-ttl ... "
            "redis-nowatchdog)"),
-    {"FAULTS", CONFIG__STRING, FIELD(faults), "off", 2, 3, config__valid_on_off,
+    {"FAULTS", KIND_STRING, FIELD(faults), "off", 2, 3, valid_on_off,
      "on or off", false,
      "on: a request may inject a fault with the X-Fault header (for the ladder's "
      "demonstrations; never in production); off: X-Fault answers 400"},
-    NUMBER("OPTIMISTIC_RETRIES", CONFIG__INT, optimistic_retries, "16", 0, 1000,
+    NUMBER("OPTIMISTIC_RETRIES", KIND_INT, optimistic_retries, "16", 0, 1000,
            "pg-optimistic: times a transaction that lost its race is run again before 503 conflict"),
-    NUMBER("LOCKROW_TTL_MS", CONFIG__INT64, lockrow_ttl_ms, "30000", 100, 600000,
+    NUMBER("LOCKROW_TTL_MS", KIND_INT64, lockrow_ttl_ms, "30000", 100, 600000,
            "pg-lockrow-ttl: how long a lock row lives; a taker may delete one older than this"),
-    {"ADMIN_TOKEN", CONFIG__STRING, FIELD(admin_token), "", 0, 255,
-     config__valid_visible, "at most 255 visible ASCII characters, no spaces", true,
+    {"ADMIN_TOKEN", KIND_STRING, FIELD(admin_token), "", 0, 255,
+     valid_visible, "at most 255 visible ASCII characters, no spaces", true,
      "when set, POST /api/admin/reset requires 'Authorization: Bearer <token>'"},
-    NUMBER("BUSINESS_DELAY_MS", CONFIG__INT64, business_delay_ms, "0", 0, 60000,
+    NUMBER("BUSINESS_DELAY_MS", KIND_INT64, business_delay_ms, "0", 0, 60000,
            "sleep between reading and writing the stock, to widen the race window"),
-    NUMBER("DB_POOL_SIZE", CONFIG__INT, db_pool_size, "16", 1, 256,
+    NUMBER("DB_POOL_SIZE", KIND_INT, db_pool_size, "16", 1, 256,
            "PostgreSQL connections per replica"),
-    NUMBER("REDIS_POOL_SIZE", CONFIG__INT, redis_pool_size, "16", 1, 256,
+    NUMBER("REDIS_POOL_SIZE", KIND_INT, redis_pool_size, "16", 1, 256,
            "Redis command connections per replica"),
-    NUMBER("DB_WAIT_MS", CONFIG__INT64, db_wait_ms, "2000", 0, 600000,
+    NUMBER("DB_WAIT_MS", KIND_INT64, db_wait_ms, "2000", 0, 600000,
            "how long a request waits for a pooled PostgreSQL connection before a 503"),
-    NUMBER("DB_REPLY_TIMEOUT_MS", CONFIG__INT, db_reply_timeout_ms, "6000", 100, 600000,
+    NUMBER("DB_REPLY_TIMEOUT_MS", KIND_INT, db_reply_timeout_ms, "6000", 100, 600000,
            "how long any PostgreSQL round trip may take before the request answers 503"),
-    NUMBER("REDIS_TIMEOUT_MS", CONFIG__INT64, redis_timeout_ms, "500", 10, 60000,
+    NUMBER("REDIS_TIMEOUT_MS", KIND_INT64, redis_timeout_ms, "500", 10, 60000,
            "Redis connect and command timeout"),
-    NUMBER("CONNECTION_TIMEOUT_S", CONFIG__INT, connection_timeout_s, "30", 1, 3600,
+    NUMBER("CONNECTION_TIMEOUT_S", KIND_INT, connection_timeout_s, "30", 1, 3600,
            "an idle or slow client connection is closed after this many seconds"),
-    {"MIGRATIONS_DIR", CONFIG__STRING, FIELD(migrations_dir), "migrations", 1, 511, NULL,
+    {"MIGRATIONS_DIR", KIND_STRING, FIELD(migrations_dir), "migrations", 1, 511, NULL,
      NULL, false, "directory of the numbered NNN_*.sql schema files"},
-    {"ETCD_ENDPOINT", CONFIG__STRING, FIELD(etcd_endpoint), "", 0, 255,
-     config__valid_etcd_endpoint, "empty, or an http:// URL of at most 255 characters, no spaces",
+    {"ETCD_ENDPOINT", KIND_STRING, FIELD(etcd_endpoint), "", 0, 255,
+     valid_etcd_endpoint, "empty, or an http:// URL of at most 255 characters, no spaces",
      false, "client URL of etcd; empty: this replica neither offers nor lists the etcd mode "
      "(its lease is LOCK_LEASE_MS, in whole seconds)"},
-    NUMBER("ETCD_TIMEOUT_MS", CONFIG__INT64, etcd_timeout_ms, "1000", 10, 60000,
+    NUMBER("ETCD_TIMEOUT_MS", KIND_INT64, etcd_timeout_ms, "1000", 10, 60000,
            "bound on each etcd request (the lock's watch waits up to LOCK_WAIT_MS)"),
-    {"ZOOKEEPER_HOSTS", CONFIG__STRING, FIELD(zookeeper_hosts), "", 0, 255,
-     config__valid_zookeeper_hosts, "empty, or host:port,host:port,... (A-Za-z0-9.-_ hosts)",
+    {"ZOOKEEPER_HOSTS", KIND_STRING, FIELD(zookeeper_hosts), "", 0, 255,
+     valid_zookeeper_hosts, "empty, or host:port,host:port,... (A-Za-z0-9.-_ hosts)",
      false, "the ZooKeeper ensemble; empty: this replica neither offers nor lists the zookeeper "
      "mode (its session timeout is LOCK_LEASE_MS, within the server's min/maxSessionTimeout)"},
-    NUMBER("ZOOKEEPER_TIMEOUT_MS", CONFIG__INT, zookeeper_timeout_ms, "1000", 10, 60000,
+    NUMBER("ZOOKEEPER_TIMEOUT_MS", KIND_INT, zookeeper_timeout_ms, "1000", 10, 60000,
            "how long a request waits for a connected ZooKeeper session before a 503"),
-    {"LOG_LEVEL", CONFIG__STRING, FIELD(log_level), "info", 1, 15,
-     config__valid_log_level, "one of debug, info, warn, error", false,
+    {"LOG_LEVEL", KIND_STRING, FIELD(log_level), "info", 1, 15,
+     valid_log_level, "one of debug, info, warn, error", false,
      "least important log lines written to stderr"},
-    {"REDLOCK_NODES", CONFIG__STRING, FIELD(redlock_nodes), "", 0, 1023,
-     config__valid_redlock_nodes, "empty, or host:port,host:port,... (1 to 9 distinct nodes)",
+    {"REDLOCK_NODES", KIND_STRING, FIELD(redlock_nodes), "", 0, 1023,
+     valid_redlock_nodes, "empty, or host:port,host:port,... (1 to 9 distinct nodes)",
      false,
      "the independent Redis servers of the redlock mode; empty: the mode is not served"},
-    NUMBER("REDLOCK_TIMEOUT_MS", CONFIG__INT, redlock_timeout_ms, "100", 1, 10000,
+    NUMBER("REDLOCK_TIMEOUT_MS", KIND_INT, redlock_timeout_ms, "100", 1, 10000,
            "redlock: connect and command timeout per node (short beside the lease: a dead "
            "node must cost little of the validity)"),
 };
@@ -169,9 +169,9 @@ static const config__setting config__settings[] = {
 #undef NUMBER
 #undef FIELD
 
-#define CONFIG__N_SETTINGS (sizeof(config__settings) / sizeof(config__settings[0]))
+#define CONFIG__N_SETTINGS (sizeof(settings) / sizeof(settings[0]))
 
-static bool config__valid_instance(const char *value)
+static bool valid_instance(const char *value)
 {
     for (const char *p = value; *p != '\0'; p++) {
         char c = *p;
@@ -183,14 +183,14 @@ static bool config__valid_instance(const char *value)
     return true;
 }
 
-static bool config__valid_ipv4(const char *value)
+static bool valid_ipv4(const char *value)
 {
     struct in_addr addr;
     /* inet_pton accepts only the dotted quad (no "127.1", no octal), which is what we want. */
     return inet_pton(AF_INET, value, &addr) == 1;
 }
 
-static bool config__valid_visible(const char *value)
+static bool valid_visible(const char *value)
 {
     for (const unsigned char *p = (const unsigned char *)value; *p != '\0'; p++) {
         if (*p <= 0x20 || *p >= 0x7f)
@@ -199,12 +199,12 @@ static bool config__valid_visible(const char *value)
     return true;
 }
 
-static bool config__valid_on_off(const char *value)
+static bool valid_on_off(const char *value)
 {
     return strcmp(value, "on") == 0 || strcmp(value, "off") == 0;
 }
 
-static bool config__valid_redlock_nodes(const char *value)
+static bool valid_redlock_nodes(const char *value)
 {
     redlock_node nodes[REDLOCK_MAX_NODES];
     char err[128];
@@ -214,23 +214,23 @@ static bool config__valid_redlock_nodes(const char *value)
            redlock_parse_nodes(value, nodes, REDLOCK_MAX_NODES, &n, err, sizeof(err)) == 0;
 }
 
-static bool config__valid_log_level(const char *value)
+static bool valid_log_level(const char *value)
 {
     return log_level_parse(value) >= 0;
 }
 
 /* Empty (no etcd) or a plain-HTTP URL: the lock speaks etcd's gateway without TLS, so an
  * https:// endpoint, or a host alone, would only fail later, at the first etcd request. */
-static bool config__valid_etcd_endpoint(const char *value)
+static bool valid_etcd_endpoint(const char *value)
 {
     if (value[0] == '\0')
         return true;
-    return strncmp(value, "http://", 7) == 0 && value[7] != '\0' && config__valid_visible(value);
+    return strncmp(value, "http://", 7) == 0 && value[7] != '\0' && valid_visible(value);
 }
 
 /* Empty (no ZooKeeper) or a list of host:port the C client accepts: it would take a bad
  * list at start-up and only fail later, at every request. */
-static bool config__valid_zookeeper_hosts(const char *value)
+static bool valid_zookeeper_hosts(const char *value)
 {
     const char *p = value;
 
@@ -290,7 +290,7 @@ int config__parse_integer(const char *text, int64_t min, int64_t max, int64_t *o
 
 /* Copies value into buf for an error line: control and non-ASCII bytes as '?', cut with
  * "..." after 40 characters so that one bad value cannot flood the line. */
-static const char *config__echo(char *buf, size_t len, const char *value)
+static const char *printable_echo(char *buf, size_t len, const char *value)
 {
     size_t i = 0, max = len > 44 ? 40 : (len > 4 ? len - 4 : 0);
 
@@ -306,25 +306,25 @@ static const char *config__echo(char *buf, size_t len, const char *value)
     return buf;
 }
 
-static int config__load_number(const config__setting *s, const char *value, service_config *out,
-                               char *err, size_t errlen)
+static int load_number(const setting *s, const char *value, service_config *out, char *err,
+                       size_t errlen)
 {
     int64_t v;
     char echo[48];
 
     if (config__parse_integer(value, s->min, s->max, &v) < 0) {
         snprintf(err, errlen, "%s: must be an integer from %lld to %lld, got '%s'", s->var,
-                 (long long)s->min, (long long)s->max, config__echo(echo, sizeof(echo), value));
+                 (long long)s->min, (long long)s->max, printable_echo(echo, sizeof(echo), value));
         return -1;
     }
-    if (s->kind == CONFIG__INT)
+    if (s->kind == KIND_INT)
         *(int *)(void *)((char *)out + s->offset) = (int)v; /* bounds fit an int */
     else
         *(int64_t *)(void *)((char *)out + s->offset) = v;
     return 0;
 }
 
-static void config__string_rule(const config__setting *s, char *buf, size_t len)
+static void string_rule(const setting *s, char *buf, size_t len)
 {
     if (s->rule != NULL)
         snprintf(buf, len, "%s", s->rule);
@@ -334,20 +334,20 @@ static void config__string_rule(const config__setting *s, char *buf, size_t len)
         snprintf(buf, len, "at most %lld characters", (long long)s->max);
 }
 
-static int config__load_string(const config__setting *s, const char *value, service_config *out,
-                               char *err, size_t errlen)
+static int load_string(const setting *s, const char *value, service_config *out, char *err,
+                       size_t errlen)
 {
     size_t n = strlen(value);
     char rule[96], echo[48];
 
     if ((int64_t)n < s->min || (int64_t)n > s->max || (s->valid != NULL && !s->valid(value))) {
-        config__string_rule(s, rule, sizeof(rule));
+        string_rule(s, rule, sizeof(rule));
         if (s->secret)
             snprintf(err, errlen, "%s: must be %s (the value is not shown, %zu characters)", s->var,
                      rule, n);
         else
             snprintf(err, errlen, "%s: must be %s, got '%s'", s->var, rule,
-                     config__echo(echo, sizeof(echo), value));
+                     printable_echo(echo, sizeof(echo), value));
         return -1;
     }
     /* max < size is checked by the tests for every row, so this always fits. */
@@ -369,23 +369,23 @@ int config_load(service_config *out, config_lookup_fn lookup, void *ctx, char *e
         err[0] = '\0';
     memset(out, 0, sizeof(*out));
     for (size_t i = 0; i < CONFIG__N_SETTINGS && rc == 0; i++) {
-        const config__setting *s = &config__settings[i];
+        const setting *s = &settings[i];
         const char *value = lookup != NULL ? lookup(s->var, ctx) : NULL;
         if (value == NULL)
             value = s->def; /* unset; a variable set to "" is a value, and checked as one */
-        if (s->kind == CONFIG__STRING)
-            rc = config__load_string(s, value, out, err, errlen);
+        if (s->kind == KIND_STRING)
+            rc = load_string(s, value, out, err, errlen);
         else
-            rc = config__load_number(s, value, out, err, errlen);
+            rc = load_number(s, value, out, err, errlen);
     }
     return rc;
 }
 
 /* What a value may be, for the help and the documentation. */
-static void config__allowed(const config__setting *s, char *buf, size_t len)
+static void describe_allowed(const setting *s, char *buf, size_t len)
 {
-    if (s->kind == CONFIG__STRING)
-        config__string_rule(s, buf, len);
+    if (s->kind == KIND_STRING)
+        string_rule(s, buf, len);
     else
         snprintf(buf, len, "integer %lld..%lld", (long long)s->min, (long long)s->max);
 }
@@ -397,8 +397,8 @@ void config_print_help(void *file)
 
     fprintf(f, "Settings, from environment variables (unset means the default):\n\n");
     for (size_t i = 0; i < CONFIG__N_SETTINGS; i++) {
-        const config__setting *s = &config__settings[i];
-        config__allowed(s, allowed, sizeof(allowed));
+        const setting *s = &settings[i];
+        describe_allowed(s, allowed, sizeof(allowed));
         const char *quote = strchr(s->def, ' ') != NULL ? "'" : ""; /* as a shell would need */
         fprintf(f, "  %s=%s%s%s\n      %s (%s)\n", s->var, quote, s->def, quote, s->help, allowed);
     }
@@ -411,8 +411,8 @@ void config_print_markdown(void *file)
 
     fprintf(f, "| Variable | Default | Allowed | Meaning |\n|---|---|---|---|\n");
     for (size_t i = 0; i < CONFIG__N_SETTINGS; i++) {
-        const config__setting *s = &config__settings[i];
-        config__allowed(s, allowed, sizeof(allowed));
+        const setting *s = &settings[i];
+        describe_allowed(s, allowed, sizeof(allowed));
         fprintf(f, "| `%s` | %s%s%s | %s | %s |\n", s->var, s->def[0] ? "`" : "(empty)", s->def,
                 s->def[0] ? "`" : "", allowed, s->help);
     }
@@ -427,7 +427,7 @@ int config__describe(size_t i, const char **var, const char **def, size_t *size,
 {
     if (i >= CONFIG__N_SETTINGS)
         return -1;
-    const config__setting *s = &config__settings[i];
+    const setting *s = &settings[i];
     *var = s->var;
     *def = s->def;
     *size = s->size;

@@ -85,7 +85,7 @@ static int answer_hook_stop(deduction *d, int rc)
     char why[sizeof(d->out->detail)];
 
     snprintf(why, sizeof(why), "%s", d->out->detail);
-    return answer_503(d, rc == GUARD_TIMEOUT ? "lock_timeout" : "unavailable", why);
+    return answer_503(d, rc == GUARD_ERR_TIMEOUT ? "lock_timeout" : "unavailable", why);
 }
 
 static int answer_db_failure(deduction *d, const char *what, int rc)
@@ -434,7 +434,7 @@ int deduct_execute(const deduct_env *env, const mode *m, int64_t goods_id, int64
     rc = m->enter(env->guards, goods_id, &d.hold, detail, sizeof(detail));
     out->waited = d.hold.waited;
     out->wait_seconds = d.hold.wait_seconds;
-    if (rc == GUARD_TIMEOUT)
+    if (rc == GUARD_ERR_TIMEOUT)
         return answer_503(&d, "lock_timeout", detail);
     if (rc != GUARD_OK)
         return answer_503(&d, "unavailable", detail);

@@ -64,9 +64,9 @@ typedef enum deduct_point {
 
 /*
  * A hook is called at each point with the request's holding of its guard (it may set the
- * holding's fault fields). It returns GUARD_OK to go on, or GUARD_TIMEOUT / GUARD_UNAVAILABLE
- * with a reason in `why` to stop the deduction there as if its guard had failed: the
- * transaction, if open, rolls back and the answer is 503 lock_timeout / unavailable.
+ * holding's fault fields). It returns GUARD_OK to go on, or GUARD_ERR_TIMEOUT /
+ * GUARD_ERR_UNAVAILABLE with a reason in `why` to stop the deduction there as if its guard had
+ * failed: the transaction, if open, rolls back and the answer is 503 lock_timeout / unavailable.
  * (Fault injection's nested step stops a deduction this way; tests' hooks only go on.)
  */
 typedef struct deduct_hook {

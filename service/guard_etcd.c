@@ -27,7 +27,7 @@ int guard_etcd__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *
     memset(hold, 0, sizeof(*hold));
     if (env->etcd == NULL) {
         snprintf(detail, detail_len, "etcd lock client not configured");
-        return GUARD_UNAVAILABLE;
+        return GUARD_ERR_UNAVAILABLE;
     }
     /* etcd keys of the lock are "<name>/<lease>/<n>": the name has no '/'. */
     snprintf(hold->name, sizeof(hold->name), "goods-%" PRId64, goods_id);
@@ -41,20 +41,20 @@ int guard_etcd__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *
         hold->fence = token;
         hold->fence_source = "etcd";
         return GUARD_OK;
-    case ETCD_LOCK_TIMEOUT:
+    case ETCD_LOCK_ERR_TIMEOUT:
         snprintf(detail, detail_len, "etcd lock %s not had within %" PRId64 " ms", hold->name,
                  env->wait_ms);
-        return GUARD_TIMEOUT;
+        return GUARD_ERR_TIMEOUT;
     default:
         snprintf(detail, detail_len, "etcd: %s%s%s", etcd_lock_strerror(rc),
                  etcd_lock_last_error()[0] ? ": " : "", etcd_lock_last_error());
-        return GUARD_UNAVAILABLE;
+        return GUARD_ERR_UNAVAILABLE;
     }
 }
 
 int guard_etcd__still_held(guard_env *env, const guard_hold *hold)
 {
-    return etcd_lock_is_held(env->etcd, hold->name) == ETCD_LOCK_OK ? GUARD_OK : GUARD_LOST;
+    return etcd_lock_is_held(env->etcd, hold->name) == ETCD_LOCK_OK ? GUARD_OK : GUARD_ERR_LOST;
 }
 
 void guard_etcd__leave(guard_env *env, guard_hold *hold)

@@ -65,11 +65,11 @@ int guard_local__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char 
     hold->wait_seconds = clock_seconds_since(&start);
     if (rc == ETIMEDOUT) {
         snprintf(detail, detail_len, "local lock not had within %" PRId64 " ms", env->wait_ms);
-        return GUARD_TIMEOUT;
+        return GUARD_ERR_TIMEOUT;
     }
     if (rc != 0) {
         snprintf(detail, detail_len, "local lock: %s", strerror(rc));
-        return GUARD_UNAVAILABLE;
+        return GUARD_ERR_UNAVAILABLE;
     }
     hold->local = stripe;
     return GUARD_OK;

@@ -106,7 +106,7 @@ static int lockrow_enter(guard_env *env, int64_t goods_id, int64_t ttl_ms, guard
     memset(hold, 0, sizeof(*hold));
     if (env->db == NULL) {
         snprintf(detail, detail_len, "postgresql pool not configured for the lock row");
-        return GUARD_UNAVAILABLE;
+        return GUARD_ERR_UNAVAILABLE;
     }
     hold->goods_id = goods_id;
     new_owner(hold->owner, sizeof(hold->owner));
@@ -118,7 +118,7 @@ static int lockrow_enter(guard_env *env, int64_t goods_id, int64_t ttl_ms, guard
             break;
         if (rc != DB_ERR_HELD) {
             hold->wait_seconds = clock_seconds_since(&start);
-            return GUARD_UNAVAILABLE;
+            return GUARD_ERR_UNAVAILABLE;
         }
         int64_t left = env->wait_ms - elapsed_ms(&start);
         if (left <= 0) {
@@ -126,7 +126,7 @@ static int lockrow_enter(guard_env *env, int64_t goods_id, int64_t ttl_ms, guard
             snprintf(detail, detail_len,
                      "lock row of goods %" PRId64 " not had within %" PRId64 " ms", goods_id,
                      env->wait_ms);
-            return GUARD_TIMEOUT;
+            return GUARD_ERR_TIMEOUT;
         }
         clock_sleep_ms(left < LOCKROW_POLL_MS ? left : LOCKROW_POLL_MS);
     }

@@ -29,7 +29,7 @@ int guards__poll(guard_env *env, const char *rung, int64_t goods_id, bool with_t
     hold->waited = true;
     if (env->lock == NULL) {
         snprintf(detail, detail_len, "redis lock client not configured");
-        return GUARD_UNAVAILABLE;
+        return GUARD_ERR_UNAVAILABLE;
     }
     if (with_token)
         naive_owner(env->lock, hold->token, sizeof(hold->token));
@@ -39,14 +39,14 @@ int guards__poll(guard_env *env, const char *rung, int64_t goods_id, bool with_t
         if (rc != LOCK_OK) {
             snprintf(detail, detail_len, "redis: %s%s%s", lock_strerror(rc),
                      lock_last_error()[0] ? ": " : "", lock_last_error());
-            return GUARD_UNAVAILABLE;
+            return GUARD_ERR_UNAVAILABLE;
         }
         if (acquired)
             return GUARD_OK;
         if (hold->wait_seconds * 1000.0 + RUNG_POLL_MS > (double)env->wait_ms) {
             snprintf(detail, detail_len, "%s not had within %" PRId64 " ms", hold->name,
                      env->wait_ms);
-            return GUARD_TIMEOUT;
+            return GUARD_ERR_TIMEOUT;
         }
         clock_sleep_ms(RUNG_POLL_MS);
     }

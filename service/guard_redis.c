@@ -22,7 +22,7 @@ int guards__redis_enter(guard_env *env, int64_t goods_id, int64_t lease_ms, bool
     memset(hold, 0, sizeof(*hold));
     if (env->lock == NULL) {
         snprintf(detail, detail_len, "redis lock client not configured");
-        return GUARD_UNAVAILABLE;
+        return GUARD_ERR_UNAVAILABLE;
     }
     snprintf(hold->name, sizeof(hold->name), "lock:goods:%" PRId64, goods_id);
     clock_gettime(CLOCK_MONOTONIC, &start);
@@ -35,16 +35,16 @@ int guards__redis_enter(guard_env *env, int64_t goods_id, int64_t lease_ms, bool
         hold->fence = fenced ? token : 0;
         hold->fence_source = fenced ? "redis" : NULL;
         return GUARD_OK;
-    case LOCK_TIMEOUT:
+    case LOCK_ERR_TIMEOUT:
         snprintf(detail, detail_len, "%s not had within %" PRId64 " ms", hold->name, env->wait_ms);
-        return GUARD_TIMEOUT;
+        return GUARD_ERR_TIMEOUT;
     case LOCK_ERR_BUSY:
         snprintf(detail, detail_len, "redis: no connection free within the wait bound");
-        return GUARD_UNAVAILABLE;
+        return GUARD_ERR_UNAVAILABLE;
     default:
         snprintf(detail, detail_len, "redis: %s%s%s", lock_strerror(rc),
                  lock_last_error()[0] ? ": " : "", lock_last_error());
-        return GUARD_UNAVAILABLE;
+        return GUARD_ERR_UNAVAILABLE;
     }
 }
 
@@ -56,7 +56,7 @@ int guard_redis__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char 
 
 int guard_redis__still_held(guard_env *env, const guard_hold *hold)
 {
-    return lock_is_held(env->lock, hold->name) == LOCK_OK ? GUARD_OK : GUARD_LOST;
+    return lock_is_held(env->lock, hold->name) == LOCK_OK ? GUARD_OK : GUARD_ERR_LOST;
 }
 
 void guard_redis__leave(guard_env *env, guard_hold *hold)

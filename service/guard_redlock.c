@@ -32,7 +32,7 @@ int guard_redlock__enter(guard_env *env, int64_t goods_id, guard_hold *hold, cha
         /* Not reached through the mode table (the row is not served without REDLOCK_NODES),
          * but a caller that skips the table gets an answer, not a crash. */
         snprintf(detail, detail_len, "redlock: REDLOCK_NODES not configured");
-        return GUARD_UNAVAILABLE;
+        return GUARD_ERR_UNAVAILABLE;
     }
     snprintf(hold->name, sizeof(hold->name), "lock:redlock:goods:%" PRId64, goods_id);
     clock_gettime(CLOCK_MONOTONIC, &start);
@@ -44,14 +44,14 @@ int guard_redlock__enter(guard_env *env, int64_t goods_id, guard_hold *hold, cha
         snprintf(hold->token, sizeof(hold->token), "%s", h.value);
         hold->valid_until_ns = h.valid_until_ns;
         return GUARD_OK;
-    case LOCK_TIMEOUT:
+    case LOCK_ERR_TIMEOUT:
         snprintf(detail, detail_len, "%s not had on a majority of %d nodes within %" PRId64 " ms",
                  hold->name, redlock_nodes(env->redlock), env->wait_ms);
-        return GUARD_TIMEOUT;
+        return GUARD_ERR_TIMEOUT;
     default:
         snprintf(detail, detail_len, "redlock: %s%s%s", lock_strerror(rc),
                  lock_last_error()[0] ? ": " : "", lock_last_error());
-        return GUARD_UNAVAILABLE;
+        return GUARD_ERR_UNAVAILABLE;
     }
 }
 
@@ -71,7 +71,7 @@ int guard_redlock__still_held(guard_env *env, const guard_hold *hold)
 
     (void)env;
     holding_of(hold, &h);
-    return redlock_is_held(&h) == LOCK_OK ? GUARD_OK : GUARD_LOST;
+    return redlock_is_held(&h) == LOCK_OK ? GUARD_OK : GUARD_ERR_LOST;
 }
 
 void guard_redlock__leave(guard_env *env, guard_hold *hold)

@@ -27,7 +27,7 @@ int guard_zookeeper__enter(guard_env *env, int64_t goods_id, guard_hold *hold, c
     memset(hold, 0, sizeof(*hold));
     if (env->zk == NULL) {
         snprintf(detail, detail_len, "ZooKeeper lock client not configured");
-        return GUARD_UNAVAILABLE;
+        return GUARD_ERR_UNAVAILABLE;
     }
     /* The lock's name is a znode under /locks: it has no '/'. */
     snprintf(hold->name, sizeof(hold->name), "goods-%" PRId64, goods_id);
@@ -41,20 +41,20 @@ int guard_zookeeper__enter(guard_env *env, int64_t goods_id, guard_hold *hold, c
         hold->fence = token;
         hold->fence_source = "zookeeper";
         return GUARD_OK;
-    case ZK_LOCK_TIMEOUT:
+    case ZK_LOCK_ERR_TIMEOUT:
         snprintf(detail, detail_len, "ZooKeeper lock %s not had within %" PRId64 " ms", hold->name,
                  env->wait_ms);
-        return GUARD_TIMEOUT;
+        return GUARD_ERR_TIMEOUT;
     default:
         snprintf(detail, detail_len, "zookeeper: %s%s%s", zk_lock_strerror(rc),
                  zk_lock_last_error()[0] ? ": " : "", zk_lock_last_error());
-        return GUARD_UNAVAILABLE;
+        return GUARD_ERR_UNAVAILABLE;
     }
 }
 
 int guard_zookeeper__still_held(guard_env *env, const guard_hold *hold)
 {
-    return zk_lock_is_held(env->zk, hold->name) == ZK_LOCK_OK ? GUARD_OK : GUARD_LOST;
+    return zk_lock_is_held(env->zk, hold->name) == ZK_LOCK_OK ? GUARD_OK : GUARD_ERR_LOST;
 }
 
 void guard_zookeeper__leave(guard_env *env, guard_hold *hold)

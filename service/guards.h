@@ -73,7 +73,7 @@ typedef int (*guards__try_fn)(guard_env *env, guard_hold *hold, bool *acquired);
 /* guard_poll.c: the enter of a polling rung. Empties *hold, names its key
  * "lock:<rung>:goods:<goods_id>", gives it the calling thread's owner token when
  * `with_token`, then tries it with try_once every RUNG_POLL_MS until it is had or
- * env->wait_ms has passed. GUARD_OK, GUARD_TIMEOUT or GUARD_UNAVAILABLE (detail filled). */
+ * env->wait_ms has passed. GUARD_OK, GUARD_ERR_TIMEOUT or GUARD_ERR_UNAVAILABLE (detail filled). */
 int guards__poll(guard_env *env, const char *rung, int64_t goods_id, bool with_token,
                  guards__try_fn try_once, guard_hold *hold, char *detail, size_t detail_len);
 

@@ -29,7 +29,7 @@
 
 int log_min_level = LOG_INFO;
 
-static const char *const log__names[] = {"debug", "info", "warn", "error"};
+static const char *const level_names[] = {"debug", "info", "warn", "error"};
 
 int log_level_parse(const char *name)
 {
@@ -37,7 +37,7 @@ int log_level_parse(const char *name)
         return -1;
     for (int i = LOG_DEBUG; i <= LOG_ERROR; i++) {
         /* Case-insensitive: LOG_LEVEL=DEBUG is a common way to write it. */
-        if (strcasecmp(name, log__names[i]) == 0)
+        if (strcasecmp(name, level_names[i]) == 0)
             return i;
     }
     return -1;
@@ -47,11 +47,11 @@ const char *log_level_name(int level)
 {
     if (level < LOG_DEBUG || level > LOG_ERROR)
         return "unknown";
-    return log__names[level];
+    return level_names[level];
 }
 
 /* Writes "2026-11-21T10:00:00.123Z" (24 characters) into buf; returns its length. */
-static size_t log__timestamp(char *buf, size_t len)
+static size_t timestamp(char *buf, size_t len)
 {
     struct timespec now;
     struct tm tm;
@@ -70,7 +70,7 @@ static size_t log__timestamp(char *buf, size_t len)
 
 /* write(2) until everything is out; a partial write only happens for lines longer than
  * PIPE_BUF or on a full disk, and we would rather finish the line than lose its end. */
-static void log__write_all(const char *buf, size_t len)
+static void write_all(const char *buf, size_t len)
 {
     while (len > 0) {
         ssize_t n = write(STDERR_FILENO, buf, len);
@@ -93,7 +93,7 @@ void log_write(int level, const char *event, const char *fmt, ...)
     char ts[32];
     int n;
 
-    if (log__timestamp(ts, sizeof(ts)) == 0)
+    if (timestamp(ts, sizeof(ts)) == 0)
         strcpy(ts, "?");
     n = snprintf(line, sizeof(line), "ts=%s level=%s event=%s ", ts, log_level_name(level),
                  event != NULL ? event : "?");
@@ -121,20 +121,20 @@ void log_write(int level, const char *event, const char *fmt, ...)
             line[i] = ' ';
     }
     line[len++] = '\n';
-    log__write_all(line, len);
+    write_all(line, len);
 out:
     errno = saved_errno;
 }
 
 /* Characters that may appear in an unquoted value: visible ASCII except the ones that
  * separate pairs or start quoting. */
-static bool log__safe_char(unsigned char c)
+static bool safe_char(unsigned char c)
 {
     return c > 0x20 && c < 0x7f && c != '"' && c != '\\' && c != '=';
 }
 
 /* The escaped form of byte c inside quotes, written into out (at most 5 bytes). */
-static size_t log__escape(unsigned char c, char out[5])
+static size_t escape(unsigned char c, char out[5])
 {
     switch (c) {
     case '"':
@@ -180,7 +180,7 @@ const char *log_quote(char *buf, unsigned long buflen, const char *value)
         value = "";
     vlen = strlen(value);
     for (size_t i = 0; i < vlen && safe; i++)
-        safe = log__safe_char((unsigned char)value[i]);
+        safe = safe_char((unsigned char)value[i]);
     if (safe && vlen > 0 && vlen < buflen) {
         memcpy(buf, value, vlen + 1);
         return buf;
@@ -193,7 +193,7 @@ const char *log_quote(char *buf, unsigned long buflen, const char *value)
     buf[pos++] = '"';
     for (size_t i = 0; i < vlen; i++) {
         char esc[5];
-        size_t n = log__escape((unsigned char)value[i], esc);
+        size_t n = escape((unsigned char)value[i], esc);
         /* Room for this piece, and still for the closing quote and the terminator; when
          * the value does not fit, "..." before the closing quote says it was cut. */
         bool last = i + 1 == vlen;

@@ -33,23 +33,23 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const int metrics__statuses[] = {200, 400, 401, 404, 405, 409, 413, 415, 500, 503};
-#define METRICS__N_STATUS (sizeof(metrics__statuses) / sizeof(metrics__statuses[0]) + 1)
+static const int status_codes[] = {200, 400, 401, 404, 405, 409, 413, 415, 500, 503};
+#define METRICS__N_STATUS (sizeof(status_codes) / sizeof(status_codes[0]) + 1)
 #define METRICS__STATUS_OTHER (METRICS__N_STATUS - 1)
 
-static const char *const metrics__outcomes[] = {
+static const char *const outcome_names[] = {
     "deducted",    "insufficient_stock", "unknown_goods",  "lock_timeout", "lock_lost",
     "unavailable", "replayed",           "commit_unknown", "conflict",
 };
-#define METRICS__N_OUTCOMES (sizeof(metrics__outcomes) / sizeof(metrics__outcomes[0]))
+#define METRICS__N_OUTCOMES (sizeof(outcome_names) / sizeof(outcome_names[0]))
 
 /* Upper bounds of the lock-wait buckets, in seconds: from an uncontended Redis round trip
  * (well under a millisecond on loopback) to beyond the default 2 s wait bound. */
-static const double metrics__buckets[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
-                                          0.1,    0.25,  0.5,    1,     2.5,  5};
-#define METRICS__N_BUCKETS (sizeof(metrics__buckets) / sizeof(metrics__buckets[0]))
+static const double wait_buckets[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                                      0.1,    0.25,  0.5,    1,     2.5,  5};
+#define METRICS__N_BUCKETS (sizeof(wait_buckets) / sizeof(wait_buckets[0]))
 
-static const char *const metrics__route_names[ROUTE_COUNT_] = {
+static const char *const route_names[ROUTE_COUNT_] = {
     [ROUTE_DEDUCT] = "/api/deduct",        [ROUTE_STOCK] = "/api/stock/{goods_id}",
     [ROUTE_RESET] = "/api/admin/reset",    [ROUTE_MODES] = "/api/modes",
     [ROUTE_HEALTHZ] = "/healthz",          [ROUTE_READYZ] = "/readyz",
@@ -71,8 +71,8 @@ struct metrics {
 const char *metrics_route_name(metrics_route route)
 {
     if ((int)route < 0 || route >= ROUTE_COUNT_)
-        return metrics__route_names[ROUTE_OTHER];
-    return metrics__route_names[route];
+        return route_names[ROUTE_OTHER];
+    return route_names[route];
 }
 
 metrics *metrics_create(const char *const *mode_names, size_t n_modes)
@@ -110,10 +110,10 @@ void metrics_destroy(metrics *m)
     free(m);
 }
 
-static size_t metrics__status_index(int status)
+static size_t status_index(int status)
 {
     for (size_t i = 0; i < METRICS__STATUS_OTHER; i++) {
-        if (metrics__statuses[i] == status)
+        if (status_codes[i] == status)
             return i;
     }
     return METRICS__STATUS_OTHER;
@@ -125,8 +125,7 @@ void metrics_count_request(metrics *m, metrics_route route, int status)
         return;
     if ((int)route < 0 || route >= ROUTE_COUNT_)
         route = ROUTE_OTHER;
-    atomic_fetch_add_explicit(&m->requests[route][metrics__status_index(status)], 1,
-                              memory_order_relaxed);
+    atomic_fetch_add_explicit(&m->requests[route][status_index(status)], 1, memory_order_relaxed);
 }
 
 void metrics_count_deduction(metrics *m, const char *mode, const char *outcome)
@@ -137,7 +136,7 @@ void metrics_count_deduction(metrics *m, const char *mode, const char *outcome)
         return;
     for (mi = 0; mi < m->n_modes && strcmp(m->mode_names[mi], mode) != 0; mi++)
         ;
-    for (oi = 0; oi < METRICS__N_OUTCOMES && strcmp(metrics__outcomes[oi], outcome) != 0; oi++)
+    for (oi = 0; oi < METRICS__N_OUTCOMES && strcmp(outcome_names[oi], outcome) != 0; oi++)
         ;
     if (mi == m->n_modes || oi == METRICS__N_OUTCOMES)
         return;
@@ -155,7 +154,7 @@ void metrics_observe_lock_wait(metrics *m, double seconds)
         seconds = 0;
     if (seconds > 1e9)
         seconds = 1e9; /* keeps the conversion to nanoseconds defined */
-    while (b < METRICS__N_BUCKETS && seconds > metrics__buckets[b])
+    while (b < METRICS__N_BUCKETS && seconds > wait_buckets[b])
         b++;
     atomic_fetch_add_explicit(&m->lock_wait[b], 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&m->lock_wait_sum_ns, (uint64_t)llround(seconds * 1e9),
@@ -175,15 +174,14 @@ void metrics_count_optimistic_retries(metrics *m, int retries)
 }
 
 /* A growing output buffer; after a failed allocation every append is a no-op and
- * metrics__buf_take() returns NULL. */
-typedef struct metrics__buf {
+ * buf_take() returns NULL. */
+typedef struct text_buf {
     char *data;
     size_t len, cap;
     bool failed;
-} metrics__buf;
+} text_buf;
 
-__attribute__((format(printf, 2, 3))) static void metrics__printf(metrics__buf *b, const char *fmt,
-                                                                  ...)
+__attribute__((format(printf, 2, 3))) static void buf_printf(text_buf *b, const char *fmt, ...)
 {
     va_list ap;
     int n;
@@ -215,7 +213,7 @@ __attribute__((format(printf, 2, 3))) static void metrics__printf(metrics__buf *
 
 /* A label value with '\\', '"' and newlines escaped, as the text format requires. Mode names
  * come from our own table, but the format should not depend on that. */
-static const char *metrics__label(char *buf, size_t len, const char *value)
+static const char *escape_label(char *buf, size_t len, const char *value)
 {
     size_t o = 0;
 
@@ -231,15 +229,15 @@ static const char *metrics__label(char *buf, size_t len, const char *value)
     return buf;
 }
 
-static void metrics__header(metrics__buf *b, const char *name, const char *type, const char *help)
+static void header(text_buf *b, const char *name, const char *type, const char *help)
 {
-    metrics__printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+    buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-static void metrics__render_requests(metrics *m, metrics__buf *b)
+static void render_requests(metrics *m, text_buf *b)
 {
-    metrics__header(b, "stock_http_requests_total", "counter",
-                    "HTTP requests answered, by route and status.");
+    header(b, "stock_http_requests_total", "counter",
+           "HTTP requests answered, by route and status.");
     for (int r = 0; r < ROUTE_COUNT_; r++) {
         for (size_t s = 0; s < METRICS__N_STATUS; s++) {
             uint64_t v = atomic_load_explicit(&m->requests[r][s], memory_order_relaxed);
@@ -249,87 +247,87 @@ static void metrics__render_requests(metrics *m, metrics__buf *b)
             if (s == METRICS__STATUS_OTHER)
                 snprintf(status, sizeof(status), "other");
             else
-                snprintf(status, sizeof(status), "%d", metrics__statuses[s]);
-            metrics__printf(b, "stock_http_requests_total{route=\"%s\",status=\"%s\"} %llu\n",
-                            metrics__route_names[r], status, (unsigned long long)v);
+                snprintf(status, sizeof(status), "%d", status_codes[s]);
+            buf_printf(b, "stock_http_requests_total{route=\"%s\",status=\"%s\"} %llu\n",
+                       route_names[r], status, (unsigned long long)v);
         }
     }
 }
 
-static void metrics__render_deductions(metrics *m, metrics__buf *b)
+static void render_deductions(metrics *m, text_buf *b)
 {
     char mode[128];
 
-    metrics__header(b, "stock_deductions_total", "counter",
-                    "Deduction requests that reached a mode, by mode and outcome.");
+    header(b, "stock_deductions_total", "counter",
+           "Deduction requests that reached a mode, by mode and outcome.");
     for (size_t i = 0; i < m->n_modes; i++) {
-        metrics__label(mode, sizeof(mode), m->mode_names[i]);
+        escape_label(mode, sizeof(mode), m->mode_names[i]);
         for (size_t o = 0; o < METRICS__N_OUTCOMES; o++) {
             uint64_t v = atomic_load_explicit(&m->deductions[i * METRICS__N_OUTCOMES + o],
                                               memory_order_relaxed);
-            metrics__printf(b, "stock_deductions_total{mode=\"%s\",outcome=\"%s\"} %llu\n", mode,
-                            metrics__outcomes[o], (unsigned long long)v);
+            buf_printf(b, "stock_deductions_total{mode=\"%s\",outcome=\"%s\"} %llu\n", mode,
+                       outcome_names[o], (unsigned long long)v);
         }
     }
 }
 
-static void metrics__render_lock_wait(metrics *m, metrics__buf *b)
+static void render_lock_wait(metrics *m, text_buf *b)
 {
     uint64_t cumulative = 0;
 
-    metrics__header(b, "stock_lock_wait_seconds", "histogram",
-                    "Time spent waiting to take a lock, taken or not.");
+    header(b, "stock_lock_wait_seconds", "histogram",
+           "Time spent waiting to take a lock, taken or not.");
     for (size_t i = 0; i <= METRICS__N_BUCKETS; i++) {
         cumulative += atomic_load_explicit(&m->lock_wait[i], memory_order_relaxed);
         if (i < METRICS__N_BUCKETS)
-            metrics__printf(b, "stock_lock_wait_seconds_bucket{le=\"%g\"} %llu\n",
-                            metrics__buckets[i], (unsigned long long)cumulative);
+            buf_printf(b, "stock_lock_wait_seconds_bucket{le=\"%g\"} %llu\n", wait_buckets[i],
+                       (unsigned long long)cumulative);
         else
-            metrics__printf(b, "stock_lock_wait_seconds_bucket{le=\"+Inf\"} %llu\n",
-                            (unsigned long long)cumulative);
+            buf_printf(b, "stock_lock_wait_seconds_bucket{le=\"+Inf\"} %llu\n",
+                       (unsigned long long)cumulative);
     }
     uint64_t sum_ns = atomic_load_explicit(&m->lock_wait_sum_ns, memory_order_relaxed);
-    metrics__printf(b, "stock_lock_wait_seconds_sum %llu.%09llu\n",
-                    (unsigned long long)(sum_ns / 1000000000u),
-                    (unsigned long long)(sum_ns % 1000000000u));
-    metrics__printf(b, "stock_lock_wait_seconds_count %llu\n", (unsigned long long)cumulative);
+    buf_printf(b, "stock_lock_wait_seconds_sum %llu.%09llu\n",
+               (unsigned long long)(sum_ns / 1000000000u),
+               (unsigned long long)(sum_ns % 1000000000u));
+    buf_printf(b, "stock_lock_wait_seconds_count %llu\n", (unsigned long long)cumulative);
 }
 
-static void metrics__counter(metrics__buf *b, const char *name, const char *help, uint64_t v)
+static void write_counter(text_buf *b, const char *name, const char *help, uint64_t v)
 {
-    metrics__header(b, name, "counter", help);
-    metrics__printf(b, "%s %llu\n", name, (unsigned long long)v);
+    header(b, name, "counter", help);
+    buf_printf(b, "%s %llu\n", name, (unsigned long long)v);
 }
 
-static void metrics__render_external(const metrics_external *ext, metrics__buf *b)
+static void render_external(const metrics_external *ext, text_buf *b)
 {
-    metrics__counter(b, "stock_lock_renewals_total", "Lease renewals made by the lock watchdog.",
-                     ext->lock_renewals);
-    metrics__counter(b, "stock_lock_lost_total",
-                     "Locks the watchdog found gone or taken by another owner while held.",
-                     ext->lock_lost);
+    write_counter(b, "stock_lock_renewals_total", "Lease renewals made by the lock watchdog.",
+                  ext->lock_renewals);
+    write_counter(b, "stock_lock_lost_total",
+                  "Locks the watchdog found gone or taken by another owner while held.",
+                  ext->lock_lost);
 
-    metrics__header(b, "stock_db_pool_connections", "gauge",
-                    "PostgreSQL pool: size (bound), open connections, connections in use.");
-    metrics__printf(b,
-                    "stock_db_pool_connections{state=\"size\"} %d\n"
-                    "stock_db_pool_connections{state=\"open\"} %d\n"
-                    "stock_db_pool_connections{state=\"in_use\"} %d\n",
-                    ext->db_pool_size, ext->db_pool_open, ext->db_pool_in_use);
-    metrics__header(b, "stock_redis_pool_connections", "gauge",
-                    "Redis command connections: size (bound), connections in use.");
-    metrics__printf(b,
-                    "stock_redis_pool_connections{state=\"size\"} %d\n"
-                    "stock_redis_pool_connections{state=\"in_use\"} %d\n",
-                    ext->redis_pool_size, ext->redis_pool_in_use);
-    metrics__header(b, "stock_http_connections", "gauge", "HTTP client connections open now.");
-    metrics__printf(b, "stock_http_connections %d\n", ext->http_connections);
+    header(b, "stock_db_pool_connections", "gauge",
+           "PostgreSQL pool: size (bound), open connections, connections in use.");
+    buf_printf(b,
+               "stock_db_pool_connections{state=\"size\"} %d\n"
+               "stock_db_pool_connections{state=\"open\"} %d\n"
+               "stock_db_pool_connections{state=\"in_use\"} %d\n",
+               ext->db_pool_size, ext->db_pool_open, ext->db_pool_in_use);
+    header(b, "stock_redis_pool_connections", "gauge",
+           "Redis command connections: size (bound), connections in use.");
+    buf_printf(b,
+               "stock_redis_pool_connections{state=\"size\"} %d\n"
+               "stock_redis_pool_connections{state=\"in_use\"} %d\n",
+               ext->redis_pool_size, ext->redis_pool_in_use);
+    header(b, "stock_http_connections", "gauge", "HTTP client connections open now.");
+    buf_printf(b, "stock_http_connections %d\n", ext->http_connections);
 }
 
 char *metrics_render(metrics *m, const metrics_external *ext)
 {
     static const metrics_external none; /* all zeros, when the caller has no figures */
-    metrics__buf b = {NULL, 0, 0, false};
+    text_buf b = {NULL, 0, 0, false};
 
     if (m == NULL)
         return NULL;
@@ -339,17 +337,17 @@ char *metrics_render(metrics *m, const metrics_external *ext)
         return NULL;
     b.data[0] = '\0';
 
-    metrics__render_requests(m, &b);
-    metrics__render_deductions(m, &b);
-    metrics__render_lock_wait(m, &b);
-    metrics__counter(&b, "stock_lock_timeouts_total",
-                     "Lock waits that ended without the lock (503 lock_timeout).",
-                     atomic_load_explicit(&m->lock_timeouts, memory_order_relaxed));
-    metrics__counter(&b, "stock_optimistic_retries_total",
-                     "Transactions run again because an optimistic write lost its race "
-                     "(pg-optimistic); divide by its deducted outcomes for retries per sale.",
-                     atomic_load_explicit(&m->optimistic_retries, memory_order_relaxed));
-    metrics__render_external(ext != NULL ? ext : &none, &b);
+    render_requests(m, &b);
+    render_deductions(m, &b);
+    render_lock_wait(m, &b);
+    write_counter(&b, "stock_lock_timeouts_total",
+                  "Lock waits that ended without the lock (503 lock_timeout).",
+                  atomic_load_explicit(&m->lock_timeouts, memory_order_relaxed));
+    write_counter(&b, "stock_optimistic_retries_total",
+                  "Transactions run again because an optimistic write lost its race "
+                  "(pg-optimistic); divide by its deducted outcomes for retries per sale.",
+                  atomic_load_explicit(&m->optimistic_retries, memory_order_relaxed));
+    render_external(ext != NULL ? ext : &none, &b);
 
     if (b.failed) {
         free(b.data);
@@ -374,7 +372,7 @@ json_t *metrics_to_json(metrics *m)
         if (st == METRICS__STATUS_OTHER)
             snprintf(status, sizeof(status), "other");
         else
-            snprintf(status, sizeof(status), "%d", metrics__statuses[st]);
+            snprintf(status, sizeof(status), "%d", status_codes[st]);
         failed |= json_object_set_new(answers, status, json_integer((json_int_t)v));
     }
     for (size_t mi = 0; !failed && mi < m->n_modes; mi++) {
@@ -383,7 +381,7 @@ json_t *metrics_to_json(metrics *m)
         for (size_t oi = 0; !failed && oi < METRICS__N_OUTCOMES; oi++) {
             uint64_t v = atomic_load_explicit(&m->deductions[mi * METRICS__N_OUTCOMES + oi],
                                               memory_order_relaxed);
-            failed |= json_object_set_new(by, metrics__outcomes[oi], json_integer((json_int_t)v));
+            failed |= json_object_set_new(by, outcome_names[oi], json_integer((json_int_t)v));
         }
         failed |= json_object_set_new(deductions, m->mode_names[mi], by);
     }
@@ -391,7 +389,7 @@ json_t *metrics_to_json(metrics *m)
         total += atomic_load_explicit(&m->lock_wait[b], memory_order_relaxed);
         if (b == METRICS__N_BUCKETS)
             break;
-        failed |= json_array_append_new(le, json_real(metrics__buckets[b]));
+        failed |= json_array_append_new(le, json_real(wait_buckets[b]));
         failed |= json_array_append_new(cumulative, json_integer((json_int_t)total));
     }
     if (!failed) {

@@ -40,7 +40,7 @@ typedef struct guard_env_options {
                                invalid lease), as without a lock client */
     db_pool *db;            /* the PostgreSQL pool, for the guards whose lock is a row
                                (pg-lockrow); not owned; NULL: those guards answer
-                               GUARD_UNAVAILABLE */
+                               GUARD_ERR_UNAVAILABLE */
     int64_t db_wait_ms;     /* bound on waiting for a pooled connection (DB_WAIT_MS) */
     int64_t row_lease_ms;   /* pg-lockrow-ttl: how long a lock row lives (LOCKROW_TTL_MS) */
     redlock *redlock;       /* the Redlock nodes (REDLOCK_NODES); NULL: not configured, and
@@ -70,9 +70,9 @@ void guard_env_destroy(guard_env *env);
 /* Outcomes of entering a guard. */
 enum {
     GUARD_OK = 0,
-    GUARD_TIMEOUT = -1,     /* not had within the wait bound: 503 lock_timeout */
-    GUARD_UNAVAILABLE = -2, /* the guard's backing service failed: 503 unavailable */
-    GUARD_LOST = -3,        /* still_held: the holding was lost: 503 lock_lost */
+    GUARD_ERR_TIMEOUT = -1,     /* not had within the wait bound: 503 lock_timeout */
+    GUARD_ERR_UNAVAILABLE = -2, /* the guard's backing service failed: 503 unavailable */
+    GUARD_ERR_LOST = -3,        /* still_held: the holding was lost: 503 lock_lost */
 };
 
 /* One request's holding of its guard. Filled by enter, read by the deduction, emptied by
@@ -127,7 +127,7 @@ typedef struct mode {
     /* Takes the guard for goods_id. On failure fills detail (for the 503's "detail"). */
     int (*enter)(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
                  size_t detail_len);
-    /* GUARD_OK while the holding is still good; GUARD_LOST otherwise. */
+    /* GUARD_OK while the holding is still good; GUARD_ERR_LOST otherwise. */
     int (*still_held)(guard_env *env, const guard_hold *hold);
     /* Releases the holding. Called once for every successful enter. */
     void (*leave)(guard_env *env, guard_hold *hold);

@@ -37,29 +37,27 @@
 #define REQUEST__KEY_SHOWN 48 /* bytes of a client's key shown in a detail */
 #define REQUEST__IDEM_MAX 128
 
-typedef struct request__int_field {
+typedef struct int_field {
     const char *name;
     int64_t min, max;
-} request__int_field;
+} int_field;
 
-static const request__int_field request__goods_id = {"goods_id", 1, INT64_MAX};
-static const request__int_field request__count = {"count", 1, REQUEST_MAX_COUNT};
-static const request__int_field request__stock = {"stock", 0, REQUEST_MAX_STOCK};
+static const int_field goods_id_field = {"goods_id", 1, INT64_MAX};
+static const int_field count_field = {"count", 1, REQUEST_MAX_COUNT};
+static const int_field stock_field = {"stock", 0, REQUEST_MAX_STOCK};
 
-static const char *const request__deduct_keys[] = {"goods_id", "count", "mode", NULL};
-static const char *const request__reset_keys[] = {"goods_id", "stock", NULL};
+static const char *const deduct_keys[] = {"goods_id", "count", "mode", NULL};
+static const char *const reset_keys[] = {"goods_id", "stock", NULL};
 
 /* The integer fields of one body kind, for naming the field of an out-of-range integer
- * that jansson itself refused (see request__overflow_detail). */
-static const request__int_field *const request__deduct_ints[] = {&request__goods_id,
-                                                                 &request__count, NULL};
-static const request__int_field *const request__reset_ints[] = {&request__goods_id, &request__stock,
-                                                                NULL};
+ * that jansson itself refused (see overflow_detail). */
+static const int_field *const deduct_ints[] = {&goods_id_field, &count_field, NULL};
+static const int_field *const reset_ints[] = {&goods_id_field, &stock_field, NULL};
 
 /* Length of the longest prefix of s[0..n) that ends on a UTF-8 character boundary, so that
  * cutting a text there never leaves half a character (which would make the detail invalid
  * UTF-8, and jansson would refuse to put it in the answer). */
-static size_t request__utf8_cut(const char *s, size_t n)
+static size_t utf8_cut(const char *s, size_t n)
 {
     size_t lead = n;
     unsigned char c;
@@ -77,8 +75,8 @@ static size_t request__utf8_cut(const char *s, size_t n)
 }
 
 /* printf into detail, then make sure a cut did not split a UTF-8 character. */
-__attribute__((format(printf, 3, 4))) static void request__detail(char *detail, size_t len,
-                                                                  const char *fmt, ...)
+__attribute__((format(printf, 3, 4))) static void set_detail(char *detail, size_t len,
+                                                             const char *fmt, ...)
 {
     va_list ap;
     int n;
@@ -93,19 +91,19 @@ __attribute__((format(printf, 3, 4))) static void request__detail(char *detail, 
         return;
     }
     if ((size_t)n >= len)
-        detail[request__utf8_cut(detail, len - 1)] = '\0';
+        detail[utf8_cut(detail, len - 1)] = '\0';
 }
 
 /* A client's key for a detail: control characters as '?', at most REQUEST__KEY_SHOWN bytes
  * cut on a character boundary, with "..." when cut. jansson has checked it is UTF-8. */
-static const char *request__show_key(char *buf, size_t len, const char *key)
+static const char *show_key(char *buf, size_t len, const char *key)
 {
     size_t n = strlen(key), keep = n, o = 0;
 
     if (keep > REQUEST__KEY_SHOWN)
-        keep = request__utf8_cut(key, REQUEST__KEY_SHOWN);
+        keep = utf8_cut(key, REQUEST__KEY_SHOWN);
     if (keep + 4 > len)
-        keep = len > 4 ? request__utf8_cut(key, len - 4) : 0;
+        keep = len > 4 ? utf8_cut(key, len - 4) : 0;
     for (size_t i = 0; i < keep; i++) {
         unsigned char c = (unsigned char)key[i];
         buf[o++] = (c < 0x20 || c == 0x7f) ? '?' : (char)c;
@@ -119,7 +117,7 @@ static const char *request__show_key(char *buf, size_t len, const char *key)
 }
 
 /* jansson's error text as printable ASCII: it may quote bytes of the body ("near '\xff'"). */
-static const char *request__ascii(char *buf, size_t len, const char *text)
+static const char *ascii(char *buf, size_t len, const char *text)
 {
     static const char hex[] = "0123456789abcdef";
     size_t o = 0;
@@ -142,13 +140,13 @@ static const char *request__ascii(char *buf, size_t len, const char *text)
     return buf;
 }
 
-static void request__range_detail(const request__int_field *f, char *detail, size_t len)
+static void range_detail(const int_field *f, char *detail, size_t len)
 {
-    request__detail(detail, len, "%s must be an integer from %lld to %lld", f->name,
-                    (long long)f->min, (long long)f->max);
+    set_detail(detail, len, "%s must be an integer from %lld to %lld", f->name, (long long)f->min,
+               (long long)f->max);
 }
 
-static bool request__is_space(char c)
+static bool is_space(char c)
 {
     return c == ' ' || c == '\t' || c == '\n' || c == '\r'; /* JSON's whitespace */
 }
@@ -158,7 +156,7 @@ static bool request__is_space(char c)
  * jansson reports the offset just past the token it stopped at; for a duplicate key that
  * token is the key itself. Returns 0, or -1 when body[end - 1] does not close a key.
  */
-static int request__key_ending_at(const char *body, size_t end, char *key, size_t keylen)
+static int key_ending_at(const char *body, size_t end, char *key, size_t keylen)
 {
     json_t *s = NULL;
     size_t start;
@@ -199,8 +197,8 @@ out:
  * names a real fault, where the unknown field 'x' would have been reported first had the
  * body parsed.
  */
-static int request__overflow_detail(const char *body, size_t end,
-                                    const request__int_field *const *ints, char *detail, size_t len)
+static int overflow_detail(const char *body, size_t end, const int_field *const *ints, char *detail,
+                           size_t len)
 {
     char key[64];
     size_t i = end;
@@ -210,18 +208,18 @@ static int request__overflow_detail(const char *body, size_t end,
         i--;
     if (i == end)
         return -1;
-    while (i > 0 && request__is_space(body[i - 1]))
+    while (i > 0 && is_space(body[i - 1]))
         i--;
     if (i == 0 || body[i - 1] != ':')
         return -1;
     i--;
-    while (i > 0 && request__is_space(body[i - 1]))
+    while (i > 0 && is_space(body[i - 1]))
         i--;
-    if (request__key_ending_at(body, i, key, sizeof(key)) < 0)
+    if (key_ending_at(body, i, key, sizeof(key)) < 0)
         return -1;
     for (size_t k = 0; ints[k] != NULL; k++) {
         if (strcmp(key, ints[k]->name) == 0) {
-            request__range_detail(ints[k], detail, len);
+            range_detail(ints[k], detail, len);
             return 0;
         }
     }
@@ -232,9 +230,8 @@ static int request__overflow_detail(const char *body, size_t end,
  * Parses body[0..len) into a JSON object. Returns it (the caller decrefs), or NULL with
  * detail filled.
  */
-static json_t *request__load_object(const char *body, size_t len,
-                                    const request__int_field *const *ints, char *detail,
-                                    size_t dlen)
+static json_t *load_object(const char *body, size_t len, const int_field *const *ints, char *detail,
+                           size_t dlen)
 {
     json_error_t error;
     json_t *root = NULL;
@@ -243,14 +240,14 @@ static json_t *request__load_object(const char *body, size_t len,
 
     if (body == NULL)
         len = 0;
-    for (i = 0; i < len && request__is_space(body[i]); i++)
+    for (i = 0; i < len && is_space(body[i]); i++)
         ;
     if (i == len) {
-        request__detail(detail, dlen, "body is empty: expected a JSON object");
+        set_detail(detail, dlen, "body is empty: expected a JSON object");
         return NULL;
     }
     if (memchr(body, '\0', len) != NULL) {
-        request__detail(detail, dlen, "invalid JSON: the body contains a NUL byte");
+        set_detail(detail, dlen, "invalid JSON: the body contains a NUL byte");
         return NULL;
     }
 
@@ -261,36 +258,35 @@ static json_t *request__load_object(const char *body, size_t len,
             pos = len;
         switch (json_error_code(&error)) {
         case json_error_duplicate_key:
-            if (request__key_ending_at(body, pos, key, sizeof(key)) == 0) {
-                request__detail(detail, dlen, "duplicate key '%s'",
-                                request__show_key(shown, sizeof(shown), key));
+            if (key_ending_at(body, pos, key, sizeof(key)) == 0) {
+                set_detail(detail, dlen, "duplicate key '%s'", show_key(shown, sizeof(shown), key));
                 return NULL;
             }
             break;
         case json_error_numeric_overflow:
-            if (request__overflow_detail(body, pos, ints, detail, dlen) == 0)
+            if (overflow_detail(body, pos, ints, detail, dlen) == 0)
                 return NULL;
             break;
         case json_error_null_byte_in_key:
-            request__detail(detail, dlen, "a key contains \\u0000: no field is named so");
+            set_detail(detail, dlen, "a key contains \\u0000: no field is named so");
             return NULL;
         default:
             break;
         }
-        request__detail(detail, dlen, "invalid JSON: %s at line %d column %d",
-                        request__ascii(text, sizeof(text), error.text), error.line, error.column);
+        set_detail(detail, dlen, "invalid JSON: %s at line %d column %d",
+                   ascii(text, sizeof(text), error.text), error.line, error.column);
         return NULL;
     }
     if (!json_is_object(root)) {
         json_decref(root);
-        request__detail(detail, dlen, "body must be a JSON object");
+        set_detail(detail, dlen, "body must be a JSON object");
         return NULL;
     }
     return root;
 }
 
 /* Every key of obj must be one of `allowed` (NULL-terminated). Returns 0 or -1 + detail. */
-static int request__check_keys(json_t *obj, const char *const *allowed, char *detail, size_t dlen)
+static int check_keys(json_t *obj, const char *const *allowed, char *detail, size_t dlen)
 {
     const char *key;
     json_t *value;
@@ -302,8 +298,7 @@ static int request__check_keys(json_t *obj, const char *const *allowed, char *de
         while (allowed[i] != NULL && strcmp(allowed[i], key) != 0)
             i++;
         if (allowed[i] == NULL) {
-            request__detail(detail, dlen, "unknown field '%s'",
-                            request__show_key(shown, sizeof(shown), key));
+            set_detail(detail, dlen, "unknown field '%s'", show_key(shown, sizeof(shown), key));
             return -1;
         }
     }
@@ -311,14 +306,13 @@ static int request__check_keys(json_t *obj, const char *const *allowed, char *de
 }
 
 /* Reads the required integer field f of obj. Returns 0, or -1 with detail filled. */
-static int request__get_int(json_t *obj, const request__int_field *f, int64_t *out, char *detail,
-                            size_t dlen)
+static int get_int(json_t *obj, const int_field *f, int64_t *out, char *detail, size_t dlen)
 {
     json_t *v = json_object_get(obj, f->name);
     json_int_t i;
 
     if (v == NULL) {
-        request__detail(detail, dlen, "missing field '%s'", f->name);
+        set_detail(detail, dlen, "missing field '%s'", f->name);
         return -1;
     }
     /* A real (1.0, 1e0, 1.5), a string ("1"), true/false, null, an array or an object: all
@@ -331,7 +325,7 @@ static int request__get_int(json_t *obj, const request__int_field *f, int64_t *o
     *out = (int64_t)i;
     return 0;
 bad:
-    request__range_detail(f, detail, dlen);
+    range_detail(f, detail, dlen);
     return -1;
 }
 
@@ -342,20 +336,20 @@ int request_parse_deduct(const char *body, size_t len, deduct_request *out, char
     int rc = -1;
 
     memset(out, 0, sizeof(*out));
-    root = request__load_object(body, len, request__deduct_ints, detail, detail_len);
+    root = load_object(body, len, deduct_ints, detail, detail_len);
     if (root == NULL)
         goto out;
-    if (request__check_keys(root, request__deduct_keys, detail, detail_len) < 0)
+    if (check_keys(root, deduct_keys, detail, detail_len) < 0)
         goto out;
-    if (request__get_int(root, &request__goods_id, &out->goods_id, detail, detail_len) < 0)
+    if (get_int(root, &goods_id_field, &out->goods_id, detail, detail_len) < 0)
         goto out;
-    if (request__get_int(root, &request__count, &out->count, detail, detail_len) < 0)
+    if (get_int(root, &count_field, &out->count, detail, detail_len) < 0)
         goto out;
 
     mode = json_object_get(root, "mode");
     if (mode != NULL) {
         if (!json_is_string(mode)) {
-            request__detail(detail, detail_len, "mode must be a string");
+            set_detail(detail, detail_len, "mode must be a string");
             goto out;
         }
         out->has_mode = true;
@@ -382,14 +376,14 @@ int request_parse_reset(const char *body, size_t len, reset_request *out, char *
     int rc = -1;
 
     memset(out, 0, sizeof(*out));
-    root = request__load_object(body, len, request__reset_ints, detail, detail_len);
+    root = load_object(body, len, reset_ints, detail, detail_len);
     if (root == NULL)
         goto out;
-    if (request__check_keys(root, request__reset_keys, detail, detail_len) < 0)
+    if (check_keys(root, reset_keys, detail, detail_len) < 0)
         goto out;
-    if (request__get_int(root, &request__goods_id, &out->goods_id, detail, detail_len) < 0)
+    if (get_int(root, &goods_id_field, &out->goods_id, detail, detail_len) < 0)
         goto out;
-    if (request__get_int(root, &request__stock, &out->stock, detail, detail_len) < 0)
+    if (get_int(root, &stock_field, &out->stock, detail, detail_len) < 0)
         goto out;
     rc = 0;
 out:
@@ -433,7 +427,7 @@ bool request_idempotency_key_valid(const char *key)
     return n >= 1;
 }
 
-static const char *request__skip_blanks(const char *p)
+static const char *skip_blanks(const char *p)
 {
     while (*p == ' ' || *p == '\t')
         p++;
@@ -447,12 +441,12 @@ bool request_content_type_is_json(const char *value)
 
     if (value == NULL)
         return false;
-    p = request__skip_blanks(value);
+    p = skip_blanks(value);
     if (strncasecmp(p, type, sizeof(type) - 1) != 0)
         return false;
     /* The type must end here: "application/jsonx" and "application/json-seq" are other
      * types. Parameters ("; charset=utf-8") are accepted and not checked: JSON is UTF-8. */
-    p = request__skip_blanks(p + sizeof(type) - 1);
+    p = skip_blanks(p + sizeof(type) - 1);
     return *p == '\0' || *p == ';';
 }
 
@@ -465,10 +459,10 @@ bool request_bearer_matches(const char *authorization, const char *token)
     /* An empty expected token would match "Bearer " : never let it. */
     if (authorization == NULL || token == NULL || token[0] == '\0')
         return false;
-    authorization = request__skip_blanks(authorization);
+    authorization = skip_blanks(authorization);
     if (strncasecmp(authorization, "Bearer", 6) != 0 || authorization[6] != ' ')
         return false;
-    given = request__skip_blanks(authorization + 6);
+    given = skip_blanks(authorization + 6);
     given_len = strlen(given);
     while (given_len > 0 && (given[given_len - 1] == ' ' || given[given_len - 1] == '\t'))
         given_len--;

@@ -8,7 +8,7 @@
  *
  * Strings are texts the service chose (error codes, mode names, the instance) or details
  * that may quote what a client sent. jansson refuses a string that is not valid UTF-8;
- * rather than answer 500 for that, response__string() replaces every non-ASCII byte of such
+ * rather than answer 500 for that, json_text() replaces every non-ASCII byte of such
  * a string with '?'.
  */
 #include "service/response.h"
@@ -19,7 +19,7 @@
 
 /* A JSON string for s (NULL becomes ""): s itself when it is valid UTF-8, else s with its
  * non-ASCII bytes as '?'. Returns a new reference, or NULL when out of memory. */
-static json_t *response__string(const char *s)
+static json_t *json_text(const char *s)
 {
     json_t *v;
     char *copy;
@@ -41,13 +41,13 @@ static json_t *response__string(const char *s)
     return v;
 }
 
-static json_t *response__int(int64_t v)
+static json_t *json_int(int64_t v)
 {
     return json_integer((json_int_t)v);
 }
 
 /* Dumps obj compact and drops the reference; NULL when obj is NULL or a step failed. */
-static char *response__finish(json_t *obj, int failed)
+static char *finish(json_t *obj, int failed)
 {
     char *out = NULL;
 
@@ -64,11 +64,11 @@ char *response_error(const char *error, const char *detail)
 
     if (!failed) {
         failed |= json_object_set_new(o, "ok", json_false());
-        failed |= json_object_set_new(o, "error", response__string(error));
+        failed |= json_object_set_new(o, "error", json_text(error));
         if (detail != NULL)
-            failed |= json_object_set_new(o, "detail", response__string(detail));
+            failed |= json_object_set_new(o, "detail", json_text(detail));
     }
-    return response__finish(o, failed);
+    return finish(o, failed);
 }
 
 char *response_deducted(int64_t goods_id, int64_t count, int64_t remaining, int64_t order_id,
@@ -79,14 +79,14 @@ char *response_deducted(int64_t goods_id, int64_t count, int64_t remaining, int6
 
     if (!failed) {
         failed |= json_object_set_new(o, "ok", json_true());
-        failed |= json_object_set_new(o, "goods_id", response__int(goods_id));
-        failed |= json_object_set_new(o, "count", response__int(count));
-        failed |= json_object_set_new(o, "remaining", response__int(remaining));
-        failed |= json_object_set_new(o, "order_id", response__int(order_id));
-        failed |= json_object_set_new(o, "mode", response__string(mode));
-        failed |= json_object_set_new(o, "instance", response__string(instance));
+        failed |= json_object_set_new(o, "goods_id", json_int(goods_id));
+        failed |= json_object_set_new(o, "count", json_int(count));
+        failed |= json_object_set_new(o, "remaining", json_int(remaining));
+        failed |= json_object_set_new(o, "order_id", json_int(order_id));
+        failed |= json_object_set_new(o, "mode", json_text(mode));
+        failed |= json_object_set_new(o, "instance", json_text(instance));
     }
-    return response__finish(o, failed);
+    return finish(o, failed);
 }
 
 char *response_insufficient(int64_t goods_id, int64_t remaining)
@@ -97,10 +97,10 @@ char *response_insufficient(int64_t goods_id, int64_t remaining)
     if (!failed) {
         failed |= json_object_set_new(o, "ok", json_false());
         failed |= json_object_set_new(o, "error", json_string("insufficient_stock"));
-        failed |= json_object_set_new(o, "goods_id", response__int(goods_id));
-        failed |= json_object_set_new(o, "remaining", response__int(remaining));
+        failed |= json_object_set_new(o, "goods_id", json_int(goods_id));
+        failed |= json_object_set_new(o, "remaining", json_int(remaining));
     }
-    return response__finish(o, failed);
+    return finish(o, failed);
 }
 
 char *response_unknown_goods(int64_t goods_id)
@@ -111,9 +111,9 @@ char *response_unknown_goods(int64_t goods_id)
     if (!failed) {
         failed |= json_object_set_new(o, "ok", json_false());
         failed |= json_object_set_new(o, "error", json_string("unknown_goods"));
-        failed |= json_object_set_new(o, "goods_id", response__int(goods_id));
+        failed |= json_object_set_new(o, "goods_id", json_int(goods_id));
     }
-    return response__finish(o, failed);
+    return finish(o, failed);
 }
 
 int64_t response_oversold(int64_t initial, int64_t stock, int64_t sold)
@@ -135,15 +135,15 @@ char *response_stock(int64_t goods_id, int64_t initial, int64_t stock, int64_t s
     int failed = o == NULL;
 
     if (!failed) {
-        failed |= json_object_set_new(o, "goods_id", response__int(goods_id));
-        failed |= json_object_set_new(o, "initial", response__int(initial));
-        failed |= json_object_set_new(o, "stock", response__int(stock));
-        failed |= json_object_set_new(o, "sold", response__int(sold));
-        failed |= json_object_set_new(o, "orders", response__int(orders));
-        failed |= json_object_set_new(o, "oversold",
-                                      response__int(response_oversold(initial, stock, sold)));
+        failed |= json_object_set_new(o, "goods_id", json_int(goods_id));
+        failed |= json_object_set_new(o, "initial", json_int(initial));
+        failed |= json_object_set_new(o, "stock", json_int(stock));
+        failed |= json_object_set_new(o, "sold", json_int(sold));
+        failed |= json_object_set_new(o, "orders", json_int(orders));
+        failed |=
+            json_object_set_new(o, "oversold", json_int(response_oversold(initial, stock, sold)));
     }
-    return response__finish(o, failed);
+    return finish(o, failed);
 }
 
 char *response_reset(int64_t goods_id, int64_t stock)
@@ -153,23 +153,23 @@ char *response_reset(int64_t goods_id, int64_t stock)
 
     if (!failed) {
         failed |= json_object_set_new(o, "ok", json_true());
-        failed |= json_object_set_new(o, "goods_id", response__int(goods_id));
-        failed |= json_object_set_new(o, "initial", response__int(stock));
-        failed |= json_object_set_new(o, "stock", response__int(stock));
+        failed |= json_object_set_new(o, "goods_id", json_int(goods_id));
+        failed |= json_object_set_new(o, "initial", json_int(stock));
+        failed |= json_object_set_new(o, "stock", json_int(stock));
     }
-    return response__finish(o, failed);
+    return finish(o, failed);
 }
 
 /* One {"name":..,"safe":..,"summary":..} element. */
-static json_t *response__mode(const response_mode *m)
+static json_t *mode_object(const response_mode *m)
 {
     json_t *o = json_object();
     int failed = o == NULL;
 
     if (!failed) {
-        failed |= json_object_set_new(o, "name", response__string(m->name));
+        failed |= json_object_set_new(o, "name", json_text(m->name));
         failed |= json_object_set_new(o, "safe", json_boolean(m->safe));
-        failed |= json_object_set_new(o, "summary", response__string(m->summary));
+        failed |= json_object_set_new(o, "summary", json_text(m->summary));
     }
     if (failed) {
         json_decref(o);
@@ -184,14 +184,14 @@ char *response_modes(const char *default_mode, const response_mode *modes, size_
     int failed = o == NULL || list == NULL;
 
     for (size_t i = 0; i < n && !failed; i++)
-        failed |= json_array_append_new(list, response__mode(&modes[i]));
+        failed |= json_array_append_new(list, mode_object(&modes[i]));
     if (!failed) {
-        failed |= json_object_set_new(o, "default", response__string(default_mode));
+        failed |= json_object_set_new(o, "default", json_text(default_mode));
         failed |= json_object_set_new(o, "modes", list);
         list = NULL; /* taken by o, even when that failed */
     }
     json_decref(list);
-    return response__finish(o, failed);
+    return finish(o, failed);
 }
 
 char *response_health(bool ok, const char *status, const char *instance, const char *detail)
@@ -201,12 +201,12 @@ char *response_health(bool ok, const char *status, const char *instance, const c
 
     if (!failed) {
         failed |= json_object_set_new(o, "ok", json_boolean(ok));
-        failed |= json_object_set_new(o, "status", response__string(status));
-        failed |= json_object_set_new(o, "instance", response__string(instance));
+        failed |= json_object_set_new(o, "status", json_text(status));
+        failed |= json_object_set_new(o, "instance", json_text(instance));
         if (detail != NULL)
-            failed |= json_object_set_new(o, "detail", response__string(detail));
+            failed |= json_object_set_new(o, "detail", json_text(detail));
     }
-    return response__finish(o, failed);
+    return finish(o, failed);
 }
 
 char *response_replica(const char *instance, const char *process_id, const char *default_mode,
@@ -216,14 +216,14 @@ char *response_replica(const char *instance, const char *process_id, const char 
     int failed = o == NULL;
 
     if (!failed) {
-        failed |= json_object_set_new(o, "instance", response__string(instance));
-        failed |= json_object_set_new(o, "process_id", response__string(process_id));
-        failed |= json_object_set_new(o, "default_mode", response__string(default_mode));
+        failed |= json_object_set_new(o, "instance", json_text(instance));
+        failed |= json_object_set_new(o, "process_id", json_text(process_id));
+        failed |= json_object_set_new(o, "default_mode", json_text(default_mode));
         failed |= json_object_set_new(o, "metrics", metrics_json);
         metrics_json = NULL;
     }
     json_decref(metrics_json);
-    return response__finish(o, failed);
+    return finish(o, failed);
 }
 
 char *response_lock(int64_t goods_id, const char *lock_name, bool held, const char *owner,
@@ -235,9 +235,9 @@ char *response_lock(int64_t goods_id, const char *lock_name, bool held, const ch
     if (!failed) {
         const char *colon = held ? strrchr(owner, ':') : NULL;
         failed |= json_object_set_new(o, "goods_id", json_integer((json_int_t)goods_id));
-        failed |= json_object_set_new(o, "lock", response__string(lock_name));
+        failed |= json_object_set_new(o, "lock", json_text(lock_name));
         failed |= json_object_set_new(o, "held", json_boolean(held));
-        failed |= json_object_set_new(o, "owner", held ? response__string(owner) : json_null());
+        failed |= json_object_set_new(o, "owner", held ? json_text(owner) : json_null());
         failed |= json_object_set_new(o, "process_id",
                                       colon != NULL ? json_stringn(owner, (size_t)(colon - owner))
                                                     : json_null());
@@ -245,7 +245,7 @@ char *response_lock(int64_t goods_id, const char *lock_name, bool held, const ch
         failed |= json_object_set_new(o, "ttl_ms", json_integer((json_int_t)ttl_ms));
         failed |= json_object_set_new(o, "fence", json_integer((json_int_t)fence));
     }
-    return response__finish(o, failed);
+    return finish(o, failed);
 }
 
 char *response_deduct_503(const char *error, const char *detail)

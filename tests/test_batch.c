@@ -121,7 +121,7 @@ static int stub_enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *
     atomic_fetch_add(&g_entries, 1);
     usleep((useconds_t)g_enter_delay_ms * 1000);
     snprintf(detail, detail_len, "stub guard: no lock service here");
-    return GUARD_UNAVAILABLE;
+    return GUARD_ERR_UNAVAILABLE;
 }
 
 static int stub_still_held(guard_env *env, const guard_hold *hold)

@@ -211,7 +211,7 @@ static void test_bounded_wait(void **state)
     start = now_ms();
     pthread_create(&t, NULL, wait_thread, &w);
     pthread_join(t, NULL);
-    assert_int_equal(w.rc, ETCD_LOCK_TIMEOUT);
+    assert_int_equal(w.rc, ETCD_LOCK_ERR_TIMEOUT);
     assert_true(w.done_at - start >= 400);
     assert_true(w.done_at - start < 400 + 2 * 1000); /* wait + two request timeouts */
     assert_int_equal(etcd_lock_release(c, "wb"), ETCD_LOCK_OK);

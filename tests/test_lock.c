@@ -484,7 +484,7 @@ static void *mx_main(void *arg)
         long long n;
         int rc = lock_try_lock(w->c, MX_LOCK, 10000, LOCK_LEASE_WATCHDOG, NULL);
 
-        if (rc == LOCK_TIMEOUT) {
+        if (rc == LOCK_ERR_TIMEOUT) {
             w->timeouts++;
             continue;
         }
@@ -624,7 +624,7 @@ static void test_reentrancy(void **state)
     assert_int_equal(lock_unlock(c, "t:re"), LOCK_OK);
     assert_int_equal(lock_is_held(c, "t:re"), LOCK_OK);
     assert_int_equal(redis_int("EXISTS t:re"), 1);
-    assert_int_equal(other_try_lock(c, "t:re", 0, true), LOCK_TIMEOUT);
+    assert_int_equal(other_try_lock(c, "t:re", 0, true), LOCK_ERR_TIMEOUT);
 
     assert_int_equal(lock_unlock(c, "t:re"), LOCK_OK);
     assert_int_equal(lock_is_held(c, "t:re"), LOCK_ERR_NOT_HELD);
@@ -712,7 +712,7 @@ static void test_lease_expiry(void **state)
 
     /* And a try made while the lease still runs fails. */
     assert_int_equal(lock_try_lock(g_state.client, "t:lease2", 0, 300, NULL), LOCK_OK);
-    assert_int_equal(other_try_lock(g_state.client, "t:lease2", 0, true), LOCK_TIMEOUT);
+    assert_int_equal(other_try_lock(g_state.client, "t:lease2", 0, true), LOCK_ERR_TIMEOUT);
     assert_int_equal(lock_try_lock(g_state.client, "t:lease2", 0, 300, &token), LOCK_OK);
     assert_int_equal(lock_unlock(g_state.client, "t:lease2"), LOCK_OK);
     assert_int_equal(lock_unlock(g_state.client, "t:lease2"), LOCK_OK);
@@ -733,7 +733,7 @@ static void test_watchdog(void **state)
     assert_true(redis_int("PTTL t:wd") <= SHORT_LEASE_MS);
     start = now_ns();
     while (now_ns() - start < 3 * SHORT_LEASE_MS * MS) {
-        assert_int_equal(other_try_lock(c, "t:wd", 0, true), LOCK_TIMEOUT);
+        assert_int_equal(other_try_lock(c, "t:wd", 0, true), LOCK_ERR_TIMEOUT);
         tries++;
         sleep_ms(30);
     }
@@ -749,7 +749,7 @@ static void test_watchdog(void **state)
      * (renewing this holding until its last release) comes within a third of it. */
     assert_int_equal(lock_try_lock(c, "t:wd", 0, 60, NULL), LOCK_OK);
     sleep_ms(SHORT_LEASE_MS);
-    assert_int_equal(other_try_lock(c, "t:wd", 0, true), LOCK_TIMEOUT);
+    assert_int_equal(other_try_lock(c, "t:wd", 0, true), LOCK_ERR_TIMEOUT);
     assert_int_equal(lock_is_held(c, "t:wd"), LOCK_OK);
     assert_int_equal(lock_unlock(c, "t:wd"), LOCK_OK);
 
@@ -816,7 +816,7 @@ static void test_wait_bound(void **state)
     bg_start(&b);
     bg_join(&b);
     took = b.done_ns - b.started_ns;
-    assert_int_equal(b.rc, LOCK_TIMEOUT);
+    assert_int_equal(b.rc, LOCK_ERR_TIMEOUT);
     assert_true(took >= 200 * MS);
     assert_true(took <= (200 + COMMAND_TIMEOUT_MS) * MS);
     lock_get_stats(c, &st);
@@ -825,7 +825,7 @@ static void test_wait_bound(void **state)
     b.wait_ms = 0;
     bg_start(&b);
     bg_join(&b);
-    assert_int_equal(b.rc, LOCK_TIMEOUT);
+    assert_int_equal(b.rc, LOCK_ERR_TIMEOUT);
     assert_true(b.done_ns - b.started_ns <= COMMAND_TIMEOUT_MS * MS);
     assert_int_equal(lock_unlock(c, "t:wait"), LOCK_OK);
     print_message("wait bound: try_lock(200 ms) timed out after %.1f ms\n", (double)took / 1e6);
@@ -987,7 +987,7 @@ static void *fair_barger_main(void *arg)
 
         if (in_line)
             atomic_fetch_add(&sh->tries, 1);
-        if (rc == LOCK_TIMEOUT)
+        if (rc == LOCK_ERR_TIMEOUT)
             continue;
         if (rc != LOCK_OK) {
             atomic_fetch_add(&sh->errors, 1);
@@ -1196,7 +1196,7 @@ static void test_fair_dead_waiter(void **state)
     assert_true(now_ms > 0);
     assert_int_equal(redis_int("ZADD t:ghost:waiters 1 ghost:1"), 1);
     assert_int_equal(redis_int("ZADD t:ghost:waiters:until %lld ghost:1", now_ms + 400), 1);
-    assert_int_equal(lock_try_lock(c, "t:ghost", 0, 10000, NULL), LOCK_TIMEOUT);
+    assert_int_equal(lock_try_lock(c, "t:ghost", 0, 10000, NULL), LOCK_ERR_TIMEOUT);
     start = now_ns();
     assert_int_equal(lock_try_lock(c, "t:ghost", 3000, 10000, NULL), LOCK_OK);
     waited_ms = (now_ns() - start) / MS;
@@ -1224,15 +1224,15 @@ static void test_fair_leave(void **state)
 
     (void)state;
     assert_int_equal(lock_try_lock(g_state.client, "t:leave", 0, 10000, NULL), LOCK_OK);
-    assert_int_equal(other_try_lock(other, "t:leave", 0, true), LOCK_TIMEOUT);
+    assert_int_equal(other_try_lock(other, "t:leave", 0, true), LOCK_ERR_TIMEOUT);
     assert_int_equal(redis_int("EXISTS t:leave:waiters"), 0);
     bg_start(&plain);
     bg_join(&plain);
-    assert_int_equal(plain.rc, LOCK_TIMEOUT);
+    assert_int_equal(plain.rc, LOCK_ERR_TIMEOUT);
     assert_int_equal(redis_int("EXISTS t:leave:waiters"), 0);
 
     /* In line, then out of it when its 200 ms run out. */
-    assert_int_equal(other_try_lock(other, "t:leave", 200, true), LOCK_TIMEOUT);
+    assert_int_equal(other_try_lock(other, "t:leave", 200, true), LOCK_ERR_TIMEOUT);
     assert_int_equal(redis_int("EXISTS t:leave:waiters"), 0);
 
     bg_start(&next);

@@ -76,7 +76,7 @@ static void test_safe_means_two_replicas_cannot_both_hold(void **state)
 /*
  * Every row, on a replica with no server configured (no Redis client, no pool, no etcd or
  * ZooKeeper client): its guard either needs none (enter answers GUARD_OK, still_held
- * GUARD_OK, and leave lets the next one in) or answers GUARD_UNAVAILABLE with a reason,
+ * GUARD_OK, and leave lets the next one in) or answers GUARD_ERR_UNAVAILABLE with a reason,
  * within the wait bound: a 503, never a crash, a hang or a false GUARD_OK. And each row is
  * found by its own name (no two rows share one).
  */
@@ -104,9 +104,9 @@ static void test_every_row_answers_without_its_server(void **state)
             all[i].leave(env, &hold);
             assert_int_equal(all[i].enter(env, 11, &hold, detail, sizeof(detail)), GUARD_OK);
             all[i].leave(env, &hold);
-        } else if (rc != GUARD_UNAVAILABLE || detail[0] == '\0') {
+        } else if (rc != GUARD_ERR_UNAVAILABLE || detail[0] == '\0') {
             fail_msg("mode %s without a server: enter answered %d (detail '%s'), want GUARD_OK "
-                     "or GUARD_UNAVAILABLE with a reason",
+                     "or GUARD_ERR_UNAVAILABLE with a reason",
                      all[i].name, rc, detail);
         }
     }
@@ -257,7 +257,7 @@ static void test_local_guard_excludes_and_times_out(void **state)
     pthread_create(&thread, NULL, try_local, &other);
     pthread_join(thread, NULL);
     /* The wait bound is 100 ms: the other thread gave up after it, not before. */
-    assert_int_equal(other.rc, GUARD_TIMEOUT);
+    assert_int_equal(other.rc, GUARD_ERR_TIMEOUT);
     assert_true(other.seconds >= 0.099);
     local->leave(*state, &hold);
 
@@ -287,7 +287,7 @@ static void test_lockrow_guards_without_a_pool_are_unavailable(void **state)
         guard_hold hold;
         char detail[64] = "";
         assert_int_equal(modes_find(names[i])->enter(*state, 1, &hold, detail, sizeof(detail)),
-                         GUARD_UNAVAILABLE);
+                         GUARD_ERR_UNAVAILABLE);
         assert_true(strlen(detail) > 0);
     }
 }
@@ -298,7 +298,7 @@ static void test_redis_guard_without_client_is_unavailable(void **state)
     guard_hold hold;
     char detail[64] = "";
 
-    assert_int_equal(redis->enter(*state, 1, &hold, detail, sizeof(detail)), GUARD_UNAVAILABLE);
+    assert_int_equal(redis->enter(*state, 1, &hold, detail, sizeof(detail)), GUARD_ERR_UNAVAILABLE);
     assert_true(strlen(detail) > 0);
 }
 
@@ -447,7 +447,7 @@ static void test_zookeeper_guard_without_client_is_unavailable(void **state)
     guard_hold hold;
     char detail[64] = "";
 
-    assert_int_equal(zk->enter(*state, 1, &hold, detail, sizeof(detail)), GUARD_UNAVAILABLE);
+    assert_int_equal(zk->enter(*state, 1, &hold, detail, sizeof(detail)), GUARD_ERR_UNAVAILABLE);
     assert_true(strlen(detail) > 0);
 }
 
@@ -458,7 +458,7 @@ static void test_etcd_guard_without_client_is_unavailable(void **state)
     char detail[64] = "";
 
     /* Reached only if a caller skipped modes_find_served: a 503, not a crash. */
-    assert_int_equal(etcd->enter(*state, 1, &hold, detail, sizeof(detail)), GUARD_UNAVAILABLE);
+    assert_int_equal(etcd->enter(*state, 1, &hold, detail, sizeof(detail)), GUARD_ERR_UNAVAILABLE);
     assert_true(strlen(detail) > 0);
 }
 

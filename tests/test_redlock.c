@@ -267,7 +267,7 @@ static void test_contention_times_out_within_bound(void **state)
     (void)state;
     assert_int_equal(redlock_lock(g.rl, "rl:busy", 0, 10000, &a), LOCK_OK);
     start = now_ms();
-    assert_int_equal(redlock_lock(g.rl, "rl:busy", 300, 10000, &b), LOCK_TIMEOUT);
+    assert_int_equal(redlock_lock(g.rl, "rl:busy", 300, 10000, &b), LOCK_ERR_TIMEOUT);
     took = now_ms() - start;
     /* It gives up when the next retry would start past the wait: up to one retry delay
      * (<= 2 x 20 ms) early; at most one attempt (5 nodes x 2 timeouts) late. */
@@ -298,7 +298,7 @@ static void test_minority_held_elsewhere(void **state)
     /* Three held elsewhere: no majority. The two grants we did get are given back at once,
      * not left to block others for a lease. */
     node_set(2, "rl:m", "someone-else", 10000);
-    assert_int_equal(redlock_lock(g.rl, "rl:m", 100, 10000, &h), LOCK_TIMEOUT);
+    assert_int_equal(redlock_lock(g.rl, "rl:m", 100, 10000, &h), LOCK_ERR_TIMEOUT);
     assert_int_equal(count_nodes_with("rl:m", "someone-else"), 3);
     assert_int_equal(count_nodes_with("rl:m", ""), 2);
 }
@@ -316,7 +316,7 @@ static void test_minority_down_still_works(void **state)
     assert_true(now_ms() - start < 1000);
     assert_int_equal(h.granted, 3);
     /* Still exclusive with three. */
-    assert_int_equal(redlock_lock(g.rl, "rl:down2", 100, 10000, &other), LOCK_TIMEOUT);
+    assert_int_equal(redlock_lock(g.rl, "rl:down2", 100, 10000, &other), LOCK_ERR_TIMEOUT);
     assert_int_equal(redlock_unlock(g.rl, &h), 3);
     assert_int_equal(redlock_lock(g.rl, "rl:down2", 0, 10000, &other), LOCK_OK);
     redlock_unlock(g.rl, &other);

@@ -415,7 +415,7 @@ static void test_failover(void **state)
     assert_non_null(w);
     /* Nothing happens: the wait ends on time, and the subscription stays usable. */
     started = (int64_t)time(NULL);
-    assert_int_equal(lock__sentinel_watch_wait(w, 100, &heard), LOCK_TIMEOUT);
+    assert_int_equal(lock__sentinel_watch_wait(w, 100, &heard), LOCK_ERR_TIMEOUT);
 
     r = command_on(redis_server_port(g_state.sentinel[0]), "SENTINEL FAILOVER m");
     assert_non_null(r);

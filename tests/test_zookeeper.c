@@ -224,7 +224,7 @@ static void test_bounded_wait(void **state)
     start = now_ms();
     pthread_create(&t, NULL, wait_thread, &w);
     pthread_join(t, NULL);
-    assert_int_equal(w.rc, ZK_LOCK_TIMEOUT);
+    assert_int_equal(w.rc, ZK_LOCK_ERR_TIMEOUT);
     assert_true(w.done_at - start >= 400);
     assert_true(w.done_at - start < 400 + REQUEST_TIMEOUT_MS); /* wait + a request timeout */
     /* The waiter left the queue: a try of the other client after the release gets it. */

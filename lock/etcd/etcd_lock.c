@@ -47,7 +47,7 @@ const char *etcd_lock_strerror(int code)
     switch (code) {
     case ETCD_LOCK_OK:
         return "ok";
-    case ETCD_LOCK_TIMEOUT:
+    case ETCD_LOCK_ERR_TIMEOUT:
         return "lock held by another owner for the whole wait";
     case ETCD_LOCK_ERR_SERVER:
         return "etcd unreachable, timed out or answered an error";
@@ -546,7 +546,7 @@ static size_t watch_collect(char *ptr, size_t size, size_t nmemb, void *ud)
 }
 
 /* Waits up to timeout_ms for the deletion of key64 (base64) after revision from_rev.
- * Returns ETCD_LOCK_OK when it was deleted; ETCD_LOCK_TIMEOUT when the time ran out or
+ * Returns ETCD_LOCK_OK when it was deleted; ETCD_LOCK_ERR_TIMEOUT when the time ran out or
  * etcd ended the stream (the caller looks again); ETCD_LOCK_ERR_SERVER. */
 static int watch_deletion(etcd_lock_client *c, const char *key64, int64_t from_rev,
                           int64_t timeout_ms)
@@ -584,7 +584,7 @@ static int watch_deletion(etcd_lock_client *c, const char *key64, int64_t from_r
     if (w.deleted)
         rc = ETCD_LOCK_OK;
     else if (cc == CURLE_OPERATION_TIMEDOUT || cc == CURLE_OK)
-        rc = ETCD_LOCK_TIMEOUT; /* out of time, or etcd ended the watch: look again */
+        rc = ETCD_LOCK_ERR_TIMEOUT; /* out of time, or etcd ended the watch: look again */
     else
         set_error("/v3/watch: %s", curl_easy_strerror(cc));
 out:
@@ -672,11 +672,11 @@ int etcd_lock_acquire(etcd_lock_client *c, const char *name, int64_t wait_ms, in
             break; /* first in line: held */
         left = deadline - now_ms();
         if (left <= 0) {
-            rc = ETCD_LOCK_TIMEOUT;
+            rc = ETCD_LOCK_ERR_TIMEOUT;
             goto give_up;
         }
         rc = watch_deletion(c, pred, at_rev + 1, left);
-        if (rc == ETCD_LOCK_TIMEOUT)
+        if (rc == ETCD_LOCK_ERR_TIMEOUT)
             continue; /* one last look, then the deadline check gives up */
         if (rc != ETCD_LOCK_OK)
             goto give_up;

@@ -29,7 +29,7 @@
 
 enum {
     ETCD_LOCK_OK = 0,
-    ETCD_LOCK_TIMEOUT = -1,      /* held by another for the whole wait */
+    ETCD_LOCK_ERR_TIMEOUT = -1,  /* held by another for the whole wait */
     ETCD_LOCK_ERR_SERVER = -2,   /* etcd unreachable, timed out or answered an error */
     ETCD_LOCK_ERR_NOT_HELD = -3, /* the calling thread does not hold this lock */
     ETCD_LOCK_ERR_INVALID = -4,
@@ -63,7 +63,7 @@ void etcd_lock_client_destroy(etcd_lock_client *c);
  * request timeout, so a hung etcd costs at most six of them before the queue (the lease,
  * which may wait for another thread's grant, and the put, each once more on a lease etcd
  * dropped): never more than wait_ms + 8 request timeouts. Returns ETCD_LOCK_OK with *token set to
- * the holding's fencing token; ETCD_LOCK_TIMEOUT (the waiter's key is deleted again);
+ * the holding's fencing token; ETCD_LOCK_ERR_TIMEOUT (the waiter's key is deleted again);
  * ETCD_LOCK_ERR_SERVER; ETCD_LOCK_ERR_INVALID; ETCD_LOCK_ERR_NOMEM.
  */
 int etcd_lock_acquire(etcd_lock_client *c, const char *name, int64_t wait_ms, int64_t *token);

@@ -55,7 +55,7 @@ const char *zk_lock_strerror(int code)
     switch (code) {
     case ZK_LOCK_OK:
         return "ok";
-    case ZK_LOCK_TIMEOUT:
+    case ZK_LOCK_ERR_TIMEOUT:
         return "lock held by another owner for the whole wait";
     case ZK_LOCK_ERR_SERVER:
         return "ZooKeeper unreachable, timed out or answered an error";
@@ -908,7 +908,7 @@ int zk_lock_acquire(zk_lock_client *c, const char *name, int64_t wait_ms, int64_
         if (pred[0] == '\0')
             break; /* first in line: held */
         if (now_ms() >= deadline) {
-            rc = ZK_LOCK_TIMEOUT;
+            rc = ZK_LOCK_ERR_TIMEOUT;
             goto give_up;
         }
         rc = wait_for_deletion(c, s, pred, deadline);

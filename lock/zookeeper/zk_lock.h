@@ -38,7 +38,7 @@
 
 enum {
     ZK_LOCK_OK = 0,
-    ZK_LOCK_TIMEOUT = -1,      /* held by another for the whole wait */
+    ZK_LOCK_ERR_TIMEOUT = -1,  /* held by another for the whole wait */
     ZK_LOCK_ERR_SERVER = -2,   /* ZooKeeper unreachable, timed out or answered an error */
     ZK_LOCK_ERR_NOT_HELD = -3, /* the calling thread does not hold this lock */
     ZK_LOCK_ERR_INVALID = -4,
@@ -74,7 +74,7 @@ void zk_lock_client_destroy(zk_lock_client *c);
  * listing of the queue per wake-up (the last one after wait_ms) and, on giving up, the
  * delete, so a call returns within wait_ms + 5 request timeouts even when the server hangs.
  * Returns ZK_LOCK_OK with *token set to
- * the holding's fencing token (the node's czxid); ZK_LOCK_TIMEOUT (the node is deleted
+ * the holding's fencing token (the node's czxid); ZK_LOCK_ERR_TIMEOUT (the node is deleted
  * again); ZK_LOCK_ERR_SERVER (also when the session expired during the wait);
  * ZK_LOCK_ERR_LOST (the thread holds `name` under a lost session: release it first);
  * ZK_LOCK_ERR_INVALID; ZK_LOCK_ERR_NOMEM.
