@@ -83,7 +83,7 @@ TSAN_TARGETS := build/tsan/stockd build/tsan/tests/test_lock build/tsan/tests/te
                 $(patsubst tests/%.c,build/tsan/tests/%,$(STACK_TEST_SRC))
 
 .PHONY: all programs tests test test-unit test-integration test-tsan test-docker test-fresh demo ladder chaos \
-        up down clean deps pkg-check check-includes
+        up down clean deps pkg-check check-includes config-doc
 
 all: programs
 programs: $(PROGRAMS)
@@ -123,6 +123,17 @@ $(B)/tests/%: $(B)/obj/tests/%.o $(TEST_SUPPORT_OBJ) $(MODULE_OBJ)
 
 deps:
 	@scripts/deps.sh ensure
+
+# docs/configuration.md: every setting, as the code's own table prints it (test_config fails
+# when the file and the code disagree). Run after adding or changing a setting.
+config-doc: $(B)/stockd
+	@{ echo '# Configuration'; echo; \
+	   echo '`stockd` reads its settings from the environment. This table is printed by'; \
+	   echo '`build/stockd --help-markdown` from the table the code uses (`service/config.c`),'; \
+	   echo 'and pasted here by `make config-doc`; `build/stockd --help` prints the same for a'; \
+	   echo 'terminal. A bad value stops the start-up with one line naming the variable, the rule'; \
+	   echo 'and the value.'; echo; $(B)/stockd --help-markdown; } > docs/configuration.md
+	@echo "docs/configuration.md written"
 
 # The module boundaries (CONTRIBUTING.md): service/ includes only the public headers of lock/
 # and db/, and neither of those includes the other.

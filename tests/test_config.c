@@ -557,6 +557,45 @@ static void test_help_and_markdown_list_every_setting(void **state)
     free(md);
 }
 
+/*
+ * docs/configuration.md, the reference the README links to, holds the table --help-markdown
+ * prints, as the code has it now: a setting added, renamed or given another default without
+ * the document made anew (build/stockd --help-markdown) fails here. The tests run from the
+ * repository's root (TEST_DOCS_DIR overrides where docs/ is).
+ */
+static void test_configuration_document_is_current(void **state)
+{
+    const char *dir = getenv("TEST_DOCS_DIR");
+    char path[512], *md = NULL, *doc;
+    size_t md_len = 0, doc_len;
+    FILE *f;
+    long size;
+
+    (void)state;
+    snprintf(path, sizeof(path), "%s/configuration.md", dir != NULL ? dir : "docs");
+    f = open_memstream(&md, &md_len);
+    assert_non_null(f);
+    config_print_markdown(f);
+    fclose(f);
+    f = fopen(path, "r");
+    if (f == NULL)
+        fail_msg("cannot open %s", path);
+    assert_int_equal(fseek(f, 0, SEEK_END), 0);
+    size = ftell(f);
+    assert_true(size > 0);
+    rewind(f);
+    doc_len = (size_t)size;
+    doc = malloc(doc_len + 1);
+    assert_non_null(doc);
+    assert_int_equal(fread(doc, 1, doc_len, f), doc_len);
+    doc[doc_len] = '\0';
+    fclose(f);
+    if (strstr(doc, md) == NULL)
+        fail_msg("%s is not the table build/stockd --help-markdown prints: make it anew", path);
+    free(doc);
+    free(md);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -578,6 +617,7 @@ int main(void)
         cmocka_unit_test(test_several_variables),
         cmocka_unit_test(test_small_error_buffer),
         cmocka_unit_test(test_help_and_markdown_list_every_setting),
+        cmocka_unit_test(test_configuration_document_is_current),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
