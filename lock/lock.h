@@ -75,6 +75,13 @@ typedef struct lock_options {
      * window in which a failover loses a granted lock. Default 0 (no wait), 200 ms. */
     int sync_replicas;
     int sync_timeout_ms;
+    /* Redis Cluster (optional): "host:port,host:port,..." (any nodes of the cluster: the
+     * client reads the slot map from them). When set, every command and script goes to the
+     * master of its first key's slot (lock/cluster.h), redis_host/port are not used, and every
+     * lock name must carry a hash tag ("lock:goods:{42}", lock/keys.h) or try_lock refuses it
+     * with LOCK_ERR_INVALID. Not with sentinels nor sync_replicas (LOCK_ERR_INVALID). Copied;
+     * default NULL (no cluster). */
+    const char *cluster_nodes;
 } lock_options;
 
 /* Fills *opts with the defaults above. */
