@@ -74,6 +74,7 @@ TSAN_TARGETS := build/tsan/stockd build/tsan/tests/test_lock build/tsan/tests/te
                 build/tsan/tests/test_etcd \
                 build/tsan/tests/test_zookeeper \
                 build/tsan/tests/test_sentinel \
+                build/tsan/tests/test_cluster \
                 build/tsan/tests/test_stack
 
 .PHONY: all programs tests test test-unit test-integration test-tsan test-docker test-fresh demo ladder chaos \

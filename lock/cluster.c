@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* A full read of the map at most this often: after a failover every command to the dead
  * master fails at once, and each would otherwise ask again. */
@@ -25,6 +26,9 @@
 /* Ranges of slots in one CLUSTER SLOTS answer at most: a cluster made with redis-cli has
  * one per master; migrations of single slots add a few. */
 #define RANGES_MAX 1024
+
+/* The pause before a command answered TRYAGAIN is sent again. */
+#define TRYAGAIN_PAUSE_NS (10 * LOCK__NS_PER_MS)
 
 typedef struct cluster_node {
     lock__conn_address addr; /* fixed: a master does not move, the map does */
@@ -40,7 +44,7 @@ struct lock__cluster {
     lock__sentinels seeds; /* the list given (its master name unused) */
     int pool_size;
     int connect_timeout_ms, command_timeout_ms;
-    pthread_mutex_t refresh_mu; /* one read of the map at a time */
+    pthread_mutex_t refresh_mu;   /* one read of the map at a time */
     _Atomic int64_t refreshed_ns; /* when the map was last read (0: never) */
 };
 
@@ -51,8 +55,8 @@ static bool is_int(const redisReply *r, long long lo, long long hi)
     return r->type == REDIS_REPLY_INTEGER && r->integer >= lo && r->integer <= hi;
 }
 
-int lock__cluster_parse_slots(const redisReply *r, const char *asked_host,
-                              lock__slot_range *ranges, int max, int *n)
+int lock__cluster_parse_slots(const redisReply *r, const char *asked_host, lock__slot_range *ranges,
+                              int max, int *n)
 {
     *n = 0;
     if (r == NULL || r->type != REDIS_REPLY_ARRAY) {
@@ -233,10 +237,10 @@ static int refresh_from(lock__cluster *cl, const lock__addr *a)
     cfg.command_timeout_ms = cl->command_timeout_ms;
     lock__conn_init(&conn, &cfg);
     ranges = malloc(sizeof(*ranges) * RANGES_MAX);
-    rc = ranges == NULL ? LOCK_ERR_NOMEM
-                        : lock__conn_command(&conn,
-                                             lock__now_ns() + lock__ms_to_ns(cl->command_timeout_ms),
-                                             2, argv, NULL, &r);
+    rc = ranges == NULL
+             ? LOCK_ERR_NOMEM
+             : lock__conn_command(&conn, lock__now_ns() + lock__ms_to_ns(cl->command_timeout_ms), 2,
+                                  argv, NULL, &r);
     if (rc == LOCK_OK)
         rc = lock__cluster_parse_slots(r, a->host, ranges, RANGES_MAX, &n);
     /* A node that answers with no slot at all (a cluster still being made) is no map. */
@@ -404,8 +408,8 @@ static int send_asking(lock__conn *conn, const request *q, int64_t hard_by, redi
  * LOCK__CLUSTER_REDIRECTS_MAX redirections. *out may be an error reply that is not a
  * redirection.
  */
-static int route(lock__cluster *cl, int slot, const request *q, int64_t borrow_by,
-                 int64_t hard_by, int64_t *sent_ns, redisReply **out)
+static int route(lock__cluster *cl, int slot, const request *q, int64_t borrow_by, int64_t hard_by,
+                 int64_t *sent_ns, redisReply **out)
 {
     cluster_node *node = NULL;
     bool asking = false;
@@ -454,6 +458,20 @@ static int route(lock__cluster *cl, int slot, const request *q, int64_t borrow_b
             if (rc == LOCK_ERR_REDIS)
                 (void)lock__cluster_refresh(cl, false);
             return rc;
+        }
+        if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "TRYAGAIN", 8) == 0) {
+            /* A slot half-way through a migration, with some of the script's keys moved and
+             * some not: nothing ran. The migration ends soon; try again shortly, within the
+             * command's bound (this is not a redirection: it does not count as one). */
+            if (lock__now_ns() + TRYAGAIN_PAUSE_NS >= hard_by) {
+                lock__error_set("redis cluster: slot %d: %s (until the deadline)", slot, r->str);
+                freeReplyObject(r);
+                return LOCK_ERR_REDIS;
+            }
+            freeReplyObject(r);
+            nanosleep(&(struct timespec){0, TRYAGAIN_PAUSE_NS}, NULL);
+            hops--;
+            continue;
         }
         if (r->type != REDIS_REPLY_ERROR || lock__parse_redirect(r->str, &redirect) != 0) {
             *out = r;

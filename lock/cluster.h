@@ -55,8 +55,8 @@ typedef struct lock__slot_range {
  * other shape (an error reply, a slot out of range, first > last, more than max ranges).
  * Pure: no I/O.
  */
-int lock__cluster_parse_slots(const redisReply *r, const char *asked_host,
-                              lock__slot_range *ranges, int max, int *n);
+int lock__cluster_parse_slots(const redisReply *r, const char *asked_host, lock__slot_range *ranges,
+                              int max, int *n);
 
 /*
  * Makes a router from "host:port,host:port,..." (at most LOCK_SENTINEL_MAX seeds), with

@@ -48,8 +48,8 @@ static lock__renew_outcome watchdog_renew(lock__watchdog *w, const lock__renewal
         if (lock__cluster_script(w->cluster, LOCK__SCRIPT_RENEW, true, deadline, deadline, 2, keys,
                                  3, args, NULL, &reply) != LOCK_OK)
             goto out;
-    } else if (lock__script_run(&w->conn, LOCK__SCRIPT_RENEW, deadline, 2, keys, 3, args,
-                                &reply) != LOCK_OK)
+    } else if (lock__script_run(&w->conn, LOCK__SCRIPT_RENEW, deadline, 2, keys, 3, args, &reply) !=
+               LOCK_OK)
         goto out;
     if (reply->type == REDIS_REPLY_INTEGER)
         outcome = reply->integer == 1 ? LOCK__RENEWED : LOCK__GONE;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # run-unit.sh BUILD_DIR - runs every pure unit test binary of BUILD_DIR/tests (all test_*
-# but test_lock, test_redlock, test_etcd, test_zookeeper, test_sentinel, test_db, test_deduct and
+# but test_lock, test_redlock, test_etcd, test_zookeeper, test_sentinel, test_cluster, test_db, test_deduct and
 # test_stack, which
 # need servers; tests/run-all.sh runs those).
 # Prints a line per suite and, last, "N passed, N failed" (test cases); exits 1 on any

@@ -300,8 +300,8 @@ static void test_routing_refusals(void **state)
     int64_t now = lock__now_ns();
 
     (void)state;
-    assert_int_equal(lock__cluster_script(cl, LOCK__SCRIPT_ACQUIRE, false, now, now, 2, untagged,
-                                          3, args, NULL, &r),
+    assert_int_equal(lock__cluster_script(cl, LOCK__SCRIPT_ACQUIRE, false, now, now, 2, untagged, 3,
+                                          args, NULL, &r),
                      LOCK_ERR_INVALID);
     assert_null(r);
     assert_int_equal(lock__cluster_script(cl, LOCK__SCRIPT_ACQUIRE, false, now, now, 2, split, 3,

@@ -1,0 +1,591 @@
+/*
+ * test_cluster.c - the lock on a real Redis Cluster (lock/cluster.c routing the lock's
+ * commands by slot).
+ *
+ * The program starts three redis-servers with cluster-enabled yes on free loopback ports (and
+ * free cluster-bus ports, set with cluster-port so that they stay below 32768), joins them with
+ * `redis-cli --cluster create ... --cluster-yes` (three masters, no replicas: each serves a
+ * third of the 16384 slots), and stops each by its PID at the end:
+ *     build/san/tests/test_cluster
+ *
+ * The cases, in order (they share the cluster; the last ones move slots):
+ *   spread        one lock on each master ("lock:goods:{N}", N chosen so): taken, reentrant
+ *                 (same token), its keys found on the master of its slot and nowhere else,
+ *                 released, taken again with a larger token; a name without a hash tag is
+ *                 refused; the ladder's one-key commands (naive.c) reach every master too
+ *   exclusion     two clients, four threads each, over the three locks: never two holders of
+ *                 one lock at once, and every attempt ends holding it
+ *   wake-up       a waiter on a lock served by a master other than the one the subscriber
+ *                 listens on (the first seed) is woken by the release, long before the lease
+ *                 would end it: a classic PUBLISH reaches every node of a cluster
+ *   watchdog      a short watchdog lease renewed on the lock's master while held
+ *   moved         the slot of a held lock migrated to another master (keys and all): the next
+ *                 commands follow the MOVED, the same holding goes on (same token), the
+ *                 release lands on the new master
+ *   ask           a slot half-way through a migration: a new lock in it is taken on the
+ *                 importing master after ASKING (the old one answers ASK), released there the
+ *                 same way, and once the migration ends it is served by a MOVED
+ */
+#include "lock/lock.h"
+#include "lock/naive.h"
+#include "lock/slot.h"
+#include "tests/support/ports.h"
+#include "tests/support/redis_server.h"
+
+#include <hiredis/hiredis.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <setjmp.h> /* cmocka.h needs these three first */
+#include <cmocka.h>
+
+#define NODES 3
+#define TIMEOUT_MS 500
+
+static redis_server *g_node[NODES];
+static int g_port[NODES];
+static char g_id[NODES][64];
+static char g_seeds[128];
+/* One lock name per master: g_name[i] is served by node i. */
+static char g_name[NODES][64];
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
+
+    nanosleep(&ts, NULL);
+}
+
+/* Runs a command on node i on a connection of its own; with asking, after ASKING on it. The
+ * reply is the caller's (NULL if unreachable). */
+static redisReply *node_command(int i, bool asking, const char *fmt, ...)
+{
+    struct timeval tv = {2, 0};
+    redisContext *ctx = redisConnectWithTimeout("127.0.0.1", g_port[i], tv);
+    redisReply *r = NULL;
+    va_list ap;
+
+    if (ctx == NULL || ctx->err != 0)
+        goto out;
+    redisSetTimeout(ctx, tv);
+    if (asking) {
+        r = redisCommand(ctx, "ASKING");
+        if (r == NULL)
+            goto out;
+        freeReplyObject(r);
+    }
+    va_start(ap, fmt);
+    r = redisvCommand(ctx, fmt, ap);
+    va_end(ap);
+out:
+    if (ctx != NULL)
+        redisFree(ctx);
+    return r;
+}
+
+/* Runs a command on node i and checks that the answer is not an error. */
+static void node_ok(int i, const char *fmt, const char *a, const char *b)
+{
+    redisReply *r = node_command(i, false, fmt, a, b);
+
+    assert_non_null(r);
+    if (r->type == REDIS_REPLY_ERROR)
+        fail_msg("node %d: %s: %s", i, fmt, r->str);
+    freeReplyObject(r);
+}
+
+/* EXISTS key on node i: 1 or 0; -1 when node i redirects (it does not serve the slot). */
+static long long exists_on(int i, bool asking, const char *key)
+{
+    redisReply *r = node_command(i, asking, "EXISTS %s", key);
+    long long v;
+
+    assert_non_null(r);
+    v = r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+    freeReplyObject(r);
+    return v;
+}
+
+/* The node serving key's slot now (the one that does not redirect), or -1. */
+static int owner_of(const char *key)
+{
+    for (int i = 0; i < NODES; i++)
+        if (exists_on(i, false, key) >= 0)
+            return i;
+    return -1;
+}
+
+/* Whether every node says cluster_state:ok and agrees on who serves slot 0 and 16383. */
+static bool cluster_ok(void)
+{
+    for (int i = 0; i < NODES; i++) {
+        redisReply *r = node_command(i, false, "CLUSTER INFO");
+        bool ok = r != NULL && r->type == REDIS_REPLY_STRING &&
+                  strstr(r->str, "cluster_state:ok") != NULL;
+
+        if (r != NULL)
+            freeReplyObject(r);
+        if (!ok)
+            return false;
+    }
+    return owner_of("{a}") >= 0 && owner_of("{b}") >= 0;
+}
+
+static int group_setup(void **state)
+{
+    char conf[256], cmd[512];
+
+    (void)state;
+    signal(SIGPIPE, SIG_IGN);
+    for (int i = 0; i < NODES; i++) {
+        /* The bus port is set, not left at port + 10000: that could be above 32767. */
+        snprintf(conf, sizeof(conf),
+                 "cluster-enabled yes\ncluster-config-file nodes.conf\n"
+                 "cluster-node-timeout 2000\ncluster-port %d\n",
+                 support_free_port());
+        if (redis_server_start_conf(&g_node[i], conf, false) != 0)
+            return -1;
+        g_port[i] = redis_server_port(g_node[i]);
+    }
+    snprintf(cmd, sizeof(cmd),
+             "timeout 30 redis-cli --cluster create 127.0.0.1:%d 127.0.0.1:%d 127.0.0.1:%d "
+             "--cluster-yes >/dev/null 2>&1",
+             g_port[0], g_port[1], g_port[2]);
+    if (system(cmd) != 0) {
+        fprintf(stderr, "test_cluster: redis-cli --cluster create failed: %s\n", cmd);
+        return -1;
+    }
+    for (int64_t until = now_ms() + 15000; !cluster_ok(); sleep_ms(100))
+        if (now_ms() > until) {
+            fprintf(stderr, "test_cluster: the cluster did not become ok in 15 s\n");
+            return -1;
+        }
+    for (int i = 0; i < NODES; i++) {
+        redisReply *r = node_command(i, false, "CLUSTER MYID");
+
+        if (r == NULL || r->type != REDIS_REPLY_STRING)
+            return -1;
+        snprintf(g_id[i], sizeof(g_id[i]), "%s", r->str);
+        freeReplyObject(r);
+    }
+    snprintf(g_seeds, sizeof(g_seeds), "127.0.0.1:%d,127.0.0.1:%d", g_port[0], g_port[1]);
+    /* One goods lock per master. */
+    for (int n = 1, found = 0; found < NODES && n < 1000; n++) {
+        char name[64];
+        int owner;
+
+        snprintf(name, sizeof(name), "lock:goods:{%d}", n);
+        owner = owner_of(name);
+        if (owner >= 0 && g_name[owner][0] == '\0') {
+            snprintf(g_name[owner], sizeof(g_name[owner]), "%s", name);
+            found++;
+        }
+    }
+    for (int i = 0; i < NODES; i++)
+        if (g_name[i][0] == '\0')
+            return -1;
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    for (int i = 0; i < NODES; i++)
+        redis_server_destroy(g_node[i]);
+    return 0;
+}
+
+static lock_client *new_client(int64_t watchdog_lease_ms)
+{
+    lock_options o;
+    lock_client *c = NULL;
+
+    lock_options_init(&o);
+    o.cluster_nodes = g_seeds;
+    o.connect_timeout_ms = TIMEOUT_MS;
+    o.command_timeout_ms = TIMEOUT_MS;
+    o.pool_size = 8;
+    if (watchdog_lease_ms > 0)
+        o.watchdog_lease_ms = watchdog_lease_ms;
+    assert_int_equal(lock_client_create(&o, &c), LOCK_OK);
+    return c;
+}
+
+/* ---- cases ---- */
+
+static void test_options(void **state)
+{
+    lock_options o;
+    lock_client *c = NULL;
+
+    (void)state;
+    lock_options_init(&o);
+    o.cluster_nodes = g_seeds;
+    o.sync_replicas = 1; /* WAIT is not routed: refused */
+    assert_int_equal(lock_client_create(&o, &c), LOCK_ERR_INVALID);
+    o.sync_replicas = 0;
+    o.sentinels = "127.0.0.1:1";
+    o.master_name = "m";
+    assert_int_equal(lock_client_create(&o, &c), LOCK_ERR_INVALID);
+    o.sentinels = o.master_name = NULL;
+    o.cluster_nodes = "127.0.0.1"; /* no port */
+    assert_int_equal(lock_client_create(&o, &c), LOCK_ERR_INVALID);
+    assert_null(c);
+}
+
+static void test_spread(void **state)
+{
+    lock_client *c = new_client(0);
+    int64_t t1, t2, t3;
+    char fence[80];
+    bool acquired;
+
+    (void)state;
+    assert_int_equal(lock_ping(c), LOCK_OK);
+    for (int i = 0; i < NODES; i++) {
+        const char *name = g_name[i];
+
+        snprintf(fence, sizeof(fence), "%s:fence", name);
+        assert_int_equal(lock_try_lock(c, name, 0, 10000, &t1), LOCK_OK);
+        assert_int_equal(lock_try_lock(c, name, 0, 10000, &t2), LOCK_OK);
+        assert_true(t1 > 0);
+        assert_int_equal(t1, t2);
+        /* Both keys on the master of the tag's slot; every other node redirects. */
+        for (int j = 0; j < NODES; j++) {
+            assert_int_equal(exists_on(j, false, name), j == i ? 1 : -1);
+            assert_int_equal(exists_on(j, false, fence), j == i ? 1 : -1);
+        }
+        assert_int_equal(lock_unlock(c, name), LOCK_OK);
+        assert_int_equal(exists_on(i, false, name), 1); /* one hold left */
+        assert_int_equal(lock_unlock(c, name), LOCK_OK);
+        assert_int_equal(exists_on(i, false, name), 0);
+        assert_int_equal(lock_unlock(c, name), LOCK_ERR_NOT_HELD);
+        assert_int_equal(lock_try_lock(c, name, 0, 10000, &t3), LOCK_OK);
+        assert_true(t3 > t1);
+        assert_int_equal(lock_unlock(c, name), LOCK_OK);
+    }
+    /* Without a hash tag the lock and its counter could be in two slots: refused. */
+    assert_int_equal(lock_try_lock(c, "lock:goods:1", 0, 10000, &t1), LOCK_ERR_INVALID);
+    assert_non_null(strstr(lock_last_error(), "hash tag"));
+
+    /* The ladder's one-key commands are routed the same way. */
+    for (int i = 0; i < NODES; i++) {
+        char key[80], value[32];
+        bool found;
+
+        snprintf(key, sizeof(key), "%s:setnx", g_name[i]);
+        assert_int_equal(naive_setnx(c, key, &acquired), LOCK_OK);
+        assert_true(acquired);
+        assert_int_equal(naive_setnx(c, key, &acquired), LOCK_OK);
+        assert_false(acquired);
+        assert_int_equal(exists_on(i, false, key), 1);
+        assert_int_equal(naive_get(c, key, value, sizeof(value), &found), LOCK_OK);
+        assert_true(found);
+        assert_string_equal(value, "1");
+        assert_int_equal(naive_delete_if_value(c, key, "1", &acquired), LOCK_OK);
+        assert_true(acquired); /* deleted */
+        assert_int_equal(exists_on(i, false, key), 0);
+    }
+    lock_client_destroy(c);
+}
+
+/* ---- exclusion ---- */
+
+#define THREADS_PER_CLIENT 4
+#define ROUNDS 25
+
+static _Atomic int g_inside[NODES];
+static _Atomic int g_overlaps, g_acquired, g_failed;
+
+typedef struct worker {
+    lock_client *c;
+    int seed;
+} worker;
+
+static void *worker_main(void *arg)
+{
+    worker *w = arg;
+
+    for (int r = 0; r < ROUNDS; r++) {
+        int i = (w->seed + r) % NODES;
+
+        if (lock_try_lock(w->c, g_name[i], 10000, 5000, NULL) != LOCK_OK) {
+            atomic_fetch_add(&g_failed, 1);
+            continue;
+        }
+        atomic_fetch_add(&g_acquired, 1);
+        if (atomic_fetch_add(&g_inside[i], 1) != 0)
+            atomic_fetch_add(&g_overlaps, 1);
+        sleep_ms(1);
+        atomic_fetch_sub(&g_inside[i], 1);
+        if (lock_unlock(w->c, g_name[i]) != LOCK_OK)
+            atomic_fetch_add(&g_failed, 1);
+    }
+    return NULL;
+}
+
+static void test_exclusion(void **state)
+{
+    lock_client *a = new_client(0), *b = new_client(0);
+    pthread_t t[2 * THREADS_PER_CLIENT];
+    worker w[2 * THREADS_PER_CLIENT];
+    int64_t token;
+
+    (void)state;
+    /* One holder, the other client waits in vain. */
+    assert_int_equal(lock_try_lock(a, g_name[2], 0, 10000, &token), LOCK_OK);
+    assert_int_equal(lock_try_lock(b, g_name[2], 0, 10000, &token), LOCK_TIMEOUT);
+    assert_int_equal(lock_try_lock(b, g_name[2], 200, 10000, &token), LOCK_TIMEOUT);
+    assert_int_equal(lock_unlock(a, g_name[2]), LOCK_OK);
+
+    for (int i = 0; i < 2 * THREADS_PER_CLIENT; i++) {
+        w[i].c = i % 2 == 0 ? a : b;
+        w[i].seed = i;
+        assert_int_equal(pthread_create(&t[i], NULL, worker_main, &w[i]), 0);
+    }
+    for (int i = 0; i < 2 * THREADS_PER_CLIENT; i++)
+        pthread_join(t[i], NULL);
+    assert_int_equal(atomic_load(&g_overlaps), 0);
+    assert_int_equal(atomic_load(&g_failed), 0);
+    assert_int_equal(atomic_load(&g_acquired), 2 * THREADS_PER_CLIENT * ROUNDS);
+    lock_client_destroy(a);
+    lock_client_destroy(b);
+}
+
+/* ---- wake-up through pub/sub on another node ---- */
+
+typedef struct waiter_arg {
+    lock_client *c;
+    const char *name;
+    int rc;
+    int64_t acquired_ms;
+} waiter_arg;
+
+static void *waiter_main(void *arg)
+{
+    waiter_arg *w = arg;
+
+    w->rc = lock_try_lock(w->c, w->name, 8000, 10000, NULL);
+    w->acquired_ms = now_ms();
+    if (w->rc == LOCK_OK)
+        lock_unlock(w->c, w->name);
+    return NULL;
+}
+
+static void test_wake_up(void **state)
+{
+    lock_client *a = new_client(0), *b = new_client(0);
+    /* The subscriber listens on the first seed, node 0: the lock of node 2 is elsewhere. */
+    waiter_arg w = {.c = b, .name = g_name[2]};
+    pthread_t t;
+    int64_t released;
+
+    (void)state;
+    assert_int_equal(lock_try_lock(a, g_name[2], 0, 20000, NULL), LOCK_OK);
+    assert_int_equal(pthread_create(&t, NULL, waiter_main, &w), 0);
+    sleep_ms(500); /* the waiter is subscribed and asleep: the lease has 19 s left */
+    released = now_ms();
+    assert_int_equal(lock_unlock(a, g_name[2]), LOCK_OK);
+    pthread_join(t, NULL);
+    assert_int_equal(w.rc, LOCK_OK);
+    /* Woken by the message: well within a second, not after the 20 s lease. */
+    assert_true(w.acquired_ms - released < 1500);
+    lock_client_destroy(a);
+    lock_client_destroy(b);
+}
+
+static void test_watchdog(void **state)
+{
+    lock_client *c = new_client(600); /* renewed every 200 ms */
+    lock_stats st;
+    redisReply *r;
+    int owner = 1;
+
+    (void)state;
+    assert_int_equal(lock_try_lock(c, g_name[owner], 0, LOCK_LEASE_WATCHDOG, NULL), LOCK_OK);
+    sleep_ms(1500); /* 2.5 leases */
+    assert_int_equal(lock_is_held(c, g_name[owner]), LOCK_OK);
+    r = node_command(owner, false, "PTTL %s", g_name[owner]);
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_INTEGER);
+    assert_true(r->integer > 0);
+    freeReplyObject(r);
+    lock_get_stats(c, &st);
+    assert_true(st.renewals >= 3);
+    assert_int_equal(st.lost, 0);
+    assert_int_equal(lock_unlock(c, g_name[owner]), LOCK_OK);
+    assert_int_equal(exists_on(owner, false, g_name[owner]), 0);
+    lock_client_destroy(c);
+}
+
+/* ---- slot migrations ---- */
+
+static void setslot_everywhere(int slot, int to)
+{
+    char s[8];
+
+    snprintf(s, sizeof(s), "%d", slot);
+    /* The new owner first, then the old one, then the rest (Redis' documented order). */
+    for (int k = 0; k < NODES; k++) {
+        int i = (to + k) % NODES;
+
+        node_ok(i, "CLUSTER SETSLOT %s NODE %s", s, g_id[to]);
+    }
+}
+
+/* Starts moving `slot` from node `from` to node `to`. */
+static void start_migration(int slot, int from, int to)
+{
+    char s[8];
+
+    snprintf(s, sizeof(s), "%d", slot);
+    node_ok(to, "CLUSTER SETSLOT %s IMPORTING %s", s, g_id[from]);
+    node_ok(from, "CLUSTER SETSLOT %s MIGRATING %s", s, g_id[to]);
+}
+
+static void test_moved(void **state)
+{
+    lock_client *c = new_client(0);
+    const char *name = g_name[0];
+    int slot = lock__key_slot(name, strlen(name));
+    char fence[80];
+    int64_t t1, t2, t3;
+    redisReply *r;
+
+    (void)state;
+    snprintf(fence, sizeof(fence), "%s:fence", name);
+    assert_int_equal(lock_try_lock(c, name, 0, 20000, &t1), LOCK_OK);
+    /* Move the slot, keys and all, from node 0 to node 1. */
+    start_migration(slot, 0, 1);
+    r = node_command(0, false, "MIGRATE 127.0.0.1 %d %s 0 5000 KEYS %s %s", g_port[1], "", name,
+                     fence);
+    assert_non_null(r);
+    if (r->type == REDIS_REPLY_ERROR)
+        fail_msg("MIGRATE: %s", r->str);
+    freeReplyObject(r);
+    setslot_everywhere(slot, 1);
+    assert_int_equal(owner_of(name), 1);
+
+    /* The client still maps the slot to node 0: node 0 answers MOVED, the client follows. */
+    assert_int_equal(lock_try_lock(c, name, 0, 20000, &t2), LOCK_OK);
+    assert_int_equal(t2, t1); /* the same holding, on its new master */
+    assert_int_equal(lock_unlock(c, name), LOCK_OK);
+    assert_int_equal(exists_on(1, false, name), 1);
+    assert_int_equal(lock_unlock(c, name), LOCK_OK);
+    assert_int_equal(exists_on(1, false, name), 0);
+    assert_int_equal(exists_on(1, false, fence), 1); /* the counter moved with it */
+    assert_int_equal(lock_try_lock(c, name, 0, 20000, &t3), LOCK_OK);
+    assert_true(t3 > t1);
+    assert_int_equal(lock_unlock(c, name), LOCK_OK);
+    lock_client_destroy(c);
+}
+
+/* Tries to take a lock within wait_ms, in a thread of its own. */
+typedef struct taker {
+    lock_client *c;
+    const char *name;
+    int64_t wait_ms;
+    int rc;
+    int64_t token;
+    int owner;     /* the node that served the lock's key while it was held */
+    int unlock_rc; /* a lock is its thread's: the taker gives it back itself */
+} taker;
+
+static void *taker_main(void *arg)
+{
+    taker *t = arg;
+
+    t->rc = lock_try_lock(t->c, t->name, t->wait_ms, 20000, &t->token);
+    if (t->rc == LOCK_OK) {
+        t->owner = owner_of(t->name); /* no cmocka assertion fails in it: a key exists */
+        t->unlock_rc = lock_unlock(t->c, t->name);
+    }
+    return NULL;
+}
+
+static void test_ask(void **state)
+{
+    lock_client *c = new_client(0);
+    char name[64], fence[80];
+    int slot = -1;
+    int64_t t1, t2;
+    redisReply *r;
+    taker tk = {.c = c, .name = name, .wait_ms = 3000};
+    pthread_t th;
+
+    (void)state;
+    /* A lock served by node 2, held. */
+    for (int n = 5000; n < 6000 && slot < 0; n++) {
+        snprintf(name, sizeof(name), "lock:goods:{%d}", n);
+        if (owner_of(name) == 2)
+            slot = lock__key_slot(name, strlen(name));
+    }
+    assert_true(slot >= 0);
+    snprintf(fence, sizeof(fence), "%s:fence", name);
+    assert_int_equal(lock_try_lock(c, name, 0, 20000, &t1), LOCK_OK);
+
+    /* Half-way through moving the slot to node 0: both keys already there. Node 2 still
+     * serves the slot but no longer has them, so it answers ASK. */
+    start_migration(slot, 2, 0);
+    r = node_command(2, false, "MIGRATE 127.0.0.1 %d %s 0 5000 KEYS %s %s", g_port[0], "", name,
+                     fence);
+    assert_non_null(r);
+    if (r->type == REDIS_REPLY_ERROR)
+        fail_msg("MIGRATE: %s", r->str);
+    freeReplyObject(r);
+    assert_int_equal(exists_on(2, false, name), -1); /* node 2 no longer has it: ASK */
+    assert_int_equal(exists_on(0, false, name), -1); /* node 0 does not serve the slot yet */
+    assert_int_equal(exists_on(0, true, name), 1);   /* but has the key, for an ASKING client */
+
+    t2 = -1;
+    if (lock_try_lock(c, name, 0, 20000, &t2) != LOCK_OK) /* reentrant, via ASK */
+        fail_msg("try_lock via ASK: %s", lock_last_error());
+    assert_int_equal(t2, t1);
+    assert_int_equal(lock_unlock(c, name), LOCK_OK);
+    assert_int_equal(lock_unlock(c, name), LOCK_OK);
+    assert_int_equal(exists_on(0, true, name), 0); /* released on node 0 */
+    assert_int_equal(exists_on(0, true, fence), 1);
+
+    /* Now the counter is on node 0 and the lock on neither: node 0 answers a script with both
+     * keys TRYAGAIN until the migration ends. A taker waiting 3 s keeps trying; the slot is
+     * handed to node 0 meanwhile, and the taker follows the MOVED. */
+    assert_int_equal(pthread_create(&th, NULL, taker_main, &tk), 0);
+    sleep_ms(300);
+    setslot_everywhere(slot, 0);
+    pthread_join(th, NULL);
+    if (tk.rc != LOCK_OK)
+        fail_msg("try_lock across the end of a migration: %s", lock_strerror(tk.rc));
+    assert_true(tk.token > t1);
+    assert_int_equal(tk.owner, 0);
+    assert_int_equal(tk.unlock_rc, LOCK_OK);
+    assert_int_equal(exists_on(0, false, name), 0);
+    lock_client_destroy(c);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_options),   cmocka_unit_test(test_spread),
+        cmocka_unit_test(test_exclusion), cmocka_unit_test(test_wake_up),
+        cmocka_unit_test(test_watchdog),  cmocka_unit_test(test_moved),
+        cmocka_unit_test(test_ask),
+    };
+
+    return cmocka_run_group_tests_name("cluster", tests, group_setup, group_teardown);
+}
