@@ -524,6 +524,11 @@ int lock_inspect(lock_client *c, const char *name, lock_holder *out)
     return rc;
 }
 
+bool lock_client_is_cluster(const lock_client *c)
+{
+    return c != NULL && c->cluster != NULL;
+}
+
 const char *lock_client_process_id(const lock_client *c)
 {
     return c->process_id;

@@ -181,6 +181,10 @@ int lock_inspect(lock_client *c, const char *name, lock_holder *out);
  * apart from others' in lock_inspect's answer. */
 const char *lock_client_process_id(const lock_client *c);
 
+/* Whether the client routes over a Redis Cluster (cluster_nodes was set): its lock names must
+ * then carry a hash tag. false for NULL. */
+bool lock_client_is_cluster(const lock_client *c);
+
 /* Sends PING on a pooled connection: LOCK_OK or LOCK_ERR_REDIS. For readiness checks. */
 int lock_ping(lock_client *c);
 

@@ -20,6 +20,7 @@ typedef struct service_config {
     int redis_port;          /* REDIS_PORT */
     char redis_sentinels[1024];  /* REDIS_SENTINELS ("" = no Sentinel) */
     char redis_master_name[128]; /* REDIS_MASTER_NAME */
+    char redis_cluster_nodes[1024]; /* REDIS_CLUSTER_NODES ("" = no cluster) */
     int lock_sync_replicas;      /* LOCK_SYNC_REPLICAS */
     char default_mode[32];       /* MODE: the mode used when a request names none */
     int worker_threads;          /* WORKER_THREADS: connections served at once (a thread each) */
