@@ -22,9 +22,14 @@
  *   moved         the slot of a held lock migrated to another master (keys and all): the next
  *                 commands follow the MOVED, the same holding goes on (same token), the
  *                 release lands on the new master
- *   ask           a slot half-way through a migration: a new lock in it is taken on the
- *                 importing master after ASKING (the old one answers ASK), released there the
- *                 same way, and once the migration ends it is served by a MOVED
+ *   ask           a slot half-way through a migration, a held lock's keys already moved: the
+ *                 holding is found and released on the importing master after ASKING (the old
+ *                 one answers ASK); a new take meets TRYAGAIN (the counter moved, the lock not)
+ *                 and keeps trying until the migration ends, then follows the MOVED
+ *   failover      a fourth server joins as node 1's replica; CLUSTER FAILOVER swaps the roles
+ *                 and the client follows the MOVED to its holding; then the new master is
+ *                 killed and the client, whose commands fail meanwhile, reads the map again
+ *                 and takes the lock on node 1 once the cluster promoted it back
  */
 #include "lock/lock.h"
 #include "lock/naive.h"
@@ -49,9 +54,16 @@
 
 #define NODES 3
 #define TIMEOUT_MS 500
+/* A node's configuration; %d: its cluster bus port. A node is taken for failed after 1 s
+ * without an answer, so that a killed master's replica is promoted within a few seconds. */
+#define CLUSTER_CONF                                                                               \
+    "cluster-enabled yes\ncluster-config-file nodes.conf\ncluster-node-timeout 1000\n"             \
+    "cluster-port %d\n"
 
 static redis_server *g_node[NODES];
+static redis_server *g_replica; /* test_failover's replica of node 1 */
 static int g_port[NODES];
+static int g_bus[NODES]; /* cluster bus ports */
 static char g_id[NODES][64];
 static char g_seeds[128];
 /* One lock name per master: g_name[i] is served by node i. */
@@ -155,10 +167,8 @@ static int group_setup(void **state)
     signal(SIGPIPE, SIG_IGN);
     for (int i = 0; i < NODES; i++) {
         /* The bus port is set, not left at port + 10000: that could be above 32767. */
-        snprintf(conf, sizeof(conf),
-                 "cluster-enabled yes\ncluster-config-file nodes.conf\n"
-                 "cluster-node-timeout 2000\ncluster-port %d\n",
-                 support_free_port());
+        g_bus[i] = support_free_port();
+        snprintf(conf, sizeof(conf), CLUSTER_CONF, g_bus[i]);
         if (redis_server_start_conf(&g_node[i], conf, false) != 0)
             return -1;
         g_port[i] = redis_server_port(g_node[i]);
@@ -208,6 +218,7 @@ static int group_teardown(void **state)
     (void)state;
     for (int i = 0; i < NODES; i++)
         redis_server_destroy(g_node[i]);
+    redis_server_destroy(g_replica);
     return 0;
 }
 
@@ -578,13 +589,131 @@ static void test_ask(void **state)
     lock_client_destroy(c);
 }
 
+/* ---- failover ---- */
+
+/* Runs a command on 127.0.0.1:port and says whether its text answer contains `text`. */
+static bool answer_has(int port, const char *cmd, const char *text)
+{
+    struct timeval tv = {1, 0};
+    redisContext *ctx = redisConnectWithTimeout("127.0.0.1", port, tv);
+    redisReply *r = NULL;
+    bool has = false;
+
+    if (ctx != NULL && ctx->err == 0) {
+        redisSetTimeout(ctx, tv);
+        r = redisCommand(ctx, cmd);
+    }
+    has = r != NULL && (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS) &&
+          strstr(r->str, text) != NULL;
+    if (r != NULL)
+        freeReplyObject(r);
+    if (ctx != NULL)
+        redisFree(ctx);
+    return has;
+}
+
+static bool wait_for(int port, const char *cmd, const char *text, int ms)
+{
+    for (int64_t until = now_ms() + ms; now_ms() < until; sleep_ms(50))
+        if (answer_has(port, cmd, text))
+            return true;
+    return false;
+}
+
+/*
+ * A replica for node 1 joins; a lock of node 1 is taken, the replica has it; CLUSTER FAILOVER
+ * on the replica swaps the roles (no write lost): the client, whose map still names node 1,
+ * is sent on by a MOVED and finds its holding (same token). Then the new master is killed
+ * (SIGKILL): node 1 is promoted back after the node timeout, and the client, whose commands
+ * fail meanwhile (refused, CLUSTERDOWN), reads the map again and takes the lock on node 1.
+ */
+static void test_failover(void **state)
+{
+    lock_client *c = new_client(0);
+    const char *name = g_name[1];
+    char conf[256], cmd[160];
+    int64_t t1, t2, t3 = 0, started;
+    int rport, rc = LOCK_ERR_REDIS, failures = 0;
+    redisReply *r;
+
+    (void)state;
+    snprintf(conf, sizeof(conf), CLUSTER_CONF, support_free_port());
+    assert_int_equal(redis_server_start_conf(&g_replica, conf, false), 0);
+    rport = redis_server_port(g_replica);
+    snprintf(cmd, sizeof(cmd), "CLUSTER MEET 127.0.0.1 %d %d", g_port[1], g_bus[1]);
+    assert_true(answer_has(rport, cmd, "OK"));
+    assert_true(wait_for(rport, "CLUSTER NODES", g_id[1], 5000));
+    snprintf(cmd, sizeof(cmd), "CLUSTER REPLICATE %s", g_id[1]);
+    assert_true(wait_for(rport, cmd, "OK", 5000));
+    assert_true(wait_for(rport, "INFO replication", "master_link_status:up", 10000));
+    /* The master must know it as its replica (gossip) before it agrees to a manual failover. */
+    snprintf(cmd, sizeof(cmd), "slave %s", g_id[1]);
+    assert_true(wait_for(g_port[1], "CLUSTER NODES", cmd, 10000));
+
+    assert_int_equal(lock_try_lock(c, name, 0, 20000, &t1), LOCK_OK);
+    /* On the replica too before the roles change (a replica answers reads after READONLY). */
+    for (int64_t until = now_ms() + 5000;; sleep_ms(20)) {
+        struct timeval tv = {1, 0};
+        redisContext *ctx = redisConnectWithTimeout("127.0.0.1", rport, tv);
+        bool there = false;
+
+        assert_non_null(ctx);
+        r = redisCommand(ctx, "READONLY");
+        if (r != NULL)
+            freeReplyObject(r);
+        r = redisCommand(ctx, "EXISTS %s", name);
+        there = r != NULL && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+        if (r != NULL)
+            freeReplyObject(r);
+        redisFree(ctx);
+        if (there)
+            break;
+        assert_true(now_ms() < until);
+    }
+    /* A manual failover that the master did not take up in time is abandoned (5 s): ask
+     * again, three times at most. */
+    for (int tries = 0;; tries++) {
+        assert_true(tries < 3);
+        assert_true(answer_has(rport, "CLUSTER FAILOVER", "OK"));
+        if (wait_for(rport, "INFO replication", "role:master", 6000))
+            break;
+    }
+    assert_true(wait_for(g_port[1], "INFO replication", "role:slave", 10000));
+
+    assert_int_equal(lock_try_lock(c, name, 0, 20000, &t2), LOCK_OK); /* via MOVED */
+    assert_int_equal(t2, t1);
+    assert_int_equal(lock_unlock(c, name), LOCK_OK);
+    assert_int_equal(lock_unlock(c, name), LOCK_OK);
+
+    /* A crash: the master of the slot dies; its replica (node 1) takes over by itself. */
+    assert_int_equal(redis_server_kill(g_replica), 0);
+    started = now_ms();
+    while (now_ms() - started < 20000) {
+        rc = lock_try_lock(c, name, 0, 20000, &t3);
+        if (rc == LOCK_OK)
+            break;
+        assert_int_equal(rc, LOCK_ERR_REDIS); /* never a wrong answer meanwhile */
+        failures++;
+        sleep_ms(100);
+    }
+    if (rc != LOCK_OK)
+        fail_msg("no lock within 20 s of the master's death: %s", lock_last_error());
+    print_message("    failover: lock had again %lld ms after the kill, %d failed tries\n",
+                  (long long)(now_ms() - started), failures);
+    assert_true(failures > 0); /* the dead master was noticed, not skipped by chance */
+    assert_true(t3 > t1);
+    assert_int_equal(owner_of(name), 1);
+    assert_int_equal(lock_unlock(c, name), LOCK_OK);
+    lock_client_destroy(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_options),   cmocka_unit_test(test_spread),
         cmocka_unit_test(test_exclusion), cmocka_unit_test(test_wake_up),
         cmocka_unit_test(test_watchdog),  cmocka_unit_test(test_moved),
-        cmocka_unit_test(test_ask),
+        cmocka_unit_test(test_ask),       cmocka_unit_test(test_failover),
     };
 
     return cmocka_run_group_tests_name("cluster", tests, group_setup, group_teardown);
