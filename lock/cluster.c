@@ -46,6 +46,7 @@ struct lock__cluster {
     int connect_timeout_ms, command_timeout_ms;
     pthread_mutex_t refresh_mu;   /* one read of the map at a time */
     _Atomic int64_t refreshed_ns; /* when the map was last read (0: never) */
+    _Atomic bool stale;           /* a read is owed: one was wanted and could not be made */
 };
 
 /* ---- CLUSTER SLOTS ---- */
@@ -219,9 +220,10 @@ int lock__cluster_master_of(lock__cluster *cl, int slot, lock__addr *out)
 }
 
 /* Asks one node for CLUSTER SLOTS on a connection of its own (closed after) and applies the
- * answer. */
-static int refresh_from(lock__cluster *cl, const lock__addr *a)
+ * answer, within one command timeout and before deadline_ns. */
+static int refresh_from(lock__cluster *cl, const lock__addr *a, int64_t deadline_ns)
 {
+    int64_t by = lock__now_ns() + lock__ms_to_ns(cl->command_timeout_ms);
     lock__conn_address addr;
     lock__conn_config cfg;
     lock__conn conn;
@@ -239,8 +241,7 @@ static int refresh_from(lock__cluster *cl, const lock__addr *a)
     ranges = malloc(sizeof(*ranges) * RANGES_MAX);
     rc = ranges == NULL
              ? LOCK_ERR_NOMEM
-             : lock__conn_command(&conn, lock__now_ns() + lock__ms_to_ns(cl->command_timeout_ms), 2,
-                                  argv, NULL, &r);
+             : lock__conn_command(&conn, by < deadline_ns ? by : deadline_ns, 2, argv, NULL, &r);
     if (rc == LOCK_OK)
         rc = lock__cluster_parse_slots(r, a->host, ranges, RANGES_MAX, &n);
     /* A node that answers with no slot at all (a cluster still being made) is no map. */
@@ -258,7 +259,13 @@ static int refresh_from(lock__cluster *cl, const lock__addr *a)
     return rc;
 }
 
-int lock__cluster_refresh(lock__cluster *cl, bool force)
+/*
+ * Reads the map, at most once per REFRESH_MIN_MS unless forced, giving up at deadline_ns.
+ * LOCK_OK: read; LOCK_ERR_BUSY: not now (read very recently, or another thread is reading
+ * it); LOCK_ERR_REDIS: no node answered in time. Whenever it was not read, the router stays
+ * `stale`, and the next command reads it first.
+ */
+static int refresh_until(lock__cluster *cl, bool force, int64_t deadline_ns)
 {
     lock__addr known[LOCK__CLUSTER_NODES_MAX];
     int nknown, rc = LOCK_ERR_REDIS;
@@ -266,10 +273,10 @@ int lock__cluster_refresh(lock__cluster *cl, bool force)
     int64_t last = atomic_load(&cl->refreshed_ns);
 
     if (!force && last != 0 && now - last < lock__ms_to_ns(REFRESH_MIN_MS))
-        return LOCK_OK;
+        return LOCK_ERR_BUSY;
     /* Another thread reading the map now does the same work: use its result. */
     if (pthread_mutex_trylock(&cl->refresh_mu) != 0)
-        return LOCK_OK;
+        return LOCK_ERR_BUSY;
     pthread_mutex_lock(&cl->mu);
     nknown = cl->nnodes;
     for (int i = 0; i < nknown; i++) {
@@ -279,13 +286,30 @@ int lock__cluster_refresh(lock__cluster *cl, bool force)
     pthread_mutex_unlock(&cl->mu);
     /* The masters known first (they are the cluster as it was), then the seeds (a cluster
      * whose every known master is gone, or a first read). */
-    for (int i = 0; i < nknown && rc != LOCK_OK; i++)
-        rc = refresh_from(cl, &known[i]);
-    for (int i = 0; i < cl->seeds.count && rc != LOCK_OK; i++)
-        rc = refresh_from(cl, &cl->seeds.addr[i]);
+    for (int i = 0; i < nknown && rc != LOCK_OK && lock__now_ns() < deadline_ns; i++)
+        rc = refresh_from(cl, &known[i], deadline_ns);
+    for (int i = 0; i < cl->seeds.count && rc != LOCK_OK && lock__now_ns() < deadline_ns; i++)
+        rc = refresh_from(cl, &cl->seeds.addr[i], deadline_ns);
     atomic_store(&cl->refreshed_ns, lock__now_ns());
+    if (rc == LOCK_OK)
+        atomic_store(&cl->stale, false);
     pthread_mutex_unlock(&cl->refresh_mu);
     return rc;
+}
+
+int lock__cluster_refresh(lock__cluster *cl, bool force)
+{
+    int rc = refresh_until(cl, force, INT64_MAX);
+
+    return rc == LOCK_ERR_BUSY ? LOCK_OK : rc;
+}
+
+/* The map may be out of date (a MOVED, a connection failure, CLUSTERDOWN): read it again if
+ * it may be read now and time allows; if not, the next command will. */
+static void map_doubted(lock__cluster *cl, int64_t deadline_ns)
+{
+    atomic_store(&cl->stale, true);
+    (void)refresh_until(cl, false, deadline_ns);
 }
 
 /* ---- create, destroy ---- */
@@ -324,6 +348,7 @@ int lock__cluster_create(const char *seeds, int pool_size, int connect_timeout_m
     cl->connect_timeout_ms = connect_timeout_ms;
     cl->command_timeout_ms = command_timeout_ms;
     atomic_init(&cl->refreshed_ns, 0);
+    atomic_init(&cl->stale, false);
     /* A cluster that is down now is asked again by the first command. */
     (void)lock__cluster_refresh(cl, true);
     lock__error_clear();
@@ -419,6 +444,9 @@ static int route(lock__cluster *cl, int slot, const request *q, int64_t borrow_b
     *out = NULL;
     if (slot < 0)
         slot = 0;
+    /* A read of the map owed by an earlier command that had no time left for it. */
+    if (atomic_load(&cl->stale))
+        (void)refresh_until(cl, false, borrow_by > lock__now_ns() ? borrow_by : hard_by);
     for (int hops = 0;; hops++) {
         lock__conn *conn = NULL;
         redisReply *r = NULL;
@@ -426,7 +454,7 @@ static int route(lock__cluster *cl, int slot, const request *q, int64_t borrow_b
         if (!asking) {
             node = node_of_slot(cl, slot);
             if (node == NULL) {
-                (void)lock__cluster_refresh(cl, false);
+                map_doubted(cl, hard_by);
                 node = node_of_slot(cl, slot);
             }
             if (node == NULL) {
@@ -456,7 +484,7 @@ static int route(lock__cluster *cl, int slot, const request *q, int64_t borrow_b
             /* The master may be gone (a failover): read the map again, so the next command
              * goes to the one promoted. This one is not retried: it may have run. */
             if (rc == LOCK_ERR_REDIS)
-                (void)lock__cluster_refresh(cl, false);
+                map_doubted(cl, hard_by);
             return rc;
         }
         if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "TRYAGAIN", 8) == 0) {
@@ -474,6 +502,10 @@ static int route(lock__cluster *cl, int slot, const request *q, int64_t borrow_b
             continue;
         }
         if (r->type != REDIS_REPLY_ERROR || lock__parse_redirect(r->str, &redirect) != 0) {
+            /* The cluster lost a master and has not promoted a replica yet: the map will
+             * change. The error goes to the caller. */
+            if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "CLUSTERDOWN", 11) == 0)
+                map_doubted(cl, hard_by);
             *out = r;
             return LOCK_OK;
         }
@@ -496,7 +528,7 @@ static int route(lock__cluster *cl, int slot, const request *q, int64_t borrow_b
                 return rc;
             /* One slot moved: others probably did too (a failover moves all of a master's).
              * The corrected slot stands even if this read is skipped or fails. */
-            (void)lock__cluster_refresh(cl, false);
+            map_doubted(cl, hard_by);
             (void)lock__cluster_redirected(cl, &redirect);
             asking = false;
             slot = redirect.slot;

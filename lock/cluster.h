@@ -95,7 +95,10 @@ int lock__cluster_master_of(lock__cluster *cl, int slot, lock__addr *out);
 
 /* Reads the map again from the masters known, then the seeds, at most once per
  * REFRESH_MIN_MS unless forced; each node asked is bounded by the timeouts. Returns LOCK_OK
- * when a node answered (or a recent read made this one unneeded), else LOCK_ERR_REDIS. */
+ * when a node answered (or a recent read made this one unneeded), else LOCK_ERR_REDIS.
+ * (Commands read it by themselves, within their own deadline, after a MOVED, a connection
+ * failure or a CLUSTERDOWN; when that deadline left no time, the next command reads it
+ * first.) */
 int lock__cluster_refresh(lock__cluster *cl, bool force);
 
 /*
