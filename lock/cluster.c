@@ -23,6 +23,10 @@
  * master fails at once, and each would otherwise ask again. */
 #define REFRESH_MIN_MS 100
 
+/* A map older than this is read again by the next command (within its bound): a change that
+ * no command of this process stumbled on (its subscriber's node died, say) is seen anyway. */
+#define REFRESH_MAX_AGE_MS 5000
+
 /* Ranges of slots in one CLUSTER SLOTS answer at most: a cluster made with redis-cli has
  * one per master; migrations of single slots add a few. */
 #define RANGES_MAX 1024
@@ -47,6 +51,11 @@ struct lock__cluster {
     pthread_mutex_t refresh_mu;   /* one read of the map at a time */
     _Atomic int64_t refreshed_ns; /* when the map was last read (0: never) */
     _Atomic bool stale;           /* a read is owed: one was wanted and could not be made */
+    /* Where the client's subscriber listens, kept on a master of the map (under refresh_mu;
+     * NULL until lock__cluster_keep_listener). */
+    lock__conn_address *listener;
+    void (*listener_moved)(void *arg);
+    void *listener_arg;
 };
 
 /* ---- CLUSTER SLOTS ---- */
@@ -219,6 +228,37 @@ int lock__cluster_master_of(lock__cluster *cl, int slot, lock__addr *out)
     return LOCK_OK;
 }
 
+/* After a read of the map (under refresh_mu): the subscriber's node must be a master of it.
+ * A node the map no longer names (it died, and its slots went to its replica) would leave the
+ * waiters deaf to releases, so the subscriber moves to the first range's master. */
+static void keep_listener(lock__cluster *cl, const lock__slot_range *ranges, int n)
+{
+    char host[LOCK__HOST_MAX];
+    int port;
+
+    if (cl->listener == NULL || n == 0)
+        return;
+    (void)lock__conn_address_get(cl->listener, host, &port);
+    for (int i = 0; i < n; i++)
+        if (ranges[i].master.port == port && strcmp(ranges[i].master.host, host) == 0)
+            return;
+    if (lock__conn_address_move(cl->listener, ranges[0].master.host, ranges[0].master.port))
+        cl->listener_moved(cl->listener_arg);
+}
+
+void lock__cluster_keep_listener(lock__cluster *cl, lock__conn_address *addr,
+                                 void (*moved)(void *arg), void *arg)
+{
+    pthread_mutex_lock(&cl->refresh_mu);
+    cl->listener = addr;
+    cl->listener_moved = moved;
+    cl->listener_arg = arg;
+    pthread_mutex_unlock(&cl->refresh_mu);
+    /* The seed it starts on may be a replica, or gone already: check it against a map. */
+    if (addr != NULL)
+        (void)lock__cluster_refresh(cl, true);
+}
+
 /* Asks one node for CLUSTER SLOTS on a connection of its own (closed after) and applies the
  * answer, within one command timeout and before deadline_ns. */
 static int refresh_from(lock__cluster *cl, const lock__addr *a, int64_t deadline_ns)
@@ -251,6 +291,8 @@ static int refresh_from(lock__cluster *cl, const lock__addr *a, int64_t deadline
     }
     if (rc == LOCK_OK)
         rc = lock__cluster_apply(cl, ranges, n);
+    if (rc == LOCK_OK)
+        keep_listener(cl, ranges, n);
     if (r != NULL)
         freeReplyObject(r);
     free(ranges);
@@ -444,8 +486,10 @@ static int route(lock__cluster *cl, int slot, const request *q, int64_t borrow_b
     *out = NULL;
     if (slot < 0)
         slot = 0;
-    /* A read of the map owed by an earlier command that had no time left for it. */
-    if (atomic_load(&cl->stale))
+    /* A read of the map owed by an earlier command that had no time left for it, or an old
+     * map. */
+    if (atomic_load(&cl->stale) ||
+        lock__now_ns() - atomic_load(&cl->refreshed_ns) > lock__ms_to_ns(REFRESH_MAX_AGE_MS))
         (void)refresh_until(cl, false, borrow_by > lock__now_ns() ? borrow_by : hard_by);
     for (int hops = 0;; hops++) {
         lock__conn *conn = NULL;

@@ -21,8 +21,9 @@
  * retried (its outcome is unknown, as with one Redis: the caller sees LOCK_ERR_REDIS).
  *
  * Pub/sub is not routed: a classic PUBLISH (release.lua's) is forwarded by the cluster bus to
- * every node, so the subscriber listens on one node (the first seed) and hears the releases of
- * locks of every slot.
+ * every node, so the subscriber listens on one node (a master: the first seed's, or another
+ * once that one has left the map, lock__cluster_keep_listener) and hears the releases of locks
+ * of every slot.
  *
  * Threads: every function may be called from any thread at once.
  */
@@ -122,6 +123,18 @@ int lock__cluster_command(lock__cluster *cl, int64_t borrow_by, int64_t hard_by,
 int lock__cluster_script(lock__cluster *cl, lock__script s, bool urgent, int64_t borrow_by,
                          int64_t hard_by, int nkeys, const char *const *keys, int nargs,
                          const char *const *args, int64_t *sent_ns, redisReply **out);
+
+/*
+ * Keeps the address the client's subscriber listens on (lock.h: a classic PUBLISH reaches
+ * every node, so one subscription hears every slot's releases) on a master of the map: after
+ * each read of the map, if addr is not one of its masters (that node died and the cluster
+ * promoted its replica; or it was a replica from the start), addr is moved to a master and
+ * moved(arg) called, so the subscriber subscribes again there. Reads the map once now. addr
+ * must outlive the router; moved is called from whichever thread read the map. addr NULL
+ * stops it (once a read in progress has ended: no call of moved after this returns).
+ */
+void lock__cluster_keep_listener(lock__cluster *cl, lock__conn_address *addr,
+                                 void (*moved)(void *arg), void *arg);
 
 /* Connections in all masters' pools, and borrowed right now (for metrics). */
 void lock__cluster_pool_stats(lock__cluster *cl, int *size, int *in_use);

@@ -110,8 +110,9 @@ static int check_options(const lock_options *o)
     return LOCK_OK;
 }
 
-/* The follower moved the address: the subscriber must resubscribe on the new master (the
- * pooled connections notice the new epoch by themselves before their next command). */
+/* The follower (or, with a cluster, the router) moved the address: the subscriber must
+ * resubscribe on the new master (the pooled connections notice the new epoch by themselves
+ * before their next command). */
 static void client_moved(void *arg)
 {
     lock_client *c = arg;
@@ -193,6 +194,8 @@ int lock_client_create(const lock_options *opts, lock_client **out)
     rc = lock__subscriber_create(&c->conn_cfg, &c->subscriber);
     if (rc != LOCK_OK)
         goto fail;
+    if (c->cluster != NULL)
+        lock__cluster_keep_listener(c->cluster, &c->addr, client_moved, c);
     if (c->sentinels != NULL) {
         rc = lock__sentinel_follower_start(c->sentinels, &c->addr, client_moved, c, &c->follower);
         if (rc != LOCK_OK)
@@ -211,7 +214,10 @@ void lock_client_destroy(lock_client *c)
     if (c == NULL)
         return;
     /* Threads first (they use the rest), then what they used; the follower first of all
-     * (it calls into the subscriber). */
+     * (it calls into the subscriber), and likewise the cluster router's listener keeping (a
+     * renewal that reads the map may move the subscriber). */
+    if (c->cluster != NULL)
+        lock__cluster_keep_listener(c->cluster, NULL, NULL, NULL);
     lock__sentinel_follower_stop(c->follower);
     lock__subscriber_destroy(c->subscriber);
     lock__watchdog_stop(c->watchdog);

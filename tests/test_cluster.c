@@ -629,9 +629,10 @@ static bool wait_for(int port, const char *cmd, const char *text, int ms)
  */
 static void test_failover(void **state)
 {
-    lock_client *c = new_client(0);
+    lock_client *c = new_client(0), *w = NULL;
     const char *name = g_name[1];
-    char conf[256], cmd[160];
+    char conf[256], cmd[160], seeds[64];
+    lock_options o;
     int64_t t1, t2, t3 = 0, started;
     int rport, rc = LOCK_ERR_REDIS, failures = 0;
     redisReply *r;
@@ -685,6 +686,15 @@ static void test_failover(void **state)
     assert_int_equal(lock_unlock(c, name), LOCK_OK);
     assert_int_equal(lock_unlock(c, name), LOCK_OK);
 
+    /* A second client whose first seed, where its subscriber listens, is the new master. */
+    snprintf(seeds, sizeof(seeds), "127.0.0.1:%d,127.0.0.1:%d", rport, g_port[0]);
+    lock_options_init(&o);
+    o.cluster_nodes = seeds;
+    o.connect_timeout_ms = o.command_timeout_ms = TIMEOUT_MS;
+    assert_int_equal(lock_client_create(&o, &w), LOCK_OK);
+    assert_int_equal(lock_try_lock(w, name, 0, 20000, NULL), LOCK_OK);
+    assert_int_equal(lock_unlock(w, name), LOCK_OK);
+
     /* A crash: the master of the slot dies; its replica (node 1) takes over by itself. */
     assert_int_equal(redis_server_kill(g_replica), 0);
     started = now_ms();
@@ -704,6 +714,36 @@ static void test_failover(void **state)
     assert_true(t3 > t1);
     assert_int_equal(owner_of(name), 1);
     assert_int_equal(lock_unlock(c, name), LOCK_OK);
+
+    /* Every node has heard of the promotion (until then a node may still answer CLUSTERDOWN
+     * for every slot). */
+    for (int64_t until = now_ms() + 10000; !cluster_ok(); sleep_ms(50))
+        assert_true(now_ms() < until);
+
+    /* The second client meets the dead master too, reads the map, and its subscriber leaves
+     * the dead node for a master of the map: a release still wakes its waiter at once. */
+    for (int64_t until = now_ms() + 5000;; sleep_ms(50)) {
+        if (lock_try_lock(w, name, 0, 20000, NULL) == LOCK_OK)
+            break;
+        assert_true(now_ms() < until);
+    }
+    assert_int_equal(lock_unlock(w, name), LOCK_OK);
+    {
+        waiter_arg wa = {.c = w, .name = g_name[2]};
+        pthread_t t;
+        int64_t released;
+
+        if (lock_try_lock(c, g_name[2], 0, 20000, NULL) != LOCK_OK)
+            fail_msg("take %s: %s", g_name[2], lock_last_error());
+        assert_int_equal(pthread_create(&t, NULL, waiter_main, &wa), 0);
+        sleep_ms(500);
+        released = now_ms();
+        assert_int_equal(lock_unlock(c, g_name[2]), LOCK_OK);
+        pthread_join(t, NULL);
+        assert_int_equal(wa.rc, LOCK_OK);
+        assert_true(wa.acquired_ms - released < 1500); /* the message, not the 20 s lease */
+    }
+    lock_client_destroy(w);
     lock_client_destroy(c);
 }
 
