@@ -29,7 +29,9 @@
  *   failover      a fourth server joins as node 1's replica; CLUSTER FAILOVER swaps the roles
  *                 and the client follows the MOVED to its holding; then the new master is
  *                 killed and the client, whose commands fail meanwhile, reads the map again
- *                 and takes the lock on node 1 once the cluster promoted it back
+ *                 and takes the lock on node 1 once the cluster promoted it back; a second
+ *                 client, whose subscriber listened on the killed node, moves it to a live
+ *                 master and its waiter is still woken by a release
  */
 #include "lock/lock.h"
 #include "lock/naive.h"
