@@ -6,6 +6,13 @@
  *   N:waiters   the waiters' line (acquire.lua): owner -> arrival
  *   N:waiters:until  each waiter's liveness: owner -> when it is taken for dead
  * Kept in fixed buffers so that no call allocates for them.
+ *
+ * Every derived name is N plus a suffix, on purpose: in a Redis Cluster a script's keys must
+ * all be in one slot, and when N carries a hash tag (slot.h: "lock:goods:{42}") N plus any
+ * suffix hashes to that tag's slot ("lock:goods:{42}:fence"), so a key added here later
+ * follows without more ado. The cluster topology therefore requires the tag in the name
+ * (lock.h, cluster_nodes); the single-instance topology keeps its names untagged
+ * ("lock:goods:42", "lock:goods:42:fence").
  */
 #ifndef LOCK_KEYS_H
 #define LOCK_KEYS_H

@@ -30,6 +30,7 @@
 #include "lock/lock.h"
 #include "lock/client.h"
 #include "lock/clock.h"
+#include "lock/cluster.h"
 #include "lock/conn.h"
 #include "lock/error.h"
 #include "lock/holdings.h"
@@ -57,6 +58,7 @@ struct lock_client {
     lock__conn_config conn_cfg; /* points at addr; read by every connection */
     lock__sentinels *sentinels; /* NULL without Sentinel */
     lock__sentinel_follower *follower;
+    lock__cluster *cluster; /* NULL without Redis Cluster */
     char process_id[LOCK__PROCESS_ID_LEN + 1];
     lock__pool *pool;
     lock__holdings *holdings;
@@ -108,11 +110,16 @@ static int check_options(const lock_options *o)
         return LOCK_ERR_INVALID;
     if (o->waiter_liveness_ms < 30 || o->waiter_liveness_ms > 600000)
         return LOCK_ERR_INVALID;
+    /* A cluster's masters fail over by themselves (no Sentinel), and WAIT would need the
+     * connection that wrote, which the router does not hand out. */
+    if (o->cluster_nodes != NULL && (o->sentinels != NULL || o->sync_replicas > 0))
+        return LOCK_ERR_INVALID;
     return LOCK_OK;
 }
 
-/* The follower moved the address: the subscriber must resubscribe on the new master (the
- * pooled connections notice the new epoch by themselves before their next command). */
+/* The follower (or, with a cluster, the router) moved the address: the subscriber must
+ * resubscribe on the new master (the pooled connections notice the new epoch by themselves
+ * before their next command). */
 static void client_moved(void *arg)
 {
     lock_client *c = arg;
@@ -142,6 +149,7 @@ int lock_client_create(const lock_options *opts, lock_client **out)
         goto fail;
     c->opts.redis_host = c->host;
     c->opts.sentinels = c->opts.master_name = NULL; /* not kept: parsed below */
+    c->opts.cluster_nodes = NULL;
     rc = lock__conn_address_init(&c->addr, c->host, opts->redis_port);
     if (rc != LOCK_OK)
         goto fail;
@@ -162,6 +170,16 @@ int lock_client_create(const lock_options *opts, lock_client **out)
         if (lock__sentinel_master(c->sentinels, &master) == LOCK_OK)
             lock__conn_address_move(&c->addr, master.host, master.port);
     }
+    if (opts->cluster_nodes != NULL) {
+        rc = lock__cluster_create(opts->cluster_nodes, opts->pool_size, opts->connect_timeout_ms,
+                                  opts->command_timeout_ms, &c->cluster);
+        if (rc != LOCK_OK)
+            goto fail;
+        /* The subscriber listens on the first seed: a classic PUBLISH reaches every node
+         * of a cluster (cluster.h). */
+        lock__conn_address_move(&c->addr, lock__cluster_first_seed(c->cluster)->host,
+                                lock__cluster_first_seed(c->cluster)->port);
+    }
     rc = LOCK_ERR_NOMEM;
     c->conn_cfg.addr = &c->addr;
     c->conn_cfg.connect_timeout_ms = opts->connect_timeout_ms;
@@ -177,12 +195,14 @@ int lock_client_create(const lock_options *opts, lock_client **out)
     rc = lock__holdings_create(opts->watchdog_lease_ms, opts->max_hold_ms, &c->holdings);
     if (rc != LOCK_OK)
         goto fail;
-    rc = lock__watchdog_start(c->holdings, &c->conn_cfg, &c->watchdog);
+    rc = lock__watchdog_start(c->holdings, &c->conn_cfg, c->cluster, &c->watchdog);
     if (rc != LOCK_OK)
         goto fail;
     rc = lock__subscriber_create(&c->conn_cfg, &c->subscriber);
     if (rc != LOCK_OK)
         goto fail;
+    if (c->cluster != NULL)
+        lock__cluster_keep_listener(c->cluster, &c->addr, client_moved, c);
     if (c->sentinels != NULL) {
         rc = lock__sentinel_follower_start(c->sentinels, &c->addr, client_moved, c, &c->follower);
         if (rc != LOCK_OK)
@@ -201,12 +221,16 @@ void lock_client_destroy(lock_client *c)
     if (c == NULL)
         return;
     /* Threads first (they use the rest), then what they used; the follower first of all
-     * (it calls into the subscriber). */
+     * (it calls into the subscriber), and likewise the cluster router's listener keeping (a
+     * renewal that reads the map may move the subscriber). */
+    if (c->cluster != NULL)
+        lock__cluster_keep_listener(c->cluster, NULL, NULL, NULL);
     lock__sentinel_follower_stop(c->follower);
     lock__subscriber_destroy(c->subscriber);
     lock__watchdog_stop(c->watchdog);
     lock__holdings_destroy(c->holdings);
     lock__pool_destroy(c->pool);
+    lock__cluster_destroy(c->cluster);
     free(c->sentinels);
     if (c->addr_ready)
         lock__conn_address_destroy(&c->addr);
@@ -329,6 +353,9 @@ static int pooled_script(lock_client *c, lock__script script, const lock__keys *
     int rc;
 
     *reply = NULL;
+    if (c->cluster != NULL)
+        return lock__cluster_script(c->cluster, script, script == LOCK__SCRIPT_RELEASE, borrow_by,
+                                    hard_by, 4, keys, nargs, args, sent_ns, reply);
     /* A release must not wait behind the acquirers for a connection: a release that gave up
      * would leave the lock to its lease (30 s with the watchdog). It gets the pool's
      * reserved connection when every other one is out. */
@@ -413,6 +440,12 @@ static void leave_line(lock_client *c, const lock__keys *k, const char *owner, i
     lock__conn *conn = NULL;
     redisReply *r = NULL;
 
+    if (c->cluster != NULL) {
+        if (lock__cluster_script(c->cluster, LOCK__SCRIPT_LEAVE, false, hard_by, hard_by, 3, keys,
+                                 2, args, NULL, &r) == LOCK_OK)
+            freeReplyObject(r);
+        return;
+    }
     if (lock__pool_borrow(c->pool, hard_by, &conn) != LOCK_OK)
         return;
     if (lock__script_run(conn, LOCK__SCRIPT_LEAVE, hard_by, 3, keys, 2, args, &r) == LOCK_OK)
@@ -550,6 +583,11 @@ int lock_inspect(lock_client *c, const char *name, lock_holder *out)
     return rc;
 }
 
+bool lock_client_is_cluster(const lock_client *c)
+{
+    return c != NULL && c->cluster != NULL;
+}
+
 const char *lock_client_process_id(const lock_client *c)
 {
     return c->process_id;
@@ -613,6 +651,13 @@ int lock__client_command(lock_client *c, int argc, const char **argv, redisReply
     *out = NULL;
     if (argc < 1)
         return LOCK_ERR_INVALID;
+    if (c->cluster != NULL) {
+        int64_t borrow_by = lock__now_ns() + lock__ms_to_ns(c->opts.command_timeout_ms);
+
+        return lock__cluster_command(c->cluster, borrow_by,
+                                     borrow_by + lock__ms_to_ns(c->opts.command_timeout_ms), argc,
+                                     argv, out);
+    }
     rc = borrow_for_one_command(c, &conn, &hard_by);
     if (rc != LOCK_OK)
         return rc;
@@ -630,6 +675,13 @@ int lock__client_script(lock_client *c, lock__script s, int nkeys, const char *c
     int rc;
 
     *out = NULL;
+    if (c->cluster != NULL) {
+        int64_t borrow_by = lock__now_ns() + lock__ms_to_ns(c->opts.command_timeout_ms);
+
+        return lock__cluster_script(c->cluster, s, false, borrow_by,
+                                    borrow_by + lock__ms_to_ns(c->opts.command_timeout_ms), nkeys,
+                                    keys, nargs, args, NULL, out);
+    }
     rc = borrow_for_one_command(c, &conn, &hard_by);
     if (rc != LOCK_OK)
         return rc;
@@ -669,6 +721,10 @@ void lock_get_stats(lock_client *c, lock_stats *out)
     out->renewals = lock__watchdog_renewals(c->watchdog);
     out->lost = lock__watchdog_lost(c->watchdog);
     out->timeouts = atomic_load(&c->timeouts);
+    if (c->cluster != NULL) {
+        lock__cluster_pool_stats(c->cluster, &out->pool_size, &out->pool_in_use);
+        return;
+    }
     out->pool_size = lock__pool_size(c->pool);
     out->pool_in_use = lock__pool_in_use(c->pool);
 }

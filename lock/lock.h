@@ -89,6 +89,13 @@ typedef struct lock_options {
      * of it while waiting), so the waiters of a process that died leave the line by
      * themselves; until then a free lock waits for them. Default 1500, 30..600000. */
     int64_t waiter_liveness_ms;
+    /* Redis Cluster (optional): "host:port,host:port,..." (any nodes of the cluster: the
+     * client reads the slot map from them). When set, every command and script goes to the
+     * master of its first key's slot (lock/cluster.h), redis_host/port are not used, and every
+     * lock name must carry a hash tag ("lock:goods:{42}", lock/keys.h) or try_lock refuses it
+     * with LOCK_ERR_INVALID. Not with sentinels nor sync_replicas (LOCK_ERR_INVALID). Copied;
+     * default NULL (no cluster). */
+    const char *cluster_nodes;
 } lock_options;
 
 /* Fills *opts with the defaults above. */
@@ -190,6 +197,10 @@ int lock_inspect(lock_client *c, const char *name, lock_holder *out);
  * digits, NUL-terminated, valid as long as the client). Tells a replica's own holdings
  * apart from others' in lock_inspect's answer. */
 const char *lock_client_process_id(const lock_client *c);
+
+/* Whether the client routes over a Redis Cluster (cluster_nodes was set): its lock names must
+ * then carry a hash tag. false for NULL. */
+bool lock_client_is_cluster(const lock_client *c);
 
 /* Sends PING on a pooled connection: LOCK_OK or LOCK_ERR_REDIS. For readiness checks. */
 int lock_ping(lock_client *c);

@@ -116,8 +116,9 @@ out:
     return rc;
 }
 
-int lock__script_run(lock__conn *conn, lock__script s, int64_t deadline_ns, int nkeys,
-                     const char *const *keys, int nargs, const char *const *args, redisReply **out)
+int lock__script_run_reply(lock__conn *conn, lock__script s, int64_t deadline_ns, int nkeys,
+                           const char *const *keys, int nargs, const char *const *args,
+                           redisReply **out)
 {
     const char *argv[3 + SCRIPT_MAX_KEYS + SCRIPT_MAX_ARGS];
     size_t lens[3 + SCRIPT_MAX_KEYS + SCRIPT_MAX_ARGS];
@@ -153,6 +154,23 @@ int lock__script_run(lock__conn *conn, lock__script s, int64_t deadline_ns, int 
         if (rc != LOCK_OK)
             goto out;
     }
+    *out = r;
+    r = NULL;
+out:
+    if (r != NULL)
+        freeReplyObject(r);
+    return rc;
+}
+
+int lock__script_run(lock__conn *conn, lock__script s, int64_t deadline_ns, int nkeys,
+                     const char *const *keys, int nargs, const char *const *args, redisReply **out)
+{
+    redisReply *r = NULL;
+    int rc = lock__script_run_reply(conn, s, deadline_ns, nkeys, keys, nargs, args, &r);
+
+    *out = NULL;
+    if (rc != LOCK_OK)
+        return rc;
     if (r->type == REDIS_REPLY_ERROR) {
         lock__error_set("EVALSHA %s: %s", scripts[s].file, r->str);
         rc = LOCK_ERR_REDIS;

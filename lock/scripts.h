@@ -40,4 +40,11 @@ const char *lock__script_sha(lock__script s);
 int lock__script_run(lock__conn *conn, lock__script s, int64_t deadline_ns, int nkeys,
                      const char *const *keys, int nargs, const char *const *args, redisReply **out);
 
+/* As lock__script_run, but an error reply other than NOSCRIPT (a cluster's MOVED or ASK, a
+ * script error) is returned as LOCK_OK with *out that error reply, for the caller to read:
+ * the cluster router (lock/cluster.c) follows redirections this way. */
+int lock__script_run_reply(lock__conn *conn, lock__script s, int64_t deadline_ns, int nkeys,
+                           const char *const *keys, int nargs, const char *const *args,
+                           redisReply **out);
+
 #endif

@@ -20,6 +20,18 @@ uint16_t lock__crc16(const char *buf, size_t len)
     return crc;
 }
 
+bool lock__key_has_tag(const char *key, size_t len)
+{
+    const char *open = memchr(key, '{', len);
+    size_t from;
+
+    if (open == NULL)
+        return false;
+    from = (size_t)(open - key) + 1;
+    /* "{}" is no tag; nor is a '{' never closed. */
+    return from < len && key[from] != '}' && memchr(key + from, '}', len - from) != NULL;
+}
+
 int lock__key_slot(const char *key, size_t len)
 {
     const char *open = memchr(key, '{', len);

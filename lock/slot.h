@@ -30,6 +30,10 @@ uint16_t lock__crc16(const char *buf, size_t len);
 /* The slot of key[0..len): 0 .. LOCK__SLOTS-1. */
 int lock__key_slot(const char *key, size_t len);
 
+/* Whether key[0..len) carries a hash tag: a non-empty text between its first '{' and the first
+ * '}' after it. Then key + any suffix hashes to the same slot as key. */
+bool lock__key_has_tag(const char *key, size_t len);
+
 typedef struct lock__redirect {
     bool ask;       /* ASK (once) rather than MOVED (for good) */
     int slot;       /* 0 .. LOCK__SLOTS-1 */

@@ -22,6 +22,7 @@
 struct lock__watchdog {
     lock__holdings *holdings;
     lock__conn conn;
+    lock__cluster *cluster; /* NULL: renew on conn */
     pthread_t thread;
     _Atomic uint64_t renewals;
     _Atomic uint64_t lost;
@@ -43,8 +44,12 @@ static lock__renew_outcome watchdog_renew(lock__watchdog *w, const lock__renewal
         goto out; /* cannot happen: the name was checked when the lock was taken */
     snprintf(lease, sizeof(lease), "%" PRId64, r->lease_ms);
     snprintf(token, sizeof(token), "%" PRId64, r->token);
-    if (lock__script_run(&w->conn, LOCK__SCRIPT_RENEW, deadline, 2, keys, 3, args, &reply) !=
-        LOCK_OK)
+    if (w->cluster != NULL) {
+        if (lock__cluster_script(w->cluster, LOCK__SCRIPT_RENEW, true, deadline, deadline, 2, keys,
+                                 3, args, NULL, &reply) != LOCK_OK)
+            goto out;
+    } else if (lock__script_run(&w->conn, LOCK__SCRIPT_RENEW, deadline, 2, keys, 3, args, &reply) !=
+               LOCK_OK)
         goto out;
     if (reply->type == REDIS_REPLY_INTEGER)
         outcome = reply->integer == 1 ? LOCK__RENEWED : LOCK__GONE;
@@ -85,7 +90,8 @@ static void *watchdog_main(void *arg)
     return NULL;
 }
 
-int lock__watchdog_start(lock__holdings *h, const lock__conn_config *cfg, lock__watchdog **out)
+int lock__watchdog_start(lock__holdings *h, const lock__conn_config *cfg, lock__cluster *cluster,
+                         lock__watchdog **out)
 {
     lock__watchdog *w;
 
@@ -94,6 +100,7 @@ int lock__watchdog_start(lock__holdings *h, const lock__conn_config *cfg, lock__
     if (w == NULL)
         goto fail;
     w->holdings = h;
+    w->cluster = cluster;
     lock__conn_init(&w->conn, cfg);
     atomic_init(&w->renewals, 0);
     atomic_init(&w->lost, 0);

@@ -16,6 +16,7 @@
 #ifndef LOCK_WATCHDOG_H
 #define LOCK_WATCHDOG_H
 
+#include "lock/cluster.h"
 #include "lock/conn.h"
 #include "lock/holdings.h"
 
@@ -25,10 +26,13 @@ typedef struct lock__watchdog lock__watchdog;
 
 /*
  * Starts the watchdog thread renewing the holdings in h, with connections made from *cfg
- * (both must outlive the watchdog). Returns LOCK_OK and *out, or LOCK_ERR_NOMEM (no memory
- * or no thread).
+ * (both must outlive the watchdog). With a cluster (not NULL; it must outlive the watchdog
+ * too) each renewal goes to the master of the lock's slot instead, on that master's pool: a
+ * free connection, or the one reserved for releases (pool.h), so a busy pool does not delay
+ * it either. Returns LOCK_OK and *out, or LOCK_ERR_NOMEM (no memory or no thread).
  */
-int lock__watchdog_start(lock__holdings *h, const lock__conn_config *cfg, lock__watchdog **out);
+int lock__watchdog_start(lock__holdings *h, const lock__conn_config *cfg, lock__cluster *cluster,
+                         lock__watchdog **out);
 
 /* Stops the thread (a renewal in flight finishes within one command timeout), closes its
  * connection and frees the watchdog. NULL is a no-op. */

@@ -32,6 +32,9 @@
 #   HA=1 scripts/stack.sh up       the same, plus a Redis replica and three Sentinels; the
 #                                  replicas are given REDIS_SENTINELS and REDIS_MASTER_NAME
 #   scripts/stack.sh ha-status     the replica's and the Sentinels' PIDs and ports
+#   CLUSTER=1 scripts/stack.sh up  a Redis Cluster of three masters in place of the single
+#                                  Redis; the replicas are given REDIS_CLUSTER_NODES, and their
+#                                  redis lock names carry a hash tag (lock:goods:{N})
 #
 # Settings (environment; defaults in brackets). Change RUN_DIR and the ports to run a
 # second stack beside a running one.
@@ -45,6 +48,10 @@
 #   REDIS_REPLICA_PORT the Redis replica [16380]
 #   SENTINEL_PORT_BASE Sentinel N listens on SENTINEL_PORT_BASE+N-1, N = 1..3 [26379]
 #   REDIS_MASTER_NAME  the name the Sentinels know the master by [stock]
+#   CLUSTER            1: a Redis Cluster instead of the single Redis (not with HA=1); unset:
+#                      as the last `up` of this RUN_DIR left it, until `down` [0]
+#   CLUSTER_PORT_BASE  cluster node N listens on CLUSTER_PORT_BASE+N-1 [REDIS_PORT+100]
+#   CLUSTER_BUS_PORT_BASE  and talks to the others on CLUSTER_BUS_PORT_BASE+N-1 [REDIS_PORT+110]
 #   REDLOCK_SERVERS    independent Redis servers for the redlock mode, 0 to 9 [5]; 0: the
 #                      replicas do not serve it
 #   REDLOCK_PORT_BASE  Redlock node N listens on REDLOCK_PORT_BASE+N-1 [REDIS_PORT+11]
@@ -83,6 +90,7 @@ source "$here/lib/redlock.sh"
 source "$here/lib/etcd.sh"
 source "$here/lib/zookeeper.sh"
 source "$here/lib/sentinel.sh"
+source "$here/lib/cluster.sh"
 source "$here/lib/replicas.sh"
 source "$here/lib/nginx.sh"
 
@@ -142,7 +150,13 @@ cmd_up() {
     local n
     [ -x "$STOCKD" ] || die "$STOCKD not found: build it first (make)"
     pg_start
-    redis_start
+    if [ "$CLUSTER" = 1 ]; then
+        : >"$RUN_DIR/with-cluster"
+        cluster_start
+    else
+        rm -f "$RUN_DIR/with-cluster"
+        redis_start
+    fi
     for ((n = 1; n <= REDLOCK_SERVERS; n++)); do
         redlock_start "$n"
     done
@@ -190,6 +204,8 @@ cmd_down() {
     # what `up` started.
     ha_stop || failed=1
     redis_stop || failed=1
+    cluster_stop || failed=1
+    rm -f "$RUN_DIR/with-cluster"
     for n in $(redlock_known); do
         redlock_stop "$n" || failed=1
     done
@@ -213,6 +229,7 @@ cmd_status() {
     etcd_status
     zookeeper_status
     if [ "$HA" = 1 ]; then ha_status; fi
+    if [ "$CLUSTER" = 1 ]; then cluster_status; fi
     for ((n = 1; n <= REPLICAS; n++)); do
         replica_status "$n"
     done

@@ -82,6 +82,11 @@ static const setting settings[] = {
     {"REDIS_MASTER_NAME", KIND_STRING, FIELD(redis_master_name), "stock", 1, 127,
      valid_visible, "1 to 127 characters, no spaces", false,
      "the name the Sentinels know the master by"},
+    {"REDIS_CLUSTER_NODES", KIND_STRING, FIELD(redis_cluster_nodes), "", 0, 1023,
+     valid_visible, "host:port,host:port,... with no spaces", false,
+     "when set, the redis lock runs on this Redis Cluster (any of its nodes: the slot map is "
+     "read from them), its names carry a hash tag (lock:goods:{N}), and REDIS_HOST/PORT are "
+     "not used; not with REDIS_SENTINELS nor LOCK_SYNC_REPLICAS"},
     NUMBER("LOCK_SYNC_REPLICAS", KIND_INT, lock_sync_replicas, "0", 0, 16,
            "after each lock acquisition, WAIT for this many Redis replicas (200 ms at most); "
            "fewer: the lock is released and the request answered 503"),

@@ -20,6 +20,7 @@ typedef struct service_config {
     int redis_port;          /* REDIS_PORT */
     char redis_sentinels[1024];  /* REDIS_SENTINELS ("" = no Sentinel) */
     char redis_master_name[128]; /* REDIS_MASTER_NAME */
+    char redis_cluster_nodes[1024]; /* REDIS_CLUSTER_NODES ("" = no cluster) */
     int lock_sync_replicas;      /* LOCK_SYNC_REPLICAS */
     char lock_fair[4];           /* LOCK_FAIR: "on" or "off" */
     int64_t lock_waiter_liveness_ms; /* LOCK_WAITER_LIVENESS_MS */

@@ -35,6 +35,16 @@ int core_create(const service_config *cfg, int db_pool_size, int redis_pool_size
         lock_opts.sentinels = cfg->redis_sentinels;
         lock_opts.master_name = cfg->redis_master_name;
     }
+    if (cfg->redis_cluster_nodes[0] != '\0') {
+        /* A cluster's masters fail over by themselves, and WAIT is not routed (lock.h). */
+        if (cfg->redis_sentinels[0] != '\0' || cfg->lock_sync_replicas > 0) {
+            snprintf(err, errlen,
+                     "REDIS_CLUSTER_NODES excludes REDIS_SENTINELS and "
+                     "LOCK_SYNC_REPLICAS > 0");
+            return -1;
+        }
+        lock_opts.cluster_nodes = cfg->redis_cluster_nodes;
+    }
     lock_opts.sync_replicas = cfg->lock_sync_replicas;
     lock_opts.fair = strcmp(cfg->lock_fair, "on") == 0;
     lock_opts.waiter_liveness_ms = cfg->lock_waiter_liveness_ms;

@@ -21,10 +21,12 @@ int guards__poll(guard_env *env, const char *rung, int64_t goods_id, bool with_t
 {
     struct timespec start;
     bool acquired = false;
+    char prefix[48];
     int rc;
 
     memset(hold, 0, sizeof(*hold));
-    snprintf(hold->name, sizeof(hold->name), "lock:%s:goods:%" PRId64, rung, goods_id);
+    snprintf(prefix, sizeof(prefix), "lock:%s:goods:", rung);
+    goods_lock_name(env->lock, prefix, goods_id, hold->name, sizeof(hold->name));
     clock_gettime(CLOCK_MONOTONIC, &start);
     hold->waited = true;
     if (env->lock == NULL) {

@@ -12,6 +12,15 @@
 #include "service/guards.h"
 #include "service/log.h"
 
+void goods_lock_name(const lock_client *lock, const char *prefix, int64_t goods_id, char *buf,
+                     size_t len)
+{
+    if (lock_client_is_cluster(lock))
+        snprintf(buf, len, "%s{%" PRId64 "}", prefix, goods_id);
+    else
+        snprintf(buf, len, "%s%" PRId64, prefix, goods_id);
+}
+
 int guards__redis_enter(guard_env *env, int64_t goods_id, int64_t lease_ms, bool fenced,
                         guard_hold *hold, char *detail, size_t detail_len)
 {
@@ -24,7 +33,7 @@ int guards__redis_enter(guard_env *env, int64_t goods_id, int64_t lease_ms, bool
         snprintf(detail, detail_len, "redis lock client not configured");
         return GUARD_ERR_UNAVAILABLE;
     }
-    snprintf(hold->name, sizeof(hold->name), "lock:goods:%" PRId64, goods_id);
+    goods_lock_name(env->lock, "lock:goods:", goods_id, hold->name, sizeof(hold->name));
     clock_gettime(CLOCK_MONOTONIC, &start);
     rc = lock_try_lock(env->lock, hold->name, env->wait_ms, lease_ms, &token);
     hold->waited = true;

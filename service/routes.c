@@ -338,7 +338,7 @@ static void handle_lock(app *a, const http_request *req, http_reply *reply)
 
     if (!path_goods_id(req, "/api/lock/", &goods_id, reply))
         return;
-    snprintf(name, sizeof(name), "lock:goods:%lld", (long long)goods_id);
+    goods_lock_name(a->core.lock, "lock:goods:", goods_id, name, sizeof(name));
     rc = lock_inspect(a->core.lock, name, &h);
     if (rc != LOCK_OK) {
         reply_redis_failure(reply, rc);

@@ -3,6 +3,7 @@
 #   1. the pure unit tests (tests/run-unit.sh's suites);
 #   2. test_lock, which starts a redis-server of its own; test_redlock, five of them;
 #      test_etcd, an etcd of its own; test_zookeeper, a ZooKeeper of its own; test_sentinel, a master, a replica and three Sentinels;
+#      test_cluster, a Redis Cluster of three masters;
 #   3. test_db and test_deduct (two lock holders in every interleaving), against a
 #      throwaway PostgreSQL started here on a free port in a temporary directory
 #      (TEST_DATABASE_URL names its superuser: the tests create databases);
@@ -120,6 +121,13 @@ server_suites() {
         run_suite test_sentinel 120 "$build/tests/test_sentinel"
     else
         suite_broken test_sentinel "$build/tests/test_sentinel missing"
+    fi
+    # test_cluster starts three cluster-enabled redis-servers of its own, joins them with
+    # redis-cli --cluster create, and migrates slots (~5 s).
+    if [ -x "$build/tests/test_cluster" ]; then
+        run_suite test_cluster 120 "$build/tests/test_cluster"
+    else
+        suite_broken test_cluster "$build/tests/test_cluster missing"
     fi
     run_db_suite
     run_integration "$build"

@@ -12,7 +12,9 @@
 #      (its keep-alive thread against 2 x 8 contending threads); test_zookeeper likewise on
 #      lock/zookeeper/ (its confirming thread and the client library's watcher thread);
 #      test_sentinel (a client that follows a failover: its follower thread moves the address
-#      under the pool, the watchdog and the subscriber);
+#      under the pool, the watchdog and the subscriber); test_cluster (eight threads of two
+#      clients sharing the cluster router's map and per-master pools, the watchdog renewing
+#      through it, migrations followed);
 #   2. the whole stack (tests/integration.sh) with TSan builds of stockd as its replicas, and
 #      the programs of tests/stack/ (TSan builds too) against it: its load cases (64 clients through nginx, and
 #      on one replica), the same Idempotency-Key 20 times at once, the lock_lost cases (the
@@ -65,6 +67,11 @@ run_tsan() {
         run_suite test_sentinel-tsan 180 "$build/tests/test_sentinel"
     else
         suite_broken test_sentinel-tsan "$build/tests/test_sentinel missing"
+    fi
+    if [ -x "$build/tests/test_cluster" ]; then
+        run_suite test_cluster-tsan 120 "$build/tests/test_cluster"
+    else
+        suite_broken test_cluster-tsan "$build/tests/test_cluster missing"
     fi
     run_integration "$build" -tsan "$TSAN_CASES"
 }

@@ -56,16 +56,28 @@ stack_config() {
     REDIS_REPLICA_PORT=${REDIS_REPLICA_PORT:-16380}
     SENTINEL_PORT_BASE=${SENTINEL_PORT_BASE:-26379}
     REDIS_MASTER_NAME=${REDIS_MASTER_NAME:-stock}
+    # CLUSTER=1: a Redis Cluster of three masters instead of the single Redis
+    # (scripts/lib/cluster.sh); unset: as this run directory's `up` left it (the file
+    # with-cluster, removed by `down`), so that a replica restarted later is configured as its
+    # siblings.
+    if [ -z "${CLUSTER:-}" ]; then
+        CLUSTER=0
+        [ -e "$RUN_DIR/with-cluster" ] && CLUSTER=1
+    fi
+    case $CLUSTER in 0 | 1) ;; *) die "CLUSTER must be 0 or 1, got '$CLUSTER'" ;; esac
+    CLUSTER_PORT_BASE=${CLUSTER_PORT_BASE:-$((REDIS_PORT + 100))}
+    CLUSTER_BUS_PORT_BASE=${CLUSTER_BUS_PORT_BASE:-$((REDIS_PORT + 110))}
 
     local v
     for v in HTTP_PORT REPLICA_PORT_BASE REPLICAS PG_PORT REDIS_PORT REDLOCK_SERVERS \
         REDLOCK_PORT_BASE ETCD_PORT ETCD_PEER_PORT ZK_PORT SEED_GOODS SEED_STOCK REDIS_REPLICA_PORT \
-        SENTINEL_PORT_BASE; do
+        SENTINEL_PORT_BASE CLUSTER_PORT_BASE CLUSTER_BUS_PORT_BASE; do
         [[ ${!v} =~ ^[0-9]+$ ]] || die "$v must be a number, got '${!v}'"
     done
     ((REPLICAS >= 1 && REPLICAS <= 32)) || die "REPLICAS must be from 1 to 32, got $REPLICAS"
     ((REDLOCK_SERVERS <= 9)) || die "REDLOCK_SERVERS must be from 0 to 9, got $REDLOCK_SERVERS"
     case $HA in 0 | 1) ;; *) die "HA must be 0 or 1, got '$HA'" ;; esac
+    [ "$HA$CLUSTER" != 11 ] || die "HA=1 and CLUSTER=1 exclude each other (a cluster fails over by itself)"
     case $STOCKD in
     /*) ;;
     *) STOCKD=$PWD/$STOCKD ;;
@@ -105,6 +117,12 @@ stack_config() {
     if [ "$HA" = 1 ]; then
         REDIS_SENTINELS=127.0.0.1:$SENTINEL_PORT_BASE,127.0.0.1:$((SENTINEL_PORT_BASE + 1)),127.0.0.1:$((SENTINEL_PORT_BASE + 2))
         export REDIS_SENTINELS REDIS_MASTER_NAME
+    fi
+    # With CLUSTER=1 the redis lock routes over the cluster's masters (lock/cluster.h), its
+    # names tagged (lock:goods:{N}); REDIS_HOST/PORT are then not used by it.
+    if [ "$CLUSTER" = 1 ]; then
+        REDIS_CLUSTER_NODES=127.0.0.1:$CLUSTER_PORT_BASE,127.0.0.1:$((CLUSTER_PORT_BASE + 1)),127.0.0.1:$((CLUSTER_PORT_BASE + 2))
+        export REDIS_CLUSTER_NODES
     fi
     export MIGRATIONS_DIR=${MIGRATIONS_DIR:-$STACK_ROOT/migrations}
 }
