@@ -149,30 +149,36 @@ static void segment_unlock(sale *s, const char *name)
 }
 
 /* Right after BEGIN: claims the key, as the single path does, so that a twin waits for this
- * transaction and then replays its answer. DB_OK to go on; TRY_DONE (rolled back, answer
- * set: a replay or a 503) otherwise; -1 when out of memory. */
+ * transaction and then replays its answer. KEY_CLAIMED to go on in the transaction;
+ * KEY_ANSWERED when it was rolled back with the answer set (a replay or a 503); -1 when out
+ * of memory. (Not TRY_DONE, which is 0: a caller must never take "answered" for "go on".) */
+#define KEY_ANSWERED 1
+#define KEY_CLAIMED 2
 static int claim_key(sale *s)
 {
     char *body = NULL;
     int status = 0, rc;
 
     if (s->key == NULL)
-        return DB_OK;
+        return KEY_CLAIMED;
     rc = db_idempotency_claim(s->conn, s->goods_id, s->key);
     if (rc == DB_OK)
-        return DB_OK;
-    if (rc != DB_ERR_CONFLICT) {
-        rollback_db(s, "claim idempotency key", rc);
-        return s->out->body != NULL ? TRY_DONE : -1;
+        return KEY_CLAIMED;
+    if (rc != DB_ERR_CONFLICT)
+        rc = rollback_db(s, "claim idempotency key", rc);
+    else {
+        db_rollback(s->conn);
+        rc = db_idempotency_fetch(s->conn, s->goods_id, s->key, &status, &body);
+        if (rc != DB_OK) {
+            rc = answer_db(s, "fetch idempotent answer", rc);
+        } else {
+            s->out->status = status;
+            s->out->body = body;
+            s->out->outcome = "replayed";
+            rc = TRY_DONE;
+        }
     }
-    db_rollback(s->conn);
-    rc = db_idempotency_fetch(s->conn, s->goods_id, s->key, &status, &body);
-    if (rc != DB_OK)
-        return answer_db(s, "fetch idempotent answer", rc);
-    s->out->status = status;
-    s->out->body = body;
-    s->out->outcome = "replayed";
-    return TRY_DONE;
+    return rc == TRY_DONE ? KEY_ANSWERED : -1;
 }
 
 /* The answer (200, 404 or 409) is set in the open transaction: stores it with the key, asks
@@ -233,8 +239,8 @@ static int sell_segment(sale *s, int seg, int64_t token, char (*name)[64])
     if (rc != DB_OK)
         return answer_db(s, "begin", rc);
     rc = claim_key(s);
-    if (rc != DB_OK)
-        return rc;
+    if (rc != KEY_CLAIMED)
+        return rc == KEY_ANSWERED ? TRY_DONE : -1;
     rc = db_segment_claim(s->conn, s->goods_id, seg, token, &stock);
     if (rc == DB_ERR_NOT_FOUND || (rc == DB_OK && stock < s->count)) {
         db_rollback(s->conn); /* the hint was stale: the next segment */
@@ -290,8 +296,8 @@ static int sell_gathered(sale *s, const int64_t *tokens, char (*names)[64])
     if (rc != DB_OK)
         return answer_db(s, "begin", rc);
     rc = claim_key(s);
-    if (rc != DB_OK)
-        return rc;
+    if (rc != KEY_CLAIMED)
+        return rc == KEY_ANSWERED ? TRY_DONE : -1;
     rc = db_segments_gather(s->conn, s->goods_id, s->k, &goods_stock, stocks, fences, &rest);
     if (rc == DB_ERR_NOT_FOUND) {
         s->out->status = 404;
