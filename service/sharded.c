@@ -369,6 +369,36 @@ static int slow_path(sale *s)
     return result;
 }
 
+/*
+ * The goods row holds stock (after a reset, or after another mode folded the segments back):
+ * cut it into the segments, adding a share to each, in a transaction of its own under
+ * PostgreSQL's locks only (the advisory lock and the rows', as every move takes them). No
+ * Redis lock is needed: a sale holding a segment holds its row, and this waits for it. So
+ * the first sales after a reset do not all queue on every segment's lock (the slow path);
+ * the first of them cuts, the others find nothing left to cut. Sets hints[] to the segments'
+ * stocks after it. DB_OK or a DB_ERR_* code (nothing moved).
+ */
+static int cut_goods_row(sale *s, int64_t *hints)
+{
+    int64_t goods_stock = 0, rest = 0, fences[DB_SEGMENTS_MAX], shares[DB_SEGMENTS_MAX];
+    int rc;
+
+    rc = db_begin(s->conn);
+    if (rc != DB_OK)
+        return rc;
+    rc = db_segments_gather(s->conn, s->goods_id, s->k, &goods_stock, hints, fences, &rest);
+    if (rc == DB_OK && goods_stock + rest > 0) {
+        sharded_split(goods_stock + rest, s->k, shares);
+        for (int i = 0; i < s->k; i++)
+            hints[i] += shares[i];
+        rc = db_segments_spread(s->conn, s->goods_id, 0, s->k, hints, fences);
+    }
+    if (rc == DB_OK)
+        return db_commit(s->conn);
+    db_rollback(s->conn);
+    return rc;
+}
+
 /* A draw per sale for the starting segment: each thread its own seed. */
 static unsigned draw(void)
 {
@@ -420,6 +450,11 @@ static int run(sale *s)
         return s->out->body != NULL ? TRY_DONE : -1;
     }
 
+    if (rc == DB_OK && goods_stock > 0 && cut_goods_row(s, hints) != DB_OK) {
+        /* Not cut: the slow path gathers the row all the same, under every lock. */
+        for (int i = 0; i < s->k; i++)
+            hints[i] = 0;
+    }
     n = rc == DB_OK ? sharded_candidates(hints, s->k, s->count, draw(), order) : 0;
     for (int i = 0; i < n; i++) {
         rc = try_segment(s, order[i], s->env->shard_try_ms);

@@ -9,6 +9,10 @@
  *   2. the hint: the goods row and every segment read in one statement, without a lock. A
  *      total below the count there is a moment the goods was sold out: 409 at once (with
  *      an Idempotency-Key, the slow path below decides, so that the 409 is stored);
+ *      When the goods row itself holds stock (after a reset, or after another mode folded
+ *      the segments back), it is cut into the segments first, adding a share to each, in
+ *      a transaction of its own under PostgreSQL's locks only (no Redis lock: a sale
+ *      holding a segment holds its row, and the cut waits for it);
  *   3. the fast path: the segments whose hint covers the count, starting at a random one
  *      and going round in ascending order (sharded_candidates), each tried with a SHORT
  *      wait for its lock (SHARD_TRY_MS): a busy segment makes the sale move on. Under a
@@ -21,9 +25,9 @@
  *      ascending order (so that two slow sales never wait for each other in a cycle), then
  *      one transaction that gathers the goods row and every segment
  *      (db_segments_gather), sells from the total, and spreads what is left evenly over the
- *      K segments again (sharded_split). This is at once the first use (the goods row's
- *      stock is cut into segments), a sale larger than any one segment, the rebalancing of
- *      the last units, and the only place a 409 is decided under locks.
+ *      K segments again (sharded_split). This is at once a sale larger than any one
+ *      segment, the rebalancing of the last units, and the only place a 409 is decided
+ *      under locks.
  *
  * A 409 is answered only when the goods' whole stock, every segment and the goods row,
  * is below the count: in one snapshot (2) or under every lock (5); never while a segment
