@@ -8,9 +8,9 @@
  * back (rollback, unlock) before it tries the next. So no sale ever waits for a segment
  * while holding another out of order. (PostgreSQL's side of the rule: db/db.h.)
  *
- * The connection is borrowed once, after the idempotent replay, and kept for the whole
- * sale, attempts included: the pool's size then bounds how many of a replica's sales fight
- * for segments at once.
+ * A pooled connection is borrowed for each step (the look at the hint, each segment's
+ * transaction, the slow path's) and only once the step's locks are held: a sale waiting for
+ * a segment keeps no connection idle, as deduct.c takes its connection after the guard.
  */
 #include "service/sharded.h"
 
@@ -65,7 +65,8 @@ typedef struct sale {
 
 /* What an attempt on one segment came to. */
 enum {
-    TRY_DONE = 0,  /* the answer is set */
+    TRY_DONE = 10, /* the answer is set (not 0, DB_OK: "answered" must never read as
+                      "go on" where a DB_* code is tested) */
     TRY_SHORT = 1, /* the segment does not cover the count: rolled back, lock given back */
     TRY_BUSY = 2,  /* the segment's lock was not had within the wait */
 };
@@ -151,7 +152,7 @@ static void segment_unlock(sale *s, const char *name)
 /* Right after BEGIN: claims the key, as the single path does, so that a twin waits for this
  * transaction and then replays its answer. KEY_CLAIMED to go on in the transaction;
  * KEY_ANSWERED when it was rolled back with the answer set (a replay or a 503); -1 when out
- * of memory. (Not TRY_DONE, which is 0: a caller must never take "answered" for "go on".) */
+ * of memory. */
 #define KEY_ANSWERED 1
 #define KEY_CLAIMED 2
 static int claim_key(sale *s)
@@ -267,6 +268,25 @@ static int sell_segment(sale *s, int seg, int64_t token, char (*name)[64])
     return finish(s, name, 1);
 }
 
+/* Borrows a pooled connection for one step of the sale. BORROWED; otherwise the answer
+ * (503) is set and the result is TRY_DONE, or -1 when out of memory. */
+#define BORROWED 4
+static int borrow(sale *s)
+{
+    int rc = db_pool_acquire(s->env->db, (int)s->env->db_wait_ms, &s->conn);
+
+    if (rc == DB_OK)
+        return BORROWED;
+    s->conn = NULL;
+    return answer_db(s, "connect", rc) == TRY_DONE ? TRY_DONE : -1;
+}
+
+static void give_back(sale *s)
+{
+    db_pool_release(s->env->db, s->conn);
+    s->conn = NULL;
+}
+
 /* One fast attempt: segment `seg`'s lock within wait_ms, then its transaction. */
 static int try_segment(sale *s, int seg, int64_t wait_ms)
 {
@@ -276,11 +296,19 @@ static int try_segment(sale *s, int seg, int64_t wait_ms)
 
     segment_name(name[0], sizeof(name[0]), s->goods_id, seg);
     rc = segment_lock(s, name[0], wait_ms, &token);
-    if (rc == LOCK_TIMEOUT)
+    /* A short try that found no free Redis connection (LOCK_ERR_BUSY: the pool is bounded
+     * and a short try does not wait for it) is busy too: the full wait comes later. */
+    if (rc == LOCK_TIMEOUT || (rc == LOCK_ERR_BUSY && wait_ms < s->env->guards->wait_ms))
         return TRY_BUSY;
     if (rc != LOCK_OK)
         return answer_lock_failure(s, name[0], rc);
-    rc = sell_segment(s, seg, token, name);
+    /* The connection after the lock, as deduct.c takes it after the guard: a sale waiting
+     * for a segment must not keep one of the pool's few connections idle. */
+    rc = borrow(s);
+    if (rc == BORROWED) {
+        rc = sell_segment(s, seg, token, name);
+        give_back(s);
+    }
     segment_unlock(s, name[0]);
     return rc;
 }
@@ -360,10 +388,15 @@ static int slow_path(sale *s)
         if (rc != LOCK_OK)
             break;
     }
-    if (rc != LOCK_OK)
+    if (rc != LOCK_OK) {
         result = answer_lock_failure(s, names[taken], rc);
-    else
-        result = sell_gathered(s, tokens, names);
+    } else {
+        result = borrow(s);
+        if (result == BORROWED) {
+            result = sell_gathered(s, tokens, names);
+            give_back(s);
+        }
+    }
     while (taken-- > 0)
         segment_unlock(s, names[taken]);
     return result;
@@ -414,11 +447,16 @@ static unsigned draw(void)
     return (unsigned)rand_r(&seed);
 }
 
-/* The sale once the connection is had: replay, hint, fast path, slow path. */
-static int run(sale *s)
+/* look()'s answer when the sale goes on to the segments. */
+#define LOOK_GO 3
+
+/* The first step, on a borrowed connection: the replay, the hint (and the 404 or 409 it
+ * answers), the cut of the goods row. LOOK_GO with hints[] set; TRY_DONE with the answer
+ * set; -1 when out of memory. */
+static int look(sale *s, int64_t *hints)
 {
-    int64_t hints[DB_SEGMENTS_MAX], goods_stock = 0, total = 0;
-    int order[DB_SEGMENTS_MAX], n, busy = -1, rc;
+    int64_t goods_stock = 0, total = 0;
+    int rc;
 
     if (s->key != NULL) {
         char *body = NULL;
@@ -450,12 +488,35 @@ static int run(sale *s)
         return s->out->body != NULL ? TRY_DONE : -1;
     }
 
-    if (rc == DB_OK && goods_stock > 0 && cut_goods_row(s, hints) != DB_OK) {
-        /* Not cut: the slow path gathers the row all the same, under every lock. */
+    if (rc == DB_ERR_NOT_FOUND || (goods_stock > 0 && cut_goods_row(s, hints) != DB_OK)) {
+        /* Unknown goods with a key, or not cut: the slow path answers, or gathers the row
+         * all the same, under every lock. */
         for (int i = 0; i < s->k; i++)
             hints[i] = 0;
     }
-    n = rc == DB_OK ? sharded_candidates(hints, s->k, s->count, draw(), order) : 0;
+    return LOOK_GO;
+}
+
+/* One look at the hint on a connection of its own: LOOK_GO, or the answer (TRY_DONE, -1). */
+static int look_once(sale *s, int64_t *hints)
+{
+    int rc = borrow(s);
+
+    if (rc != BORROWED)
+        return rc;
+    rc = look(s, hints);
+    give_back(s);
+    return rc;
+}
+
+/* The fast path over the candidates of `hints`: each tried with the short wait; then, when
+ * `wait_busy`, the first busy one with the full wait. TRY_SHORT when none could sell (the
+ * answer is not set), else the attempt's result. */
+static int fast_path(sale *s, const int64_t *hints, bool wait_busy)
+{
+    int order[DB_SEGMENTS_MAX], n, busy = -1, rc;
+
+    n = sharded_candidates(hints, s->k, s->count, draw(), order);
     for (int i = 0; i < n; i++) {
         rc = try_segment(s, order[i], s->env->shard_try_ms);
         if (rc == TRY_BUSY && busy < 0)
@@ -463,14 +524,36 @@ static int run(sale *s)
         else if (rc != TRY_SHORT && rc != TRY_BUSY)
             return rc;
     }
-    if (busy >= 0) {
-        /* Every candidate was busy or short: wait for the first busy one, once. */
-        rc = try_segment(s, busy, s->env->guards->wait_ms);
-        if (rc == TRY_BUSY) {
-            char name[64];
-            segment_name(name, sizeof(name), s->goods_id, busy);
-            return answer_lock_failure(s, name, LOCK_TIMEOUT);
-        }
+    if (busy < 0 || !wait_busy)
+        return TRY_SHORT;
+    /* Every candidate was busy or short: wait for the first busy one, once. */
+    rc = try_segment(s, busy, s->env->guards->wait_ms);
+    if (rc == TRY_BUSY) {
+        char name[64];
+        segment_name(name, sizeof(name), s->goods_id, busy);
+        return answer_lock_failure(s, name, LOCK_TIMEOUT);
+    }
+    return rc;
+}
+
+/*
+ * The sale: look, the fast path (waiting once for a busy segment); if no segment could
+ * sell, look again (other sales moved on meanwhile: the hint may show another segment, or
+ * a sold-out goods, answered without a lock) and try the fast path once more with short
+ * tries only; only then the slow path. Near the end of a sale-out most segments run dry
+ * under the sales' feet, and without the second look every one of those sales would queue
+ * for all the locks.
+ */
+static int run(sale *s)
+{
+    int64_t hints[DB_SEGMENTS_MAX];
+    int rc;
+
+    for (int round = 0; round < 2; round++) {
+        rc = look_once(s, hints);
+        if (rc != LOOK_GO)
+            return rc;
+        rc = fast_path(s, hints, round == 0);
         if (rc != TRY_SHORT)
             return rc;
     }
@@ -492,10 +575,6 @@ int sharded_execute(const deduct_env *env, const mode *m, int64_t goods_id, int6
     memset(out, 0, sizeof(*out));
     if (env->guards->lock == NULL)
         return answer_503(&s, "unavailable", "redis lock client not configured");
-    rc = db_pool_acquire(env->db, (int)env->db_wait_ms, &s.conn);
-    if (rc != DB_OK)
-        return answer_db(&s, "connect", rc);
     rc = run(&s);
-    db_pool_release(env->db, s.conn);
     return rc < 0 ? -1 : 0;
 }

@@ -3935,13 +3935,39 @@ static void env_learn_instances(void)
 /* The stack's SHARD_SEGMENTS (the service's default). */
 #define SHARD_K 8
 
-/* How many segments of goods_id a fenced sale has taken (a token is stored on its row). */
-static long long segments_used(long long goods_id)
+/* Each segment's stored fencing token (0 for a segment with no row). Tokens stay across
+ * resets (an old holder must stay out), so a case compares them before and after. */
+static void segment_fences(long long goods_id, long long *fences)
+{
+    char err[512];
+
+    for (int k = 0; k < SHARD_K; k++) {
+        fences[k] = 0;
+        if (sql_run("SELECT fence FROM goods_segments WHERE goods = $1 AND seg = $2", 2, goods_id,
+                    k, NULL, &fences[k], err, sizeof(err)) != 0)
+            fail_msg("SQL on the stack's database: %s", err);
+    }
+}
+
+/* How many segments got a new token since `before` (segment_fences): taken by a sale. */
+static int segments_taken_since(long long goods_id, const long long *before)
+{
+    long long now[SHARD_K];
+    int n = 0;
+
+    segment_fences(goods_id, now);
+    for (int k = 0; k < SHARD_K; k++)
+        n += now[k] != before[k];
+    return n;
+}
+
+/* How many segments of goods_id hold stock now. */
+static long long segments_holding(long long goods_id)
 {
     char err[512];
     long long n = 0;
 
-    if (sql_run("SELECT count(*) FROM goods_segments WHERE goods = $1 AND fence > 0", 1, goods_id,
+    if (sql_run("SELECT count(*) FROM goods_segments WHERE goods = $1 AND stock > 0", 1, goods_id,
                 0, NULL, &n, err, sizeof(err)) != 0)
         fail_msg("SQL on the stack's database: %s", err);
     return n;
@@ -3970,7 +3996,9 @@ static void test_sharded_load_three(void **state)
 {
     (void)state;
     begin_case("sharded_load_three");
+    long long before[SHARD_K];
     reset_goods(GOODS_SHARD_LOAD, LOAD_STOCK);
+    segment_fences(GOODS_SHARD_LOAD, before);
     load_plan *p = load_plan_new("redis-sharded via nginx", g_env.stock_url, GOODS_SHARD_LOAD,
                                  "redis-sharded", LOAD_REQUESTS, LOAD_THREADS);
     load_run(p);
@@ -3978,29 +4006,36 @@ static void test_sharded_load_three(void **state)
     for (size_t i = 0; i < g_env.n_replicas; i++)
         if (p->counts.per_instance[i] == 0)
             fail_msg("redis-sharded via nginx: replica %s sold nothing", g_env.instances[i]);
-    long long used = segments_used(GOODS_SHARD_LOAD);
-    printf("    redis-sharded via nginx: %lld of %d segments taken by a fenced sale\n", used,
+    int used = segments_taken_since(GOODS_SHARD_LOAD, before);
+    printf("    redis-sharded via nginx: %d of %d segments taken by a fenced sale\n", used,
            SHARD_K);
     if (used < 2)
-        fail_msg("redis-sharded via nginx: only %lld segment(s) ever locked: no spread", used);
+        fail_msg("redis-sharded via nginx: only %d segment(s) locked: no spread", used);
 }
 
 /* A count larger than any one segment sells when the segments together have it (the slow
- * path gathers them), and a 409 says the whole stock. 80 units: after a sale of 1, the 79
- * left are spread 10 or 9 a segment. */
+ * path takes every segment's lock and gathers them), and a 409 says the whole stock. 80
+ * units: the first sale cuts them 10 a segment and sells 1 from one. */
 static void test_sharded_large_count(void **state)
 {
     (void)state;
     begin_case("sharded_large_count");
     const long long g = GOODS_SHARD_LARGE;
+    long long before[SHARD_K];
     reset_goods(g, 80);
+    segment_fences(g, before);
     expect_deducted(deduct(g_env.stock_url, g, 1, "redis-sharded", NULL), g, 1, 79, "redis-sharded",
                     "redis-sharded: the first sale cuts the stock");
-    if (segments_used(g) != SHARD_K)
-        fail_msg("redis-sharded: after the first sale %lld segments carry a token, want %d",
-                 segments_used(g), SHARD_K);
+    if (segments_holding(g) != SHARD_K || segments_taken_since(g, before) != 1)
+        fail_msg("redis-sharded: after the first sale %lld segments hold stock and %d got a new "
+                 "token, want %d and 1 (the cut, then one segment's sale)",
+                 segments_holding(g), segments_taken_since(g, before), SHARD_K);
+    segment_fences(g, before);
     expect_deducted(deduct(g_env.stock_url, g, 50, "redis-sharded", NULL), g, 50, 29,
                     "redis-sharded", "redis-sharded: 50 units, more than any segment holds");
+    if (segments_taken_since(g, before) != SHARD_K) /* it held every segment's lock */
+        fail_msg("redis-sharded: the 50-unit sale gave %d segments a new token, want %d",
+                 segments_taken_since(g, before), SHARD_K);
     json_t *j = expect_error(deduct(g_env.stock_url, g, 30, "redis-sharded", NULL), 409,
                              "insufficient_stock", "redis-sharded: 30 units of 29");
     expect_field_int(j, "remaining", 29, "redis-sharded: 30 units of 29");
