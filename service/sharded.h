@@ -20,7 +20,8 @@
  *      it covers the count: write it, record the order, store the answer, still held?,
  *      COMMIT. A short segment (the hint was stale) rolls back and the next is tried;
  *   4. when every candidate was busy, the first of them is waited for with the full lock
- *      wait (LOCK_WAIT_MS), once;
+ *      wait (LOCK_WAIT_MS), once; if still no segment sold, the hint is read again (2,
+ *      with its 409) and its candidates tried once more, with short tries only;
  *   5. the slow path, when no single segment could sell: every segment's lock, in
  *      ascending order (so that two slow sales never wait for each other in a cycle), then
  *      one transaction that gathers the goods row and every segment
