@@ -450,9 +450,46 @@ static unsigned draw(void)
 /* look()'s answer when the sale goes on to the segments. */
 #define LOOK_GO 3
 
-/* The first step, on a borrowed connection: the replay, the hint (and the 404 or 409 it
- * answers), the cut of the goods row. LOOK_GO with hints[] set; TRY_DONE with the answer
- * set; -1 when out of memory. */
+/*
+ * A refusal (404 or 409) for a request with an Idempotency-Key, stored with it: in a
+ * transaction that claims the key and reads the hint again; no segment lock is needed, as
+ * a refusal sells nothing and the hint's one snapshot is a moment the goods was unknown or
+ * short. TRY_DONE with the answer set (the refusal, a replay or a 503); TRY_SHORT, rolled
+ * back, when the stock now covers the count after all (a reset came between); -1 when out of
+ * memory.
+ */
+static int refuse_stored(sale *s)
+{
+    int64_t goods_stock = 0, total = 0, hints[DB_SEGMENTS_MAX];
+    int rc;
+
+    rc = db_begin(s->conn);
+    if (rc != DB_OK)
+        return answer_db(s, "begin", rc);
+    rc = claim_key(s);
+    if (rc != KEY_CLAIMED)
+        return rc == KEY_ANSWERED ? TRY_DONE : -1;
+    rc = db_segments_read(s->conn, s->goods_id, s->k, &goods_stock, hints, &total);
+    if (rc == DB_ERR_NOT_FOUND) {
+        s->out->status = 404;
+        s->out->outcome = "unknown_goods";
+        s->out->body = response_unknown_goods(s->goods_id);
+    } else if (rc != DB_OK) {
+        return rollback_db(s, "read segments", rc);
+    } else if (total < s->count) {
+        s->out->status = 409;
+        s->out->outcome = "insufficient_stock";
+        s->out->body = response_insufficient(s->goods_id, total);
+    } else {
+        db_rollback(s->conn);
+        return TRY_SHORT;
+    }
+    return finish(s, NULL, 0);
+}
+
+/* The first step of each round, on a borrowed connection: the replay, the hint (and the 404
+ * or 409 it answers), the cut of the goods row. LOOK_GO with hints[] set; TRY_DONE with the
+ * answer set; -1 when out of memory. */
 static int look(sale *s, int64_t *hints)
 {
     int64_t goods_stock = 0, total = 0;
@@ -472,25 +509,31 @@ static int look(sale *s, int64_t *hints)
     rc = db_segments_read(s->conn, s->goods_id, s->k, &goods_stock, hints, &total);
     if (rc != DB_OK && rc != DB_ERR_NOT_FOUND)
         return answer_db(s, "read segments", rc);
-    /* Without a key, the hint's snapshot answers a 404 or a 409 by itself: at that moment the
-     * goods did not exist, or its whole stock was below the count. With a key, the slow path
-     * answers it in a transaction, so that it is stored. */
-    if (s->key == NULL && rc == DB_ERR_NOT_FOUND) {
-        s->out->status = 404;
-        s->out->outcome = "unknown_goods";
-        s->out->body = response_unknown_goods(s->goods_id);
-        return s->out->body != NULL ? TRY_DONE : -1;
-    }
-    if (s->key == NULL && total < s->count) {
-        s->out->status = 409;
-        s->out->outcome = "insufficient_stock";
-        s->out->body = response_insufficient(s->goods_id, total);
-        return s->out->body != NULL ? TRY_DONE : -1;
+    /* The hint's snapshot answers a 404 or a 409 by itself: at that moment the goods did not
+     * exist, or its whole stock was below the count. With a key the refusal is stored. */
+    if (rc == DB_ERR_NOT_FOUND || total < s->count) {
+        if (s->key != NULL) {
+            rc = refuse_stored(s);
+            if (rc != TRY_SHORT)
+                return rc;
+            rc = db_segments_read(s->conn, s->goods_id, s->k, &goods_stock, hints, &total);
+            if (rc != DB_OK)
+                return answer_db(s, "read segments", rc);
+        } else if (rc == DB_ERR_NOT_FOUND) {
+            s->out->status = 404;
+            s->out->outcome = "unknown_goods";
+            s->out->body = response_unknown_goods(s->goods_id);
+            return s->out->body != NULL ? TRY_DONE : -1;
+        } else {
+            s->out->status = 409;
+            s->out->outcome = "insufficient_stock";
+            s->out->body = response_insufficient(s->goods_id, total);
+            return s->out->body != NULL ? TRY_DONE : -1;
+        }
     }
 
-    if (rc == DB_ERR_NOT_FOUND || (goods_stock > 0 && cut_goods_row(s, hints) != DB_OK)) {
-        /* Unknown goods with a key, or not cut: the slow path answers, or gathers the row
-         * all the same, under every lock. */
+    if (goods_stock > 0 && cut_goods_row(s, hints) != DB_OK) {
+        /* Not cut: the slow path gathers the row all the same, under every lock. */
         for (int i = 0; i < s->k; i++)
             hints[i] = 0;
     }
@@ -509,14 +552,13 @@ static int look_once(sale *s, int64_t *hints)
     return rc;
 }
 
-/* The fast path over the candidates of `hints`: each tried with the short wait; then, when
- * `wait_busy`, the first busy one with the full wait. TRY_SHORT when none could sell (the
- * answer is not set), else the attempt's result. */
-static int fast_path(sale *s, const int64_t *hints, bool wait_busy)
+/* The fast path over the candidates order[0..n): each tried with the short wait; then the
+ * first busy one with `wait_ms`. TRY_SHORT when none could sell (no answer set), else the
+ * attempt's result (a timeout of the wait: 503 lock_timeout). */
+static int fast_path(sale *s, const int *order, int n, int64_t wait_ms)
 {
-    int order[DB_SEGMENTS_MAX], n, busy = -1, rc;
+    int busy = -1, rc;
 
-    n = sharded_candidates(hints, s->k, s->count, draw(), order);
     for (int i = 0; i < n; i++) {
         rc = try_segment(s, order[i], s->env->shard_try_ms);
         if (rc == TRY_BUSY && busy < 0)
@@ -524,10 +566,10 @@ static int fast_path(sale *s, const int64_t *hints, bool wait_busy)
         else if (rc != TRY_SHORT && rc != TRY_BUSY)
             return rc;
     }
-    if (busy < 0 || !wait_busy)
+    if (busy < 0)
         return TRY_SHORT;
-    /* Every candidate was busy or short: wait for the first busy one, once. */
-    rc = try_segment(s, busy, s->env->guards->wait_ms);
+    /* Every candidate was busy or short: wait for the first busy one. */
+    rc = try_segment(s, busy, wait_ms);
     if (rc == TRY_BUSY) {
         char name[64];
         segment_name(name, sizeof(name), s->goods_id, busy);
@@ -536,24 +578,43 @@ static int fast_path(sale *s, const int64_t *hints, bool wait_busy)
     return rc;
 }
 
+/* Rounds of the fast path at most before the slow path is taken all the same. */
+#define FAST_ROUNDS_MAX 32
+
 /*
- * The sale: look, the fast path (waiting once for a busy segment); if no segment could
- * sell, look again (other sales moved on meanwhile: the hint may show another segment, or
- * a sold-out goods, answered without a lock) and try the fast path once more with short
- * tries only; only then the slow path. Near the end of a sale-out most segments run dry
- * under the sales' feet, and without the second look every one of those sales would queue
- * for all the locks.
+ * The sale, in rounds: look at the hint; if no single segment covers the count (the stock
+ * is fragmented, or a count larger than any segment), the slow path; else the fast path over
+ * the candidates, waiting for a busy one with what is left of LOCK_WAIT_MS. A round that
+ * found every candidate short (other sales emptied them meanwhile) looks again: the next
+ * hint shows where stock is left, or that the goods is sold out (409 without a lock). So
+ * the last units are fought over one segment lock at a time, as in `redis`, and only a
+ * fragmented stock queues for all the locks.
  */
 static int run(sale *s)
 {
     int64_t hints[DB_SEGMENTS_MAX];
-    int rc;
+    int order[DB_SEGMENTS_MAX], n, rc;
+    struct timespec start;
 
-    for (int round = 0; round < 2; round++) {
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    for (int round = 0; round < FAST_ROUNDS_MAX; round++) {
+        int64_t spent = (int64_t)(clock_seconds_since(&start) * 1000.0);
+        int64_t left = s->env->guards->wait_ms > spent ? s->env->guards->wait_ms - spent : 0;
+
+        if (round > 0 && left == 0) {
+            char detail[160];
+            snprintf(detail, sizeof(detail),
+                     "no segment of goods %" PRId64 " could sell within %" PRId64 " ms",
+                     s->goods_id, s->env->guards->wait_ms);
+            return answer_503(s, "lock_timeout", detail);
+        }
         rc = look_once(s, hints);
         if (rc != LOOK_GO)
             return rc;
-        rc = fast_path(s, hints, round == 0);
+        n = sharded_candidates(hints, s->k, s->count, draw(), order);
+        if (n == 0)
+            break;
+        rc = fast_path(s, order, n, left);
         if (rc != TRY_SHORT)
             return rc;
     }

@@ -4,14 +4,14 @@
  * lock of lock/ with its fencing token, stored on the segment's row), so that K sales of
  * one goods can run at once instead of one.
  *
- * A sale, in order:
+ * A sale, in rounds:
  *   1. an idempotent retry is answered from the store before anything is locked;
  *   2. the hint: the goods row and every segment read in one statement, without a lock. A
  *      total below the count there is a moment the goods was sold out: 409 at once (with
- *      an Idempotency-Key, the slow path below decides, so that the 409 is stored);
- *      When the goods row itself holds stock (after a reset, or after another mode folded
- *      the segments back), it is cut into the segments first, adding a share to each, in
- *      a transaction of its own under PostgreSQL's locks only (no Redis lock: a sale
+ *      an Idempotency-Key, claimed and stored in a small transaction that reads the hint
+ *      again). When the goods row itself holds stock (after a reset, or after another mode
+ *      folded the segments back), it is cut into the segments first, a share added to each,
+ *      in a transaction of its own under PostgreSQL's locks only (no Redis lock: a sale
  *      holding a segment holds its row, and the cut waits for it);
  *   3. the fast path: the segments whose hint covers the count, starting at a random one
  *      and going round in ascending order (sharded_candidates), each tried with a SHORT
@@ -19,20 +19,20 @@
  *      segment's lock, one transaction: claim the key, claim the segment (fenced), and if
  *      it covers the count: write it, record the order, store the answer, still held?,
  *      COMMIT. A short segment (the hint was stale) rolls back and the next is tried;
- *   4. when every candidate was busy, the first of them is waited for with the full lock
- *      wait (LOCK_WAIT_MS), once; if still no segment sold, the hint is read again (2,
- *      with its 409) and its candidates tried once more, with short tries only;
- *   5. the slow path, when no single segment could sell: every segment's lock, in
- *      ascending order (so that two slow sales never wait for each other in a cycle), then
- *      one transaction that gathers the goods row and every segment
- *      (db_segments_gather), sells from the total, and spreads what is left evenly over the
- *      K segments again (sharded_split). This is at once a sale larger than any one
- *      segment, the rebalancing of the last units, and the only place a 409 is decided
- *      under locks.
+ *   4. when every candidate was busy, the first of them is waited for, with what is left of
+ *      LOCK_WAIT_MS; when every candidate turned out short (other sales emptied them), the
+ *      round starts again at 2 with a fresh hint, until LOCK_WAIT_MS has passed (503
+ *      lock_timeout);
+ *   5. the slow path, only when no single segment's hint covers the count (a count larger
+ *      than any segment, or the last units scattered): every segment's lock, in ascending
+ *      order (so that two slow sales never wait for each other in a cycle), then one
+ *      transaction that gathers the goods row and every segment (db_segments_gather),
+ *      sells from the total, and spreads what is left evenly over the K segments again
+ *      (sharded_split): the multi-segment sale and the rebalancing are one path.
  *
  * A 409 is answered only when the goods' whole stock, every segment and the goods row,
- * is below the count: in one snapshot (2) or under every lock (5); never while a segment
- * could still cover it.
+ * is below the count: in one snapshot (2) or under every lock (5); never while the segments
+ * together could still cover it.
  *
  * Other modes sell from the goods row only; when one would answer 409 it first folds the
  * segments back into the row (db_segments_fold, deduct.c) and tries once more, so that no

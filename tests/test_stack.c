@@ -4274,16 +4274,16 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_lock_lost_watchdog, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_five_steps, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_five_steps_mirror, case_setup, case_teardown),
-        cmocka_unit_test_setup_teardown(test_redis_down, case_setup, redis_case_teardown),
-        cmocka_unit_test_setup_teardown(test_postgres_down, case_setup, pg_case_teardown),
-        cmocka_unit_test_setup_teardown(test_postgres_frozen, case_setup, pg_frozen_teardown),
-        /* redis-sharded */
+        /* redis-sharded, before the cases that take a dependency down */
         cmocka_unit_test_setup_teardown(test_sharded_load_three, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_sharded_large_count, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_sharded_sold_out_only_at_zero, case_setup,
                                         case_teardown),
         cmocka_unit_test_setup_teardown(test_sharded_idempotency, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_sharded_mixed_modes, case_setup, case_teardown),
+        cmocka_unit_test_setup_teardown(test_redis_down, case_setup, redis_case_teardown),
+        cmocka_unit_test_setup_teardown(test_postgres_down, case_setup, pg_case_teardown),
+        cmocka_unit_test_setup_teardown(test_postgres_frozen, case_setup, pg_frozen_teardown),
     };
     int failed;
 
