@@ -228,6 +228,47 @@ int db_lockrow_take(db_conn *conn, int64_t goods_id, const char *owner, int64_t 
 int db_lockrow_release(db_conn *conn, int64_t goods_id, const char *owner);
 
 /*
+ * The segments of a goods' stock (redis-sharded, migrations/005_goods_segments.sql). The
+ * goods' stock is goods.stock plus the stock of its segments; units move between the two
+ * only under pg_advisory_xact_lock(goods) (the pg-advisory rung's lock, so that its blind
+ * write cannot lose a move) and the rows' locks, the goods row first, then the segments in
+ * ascending order (every caller here keeps that order, so none waits for another in a
+ * cycle). Segments are numbered 0 .. DB_SEGMENTS_MAX-1.
+ *
+ * db_segments_read: the hint, without a lock, in one snapshot: *goods_stock, and stocks[i]
+ *   for segments 0..k-1 (0 for a segment with no row); *total gets goods.stock plus every
+ *   segment, whatever its number. DB_ERR_NOT_FOUND for unknown goods.
+ * db_segment_claim: a segment's fenced read, as db_stock_claim is the goods': stores `token`
+ *   on the row, takes its lock until the transaction ends, reads its stock. DB_ERR_FENCED
+ *   when the row carries a newer token; DB_ERR_NOT_FOUND when the segment has no row (it
+ *   holds nothing).
+ * db_segment_write: sets a claimed segment's stock; *total_left gets the goods' total as the
+ *   statement sees it (this segment's new stock, the others' and the goods row's as last
+ *   committed): the "remaining" of a sale.
+ * db_segments_gather: inside a transaction, before anything else of the goods: takes the
+ *   advisory lock, the goods row's lock (*goods_stock, DB_ERR_NOT_FOUND for unknown goods)
+ *   and every segment's lock, in that order; stocks[i] and fences[i] for segments 0..k-1
+ *   (0 and 0 for a segment with no row), *rest the stock of segments k and above.
+ * db_segments_spread: after db_segments_gather in the same transaction: sets goods.stock to
+ *   goods_stock, segments 0..k-1 to stocks[i] (rows created as needed; the stored token
+ *   becomes the larger of it and fences[i]), and empties the segments from k up.
+ * db_segments_fold: its own transaction (call it outside one): moves every segment's stock
+ *   back to the goods row, under the same locks. *moved gets the units moved (0: nothing to
+ *   move; then only one plain read was made).
+ */
+#define DB_SEGMENTS_MAX 64
+int db_segments_read(db_conn *conn, int64_t goods_id, int k, int64_t *goods_stock,
+                     int64_t *stocks, int64_t *total);
+int db_segment_claim(db_conn *conn, int64_t goods_id, int seg, int64_t token, int64_t *stock);
+int db_segment_write(db_conn *conn, int64_t goods_id, int seg, int64_t new_stock,
+                     int64_t *total_left);
+int db_segments_gather(db_conn *conn, int64_t goods_id, int k, int64_t *goods_stock,
+                       int64_t *stocks, int64_t *fences, int64_t *rest);
+int db_segments_spread(db_conn *conn, int64_t goods_id, int64_t goods_stock, int k,
+                       const int64_t *stocks, const int64_t *fences);
+int db_segments_fold(db_conn *conn, int64_t goods_id, int64_t *moved);
+
+/*
  * Idempotency records, unique per (goods, key).
  * db_idempotency_claim: inside a transaction, inserts an empty record for the key. If
  *   another transaction is claiming the same key, this waits for it to end. Returns DB_OK
@@ -246,13 +287,14 @@ int db_idempotency_fetch(db_conn *conn, int64_t goods_id, const char *key, int *
                          char **body);
 
 /* Creates the goods if needed, sets stock and initial to `stock` (the fencing token is
- * kept), deletes its orders and idempotency records: one transaction of its own, so it
+ * kept), empties its segments (their tokens kept), deletes its orders and idempotency
+ * records: one transaction of its own, so it
  * must be called outside one (DB_ERR_INVALID otherwise). */
 int db_goods_reset(db_conn *conn, int64_t goods_id, int64_t stock);
 
 typedef struct db_stock_report {
     int64_t initial; /* stock set by the last reset */
-    int64_t stock;   /* what the row holds now */
+    int64_t stock;   /* what the row and its segments hold now */
     int64_t sold;    /* sum of count over the orders */
     int64_t orders;  /* number of orders */
 } db_stock_report;

@@ -5,6 +5,7 @@
  *   conn.c        one connection: bounded connect, error mapping, transactions, ping
  *   statements.c  every SQL text of the service, and running them (prepared on first use)
  *   stock.c       the read-check-write statements, the reset and the stock report
+ *   segments.c    the segments of a goods' stock (redis-sharded)
  *   idempotency.c the Idempotency-Key records
  *   migrate.c     the schema migrations
  *
@@ -82,6 +83,15 @@ enum db__stmt_id {
     DB__GOODS_EXISTS,
     DB__ORDER_INSERT,
     DB__ORDERS_INSERT_MANY,
+    /* the segments of redis-sharded */
+    DB__SEGMENTS_READ,
+    DB__SEGMENT_CLAIM,
+    DB__SEGMENT_EXISTS,
+    DB__SEGMENT_WRITE,
+    DB__GOODS_LOCK_NOKEY,
+    DB__SEGMENTS_LOCK_ALL,
+    DB__SEGMENTS_EMPTY,
+    DB__SEGMENTS_SPREAD,
     /* idempotency */
     DB__IDEM_CLAIM,
     DB__IDEM_STORE,

@@ -148,6 +148,64 @@ static const struct statement stmts[DB__STMT_COUNT] = {
                                 " ORDER BY u.i RETURNING id, count",
                                 5, PGRES_TUPLES_OK, false},
 
+    /*
+     * redis-sharded's segments (migrations/005_goods_segments.sql). The hint: the goods row
+     * (as segment -1) and every segment, read without a lock in one statement, so in one
+     * snapshot: a total below the count there is a moment the goods was sold out.
+     */
+    [DB__SEGMENTS_READ] = {"segments_read",
+                           "SELECT -1, stock FROM goods WHERE id = $1"
+                           " UNION ALL SELECT seg, stock FROM goods_segments WHERE goods = $1",
+                           1, PGRES_TUPLES_OK, false},
+    /* A segment's fenced read, as DB__STOCK_CLAIM is the goods': the row's lock until the
+     * transaction ends, and no row when it carries a newer token (or does not exist). */
+    [DB__SEGMENT_CLAIM] = {"segment_claim",
+                           "UPDATE goods_segments SET fence = $3"
+                           " WHERE goods = $1 AND seg = $2 AND fence <= $3 RETURNING stock",
+                           3, PGRES_TUPLES_OK, false},
+    /* Only after a claim found no row: fenced, or no such segment? */
+    [DB__SEGMENT_EXISTS] = {"segment_exists",
+                            "SELECT 1 FROM goods_segments WHERE goods = $1 AND seg = $2", 2,
+                            PGRES_TUPLES_OK, false},
+    /* The write after a claim, returning the goods' total as this statement sees it: what
+     * this segment keeps plus what the others and the goods row held at its snapshot. */
+    [DB__SEGMENT_WRITE] = {"segment_write",
+                           "UPDATE goods_segments SET stock = $3 WHERE goods = $1 AND seg = $2"
+                           " RETURNING $3::bigint"
+                           " + (SELECT COALESCE(sum(stock), 0) FROM goods_segments"
+                           " WHERE goods = $1 AND seg <> $2)"
+                           " + (SELECT stock FROM goods WHERE id = $1)",
+                           3, PGRES_TUPLES_OK, false},
+    /* The goods row's lock for moving units to or from the segments. FOR NO KEY UPDATE, not
+     * FOR UPDATE: an order's foreign key check (FOR KEY SHARE) does not wait for it, so a
+     * sale that holds a segment and records its order never waits for a mover that waits
+     * for that segment. */
+    [DB__GOODS_LOCK_NOKEY] = {"goods_lock_nokey",
+                              "SELECT stock FROM goods WHERE id = $1 FOR NO KEY UPDATE", 1,
+                              PGRES_TUPLES_OK, false},
+    /* Every segment's lock, in ascending order (rows are locked in the order returned): every
+     * statement that locks more than one segment takes them in this order, so no two wait
+     * for each other in a cycle. */
+    [DB__SEGMENTS_LOCK_ALL] = {"segments_lock_all",
+                               "SELECT seg, stock, fence FROM goods_segments WHERE goods = $1"
+                               " ORDER BY seg FOR NO KEY UPDATE",
+                               1, PGRES_TUPLES_OK, false},
+    /* Empties the segments from $2 up, after DB__SEGMENTS_LOCK_ALL locked them. */
+    [DB__SEGMENTS_EMPTY] = {"segments_empty",
+                            "UPDATE goods_segments SET stock = 0"
+                            " WHERE goods = $1 AND seg >= $2 AND stock <> 0",
+                            2, PGRES_COMMAND_OK, false},
+    /* Sets segments 0..n-1 to the stocks of $2 with the tokens of $3 (arrays of one length),
+     * creating the rows that do not exist yet; a stored token is never lowered. */
+    [DB__SEGMENTS_SPREAD] =
+        {"segments_spread",
+         "INSERT INTO goods_segments (goods, seg, stock, fence)"
+         " SELECT $1::bigint, (u.i - 1)::integer, u.s, u.f"
+         " FROM unnest($2::bigint[], $3::bigint[]) WITH ORDINALITY AS u (s, f, i)"
+         " ON CONFLICT (goods, seg) DO UPDATE SET stock = EXCLUDED.stock,"
+         " fence = GREATEST(goods_segments.fence, EXCLUDED.fence)",
+         3, PGRES_COMMAND_OK, false},
+
     /* ON CONFLICT DO NOTHING waits for a transaction that inserted the same key and has not
      * ended yet; then it inserts (that one rolled back) or does nothing (it committed). */
     [DB__IDEM_CLAIM] = {"idem_claim",
@@ -177,9 +235,12 @@ static const struct statement stmts[DB__STMT_COUNT] = {
 
     /* One statement, so one snapshot: the stock and the orders are seen as of the same
      * moment. Read in two statements, a sale committed in between would show up as units
-     * sold that the stock never gave up (or the other way round). */
+     * sold that the stock never gave up (or the other way round). The stock is the goods
+     * row's plus its segments' (redis-sharded), in the same snapshot. */
     [DB__STOCK_REPORT] = {"stock_report",
-                          "SELECT g.initial, g.stock, o.sold, o.orders FROM goods g,"
+                          "SELECT g.initial, g.stock + COALESCE((SELECT sum(stock)"
+                          " FROM goods_segments WHERE goods = g.id), 0), o.sold, o.orders"
+                          " FROM goods g,"
                           " LATERAL (SELECT COALESCE(sum(count), 0) AS sold, count(*) AS orders"
                           " FROM orders WHERE goods = g.id) o"
                           " WHERE g.id = $1",

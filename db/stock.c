@@ -205,14 +205,21 @@ int db_orders_insert_many(db_conn *conn, int64_t goods_id, const int64_t *counts
     return rc;
 }
 
-/* The three statements of a reset, inside the transaction db_goods_reset opened. The
- * goods row is written first: that waits for any deduction holding the row, so the
- * deletes that follow (each with a fresh snapshot, READ COMMITTED) see its order too. */
+/* The statements of a reset, inside the transaction db_goods_reset opened. The goods row
+ * is written first: that waits for any deduction holding the row, so the deletes that
+ * follow (each with a fresh snapshot, READ COMMITTED) see its order too. Then the segments
+ * (redis-sharded) are locked in ascending order, as every mover of units takes them, which
+ * waits for the sales holding one, and emptied: the reset's stock is all in the goods row. */
 static int reset_statements(db_conn *conn, const char *const *params)
 {
+    const char *seg_params[2] = {params[0], "0"};
     int rc;
 
     rc = db__run(conn, DB__GOODS_UPSERT, params, NULL);
+    if (rc == DB_OK)
+        rc = db__run(conn, DB__SEGMENTS_LOCK_ALL, params, NULL);
+    if (rc == DB_OK)
+        rc = db__run(conn, DB__SEGMENTS_EMPTY, seg_params, NULL);
     if (rc == DB_OK)
         rc = db__run(conn, DB__ORDERS_DELETE, params, NULL);
     if (rc == DB_OK)

@@ -335,6 +335,37 @@ static int sell_pending(const deduct_env *env, const mode *m, db_conn *conn, con
     return DB_OK;
 }
 
+/* Whether a request of the batch was refused for want of stock. */
+static bool any_refused(batch_item **items, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!items[i]->answered && items[i]->twin == NULL && items[i]->out->status == 409)
+            return true;
+    return false;
+}
+
+/* Whether segments of the goods hold stock (redis-sharded left it there): one plain read. */
+static bool segments_hold_stock(db_conn *conn, int64_t goods_id)
+{
+    int64_t goods_stock = 0, seg[1], total = 0;
+
+    return db_segments_read(conn, goods_id, 1, &goods_stock, seg, &total) == DB_OK &&
+           total > goods_stock;
+}
+
+/* Forgets the answers of a batch whose transaction was rolled back, to run it again. */
+static void forget_answers(batch_item **items, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        free(items[i]->out->body);
+        items[i]->out->body = NULL;
+        items[i]->out->status = 0;
+        items[i]->out->outcome = NULL;
+        items[i]->answered = false;
+        items[i]->twin = NULL;
+    }
+}
+
 /* The leader's work once it entered the guard (rc, GUARD_OK or the failure, with detail):
  * one transaction for the n requests, the guard left. Sets every request's answer. */
 static void run_batch(const deduct_env *env, const mode *m, int rc, guard_hold *hold_in,
@@ -359,17 +390,32 @@ static void run_batch(const deduct_env *env, const mode *m, int rc, guard_hold *
         fail_db(items, n, "connect", rc, NULL);
         goto leave;
     }
-    rc = db_begin(conn);
-    if (rc != DB_OK) {
-        fail_db(items, n, "begin", rc, conn);
-        goto release;
-    }
-    rc = claim_keys(conn, items, n);
-    if (rc == DB_OK)
-        rc = sell(env, m, conn, &hold, items, n);
-    if (rc != DB_OK) {
+    for (bool folded = false;;) {
+        rc = db_begin(conn);
+        if (rc != DB_OK) {
+            fail_db(items, n, "begin", rc, conn);
+            goto release;
+        }
+        rc = claim_keys(conn, items, n);
+        if (rc == DB_OK)
+            rc = sell(env, m, conn, &hold, items, n);
+        if (rc != DB_OK) {
+            db_rollback(conn);
+            goto release;
+        }
+        /* As the single path (deduct.h): no 409 while redis-sharded's segments hold stock;
+         * they are folded back into the goods row, once, and the batch runs again. */
+        if (folded || !any_refused(items, n) || !segments_hold_stock(conn, items[0]->goods_id))
+            break;
+        int64_t moved = 0;
         db_rollback(conn);
-        goto release;
+        forget_answers(items, n);
+        folded = true;
+        rc = db_segments_fold(conn, items[0]->goods_id, &moved);
+        if (rc != DB_OK) {
+            fail_db(items, n, "fold segments", rc, conn);
+            goto release;
+        }
     }
     /* As in the single path: a lease lost while we worked may have a new holder already. */
     if (m->still_held(env->guards, &hold) != GUARD_OK) {

@@ -104,6 +104,11 @@ static const setting settings[] = {
     NUMBER("BATCH_WAIT_MS", KIND_INT64, batch_wait_ms, "2000", 0, 600000,
            "redis-batch: how long a request waits to be taken into a batch before 503 "
            "lock_timeout"),
+    NUMBER("SHARD_SEGMENTS", KIND_INT, shard_segments, "8", 1, 64,
+           "redis-sharded: segments a goods' stock is split into (the same on every replica)"),
+    NUMBER("SHARD_TRY_MS", KIND_INT64, shard_try_ms, "0", 0, 1000,
+           "redis-sharded: how long a sale waits for a segment's lock before moving on to the "
+           "next (0: one try)"),
     NUMBER("LOCK_LEASE_MS", KIND_INT64, lock_lease_ms, "30000", 300, 600000,
            "lease of a Redis lock; the watchdog renews it every lease/3 while held"),
     NUMBER("LOCK_MAX_HOLD_MS", KIND_INT64, lock_max_hold_ms, "60000", 1000, 3600000,

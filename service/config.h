@@ -30,6 +30,8 @@ typedef struct service_config {
     int batch_max;               /* BATCH_MAX: requests per redis-batch transaction at most */
     int batch_queue_max;         /* BATCH_QUEUE_MAX: requests queued per goods at most */
     int64_t batch_wait_ms;       /* BATCH_WAIT_MS: bound on waiting to be taken into a batch */
+    int shard_segments;          /* SHARD_SEGMENTS: segments per goods in redis-sharded */
+    int64_t shard_try_ms;        /* SHARD_TRY_MS: the short wait for a segment's lock */
     int64_t lock_lease_ms;       /* LOCK_LEASE_MS: watchdog lease (renewed every lease/3) */
     int64_t lock_max_hold_ms;    /* LOCK_MAX_HOLD_MS: no renewal past this hold time */
     int64_t lock_fixed_lease_ms; /* LOCK_FIXED_LEASE_MS: lease of the ladder's rungs that

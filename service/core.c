@@ -131,6 +131,8 @@ int core_create(const service_config *cfg, int db_pool_size, int redis_pool_size
      * so the smallest bound it knows stands for it. */
     out->deduct.lock_wait_ms = cfg->lock_wait_ms > 0 ? cfg->lock_wait_ms : 1;
     out->deduct.optimistic_retries = cfg->optimistic_retries;
+    out->deduct.shard_segments = cfg->shard_segments;
+    out->deduct.shard_try_ms = cfg->shard_try_ms;
 
     batch_options batch_opts = {.max_batch = cfg->batch_max,
                                 .max_queued = cfg->batch_queue_max,

@@ -24,6 +24,7 @@
 #include "service/batch.h"
 #include "service/clock.h"
 #include "service/response.h"
+#include "service/sharded.h"
 
 /* The pieces of one run, so that the steps below can share them. */
 typedef struct deduction {
@@ -35,7 +36,8 @@ typedef struct deduction {
     const deduct_hook *hook; /* or NULL */
     db_conn *conn;
     guard_hold hold;
-    bool left; /* the guard has been left already (tx-inside leaves it before COMMIT) */
+    bool left;   /* the guard has been left already (tx-inside leaves it before COMMIT) */
+    bool folded; /* the goods' segments were folded back into its row (FOLD, below) */
     deduct_result *out;
 } deduction;
 
@@ -172,6 +174,19 @@ static int store_answer(deduction *d, int status, const char *body)
 
 /* read_check_write's answer when a hook stopped it: roll back, the answer is set. */
 #define STOPPED 1
+/* read_check_write's answer when the goods row is short but redis-sharded's segments hold
+ * stock: roll back, fold the segments back into the row (db_segments_fold), run again. */
+#define FOLD 2
+
+/* Whether segments of the goods hold stock: one plain read, on the way to a 409 only. */
+static bool segments_hold_stock(deduction *d)
+{
+    int64_t goods_stock = 0, seg[1], total = 0;
+
+    if (db_segments_read(d->conn, d->goods_id, 1, &goods_stock, seg, &total) != DB_OK)
+        return false; /* the fold would meet the same failure: answer what was read */
+    return total > goods_stock;
+}
 
 /*
  * Inside the open transaction: read, check, write, record. Sets the answer; returns DB_OK
@@ -215,6 +230,8 @@ static int read_check_write(deduction *d)
         return statement_failed(d, "read stock", rc);
 
     if (rc == DB_ERR_INSUFFICIENT || stock < d->count) {
+        if (!d->folded && segments_hold_stock(d))
+            return FOLD;
         d->out->status = 409;
         d->out->outcome = "insufficient_stock";
         d->out->body = response_insufficient(d->goods_id, stock);
@@ -265,7 +282,8 @@ store:
 
 /* Runs the transaction once on d->conn with the guard held. Sets the answer and returns 0
  * (-1 when out of memory), or returns DB_ERR_RETRY, rolled back and with no answer set, when
- * the transaction's shape lost an optimistic race. */
+ * the transaction's shape lost an optimistic race, or FOLD, likewise, when the goods' stock
+ * is in segments. */
 static int run_attempt(deduction *d)
 {
     int rc;
@@ -314,9 +332,9 @@ static int run_attempt(deduction *d)
         db_rollback(d->conn);
         return -1;
     }
-    if (rc == DB_ERR_RETRY) {
+    if (rc == DB_ERR_RETRY || rc == FOLD) {
         db_rollback(d->conn); /* the claim of the key goes too: the next run claims again */
-        return DB_ERR_RETRY;
+        return rc;
     }
     if (rc != DB_OK) {
         db_rollback(d->conn);
@@ -393,6 +411,16 @@ static int run_transaction(deduction *d)
     seed = (unsigned)now.tv_nsec ^ (unsigned)(uintptr_t)d;
     for (int attempt = 0;; attempt++) {
         int rc = run_attempt(d);
+        if (rc == FOLD) {
+            /* Its own transaction, outside ours; then this one runs again, once. */
+            int64_t moved = 0;
+            d->folded = true;
+            rc = db_segments_fold(d->conn, d->goods_id, &moved);
+            if (rc != DB_OK)
+                return answer_db_failure(d, "fold segments", rc);
+            attempt--;
+            continue;
+        }
         if (rc != DB_ERR_RETRY)
             return rc;
         if (attempt >= d->env->optimistic_retries)
@@ -424,6 +452,8 @@ int deduct_execute(const deduct_env *env, const mode *m, int64_t goods_id, int64
 
     if (m->batched && env->batch != NULL && hook == NULL)
         return batch_execute(env->batch, env, m, goods_id, count, idempotency_key, out);
+    if (m->sharded && hook == NULL)
+        return sharded_execute(env, m, goods_id, count, idempotency_key, out);
 
     if (idempotency_key != NULL) {
         rc = try_replay(&d);

@@ -43,6 +43,10 @@ typedef struct deduct_env {
     int optimistic_retries;
     struct batch_queue *batch; /* the queues of the batched modes (service/batch.h); NULL:
                                   a batched mode runs the single path below */
+    int shard_segments;   /* redis-sharded: segments per goods (SHARD_SEGMENTS; out of
+                             1..DB_SEGMENTS_MAX: SHARD_SEGMENTS_DEFAULT) */
+    int64_t shard_try_ms; /* redis-sharded: the short wait for a segment's lock before the
+                             sale moves on to the next (SHARD_TRY_MS; 0: one try) */
 } deduct_env;
 
 /*
@@ -98,9 +102,14 @@ typedef struct deduct_result {
  * NULL; when given, an earlier stored answer for (goods_id, key) is returned unchanged and
  * nothing is deducted; otherwise the 200/404/409 answer is stored in the same transaction.
  * hook may be NULL; when given, hook->at is called at each deduct_point reached.
- * A batched mode (mode.batched) without a hook joins its replica's batch (batch_execute):
- * the hook's points belong to one request's own transaction, so a request with a hook
- * (fault injection) runs the single path, under the same lock and fence.
+ * A batched mode (mode.batched) without a hook joins its replica's batch (batch_execute),
+ * and a sharded one (mode.sharded) sells over its segments (sharded_execute): the hook's
+ * points belong to one request's own transaction, so a request with a hook (fault
+ * injection) runs the single path, under the same lock and fence.
+ * When the single path would answer 409 and segments of the goods hold stock (left by
+ * redis-sharded), they are folded back into the goods row first (db_segments_fold, its own
+ * transaction) and the transaction is run once more: no mode refuses a sale while the
+ * goods' stock covers it.
  * Returns 0 with *out filled (free out->body), or -1 when out of memory.
  */
 int deduct_execute(const deduct_env *env, const mode *m, int64_t goods_id, int64_t count,

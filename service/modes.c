@@ -9,6 +9,8 @@
  *   redis  guard_redis.c  the Redis lock of lock/, fenced: right with any number of replicas.
  *   redis-batch  (redis's guard)  the same lock once per batch of a replica's requests for
  *                                 one goods (mode.batched: service/batch.c runs it).
+ *   redis-sharded (redis's lock)  the goods' stock in segments, a lock per segment
+ *                                 (mode.sharded: service/sharded.c runs it).
  *
  * the ladder's Redis rungs, each missing one piece of `redis` (README "The ladder"):
  *
@@ -70,6 +72,12 @@ static const mode mode_table[] = {
                 "goods are checked in arrival order and sold in one fenced transaction, each "
                 "answered after its commit: right with any number of replicas",
      GUARD(guard_redis), .still_held = guard_redis__still_held, .batched = true},
+    {.name = "redis-sharded", .safe = true,
+     .summary = "the goods' stock split into SHARD_SEGMENTS segments, each a row with a redis "
+                "lock and fencing token of its own: a sale takes one segment and moves on "
+                "when it is busy or short; all segments at once for the last units: right "
+                "with any number of replicas",
+     GUARD(guard_redis), .still_held = guard_redis__still_held, .sharded = true},
 
     /* The ladder's Redis rungs, in the order the course builds them: each fixes the flaw
      * of the one before and shows the next (loadtest/ladder provokes each). */

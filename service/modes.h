@@ -151,6 +151,9 @@ typedef struct mode {
     /* The replica's concurrent requests for one goods are coalesced, one transaction under
      * one holding of the guard per batch (service/batch.h); false for every other mode. */
     bool batched;
+    /* The goods' stock is split into segments, each with a lock of its own, and a sale takes
+     * one (service/sharded.h); false for every other mode. */
+    bool sharded;
 } mode;
 
 /* The whole table, every mode this build knows, in the order /api/modes lists them. */

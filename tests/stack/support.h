@@ -62,6 +62,11 @@
 
 #define LOAD_THREADS 64 /* at most, per load plan (load.c) */
 
+/* The load cases' size: requests sent, and the stock they sell out (test_oversell,
+ * test_sharded). */
+#define LOAD_REQUESTS 3000
+#define LOAD_STOCK 2000
+
 /* Goods ids, distinct per case, over every program (they share the database). GOODS_UNKNOWN is
  * never reset by anyone, so it stays unknown. */
 #define GOODS_DEDUCT 3101LL
@@ -101,6 +106,11 @@
 #define GOODS_LOCKROW_WEDGE 4306LL
 #define GOODS_LOCKROW_TTL 4307LL
 #define GOODS_PG_LOCK_WAIT 4308LL
+#define GOODS_SHARD_LOAD 4401LL
+#define GOODS_SHARD_LARGE 4402LL
+#define GOODS_SHARD_SOLD_OUT 4403LL
+#define GOODS_SHARD_IDEM 4404LL /* 4404 .. 4405 */
+#define GOODS_SHARD_MIXED 4406LL
 #define GOODS_UNKNOWN 987654321LL
 #define GOODS_MAX 9223372036854775807LL /* 2^63-1: valid, and never created */
 

@@ -301,11 +301,39 @@ static void test_batch_idempotency(void **state)
     expect_stock(goods, 3, 0, 3, 3, "redis-batch, 5 keys at once on 3 units");
 }
 /* Usage: test_idempotency [PATTERN | --list] (stack_main in tests/stack/env.c). */
+/* redis-sharded: a burst with one key sells once and replays; a stored 409 replays. */
+static void test_sharded_idempotency(void **state)
+{
+    (void)state;
+    begin_case("sharded_idempotency");
+    char key[128];
+
+    reset_goods(GOODS_SHARD_IDEM, 100);
+    snprintf(key, sizeof(key), "sharded-burst-%s", g_env.run_tag);
+    json_t *stored = idem_burst(GOODS_SHARD_IDEM, "redis-sharded", key);
+    expect_replayed(GOODS_SHARD_IDEM, "redis-sharded", key, 200, stored, "the redis-sharded burst");
+    expect_stock(GOODS_SHARD_IDEM, 100, 99, 1, 1, "the redis-sharded burst");
+
+    const long long g = GOODS_SHARD_IDEM + 1;
+    reset_goods(g, 1);
+    snprintf(key, sizeof(key), "sharded-last-%s", g_env.run_tag);
+    expect_deducted(deduct(g_env.stock_url, g, 1, "redis-sharded", key), g, 1, 0, "redis-sharded",
+                    "redis-sharded: the last unit with a key");
+    snprintf(key, sizeof(key), "sharded-late-%s", g_env.run_tag);
+    json_t *j = expect_error(deduct(g_env.stock_url, g, 1, "redis-sharded", key), 409,
+                             "insufficient_stock", "redis-sharded: a new key on sold-out goods");
+    /* Stock back behind the service's back (a reset would delete the record under test). */
+    sql_exec("UPDATE goods SET stock = $2 WHERE id = $1", g, 5);
+    expect_replayed(g, "redis-sharded", key, 409, j, "redis-sharded: the 409's key, stock back");
+    expect_stock(g, 1, 5, 1, 1, "redis-sharded: after replaying the 409");
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_idempotency, case_setup, idempotency_teardown),
         cmocka_unit_test_setup_teardown(test_batch_idempotency, case_setup, case_teardown),
+        cmocka_unit_test_setup_teardown(test_sharded_idempotency, case_setup, case_teardown),
     };
     return stack_main("idempotency", tests, sizeof(tests) / sizeof(tests[0]), argc, argv);
 }

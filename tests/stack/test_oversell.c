@@ -18,8 +18,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#define LOAD_REQUESTS 3000
-#define LOAD_STOCK 2000
 
 /* ------------------------------------------------------------------------------------------
  * Cases: load
