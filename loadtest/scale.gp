@@ -32,8 +32,8 @@ do for [target in "png svg"] {
              title "redis (single Redis)", \
          csv using 1:3 with linespoints linewidth 2 pointtype 5 linecolor rgb "#2e8b57" \
              title "pg-atomic", \
-         csv using 1:2:(sprintf("%.0f", $2)) with labels offset 0,-1 notitle, \
-         csv using 1:3:(sprintf("%.0f", $3)) with labels offset 0,1 notitle, \
+         csv using 1:2:(sprintf("%.0f", $2)) with labels offset -2.5,-1 notitle, \
+         csv using 1:3:(sprintf("%.0f", $3)) with labels offset 2.5,1 notitle, \
          cluster using 1:2 with points pointsize 2 pointtype 9 linecolor rgb "#c0392b" \
              title "redis, Redis Cluster", \
          cluster using 1:3 with points pointsize 2 pointtype 11 linecolor rgb "#e67e22" \
