@@ -8,6 +8,8 @@
 #                   WITH_ZOOKEEPER=1: with ZooKeeper too, and the zookeeper row)
 #   make ladder     each lock design's flaw provoked on a stack of its own (loadtest/ladder)
 #   make chaos      every fault against the safe modes under load, on a stack of its own
+#   make scale      the scaling report (loadtest/scale --check): hot goods, replicas 1-6,
+#                   where the time goes, on a stack of its own (~5 min)
 #   make up / down  start / stop the native local stack (PostgreSQL, Redis, 3 replicas, nginx)
 #   make test-fresh the README's two commands in new bookworm-slim containers (~6 min)
 #   make clean      remove build/ (make down first: .run/ holds the database)
@@ -83,7 +85,7 @@ TSAN_TARGETS := build/tsan/stockd build/tsan/tests/test_lock build/tsan/tests/te
                 build/tsan/tests/test_cluster \
                 $(patsubst tests/%.c,build/tsan/tests/%,$(STACK_TEST_SRC))
 
-.PHONY: all programs tests test test-unit test-integration test-tsan test-docker test-fresh demo ladder chaos \
+.PHONY: all programs tests test test-unit test-integration test-tsan test-docker test-fresh demo ladder chaos scale \
         up down clean deps pkg-check check-includes config-doc
 
 all: programs
@@ -201,6 +203,12 @@ chaos: deps
 	@scripts/deps.sh ensure test
 	$(MAKE) all $(B)/chaos-load
 	loadtest/chaos
+
+# Starts a stack of its own (replicas restarted for each count), stops it after; exits 1
+# when a safe mode oversold or a row failed.
+scale: deps
+	$(MAKE) all
+	loadtest/scale --check
 
 up: deps
 	$(ETCD_DEPS)
