@@ -34,16 +34,31 @@
 -- never catches up (lock/README.md, "Fair hand-off", has the measurements). With the line,
 -- the lock goes to the waiter that has waited longest, whichever process it is in.
 
-local now = redis.call('TIME')
-local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 local owner = ARGV[1]
 
+-- Redis' clock, read once and only when needed: an uncontended take never reads it.
+local clock = nil
+local function now()
+    if clock == nil then
+        local t = redis.call('TIME')
+        clock = {tonumber(t[1]), tonumber(t[2])}
+    end
+    return clock
+end
+local function now_ms()
+    return now()[1] * 1000 + math.floor(now()[2] / 1000)
+end
+
 -- Waiters that stopped calling (their process died, or lost Redis) leave the line, so that
--- a dead waiter first in line cannot keep a free lock from everyone else for long.
-local dead = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now_ms)
-for _, gone in ipairs(dead) do
-    redis.call('ZREM', KEYS[3], gone)
-    redis.call('ZREM', KEYS[4], gone)
+-- a dead waiter first in line cannot keep a free lock from everyone else for long. (No
+-- line, nothing to look at: the two keys come and go together.)
+local dead = {}
+if redis.call('EXISTS', KEYS[4]) == 1 then
+    dead = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now_ms())
+    for _, gone in ipairs(dead) do
+        redis.call('ZREM', KEYS[3], gone)
+        redis.call('ZREM', KEYS[4], gone)
+    end
 end
 
 -- Joins the line, or keeps the caller's place in it (NX: the arrival time is the first one),
@@ -53,8 +68,8 @@ local function stay_in_line()
     if keep <= 0 then
         return
     end
-    redis.call('ZADD', KEYS[3], 'NX', tonumber(now[1]) * 1000000 + tonumber(now[2]), owner)
-    redis.call('ZADD', KEYS[4], now_ms + keep, owner)
+    redis.call('ZADD', KEYS[3], 'NX', now()[1] * 1000000 + now()[2], owner)
+    redis.call('ZADD', KEYS[4], now_ms() + keep, owner)
     for i = 3, 4 do
         if redis.call('PTTL', KEYS[i]) < keep then
             redis.call('PEXPIRE', KEYS[i], keep)
@@ -72,7 +87,7 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
             redis.call('PUBLISH', ARGV[5], first)
         end
         local until_ms = tonumber(redis.call('ZSCORE', KEYS[4], first))
-        return math.max(until_ms - now_ms, 1)
+        return math.max(until_ms - now_ms(), 1)
     end
     if first == owner then
         redis.call('ZREM', KEYS[3], owner)
@@ -86,7 +101,7 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
         -- clock in microseconds rather than at 0, so that tokens still grow past every
         -- token handed out before (which were at most their counter's start plus one per
         -- acquisition: far fewer than a million a second).
-        redis.call('SET', KEYS[2], now[1] .. string.format('%06d', tonumber(now[2])))
+        redis.call('SET', KEYS[2], now()[1] .. string.format('%06d', now()[2]))
     end
     local token = redis.call('INCR', KEYS[2])
     redis.call('HSET', KEYS[1], owner, ARGV[3])
