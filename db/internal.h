@@ -141,6 +141,11 @@ const char *db__i64(char *buf, int64_t v);
 /* Parses the text value at (row, col) as an int64; DB_ERR_QUERY if it is not one. */
 int db__get_i64(db_conn *c, const PGresult *res, int row, int col, int64_t *out);
 
+/* Runs statement id (db__run) and reads the integer in column 0 of its first row into *out:
+ * DB_OK; DB_ERR_NOT_FOUND when it returned no row (*out untouched: the caller says why); or the
+ * statement's own error. For the statements that answer one number or nothing. */
+int db__run_i64(db_conn *c, enum db__stmt_id id, const char *const *params, int64_t *out);
+
 /*
  * Opens c's session: connects within connect_timeout_ms (the whole handshake, not only the
  * TCP connect) and sets statement_timeout. On failure c stays closed and err gets one

@@ -64,15 +64,9 @@ int db_segment_claim(db_conn *conn, int64_t goods_id, int seg, int64_t token, in
     params[0] = db__i64(id_buf, goods_id);
     params[1] = db__i64(seg_buf, seg);
     params[2] = db__i64(token_buf, token);
-    rc = db__run(conn, DB__SEGMENT_CLAIM, params, &res);
-    if (rc != DB_OK)
+    rc = db__run_i64(conn, DB__SEGMENT_CLAIM, params, stock);
+    if (rc != DB_ERR_NOT_FOUND)
         return rc;
-    if (PQntuples(res) > 0) {
-        rc = db__get_i64(conn, res, 0, 0, stock);
-        PQclear(res);
-        return rc;
-    }
-    PQclear(res);
     /* No row changed: no such segment, or a newer token. Off the path of a sale. */
     rc = db__run(conn, DB__SEGMENT_EXISTS, params, &res);
     if (rc != DB_OK)
@@ -91,7 +85,6 @@ int db_segment_write(db_conn *conn, int64_t goods_id, int seg, int64_t new_stock
 {
     char id_buf[DB__I64_LEN], seg_buf[DB__I64_LEN], stock_buf[DB__I64_LEN];
     const char *params[3];
-    PGresult *res = NULL;
     int rc;
 
     if (!conn || !total_left || seg < 0 || seg >= DB_SEGMENTS_MAX || new_stock < 0)
@@ -99,16 +92,9 @@ int db_segment_write(db_conn *conn, int64_t goods_id, int seg, int64_t new_stock
     params[0] = db__i64(id_buf, goods_id);
     params[1] = db__i64(seg_buf, seg);
     params[2] = db__i64(stock_buf, new_stock);
-    rc = db__run(conn, DB__SEGMENT_WRITE, params, &res);
-    if (rc != DB_OK)
-        return rc;
-    if (PQntuples(res) == 0) {
+    rc = db__run_i64(conn, DB__SEGMENT_WRITE, params, total_left);
+    if (rc == DB_ERR_NOT_FOUND)
         db__set_error(conn, "segment %s of goods %s has no row", seg_buf, id_buf);
-        rc = DB_ERR_NOT_FOUND;
-    } else {
-        rc = db__get_i64(conn, res, 0, 0, total_left);
-    }
-    PQclear(res);
     return rc;
 }
 
@@ -126,14 +112,7 @@ int db_segments_gather(db_conn *conn, int64_t goods_id, int k, int64_t *goods_st
     rc = db_goods_lock(conn, goods_id);
     if (rc != DB_OK)
         return rc;
-    rc = db__run(conn, DB__GOODS_LOCK_NOKEY, params, &res);
-    if (rc != DB_OK)
-        return rc;
-    if (PQntuples(res) == 0)
-        rc = DB_ERR_NOT_FOUND;
-    else
-        rc = db__get_i64(conn, res, 0, 0, goods_stock);
-    PQclear(res);
+    rc = db__run_i64(conn, DB__GOODS_LOCK_NOKEY, params, goods_stock);
     if (rc != DB_OK)
         return rc;
 

@@ -341,6 +341,18 @@ const char *db__i64(char *buf, int64_t v)
     return buf;
 }
 
+int db__run_i64(db_conn *c, enum db__stmt_id id, const char *const *params, int64_t *out)
+{
+    PGresult *res = NULL;
+    int rc = db__run(c, id, params, &res);
+
+    if (rc != DB_OK)
+        return rc;
+    rc = PQntuples(res) == 0 ? DB_ERR_NOT_FOUND : db__get_i64(c, res, 0, 0, out);
+    PQclear(res);
+    return rc;
+}
+
 int db__get_i64(db_conn *c, const PGresult *res, int row, int col, int64_t *out)
 {
     const char *s;

@@ -71,7 +71,6 @@ int db_stock_claim(db_conn *conn, int64_t goods_id, const char *source, int64_t 
 {
     char id_buf[DB__I64_LEN], token_buf[DB__I64_LEN];
     const char *params[3];
-    PGresult *res = NULL;
     int rc;
 
     if (!conn || !source || !stock)
@@ -79,15 +78,8 @@ int db_stock_claim(db_conn *conn, int64_t goods_id, const char *source, int64_t 
     params[0] = db__i64(id_buf, goods_id);
     params[1] = db__i64(token_buf, token);
     params[2] = source;
-    rc = db__run(conn, DB__STOCK_CLAIM, params, &res);
-    if (rc != DB_OK)
-        return rc;
-    if (PQntuples(res) == 0)
-        rc = why_not_written(conn, id_buf, true);
-    else
-        rc = db__get_i64(conn, res, 0, 0, stock);
-    PQclear(res);
-    return rc;
+    rc = db__run_i64(conn, DB__STOCK_CLAIM, params, stock);
+    return rc == DB_ERR_NOT_FOUND ? why_not_written(conn, id_buf, true) : rc;
 }
 
 int db_stock_write(db_conn *conn, int64_t goods_id, int64_t new_stock)
@@ -313,22 +305,15 @@ int db_stock_take(db_conn *conn, int64_t goods_id, int64_t count, int64_t *stock
 {
     char id_buf[DB__I64_LEN], count_buf[DB__I64_LEN];
     const char *params[2];
-    PGresult *res = NULL;
     int rc;
 
     if (!conn || !stock || count < 1)
         return DB_ERR_INVALID;
     params[0] = db__i64(id_buf, goods_id);
     params[1] = db__i64(count_buf, count);
-    rc = db__run(conn, DB__STOCK_TAKE, params, &res);
-    if (rc != DB_OK)
+    rc = db__run_i64(conn, DB__STOCK_TAKE, params, stock);
+    if (rc != DB_ERR_NOT_FOUND)
         return rc;
-    if (PQntuples(res) > 0) {
-        rc = db__get_i64(conn, res, 0, 0, stock);
-        PQclear(res);
-        return rc;
-    }
-    PQclear(res);
     /* No row changed: the goods is unknown, or short. A second statement, off the path of a
      * sale, says which and what stock there is to report. */
     rc = db_stock_read(conn, goods_id, stock);

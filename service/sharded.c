@@ -155,17 +155,19 @@ static void segment_unlock(sale *s, const char *name)
     }
 }
 
-/* Right after BEGIN: claims the key, as the single path does, so that a twin waits for this
- * transaction and then replays its answer. KEY_CLAIMED to go on in the transaction;
- * KEY_ANSWERED when it was rolled back with the answer set (a replay or a 503); -1 when out
- * of memory. */
-#define KEY_ANSWERED 1
-#define KEY_CLAIMED 2
-static int claim_key(sale *s)
+/* Opens a step's transaction and, first thing in it, claims the key as the single path does,
+ * so that a twin waits for this transaction and then replays its answer. KEY_CLAIMED to go on
+ * in the transaction; TRY_DONE when there is none and the answer is set (a replay, or a 503);
+ * -1 when out of memory. */
+#define KEY_CLAIMED 20 /* apart from the TRY_* codes a step returns */
+static int begin_with_key(sale *s)
 {
     char *body = NULL;
     int status = 0, rc;
 
+    rc = db_begin(s->conn);
+    if (rc != DB_OK)
+        return answer_db(s, "begin", rc);
     if (s->key == NULL)
         return KEY_CLAIMED;
     rc = db_idempotency_claim(s->conn, s->goods_id, s->key);
@@ -185,7 +187,7 @@ static int claim_key(sale *s)
             rc = TRY_DONE;
         }
     }
-    return rc == TRY_DONE ? KEY_ANSWERED : -1;
+    return rc == TRY_DONE ? TRY_DONE : -1;
 }
 
 /* The answer (200, 404 or 409) is set in the open transaction: stores it with the key, asks
@@ -242,12 +244,9 @@ static int sell_segment(sale *s, int seg, int64_t token, char (*name)[64])
     int64_t stock = 0, left = 0, order_id = 0;
     int rc;
 
-    rc = db_begin(s->conn);
-    if (rc != DB_OK)
-        return answer_db(s, "begin", rc);
-    rc = claim_key(s);
+    rc = begin_with_key(s);
     if (rc != KEY_CLAIMED)
-        return rc == KEY_ANSWERED ? TRY_DONE : -1;
+        return rc;
     rc = db_segment_claim(s->conn, s->goods_id, seg, token, &stock);
     if (rc == DB_ERR_NOT_FOUND || (rc == DB_OK && stock < s->count)) {
         db_rollback(s->conn); /* the hint was stale: the next segment */
@@ -326,12 +325,9 @@ static int sell_gathered(sale *s, const int64_t *tokens, char (*names)[64])
     int64_t stocks[DB_SEGMENTS_MAX], fences[DB_SEGMENTS_MAX], shares[DB_SEGMENTS_MAX];
     int rc;
 
-    rc = db_begin(s->conn);
-    if (rc != DB_OK)
-        return answer_db(s, "begin", rc);
-    rc = claim_key(s);
+    rc = begin_with_key(s);
     if (rc != KEY_CLAIMED)
-        return rc == KEY_ANSWERED ? TRY_DONE : -1;
+        return rc;
     rc = db_segments_gather(s->conn, s->goods_id, s->k, &goods_stock, stocks, fences, &rest);
     if (rc == DB_ERR_NOT_FOUND) {
         s->out->status = 404;
@@ -469,12 +465,9 @@ static int refuse_stored(sale *s)
     int64_t goods_stock = 0, total = 0, hints[DB_SEGMENTS_MAX];
     int rc;
 
-    rc = db_begin(s->conn);
-    if (rc != DB_OK)
-        return answer_db(s, "begin", rc);
-    rc = claim_key(s);
+    rc = begin_with_key(s);
     if (rc != KEY_CLAIMED)
-        return rc == KEY_ANSWERED ? TRY_DONE : -1;
+        return rc;
     rc = db_segments_read(s->conn, s->goods_id, s->k, &goods_stock, hints, &total);
     if (rc == DB_ERR_NOT_FOUND) {
         s->out->status = 404;
