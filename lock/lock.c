@@ -3,12 +3,15 @@
  *
  * This file is the orchestration; each part lives in its own file:
  *   owner.c       who the caller is ("<client id>:<thread number>")
- *   keys.c        the Redis names of a lock (N, N:fence, N:released)
+ *   keys.c        the Redis names of a lock (N, N:fence, N:released, N:waiters...)
  *   pool.c/conn.c command connections, with deadlines and lazy reconnect
+ *   cluster.c     with a Redis Cluster, which master each command goes to
+ *   sentinel.c    with Sentinel, where the master is and when it moved
  *   scripts.c     the Lua scripts, run with EVALSHA
  *   holdings.c    what this process holds (is_held, the watchdog's schedule)
  *   watchdog.c    the renewal thread
- *   subscriber.c  the release-message thread and the waiters' wake-ups
+ *   subscriber.c  the release-message thread (one pub/sub connection per process)
+ *   waiters.c     each lock's queue of waiting threads, and which one a release calls
  *
  * try_lock, step by step:
  *   1. run acquire.lua once; acquired, or another owner holds it, or another waiter is

@@ -1,5 +1,7 @@
 /*
- * subscriber.c - the release-message thread and the waiters' wake-ups (see subscriber.h).
+ * subscriber.c - the release-message thread: one pub/sub connection per process, the channels
+ * it keeps subscribed, and the hand-over of each message to the channel's queue of waiters
+ * (waiters.c says which waiter a message calls).
  *
  * Threads and data:
  *   - the subscriber thread alone touches the hiredis context (connect, write, read), so it
@@ -32,13 +34,12 @@
 #include "lock/subscriber.h"
 #include "lock/clock.h"
 #include "lock/lock.h"
-#include "lock/owner.h"
+#include "lock/waiters.h"
 
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -63,30 +64,11 @@ typedef enum link_state {
     LINK_DOWN /* lost or refused; the next try is at retry_at_ns */
 } link_state;
 
-/*
- * One thread waiting in lock_try_lock. It is made by join and freed by leave, and lives in
- * its channel's queue in between. Its ticket is drawn from the channel's counter when it
- * joins and kept across all its retries of that lock_try_lock call: that is its seniority.
- */
-struct lock__waiter {
-    lock__waiter *next; /* the next younger waiter (larger ticket) of the channel */
-    lock__channel *ch;
-    uint64_t ticket;
-    char owner[LOCK__OWNER_MAX]; /* as release.lua names it when it is this waiter's turn */
-    bool called;                 /* a wake-up for it that it has not acted on yet */
-    pthread_cond_t cv;           /* signalled when it is called */
-};
-
 struct lock__channel {
     lock__channel *next;
     char *topic; /* "<lock>:released" */
     size_t topic_len;
-    int waiters;
-    /* The queue of waiters, oldest (smallest ticket) first. Waiters join at the tail with
-     * the next ticket, so the list is in ticket order without ever being sorted. */
-    lock__waiter *oldest;
-    lock__waiter **tail; /* &last->next, or &oldest when empty */
-    uint64_t next_ticket;
+    lock__queue queue; /* this process's threads waiting on the lock (waiters.h) */
     channel_state state;
     bool resync;             /* a release may have been missed: wake the oldest once subscribed */
     int64_t idle_since_ns;   /* when waiters became 0 */
@@ -128,7 +110,7 @@ static int channel_new(const char *topic, lock__channel **out)
     ch->topic_len = strlen(topic);
     if (lock__cond_init(&ch->ready_cv) != 0)
         goto fail_topic;
-    ch->tail = &ch->oldest;
+    lock__queue_init(&ch->queue);
     ch->state = CH_NEW;
     *out = ch;
     return LOCK_OK;
@@ -166,54 +148,10 @@ static lock__channel **channel_find(lock__subscriber *s, const char *topic, size
     return link;
 }
 
-/*
- * Tells w to go and try. It may be busy (in a round trip) rather than asleep: the call is
- * then kept and used by its next wait_release, which returns at once. That is how no
- * release is lost. A second call before it acted adds nothing: its next try starts after
- * both messages arrived, so it sees the lock as the later release left it.
- */
-static void waiter_call(lock__waiter *w)
-{
-    w->called = true;
-    pthread_cond_signal(&w->cv);
-}
-
-/*
- * A release of ch may have gone unheard (the link was down), or was announced without a
- * name (nobody was in Redis' line: a client that does not queue, or a line Redis lost):
- * the oldest waiter of this process, and only it, is told to try again. Waking every
- * waiter to have all but one fail is a stampede.
- */
-static void channel_wake_oldest(lock__channel *ch)
-{
-    if (ch->oldest != NULL)
-        waiter_call(ch->oldest);
-    /* else nobody to tell: the next waiter tries the lock before it sleeps anyway */
-}
-
-/*
- * A release was announced, naming the waiter first in Redis' line (release.lua): if that
- * waiter is one of this process's, it and nobody else is told. A name of another process
- * is not ours to act on: that process wakes its own waiter. So exactly one thread in all
- * the processes tries per release, and it is the one whose turn it is.
- */
-static void channel_wake_named(lock__channel *ch, const char *name, size_t len)
-{
-    if (len == 0) {
-        channel_wake_oldest(ch);
-        return;
-    }
-    for (lock__waiter *w = ch->oldest; w != NULL; w = w->next)
-        if (strlen(w->owner) == len && memcmp(w->owner, name, len) == 0) {
-            waiter_call(w);
-            return;
-        }
-}
-
 static bool channels_wanted(const lock__subscriber *s)
 {
     for (const lock__channel *ch = s->channels; ch != NULL; ch = ch->next)
-        if (ch->waiters > 0)
+        if (ch->queue.count > 0)
             return true;
     return false;
 }
@@ -224,7 +162,7 @@ static void channels_drop_unused(lock__subscriber *s)
     lock__channel **link = &s->channels;
 
     while (*link != NULL) {
-        if ((*link)->waiters == 0)
+        if ((*link)->queue.count == 0)
             channel_unlink(link);
         else
             link = &(*link)->next;
@@ -351,7 +289,7 @@ static int link_plan(lock__subscriber *s, int64_t now)
     while (*link != NULL) {
         lock__channel *ch = *link;
 
-        if (ch->state == CH_NEW && ch->waiters == 0) {
+        if (ch->state == CH_NEW && ch->queue.count == 0) {
             channel_unlink(link);
             continue;
         }
@@ -359,7 +297,7 @@ static int link_plan(lock__subscriber *s, int64_t now)
             if (!link_send(s, "SUBSCRIBE", ch))
                 return -2;
             ch->state = CH_SUBSCRIBING;
-        } else if (ch->state == CH_ACTIVE && ch->waiters == 0) {
+        } else if (ch->state == CH_ACTIVE && ch->queue.count == 0) {
             if (now - ch->idle_since_ns >= SUB_LINGER_NS) {
                 if (!link_send(s, "UNSUBSCRIBE", ch))
                     return -2;
@@ -430,9 +368,9 @@ static bool link_handle(lock__subscriber *s, const redisReply *r)
 
     if (reply_is(r->element[0], "message")) {
         if (ch != NULL && r->element[2]->type == REDIS_REPLY_STRING)
-            channel_wake_named(ch, r->element[2]->str, r->element[2]->len);
+            lock__queue_call_named(&ch->queue, r->element[2]->str, r->element[2]->len);
         else if (ch != NULL)
-            channel_wake_oldest(ch);
+            lock__queue_call_oldest(&ch->queue);
         return true;
     }
     if (reply_is(r->element[0], "subscribe")) {
@@ -440,10 +378,10 @@ static bool link_handle(lock__subscriber *s, const redisReply *r)
         if (ch == NULL || ch->state != CH_SUBSCRIBING)
             return true;
         ch->state = CH_ACTIVE;
-        if (ch->waiters == 0)
+        if (ch->queue.count == 0)
             ch->idle_since_ns = lock__now_ns();
         if (ch->resync)
-            channel_wake_oldest(ch);
+            lock__queue_call_oldest(&ch->queue);
         ch->resync = false;
         pthread_cond_broadcast(&ch->ready_cv);
         return true;
@@ -452,7 +390,7 @@ static bool link_handle(lock__subscriber *s, const redisReply *r)
         link_answered(s);
         if (ch == NULL || ch->state != CH_UNSUBSCRIBING)
             return true;
-        if (ch->waiters == 0) {
+        if (ch->queue.count == 0) {
             channel_unlink(link);
             return true;
         }
@@ -617,34 +555,6 @@ void lock__subscriber_destroy(lock__subscriber *s)
     free(s);
 }
 
-/* Makes a waiter with its condition variable; NULL when out of memory. */
-static lock__waiter *waiter_new(void)
-{
-    lock__waiter *w = calloc(1, sizeof(*w));
-
-    if (w == NULL)
-        return NULL;
-    if (lock__cond_init(&w->cv) != 0) {
-        free(w);
-        return NULL;
-    }
-    return w;
-}
-
-/* Takes w out of its channel's queue (mu held). */
-static void waiter_unlink(lock__waiter *w)
-{
-    lock__channel *ch = w->ch;
-    lock__waiter **link = &ch->oldest;
-
-    while (*link != w)
-        link = &(*link)->next;
-    *link = w->next;
-    if (ch->tail == &w->next)
-        ch->tail = link;
-    ch->waiters--;
-}
-
 int lock__subscriber_join(lock__subscriber *s, const char *channel, const char *owner,
                           lock__waiter **out)
 {
@@ -655,10 +565,9 @@ int lock__subscriber_join(lock__subscriber *s, const char *channel, const char *
     int rc = LOCK_OK;
 
     *out = NULL;
-    w = waiter_new();
+    w = lock__waiter_new(owner);
     if (w == NULL)
         return LOCK_ERR_NOMEM;
-    snprintf(w->owner, sizeof(w->owner), "%s", owner);
     pthread_mutex_lock(&s->mu);
     link = channel_find(s, channel, strlen(channel));
     if (*link == NULL) {
@@ -669,10 +578,7 @@ int lock__subscriber_join(lock__subscriber *s, const char *channel, const char *
     ch = *link;
     /* The newest waiter: the next ticket, at the tail of the queue. */
     w->ch = ch;
-    w->ticket = ch->next_ticket++;
-    *ch->tail = w;
-    ch->tail = &w->next;
-    ch->waiters++;
+    lock__queue_join(&ch->queue, w);
     /* The thread must act if the channel is not subscribed yet, or if there is no link. */
     if (ch->state == CH_NEW || s->link != LINK_UP)
         wake = true;
@@ -684,10 +590,8 @@ int lock__subscriber_join(lock__subscriber *s, const char *channel, const char *
     *out = w;
 out:
     pthread_mutex_unlock(&s->mu);
-    if (rc != LOCK_OK) {
-        pthread_cond_destroy(&w->cv);
-        free(w);
-    }
+    if (rc != LOCK_OK)
+        lock__waiter_free(w);
     if (wake)
         subscriber_wake(s);
     return rc;
@@ -713,19 +617,10 @@ bool lock__subscriber_wait_ready(lock__subscriber *s, lock__waiter *w, int64_t d
 
 bool lock__subscriber_wait_release(lock__subscriber *s, lock__waiter *w, int64_t deadline_ns)
 {
-    bool woken = false;
+    bool woken;
 
     pthread_mutex_lock(&s->mu);
-    /* Only our own condition variable is signalled, and only when we are called, so the
-     * other waiters sleep through releases until their turn (or their deadline). */
-    while (!w->called) {
-        if (lock__cond_wait_until(&w->cv, &s->mu, deadline_ns) == ETIMEDOUT)
-            break;
-    }
-    if (w->called) {
-        w->called = false; /* used: our next try sees every release until now */
-        woken = true;
-    }
+    woken = lock__waiter_await_call(w, &s->mu, deadline_ns);
     pthread_mutex_unlock(&s->mu);
     return woken;
 }
@@ -736,26 +631,15 @@ void lock__subscriber_leave(lock__subscriber *s, lock__waiter *w, bool acquired,
     bool last;
 
     pthread_mutex_lock(&s->mu);
-    waiter_unlink(w);
-    /*
-     * A call not acted on is spent if the caller leaves with the lock: the releases it stood
-     * for were used by that very acquisition (nobody else can release the lock while we hold
-     * it). If it leaves without the lock (deadline, error), the lock may be free: the oldest
-     * waiter left gets the call instead. pass_on: the caller used a call for a try that
-     * failed on an error, not on another holder, so it owes one. (A waiter that leaves Redis'
-     * line tells the next one in line itself: leave.lua.) Calls are for waiters, not banked
-     * for later ones.
-     */
-    if (((w->called && !acquired) || pass_on) && ch->oldest != NULL)
-        waiter_call(ch->oldest);
-    last = ch->waiters == 0;
+    /* (A waiter that leaves Redis' line tells the next one in line itself: leave.lua.) */
+    lock__queue_leave(&ch->queue, w, acquired, pass_on);
+    last = ch->queue.count == 0;
     if (last) {
         ch->idle_since_ns = lock__now_ns();
         ch->resync = false;
     }
     pthread_mutex_unlock(&s->mu);
-    pthread_cond_destroy(&w->cv);
-    free(w);
+    lock__waiter_free(w);
     /* The thread plans the unsubscription (after the linger) or frees the channel. */
     if (last)
         subscriber_wake(s);

@@ -16,16 +16,8 @@
  *   wait_release(...)       sleep until I am called, or the deadline; then try again
  *   leave(...)              when done, acquired or not
  *
- * Who is called. release.lua's message names the waiter first in Redis' line (the line
- * acquire.lua keeps for all processes): that waiter is called if it is one of ours, and no
- * other thread of any process wakes. A message naming nobody (no line: a client that does
- * not queue, or a line Redis lost) calls this process's oldest waiter, the one with the
- * smallest ticket, which keeps its ticket when it tries and loses. Either way one release
- * wakes one thread, not all of them: only one can get the lock, and waking sixteen threads
- * to have fifteen fail is a stampede. (Redisson's LockPubSub wakes one waiter per message
- * with a semaphore and leaves the choice to it; its fair lock names the next waiter, as
- * here.) A call that arrives while the waiter is busy retrying is not lost: it stays
- * pending, and the waiter's next wait_release returns at once (see subscriber.c).
+ * Who is called: one thread per release, the one whose turn it is; waiters.h says how, and
+ * keeps each lock's queue of this process's waiters.
  *
  * When the connection is down, waiters are not told about releases. They do not wait for
  * the subscription then, and sleep until the holder's TTL or their deadline, whichever is
@@ -39,13 +31,13 @@
 #define LOCK_SUBSCRIBER_H
 
 #include "lock/conn.h"
+#include "lock/waiters.h"
 
 #include <stdbool.h>
 #include <stdint.h>
 
 typedef struct lock__subscriber lock__subscriber;
 typedef struct lock__channel lock__channel; /* the waiters of one lock */
-typedef struct lock__waiter lock__waiter;   /* one thread waiting on one lock */
 
 /*
  * Starts the subscriber thread; it connects to *cfg (which must outlive the subscriber)
