@@ -24,6 +24,11 @@ void lock__error_set(const char *fmt, ...)
     va_end(ap);
 }
 
+const char *lock__error_text(void)
+{
+    return last_error;
+}
+
 const char *lock_last_error(void)
 {
     return last_error;

@@ -1,5 +1,7 @@
 /*
- * error.h - the calling thread's last Redis error text, behind lock_last_error().
+ * error.h - the calling thread's last error text, behind lock_last_error() (and the etcd and
+ * ZooKeeper backends' etcd_lock_last_error() and zk_lock_last_error(): one buffer per thread
+ * for every lock backend).
  *
  * lock/ does not log (the service decides what to log); instead every failure that has a
  * text worth showing (hiredis' errstr, a Redis error reply) is copied into a per-thread
@@ -14,5 +16,8 @@ void lock__error_clear(void);
 
 /* Sets the calling thread's last error (printf-style, truncated to fit). */
 void lock__error_set(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* The calling thread's last error ("" when none); valid until the thread's next call. */
+const char *lock__error_text(void);
 
 #endif

@@ -8,13 +8,13 @@
  * The gateway speaks proto3 JSON: keys and values are base64, 64-bit numbers are strings.
  */
 #include "lock/etcd/etcd_lock.h"
+#include "lock/error.h"
 
 #include <curl/curl.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,21 +25,9 @@
 #define KEY_MAX_LEN 256
 #define BODY_MAX (1 << 20) /* bound on an answer we buffer */
 
-static _Thread_local char last_error[256];
-
-static void set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void set_error(const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(last_error, sizeof(last_error), fmt, ap);
-    va_end(ap);
-}
-
 const char *etcd_lock_last_error(void)
 {
-    return last_error;
+    return lock__error_text();
 }
 
 const char *etcd_lock_strerror(int code)
@@ -191,7 +179,7 @@ static int post(etcd_lock_client *c, const char *path, json_t *body, int timeout
     headers = curl_slist_append(NULL, "Content-Type: application/json");
     if (text == NULL || h == NULL || headers == NULL) {
         rc = ETCD_LOCK_ERR_NOMEM;
-        set_error("out of memory");
+        lock__error_set("out of memory");
         goto out;
     }
     snprintf(url, sizeof(url), "%s%s", c->endpoint, path);
@@ -205,17 +193,17 @@ static int post(etcd_lock_client *c, const char *path, json_t *body, int timeout
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     cc = curl_easy_perform(h);
     if (cc != CURLE_OK) {
-        set_error("%s: %s", path, curl_easy_strerror(cc));
+        lock__error_set("%s: %s", path, curl_easy_strerror(cc));
         goto out;
     }
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
     if (status != 200) {
-        set_error("%s: HTTP %ld: %.120s", path, status, b.data ? b.data : "");
+        lock__error_set("%s: HTTP %ld: %.120s", path, status, b.data ? b.data : "");
         goto out;
     }
     *answer = json_loadb(b.data ? b.data : "", b.len, 0, &jerr);
     if (*answer == NULL) {
-        set_error("%s: bad JSON: %s", path, jerr.text);
+        lock__error_set("%s: bad JSON: %s", path, jerr.text);
         goto out;
     }
     rc = ETCD_LOCK_OK;
@@ -296,8 +284,8 @@ static int ensure_lease(etcd_lock_client *c, int64_t *id, uint64_t *generation)
             break;
         if (pthread_cond_timedwait(&c->grants, &c->mu, &until) == ETIMEDOUT && c->granting) {
             pthread_mutex_unlock(&c->mu);
-            set_error("lease grant: another thread's grant got no answer within %d ms",
-                      c->timeout_ms);
+            lock__error_set("lease grant: another thread's grant got no answer within %d ms",
+                            c->timeout_ms);
             return ETCD_LOCK_ERR_SERVER;
         }
     }
@@ -311,7 +299,7 @@ static int ensure_lease(etcd_lock_client *c, int64_t *id, uint64_t *generation)
     ttl = rc == ETCD_LOCK_OK ? int64_field(ans, "TTL") : 0;
     json_decref(ans);
     if (rc == ETCD_LOCK_OK && (granted == 0 || ttl <= 0)) {
-        set_error("lease grant: no lease in the answer");
+        lock__error_set("lease grant: no lease in the answer");
         rc = ETCD_LOCK_ERR_SERVER;
     }
 
@@ -567,7 +555,7 @@ static int watch_deletion(etcd_lock_client *c, const char *key64, int64_t from_r
     h = curl_easy_init();
     headers = curl_slist_append(NULL, "Content-Type: application/json");
     if (text == NULL || h == NULL || headers == NULL) {
-        set_error("out of memory");
+        lock__error_set("out of memory");
         rc = ETCD_LOCK_ERR_NOMEM;
         goto out;
     }
@@ -586,7 +574,7 @@ static int watch_deletion(etcd_lock_client *c, const char *key64, int64_t from_r
     else if (cc == CURLE_OPERATION_TIMEDOUT || cc == CURLE_OK)
         rc = ETCD_LOCK_ERR_TIMEOUT; /* out of time, or etcd ended the watch: look again */
     else
-        set_error("/v3/watch: %s", curl_easy_strerror(cc));
+        lock__error_set("/v3/watch: %s", curl_easy_strerror(cc));
 out:
     curl_slist_free_all(headers);
     if (h != NULL)
@@ -605,7 +593,7 @@ int etcd_lock_acquire(etcd_lock_client *c, const char *name, int64_t wait_ms, in
     json_t *ans = NULL;
     int rc;
 
-    last_error[0] = '\0';
+    lock__error_clear();
     if (c == NULL || name == NULL || name[0] == '\0' || strlen(name) > NAME_MAX_LEN ||
         strchr(name, '/') != NULL || wait_ms < 0)
         return ETCD_LOCK_ERR_INVALID;
@@ -624,7 +612,7 @@ int etcd_lock_acquire(etcd_lock_client *c, const char *name, int64_t wait_ms, in
     }
     pthread_mutex_unlock(&c->mu);
     if (h != NULL) {
-        set_error("%s: held under a lost lease; release it first", name);
+        lock__error_set("%s: held under a lost lease; release it first", name);
         return ETCD_LOCK_ERR_LOST;
     }
 
@@ -647,7 +635,7 @@ int etcd_lock_acquire(etcd_lock_client *c, const char *name, int64_t wait_ms, in
                   c->timeout_ms, &ans);
         if (rc == ETCD_LOCK_OK)
             break;
-        if (attempt > 0 || strstr(last_error, "lease not found") == NULL)
+        if (attempt > 0 || strstr(lock__error_text(), "lease not found") == NULL)
             return rc;
         pthread_mutex_lock(&c->mu);
         if (c->lease_id == lease)
@@ -657,7 +645,7 @@ int etcd_lock_acquire(etcd_lock_client *c, const char *name, int64_t wait_ms, in
     my_rev = int64_field(json_object_get(ans, "header"), "revision");
     json_decref(ans);
     if (my_rev <= 0) {
-        set_error("put: no revision in the answer");
+        lock__error_set("put: no revision in the answer");
         rc = ETCD_LOCK_ERR_SERVER;
         goto give_up;
     }

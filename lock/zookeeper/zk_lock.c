@@ -14,11 +14,11 @@
  * and must not close its handle.
  */
 #include "lock/zookeeper/zk_lock.h"
+#include "lock/error.h"
 
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdint.h>
@@ -33,21 +33,9 @@
 #define PATH_MAX_LEN 256
 #define ROOT "/locks"
 
-static _Thread_local char last_error[256];
-
-static void set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void set_error(const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(last_error, sizeof(last_error), fmt, ap);
-    va_end(ap);
-}
-
 const char *zk_lock_last_error(void)
 {
-    return last_error;
+    return lock__error_text();
 }
 
 const char *zk_lock_strerror(int code)
@@ -251,7 +239,8 @@ static int get_session(zk_lock_client *c, zk_session **out)
             break; /* this thread opens one */
         if (pthread_cond_timedwait(&c->cv, &c->mu, &until) == ETIMEDOUT) {
             pthread_mutex_unlock(&c->mu);
-            set_error("no connected ZooKeeper session within %d ms (%s)", c->timeout_ms, c->hosts);
+            lock__error_set("no connected ZooKeeper session within %d ms (%s)", c->timeout_ms,
+                            c->hosts);
             return ZK_LOCK_ERR_SERVER;
         }
     }
@@ -272,7 +261,7 @@ static int get_session(zk_lock_client *c, zk_session **out)
         pthread_cond_broadcast(&c->cv);
         pthread_mutex_unlock(&c->mu);
         free(s);
-        set_error("cannot create a ZooKeeper handle for %s", c->hosts);
+        lock__error_set("cannot create a ZooKeeper handle for %s", c->hosts);
         return ZK_LOCK_ERR_NOMEM;
     }
     s->id = ++c->next_session_id;
@@ -290,7 +279,7 @@ static int get_session(zk_lock_client *c, zk_session **out)
     }
     pthread_mutex_unlock(&c->mu);
     /* Not connected yet: the handle stays, and keeps trying, for the next call. */
-    set_error("no connected ZooKeeper session within %d ms (%s)", c->timeout_ms, c->hosts);
+    lock__error_set("no connected ZooKeeper session within %d ms (%s)", c->timeout_ms, c->hosts);
     return ZK_LOCK_ERR_SERVER;
 }
 
@@ -760,7 +749,7 @@ static int create_node(zk_lock_client *c, zk_session *s, const char *parent, cha
         if (zrc != ZOK && zrc != ZNODEEXISTS)
             break;
     }
-    set_error("create under %s: %s", parent, zerror(zrc));
+    lock__error_set("create under %s: %s", parent, zerror(zrc));
     note_answer(c, s, zrc);
     if (zrc == ZCONNECTIONLOSS || zrc == ZOPERATIONTIMEOUT)
         end_session(c, s); /* the node may exist, unknown to us: it would block the lock */
@@ -782,7 +771,7 @@ static int find_predecessor(zk_lock_client *c, zk_session *s, const char *parent
     zrc = req_children(s, k, parent);
     if (zrc != ZOK) {
         call_unref(k);
-        set_error("children of %s: %s", parent, zerror(zrc));
+        lock__error_set("children of %s: %s", parent, zerror(zrc));
         note_answer(c, s, zrc);
         return ZK_LOCK_ERR_SERVER;
     }
@@ -836,12 +825,12 @@ static int wait_for_deletion(zk_lock_client *c, zk_session *s, const char *pred,
     if (zrc == ZNONODE)
         return ZK_LOCK_OK; /* gone already */
     if (zrc != ZOK) {
-        set_error("watch on %s: %s", pred, zerror(zrc));
+        lock__error_set("watch on %s: %s", pred, zerror(zrc));
         note_answer(c, s, zrc);
         return ZK_LOCK_ERR_SERVER;
     }
     if (dead) {
-        set_error("the ZooKeeper session ended while waiting for %s", pred);
+        lock__error_set("the ZooKeeper session ended while waiting for %s", pred);
         return ZK_LOCK_ERR_SERVER;
     }
     return ZK_LOCK_OK;
@@ -855,7 +844,7 @@ static int delete_node(zk_lock_client *c, zk_session *s, const char *path)
 
     if (zrc == ZOK || zrc == ZNONODE)
         return ZK_LOCK_OK;
-    set_error("delete %s: %s", path, zerror(zrc));
+    lock__error_set("delete %s: %s", path, zerror(zrc));
     note_answer(c, s, zrc);
     end_session(c, s);
     return ZK_LOCK_ERR_SERVER;
@@ -869,7 +858,7 @@ int zk_lock_acquire(zk_lock_client *c, const char *name, int64_t wait_ms, int64_
     holding *h;
     int rc;
 
-    last_error[0] = '\0';
+    lock__error_clear();
     if (c == NULL || name == NULL || name[0] == '\0' || strlen(name) > NAME_MAX_LEN ||
         strchr(name, '/') != NULL || wait_ms < 0)
         return ZK_LOCK_ERR_INVALID;
@@ -888,7 +877,7 @@ int zk_lock_acquire(zk_lock_client *c, const char *name, int64_t wait_ms, int64_
     }
     pthread_mutex_unlock(&c->mu);
     if (h != NULL) {
-        set_error("%s: held under a lost session; release it first", name);
+        lock__error_set("%s: held under a lost session; release it first", name);
         return ZK_LOCK_ERR_LOST;
     }
 
@@ -939,11 +928,11 @@ int zk_lock_acquire(zk_lock_client *c, const char *name, int64_t wait_ms, int64_
 give_up:
     /* Leave the queue; if even that fails, the session is ended and the node goes with it. */
     {
-        char why[sizeof(last_error)];
+        char why[256];
 
-        snprintf(why, sizeof(why), "%s", last_error);
+        snprintf(why, sizeof(why), "%s", lock__error_text());
         delete_node(c, s, path);
-        snprintf(last_error, sizeof(last_error), "%s", why);
+        lock__error_set("%s", why);
     }
 out:
     unref(c, s);
