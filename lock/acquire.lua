@@ -49,15 +49,25 @@ local function now_ms()
     return now()[1] * 1000 + math.floor(now()[2] / 1000)
 end
 
--- Waiters that stopped calling (their process died, or lost Redis) leave the line, so that
--- a dead waiter first in line cannot keep a free lock from everyone else for long. (No
--- line, nothing to look at: the two keys come and go together.)
-local dead = {}
-if redis.call('EXISTS', KEYS[4]) == 1 then
-    dead = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now_ms())
-    for _, gone in ipairs(dead) do
-        redis.call('ZREM', KEYS[3], gone)
-        redis.call('ZREM', KEYS[4], gone)
+-- The first in line whose place has not lapsed, its place's end (ms), and whether lapsed
+-- places were dropped from the head on the way. A waiter that stopped calling (its process
+-- died, or lost Redis) leaves the line once it reaches the head, so that a dead waiter cannot
+-- keep a free lock from everyone else for long; one behind the head harms nobody until then
+-- (and the line's keys expire when nobody calls). A place with no end at all counts as lapsed.
+local function first_alive()
+    local dropped = false
+    while true do
+        local first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+        if first == nil then
+            return nil, dropped, 0
+        end
+        local until_ms = tonumber(redis.call('ZSCORE', KEYS[4], first) or '0')
+        if until_ms > now_ms() then
+            return first, dropped, until_ms
+        end
+        redis.call('ZREM', KEYS[3], first)
+        redis.call('ZREM', KEYS[4], first)
+        dropped = true
     end
 end
 
@@ -78,15 +88,14 @@ local function stay_in_line()
 end
 
 if redis.call('EXISTS', KEYS[1]) == 0 then
-    local first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+    local first, dropped, until_ms = first_alive()
     if first ~= nil and first ~= owner then
         -- Free, but someone has waited longer: the caller waits behind them. If the head of
-        -- the line just changed (dead waiters dropped), nobody told the new head: tell it.
+        -- the line just changed (lapsed places dropped), nobody told the new head: tell it.
         stay_in_line()
-        if #dead > 0 then
+        if dropped then
             redis.call('PUBLISH', ARGV[5], first)
         end
-        local until_ms = tonumber(redis.call('ZSCORE', KEYS[4], first))
         return math.max(until_ms - now_ms(), 1)
     end
     if first == owner then

@@ -34,18 +34,17 @@ end
 redis.call('DEL', KEYS[1])
 -- The message names the waiter whose turn it is, so that only its process wakes it and
 -- nobody else tries in vain. A dead waiter is not named: it would never come.
-local first = nil
-if redis.call('EXISTS', KEYS[3]) == 1 then
+-- Lapsed places at the head are dropped first (as in acquire.lua); the clock is read only
+-- when someone is in line.
+local first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+if first ~= nil then
     local now = redis.call('TIME')
     local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-    repeat
+    while first ~= nil and tonumber(redis.call('ZSCORE', KEYS[4], first) or '0') <= now_ms do
+        redis.call('ZREM', KEYS[3], first)
+        redis.call('ZREM', KEYS[4], first)
         first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
-        if first ~= nil and tonumber(redis.call('ZSCORE', KEYS[4], first) or '0') <= now_ms then
-            redis.call('ZREM', KEYS[3], first)
-            redis.call('ZREM', KEYS[4], first)
-            first = false
-        end
-    until first ~= false
+    end
 end
 -- "" when nobody is in line: each process then wakes its oldest waiter, if any (one that
 -- does not wait in line, or whose place Redis lost).
