@@ -94,7 +94,7 @@ TSAN_TARGETS := build/tsan/stockd build/tsan/tests/test_lock build/tsan/tests/te
 all: programs
 programs: $(PROGRAMS)
 # check-history too: tests/histories/run.sh (a unit suite) runs it on every committed history.
-tests: $(TESTS) $(STACK_TESTS) $(B)/check-history
+tests: $(TESTS) $(STACK_TESTS) $(B)/check-history $(B)/history-gen
 
 # pkg-check and check-includes are order-only: they run before the first compile but never
 # make an object stale.
@@ -116,6 +116,10 @@ $(B)/ceiling-bench: $(B)/obj/bench/ceiling_bench.o $(SERVICE_OBJ) $(DB_OBJ) $(LO
 
 $(B)/check-history: $(B)/obj/history/main.o $(HISTORY_OBJ)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# A realistic load history, legal or not, for check-history's tests and measurements.
+$(B)/history-gen: $(B)/obj/tests/histories/generate.o
+	$(CC) $(LDFLAGS) -o $@ $^
 
 # Not in `programs`: it links libcurl, whose headers come with the test packages.
 $(B)/chaos-load: $(B)/obj/bench/chaos_load.o

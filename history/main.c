@@ -59,9 +59,23 @@ static void print_window(const char *what, const struct hist_op *ops, const stru
                what, k,
                w->from_init && model == HIST_MODEL_REGISTER ? "the initial value 0" : "any state",
                w->overlapping);
-    else
-        printf("%s: no order explains these %zu operations (the whole history: no smaller "
-               "window was proven within the bounds):\n", what, k);
+    else {
+        /* The whole history is the proven window; it is too long to read, so the operations
+         * around the point where the search failed are shown instead, said as such. */
+        size_t f = w->fail_op, lo = f > 40 ? f - 40 : 0, hi = f + 10 < w->hi ? f + 10 : w->hi;
+        printf("%s: no smaller window than the whole history (%zu operations) was proven within "
+               "the bounds; the operations invoked around the point where the search failed "
+               "(the operation of line %ld):\n",
+               what, k, ops[f].line_call);
+        if (k <= 60)
+            lo = w->lo, hi = w->hi;
+        for (size_t i = lo; i <= hi; i++) {
+            char line[256];
+            hist_op_describe(&ops[i], line, sizeof line);
+            printf("  %s\n", line);
+        }
+        return;
+    }
     for (size_t i = w->lo; i <= w->hi; i++) {
         char line[256];
         hist_op_describe(&ops[i], line, sizeof line);
@@ -166,9 +180,14 @@ int main(int argc, char **argv)
         case HIST_NO: {
             printf("%s: %zu operations, NOT linearizable (%.3f s, %" PRIu64 " states)\n", what, n,
                    t, r.states);
-            struct hist_search_limits wl = {max_states < 1000000 ? max_states : 1000000,
+            struct hist_search_limits wl = {max_states < 100000 ? max_states : 100000,
                                             hist_now() + WINDOW_SECONDS};
             struct hist_window w;
+            if (getenv("HISTORY_DEBUG")) {
+                char d[256];
+                hist_op_describe(&ops[r.fail_op], d, sizeof d);
+                fprintf(stderr, "fail_op %zu: %s (depth %zu)\n", r.fail_op, d, r.max_depth);
+            }
             if (hist_find_window(m, m->init, ops, n, r.fail_op, &wl, &w) != 0) {
                 printf("%s: out of memory while looking for the window\n", what);
             } else {

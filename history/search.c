@@ -115,6 +115,7 @@ static int memo_add(struct memo *mm, uint64_t h1, uint64_t h2, int64_t state)
 struct frame {
     uint32_t op;
     int64_t state; /* before op */
+    int32_t front; /* the list's first completion node when op was chosen */
 };
 
 /* The pruning on needed states (above). */
@@ -145,19 +146,97 @@ static void prune_undo(struct prune *p, uint32_t op)
         p->top = p->pos[op];
 }
 
+/* Optional operations live outside the list, in classes of interchangeable ones (same f and
+ * arguments), each in invocation order. Of a class only the first not linearized is a
+ * candidate (search.h), so a class is a queue: cls_k[c] of its members are linearized. A
+ * member is a candidate while its invocation precedes the list's first completion. Keeping
+ * them out of the list spares every walk from passing over the optional operations that never
+ * take effect, which in a load history are most of them. */
+struct classes {
+    uint32_t *members; /* every class' members, class after class */
+    size_t *start;     /* class c: members[start[c] .. start[c + 1]) */
+    size_t *k;         /* how many of class c are linearized */
+    uint32_t *of;      /* op -> its class */
+    size_t n;
+};
+
+static int build_classes(const struct hist_op *ops, size_t n, struct classes *cl)
+{
+    size_t nopt = 0, cap = 16;
+    uint32_t *rep = malloc(cap * sizeof *rep), *count = NULL;
+    cl->of = malloc(n * sizeof *cl->of);
+    if (!rep || !cl->of)
+        goto fail;
+    for (size_t i = 0; i < n; i++) {
+        if (ops[i].outcome != HIST_UNKNOWN)
+            continue;
+        nopt++;
+        size_t c;
+        for (c = 0; c < cl->n; c++) {
+            const struct hist_op *o = &ops[rep[c]];
+            if (o->f == ops[i].f && o->a == ops[i].a && o->b == ops[i].b)
+                break;
+        }
+        if (c == cl->n) {
+            if (cl->n == cap) {
+                uint32_t *bigger = realloc(rep, 2 * cap * sizeof *rep);
+                if (!bigger)
+                    goto fail;
+                rep = bigger;
+                cap *= 2;
+            }
+            rep[cl->n++] = (uint32_t)i;
+        }
+        cl->of[i] = (uint32_t)c;
+    }
+    cl->members = malloc((nopt ? nopt : 1) * sizeof *cl->members);
+    cl->start = calloc(cl->n + 1, sizeof *cl->start);
+    cl->k = calloc(cl->n + 1, sizeof *cl->k);
+    count = calloc(cl->n + 1, sizeof *count);
+    if (!cl->members || !cl->start || !cl->k || !count)
+        goto fail;
+    for (size_t i = 0; i < n; i++)
+        if (ops[i].outcome == HIST_UNKNOWN)
+            cl->start[cl->of[i] + 1]++;
+    for (size_t c = 0; c < cl->n; c++)
+        cl->start[c + 1] += cl->start[c];
+    for (size_t i = 0; i < n; i++)
+        if (ops[i].outcome == HIST_UNKNOWN) {
+            uint32_t c = cl->of[i];
+            cl->members[cl->start[c] + count[c]++] = (uint32_t)i;
+        }
+    free(rep);
+    free(count);
+    return 0;
+fail:
+    free(rep);
+    free(count);
+    return -1;
+}
+
+static void free_classes(struct classes *cl)
+{
+    free(cl->members);
+    free(cl->start);
+    free(cl->k);
+    free(cl->of);
+}
+
 int hist_search(const struct hist_model *m, int64_t init, const struct hist_op *ops, size_t n,
                 const struct hist_search_limits *lim, struct hist_search_result *res)
 {
     int rc = -1;
     size_t ne = 0, required = 0;
     struct entry *ent = NULL;
-    int32_t *next = NULL, *prev = NULL, *call_node = NULL, *ret_node = NULL;
-    int64_t *prev_same = NULL;
+    int32_t *next = NULL, *prev = NULL, *call_node = NULL;
     uint64_t *z = NULL;
     bool *lin = NULL;
     struct frame *stack = NULL;
     struct memo mm = {0};
     struct prune pr = {0};
+    struct classes cl = {0};
+    size_t raising = 0;
+    bool *raises = NULL;
 
     memset(res, 0, sizeof *res);
     if (n == 0) {
@@ -168,20 +247,22 @@ int hist_search(const struct hist_model *m, int64_t init, const struct hist_op *
     next = malloc((2 * n + 2) * sizeof *next);
     prev = malloc((2 * n + 2) * sizeof *prev);
     call_node = malloc(n * sizeof *call_node);
-    ret_node = malloc(n * sizeof *ret_node);
-    prev_same = malloc(n * sizeof *prev_same);
     z = malloc(2 * n * sizeof *z);
     lin = calloc(n, sizeof *lin);
     stack = malloc(n * sizeof *stack);
-    if (!ent || !next || !prev || !call_node || !ret_node || !prev_same || !z || !lin || !stack)
+    if (!ent || !next || !prev || !call_node || !z || !lin || !stack)
+        goto out;
+    if (build_classes(ops, n, &cl) != 0)
         goto out;
 
+    /* The list: the required operations' invocations and completions. */
     for (size_t i = 0; i < n; i++) {
+        call_node[i] = -1;
+        if (ops[i].outcome == HIST_UNKNOWN)
+            continue;
         ent[ne++] = (struct entry){ops[i].call, (uint32_t)i, false};
-        if (ops[i].outcome != HIST_UNKNOWN) {
-            ent[ne++] = (struct entry){ops[i].ret, (uint32_t)i, true};
-            required++;
-        }
+        ent[ne++] = (struct entry){ops[i].ret, (uint32_t)i, true};
+        required++;
     }
     qsort(ent, ne, sizeof *ent, cmp_entries);
     /* Node 0 is the head, node ne + 1 the tail; entry k is node k + 1. */
@@ -190,69 +271,37 @@ int hist_search(const struct hist_model *m, int64_t init, const struct hist_op *
         next[k] = k + 1;
         prev[k + 1] = k;
     }
+    int32_t *ret_node = malloc((n ? n : 1) * sizeof *ret_node);
+    if (!ret_node)
+        goto out;
     for (size_t k = 0; k < ne; k++) {
         if (ent[k].ret)
             ret_node[ent[k].op] = (int32_t)k + 1;
         else
             call_node[ent[k].op] = (int32_t)k + 1;
     }
-    for (size_t i = 0; i < n; i++)
-        if (ops[i].outcome == HIST_UNKNOWN)
-            ret_node[i] = -1;
-
-    /* Interchangeable optional operations: same f and arguments (ops are in invocation order,
-     * so "the previous one" is the previous in this loop). Quadratic only in how many
-     * optional operations are distinct, which stays small: a short list suffices. */
-    {
-        size_t last_cap = 64, nlast = 0;
-        uint32_t *last = malloc(last_cap * sizeof *last);
-        if (!last)
-            goto out;
-        for (size_t i = 0; i < n; i++) {
-            prev_same[i] = -1;
-            if (ops[i].outcome != HIST_UNKNOWN)
-                continue;
-            size_t k;
-            for (k = 0; k < nlast; k++) {
-                const struct hist_op *o = &ops[last[k]];
-                if (o->f == ops[i].f && o->a == ops[i].a && o->b == ops[i].b)
-                    break;
-            }
-            if (k < nlast) {
-                prev_same[i] = last[k];
-                last[k] = (uint32_t)i;
-                continue;
-            }
-            if (nlast == last_cap) {
-                uint32_t *bigger = realloc(last, 2 * last_cap * sizeof *last);
-                if (!bigger) {
-                    free(last);
-                    goto out;
-                }
-                last = bigger;
-                last_cap *= 2;
-            }
-            last[nlast++] = (uint32_t)i;
-        }
-        free(last);
-    }
 
     uint64_t seed = 0x5EED5EED12345678ull;
     for (size_t i = 0; i < 2 * n; i++)
         z[i] = splitmix(&seed);
 
+    /* The pruning holds once every operation that can raise the state is linearized: until
+     * then `raising` counts those left. */
     if (m->need && m->raises) {
         pr.on = true;
-        for (size_t i = 0; i < n && pr.on; i++)
-            if (m->raises(&ops[i]))
-                pr.on = false;
-    }
-    if (pr.on) {
+        raises = calloc(n, sizeof *raises);
+        if (!raises)
+            goto out_ret;
+        for (size_t i = 0; i < n; i++)
+            if (m->raises(&ops[i])) {
+                raises[i] = true;
+                raising++;
+            }
         pr.byneed = malloc(n * sizeof *pr.byneed);
         pr.pos = malloc(n * sizeof *pr.pos);
         pr.need = malloc(n * sizeof *pr.need);
         if (!pr.byneed || !pr.pos || !pr.need)
-            goto out;
+            goto out_ret;
         for (size_t i = 0; i < n; i++) {
             pr.need[i] = m->need(&ops[i]);
             pr.pos[i] = SIZE_MAX;
@@ -269,24 +318,42 @@ int hist_search(const struct hist_model *m, int64_t init, const struct hist_op *
     size_t sp = 0, left = required, best = 0;
     bool have_fail = false;
     uint64_t iter = 0;
-    int32_t cur = next[head];
+    /* The walk: list nodes from cur until the first completion (front), then the optional
+     * classes from cls. */
+    int32_t cur = next[head], front = -1;
+    size_t cls = 0;
     if (memo_add(&mm, h1, h2, state) < 0)
-        goto out;
+        goto out_ret;
     while (left > 0) {
         if ((++iter & 1023) == 0 && lim && lim->deadline > 0 && hist_now() > lim->deadline) {
             res->verdict = HIST_BOUND_TIME;
             goto done;
         }
-        bool backtrack = cur == tail;
-        if (!backtrack && ent[cur - 1].ret) {
-            if (!have_fail || sp > best) {
+        uint32_t op;
+        if (front < 0) {
+            if (cur != tail && !ent[cur - 1].ret) {
+                op = ent[cur - 1].op;
+                cur = next[cur];
+            } else {
+                front = cur;
+                cls = 0;
+                continue;
+            }
+        } else if (cls < cl.n) {
+            size_t c = cls++;
+            size_t k = cl.start[c] + cl.k[c];
+            if (k >= cl.start[c + 1])
+                continue;
+            op = cl.members[k];
+            if (front != tail && ops[op].call > ent[front - 1].time)
+                continue;
+        } else {
+            /* Every candidate tried: undo the last choice. */
+            if (front != tail && (!have_fail || sp > best)) {
                 best = sp;
-                res->fail_op = ent[cur - 1].op;
+                res->fail_op = ent[front - 1].op;
                 have_fail = true;
             }
-            backtrack = true;
-        }
-        if (backtrack) {
             if (sp == 0) {
                 res->verdict = HIST_NO;
                 goto done;
@@ -297,77 +364,87 @@ int hist_search(const struct hist_model *m, int64_t init, const struct hist_op *
             h2 ^= z[2 * f.op + 1];
             lin[f.op] = false;
             prune_undo(&pr, f.op);
-            if (ret_node[f.op] >= 0) {
-                int32_t r = ret_node[f.op];
+            if (raises && raises[f.op])
+                raising++;
+            if (ops[f.op].outcome == HIST_UNKNOWN) {
+                cl.k[cl.of[f.op]]--;
+                front = f.front;
+                cls = cl.of[f.op] + 1;
+            } else {
+                int32_t r = ret_node[f.op], c = call_node[f.op];
                 next[prev[r]] = r;
                 prev[next[r]] = r;
+                next[prev[c]] = c;
+                prev[next[c]] = c;
                 left++;
+                cur = next[c];
+                front = -1;
             }
-            int32_t c = call_node[f.op];
-            next[prev[c]] = c;
-            prev[next[c]] = c;
-            cur = next[c];
             continue;
         }
-        uint32_t op = ent[cur - 1].op;
         int64_t ns;
-        if ((prev_same[op] >= 0 && !lin[prev_same[op]]) || !m->step(state, &ops[op], &ns)) {
-            cur = next[cur];
+        /* An optional operation that would leave "any state" as it is changes nothing but
+         * the set: not taking it (now) keeps every possibility open, so it is not tried. */
+        if (!m->step(state, &ops[op], &ns) ||
+            (state == HIST_STATE_ANY && ns == HIST_STATE_ANY && ops[op].outcome == HIST_UNKNOWN))
             continue;
-        }
         lin[op] = true;
         if (pr.on) {
             if (pr.pos[op] == pr.top)
                 prune_advance(&pr, lin);
-            if (ns != HIST_STATE_ANY && pr.top < pr.cnt && ns < pr.need[pr.byneed[pr.top]]) {
+            if (raising - (raises[op] ? 1 : 0) == 0 && ns != HIST_STATE_ANY && pr.top < pr.cnt &&
+                ns < pr.need[pr.byneed[pr.top]]) {
                 lin[op] = false;
                 prune_undo(&pr, op);
-                cur = next[cur];
                 continue;
             }
         }
         uint64_t n1 = h1 ^ z[2 * op], n2 = h2 ^ z[2 * op + 1];
         int added = memo_add(&mm, n1, n2, ns);
         if (added < 0)
-            goto out;
+            goto out_ret;
         if (added == 0) {
             lin[op] = false;
             prune_undo(&pr, op);
-            cur = next[cur];
             continue;
         }
         if (lim && lim->max_states && mm.n > lim->max_states) {
             res->verdict = HIST_BOUND_STATES;
             goto done;
         }
-        stack[sp++] = (struct frame){op, state};
+        if (raises && raises[op])
+            raising--;
+        /* front: for an optional op, the walk it interrupted resumes there when undone. */
+        stack[sp++] = (struct frame){op, state, front};
         if (sp > res->max_depth)
             res->max_depth = sp;
         state = ns;
         h1 = n1;
         h2 = n2;
-        int32_t c = call_node[op];
-        next[prev[c]] = next[c];
-        prev[next[c]] = prev[c];
-        if (ret_node[op] >= 0) {
-            int32_t r = ret_node[op];
+        if (ops[op].outcome == HIST_UNKNOWN) {
+            cl.k[cl.of[op]]++;
+        } else {
+            int32_t c = call_node[op], r = ret_node[op];
+            next[prev[c]] = next[c];
+            prev[next[c]] = prev[c];
             next[prev[r]] = next[r];
             prev[next[r]] = prev[r];
             left--;
         }
         cur = next[head];
+        front = -1;
     }
     res->verdict = HIST_YES;
 done:
     res->states = mm.n;
     rc = 0;
+out_ret:
+    free(ret_node);
 out:
     free(ent);
     free(next);
     free(prev);
     free(call_node);
-    free(ret_node);
-    free(prev_same);
     free(z);
     free(lin);
     free(stack);
@@ -375,5 +452,7 @@ out:
     free(pr.byneed);
     free(pr.pos);
     free(pr.need);
+    free(raises);
+    free_classes(&cl);
     return rc;
 }

@@ -17,8 +17,11 @@
  * Which window: the search's failure point (search.h, fail_op) is where it got furthest; the
  * windows that contain it are tried by size, 1, 2, 3 ... operations, each size at every
  * position, and the first that no order explains is the smallest around that point. Past
- * HIST_WINDOW_EXHAUSTIVE operations, the window doubles in size around the point instead,
- * up to the whole history (which the search already found unexplained). */
+ * HIST_WINDOW_EXHAUSTIVE operations, the window doubles in size around the point instead
+ * until one is proven (at worst the whole history, which the search already found
+ * unexplained), and is then shrunk while it stays unexplained: its start moved towards the
+ * point by halving steps, then its end likewise. That one is minimal at both ends in the
+ * sense of those steps, not necessarily the smallest of all. */
 #ifndef HISTORY_WINDOW_H
 #define HISTORY_WINDOW_H
 
@@ -28,13 +31,14 @@
 #include "history/model.h"
 #include "history/search.h"
 
-#define HIST_WINDOW_EXHAUSTIVE 48
+#define HIST_WINDOW_EXHAUSTIVE 12
 
 struct hist_window {
     size_t lo, hi;     /* the window: ops[lo..hi], inclusive */
     size_t overlapping; /* the operations that joined the check as optional */
     bool from_init;    /* checked from the model's initial state (lo == 0) */
     bool proven;       /* its own check said no (false only for the whole-history fallback) */
+    size_t fail_op;    /* the search's failure point, as given */
 };
 
 /* Finds the window for ops[0..n) (not linearizable from init, with the search's failure
