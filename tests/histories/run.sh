@@ -57,14 +57,14 @@ for set in knossos porcupine; do
     done
 done
 
-# Generated load histories: 64 processes, 20000 operations (a legal one and, with one
+# Generated load histories: 64 processes, 5000 operations (a legal one and, with one
 # answer changed, an illegal one whose window must be small).
 if [ -x "$build/history-gen" ]; then
-    "$build/history-gen" --ops 20000 --procs 64 --seed 7 >"$tmp/load.jsonl"
-    expect "generated: 20000 operations, legal" yes "$checker" "$tmp/load.jsonl"
+    "$build/history-gen" --ops 5000 --procs 64 --seed 7 >"$tmp/load.jsonl"
+    expect "generated: 5000 operations, legal" yes "$checker" "$tmp/load.jsonl"
     for bad in dup read sold_out; do
-        "$build/history-gen" --ops 20000 --procs 64 --seed 7 --bad $bad >"$tmp/bad.jsonl"
-        if expect "generated: 20000 operations, --bad $bad" no "$checker" "$tmp/bad.jsonl"; then
+        "$build/history-gen" --ops 5000 --procs 64 --seed 7 --bad $bad >"$tmp/bad.jsonl"
+        if expect "generated: 5000 operations, --bad $bad" no "$checker" "$tmp/bad.jsonl"; then
             n=$(sed -n 's/.*no order explains these \([0-9]*\) operations.*/\1/p' "$tmp/out")
             if [ -z "$n" ] || [ "$n" -gt 100 ]; then
                 passed=$((passed - 1))
