@@ -9,6 +9,7 @@
  * error), 3 unknown (a bound met: the line before says which). */
 #include <errno.h>
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,7 @@ static void usage(FILE *fp)
             "              read/write/cas register starting at 0 (Knossos's cas-register)\n"
             "  --max-states N   memoized (set, state) pairs per goods before giving up (default %llu)\n"
             "  --max-seconds S  seconds of search in all before giving up (default %.0f)\n"
+            "  --each      check each FILE as a history of its own: a line \"FILE: verdict\" each\n"
             "Last line: linearizable: yes|no|unknown; exit 0 yes, 1 no, 2 malformed, 3 unknown.\n",
             DEFAULT_MAX_STATES, DEFAULT_MAX_SECONDS);
 }
@@ -86,52 +88,12 @@ static void print_window(const char *what, const struct hist_op *ops, const stru
     }
 }
 
-int main(int argc, char **argv)
+/* Checks files[0..nfiles) as one history: prints a line per goods (and the window of a goods
+ * that no order explains). Returns 0 yes, 1 no, 2 malformed, 3 unknown; prints no verdict
+ * line (the caller does). */
+static int check(const char *const *files, size_t nfiles, enum hist_model_kind model,
+                 unsigned long long max_states, double max_seconds)
 {
-    enum hist_model_kind model = HIST_MODEL_STOCK;
-    unsigned long long max_states = DEFAULT_MAX_STATES;
-    double max_seconds = DEFAULT_MAX_SECONDS;
-    const char **files = calloc((size_t)argc, sizeof *files);
-    size_t nfiles = 0;
-    if (!files)
-        return 2;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        char *end;
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            usage(stdout);
-            free(files);
-            return 0;
-        } else if (strcmp(a, "--model") == 0 && i + 1 < argc) {
-            const char *v = argv[++i];
-            if (strcmp(v, "stock") == 0)
-                model = HIST_MODEL_STOCK;
-            else if (strcmp(v, "register") == 0)
-                model = HIST_MODEL_REGISTER;
-            else
-                goto bad_usage;
-        } else if (strcmp(a, "--max-states") == 0 && i + 1 < argc) {
-            errno = 0;
-            max_states = strtoull(argv[++i], &end, 10);
-            if (errno || *end || end == argv[i] || max_states == 0)
-                goto bad_usage;
-        } else if (strcmp(a, "--max-seconds") == 0 && i + 1 < argc) {
-            errno = 0;
-            max_seconds = strtod(argv[++i], &end);
-            if (errno || *end || end == argv[i] || !(max_seconds > 0))
-                goto bad_usage;
-        } else if (strcmp(a, "--") == 0) {
-            while (++i < argc)
-                files[nfiles++] = argv[i];
-        } else if (a[0] == '-' && a[1] != '\0') {
-            goto bad_usage;
-        } else {
-            files[nfiles++] = a;
-        }
-    }
-    if (nfiles == 0)
-        goto bad_usage;
-
     struct history h;
     struct hist_error err;
     if (history_load(files, nfiles, model, &h, &err) != 0) {
@@ -142,7 +104,6 @@ int main(int argc, char **argv)
             fprintf(stderr, "check-history: %s: %s\n", err.file ? err.file : "", err.why);
             printf("malformed: %s: %s\n", err.file ? err.file : "", err.why);
         }
-        free(files);
         return 2;
     }
 
@@ -183,11 +144,6 @@ int main(int argc, char **argv)
             struct hist_search_limits wl = {max_states < 100000 ? max_states : 100000,
                                             hist_now() + WINDOW_SECONDS};
             struct hist_window w;
-            if (getenv("HISTORY_DEBUG")) {
-                char d[256];
-                hist_op_describe(&ops[r.fail_op], d, sizeof d);
-                fprintf(stderr, "fail_op %zu: %s (depth %zu)\n", r.fail_op, d, r.max_depth);
-            }
             if (hist_find_window(m, m->init, ops, n, r.fail_op, &wl, &w) != 0) {
                 printf("%s: out of memory while looking for the window\n", what);
             } else {
@@ -211,8 +167,76 @@ int main(int argc, char **argv)
     }
     if (parts == 0)
         printf("no operations\n");
-    printf("linearizable: %s\n", status == 0 ? "yes" : status == 1 ? "no" : "unknown");
     history_free(&h);
+    return status;
+}
+
+int main(int argc, char **argv)
+{
+    enum hist_model_kind model = HIST_MODEL_STOCK;
+    unsigned long long max_states = DEFAULT_MAX_STATES;
+    double max_seconds = DEFAULT_MAX_SECONDS;
+    const char **files = calloc((size_t)argc, sizeof *files);
+    size_t nfiles = 0;
+    bool each = false;
+    if (!files)
+        return 2;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        char *end;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            usage(stdout);
+            free(files);
+            return 0;
+        } else if (strcmp(a, "--model") == 0 && i + 1 < argc) {
+            const char *v = argv[++i];
+            if (strcmp(v, "stock") == 0)
+                model = HIST_MODEL_STOCK;
+            else if (strcmp(v, "register") == 0)
+                model = HIST_MODEL_REGISTER;
+            else
+                goto bad_usage;
+        } else if (strcmp(a, "--max-states") == 0 && i + 1 < argc) {
+            errno = 0;
+            max_states = strtoull(argv[++i], &end, 10);
+            if (errno || *end || end == argv[i] || max_states == 0)
+                goto bad_usage;
+        } else if (strcmp(a, "--max-seconds") == 0 && i + 1 < argc) {
+            errno = 0;
+            max_seconds = strtod(argv[++i], &end);
+            if (errno || *end || end == argv[i] || !(max_seconds > 0))
+                goto bad_usage;
+        } else if (strcmp(a, "--each") == 0) {
+            each = true;
+        } else if (strcmp(a, "--") == 0) {
+            while (++i < argc)
+                files[nfiles++] = argv[i];
+        } else if (a[0] == '-' && a[1] != '\0') {
+            goto bad_usage;
+        } else {
+            files[nfiles++] = a;
+        }
+    }
+    if (nfiles == 0)
+        goto bad_usage;
+
+    int status;
+    if (!each) {
+        status = check(files, nfiles, model, max_states, max_seconds);
+        if (status != 2)
+            printf("linearizable: %s\n", status == 0 ? "yes" : status == 1 ? "no" : "unknown");
+    } else {
+        /* Each file its own history: a verdict line per file, and the worst last. */
+        status = 0;
+        for (size_t i = 0; i < nfiles; i++) {
+            int st = check(&files[i], 1, model, max_states, max_seconds);
+            printf("%s: %s\n", files[i],
+                   st == 0 ? "linearizable: yes" : st == 1 ? "linearizable: no"
+                   : st == 2 ? "malformed" : "linearizable: unknown");
+            if (st == 2 || (st == 1 && status != 2) || (st == 3 && status == 0))
+                status = st;
+        }
+    }
     free(files);
     return status;
 

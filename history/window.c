@@ -1,7 +1,6 @@
 /* window.c - the smallest unexplained window (window.h). */
 #include "history/window.h"
 
-#include <stdio.h>
 #include <stdlib.h>
 
 int hist_check_window(const struct hist_model *m, int64_t init, const struct hist_op *ops,
@@ -56,11 +55,7 @@ int hist_check_window(const struct hist_model *m, int64_t init, const struct his
         (*overlapping)++;
     }
     struct hist_search_result r;
-    double t = hist_now();
     int rc = hist_search(m, lo == 0 ? init : HIST_STATE_ANY, sub, k, lim, &r);
-    if (getenv("HISTORY_DEBUG") && hist_now() - t > 0.005)
-        fprintf(stderr, "window [%zu, %zu] of %zu: %d, %zu ops, %llu states, %.3f s\n", lo, hi, n,
-                (int)r.verdict, k, (unsigned long long)r.states, hist_now() - t);
     free(sub);
     if (rc == 0)
         *verdict = r.verdict;
