@@ -54,7 +54,8 @@ static const char *const route_names[ROUTE_COUNT_] = {
     [ROUTE_RESET] = "/api/admin/reset",    [ROUTE_MODES] = "/api/modes",
     [ROUTE_HEALTHZ] = "/healthz",          [ROUTE_READYZ] = "/readyz",
     [ROUTE_METRICS] = "/metrics",          [ROUTE_REPLICA] = "/api/replica",
-    [ROUTE_LOCK] = "/api/lock/{goods_id}", [ROUTE_OTHER] = "other",
+    [ROUTE_LOCK] = "/api/lock/{goods_id}", [ROUTE_ORDER] = "/api/order",
+    [ROUTE_OTHER] = "other",
 };
 
 struct metrics {
