@@ -16,7 +16,9 @@
  *   X-Fault: pause-between-locks=MS    POST /api/order only: sleeps MS after the cart's first
  *                                      lock (or row lock) is taken, before the second: two
  *                                      carts in opposite orders then each hold their first
- *                                      (the deadlock of multi-naive); /api/order takes no
+ *                                      (the deadlock of multi-naive); a cart that then
+ *                                      gives up holds what it has for MS again before
+ *                                      letting go (order.c says why); /api/order takes no
  *                                      other fault, and a deduct, one lock, ignores it;
  *   X-Fault: nested                    inside the section, takes the same guard again and
  *                                      gives it back, as a guarded helper called from the

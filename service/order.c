@@ -119,6 +119,13 @@ static int enter_all(cart_run *c)
             c->out->wait_seconds += c->holds[c->n_holds].wait_seconds;
         }
         if (rc != GUARD_OK) {
+            /* The same fault point on the way out: a cart that gave up holds what it has for
+             * the pause again before letting go. Two deadlocked carts' waits end a moment
+             * apart (they started a moment apart); without this, the one whose wait ends
+             * later could take the lock the other just let go of, and the bounded wait would
+             * turn the deadlock into a race that one of them wins. */
+            if (c->n_holds > 0 && c->pause_ms > 0 && c->mode->tx == NULL)
+                clock_sleep_ms(c->pause_ms);
             leave_all(c);
             return answer_503(c, rc == GUARD_ERR_TIMEOUT ? "lock_timeout" : "unavailable",
                               detail) == 0
