@@ -260,8 +260,8 @@ int db_lockrow_release(db_conn *conn, int64_t goods_id, const char *owner);
  *   move; then only one plain read was made).
  */
 #define DB_SEGMENTS_MAX 64
-int db_segments_read(db_conn *conn, int64_t goods_id, int k, int64_t *goods_stock,
-                     int64_t *stocks, int64_t *total);
+int db_segments_read(db_conn *conn, int64_t goods_id, int k, int64_t *goods_stock, int64_t *stocks,
+                     int64_t *total);
 int db_segment_claim(db_conn *conn, int64_t goods_id, int seg, int64_t token, int64_t *stock);
 int db_segment_write(db_conn *conn, int64_t goods_id, int seg, int64_t new_stock,
                      int64_t *total_left);

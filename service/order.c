@@ -27,16 +27,16 @@ typedef struct cart_run {
     const deduct_env *env;
     const mode *mode;
     const order_request *req;
-    const char *key;  /* Idempotency-Key or NULL */
-    char text[CART_TEXT_MAX]; /* the cart's canonical text: the key's scope */
-    int64_t pause_ms; /* pause-between-locks */
+    const char *key;                 /* Idempotency-Key or NULL */
+    char text[CART_TEXT_MAX];        /* the cart's canonical text: the key's scope */
+    int64_t pause_ms;                /* pause-between-locks */
     size_t order[REQUEST_MAX_ITEMS]; /* the items' indices in lock order */
     guard_hold holds[REQUEST_MAX_ITEMS];
     size_t n_holds;
     size_t hold_of[REQUEST_MAX_ITEMS]; /* item i's holding: holds[hold_of[i]] */
     int64_t goods[REQUEST_MAX_ITEMS], counts[REQUEST_MAX_ITEMS]; /* in the request's order */
-    int64_t stock[REQUEST_MAX_ITEMS];  /* as read; after the sale, what each keeps */
-    bool folded;                       /* a goods' segments were folded back already */
+    int64_t stock[REQUEST_MAX_ITEMS]; /* as read; after the sale, what each keeps */
+    bool folded;                      /* a goods' segments were folded back already */
     db_conn *conn;
     deduct_result *out;
 } cart_run;
@@ -61,8 +61,9 @@ static int answer_db_failure(cart_run *c, const char *what, int rc)
     char why[200], detail[256];
 
     if (rc == DB_ERR_LOCK_TIMEOUT) {
-        snprintf(detail, sizeof(detail), "postgresql: %s: no lock within lock_timeout (%" PRId64
-                 " ms)", what, c->env->lock_wait_ms);
+        snprintf(detail, sizeof(detail),
+                 "postgresql: %s: no lock within lock_timeout (%" PRId64 " ms)", what,
+                 c->env->lock_wait_ms);
         return answer_503(c, "lock_timeout", detail);
     }
     snprintf(detail, sizeof(detail), "postgresql: %s: %s", what,
@@ -112,8 +113,7 @@ static int enter_all(cart_run *c)
         /* The fault point of the deadlock lesson: the first lock held, the second not yet. */
         if (c->n_holds == 1 && c->pause_ms > 0 && c->mode->tx == NULL)
             clock_sleep_ms(c->pause_ms);
-        rc = c->mode->enter(c->env->guards, goods, &c->holds[c->n_holds], detail,
-                            sizeof(detail));
+        rc = c->mode->enter(c->env->guards, goods, &c->holds[c->n_holds], detail, sizeof(detail));
         if (c->holds[c->n_holds].waited) {
             c->out->waited = true;
             c->out->wait_seconds += c->holds[c->n_holds].wait_seconds;
@@ -208,8 +208,9 @@ static int read_all(cart_run *c)
         }
         if (rc == DB_ERR_FENCED) {
             char detail[128];
-            snprintf(detail, sizeof(detail), "goods %" PRId64 ": fencing token %" PRId64
-                     " is older than the stored one", c->goods[i], h->fence);
+            snprintf(detail, sizeof(detail),
+                     "goods %" PRId64 ": fencing token %" PRId64 " is older than the stored one",
+                     c->goods[i], h->fence);
             return answer_503(c, "lock_lost", detail) == 0 ? rc : DB_ERR_NOMEM;
         }
         if (rc != DB_OK)
@@ -380,8 +381,7 @@ static int try_replay(cart_run *c)
 }
 
 int order_execute(const deduct_env *env, const mode *m, const order_request *req,
-                  const char *idempotency_key, int64_t pause_between_locks_ms,
-                  deduct_result *out)
+                  const char *idempotency_key, int64_t pause_between_locks_ms, deduct_result *out)
 {
     cart_run *c = calloc(1, sizeof(*c));
     int rc, result = -1;
@@ -399,8 +399,7 @@ int order_execute(const deduct_env *env, const mode *m, const order_request *req
         c->goods[i] = req->items[i].goods_id;
         c->counts[i] = req->items[i].count;
     }
-    cart_lock_order(req->items, req->n_items, m->cart == MODE_CART_AS_LISTED, m->lock_of,
-                    c->order);
+    cart_lock_order(req->items, req->n_items, m->cart == MODE_CART_AS_LISTED, m->lock_of, c->order);
     if (cart_text(req->items, req->n_items, c->text, sizeof(c->text)) != 0)
         goto out; /* cannot happen: CART_TEXT_MAX holds any cart */
 

@@ -40,7 +40,6 @@
  * the guards' waits. Returns 0 with *out filled (free out->body), or -1 when out of memory.
  */
 int order_execute(const deduct_env *env, const mode *m, const order_request *req,
-                  const char *idempotency_key, int64_t pause_between_locks_ms,
-                  deduct_result *out);
+                  const char *idempotency_key, int64_t pause_between_locks_ms, deduct_result *out);
 
 #endif

@@ -439,8 +439,8 @@ int request_parse_order(const char *body, size_t len, order_request *out, char *
          * counts, and a cart that names a goods twice is more likely a client's mistake. */
         for (size_t k = 0; k < i; k++) {
             if (out->items[k].goods_id == out->items[i].goods_id) {
-                set_detail(detail, detail_len, "items[%zu]: goods_id %lld is already items[%zu]",
-                           i, (long long)out->items[i].goods_id, k);
+                set_detail(detail, detail_len, "items[%zu]: goods_id %lld is already items[%zu]", i,
+                           (long long)out->items[i].goods_id, k);
                 goto out;
             }
         }

@@ -205,8 +205,10 @@ static void handle_order(app *a, const http_request *req, http_reply *reply)
     if (m == NULL)
         return;
     if (m->cart == MODE_CART_NONE) {
-        snprintf(detail, sizeof(detail), "mode '%s' does not take orders of several goods; "
-                 "modes that do: %s", m->name, cart_modes(a, known, sizeof(known)));
+        snprintf(detail, sizeof(detail),
+                 "mode '%s' does not take orders of several goods; "
+                 "modes that do: %s",
+                 m->name, cart_modes(a, known, sizeof(known)));
         reply_error(reply, 400, "unknown_mode", detail);
         return;
     }

@@ -82,7 +82,7 @@ static void test_text_is_canonical(void **state)
     assert_int_equal(cart_text(b, 2, tb, sizeof(tb)), 0);
     assert_int_equal(cart_text(c, 2, tc, sizeof(tc)), 0);
     assert_string_equal(ta, "1x2,7x1");
-    assert_string_equal(ta, tb); /* the same items in another order: the same cart */
+    assert_string_equal(ta, tb);     /* the same items in another order: the same cart */
     assert_string_not_equal(ta, tc); /* another count: another cart */
 }
 

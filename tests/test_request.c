@@ -534,7 +534,7 @@ int main(void)
         cmocka_unit_test(test_order_sixteen_items),
         cmocka_unit_test(test_order_seventeen_items_refused),
 
-        /* an order's cart */
+    /* an order's cart */
 #define ITEMS_RULE "items must be an array of 1 to 16 items"
         BAD(ORDER, "order: no items field", "{\"mode\":\"redis\"}", "missing field 'items'"),
         BAD(ORDER, "order: empty items", "{\"items\":[]}", ITEMS_RULE),
