@@ -23,6 +23,9 @@
 #                      BUSINESS_DELAY_MS=2500 and the default watchdog lease (30 s: their
 #                      watchdog does not look during the pause): the holders of the five-step
 #                      cases, whose lock vanishes while they are inside their section
+#        FAULT_REPLICA_URL
+#                      one more, svc-8, not behind nginx, started with FAULTS=on: the carts
+#                      that pause between two locks (tests/stack/test_order.c)
 #   3. nginx's own errors: a body over 16 KiB gets nginx's JSON 413; with every replica
 #      stopped, requests get nginx's JSON 502;
 #   4. the live page (web/) in headless Chromium during a short load (tests/live_page.sh);
