@@ -1880,6 +1880,7 @@ static void test_strerror_names_every_code(void **state)
                    DB_ERR_LOCK_TIMEOUT,
                    DB_ERR_RETRY,
                    DB_ERR_HELD,
+                   DB_ERR_DEADLOCK,
                    DB_ERR_NOMEM,
                    DB_ERR_INVALID};
     size_t i;
