@@ -543,10 +543,12 @@ static void *cart_load_run(void *arg)
             json_decref(j);
         } else if (r.status == 503 &&
                    (strstr(r.body, "\"error\":\"lock_timeout\"") != NULL ||
-                    strstr(r.body, "\"detail\":\"postgresql: connect:") != NULL)) {
-            /* A wait bound ran out under this load, or a replica's pool, opening its sessions
-             * lazily, met a burst of 64 on a busy machine and one took longer than the
-             * connect timeout: well-formed answers that sold nothing (the books below say
+                    strstr(r.body, "\"detail\":\"postgresql: connect:") != NULL ||
+                    strstr(r.body, "(SQLSTATE 57014)") != NULL)) {
+            /* A bound ran out under this load: a lock wait (LOCK_WAIT_MS), a statement that
+             * waited behind the others' row locks one wait after another past PostgreSQL's
+             * statement_timeout, or a session a replica's pool opened lazily in a burst of 64
+             * on a busy machine: well-formed answers that sold nothing (the books below say
              * whether they did). Any other 503 fails the case. */
             atomic_fetch_add(&l->timed_out, 1);
         } else {
