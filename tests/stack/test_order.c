@@ -592,7 +592,7 @@ static void run_cart_load(const char *mode, long long first_goods)
         pthread_join(threads[i].thread, NULL);
     pthread_barrier_destroy(&l->start_line);
     pthread_mutex_destroy(&l->mu);
-    print_message("%s: %d carts in %.1f s: %d sold, %d sold out, %d lock_timeout or connect 503, "
+    print_message("%s: %d carts in %.1f s: %d sold, %d sold out, %d 503 past a bound, "
                   "%d other%s%s\n",
                   mode, atomic_load(&l->sent), now_s() - start, atomic_load(&l->ok),
                   atomic_load(&l->refused), atomic_load(&l->timed_out), atomic_load(&l->other),
