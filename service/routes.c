@@ -85,6 +85,16 @@ static void record_deduction(app *a, const mode *m, const deduct_result *res)
     }
 }
 
+/* Whether the Idempotency-Key (NULL: none) has the documented shape; answers 400 if not. */
+static bool idempotency_key_ok(const char *key, http_reply *reply)
+{
+    if (key == NULL || request_idempotency_key_valid(key))
+        return true;
+    reply_error(reply, 400, "bad_request",
+                "Idempotency-Key must be 1 to 128 characters of A-Za-z0-9_.:-");
+    return false;
+}
+
 /* Parses an X-Fault header into *plan; answers 400 and returns false when the replica was
  * started without fault injection or the value names no known fault. */
 static bool fault_plan_from_header(app *a, const char *value, fault_plan *plan, http_reply *reply)
@@ -119,11 +129,8 @@ static void handle_deduct(app *a, const http_request *req, http_reply *reply)
         reply_error(reply, 400, "bad_request", detail);
         return;
     }
-    if (key != NULL && !request_idempotency_key_valid(key)) {
-        reply_error(reply, 400, "bad_request",
-                    "Idempotency-Key must be 1 to 128 characters of A-Za-z0-9_.:-");
+    if (!idempotency_key_ok(key, reply))
         return;
-    }
     if (fault != NULL && !fault_plan_from_header(a, fault, &plan, reply))
         return;
     m = choose_mode(a, req, dr.has_mode, dr.mode, reply);
@@ -194,11 +201,8 @@ static void handle_order(app *a, const http_request *req, http_reply *reply)
         reply_error(reply, 400, "bad_request", detail);
         return;
     }
-    if (key != NULL && !request_idempotency_key_valid(key)) {
-        reply_error(reply, 400, "bad_request",
-                    "Idempotency-Key must be 1 to 128 characters of A-Za-z0-9_.:-");
+    if (!idempotency_key_ok(key, reply))
         return;
-    }
     if (fault != NULL && !order_fault(a, fault, &pause_ms, reply))
         return;
     m = choose_mode(a, req, orq.has_mode, orq.mode, reply);
