@@ -136,6 +136,10 @@ void lock_client_destroy(lock_client *c);
  * LOCK_ERR_TIMEOUT; LOCK_ERR_REDIS (never "acquired" on a lost connection; with sync_replicas,
  * also a grant that too few replicas acknowledged, released again); LOCK_ERR_BUSY;
  * LOCK_ERR_INVALID.
+ * A LOCK_ERR_REDIS whose acquire may have run (its answer lost) leaves nothing behind once
+ * Redis runs the give-back that follows it on its connection; when that could not be
+ * written, a release is sent on another connection (one command timeout more for a
+ * connection and one for its answer), which may come before a late acquire: then the lease.
  */
 int lock_try_lock(lock_client *c, const char *name, int64_t wait_ms, int64_t lease_ms,
                   int64_t *fence_token);
