@@ -574,6 +574,8 @@ int lock_try_lock(lock_client *c, const char *name, int64_t wait_ms, int64_t lea
     }
     if (rc == LOCK_ERR_TIMEOUT)
         atomic_fetch_add(&c->timeouts, 1);
+    if (rc == LOCK_ERR_REDIS)
+        lock__sentinel_follower_nudge(c->follower); /* a failover looks like this from here */
     /* Leaving without the lock: out of the line at once, so that the waiters behind do not
      * wait for the place to lapse. Only after a clean "not yours" (after an error, Redis is
      * likely unreachable, and the call's time bound has no room for another timeout). */
@@ -657,6 +659,8 @@ int lock_unlock(lock_client *c, const char *name)
     /* The local record follows Redis' answer. Without an answer one hold is dropped
      * locally anyway (remaining -1), so the watchdog stops renewing a lock whose release
      * failed: the lease then frees it. */
+    if (rc == LOCK_ERR_REDIS)
+        lock__sentinel_follower_nudge(c->follower);
     if (rc == LOCK_ERR_NOT_HELD)
         lock__holdings_forget(c->holdings, k.name, lock__thread_number());
     else
@@ -751,6 +755,8 @@ int lock_ping(lock_client *c)
 out:
     if (r != NULL)
         freeReplyObject(r);
+    if (rc != LOCK_OK)
+        lock__sentinel_follower_nudge(c->follower);
     /* Readiness wants yes or no: anything but a PONG (a busy pool included) is a no. */
     return rc == LOCK_OK ? LOCK_OK : LOCK_ERR_REDIS;
 }
