@@ -103,10 +103,11 @@ int db_stock_write(db_conn *conn, int64_t goods_id, int64_t new_stock)
 }
 
 int db_order_insert(db_conn *conn, int64_t goods_id, int64_t count, const char *mode,
-                    const char *instance, const int64_t *fence, int64_t *order_id)
+                    const char *instance, const int64_t *fence, const char *fence_source,
+                    int64_t *order_id)
 {
     char id_buf[DB__I64_LEN], count_buf[DB__I64_LEN], fence_buf[DB__I64_LEN];
-    const char *params[5];
+    const char *params[6];
     PGresult *res = NULL;
     int rc;
 
@@ -117,6 +118,7 @@ int db_order_insert(db_conn *conn, int64_t goods_id, int64_t count, const char *
     params[2] = mode;
     params[3] = instance;
     params[4] = fence ? db__i64(fence_buf, *fence) : NULL;
+    params[5] = fence ? fence_source : NULL;
     rc = db__run(conn, DB__ORDER_INSERT, params, &res);
     if (rc != DB_OK)
         return rc;
@@ -127,10 +129,10 @@ int db_order_insert(db_conn *conn, int64_t goods_id, int64_t count, const char *
 
 int db_orders_insert_many(db_conn *conn, int64_t goods_id, const int64_t *counts, size_t n,
                           const char *mode, const char *instance, const int64_t *fence,
-                          int64_t *order_ids)
+                          const char *fence_source, int64_t *order_ids)
 {
     char id_buf[DB__I64_LEN], fence_buf[DB__I64_LEN];
-    const char *params[5];
+    const char *params[6];
     PGresult *res = NULL;
     char *array, *p;
     size_t i;
@@ -162,6 +164,7 @@ int db_orders_insert_many(db_conn *conn, int64_t goods_id, const int64_t *counts
     params[2] = mode;
     params[3] = instance;
     params[4] = fence ? db__i64(fence_buf, *fence) : NULL;
+    params[5] = fence ? fence_source : NULL;
     rc = db__run(conn, DB__ORDERS_INSERT_MANY, params, &res);
     free(array);
     if (rc != DB_OK)

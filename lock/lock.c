@@ -77,9 +77,9 @@ struct lock_client {
 /* What one run of acquire.lua said. */
 typedef struct attempt {
     bool acquired;
-    int64_t count;   /* acquired: hold count now */
-    int64_t token;   /* acquired: fencing token */
-    int64_t ttl_ms;  /* not acquired: the holder's remaining TTL (-1: none) */
+    int64_t count;     /* acquired: hold count now */
+    int64_t token;     /* acquired: fencing token */
+    int64_t ttl_ms;    /* not acquired: the holder's remaining TTL (-1: none) */
     int64_t sent_ns;   /* when the command was sent: the lease started no earlier; 0: not sent */
     bool undo_written; /* no answer, and the give-back followed on the same connection */
 } attempt;
@@ -360,9 +360,16 @@ static int pooled_script(lock_client *c, lock__script script, const lock__keys *
     int nargs = script == LOCK__SCRIPT_ACQUIRE ? 5 : 3;
     lock__conn *conn = NULL;
     char keep[24], numkeys[] = "4";
-    const char *undo[10] = {"EVAL", lock__script_text(LOCK__SCRIPT_RELEASE), numkeys,
-                            k->name, k->fence, k->waiters, k->waiters_until,
-                            args[0], NULL, keep};
+    const char *undo[10] = {"EVAL",
+                            lock__script_text(LOCK__SCRIPT_RELEASE),
+                            numkeys,
+                            k->name,
+                            k->fence,
+                            k->waiters,
+                            k->waiters_until,
+                            args[0],
+                            NULL,
+                            keep};
     int rc;
 
     *reply = NULL;

@@ -307,9 +307,9 @@ static int sell_pending(const deduct_env *env, const mode *m, db_conn *conn, con
         if (sold[i])
             sc->sold_counts[n_sold++] = counts[i];
     if (n_sold > 0) {
-        int irc =
-            db_orders_insert_many(conn, goods_id, sc->sold_counts, n_sold, m->name, env->instance,
-                                  hold->fenced ? &hold->fence : NULL, sc->order_ids);
+        int irc = db_orders_insert_many(conn, goods_id, sc->sold_counts, n_sold, m->name,
+                                        env->instance, hold->fenced ? &hold->fence : NULL,
+                                        hold->fence_source, sc->order_ids);
         if (irc != DB_OK) {
             fail_db(items, n, "record orders", irc, conn);
             return irc;

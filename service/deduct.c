@@ -256,7 +256,7 @@ static int read_check_write(deduction *d)
         return statement_failed(d, "write stock", rc);
 
     rc = db_order_insert(d->conn, d->goods_id, d->count, d->mode->name, d->env->instance, fence,
-                         &order_id);
+                         d->hold.fence_source, &order_id);
     if (rc != DB_OK)
         return statement_failed(d, "record order", rc);
 

@@ -585,10 +585,14 @@ int main(int argc, char **argv)
     if (argc == 4 && strcmp(argv[1], "mx") == 0)
         return run_mx(argv[2], argv[3]) == 0 ? 0 : 1;
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_reentrancy_and_token), cmocka_unit_test(test_mutual_exclusion),
-        cmocka_unit_test(test_bounded_wait),         cmocka_unit_test(test_wakeup),
-        cmocka_unit_test(test_lease_lost),           cmocka_unit_test(test_server_down),
-        cmocka_unit_test(test_hung_server_bounded),  cmocka_unit_test(test_lost_answers_leave_nothing),
+        cmocka_unit_test(test_reentrancy_and_token),
+        cmocka_unit_test(test_mutual_exclusion),
+        cmocka_unit_test(test_bounded_wait),
+        cmocka_unit_test(test_wakeup),
+        cmocka_unit_test(test_lease_lost),
+        cmocka_unit_test(test_server_down),
+        cmocka_unit_test(test_hung_server_bounded),
+        cmocka_unit_test(test_lost_answers_leave_nothing),
     };
     return cmocka_run_group_tests_name("etcd", tests, group_setup, group_teardown);
 }

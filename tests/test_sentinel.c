@@ -643,8 +643,9 @@ static void test_silent_sentinel(void **state)
         }
     }
     assert_int_equal(kill(redis_server_pid(watched), SIGCONT), 0);
-    fprintf(stderr, "    watched Sentinel stopped, master killed: the client took a lock on the "
-                    "new master %lld ms later\n",
+    fprintf(stderr,
+            "    watched Sentinel stopped, master killed: the client took a lock on the "
+            "new master %lld ms later\n",
             (long long)took);
     assert_int_equal(rc, LOCK_OK);
     assert_int_equal(lock_unlock(c, "t:silent"), LOCK_OK);
