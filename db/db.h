@@ -150,6 +150,9 @@ int db_rollback(db_conn *conn);
 int db_stock_read(db_conn *conn, int64_t goods_id, int64_t *stock);
 int db_stock_claim(db_conn *conn, int64_t goods_id, const char *source, int64_t token,
                    int64_t *stock);
+/* The largest token of `source` a claim of goods_id has carried (what a refused claim was
+ * refused against). DB_ERR_NOT_FOUND when the source never claimed it. */
+int db_fence_of(db_conn *conn, int64_t goods_id, const char *source, int64_t *fence);
 int db_stock_write(db_conn *conn, int64_t goods_id, int64_t new_stock);
 int db_order_insert(db_conn *conn, int64_t goods_id, int64_t count, const char *mode,
                     const char *instance, const int64_t *fence, const char *fence_source,
@@ -260,8 +263,8 @@ int db_lockrow_release(db_conn *conn, int64_t goods_id, const char *owner);
  *   move; then only one plain read was made).
  */
 #define DB_SEGMENTS_MAX 64
-int db_segments_read(db_conn *conn, int64_t goods_id, int k, int64_t *goods_stock,
-                     int64_t *stocks, int64_t *total);
+int db_segments_read(db_conn *conn, int64_t goods_id, int k, int64_t *goods_stock, int64_t *stocks,
+                     int64_t *total);
 int db_segment_claim(db_conn *conn, int64_t goods_id, int seg, int64_t token, int64_t *stock);
 int db_segment_write(db_conn *conn, int64_t goods_id, int seg, int64_t new_stock,
                      int64_t *total_left);

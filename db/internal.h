@@ -81,6 +81,7 @@ enum db__stmt_id {
     DB__LOCKROW_EXPIRE,
     DB__LOCKROW_RELEASE,
     DB__GOODS_EXISTS,
+    DB__FENCE_OF,
     DB__ORDER_INSERT,
     DB__ORDERS_INSERT_MANY,
     /* the segments of redis-sharded */

@@ -143,6 +143,10 @@ static const struct statement stmts[DB__STMT_COUNT] = {
                              PGRES_COMMAND_OK, false},
     /* Only run when a claim or a write changed no row, to tell "unknown goods" from
      * "fenced". */
+    /* After a claim was refused: the token it was refused against, for the lock service to
+     * move its counter past (a counter left behind by a failover). */
+    [DB__FENCE_OF] = {"fence_of", "SELECT fence FROM goods_fences WHERE goods = $1 AND source = $2",
+                      2, PGRES_TUPLES_OK, false},
     [DB__GOODS_EXISTS] = {"goods_exists", "SELECT 1 FROM goods WHERE id = $1", 1, PGRES_TUPLES_OK,
                           false},
     [DB__ORDER_INSERT] = {"order_insert",

@@ -82,6 +82,18 @@ int db_stock_claim(db_conn *conn, int64_t goods_id, const char *source, int64_t 
     return rc == DB_ERR_NOT_FOUND ? why_not_written(conn, id_buf, true) : rc;
 }
 
+int db_fence_of(db_conn *conn, int64_t goods_id, const char *source, int64_t *fence)
+{
+    char id_buf[DB__I64_LEN];
+    const char *params[2];
+
+    if (!conn || !source || !fence)
+        return DB_ERR_INVALID;
+    params[0] = db__i64(id_buf, goods_id);
+    params[1] = source;
+    return db__run_i64(conn, DB__FENCE_OF, params, fence);
+}
+
 int db_stock_write(db_conn *conn, int64_t goods_id, int64_t new_stock)
 {
     char id_buf[DB__I64_LEN], stock_buf[DB__I64_LEN];

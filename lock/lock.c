@@ -634,6 +634,29 @@ int lock_inspect(lock_client *c, const char *name, lock_holder *out)
     return rc;
 }
 
+int lock_fence_raise(lock_client *c, const char *name, int64_t at_least)
+{
+    const char *keys[1];
+    char value[24];
+    const char *args[1] = {value};
+    lock__keys k;
+    redisReply *r = NULL;
+    int rc;
+
+    lock__error_clear();
+    if (c == NULL || at_least < 0)
+        return LOCK_ERR_INVALID;
+    rc = lock__keys_init(&k, name);
+    if (rc != LOCK_OK)
+        return rc;
+    keys[0] = k.fence;
+    snprintf(value, sizeof(value), "%" PRId64, at_least);
+    rc = lock__client_script(c, LOCK__SCRIPT_FENCE_RAISE, 1, keys, 1, args, &r);
+    if (r != NULL)
+        freeReplyObject(r);
+    return rc;
+}
+
 bool lock_client_is_cluster(const lock_client *c)
 {
     return c != NULL && c->cluster != NULL;

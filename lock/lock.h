@@ -183,6 +183,16 @@ const char *lock_strerror(int code);
  * call on any lock_client. */
 const char *lock_last_error(void);
 
+/*
+ * Raises the fencing counter of lock `name` to at least `at_least`, the largest token of this
+ * counter that the storage has accepted (it refused a token at or below it): after a failover
+ * to a replica whose counter was behind, the next holding's token is then past it, and the
+ * failover costs one refused sale per client rather than one per missing increment. Never
+ * lowers the counter; a counter that does not exist is left alone (acquire.lua starts it at
+ * Redis' clock). One round trip. LOCK_OK, LOCK_ERR_INVALID, LOCK_ERR_REDIS or LOCK_ERR_BUSY.
+ */
+int lock_fence_raise(lock_client *c, const char *name, int64_t at_least);
+
 /* Who holds a lock, as Redis says now (lock_inspect). */
 typedef struct lock_holder {
     bool held;

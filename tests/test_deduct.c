@@ -29,6 +29,7 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <hiredis/hiredis.h>
 #include <libpq-fe.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -40,9 +41,11 @@
 #include <unistd.h>
 
 #include "db/db.h"
+#include "lock/lock.h"
 #include "service/batch.h"
 #include "service/deduct.h"
 #include "service/modes.h"
+#include "tests/support/redis_server.h"
 
 /* How long a released step may take before the driver calls it "waiting in PostgreSQL". */
 #define STEP_SETTLE_MS 250
@@ -926,6 +929,72 @@ static void test_batch_leader_stuck_in_postgresql(void **state)
     batch_queue_destroy(q);
 }
 
+/* ---- the fencing counter after a failover --------------------------------------------- */
+
+/*
+ * A failover to a replica whose fencing counter is behind the database (it had not received
+ * the last increments) is made by setting the counter back by 5 after a sale. Each sale
+ * after it under the real `redis` mode is refused (lock_lost) while its token is at or below
+ * the stored one; the refusal must move the counter past the stored token, so it costs one
+ * refused sale, not five. Before, every sale was refused until INCR caught up.
+ */
+static void test_fence_counter_behind_after_failover(void **state)
+{
+    const int64_t goods = 5401;
+    redis_server *srv = NULL;
+    lock_options lo;
+    lock_client *lock = NULL;
+    guard_env *guards = NULL;
+    const mode *m = modes_find("redis");
+    deduct_result res;
+    redisContext *raw;
+    redisReply *r;
+    int refused = 0, sold = 0;
+
+    (void)state;
+    assert_non_null(m);
+    assert_int_equal(redis_server_start(&srv), 0);
+    lock_options_init(&lo);
+    lo.redis_port = redis_server_port(srv);
+    assert_int_equal(lock_client_create(&lo, &lock), LOCK_OK);
+    guard_env_options gopts = {.lock = lock,
+                               .wait_ms = 1000,
+                               .lease_ms = LOCK_LEASE_WATCHDOG,
+                               .db = g_pool,
+                               .db_wait_ms = 2000};
+    assert_int_equal(guard_env_create(&gopts, &guards), 0);
+    deduct_env env = {.db = g_pool, .db_wait_ms = 2000, .guards = guards, .instance = "test"};
+    reset_goods(goods, 100);
+
+    assert_int_equal(deduct_execute(&env, m, goods, 1, NULL, NULL, &res), 0);
+    assert_int_equal(res.status, 200);
+    free(res.body);
+    raw = redisConnect("127.0.0.1", redis_server_port(srv));
+    assert_non_null(raw);
+    r = redisCommand(raw, "DECRBY lock:goods:%lld:fence 5", (long long)goods);
+    assert_non_null(r);
+    freeReplyObject(r);
+
+    for (int i = 0; i < 8; i++) {
+        assert_int_equal(deduct_execute(&env, m, goods, 1, NULL, NULL, &res), 0);
+        if (res.status == 200)
+            sold++;
+        else if (res.status == 503 && strcmp(res.outcome, "lock_lost") == 0)
+            refused++;
+        free(res.body);
+    }
+    printf("    counter 5 behind the stored fence: %d of 8 sales refused, %d sold\n", refused,
+           sold);
+    assert_int_equal(refused, 1);
+    assert_int_equal(sold, 7);
+    assert_int_equal(report_of(goods).stock, 100 - 1 - 7);
+
+    redisFree(raw);
+    guard_env_destroy(guards);
+    lock_client_destroy(lock);
+    redis_server_destroy(srv);
+}
+
 /* ---- set-up --------------------------------------------------------------------------- */
 
 static void admin_exec(const char *conninfo, const char *sql)
@@ -1020,6 +1089,7 @@ int main(void)
         cmocka_unit_test_teardown(test_pg_lockrow_ttl_two_holders_after_expiry, holders_finish),
         cmocka_unit_test_teardown(test_pg_rungs_lock_wait_is_bounded, holder_conn_teardown),
         cmocka_unit_test_teardown(test_batch_leader_stuck_in_postgresql, holder_conn_teardown),
+        cmocka_unit_test(test_fence_counter_behind_after_failover),
     };
 
     g_base_url = getenv("TEST_DATABASE_URL");
