@@ -568,7 +568,12 @@ static int route(lock__cluster *cl, int slot, const request *q, int64_t borrow_b
         lock__conn *conn = NULL;
         redisReply *r = NULL;
 
-        if (!asking) {
+        if (asking) {
+            /* Held from here to the connection's return, as node_of_slot's is. */
+            node = node_at(cl, redirect.host, redirect.port);
+            if (node == NULL)
+                return LOCK_ERR_NOMEM;
+        } else {
             node = node_of_slot(cl, slot);
             if (node == NULL) {
                 map_doubted(cl, hard_by);
@@ -639,10 +644,7 @@ static int route(lock__cluster *cl, int slot, const request *q, int64_t borrow_b
         }
         freeReplyObject(r);
         if (redirect.ask) {
-            node = node_at(cl, redirect.host, redirect.port);
-            if (node == NULL)
-                return LOCK_ERR_NOMEM;
-            asking = true;
+            asking = true; /* the next turn asks redirect.host:port */
         } else {
             rc = lock__cluster_redirected(cl, &redirect);
             if (rc != LOCK_OK)
