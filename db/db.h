@@ -138,10 +138,12 @@ int db_rollback(db_conn *conn);
  *   newer token and the holder sells nothing. DB_ERR_FENCED when the row carries a newer
  *   token of the same source (the caller's lock was superseded: answer lock_lost and roll
  *   back); DB_ERR_NOT_FOUND for unknown goods. A token of another source is not compared
- *   (numbers of two counters say nothing about each other) and takes the row over.
+ *   (numbers of two counters say nothing about each other); each source keeps its own
+ *   largest token (goods_fences), whatever claims of other sources came in between.
  * db_stock_write: sets the stock to new_stock. After a claim the row is the caller's until
  *   its transaction ends, so no token is needed. DB_ERR_NOT_FOUND for unknown goods.
- * db_order_insert: records the order; fence (the holder's token) may be NULL. Sets
+ * db_order_insert: records the order; fence (the holder's token) may be NULL, else
+ *   fence_source names its counter ("redis", "etcd", ...) and is recorded with it. Sets
  *   *order_id.
  * db_orders_insert_many: records n orders of goods_id (counts[i] units each, 1 <= n <=
  *   DB_ORDERS_MAX) in one statement, one round trip: the batched sale's orders. Sets
@@ -151,13 +153,17 @@ int db_rollback(db_conn *conn);
 int db_stock_read(db_conn *conn, int64_t goods_id, int64_t *stock);
 int db_stock_claim(db_conn *conn, int64_t goods_id, const char *source, int64_t token,
                    int64_t *stock);
+/* The largest token of `source` a claim of goods_id has carried (what a refused claim was
+ * refused against). DB_ERR_NOT_FOUND when the source never claimed it. */
+int db_fence_of(db_conn *conn, int64_t goods_id, const char *source, int64_t *fence);
 int db_stock_write(db_conn *conn, int64_t goods_id, int64_t new_stock);
 int db_order_insert(db_conn *conn, int64_t goods_id, int64_t count, const char *mode,
-                    const char *instance, const int64_t *fence, int64_t *order_id);
+                    const char *instance, const int64_t *fence, const char *fence_source,
+                    int64_t *order_id);
 #define DB_ORDERS_MAX 4096
 int db_orders_insert_many(db_conn *conn, int64_t goods_id, const int64_t *counts, size_t n,
                           const char *mode, const char *instance, const int64_t *fence,
-                          int64_t *order_ids);
+                          const char *fence_source, int64_t *order_ids);
 
 /*
  * The PostgreSQL rungs of the ladder: the database itself closes the race, with no guard.

@@ -62,12 +62,22 @@ static const struct statement stmts[DB__STMT_COUNT] = {
      *     the stock it left: the later holder reads what the earlier one wrote;
      *   - a claim that finds a newer token of the same source changes nothing and returns no
      *     row: the holder's lock was superseded, and it must sell nothing (lock_lost).
-     * A token of another source is not comparable (002_fence_source.sql) and takes over.
+     * Each source's largest token is kept in goods_fences (006_goods_fences.sql), so a claim
+     * under another source in between changes nothing in the comparison. The source's row is
+     * raised first (INSERT ... ON CONFLICT locks it even when its WHERE refuses: a second
+     * holder of the same source waits there, then sees the first one's committed token);
+     * then the goods row is claimed only when that row was raised. Only a goods that exists
+     * gets a row (no row driven by a request's id). Two sources' holders each lock their own
+     * source's row and then the goods row: no cycle.
      */
     [DB__STOCK_CLAIM] = {"stock_claim",
-                         "UPDATE goods SET fence = $2, fence_source = $3"
-                         " WHERE id = $1 AND (fence_source IS DISTINCT FROM $3 OR fence <= $2)"
-                         " RETURNING stock",
+                         "WITH raised AS ("
+                         " INSERT INTO goods_fences (goods, source, fence)"
+                         " SELECT id, $3, $2 FROM goods WHERE id = $1"
+                         " ON CONFLICT (goods, source) DO UPDATE SET fence = EXCLUDED.fence"
+                         " WHERE goods_fences.fence <= EXCLUDED.fence RETURNING 1)"
+                         " UPDATE goods SET fence = $2, fence_source = $3"
+                         " WHERE id = $1 AND EXISTS (SELECT 1 FROM raised) RETURNING stock",
                          3, PGRES_TUPLES_OK, false},
 
     /* The write of the read-check-write: the value computed from what was read. A fenced
@@ -156,20 +166,25 @@ static const struct statement stmts[DB__STMT_COUNT] = {
                              PGRES_COMMAND_OK, false},
     /* Only run when a claim or a write changed no row, to tell "unknown goods" from
      * "fenced". */
+    /* After a claim was refused: the token it was refused against, for the lock service to
+     * move its counter past (a counter left behind by a failover). */
+    [DB__FENCE_OF] = {"fence_of", "SELECT fence FROM goods_fences WHERE goods = $1 AND source = $2",
+                      2, PGRES_TUPLES_OK, false},
     [DB__GOODS_EXISTS] = {"goods_exists", "SELECT 1 FROM goods WHERE id = $1", 1, PGRES_TUPLES_OK,
                           false},
     [DB__ORDER_INSERT] = {"order_insert",
-                          "INSERT INTO orders (goods, count, mode, instance, fence)"
-                          " VALUES ($1, $2, $3, $4, $5) RETURNING id",
-                          5, PGRES_TUPLES_OK, false},
+                          "INSERT INTO orders (goods, count, mode, instance, fence, fence_source)"
+                          " VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
+                          6, PGRES_TUPLES_OK, false},
     /* A batch's orders in one round trip: one row per element of the counts array ($2, an
      * array literal of integers), inserted in the array's order. */
     [DB__ORDERS_INSERT_MANY] = {"orders_insert_many",
-                                "INSERT INTO orders (goods, count, mode, instance, fence)"
-                                " SELECT $1::bigint, u.c, $3::text, $4::text, $5::bigint"
+                                "INSERT INTO orders (goods, count, mode, instance, fence,"
+                                " fence_source)"
+                                " SELECT $1::bigint, u.c, $3::text, $4::text, $5::bigint, $6::text"
                                 " FROM unnest($2::integer[]) WITH ORDINALITY AS u (c, i)"
                                 " ORDER BY u.i RETURNING id, count",
-                                5, PGRES_TUPLES_OK, false},
+                                6, PGRES_TUPLES_OK, false},
 
     /* A cart's orders: one row per item ($1 goods, $2 counts, $5 fences, arrays in the
      * request's order; a fence may be NULL), all in one statement, so that the rows of a cart

@@ -200,4 +200,13 @@ const char *modes_missing(const mode *m, const guard_env *env, char *buf, size_t
 /* modes_list of the rows this environment serves. */
 const char *modes_list_served(const guard_env *env, char *buf, size_t len);
 
+/*
+ * A fenced claim of `hold` was refused against `stored`, the largest token of its source the
+ * database has accepted (db_fence_of). A counter behind the database (a failover to a replica
+ * that had not received the last increments) would refuse every sale until it caught up: the
+ * redis guard raises its lock's counter past `stored` (lock_fence_raise), so a failover costs
+ * one refused sale per replica. Other sources: nothing to do. Best effort, one round trip.
+ */
+void guard_fence_refused(guard_env *env, const guard_hold *hold, int64_t stored);
+
 #endif
