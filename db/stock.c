@@ -146,7 +146,7 @@ int db_orders_insert_many(db_conn *conn, int64_t goods_id, const int64_t *counts
     char id_buf[DB__I64_LEN], fence_buf[DB__I64_LEN];
     const char *params[6];
     PGresult *res = NULL;
-    char *array, *p;
+    char *array;
     size_t i;
     int rc;
 
@@ -155,22 +155,9 @@ int db_orders_insert_many(db_conn *conn, int64_t goods_id, const int64_t *counts
     for (i = 0; i < n; i++)
         if (counts[i] < 1 || counts[i] > INT32_MAX)
             return DB_ERR_INVALID;
-    /* The counts as an array literal "{3,1,2}": a parameter's text, never part of the SQL. */
-    array = malloc(n * DB__I64_LEN + 3);
+    array = db__i64_array(counts, NULL, n);
     if (!array)
         return DB_ERR_NOMEM;
-    p = array;
-    *p++ = '{';
-    for (i = 0; i < n; i++) {
-        char num[DB__I64_LEN];
-        size_t len = strlen(db__i64(num, counts[i]));
-        if (i > 0)
-            *p++ = ',';
-        memcpy(p, num, len);
-        p += len;
-    }
-    *p++ = '}';
-    *p = '\0';
     params[0] = db__i64(id_buf, goods_id);
     params[1] = array;
     params[2] = mode;
@@ -231,6 +218,8 @@ static int reset_statements(db_conn *conn, const char *const *params)
         rc = db__run(conn, DB__ORDERS_DELETE, params, NULL);
     if (rc == DB_OK)
         rc = db__run(conn, DB__IDEM_DELETE, params, NULL);
+    if (rc == DB_OK)
+        rc = db__run(conn, DB__ORDER_IDEM_DELETE, params, NULL);
     return rc;
 }
 

@@ -580,6 +580,100 @@ static void test_orders_insert_many(void **state)
     db_pool_release(f->pool, c);
 }
 
+/* A cart's statements: pg-atomic's one-statement sale writes every row or none, and says
+ * which item stopped it; the cart's orders share one number; its Idempotency-Key records are
+ * keyed by the cart's text, and a reset of any of its goods deletes them. */
+static void test_cart_statements(void **state)
+{
+    fixture *f = *state;
+    db_conn *c = acquire(f->pool);
+    const int64_t short_ids[] = {1, 2}, short_counts[] = {4, 5};
+    const int64_t unknown_ids[] = {1, 999, 2}, unknown_counts[] = {1, 1, 9};
+    const int64_t ids[] = {3, 1}, counts[] = {2, 4}, fences[] = {7, 0};
+    const bool fenced[] = {true, false};
+    int64_t left[3] = {0}, cart = 0;
+    size_t failed = 99;
+    char cart_buf[24], *body = NULL;
+    const char *params[1] = {cart_buf};
+    int status = 0;
+
+    reset_ok(c, 1, 10);
+    reset_ok(c, 2, 3);
+    reset_ok(c, 3, 5);
+
+    /* Item 1 (goods 2) is short: nothing written, even to goods 1, which had enough. */
+    assert_int_equal(db_begin(c), DB_OK);
+    assert_int_equal(db_stock_take_cart(c, short_ids, short_counts, 2, left, &failed),
+                     DB_ERR_INSUFFICIENT);
+    assert_int_equal(failed, 1);
+    assert_int_equal(left[1], 3);
+    assert_int_equal(stock_of(c, 1), 10);
+    assert_int_equal(db_rollback(c), DB_OK);
+
+    /* An unknown goods wins over a short one (goods 2 is short too). */
+    assert_int_equal(db_begin(c), DB_OK);
+    assert_int_equal(db_stock_take_cart(c, unknown_ids, unknown_counts, 3, left, &failed),
+                     DB_ERR_NOT_FOUND);
+    assert_int_equal(failed, 1);
+    assert_int_equal(db_rollback(c), DB_OK);
+
+    assert_int_equal(db_begin(c), DB_OK);
+    assert_int_equal(db_stock_take_cart(c, ids, counts, 2, left, &failed), DB_OK);
+    assert_int_equal(left[0], 3);
+    assert_int_equal(left[1], 6);
+    assert_int_equal(
+        db_orders_insert_cart(c, ids, counts, fences, fenced, 2, "pg-atomic", "svc-1", &cart),
+        DB_OK);
+    assert_int_equal(db_commit(c), DB_OK);
+    assert_int_equal(stock_of(c, 1), 6);
+    assert_int_equal(stock_of(c, 2), 3);
+    assert_int_equal(stock_of(c, 3), 3);
+    snprintf(cart_buf, sizeof(cart_buf), "%lld", (long long)cart);
+    assert_int_equal(
+        raw_int(f->admin,
+                "SELECT count(*) FROM orders WHERE cart = $1::bigint AND cart_items = 2"
+                " AND mode = 'pg-atomic'",
+                1, params),
+        2);
+    assert_int_equal(raw_int(f->admin,
+                             "SELECT count(*) FROM orders WHERE cart = $1::bigint AND goods = 3"
+                             " AND count = 2 AND fence = 7",
+                             1, params),
+                     1);
+    assert_int_equal(raw_int(f->admin,
+                             "SELECT count(*) FROM orders WHERE cart = $1::bigint AND goods = 1"
+                             " AND count = 4 AND fence IS NULL",
+                             1, params),
+                     1);
+    /* The cart number is no order's id. */
+    assert_int_equal(
+        raw_int(f->admin, "SELECT count(*) FROM orders WHERE id = $1::bigint", 1, params), 0);
+    assert_int_equal(db_orders_insert_cart(c, ids, counts, NULL, NULL, 0, "m", "i", &cart),
+                     DB_ERR_INVALID);
+
+    /* The key of a cart: claim, store, fetch; a second claim conflicts. */
+    assert_int_equal(db_begin(c), DB_OK);
+    assert_int_equal(db_order_idempotency_claim(c, "1x4,3x2", ids, 2, "k1"), DB_OK);
+    assert_int_equal(db_order_idempotency_store(c, "1x4,3x2", "k1", 200, "{\"ok\":true}"), DB_OK);
+    assert_int_equal(db_commit(c), DB_OK);
+    assert_int_equal(db_begin(c), DB_OK);
+    assert_int_equal(db_order_idempotency_claim(c, "1x4,3x2", ids, 2, "k1"), DB_ERR_CONFLICT);
+    assert_int_equal(db_rollback(c), DB_OK);
+    assert_int_equal(db_order_idempotency_fetch(c, "1x4,3x2", "k1", &status, &body), DB_OK);
+    assert_int_equal(status, 200);
+    assert_string_equal(body, "{\"ok\":true}");
+    free(body);
+    body = NULL;
+    /* Another cart with the same key is another record. */
+    assert_int_equal(db_order_idempotency_fetch(c, "1x4,3x1", "k1", &status, &body),
+                     DB_ERR_NOT_FOUND);
+    /* A reset of one of the cart's goods deletes its record. */
+    reset_ok(c, 3, 5);
+    assert_int_equal(db_order_idempotency_fetch(c, "1x4,3x2", "k1", &status, &body),
+                     DB_ERR_NOT_FOUND);
+    db_pool_release(f->pool, c);
+}
+
 /* The statements of the PostgreSQL rungs, and that each lock is held by the transaction:
  * another session sees the row lock (FOR UPDATE NOWAIT fails) and the advisory lock
  * (pg_try_advisory_xact_lock answers false) until the commit. */
@@ -1833,6 +1927,7 @@ static void test_strerror_names_every_code(void **state)
                    DB_ERR_LOCK_TIMEOUT,
                    DB_ERR_RETRY,
                    DB_ERR_HELD,
+                   DB_ERR_DEADLOCK,
                    DB_ERR_NOMEM,
                    DB_ERR_INVALID};
     size_t i;
@@ -1856,6 +1951,7 @@ int main(int argc, char **argv)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_read_write_and_insert, setup_migrated, teardown),
         cmocka_unit_test_setup_teardown(test_orders_insert_many, setup_migrated, teardown),
+        cmocka_unit_test_setup_teardown(test_cart_statements, setup_migrated, teardown),
         cmocka_unit_test_setup_teardown(test_pg_rung_statements, setup_migrated, teardown),
         cmocka_unit_test_setup_teardown(test_versioned_read_and_write, setup_migrated, teardown),
         cmocka_unit_test_setup_teardown(test_lockrow_take_and_release, setup_migrated, teardown),
