@@ -62,7 +62,7 @@ static const struct statement stmts[DB__STMT_COUNT] = {
      *     the stock it left: the later holder reads what the earlier one wrote;
      *   - a claim that finds a newer token of the same source changes nothing and returns no
      *     row: the holder's lock was superseded, and it must sell nothing (lock_lost).
-     * Each source's largest token is kept in goods_fences (007_goods_fences.sql), so a claim
+     * Each source's largest token is kept in goods_fences (006_goods_fences.sql), so a claim
      * under another source in between changes nothing in the comparison. The source's row is
      * raised first (INSERT ... ON CONFLICT locks it even when its WHERE refuses: a second
      * holder of the same source waits there, then sees the first one's committed token);
