@@ -1,4 +1,4 @@
--- 007_goods_fences.sql - one high-water mark per (goods, source), and each order's source.
+-- 006_goods_fences.sql - one high-water mark per (goods, source), and each order's source.
 --
 -- goods.fence and goods.fence_source (002) keep only the last fenced claim's token: a claim
 -- under another lock service (etcd between two redis holders, say) replaced them, and the
