@@ -100,7 +100,9 @@ enum db__stmt_id {
     DB__GOODS_UPSERT,
     DB__ORDERS_DELETE,
     DB__IDEM_DELETE,
+    DB__SALES_DELETE,
     DB__STOCK_REPORT,
+    DB__STOCK_AUDIT,
     /* migrations */
     DB__MIGRATION_LOCK,
     DB__MIGRATION_UNLOCK,
