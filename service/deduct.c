@@ -470,6 +470,8 @@ int deduct_execute(const deduct_env *env, const mode *m, int64_t goods_id, int64
     rc = m->enter(env->guards, goods_id, &d.hold, detail, sizeof(detail));
     out->waited = d.hold.waited;
     out->wait_seconds = d.hold.wait_seconds;
+    out->handed_off = d.hold.handed_off;
+    out->handoff_seconds = d.hold.handoff_seconds;
     if (rc == GUARD_ERR_TIMEOUT)
         return answer_503(&d, "lock_timeout", detail);
     if (rc != GUARD_OK)

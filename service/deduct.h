@@ -43,10 +43,10 @@ typedef struct deduct_env {
     int optimistic_retries;
     struct batch_queue *batch; /* the queues of the batched modes (service/batch.h); NULL:
                                   a batched mode runs the single path below */
-    int shard_segments;   /* redis-sharded: segments per goods (SHARD_SEGMENTS; out of
-                             1..DB_SEGMENTS_MAX: SHARD_SEGMENTS_DEFAULT) */
-    int64_t shard_try_ms; /* redis-sharded: the short wait for a segment's lock before the
-                             sale moves on to the next (SHARD_TRY_MS; 0: one try) */
+    int shard_segments;        /* redis-sharded: segments per goods (SHARD_SEGMENTS; out of
+                                  1..DB_SEGMENTS_MAX: SHARD_SEGMENTS_DEFAULT) */
+    int64_t shard_try_ms;      /* redis-sharded: the short wait for a segment's lock before the
+                                  sale moves on to the next (SHARD_TRY_MS; 0: one try) */
 } deduct_env;
 
 /*
@@ -82,13 +82,15 @@ typedef struct deduct_hook {
 const char *deduct_point_name(deduct_point point);
 
 typedef struct deduct_result {
-    int retries;         /* transactions run again after a lost optimistic race */
-    int status;          /* HTTP status: 200, 404, 409 or 503 */
-    char *body;          /* JSON body, malloc'd: the caller frees it */
-    const char *outcome; /* metrics outcome: "deducted", "insufficient_stock", ... */
-    bool waited;         /* the guard measured a wait */
-    double wait_seconds; /* how long the guard took to enter */
-    char detail[256];    /* why, for a 503 ("" otherwise): logged by the caller */
+    int retries;            /* transactions run again after a lost optimistic race */
+    int status;             /* HTTP status: 200, 404, 409 or 503 */
+    char *body;             /* JSON body, malloc'd: the caller frees it */
+    const char *outcome;    /* metrics outcome: "deducted", "insufficient_stock", ... */
+    bool waited;            /* the guard measured a wait */
+    double wait_seconds;    /* how long the guard took to enter */
+    bool handed_off;        /* the lock came from a release to the line (redis) */
+    double handoff_seconds; /* then: the gap since that release, the serial order's idle time */
+    char detail[256];       /* why, for a 503 ("" otherwise): logged by the caller */
 } deduct_result;
 
 /*

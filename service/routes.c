@@ -75,6 +75,8 @@ static void record_deduction(app *a, const mode *m, const deduct_result *res)
     metrics_count_deduction(a->metrics, m->name, res->outcome);
     if (res->waited)
         metrics_observe_lock_wait(a->metrics, res->wait_seconds);
+    if (res->handed_off)
+        metrics_observe_lock_handoff(a->metrics, res->handoff_seconds);
     if (strcmp(res->outcome, "lock_timeout") == 0)
         metrics_count_lock_timeout(a->metrics);
     metrics_count_optimistic_retries(a->metrics, res->retries);
@@ -272,20 +274,41 @@ static void reply_redis_failure(http_reply *reply, int rc)
     reply_error(reply, 503, "unavailable", detail);
 }
 
+/* ?audit=1 adds the full ledger's sums to the report (db_stock_audit_read); absent or 0, the
+ * counters alone. Anything else is refused, so that a typo does not skip an audit. */
+static bool stock_audit_wanted(const http_request *req, bool *audit, http_reply *reply)
+{
+    const char *v = req->query(req->transport, "audit");
+
+    *audit = v != NULL && strcmp(v, "1") == 0;
+    if (v == NULL || strcmp(v, "0") == 0 || *audit)
+        return true;
+    reply_error(reply, 400, "bad_request", "audit must be 0 or 1");
+    return false;
+}
+
 static void handle_stock(app *a, const http_request *req, http_reply *reply)
 {
     db_stock_report report;
+    db_stock_ledger ledger;
     db_conn *conn;
     int64_t goods_id;
+    bool audit;
     int rc;
 
-    if (!path_goods_id(req, "/api/stock/", &goods_id, reply))
+    if (!path_goods_id(req, "/api/stock/", &goods_id, reply) ||
+        !stock_audit_wanted(req, &audit, reply))
         return;
     conn = borrow_connection(a, a->config->db_wait_ms, reply);
     if (conn == NULL)
         return;
-    rc = db_stock_report_read(conn, goods_id, &report);
-    if (rc == DB_OK)
+    rc = audit ? db_stock_audit_read(conn, goods_id, &report, &ledger)
+               : db_stock_report_read(conn, goods_id, &report);
+    if (rc == DB_OK && audit)
+        reply_json(reply, 200,
+                   response_stock_audit(goods_id, report.initial, report.stock, report.sold,
+                                        report.orders, ledger.sold, ledger.orders));
+    else if (rc == DB_OK)
         reply_json(
             reply, 200,
             response_stock(goods_id, report.initial, report.stock, report.sold, report.orders));
