@@ -11,6 +11,10 @@
 #   make scale      the scaling report (loadtest/scale --check): hot goods, replicas 1-6,
 #                   where the time goes, on a stack of its own (~5 min)
 #   make up / down  start / stop the native local stack (PostgreSQL, Redis, 3 replicas, nginx)
+#                   (`make down` stops the lab's stack too)
+#   make lab        the lab: a stack of its own (FAULTS=on, short leases) and its page, where
+#                   a learner steps real requests through a rung; http://127.0.0.1:8090/lab/
+#   make lab-down   stop it
 #   make test-fresh the README's two commands in new bookworm-slim containers (~6 min)
 #   make clean      remove build/ (make down first: .run/ holds the database)
 #
@@ -86,7 +90,7 @@ TSAN_TARGETS := build/tsan/stockd build/tsan/tests/test_lock build/tsan/tests/te
                 $(patsubst tests/%.c,build/tsan/tests/%,$(STACK_TEST_SRC))
 
 .PHONY: all programs tests test test-unit test-integration test-tsan test-docker test-fresh demo ladder chaos scale \
-        up down clean deps pkg-check check-includes config-doc
+        up down lab lab-down clean deps pkg-check check-includes config-doc
 
 all: programs
 programs: $(PROGRAMS)
@@ -218,6 +222,15 @@ up: deps
 
 down:
 	scripts/stack.sh down
+	scripts/lab.sh down
+
+# The lab's stack (scripts/lab.sh: its own run directory and ports) stays up until lab-down.
+lab: deps
+	$(MAKE) all
+	scripts/lab.sh up
+
+lab-down:
+	scripts/lab.sh down
 
 clean:
 	rm -rf build

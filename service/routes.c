@@ -13,6 +13,8 @@
 #include <string.h>
 
 #include "service/faults.h"
+#include "service/lab.h"
+#include "service/lab_routes.h"
 #include "service/log.h"
 #include "service/request.h"
 #include "service/response.h"
@@ -84,21 +86,57 @@ static void record_deduction(app *a, const mode *m, const deduct_result *res)
     }
 }
 
-/* Parses an X-Fault header into *plan; answers 400 and returns false when the replica was
- * started without fault injection or the value names no known fault. */
-static bool fault_plan_from_header(app *a, const char *value, fault_plan *plan, http_reply *reply)
+/* Parses an X-Fault header into *plan and the lab's hold points (*holds, lab.h); answers 400
+ * and returns false when the replica was started without fault injection, the value names no
+ * known fault or point, or hold-at comes without a valid X-Request-Id. */
+static bool fault_plan_from_header(app *a, const char *value, const char *request_id,
+                                   fault_plan *plan, unsigned *holds, http_reply *reply)
 {
-    char detail[256];
+    char detail[256], rest[256];
 
     if (strcmp(a->config->faults, "on") != 0) {
         reply_error(reply, 400, "bad_request",
                     "X-Fault: fault injection is off on this replica (it starts with FAULTS=on)");
         return false;
     }
-    if (faults_parse(value, plan, detail, sizeof(detail)) != 0) {
+    if (lab_split_fault(value, holds, rest, sizeof(rest), detail, sizeof(detail)) != 0) {
         reply_error(reply, 400, "bad_request", detail);
         return false;
     }
+    if (*holds != 0 && !lab_request_id_valid(request_id)) {
+        reply_error(reply, 400, "bad_request",
+                    "X-Fault: hold-at needs X-Request-Id: 1 to 32 characters of A-Za-z0-9_-");
+        return false;
+    }
+    if ((*holds == 0 || rest[0] != '\0') &&
+        faults_parse(*holds == 0 ? value : rest, plan, detail, sizeof(detail)) != 0) {
+        reply_error(reply, 400, "bad_request", detail);
+        return false;
+    }
+    return true;
+}
+
+/* Takes the lab's place for a request with X-Fault and a valid X-Request-Id (its trace, and
+ * its holds); answers and returns false when the id is in flight already or the table is
+ * full. *lab_used says whether a place was taken (lab_finish it). */
+static bool lab_enter(app *a, const char *request_id, const mode *m, int64_t goods_id,
+                      unsigned holds, lab_run *run, bool *lab_used, http_reply *reply)
+{
+    int rc;
+
+    *lab_used = false;
+    if (a->lab == NULL || !lab_request_id_valid(request_id))
+        return true;
+    rc = lab_start(a->lab, request_id, m->name, goods_id, holds, run);
+    if (rc == LAB_ERR_DUPLICATE) {
+        reply_error(reply, 400, "bad_request", "X-Request-Id: a request with this id is in flight");
+        return false;
+    }
+    if (rc == LAB_ERR_FULL) {
+        reply_error(reply, 503, "unavailable", "the lab's table of requests in flight is full");
+        return false;
+    }
+    *lab_used = true;
     return true;
 }
 
@@ -108,9 +146,13 @@ static void handle_deduct(app *a, const http_request *req, http_reply *reply)
     deduct_result res;
     const char *key = req->header(req->transport, "Idempotency-Key");
     const char *fault = req->header(req->transport, "X-Fault");
+    const char *request_id = req->header(req->transport, "X-Request-Id");
     fault_plan plan = {0};
     fault_run run;
-    deduct_hook hook = {faults_at, &run};
+    lab_run lab = {0};
+    unsigned holds = 0;
+    bool lab_used = false;
+    deduct_hook hook = {faults_at, &run, NULL};
     const mode *m;
     char detail[256], quoted[160];
 
@@ -123,21 +165,31 @@ static void handle_deduct(app *a, const http_request *req, http_reply *reply)
                     "Idempotency-Key must be 1 to 128 characters of A-Za-z0-9_.:-");
         return;
     }
-    if (fault != NULL && !fault_plan_from_header(a, fault, &plan, reply))
+    if (fault != NULL && !fault_plan_from_header(a, fault, request_id, &plan, &holds, reply))
         return;
     m = choose_mode(a, req, &dr, reply);
     if (m == NULL)
         return;
     run = (fault_run){.plan = &plan, .mode = m, .guards = a->core.guards, .goods_id = dr.goods_id};
+    if (fault != NULL && !lab_enter(a, request_id, m, dr.goods_id, holds, &lab, &lab_used, reply))
+        return;
+    if (lab_used) {
+        lab.faults = &run;
+        hook = (deduct_hook){lab_at, &lab, &lab.stock};
+    }
     if (fault != NULL)
         log_event(LOG_WARN, "fault_requested", "mode=%s goods_id=%lld fault=%s", m->name,
                   (long long)dr.goods_id, log_quote(quoted, sizeof(quoted), fault));
     if (deduct_execute(&a->core.deduct, m, dr.goods_id, dr.count, key, fault != NULL ? &hook : NULL,
                        &res) != 0) {
+        if (lab_used)
+            lab_finish(&lab, 500, "internal");
         reply->status = 500;
         reply->body = NULL;
         return;
     }
+    if (lab_used)
+        lab_finish(&lab, res.status, res.outcome);
     record_deduction(a, m, &res);
     reply_json(reply, res.status, res.body);
 }
@@ -360,6 +412,9 @@ static const route route_table[] = {
     {"/metrics", false, "GET", false, false, ROUTE_METRICS, handle_metrics},
     {"/api/replica", false, "GET", false, false, ROUTE_REPLICA, handle_replica},
     {"/api/lock/", true, "GET", false, false, ROUTE_LOCK, handle_lock},
+    {"/api/lab/requests", false, "GET", false, false, ROUTE_OTHER, lab_routes_requests},
+    {"/api/lab/step", false, "POST", true, false, ROUTE_OTHER, lab_routes_step},
+    {"/api/lab/trace/", true, "GET", false, false, ROUTE_OTHER, lab_routes_trace},
 };
 
 static const route *find_route(const char *path)
