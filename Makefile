@@ -90,7 +90,7 @@ TSAN_TARGETS := build/tsan/stockd build/tsan/tests/test_lock build/tsan/tests/te
                 $(patsubst tests/%.c,build/tsan/tests/%,$(STACK_TEST_SRC))
 
 .PHONY: all programs tests test test-unit test-integration test-tsan test-docker test-fresh demo ladder chaos scale \
-        up down lab lab-down clean deps pkg-check check-includes config-doc
+        up down lab lab-down test-lab clean deps pkg-check check-includes config-doc
 
 all: programs
 programs: $(PROGRAMS)
@@ -171,6 +171,12 @@ test-integration: deps
 	@scripts/deps.sh ensure browser
 	$(MAKE) B=build/san SAN=1 programs tests
 	tests/integration.sh build/san
+
+# The lab's tests alone (tests/lab.sh: its stack, the API, the page in Chromium).
+test-lab: deps
+	@scripts/deps.sh ensure browser
+	$(MAKE) B=build/san SAN=1 programs tests
+	tests/run-lab.sh build/san
 
 test-tsan: deps
 	$(MAKE) B=build/tsan TSAN=1 $(TSAN_TARGETS)

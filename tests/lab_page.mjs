@@ -105,7 +105,11 @@ const moves = {
   step: async (n) => { await click("step-" + n); await idle(); },
   stepAndGo: async (n) => { await click("step-" + n); await sleep(150); },
   lease: async () => { await click("wait-lease"); await until("the lease wait", "!document.getElementById('wait-lease').disabled"); },
-  finish: async (n) => { if ((await lane(n, "phase")) === "held") { await click("finish-" + n); await idle(); } },
+  // A step still under way (a stopped process) ends first; then on to the answer.
+  finish: async (n) => {
+    await until(n + " to hold or answer", `["held", "done", "died"].includes(document.getElementById("lane-${n}").dataset.phase)`);
+    if ((await lane(n, "phase")) === "held") { await click("finish-" + n); await idle(); }
+  },
 };
 
 // Each level: the winning moves on its flawed rung, then the same on each fix listed.
@@ -129,9 +133,12 @@ const plays = [
 async function play(level, rung, list, shot) {
   await send("Page.navigate", { url: `${base}/lab/?level=${level}&rung=${rung}` }, session);
   await until("the page", "document.readyState === 'complete' && !!document.getElementById('start')");
+  if (process.env.LAB_DEBUG) console.log("loaded", Date.now() % 100000);
   await click("start");
   await until("the level to start", "document.body.dataset.verdict === 'playing' && document.body.dataset.busy === '0'", 40000);
+  if (process.env.LAB_DEBUG) console.log("started", Date.now() % 100000);
   for (const [what, ...args] of list) await moves[what](...args);
+  if (process.env.LAB_DEBUG) console.log("moved", Date.now() % 100000);
   await until("a verdict", "['won','won-on-fix','refused','over'].includes(document.body.dataset.verdict) && document.body.dataset.busy === '0'", 30000);
   const verdict = await evaluate("document.body.dataset.verdict");
   const books = JSON.parse(await evaluate(`fetch("/replica/3/api/stock/" + document.getElementById("goods").textContent).then(r => r.text())`));
@@ -188,7 +195,9 @@ try {
   report(false, "the browser run: " + e.message);
 } finally {
   try { await Promise.race([send("Browser.close"), sleep(2000)]); } catch (e) { /* gone */ }
+  const exited = new Promise((r) => chrome.once("exit", r));
   chrome.kill();
-  rmSync(profile, { recursive: true, force: true });
+  await Promise.race([exited, sleep(5000)]);
+  try { rmSync(profile, { recursive: true, force: true, maxRetries: 5 }); } catch (e) { /* left in tmp */ }
 }
 process.exit(failed ? 1 : 0);
