@@ -13,6 +13,9 @@
 void lab_routes_requests(app *a, const http_request *req, http_reply *reply);
 /* POST /api/lab/step */
 void lab_routes_step(app *a, const http_request *req, http_reply *reply);
+/* GET /api/lab/lock/{goods_id}?mode=RUNG: the string lock of the ladder's first rungs
+ * (setnx ... owner-lua), its value and lease left; GET /api/lock/N shows the redis rungs'. */
+void lab_routes_lock(app *a, const http_request *req, http_reply *reply);
 /* GET /api/lab/trace/{id} */
 void lab_routes_trace(app *a, const http_request *req, http_reply *reply);
 

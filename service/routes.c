@@ -415,6 +415,7 @@ static const route route_table[] = {
     {"/api/lab/requests", false, "GET", false, false, ROUTE_OTHER, lab_routes_requests},
     {"/api/lab/step", false, "POST", true, false, ROUTE_OTHER, lab_routes_step},
     {"/api/lab/trace/", true, "GET", false, false, ROUTE_OTHER, lab_routes_trace},
+    {"/api/lab/lock/", true, "GET", false, false, ROUTE_OTHER, lab_routes_lock},
 };
 
 static const route *find_route(const char *path)

@@ -158,6 +158,7 @@ static void test_lab_off(void **state)
         char body[160];
         expect_error(get(bases[i], "/api/lab/requests"), 400, "bad_request", "lab requests, off");
         expect_error(get(bases[i], "/api/lab/trace/A"), 400, "bad_request", "lab trace, off");
+        expect_error(get(bases[i], "/api/lab/lock/1?mode=setnx"), 400, "bad_request", "lab lock, off");
         expect_error(lab_step(bases[i], "{\"id\":\"A\"}"), 400, "bad_request", "lab step, off");
         deduct_body(body, sizeof(body), GOODS_LAB_OFF, 1, "redis");
         http_request rq = {.method = "POST",
@@ -185,6 +186,18 @@ static void test_hold_and_step(void **state)
     expect_field_int(held, "goods_id", GOODS_LAB_STEP, "the held request");
     if (field_int(held, "held_ms", "the held request") < 0)
         fail_msg("held_ms is negative");
+    /* Held at read, holding setnx-ttl's string lock: its value 1 (no owner), its lease running. */
+    char path[96];
+    snprintf(path, sizeof(path), "/api/lab/lock/%lld?mode=setnx-ttl", GOODS_LAB_STEP);
+    json_t *lock = expect_json(get(svc1, path), 200, "the string lock held by A1");
+    if (!field_bool(lock, "held", "the string lock"))
+        fail_msg("the string lock is not held while A1 holds it");
+    expect_field_str(lock, "value", "1", "the string lock");
+    long long ttl = field_int(lock, "ttl_ms", "the string lock");
+    if (ttl < 0 || ttl > lease_ms())
+        fail_msg("the string lock's ttl_ms %lld is not within its lease %ld", ttl, lease_ms());
+    snprintf(path, sizeof(path), "/api/lab/lock/%lld?mode=redis", GOODS_LAB_STEP);
+    expect_error(get(svc1, path), 400, "bad_request", "the lab's lock view of a hash lock");
     /* Held at read: nothing written yet. */
     expect_stock(GOODS_LAB_STEP, 10, 10, 0, 0, "A1 held at read");
     expect_step(svc1, "A1", "checked");

@@ -10,6 +10,7 @@
  *   POST /replica/N/api/lab/step       let it run to its next point (or its answer)
  *   GET  /replica/3/api/stock/G        the books, after every move and five times a second
  *   GET  /replica/3/api/lock/G         the lock of the redis rungs (lock:goods:G)
+ *   GET  /replica/3/api/lab/lock/G?mode=R   the string lock of the first rungs (lock:R:goods:G)
  * (svc-3 answers the panels: svc-1 is the one a level stops or ends.)
  *
  * Levels: one per flaw of the ladder, each with its goal, its moves and the check that the
@@ -25,6 +26,7 @@ const POLL_MS = 250;
 const ALL = ["entered", "read", "written", "checked", "committed", "release"];
 const TX_INSIDE = ["entered", "read", "written", "release", "checked", "committed"];
 const REDIS_LOCKED = new Set(["redis", "redis-nofence", "redis-nowatchdog", "tx-inside"]);
+const STRING_LOCKED = new Set(["setnx", "setnx-ttl", "owner-get-del", "owner-lua"]);
 
 /* Each level: the rung that has the flaw, the rungs that fix it, the lanes it uses (what each
  * holds at, and the fault it carries), and when it is won. `s` is the page's state, `b` the
@@ -406,12 +408,20 @@ async function poll() {
         $("fence").textContent = l.body.fence;
       }
       $("lock-note").textContent = "";
+    } else if (STRING_LOCKED.has(state.rung)) {
+      const l = await call("GET", "/replica/3/api/lab/lock/" + state.goods + "?mode=" + state.rung);
+      if (l.status === 200 && l.body) {
+        $("lock-name").textContent = l.body.lock;
+        $("holder").textContent = !l.body.held ? "free" : l.body.value === "1" ? "someone (no owner: the value is 1)" : holderName({ owner: l.body.value });
+        $("hold-count").textContent = "-";
+        $("ttl").textContent = !l.body.held ? "-" : l.body.ttl_ms >= 0 ? l.body.ttl_ms + " ms" : "none: it never expires";
+        $("fence").textContent = "-";
+      }
+      $("lock-note").textContent = "this rung's lock is a plain Redis string (its value is the owner's token, or 1): no hold count, no fencing token.";
     } else {
-      $("lock-name").textContent = state.rung.startsWith("pg-") ? "(none)" : "lock:" + state.rung + ":goods:" + state.goods;
+      $("lock-name").textContent = "(none)";
       for (const id of ["holder", "hold-count", "ttl", "fence"]) $(id).textContent = "-";
-      $("lock-note").textContent = state.rung.startsWith("pg-")
-        ? "this rung has no lock of its own: PostgreSQL's row lock keeps the sales apart."
-        : "this rung's lock is a plain Redis string: the lane held past \"entered\" is its holder.";
+      $("lock-note").textContent = "this rung has no lock of its own: PostgreSQL's row lock keeps the sales apart.";
     }
   }
   setTimeout(poll, POLL_MS);
