@@ -83,6 +83,7 @@ TESTS := $(patsubst tests/%.c,$(B)/tests/%,$(TEST_SRC))
 STACK_TESTS := $(patsubst tests/%.c,$(B)/tests/%,$(STACK_TEST_SRC))
 # What tests/tsan.sh runs: the service, and the tests with threads of their own to race.
 TSAN_TARGETS := build/tsan/stockd build/tsan/tests/test_lock build/tsan/tests/test_redlock \
+                build/tsan/tests/test_lab \
                 build/tsan/tests/test_etcd \
                 build/tsan/tests/test_zookeeper \
                 build/tsan/tests/test_sentinel \
