@@ -68,8 +68,8 @@ const LEVELS = [
   {
     id: "gc", title: "GC stop", rung: "redis-nofence", fixes: ["redis", "pg-for-update"],
     goal: "Make redis-nofence sell one unit twice: stop A's whole process past its lease, after its last check.",
-    moves: "send A and step it to checked; step A (svc-1's process stops for 3.5 s, its watchdog too); let the lease run out; send B.",
-    lanes: { A: { holds: ALL, fault: "stop-before-commit=3500", hint: "stepping A on from checked stops svc-1's whole process for 3.5 s" }, B: { holds: [] } },
+    moves: "send A and step it to checked; step A (svc-1's process stops for 5 s, its watchdog too); let the lease run out; send B.",
+    lanes: { A: { holds: ALL, fault: "stop-before-commit=5000", hint: "stepping A on from checked stops svc-1's whole process for 5 s: let the lease run out and send B meanwhile" }, B: { holds: [] } },
     won: (s, b) => b.oversold > 0,
     why: "the write carries a fencing token that PostgreSQL checks (redis), or the row's own lock keeps B out until A commits (pg-for-update): B reads what A committed, or is refused.",
   },
@@ -463,13 +463,15 @@ function drawTimeline() {
   }
   for (const t of state.leases)
     add("line", { x1: x(t), x2: x(t), y1: 10, y2: 160, stroke: "#d80", "stroke-dasharray": "4 3" });
+  const marks = {}; /* per lane: labels alternate above and below, so close points stay legible */
   for (const e of state.events) {
     if (!e.lane) continue;
     const cx = x(e.t), cy = y(e.lane);
     if (e.kind === "send") add("rect", { x: cx - 4, y: cy - 4, width: 8, height: 8, fill: "#58a" });
     else if (e.kind === "point") {
       add("circle", { cx, cy, r: 4, fill: "#555" });
-      add("text", { x: cx + 3, y: cy - 7, "font-size": 10 }, e.text.replace("held at ", ""));
+      marks[e.lane] = (marks[e.lane] || 0) + 1;
+      add("text", { x: cx + 3, y: marks[e.lane] % 2 ? cy - 7 : cy + 16, "font-size": 10 }, e.text.replace("held at ", ""));
     } else if (e.kind === "ok" || e.kind === "err")
       add("path", { d: `M${cx} ${cy - 6}L${cx + 6} ${cy}L${cx} ${cy + 6}L${cx - 6} ${cy}Z`, fill: e.kind === "ok" ? "#2a2" : "#c33" });
     else if (e.kind === "dead") add("text", { x: cx - 5, y: cy + 5, "font-size": 14 }, "\u2716");
