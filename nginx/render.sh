@@ -17,8 +17,8 @@
 #   NGINX_WEB_ROOT           the live page's folder (web/)      (default /opt/stock/web)
 #   NGINX_RESULTS_ROOT       the load reports (results/)        (default /opt/stock/results)
 #   NGINX_LAB                1: the lab's stack (make lab): /lab/ serves web/lab/, and
-#                            /replica/N/api/... reaches replica N alone, passing the client's
-#                            X-Request-Id, waiting NGINX_LAB_READ_TIMEOUT seconds (default 120)
+#                            /replica/N/api/... reaches replica N alone, waiting
+#                            NGINX_LAB_READ_TIMEOUT seconds (default 120)
 #                            for a held request's answer                 (default 0: neither)
 # A placeholder left unfilled is an error, so a template and this script cannot drift apart.
 # Comment lines are copied unchanged (they name the placeholders).
@@ -68,9 +68,8 @@ for s in ${NGINX_UPSTREAMS:-}; do
 done
 
 # The lab (make lab): its page, and each replica's whole API under /replica/N/, so that the
-# page sends A to svc-1, B to svc-2, C to svc-3. The request's own X-Request-Id passes (the
-# lab names its requests by it; elsewhere nginx sets its own), and a held request may take
-# long to answer. A location that sets one proxy_set_header inherits none: all are repeated.
+# page sends A to svc-1, B to svc-2, C to svc-3; a held request may take long to answer. A
+# location that sets one proxy_set_header inherits none: all are repeated.
 if [ "${NGINX_LAB:-0}" = 1 ]; then
     lab_timeout=${NGINX_LAB_READ_TIMEOUT:-120}
     case $lab_timeout in
@@ -83,7 +82,7 @@ if [ "${NGINX_LAB:-0}" = 1 ]; then
         proxy_pass http://$s/api/;
         proxy_set_header Connection \"\";
         proxy_set_header Host \$host;
-        proxy_set_header X-Request-Id \$http_x_request_id;
+        proxy_set_header X-Request-Id \$stock_request_id;
         proxy_read_timeout ${lab_timeout}s;
         proxy_next_upstream off;
     }
