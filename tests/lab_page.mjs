@@ -96,6 +96,7 @@ const moves = {
   sendAndGo: async (n) => { await click("send-" + n); await until(n + " sent", `document.getElementById("lane-${n}").dataset.phase !== "idle"`); await sleep(300); },
   stepTo: async (n, point) => {
     for (let i = 0; i < 8; i++) {
+      await until(n + " to hold or answer", `["held", "done", "died"].includes(document.getElementById("lane-${n}").dataset.phase)`);
       if ((await lane(n, "phase")) === "held" && (await lane(n, "point")) === point) return;
       await click("step-" + n);
       await idle();
@@ -174,6 +175,7 @@ try {
         r = await play(p.level, rung, p.moves, flawed && p.level === "lease" ? screenshot : "");
       } catch (e) {
         report(false, `${p.level} on ${rung}: ${e.message}`);
+        try { console.log(await evaluate("document.getElementById('log').innerText")); } catch (e2) { /* no page */ }
         continue;
       }
       const b = r.books, taken = b.initial - b.stock;

@@ -52,8 +52,8 @@ const LEVELS = [
   {
     id: "gap", title: "Release gap", rung: "owner-get-del", fixes: ["redis"],
     goal: "Make owner-get-del sell one unit twice: let A's release delete B's lock, so that C enters beside B.",
-    moves: "send A and step it to release (between its GET and its DEL); let the lease run out; send B (held at read); step A to its end; send C; step B to its end.",
-    lanes: { A: { holds: ALL }, B: { holds: ["read"] }, C: { holds: [] } },
+    moves: "send A (it sells, then holds in its release, between its GET and its DEL); let the lease run out; send B (held at read); step A to its end; send C; step B to its end.",
+    lanes: { A: { holds: ["release"], hint: "A holds only in its release: its GET has found its own token, its DEL is next" }, B: { holds: ["read"], hint: "B's own lease runs too: step A and send C before it runs out" }, C: { holds: [] } },
     won: (s, b) => b.oversold > 0,
     why: "redis checks the owner and deletes in one step, and A's lease does not run out while A's process runs: B cannot enter while A holds, and A's release never deletes another's lock.",
   },
@@ -222,6 +222,7 @@ async function step(name) {
       await settle(name);
       return;
     }
+    if (r.status === 404) { await settle(name); return; } /* between two points: see where */
     /* The process died under the step (crash) or answered nothing: its answer says which. */
     await Promise.race([lane.answer, sleep(5000)]);
   });
