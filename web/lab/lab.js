@@ -141,7 +141,7 @@ function log(lane, text, kind) {
   const li = document.createElement("li");
   li.textContent = (t / 1000).toFixed(2) + " s  " + (lane || "-") + "  " + text;
   $("log").appendChild(li);
-  li.scrollIntoView({ block: "nearest" });
+  $("log").scrollTop = $("log").scrollHeight; /* the list scrolls, not the page */
   drawTimeline();
 }
 
