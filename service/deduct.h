@@ -76,6 +76,9 @@ typedef enum deduct_point {
 typedef struct deduct_hook {
     int (*at)(void *arg, deduct_point point, guard_hold *hold, char *why, size_t why_len);
     void *arg;
+    int64_t *seen_stock; /* NULL, or set before the call at "read" to the stock read and
+                            before the call at "written" to the stock written (the lab's
+                            trace) */
 } deduct_hook;
 
 /* The point's name ("entered", "begun", "read", "written", "checked", "committed"). */

@@ -107,6 +107,9 @@ typedef struct guard_hold {
                                  this long just before the command that deletes the lock
                                  (for owner-get-del: between its GET and its DEL) */
     int64_t valid_until_ns;   /* redlock: CLOCK_MONOTONIC time the holding is trusted until */
+    void (*before_release)(void *arg); /* the lab only (service/lab.h): called where
+                                          release_pause_ms sleeps; NULL: nothing */
+    void *before_release_arg;
 } guard_hold;
 
 /*
