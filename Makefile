@@ -196,7 +196,7 @@ demo: deps
 # Starts a stack of its own (FAULTS=on, short leases) on other ports, and stops it after.
 ladder: deps
 	$(MAKE) all
-	loadtest/ladder
+	loadtest/ladder --timelines docs/course/timelines
 
 # The same, with load: a fault at a fixed moment of a bounded load, per (fault, mode).
 chaos: deps
