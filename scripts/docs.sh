@@ -33,7 +33,7 @@
 #               a heading (#...) to a heading that exists
 #   timelines   every drawing under docs/course/timelines/ is what loadtest/timeline draws
 #               from its events, and every row of its table has one, linked from a chapter
-#   work-items  no file names the project's own work items ("issue 12")
+#   work-items  no file names the project's own work items (the word "issue" and a number)
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
