@@ -172,7 +172,7 @@ END {
     STOCK_X = LOCK_X + 190
     WIDTH = STOCK_X + 215
     BOTTOM = TOP + span * K
-    HEIGHT = BOTTOM + 74
+    HEIGHT = BOTTOM + 84
 
     printf "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" font-family=\"DejaVu Sans, Verdana, sans-serif\">\n", WIDTH, HEIGHT, WIDTH, HEIGHT
     rect(0, 0, WIDTH, HEIGHT, "#ffffff", 1, "")
@@ -253,6 +253,28 @@ END {
             line(cx - 10, y(end), cx + 10, y(end), "#333", 2, "")
         }
     }
+    # The pauses its X-Fault asked for, drawn back from where they end: a pause before the
+    # commit ends at its commit, one before the release (which follows the commit) at its
+    # answer. Only their length is known, not their start: placed, not observed.
+    for (i = 1; i <= NREQ; i++) {
+        r = REQ[i]; cx = X0 + (i - 0.5) * LANE_W
+        nf = split(FAULT[r], fl, ",")
+        for (k = 1; k <= nf; k++) {
+            if (split(fl[k], kv, "=") != 2) continue
+            what = kv[1]; p = kv[2] + 0
+            pend = ""
+            if (what == "pause-before-commit" || what == "stop-before-commit") {
+                for (j = 1; j <= NC; j++) if (C_REQ[j] == r) { pend = C_MS[j]; break }
+                if (pend == "" && (r in ANSWERED)) pend = ANSWERED[r]
+            } else if (what == "pause-before-release" && (r in ANSWERED))
+                pend = ANSWERED[r]
+            if (pend == "") continue
+            rect(cx - 6, y(pend - p), 12, p * K, "#555555", 0.45, "")
+            lbl = (what == "stop-before-commit") ? "process stopped" : (what == "pause-before-release" ? "paused in release" : "paused")
+            text(cx - 10, y(pend - p / 2), lbl, "end", 9, "#333", "")
+            text(cx - 10, y(pend - p / 2) + 11, p " ms", "end", 9, "#333", "")
+        }
+    }
     for (i = 1; i <= NO; i++) {
         r = request_of(O_INST[i], O_MS[i])
         for (j = 1; j <= NREQ; j++) if (REQ[j] == r) {
@@ -299,6 +321,7 @@ END {
     # The books, and what the picture is made of.
     text(12, BOTTOM + 26, "the books: sold " SOLD ", the stock gave up " TAKEN ", oversold " OVERSOLD, "start", 13, (OVERSOLD > 0 ? "#d62728" : "#000"), "bold")
     text(12, BOTTOM + 46, "Drawn by loadtest/timeline from loadtest/ladder's events: sends and answers as the driver saw them; the lock and the row sampled every few tens of ms;", "start", 9, "#555", "")
-    text(12, BOTTOM + 59, "BEGIN is the sale's transaction start (orders.created); a COMMIT is placed at the first sample showing it, and its read is inferred (read = written + 1).", "start", 9, "#555", "")
+    text(12, BOTTOM + 59, "BEGIN is the sale's transaction start (orders.created); a COMMIT is placed at the first sample showing it, its read inferred (read = written + 1);", "start", 9, "#555", "")
+    text(12, BOTTOM + 72, "grey in a lane: the pause its X-Fault asked for, drawn back from where it ends (its commit, or its answer).", "start", 9, "#555", "")
     print "</svg>"
 }
