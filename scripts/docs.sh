@@ -36,7 +36,7 @@
 #   work-items  no file names the project's own work items (the word "issue" and a number)
 # The file lists below are split on purpose (no path of the tree has a space), and the checks
 # are called by name from --check.
-# shellcheck disable=SC2046,SC2317
+# shellcheck disable=SC2046,SC2317,SC2086
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -64,10 +64,14 @@ fail() {
 
 # ---- the expansion of quotes and ladder rows (one awk per document) ----
 
-# expand FILE: FILE with every quote and ladder row filled in as it should be, on stdout. A
-# reference that cannot be filled is reported on stderr (as "MISSING ...") and left marked.
+# expand MODE FILE...: every FILE with its quotes and ladder rows filled in as they should be,
+# in one awk. MODE "write": each FILE that changes is written again, and named on stdout.
+# MODE "check": the FILEs that would change are named on stdout, nothing is written. A
+# reference that cannot be filled is reported on stderr ("FILE: MISSING ...") and left marked.
 expand() {
-    awk -v table="$TIMELINES/table.md" '
+    local mode=$1
+    shift
+    awk -v table="$TIMELINES/table.md" -v mode="$mode" '
         function lang(f) {
             if (f ~ /\.[ch]$/) return "c"
             if (f ~ /\.lua$/) return "lua"
@@ -121,24 +125,33 @@ expand() {
             close(table)
             return out
         }
+        function emit(s) { now = now s "\n" }
+        function done_file() {
+            if (file == "" || now == was) return
+            print file
+            if (mode == "write") { printf "%s", now > file; close(file) }
+        }
+        FNR == 1 { done_file(); file = FILENAME; now = ""; was = ""; skip = 0 }
+        { was = was $0 "\n" }
+        END { done_file() }
         skip && $0 == endmark { skip = 0; next }
         skip { next }
         /^<!-- quote: .* -->$/ {
             spec = $0; sub(/^<!-- quote: /, "", spec); sub(/ -->$/, "", spec)
             src = substr(spec, 1, index(spec, ":") - 1)
             body = extract(src, substr(spec, index(spec, ":") + 1))
-            if (body == "") { print "MISSING quote " spec > "/dev/stderr"; body = "(missing: " spec ")" }
-            print; print "```" lang(src); print body; print "```"; print "<!-- /quote -->"
+            if (body == "") { print FILENAME ": MISSING quote " spec > "/dev/stderr"; body = "(missing: " spec ")" }
+            emit($0); emit("```" lang(src)); emit(body); emit("```"); emit("<!-- /quote -->")
             skip = 1; endmark = "<!-- /quote -->"; next
         }
         /^<!-- ladder-row: .* -->$/ {
             spec = $0; sub(/^<!-- ladder-row: /, "", spec); sub(/ -->$/, "", spec)
             body = ladder_row(substr(spec, 1, index(spec, " ") - 1), substr(spec, index(spec, " ") + 1))
-            if (body == "") { print "MISSING ladder-row " spec > "/dev/stderr"; body = "(missing: ladder row " spec ")" }
-            print; print body; print "<!-- /ladder-row -->"
+            if (body == "") { print FILENAME ": MISSING ladder-row " spec > "/dev/stderr"; body = "(missing: ladder row " spec ")" }
+            emit($0); emit(body); emit("<!-- /ladder-row -->")
             skip = 1; endmark = "<!-- /ladder-row -->"; next
         }
-        { print }' "$1"
+        { emit($0) }' "$@"
 }
 
 # The documents that quote.
@@ -242,17 +255,13 @@ check_names() {
 }
 
 check_quotes() {
-    local f tmp
-    tmp=$(mktemp)
-    for f in $(quoting); do
-        expand "$f" >"$tmp" 2>"$tmp.err" || true
-        [ -s "$tmp.err" ] && fail "$f: $(tr '\n' ' ' <"$tmp.err")(is the file, the function or the row gone?)"
-        if ! cmp -s "$f" "$tmp"; then
-            fail "$f: a quote or ladder row differs from the source (make docs brings it up to date):"
-            diff "$f" "$tmp" | head -20 >&2 || true
-        fi
-    done
-    rm -f "$tmp" "$tmp.err"
+    local changed err
+    err=$(mktemp)
+    changed=$(expand check $(quoting) 2>"$err")
+    [ -s "$err" ] && fail "$(cat "$err") (is the file, the function or the row gone?)"
+    rm -f "$err"
+    [ -z "$changed" ] ||
+        fail "a quote or ladder row differs from the source in: ${changed//$'\n'/ } (make docs brings them up to date)"
 }
 
 check_links() {
@@ -352,28 +361,24 @@ check_work_items() {
 
 case ${1:-} in
 --write)
-    for f in $(quoting); do
-        tmp=$(mktemp)
-        expand "$f" >"$tmp" 2>"$tmp.err" || true
-        [ -s "$tmp.err" ] && fail "$f: $(tr '\n' ' ' <"$tmp.err")"
-        rm -f "$tmp.err"
-        if cmp -s "$f" "$tmp"; then
-            rm -f "$tmp"
-        else
-            cat "$tmp" >"$f"
-            rm -f "$tmp"
-            echo "docs: $f brought up to date"
-        fi
-    done
+    err=$(mktemp)
+    expand write $(quoting) 2>"$err" | sed 's/^/docs: brought up to date: /'
+    [ -s "$err" ] && fail "$(cat "$err")"
+    rm -f "$err"
     exit "$FAILED"
     ;;
 --check)
     what=${2:-all}
     case $what in
     all)
+        # One process, a status line per check (tests/docs.sh counts them).
+        any=0
         for c in numbering modes files names quotes links timelines work-items; do
+            FAILED=0
             "check_${c//-/_}"
+            if [ "$FAILED" = 0 ]; then echo "docs-check: $c: ok"; else echo "docs-check: $c: FAILED"; any=1; fi
         done
+        exit "$any"
         ;;
     numbering | modes | files | names | quotes | links | timelines | work-items) "check_${what//-/_}" ;;
     *)
