@@ -51,7 +51,7 @@ docs_all() {
 }
 chapters() { ls "$COURSE"/[0-9][0-9]-*.md 2>/dev/null; }
 # Where the names a chapter uses must be found.
-SOURCES=(service lock db migrations tests loadtest bench scripts web nginx docker Makefile)
+SOURCES=(service lock db history migrations tests loadtest bench scripts web nginx docker Makefile)
 
 FAILED=0
 fail() {
@@ -227,7 +227,7 @@ check_files() {
             tok = $2; path = tok
             gsub(/<[^>]*>/, "*", path) # a placeholder: service/guard_<name>.c
             sub(/ .*/, "", path)
-            if (path !~ /^(service|lock|db|loadtest|tests|scripts|migrations|bench|web|nginx|docker|docs)\//) next
+            if (path !~ /^(service|lock|db|history|loadtest|tests|scripts|migrations|bench|web|nginx|docker|docs)\//) next
             sub(/[,:;)].*$/, "", path); sub(/\.$/, "", path); sub(/\/$/, "", path)
             if (path ~ /[*]/) {
                 # A glob names at least one file.
