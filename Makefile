@@ -6,7 +6,9 @@
 #   make demo       install what is missing, bring the local stack up, run the load report
 #                   (WITH_ETCD=1 make demo: with etcd too, and the report's etcd row;
 #                   WITH_ZOOKEEPER=1: with ZooKeeper too, and the zookeeper row)
-#   make ladder     each lock design's flaw provoked on a stack of its own (loadtest/ladder)
+#   make ladder     each lock design's flaw provoked on a stack of its own (loadtest/ladder),
+#                   each row drawn again into docs/course/timelines/
+#   make docs-check the course checked against the code (make docs: refresh its quotes)
 #   make chaos      every fault against the safe modes under load, on a stack of its own
 #   make scale      the scaling report (loadtest/scale --check): hot goods, replicas 1-6,
 #                   where the time goes, on a stack of its own (~5 min)
@@ -94,7 +96,7 @@ TSAN_TARGETS := build/tsan/stockd build/tsan/tests/test_lock build/tsan/tests/te
                 $(patsubst tests/%.c,build/tsan/tests/%,$(STACK_TEST_SRC))
 
 .PHONY: all programs tests test test-unit test-integration test-tsan test-docker test-fresh demo ladder chaos scale \
-        up down lab lab-down test-lab clean deps pkg-check check-includes config-doc
+        up down lab lab-down test-lab clean deps pkg-check check-includes config-doc docs docs-check
 
 all: programs
 programs: $(PROGRAMS)
@@ -157,6 +159,16 @@ config-doc: $(B)/stockd
 	   echo 'terminal. A bad value stops the start-up with one line naming the variable, the rule'; \
 	   echo 'and the value.'; echo; $(B)/stockd --help-markdown; } > docs/configuration.md
 	@echo "docs/configuration.md written"
+
+# The course (docs/course/) checked against the code: every file and function a chapter
+# names exists, every mode has a chapter, every quote is the source's text, every link leads
+# somewhere (scripts/docs.sh; make test runs it). `make docs` refreshes the quotes after a
+# change to the quoted code.
+docs-check:
+	@scripts/docs.sh --check
+
+docs:
+	@scripts/docs.sh --write
 
 # The module boundaries (CONTRIBUTING.md): service/ includes only the public headers of lock/
 # and db/, and neither of those includes the other.
@@ -222,7 +234,7 @@ demo: deps
 # Starts a stack of its own (FAULTS=on, short leases) on other ports, and stops it after.
 ladder: deps
 	$(MAKE) all
-	loadtest/ladder
+	loadtest/ladder --timelines docs/course/timelines
 
 # The same, with load: a fault at a fixed moment of a bounded load, per (fault, mode).
 chaos: deps

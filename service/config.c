@@ -3,7 +3,7 @@
  *
  * Design: one table, settings[], says everything about every setting: the variable,
  * where it goes in service_config, its default, its bounds and its meaning. Loading, the
- * --help text and the README's table are all produced from it, so they cannot disagree.
+ * --help text and docs/configuration.md's table are all produced from it, so they cannot disagree.
  * Even the defaults are written as text and go through the same parser as a value from the
  * environment: a default that breaks its own bounds fails every start (and the tests).
  *

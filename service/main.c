@@ -229,7 +229,7 @@ int main(int argc, char **argv)
         usage(stdout);
         return 0;
     }
-    if (argc > 1 && strcmp(argv[1], "--help-markdown") == 0) { /* the README's table */
+    if (argc > 1 && strcmp(argv[1], "--help-markdown") == 0) { /* docs/configuration.md's table */
         config_print_markdown(stdout);
         return 0;
     }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # run-all.sh BUILD_DIR - every test, against real servers, as `make test` runs it:
-#   1. the pure unit tests (tests/run-unit.sh's suites);
+#   1. the pure unit tests (tests/run-unit.sh's suites), and the documents checked against
+#      the code (tests/docs.sh: make docs-check, one case per check);
 #   2. test_lock, which starts a redis-server of its own; test_redlock, five of them;
 #      test_etcd, an etcd of its own; test_zookeeper, a ZooKeeper of its own; test_sentinel, a master, a replica and three Sentinels;
 #      test_cluster, a Redis Cluster of three masters;
@@ -34,6 +35,7 @@ source tests/integration.sh
 source tests/ladder.sh
 source tests/lab.sh
 source tests/tsan.sh
+source tests/docs.sh
 
 HARNESS_LOG_DIR=$build/test-logs
 rm -rf "$HARNESS_LOG_DIR"
@@ -147,6 +149,7 @@ server_suites() {
 # --- the run ---
 
 run_unit_suites "$build"
+run_docs_check
 harness_with_fd_limit "$FD_LIMIT" server_suites
 
 # 6. The compose stack (docker/test.sh), when asked for (`make test` asks): Docker, or
