@@ -1294,13 +1294,13 @@ static void test_counters_follow_the_orders(void **state)
 
     reset_ok(c, 1, 100);
     reset_ok(c, 2, 100);
-    assert_int_equal(db_order_insert(c, 1, 3, "none", "svc-1", NULL, &id), DB_OK);
-    assert_int_equal(db_orders_insert_many(c, 1, counts, 3, "redis-batch", "svc-1", NULL, ids),
+    assert_int_equal(db_order_insert(c, 1, 3, "none", "svc-1", NULL, NULL, &id), DB_OK);
+    assert_int_equal(db_orders_insert_many(c, 1, counts, 3, "redis-batch", "svc-1", NULL, NULL, ids),
                      DB_OK);
-    assert_int_equal(db_order_insert(c, 2, 5, "none", "svc-1", NULL, &id), DB_OK);
+    assert_int_equal(db_order_insert(c, 2, 5, "none", "svc-1", NULL, NULL, &id), DB_OK);
     /* a rolled-back sale counts nothing */
     assert_int_equal(db_begin(c), DB_OK);
-    assert_int_equal(db_order_insert(c, 1, 10, "none", "svc-1", NULL, &id), DB_OK);
+    assert_int_equal(db_order_insert(c, 1, 10, "none", "svc-1", NULL, NULL, &id), DB_OK);
     assert_int_equal(db_rollback(c), DB_OK);
 
     assert_int_equal(db_stock_report_read(c, 1, &r), DB_OK);
@@ -1361,7 +1361,7 @@ static void *insert_orders(void *arg)
         return NULL;
     }
     for (int i = 0; i < COUNTER_ORDERS; i++)
-        if (db_order_insert(c, 1, 1 + i % 3, "none", "svc-1", NULL, &id) != DB_OK)
+        if (db_order_insert(c, 1, 1 + i % 3, "none", "svc-1", NULL, NULL, &id) != DB_OK)
             w->failures++;
     db_pool_release(w->f->pool, c);
     return NULL;
