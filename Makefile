@@ -238,7 +238,7 @@ ladder: deps
 
 # The same, with load: a fault at a fixed moment of a bounded load, per (fault, mode).
 chaos: deps
-	@scripts/deps.sh ensure test
+	@scripts/deps.sh ensure test etcd chaos
 	$(MAKE) all $(B)/chaos-load
 	loadtest/chaos
 
