@@ -74,7 +74,7 @@ MODULE_OBJ := $(SERVICE_OBJ) $(DB_OBJ) $(LOCK_OBJ)
 TEST_SUPPORT_OBJ := $(call obj,$(TEST_SUPPORT_SRC))
 STACK_SUPPORT_OBJ := $(call obj,$(STACK_SUPPORT_SRC))
 
-PROGRAMS := $(B)/stockd $(B)/lock-bench $(B)/ceiling-bench
+PROGRAMS := $(B)/stockd $(B)/lock-bench $(B)/ceiling-bench $(B)/history-clock
 TESTS := $(patsubst tests/%.c,$(B)/tests/%,$(TEST_SRC))
 STACK_TESTS := $(patsubst tests/%.c,$(B)/tests/%,$(STACK_TEST_SRC))
 # What tests/tsan.sh runs: the service, and the tests with threads of their own to race.
@@ -109,6 +109,10 @@ $(B)/lock-bench: $(B)/obj/bench/lock_bench.o $(LOCK_OBJ)
 
 $(B)/ceiling-bench: $(B)/obj/bench/ceiling_bench.o $(SERVICE_OBJ) $(DB_OBJ) $(LOCK_OBJ)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# The shell steps of a history (loadtest/lib/history.sh) read the monotonic clock with it.
+$(B)/history-clock: $(B)/obj/loadtest/lib/history_clock.o
+	$(CC) $(LDFLAGS) -o $@ $^
 
 # Not in `programs`: it links libcurl, whose headers come with the test packages.
 $(B)/chaos-load: $(B)/obj/bench/chaos_load.o

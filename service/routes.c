@@ -123,6 +123,7 @@ static void handle_deduct(app *a, const http_request *req, http_reply *reply)
                     "Idempotency-Key must be 1 to 128 characters of A-Za-z0-9_.:-");
         return;
     }
+    reply->idempotency_key = key; /* every answer from here on carries it back */
     if (fault != NULL && !fault_plan_from_header(a, fault, &plan, reply))
         return;
     m = choose_mode(a, req, &dr, reply);
