@@ -191,7 +191,9 @@ history_resolve() {
 #                do not name the token's source, and a token of a new source (Redis started
 #                again empty, a failover) legitimately starts low: a row that changed the
 #                source on purpose says how many times in HISTORY_SOURCE_CHANGES (default
-#                0), and that many steps back are not counted.
+#                0), and that many steps back are not counted. redis-sharded is left out:
+#                each segment has a lock and a token counter of its own, and an order does
+#                not say which segment's token it carries, so its tokens interleave.
 history_ledger() {
     local dir=$1 acked goods out
     acked=$(mktemp) goods=$(mktemp)
@@ -220,7 +222,8 @@ SELECT g.goods,
        (SELECT coalesce(sum(count), 0) FROM acked a WHERE a.goods = g.goods),
        (SELECT coalesce(sum(count), 0) FROM orders o WHERE o.goods = g.goods),
        (SELECT count(*) FROM (SELECT fence, lag(fence) OVER (PARTITION BY mode ORDER BY id) AS prev
-                                FROM orders o WHERE o.goods = g.goods AND fence IS NOT NULL) f
+                                FROM orders o WHERE o.goods = g.goods AND fence IS NOT NULL
+                                  AND o.mode <> 'redis-sharded') f
          WHERE f.fence < f.prev)
   FROM row_goods g ORDER BY g.goods;
 SQL
