@@ -180,7 +180,7 @@ history_resolve() {
     rm -f "$open" "$res"
 }
 
-# history_ledger DIR: balances the books of each goods of the row (its reset events) against
+# history_ledger DIR: balances the books of each goods of the row (every goods it names) against
 # DIR/resolved.jsonl, writes DIR/ledger.txt and prints "ok" or what is wrong:
 #   lost N       acknowledged orders (ok, or settled as taken) absent from the orders table
 #   phantom N    orders in the table that no client was told of (a "failed" request that sold)
@@ -201,8 +201,7 @@ history_ledger() {
     jq -r 'select(.f == "deduct") | [.type, .process, .goods_id, (.count // 0), (.order_id // 0)] | @tsv' \
         "$dir/resolved.jsonl" |
         awk -F'\t' '$1 == "invoke" { n[$2] = $4; next } $1 == "ok" { print $3 "\t" $5 "\t" n[$2] }' >"$acked"
-    jq -r 'select(.f == "reset" and .type == "invoke") | .goods_id' "$dir/resolved.jsonl" |
-        sort -un >"$goods"
+    jq -r 'select(.type == "invoke") | .goods_id' "$dir/resolved.jsonl" | sort -un >"$goods"
     out=$({
         echo 'CREATE TEMP TABLE acked (goods bigint, order_id bigint, count bigint);'
         echo 'COPY acked FROM STDIN;'
@@ -246,7 +245,7 @@ SQL
              if (dup) s = s sprintf(" dup %d", dup)
              if (hu != ou) s = s sprintf(" units %d/%d", hu, ou)
              if (fence) s = s sprintf(" fence %d", fence)
-             if (NR == 0) s = " no goods"
+             if (NR == 0 || $1 == "") s = " no goods"
              print (s == "" ? "ok" : substr(s, 2))
          }' <<<"$out"
 }

@@ -74,11 +74,11 @@ static void write_history(const load_plan *p, const char *dir)
         printf("    %s: cannot write its history to %s\n", p->label, path);
         return;
     }
-    /* The opening read: before the first request, so its time is the earliest. */
+    /* The opening read, made before the first request: it gives the history its stock. */
     fprintf(f, "{\"time\":%lld,\"process\":0,\"type\":\"invoke\",\"f\":\"read\",\"goods_id\":%lld}\n",
-            p->ops[0].t_invoke > 0 ? p->ops[0].t_invoke - 2 : 0, p->goods_id);
+            p->read_invoke, p->goods_id);
     fprintf(f, "{\"time\":%lld,\"process\":0,\"type\":\"ok\",\"f\":\"read\",\"goods_id\":%lld,\"stock\":%lld}\n",
-            p->ops[0].t_invoke > 0 ? p->ops[0].t_invoke - 1 : 1, p->goods_id, p->stock_before);
+            p->read_done, p->goods_id, p->stock_before);
     for (int k = 0; k < p->total; k++) {
         const load_op *op = &p->ops[k];
         const char *error, *type;
@@ -322,8 +322,11 @@ void load_run(load_plan *p)
 
     if (p->threads > LOAD_THREADS)
         fail_msg("%s: at most %d threads", p->label, LOAD_THREADS);
-    if (p->ops != NULL)
+    if (p->ops != NULL) {
+        p->read_invoke = mono_ns();
         p->stock_before = stock_get(p->goods_id).stock;
+        p->read_done = mono_ns();
+    }
     double start = now_s();
     for (; started < p->threads; started++)
         if (pthread_create(&tid[started], NULL, load_thread, p) != 0)

@@ -413,7 +413,8 @@ typedef struct load_plan {
      * "<key_prefix>-<n>" and is recorded in ops[n]; NULL: neither. */
     load_op *ops;
     char key_prefix[48];
-    long long stock_before; /* the read that opens the history */
+    long long stock_before; /* the read that opens the history, */
+    long long read_invoke, read_done; /* sent and answered then (CLOCK_MONOTONIC ns) */
     int started;            /* threads that took a process number (under mu) */
 } load_plan;
 
