@@ -156,6 +156,13 @@ history_resolve() {
         } | psql -X -q -At -v ON_ERROR_STOP=1 -d "$(history__db)" >"$res" ||
             { rm -f "$open" "$res"; return 1; }
     fi
+    # Nothing open: the settled history is the raw one.
+    if [ ! -s "$res" ]; then
+        cp "$dir/history.jsonl" "$dir/resolved.jsonl"
+        rm -f "$open" "$res"
+        echo none
+        return 0
+    fi
     # The settled history: the info lines replaced, the never-completed ones completed.
     jq -c --slurpfile r <(jq -s 'map({(.key): .}) | add // {}' "$res") --arg now "$now" '
         def settled($o; $time):
@@ -197,11 +204,15 @@ history_resolve() {
 history_ledger() {
     local dir=$1 acked goods out
     acked=$(mktemp) goods=$(mktemp)
-    # (goods, order_id, count) of every ok deduction: the count from its invocation.
-    jq -r 'select(.f == "deduct") | [.type, .process, .goods_id, (.count // 0), (.order_id // 0)] | @tsv' \
+    # (goods, order_id, count) of every ok deduction (the count from its invocation), and
+    # every goods the history names: one pass.
+    jq -r 'select(.type == "invoke" or (.f == "deduct" and .type == "ok"))
+           | [.f, .type, .process, .goods_id, (.count // 0), (.order_id // 0)] | @tsv' \
         "$dir/resolved.jsonl" |
-        awk -F'\t' '$1 == "invoke" { n[$2] = $4; next } $1 == "ok" { print $3 "\t" $5 "\t" n[$2] }' >"$acked"
-    jq -r 'select(.type == "invoke") | .goods_id' "$dir/resolved.jsonl" | sort -un >"$goods"
+        awk -F'\t' -v goods="$goods" '
+            $2 == "invoke" { if (!($4 in seen)) { seen[$4] = 1; print $4 >goods } }
+            $1 == "deduct" && $2 == "invoke" { n[$3] = $5; next }
+            $1 == "deduct" && $2 == "ok" { print $4 "\t" $6 "\t" n[$3] }' >"$acked"
     out=$({
         echo 'CREATE TEMP TABLE acked (goods bigint, order_id bigint, count bigint);'
         echo 'COPY acked FROM STDIN;'
