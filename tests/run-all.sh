@@ -30,6 +30,7 @@ source scripts/lib/ports.sh
 source tests/lib/harness.sh
 source tests/integration.sh
 source tests/ladder.sh
+source tests/history.sh
 source tests/tsan.sh
 
 HARNESS_LOG_DIR=$build/test-logs
@@ -132,6 +133,7 @@ server_suites() {
     run_db_suite
     run_integration "$build"
     harness__cleanup
+    run_history_lib "$build"
     run_ladder "$build"
     if [ -n "${TSAN_BUILD:-}" ]; then
         # The first stack stops before the second starts (and it__cleanup knows one only).
