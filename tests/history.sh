@@ -10,6 +10,7 @@ run_history_lib() {
     local build=$1 dir
     case $build in /*) ;; *) build=$PWD/$build ;; esac
     dir=$(mktemp -d "${TMPDIR:-/tmp}/stock-history.XXXXXX")
+    HISTORY__TEST_DIR=$dir
     check_group_begin "history-lib"
     HISTORY_CLOCK=$build/history-clock
     # shellcheck source=loadtest/lib/history.sh
@@ -41,11 +42,10 @@ history__clock_monotonic() {
 
 # history__class STATUS BODY WANT: history_answer's line for STATUS/BODY contains WANT.
 history__class() {
-    local f line
-    f=$(mktemp)
-    history_answer "$f" 3 5 k-1 123 "$1" "$2"
-    line=$(cat "$f")
-    rm -f "$f"
+    local line
+    history_answer "$HISTORY__TEST_DIR/answer.jsonl" 3 5 k-1 123 "$1" "$2"
+    line=$(<"$HISTORY__TEST_DIR/answer.jsonl")
+    rm -f "$HISTORY__TEST_DIR/answer.jsonl"
     [[ $line == *"$3"* ]] && [[ $line == '{"time":123,"process":3,'* ]] || {
         echo "    got: $line" >&2
         return 1

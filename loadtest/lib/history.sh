@@ -73,12 +73,15 @@ history_invoke() {
 # deduction KEY, answered STATUS (000: no answer) with BODY at T. The classes are those of
 # the top of this file, the same as deduct.lua's record_answer and chaos_load.c's classify.
 history_answer() {
-    local file=$1 proc=$2 goods=$3 key=$4 t=$5 status=$6 body=$7 err type remaining order
-    err=$(sed -n 's/.*"error":"\([A-Za-z0-9_]*\)".*/\1/p' <<<"$body" | head -n 1)
+    local file=$1 proc=$2 goods=$3 key=$4 t=$5 status=$6 body=$7 err='' type remaining order
+    local re_error='"error":"([A-Za-z0-9_]*)"' re_remaining='"remaining":(-?[0-9]+)'
+    local re_order='"order_id":([0-9]+)'
+    [[ $body =~ $re_error ]] && err=${BASH_REMATCH[1]}
     case $status in
     200)
-        remaining=$(sed -n 's/.*"remaining":\(-\{0,1\}[0-9]\{1,\}\).*/\1/p' <<<"$body" | head -n 1)
-        order=$(sed -n 's/.*"order_id":\([0-9]\{1,\}\).*/\1/p' <<<"$body" | head -n 1)
+        remaining='' order=''
+        [[ $body =~ $re_remaining ]] && remaining=${BASH_REMATCH[1]}
+        [[ $body =~ $re_order ]] && order=${BASH_REMATCH[1]}
         if [ -n "$remaining" ] && [ -n "$order" ]; then
             printf '{"time":%s,"process":%d,"type":"ok","f":"deduct","goods_id":%d,"remaining":%d,"order_id":%d,"key":"%s","status":200}\n' \
                 "$t" "$proc" "$goods" "$remaining" "$order" "$key" >>"$file"
