@@ -3,8 +3,8 @@
  *
  *   history-clock        ->  1234567890123
  *
- * A history's events must all be stamped on one monotonic clock (HISTORY format, docs/API.md
- * "How a run is judged"): the load generators read CLOCK_MONOTONIC themselves (wrk's LuaJIT
+ * A history's events must all be stamped on one monotonic clock (README, "How a run is
+ * judged"; loadtest/lib/history.sh): the load generators read CLOCK_MONOTONIC themselves (wrk's LuaJIT
  * through its FFI, the C recorders with clock_gettime), and the shell steps around them (the
  * reset of the goods before a row, the read of the books after it, the ladder's curl
  * requests) read it through this program. `date +%s%N` would not do: it is the wall clock,
