@@ -4,11 +4,11 @@
  *   history-clock        ->  1234567890123
  *
  * A history's events must all be stamped on one monotonic clock (README, "How a run is
- * judged"; loadtest/lib/history.sh): the load generators read CLOCK_MONOTONIC themselves (wrk's LuaJIT
- * through its FFI, the C recorders with clock_gettime), and the shell steps around them (the
- * reset of the goods before a row, the read of the books after it, the ladder's curl
- * requests) read it through this program. `date +%s%N` would not do: it is the wall clock,
- * which may step. Starting a process costs about a millisecond; a step stamps its invocation
+ * judged"; loadtest/lib/history.sh): the load generators read CLOCK_MONOTONIC themselves
+ * (wrk's LuaJIT through its FFI, the C recorders with clock_gettime), and the shell steps
+ * around them (the reset of the goods before a row, the read of the books after it, the
+ * ladder's curl requests) read it through this program. `date +%s%N` would not do: it is the wall
+ * clock, which may step. Starting a process costs about a millisecond; a step stamps its invocation
  * before it starts and its completion after it ends, so the recorded window only widens,
  * which never makes a linearizable history look otherwise.
  */
