@@ -110,62 +110,74 @@ history_merge() {
     cat "$@" | LC_ALL=C sort -s -t: -k2,2n >"$dir/history.jsonl"
 }
 
+# history__seconds_since T: the seconds from T (an $EPOCHREALTIME) to now, "%.2f". A
+# duration on the wall clock is good enough here, and costs no process.
+history__seconds_since() {
+    local now=${EPOCHREALTIME/[.,]/} then=${1/[.,]/}
+    printf '%d.%02d' $(((now - then) / 1000000)) $(((now - then) % 1000000 / 10000))
+}
+
 # history__check FILE OUT: runs the checker on FILE, its output to OUT; prints
 # "VERDICT SECONDS" (VERDICT yes, no, unknown, malformed or error).
 history__check() {
-    local file=$1 out=$2 t0 t1 rc=0 v
-    t0=$(history_now)
+    local file=$1 out=$2 t0=$EPOCHREALTIME rc=0 v last=''
     "$CHECK_HISTORY" "$file" >"$out" 2>&1 || rc=$?
-    t1=$(history_now)
     case $rc in
     0) v=yes ;; 1) v=no ;; 2) v=malformed ;; 3) v=unknown ;; *) v=error ;;
     esac
     # The verdict is the last line's; an exit status that disagrees with it is an error.
+    while IFS= read -r line || [ -n "$line" ]; do last=$line; done <"$out"
     case $v in yes | no | unknown)
-        [ "$(tail -n 1 "$out")" = "linearizable: $v" ] || v=error ;;
+        [ "$last" = "linearizable: $v" ] || v=error ;;
     esac
-    echo "$v $(awk -v d=$((t1 - t0)) 'BEGIN { printf "%.2f", d / 1e9 }')"
+    echo "$v $(history__seconds_since "$t0")"
 }
 
-# history_resolve DIR: writes DIR/resolved.jsonl from DIR/history.jsonl. Once the books have
-# stopped changing (the caller waited for that), every transaction of the row has ended, so
-# an unknown outcome is settled by the request's Idempotency-Key: the idempotency record is
-# written in the sale's own transaction (200, and the refusals 404/409), so a record with 200
-# means the sale happened (an ok, with the remaining and order id its stored answer says),
-# one with 409 a sold_out, and none that it never will ("not_taken", a fail). An `info`
-# completion is replaced; an invocation that never completed gets its completion, stamped
-# now (a moment after its effect, if it had one). Prints how many were settled each way.
+# history__scan FILE OUT: one pass over a history, its deduction and invocation lines as
+# tab-separated "f type process goods count order_id key": what settling and balancing read.
+history__scan() {
+    jq -r 'select(.type == "invoke" or .f == "deduct")
+           | [.f, .type, .process, .goods_id, (.count // 0), (.order_id // 0), (.key // "")]
+           | @tsv' "$1" >"$2"
+}
+
+# history_resolve DIR: writes DIR/resolved.jsonl from DIR/history.jsonl (and its scan,
+# DIR/.scan, from history__scan). Once the books have stopped changing (the caller waited
+# for that), every transaction of the row has ended, so an unknown outcome is settled by the
+# request's Idempotency-Key: the idempotency record is written in the sale's own transaction
+# (200, and the refusals 404/409), so a record with 200 means the sale happened (an ok, with
+# the remaining and order id its stored answer says), one with 409 a sold_out, and none
+# that it never will ("not_taken", a fail). An `info` completion is replaced; an invocation
+# that never completed gets its completion, stamped now (a moment after its effect, if it
+# had one). Prints how many were settled each way ("none": nothing was open, and
+# resolved.jsonl is the raw history).
 history_resolve() {
-    local dir=$1 now open res
-    now=$(history_now)
-    open=$(mktemp) res=$(mktemp)
+    local dir=$1 now open=$1/.open res=$1/.settled
     # The deductions left open: an info completion, or an invocation with none (by process).
-    jq -r 'select(.f == "deduct") | [.type, .process, .goods_id, (.key // "")] | @tsv' \
-        "$dir/history.jsonl" |
-        awk -F'\t' '$1 == "invoke" { inv[$2] = $3 "\t" $4 "\t" $2; next }
-                    $1 == "info" { if ($4 != "") print $3 "\t" $4 "\tinfo\t" $2; delete inv[$2]; next }
-                    { delete inv[$2] }
-                    END { for (p in inv) { split(inv[p], a, "\t"); if (a[2] != "") print a[1] "\t" a[2] "\topen\t" p } }' >"$open"
-    # The records of those keys: one JSON object per line, {"key":..,"status":..,"body":..}.
-    if [ -s "$open" ]; then
-        {
-            echo 'CREATE TEMP TABLE open_ops (goods bigint, key text, how text, process bigint);'
-            echo 'COPY open_ops FROM STDIN;'
-            cat "$open"
-            echo '\.'
-            echo "SELECT json_build_object('key', o.key, 'how', o.how, 'process', o.process,"
-            echo "       'goods', o.goods, 'status', i.status, 'body', i.body)"
-            echo '  FROM open_ops o LEFT JOIN idempotency i ON i.goods = o.goods AND i.key = o.key;'
-        } | psql -X -q -At -v ON_ERROR_STOP=1 -d "$(history__db)" >"$res" ||
-            { rm -f "$open" "$res"; return 1; }
-    fi
-    # Nothing open: the settled history is the raw one.
-    if [ ! -s "$res" ]; then
+    awk -F'\t' '$1 != "deduct" { next }
+                $2 == "invoke" { inv[$3] = $4 "\t" $7 "\t" $3; next }
+                $2 == "info" { if ($7 != "") print $4 "\t" $7 "\tinfo\t" $3; delete inv[$3]; next }
+                { delete inv[$3] }
+                END { for (p in inv) { split(inv[p], a, "\t"); if (a[2] != "") print a[1] "\t" a[2] "\topen\t" p } }' \
+        "$dir/.scan" >"$open"
+    if [ ! -s "$open" ]; then
         cp "$dir/history.jsonl" "$dir/resolved.jsonl"
-        rm -f "$open" "$res"
+        rm -f "$open"
         echo none
         return 0
     fi
+    now=$(history_now)
+    # The records of those keys: one JSON object per line, {"key":..,"status":..,"body":..}.
+    {
+        echo 'CREATE TEMP TABLE open_ops (goods bigint, key text, how text, process bigint);'
+        echo 'COPY open_ops FROM STDIN;'
+        cat "$open"
+        echo '\.'
+        echo "SELECT json_build_object('key', o.key, 'how', o.how, 'process', o.process,"
+        echo "       'goods', o.goods, 'status', i.status, 'body', i.body)"
+        echo '  FROM open_ops o LEFT JOIN idempotency i ON i.goods = o.goods AND i.key = o.key;'
+    } | psql -X -q -At -v ON_ERROR_STOP=1 -d "$(history__db)" >"$res" ||
+        { rm -f "$open" "$res"; return 1; }
     # The settled history: the info lines replaced, the never-completed ones completed.
     jq -c --slurpfile r <(jq -s 'map({(.key): .}) | add // {}' "$res") --arg now "$now" '
         def settled($o; $time):
@@ -184,14 +196,16 @@ history_resolve() {
           (if .f == "deduct" and .type == "invoke" and .key != null and $m[.key].how == "open"
            then settled($m[.key]; ($now | tonumber)) else empty end)' \
         "$dir/history.jsonl" | LC_ALL=C sort -s -t: -k2,2n >"$dir/resolved.jsonl"
-    jq -r 'if .status == 200 then "taken" else "not_taken" end' "$res" | sort | uniq -c |
-        awk '{ printf "%s%s %s", (NR > 1 ? ", " : ""), $1, $2 } END { if (NR == 0) printf "none" }'
-    echo
+    # The scan of the settled history, for the ledger.
+    history__scan "$dir/resolved.jsonl" "$dir/.scan"
+    awk '{ n[$0 ~ /"status":200/ ? "taken" : "not_taken"]++ }
+         END { s = ""; for (k in n) s = s (s == "" ? "" : ", ") n[k] " " k; print s }' "$res"
     rm -f "$open" "$res"
 }
 
 # history_ledger DIR: balances the books of each goods of the row (every goods it names) against
-# DIR/resolved.jsonl, writes DIR/ledger.txt and prints "ok" or what is wrong:
+# DIR/resolved.jsonl (through its scan, DIR/.scan), writes DIR/ledger.txt and prints "ok"
+# or what is wrong:
 #   lost N       acknowledged orders (ok, or settled as taken) absent from the orders table
 #   phantom N    orders in the table that no client was told of (a "failed" request that sold)
 #   dup N        order ids told to two clients
@@ -205,25 +219,18 @@ history_resolve() {
 #                each segment has a lock and a token counter of its own, and an order does
 #                not say which segment's token it carries, so its tokens interleave.
 history_ledger() {
-    local dir=$1 acked goods out
-    acked=$(mktemp) goods=$(mktemp)
-    # (goods, order_id, count) of every ok deduction (the count from its invocation), and
-    # every goods the history names: one pass.
-    jq -r 'select(.type == "invoke" or (.f == "deduct" and .type == "ok"))
-           | [.f, .type, .process, .goods_id, (.count // 0), (.order_id // 0)] | @tsv' \
-        "$dir/resolved.jsonl" |
-        awk -F'\t' -v goods="$goods" '
-            $2 == "invoke" { if (!($4 in seen)) { seen[$4] = 1; print $4 >goods } }
-            $1 == "deduct" && $2 == "invoke" { n[$3] = $5; next }
-            $1 == "deduct" && $2 == "ok" { print $4 "\t" $6 "\t" n[$3] }' >"$acked"
+    local dir=$1 out
     out=$({
+        # (goods, order_id, count) of every ok deduction (the count from its invocation),
+        # then every goods the history names.
         echo 'CREATE TEMP TABLE acked (goods bigint, order_id bigint, count bigint);'
         echo 'COPY acked FROM STDIN;'
-        cat "$acked"
+        awk -F'\t' '$1 == "deduct" && $2 == "invoke" { n[$3] = $5; next }
+                    $1 == "deduct" && $2 == "ok" { print $4 "\t" $6 "\t" n[$3] }' "$dir/.scan"
         echo '\.'
         echo 'CREATE TEMP TABLE row_goods (goods bigint);'
         echo 'COPY row_goods FROM STDIN;'
-        cat "$goods"
+        awk -F'\t' '$2 == "invoke" && !($4 in seen) { seen[$4] = 1; print $4 }' "$dir/.scan"
         echo '\.'
         cat <<'SQL'
 SELECT g.goods,
@@ -241,15 +248,11 @@ SELECT g.goods,
   FROM row_goods g ORDER BY g.goods;
 SQL
     } | psql -X -q -At -F ' ' -v ON_ERROR_STOP=1 -d "$(history__db)") || {
-        rm -f "$acked" "$goods"
         echo "error (psql failed)"
         return 1
     }
-    rm -f "$acked" "$goods"
-    {
-        echo "# goods lost phantom dup history_units order_units fence_back"
-        echo "$out"
-    } >"$dir/ledger.txt"
+    printf '# goods lost phantom dup history_units order_units fence_back\n%s\n' "$out" \
+        >"$dir/ledger.txt"
     awk -v allowed="${HISTORY_SOURCE_CHANGES:-0}" '{ lost += $2; phantom += $3; dup += $4; hu += $5; ou += $6; fence += $7 }
          END {
              fence = fence > allowed ? fence - allowed : 0
@@ -269,31 +272,42 @@ SQL
 # books. Sets HISTORY_LINEARIZABLE ("yes (0.12 s)", "no (raw yes; resolved no; 0.30 s)",
 # "unchecked (no build/check-history)") and HISTORY_LEDGER ("ok", "lost 2", ...), and
 # HISTORY_VERDICT (the first word: yes, no, unknown, malformed, error, unchecked) for the
-# callers' --check. Writes DIR/verdict.txt with all three and the resolution's counts.
+# callers' --check. Writes DIR/verdict.txt with all three and the resolution's counts. When
+# nothing was left open, the settled history is the raw one and is checked once.
 history_judge() {
-    local dir=$1 raw resolved rv rs vv settled
+    local dir=$1 raw resolved rv rs vv settled secs
     HISTORY_LINEARIZABLE='error' HISTORY_LEDGER='error' HISTORY_VERDICT=error
     if [ ! -s "$dir/history.jsonl" ]; then
         HISTORY_LINEARIZABLE='error (no history recorded)'
         return 0
     fi
+    history__scan "$dir/history.jsonl" "$dir/.scan"
     settled=$(history_resolve "$dir") || settled="resolution failed (psql)"
     [ -s "$dir/resolved.jsonl" ] || cp "$dir/history.jsonl" "$dir/resolved.jsonl"
     HISTORY_LEDGER=$(history_ledger "$dir") || true
+    rm -f "$dir/.scan"
     if [ ! -x "$CHECK_HISTORY" ]; then
         HISTORY_VERDICT=unchecked
         HISTORY_LINEARIZABLE="unchecked (no ${CHECK_HISTORY#"$HISTORY__ROOT"/})"
     else
         raw=$(history__check "$dir/history.jsonl" "$dir/check-raw.txt")
-        resolved=$(history__check "$dir/resolved.jsonl" "$dir/check-resolved.txt")
+        if [ "$settled" = none ]; then
+            resolved=$raw
+            cp "$dir/check-raw.txt" "$dir/check-resolved.txt"
+        else
+            resolved=$(history__check "$dir/resolved.jsonl" "$dir/check-resolved.txt")
+        fi
         rv=${raw% *} rs=${resolved% *}
         # The worse of the two: error, malformed, no, unknown, yes.
         for vv in error malformed no unknown yes; do
             if [ "$rv" = "$vv" ] || [ "$rs" = "$vv" ]; then break; fi
         done
         HISTORY_VERDICT=$vv
-        local secs
-        secs=$(awk -v a="${raw#* }" -v b="${resolved#* }" 'BEGIN { printf "%.2f", a + b }')
+        if [ "$settled" = none ]; then
+            secs=${raw#* }
+        else
+            secs=$(awk -v a="${raw#* }" -v b="${resolved#* }" 'BEGIN { printf "%.2f", a + b }')
+        fi
         if [ "$rv" = "$rs" ]; then
             HISTORY_LINEARIZABLE="$vv ($secs s)"
         else
@@ -306,11 +320,8 @@ history_judge() {
             cp "$dir/check-raw.txt" "$dir/counterexample.txt"
         fi
     fi
-    {
-        echo "linearizable: $HISTORY_LINEARIZABLE"
-        echo "ledger: $HISTORY_LEDGER"
-        echo "unknown outcomes settled: $settled"
-    } >"$dir/verdict.txt"
+    printf 'linearizable: %s\nledger: %s\nunknown outcomes settled: %s\n' \
+        "$HISTORY_LINEARIZABLE" "$HISTORY_LEDGER" "$settled" >"$dir/verdict.txt"
 }
 
 # history_ok VERDICT LEDGER: true when a row that must be correct is: linearizable yes and
