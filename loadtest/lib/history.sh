@@ -198,7 +198,7 @@ history_resolve() {
         "$dir/history.jsonl" | LC_ALL=C sort -s -t: -k2,2n >"$dir/resolved.jsonl"
     # The scan of the settled history, for the ledger.
     history__scan "$dir/resolved.jsonl" "$dir/.scan"
-    awk '{ n[$0 ~ /"status":200/ ? "taken" : "not_taken"]++ }
+    awk '{ n[$0 ~ /"status" *: *200[,}]/ ? "taken" : "not_taken"]++ }
          END { s = ""; for (k in n) s = s (s == "" ? "" : ", ") n[k] " " k; print s }' "$res"
     rm -f "$open" "$res"
 }
