@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # run-all.sh BUILD_DIR - every test, against real servers, as `make test` runs it:
-#   1. the pure unit tests (tests/run-unit.sh's suites);
+#   1. the pure unit tests (tests/run-unit.sh's suites), and the documents checked against
+#      the code (tests/docs.sh: make docs-check, one case per check);
 #   2. test_lock, which starts a redis-server of its own; test_redlock, five of them;
 #      test_etcd, an etcd of its own; test_zookeeper, a ZooKeeper of its own; test_sentinel, a master, a replica and three Sentinels;
 #      test_cluster, a Redis Cluster of three masters;
 #   3. test_db and test_deduct (two lock holders in every interleaving), against a
 #      throwaway PostgreSQL started here on a free port in a temporary directory
 #      (TEST_DATABASE_URL names its superuser: the tests create databases);
-#   4. the integration run (tests/integration.sh): the whole stack on free ports;
+#   4. the integration run (tests/integration.sh): the whole stack on free ports; then the
+#      ladder (tests/ladder.sh) and the lab (tests/lab.sh: its stack, its API, its page played
+#      in headless Chromium), each on a stack of its own;
 #   (2 to 5 run with an open-file limit of FD_LIMIT, servers included: see below;)
 #   5. with TSAN_BUILD=DIR (as `make test` sets it: build/tsan), tests/tsan.sh's run: test_lock
 #      and the stack again, built with ThreadSanitizer;
@@ -30,8 +33,13 @@ source scripts/lib/ports.sh
 source tests/lib/harness.sh
 source tests/integration.sh
 source tests/ladder.sh
+<<<<<<< HEAD
 source tests/history.sh
+=======
+source tests/lab.sh
+>>>>>>> main
 source tests/tsan.sh
+source tests/docs.sh
 
 HARNESS_LOG_DIR=$build/test-logs
 rm -rf "$HARNESS_LOG_DIR"
@@ -135,6 +143,7 @@ server_suites() {
     harness__cleanup
     run_history_lib "$build"
     run_ladder "$build"
+    run_lab "$build"
     if [ -n "${TSAN_BUILD:-}" ]; then
         # The first stack stops before the second starts (and it__cleanup knows one only).
         harness__cleanup
@@ -145,6 +154,7 @@ server_suites() {
 # --- the run ---
 
 run_unit_suites "$build"
+run_docs_check
 harness_with_fd_limit "$FD_LIMIT" server_suites
 
 # 6. The compose stack (docker/test.sh), when asked for (`make test` asks): Docker, or
