@@ -175,12 +175,8 @@ static void handle_deduct(app *a, const http_request *req, http_reply *reply)
     }
     if (!idempotency_key_ok(key, reply))
         return;
-<<<<<<< HEAD
     reply->idempotency_key = key; /* every answer from here on carries it back */
-    if (fault != NULL && !fault_plan_from_header(a, fault, &plan, reply))
-=======
     if (fault != NULL && !fault_plan_from_header(a, fault, request_id, &plan, &holds, reply))
->>>>>>> main
         return;
     m = choose_mode(a, req, dr.has_mode, dr.mode, reply);
     if (m == NULL)

@@ -33,11 +33,8 @@ source scripts/lib/ports.sh
 source tests/lib/harness.sh
 source tests/integration.sh
 source tests/ladder.sh
-<<<<<<< HEAD
 source tests/history.sh
-=======
 source tests/lab.sh
->>>>>>> main
 source tests/tsan.sh
 source tests/docs.sh
 
