@@ -39,6 +39,7 @@
 #                                  sync or strict says how commits are replicated [async]
 #   scripts/stack.sh pg-ha-list    patronictl list: each node's role, state, timeline, lag
 #   scripts/stack.sh pg-ha-leader  the number of the node that is the primary now
+#   scripts/stack.sh pg-ha-sql SQL run SQL on the primary (database stock, as the superuser)
 #   scripts/stack.sh pg-ha-kill [N|leader]  SIGKILL node N (Patroni, postmaster, backends) as
 #                                  a dead host; prints its number
 #   scripts/stack.sh pg-ha-start N start node N's Patroni again (it rejoins as a standby)
@@ -360,6 +361,10 @@ main() {
     pg-thaw) pg_thaw ;;
     pg-ha-list) pgha_patronictl list ;;
     pg-ha-leader) pgha_leader ;;
+    pg-ha-sql)
+        [ $# -eq 1 ] || die "usage: pg-ha-sql 'SQL' (run on the primary, database stock)"
+        pgha_psql stock -Atc "$1"
+        ;;
     pg-ha-kill)
         n=${1:-leader}
         [ "$n" != leader ] || n=$(pgha_leader) || die "no primary to kill"

@@ -47,7 +47,13 @@ pgha__api_port() { echo $((PGHA_API_PORT_BASE + $1 - 1)); }
 
 # ---- Patroni's etcd ----
 
-pgha__etcd_pattern() { echo "--listen-client-urls http://127.0.0.1:$PGHA_ETCD_PORT"; }
+# The port is the one it was started on (recorded), so that `down` finds it whatever the
+# environment says now.
+pgha__etcd_pattern() {
+    local port=""
+    [ -r "$PGHA_DIR/etcd/etcd.port" ] && read -r port <"$PGHA_DIR/etcd/etcd.port"
+    echo "--listen-client-urls http://127.0.0.1:${port:-$PGHA_ETCD_PORT}"
+}
 
 pgha_etcd_pid() {
     pidfile_alive "$PGHA_DIR/etcd/etcd.pid" "$(pgha__etcd_pattern)"
@@ -66,6 +72,7 @@ pgha__etcd_start() {
     require_port_free "$PGHA_ETCD_PORT" "patroni's etcd" PGHA_ETCD_PORT
     require_port_free "$PGHA_ETCD_PEER_PORT" "patroni's etcd peer" PGHA_ETCD_PEER_PORT
     mkdir -p "$PGHA_DIR/etcd" "$LOG_DIR"
+    echo "$PGHA_ETCD_PORT" >"$PGHA_DIR/etcd/etcd.port"
     url=http://127.0.0.1:$PGHA_ETCD_PORT
     peer=http://127.0.0.1:$PGHA_ETCD_PEER_PORT
     setsid "${ETCD_SERVER:-/usr/bin/etcd}" --name patroni --data-dir "$PGHA_DIR/etcd/data" \
@@ -339,25 +346,25 @@ pgha__mode_in_force() {
 # Starts the etcd and the three nodes, waits for a primary and two streaming standbys,
 # applies PG_REPLICATION, and creates the role and database `stock` on the primary.
 pgha_start() {
-    local n have
+    local n have fresh=1
     mkdir -p "$PGHA_DIR"
     [ -x "$PATRONI" ] || die "patroni not found (scripts/deps.sh ensure pg-ha)"
+    for ((n = 1; n <= PGHA_NODES; n++)); do
+        [ -s "$(pgha__node_dir "$n")/data/PG_VERSION" ] && fresh=0
+    done
     pgha__etcd_start
-    # Node 1 first, alone, when there is no cluster yet: it runs initdb; the others would
-    # otherwise race it for the initialize key and wait anyway.
-    pgha_node_start 1
-    if ! wait_until 60 pgha_leader >/dev/null; then
-        log_tail "$LOG_DIR/pg-1.log"
-        die "no primary after 60 s (see $LOG_DIR/pg-*.log)"
-    fi
-    for ((n = 2; n <= PGHA_NODES; n++)); do
+    # All at once: on a new cluster they race for etcd's initialize key, the winner runs
+    # initdb and the others wait for it, then copy it (pg_basebackup) and follow.
+    for ((n = 1; n <= PGHA_NODES; n++)); do
         pgha_node_start "$n"
     done
-    if ! wait_until 90 pgha__healthy; then
+    if ! wait_until 120 pgha__healthy; then
         pgha_patronictl list >&2 || true
-        die "the cluster did not come up with a primary and streaming standbys within 90 s"
+        die "the cluster did not come up with a primary and streaming standbys within 120 s (see $LOG_DIR/pg-*.log)"
     fi
-    pgha__apply_mode
+    # A new cluster took bootstrap.dcs, written from PG_REPLICATION; an existing one keeps
+    # what etcd holds, which the last `up` may have set otherwise.
+    [ "$fresh" = 1 ] || pgha__apply_mode
     if ! wait_until 30 pgha__mode_in_force; then
         die "synchronous_standby_names does not say '$PG_REPLICATION' after 30 s"
     fi
