@@ -7,7 +7,7 @@
 -- One row per goods. `stock` is what is left; `initial` what the last reset set, so that
 -- the stock report can tell units sold from units lost. `fence` is the highest fencing
 -- token that has written the row: a write carrying a lower token is refused (see
--- db_stock_write), which is how a lock holder whose lease ran out is kept from writing.
+-- db_stock_claim), which is how a lock holder whose lease ran out is kept from writing.
 --
 -- stock >= 0 holds even in the unguarded modes: each request writes a value it computed
 -- from a stock it saw as large enough. Those modes lose updates and oversell, but they
