@@ -1,5 +1,6 @@
 # tests/pg_ha.sh - the service on PostgreSQL under Patroni, through a failover (sourced by
 # tests/run-all.sh; bash; needs harness.sh, ports.sh and integration.sh's it__no_sanitizer_report).
+# shellcheck shell=bash
 #
 # run_pg_ha BUILD_DIR starts `PG_HA=1 scripts/stack.sh up` (three PostgreSQL nodes, Patroni's
 # etcd, one replica of the service, nginx) on free ports in a directory of its own, then:

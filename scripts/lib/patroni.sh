@@ -1,6 +1,6 @@
 # patroni.sh - a replicated PostgreSQL under Patroni (PG_HA=1): three nodes, one primary and
 # two standbys, and an etcd of their own as Patroni's store (sourced, bash; needs common.sh,
-# config.sh, ports.sh and pg.sh for PG_BIN and pg__children).
+# config.sh, ports.sh, etcd.sh for the etcd recipe and pg.sh for PG_BIN and pg__children).
 # shellcheck shell=bash
 #
 #   $PGHA_DIR/etcd/            Patroni's etcd (data, PID)
@@ -45,47 +45,13 @@ pgha__node_dir() { echo "$PGHA_DIR/pg-$1"; }
 pgha__port() { echo $((PGHA_PORT_BASE + $1 - 1)); }
 pgha__api_port() { echo $((PGHA_API_PORT_BASE + $1 - 1)); }
 
-# ---- Patroni's etcd ----
+# ---- Patroni's etcd (etcd.sh's recipe) ----
 
-# The port is the one it was started on (recorded), so that `down` finds it whatever the
-# environment says now.
-pgha__etcd_pattern() {
-    local port=""
-    [ -r "$PGHA_DIR/etcd/etcd.port" ] && read -r port <"$PGHA_DIR/etcd/etcd.port"
-    echo "--listen-client-urls http://127.0.0.1:${port:-$PGHA_ETCD_PORT}"
-}
-
-pgha_etcd_pid() {
-    pidfile_alive "$PGHA_DIR/etcd/etcd.pid" "$(pgha__etcd_pattern)"
-}
-
-pgha__etcd_healthy() {
-    curl -fsS --max-time 1 "http://127.0.0.1:$PGHA_ETCD_PORT/health" 2>/dev/null | grep -q '"true"'
-}
+pgha_etcd_pid() { etcd__pid_in "$PGHA_DIR/etcd" "$PGHA_ETCD_PORT"; }
 
 pgha__etcd_start() {
-    local pid url peer
-    if pid=$(pgha_etcd_pid); then
-        return 0
-    fi
-    [ -x "${ETCD_SERVER:-/usr/bin/etcd}" ] || die "etcd not found (scripts/deps.sh ensure pg-ha)"
-    require_port_free "$PGHA_ETCD_PORT" "patroni's etcd" PGHA_ETCD_PORT
-    require_port_free "$PGHA_ETCD_PEER_PORT" "patroni's etcd peer" PGHA_ETCD_PEER_PORT
-    mkdir -p "$PGHA_DIR/etcd" "$LOG_DIR"
-    echo "$PGHA_ETCD_PORT" >"$PGHA_DIR/etcd/etcd.port"
-    url=http://127.0.0.1:$PGHA_ETCD_PORT
-    peer=http://127.0.0.1:$PGHA_ETCD_PEER_PORT
-    setsid "${ETCD_SERVER:-/usr/bin/etcd}" --name patroni --data-dir "$PGHA_DIR/etcd/data" \
-        --listen-client-urls "$url" --advertise-client-urls "$url" \
-        --listen-peer-urls "$peer" --initial-advertise-peer-urls "$peer" \
-        --initial-cluster "patroni=$peer" --listen-metrics-urls "" \
-        </dev/null >>"$LOG_DIR/pgha-etcd.log" 2>&1 &
-    echo $! >"$PGHA_DIR/etcd/etcd.pid"
-    if ! wait_until 30 pgha__etcd_healthy || ! pid=$(pgha_etcd_pid); then
-        log_tail "$LOG_DIR/pgha-etcd.log"
-        die "patroni's etcd did not become healthy on port $PGHA_ETCD_PORT"
-    fi
-    log "patroni's etcd started (pid $pid, $url)"
+    etcd__start_in patroni "$PGHA_DIR/etcd" "$PGHA_ETCD_PORT" "$PGHA_ETCD_PEER_PORT" \
+        "$LOG_DIR/pgha-etcd.log" "patroni's etcd" PGHA_ETCD_PORT PGHA_ETCD_PEER_PORT
 }
 
 # ---- one node ----
@@ -208,9 +174,9 @@ pgha_node_start() {
     touch "$LOG_DIR/pg-$n.log"
     # The shell writes its own PID, then becomes Patroni by exec: the recorded PID is
     # Patroni's, whoever it runs as. setsid: no terminal signal reaches it.
-    # shellcheck disable=SC2016 # expanded by the inner shell
     local -a as=()
     [ "$(id -u)" -ne 0 ] || as=(runuser -u "$user" --)
+    # shellcheck disable=SC2016 # expanded by the inner shell
     setsid "${as[@]}" bash -c 'echo $$ >"$1"; shift; exec "$@"' pgha \
         "$dir/patroni.pid" "$PATRONI" "$dir/patroni.yml" </dev/null >>"$LOG_DIR/pg-$n.log" 2>&1 &
     if ! wait_until 10 pgha_node_pid "$n" >/dev/null; then
@@ -382,7 +348,7 @@ pgha_start() {
 # Stops the standbys first, then the primary (stopping the primary first would hand its
 # role to a standby on the way out), then the etcd.
 pgha_stop() {
-    local n leader="" failed=0 pid
+    local n leader="" failed=0
     leader=$(pgha_leader) || true
     for ((n = 1; n <= PGHA_NODES; n++)); do
         [ "$n" = "$leader" ] && continue
@@ -395,10 +361,7 @@ pgha_stop() {
         log "stopping pg-$leader (the primary)"
         pgha_node_stop "$leader" || failed=1
     fi
-    if pid=$(pgha_etcd_pid); then
-        log "stopping patroni's etcd (pid $pid)"
-        stop_pid "patroni's etcd" "$pid" "$(pgha__etcd_pattern)" TERM:10 KILL:5 || failed=1
-    fi
+    etcd__stop_in "$PGHA_DIR/etcd" "$PGHA_ETCD_PORT" "patroni's etcd" || failed=1
     return $failed
 }
 
