@@ -203,16 +203,17 @@ pgha_node_stop() {
 # Kills node N as a host dies: SIGKILL to Patroni first (so that it cannot restart its
 # PostgreSQL), then to the postmaster and every backend, by PID. Nothing is shut down
 # cleanly, nothing is said to etcd: the leader key expires by itself after ttl.
+# The PIDs are gathered first, then signalled by one `kill` (a builtin: no fork between
+# them), so that the node dies at one moment even on a busy machine. A backend that forks
+# after the list was made sees its postmaster gone and exits by itself.
 pgha_node_kill() {
-    local n=$1 ppid mpid
+    local n=$1 ppid mpid kids=""
     ppid=$(pgha_node_pid "$n") || true
     mpid=$(pgha_postmaster_pid "$n") || true
     [ -n "$ppid$mpid" ] || die "pg-$n is not running"
-    [ -z "$ppid" ] || kill -KILL "$ppid" 2>/dev/null || true
-    if [ -n "$mpid" ]; then
-        # shellcheck disable=SC2046 # one PID per word
-        kill -KILL "$mpid" $(pg__children "$mpid") 2>/dev/null || true
-    fi
+    [ -z "$mpid" ] || kids=$(pg__children "$mpid" | tr '\n' ' ')
+    # shellcheck disable=SC2086 # one PID per word
+    kill -KILL $ppid $mpid $kids 2>/dev/null || true
     log "pg-$n killed (SIGKILL to patroni ${ppid:-none}, postmaster ${mpid:-none} and its children)"
 }
 
