@@ -65,6 +65,8 @@ TEST_SUPPORT_SRC := $(wildcard tests/support/*.c)
 # stack by tests/integration.sh) and the support library they share (tests/stack/*.c).
 STACK_TEST_SRC := $(wildcard tests/stack/test_*.c)
 STACK_SUPPORT_SRC := $(filter-out $(STACK_TEST_SRC),$(wildcard tests/stack/*.c))
+# The history checker (history/, docs/history.md): pure C and jansson, no other module.
+HISTORY_SRC := $(filter-out history/main.c,$(wildcard history/*.c))
 
 obj = $(patsubst %.c,$(B)/obj/%.o,$(1))
 LOCK_OBJ := $(call obj,$(LOCK_SRC))
@@ -73,8 +75,9 @@ SERVICE_OBJ := $(call obj,$(SERVICE_SRC))
 MODULE_OBJ := $(SERVICE_OBJ) $(DB_OBJ) $(LOCK_OBJ)
 TEST_SUPPORT_OBJ := $(call obj,$(TEST_SUPPORT_SRC))
 STACK_SUPPORT_OBJ := $(call obj,$(STACK_SUPPORT_SRC))
+HISTORY_OBJ := $(call obj,$(HISTORY_SRC))
 
-PROGRAMS := $(B)/stockd $(B)/lock-bench $(B)/ceiling-bench
+PROGRAMS := $(B)/stockd $(B)/lock-bench $(B)/ceiling-bench $(B)/check-history
 TESTS := $(patsubst tests/%.c,$(B)/tests/%,$(TEST_SRC))
 STACK_TESTS := $(patsubst tests/%.c,$(B)/tests/%,$(STACK_TEST_SRC))
 # What tests/tsan.sh runs: the service, and the tests with threads of their own to race.
@@ -90,7 +93,8 @@ TSAN_TARGETS := build/tsan/stockd build/tsan/tests/test_lock build/tsan/tests/te
 
 all: programs
 programs: $(PROGRAMS)
-tests: $(TESTS) $(STACK_TESTS)
+# check-history too: tests/histories/run.sh (a unit suite) runs it on every committed history.
+tests: $(TESTS) $(STACK_TESTS) $(B)/check-history $(B)/history-gen
 
 # pkg-check and check-includes are order-only: they run before the first compile but never
 # make an object stale.
@@ -110,6 +114,13 @@ $(B)/lock-bench: $(B)/obj/bench/lock_bench.o $(LOCK_OBJ)
 $(B)/ceiling-bench: $(B)/obj/bench/ceiling_bench.o $(SERVICE_OBJ) $(DB_OBJ) $(LOCK_OBJ)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
+$(B)/check-history: $(B)/obj/history/main.o $(HISTORY_OBJ)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# A realistic load history, legal or not, for check-history's tests and measurements.
+$(B)/history-gen: $(B)/obj/tests/histories/generate.o
+	$(CC) $(LDFLAGS) -o $@ $^
+
 # Not in `programs`: it links libcurl, whose headers come with the test packages.
 $(B)/chaos-load: $(B)/obj/bench/chaos_load.o
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) -lcurl
@@ -117,6 +128,10 @@ $(B)/chaos-load: $(B)/obj/bench/chaos_load.o
 # The stack's programs talk to the stack over HTTP, redis-cli and libpq: none of the modules.
 # (GNU make takes the pattern rule with the shortest stem: this one for tests/stack/.)
 $(B)/tests/stack/%: $(B)/obj/tests/stack/%.o $(STACK_SUPPORT_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(TEST_LDLIBS)
+
+$(B)/tests/test_history: $(B)/obj/tests/test_history.o $(HISTORY_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(TEST_LDLIBS)
 

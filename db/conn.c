@@ -314,7 +314,7 @@ int db__check(db_conn *c, PGresult *res, ExecStatusType want)
     ExecStatusType st = res ? PQresultStatus(res) : PGRES_FATAL_ERROR;
     const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
     const char *primary = res ? PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY) : NULL;
-    bool lost, lock_timeout;
+    bool lost, lock_timeout, deadlock;
 
     if (res && st == want)
         return DB_OK;
@@ -337,11 +337,16 @@ int db__check(db_conn *c, PGresult *res, ExecStatusType want)
      * a NOWAIT found it taken. The caller answers "not had within the bound", not "down".
      * (Read before PQclear: `state` points into res.) */
     lock_timeout = state != NULL && strcmp(state, "55P03") == 0;
+    /* deadlock_detected: this transaction was chosen as the victim of a cycle of waits (two
+     * transactions that took the same rows in opposite orders); the other goes on. */
+    deadlock = state != NULL && strcmp(state, "40P01") == 0;
     PQclear(res);
     if (lost) {
         c->broken = true;
         return DB_ERR_UNAVAILABLE;
     }
+    if (deadlock)
+        return DB_ERR_DEADLOCK;
     return lock_timeout ? DB_ERR_LOCK_TIMEOUT : DB_ERR_QUERY;
 }
 
@@ -405,6 +410,8 @@ const char *db_strerror(int code)
         return "the row changed since it was read: run the transaction again";
     case DB_ERR_HELD:
         return "the lock row is held by another owner";
+    case DB_ERR_DEADLOCK:
+        return "chosen as the victim of a deadlock";
     case DB_ERR_COMMIT_UNKNOWN:
         return "COMMIT sent, answer lost: the transaction may have committed";
     case DB_ERR_SCHEMA:

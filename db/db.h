@@ -34,6 +34,9 @@ enum {
     DB_ERR_RETRY = -13,          /* db_stock_write_versioned: the row's version moved on since
                                     the read; nothing written: run the transaction again */
     DB_ERR_HELD = -14,           /* db_lockrow_take: another owner holds the goods' lock row */
+    DB_ERR_DEADLOCK = -15,       /* PostgreSQL found a cycle of lock waits and chose this
+                                    transaction as its victim (SQLSTATE 40P01): the session is
+                                    fine, the transaction must be rolled back */
 };
 
 typedef struct db_pool db_pool;
@@ -142,10 +145,12 @@ int db_rollback(db_conn *conn);
  *   newer token and the holder sells nothing. DB_ERR_FENCED when the row carries a newer
  *   token of the same source (the caller's lock was superseded: answer lock_lost and roll
  *   back); DB_ERR_NOT_FOUND for unknown goods. A token of another source is not compared
- *   (numbers of two counters say nothing about each other) and takes the row over.
+ *   (numbers of two counters say nothing about each other); each source keeps its own
+ *   largest token (goods_fences), whatever claims of other sources came in between.
  * db_stock_write: sets the stock to new_stock. After a claim the row is the caller's until
  *   its transaction ends, so no token is needed. DB_ERR_NOT_FOUND for unknown goods.
- * db_order_insert: records the order; fence (the holder's token) may be NULL. Sets
+ * db_order_insert: records the order; fence (the holder's token) may be NULL, else
+ *   fence_source names its counter ("redis", "etcd", ...) and is recorded with it. Sets
  *   *order_id.
  * db_orders_insert_many: records n orders of goods_id (counts[i] units each, 1 <= n <=
  *   DB_ORDERS_MAX) in one statement, one round trip: the batched sale's orders. Sets
@@ -155,13 +160,17 @@ int db_rollback(db_conn *conn);
 int db_stock_read(db_conn *conn, int64_t goods_id, int64_t *stock);
 int db_stock_claim(db_conn *conn, int64_t goods_id, const char *source, int64_t token,
                    int64_t *stock);
+/* The largest token of `source` a claim of goods_id has carried (what a refused claim was
+ * refused against). DB_ERR_NOT_FOUND when the source never claimed it. */
+int db_fence_of(db_conn *conn, int64_t goods_id, const char *source, int64_t *fence);
 int db_stock_write(db_conn *conn, int64_t goods_id, int64_t new_stock);
 int db_order_insert(db_conn *conn, int64_t goods_id, int64_t count, const char *mode,
-                    const char *instance, const int64_t *fence, int64_t *order_id);
+                    const char *instance, const int64_t *fence, const char *fence_source,
+                    int64_t *order_id);
 #define DB_ORDERS_MAX 4096
 int db_orders_insert_many(db_conn *conn, int64_t goods_id, const int64_t *counts, size_t n,
                           const char *mode, const char *instance, const int64_t *fence,
-                          int64_t *order_ids);
+                          const char *fence_source, int64_t *order_ids);
 
 /*
  * The PostgreSQL rungs of the ladder: the database itself closes the race, with no guard.
@@ -293,9 +302,41 @@ int db_idempotency_store(db_conn *conn, int64_t goods_id, const char *key, int s
 int db_idempotency_fetch(db_conn *conn, int64_t goods_id, const char *key, int *status,
                          char **body);
 
+/*
+ * Orders of several goods (a cart, POST /api/order; migrations/006_order_carts.sql). The
+ * arrays hold the cart's items in the request's order, n of them (1 <= n <= DB_CART_MAX).
+ *
+ * db_stock_take_cart: pg-atomic's cart, one statement: takes the rows' locks in ascending id
+ *   order and sells counts[i] of goods_ids[i] from each, when every goods exists and has
+ *   enough; else it writes nothing. DB_OK when every item was sold, left[i] the stock each
+ *   keeps. DB_ERR_NOT_FOUND when a goods does not exist, *failed its
+ *   index (the first such); else DB_ERR_INSUFFICIENT, *failed the index of the first item
+ *   short of stock and left[*failed] the stock it has. DB_ERR_INVALID for n out of range.
+ * db_orders_insert_cart: records the cart's orders, one row per item (fences[i] the token
+ *   the item's goods row was claimed with, or NULL when has_fence is NULL or has_fence[i] is
+ *   false), all in one statement, sharing one cart number: *cart_id, never the id of another
+ *   order. DB_ERR_INVALID for n out of range or a count < 1.
+ * db_order_idempotency_claim / _store / _fetch: the Idempotency-Key records of carts, unique
+ *   per (cart, key), where `cart` is the cart's canonical text (service/cart.h); the claim
+ *   also records the cart's goods (goods_ids, n), so that a reset of any of them deletes the
+ *   record. The same contract as db_idempotency_claim / _store / _fetch below.
+ */
+#define DB_CART_MAX 16
+int db_stock_take_cart(db_conn *conn, const int64_t *goods_ids, const int64_t *counts, size_t n,
+                       int64_t *left, size_t *failed);
+int db_orders_insert_cart(db_conn *conn, const int64_t *goods_ids, const int64_t *counts,
+                          const int64_t *fences, const bool *has_fence, size_t n, const char *mode,
+                          const char *instance, int64_t *cart_id);
+int db_order_idempotency_claim(db_conn *conn, const char *cart, const int64_t *goods_ids, size_t n,
+                               const char *key);
+int db_order_idempotency_store(db_conn *conn, const char *cart, const char *key, int status,
+                               const char *body);
+int db_order_idempotency_fetch(db_conn *conn, const char *cart, const char *key, int *status,
+                               char **body);
+
 /* Creates the goods if needed, sets stock and initial to `stock` (the fencing token is
  * kept), empties its segments (their tokens kept), deletes its orders and idempotency
- * records: one transaction of its own, so it
+ * records (a cart's records too, when it holds the goods): one transaction of its own, so it
  * must be called outside one (DB_ERR_INVALID otherwise). */
 int db_goods_reset(db_conn *conn, int64_t goods_id, int64_t stock);
 

@@ -6,6 +6,7 @@
  *   statements.c  every SQL text of the service, and running them (prepared on first use)
  *   stock.c       the read-check-write statements, the reset and the stock report
  *   segments.c    the segments of a goods' stock (redis-sharded)
+ *   cart.c        the statements of an order of several goods (POST /api/order)
  *   idempotency.c the Idempotency-Key records
  *   migrate.c     the schema migrations
  *
@@ -75,6 +76,7 @@ enum db__stmt_id {
     DB__STOCK_READ_FOR_UPDATE,
     DB__GOODS_ADVISORY_LOCK,
     DB__STOCK_TAKE,
+    DB__STOCK_TAKE_CART,
     DB__SET_LOCK_TIMEOUT,
     DB__STOCK_READ_VERSIONED,
     DB__STOCK_WRITE_VERSIONED,
@@ -82,8 +84,10 @@ enum db__stmt_id {
     DB__LOCKROW_EXPIRE,
     DB__LOCKROW_RELEASE,
     DB__GOODS_EXISTS,
+    DB__FENCE_OF,
     DB__ORDER_INSERT,
     DB__ORDERS_INSERT_MANY,
+    DB__ORDERS_INSERT_CART,
     /* the segments of redis-sharded */
     DB__SEGMENTS_READ,
     DB__SEGMENT_CLAIM,
@@ -97,10 +101,14 @@ enum db__stmt_id {
     DB__IDEM_CLAIM,
     DB__IDEM_STORE,
     DB__IDEM_FETCH,
+    DB__ORDER_IDEM_CLAIM,
+    DB__ORDER_IDEM_STORE,
+    DB__ORDER_IDEM_FETCH,
     /* reset and report */
     DB__GOODS_UPSERT,
     DB__ORDERS_DELETE,
     DB__IDEM_DELETE,
+    DB__ORDER_IDEM_DELETE,
     DB__STOCK_REPORT,
     /* migrations */
     DB__MIGRATION_LOCK,
@@ -139,6 +147,11 @@ void db__set_error(db_conn *c, const char *fmt, ...) __attribute__((format(print
 
 /* Writes v in decimal into buf (DB__I64_LEN bytes) and returns buf. */
 const char *db__i64(char *buf, int64_t v);
+
+/* The n values of v as a PostgreSQL array literal, "{3,NULL,2}" (an element i with null[i]
+ * true is NULL; null may be NULL: none is): a parameter's text, never part of the SQL.
+ * malloc'd, the caller frees it; NULL when out of memory. */
+char *db__i64_array(const int64_t *v, const bool *null, size_t n);
 
 /* Parses the text value at (row, col) as an int64; DB_ERR_QUERY if it is not one. */
 int db__get_i64(db_conn *c, const PGresult *res, int row, int col, int64_t *out);

@@ -72,12 +72,22 @@ static const struct statement stmts[DB__STMT_COUNT] = {
      *     the stock it left: the later holder reads what the earlier one wrote;
      *   - a claim that finds a newer token of the same source changes nothing and returns no
      *     row: the holder's lock was superseded, and it must sell nothing (lock_lost).
-     * A token of another source is not comparable (002_fence_source.sql) and takes over.
+     * Each source's largest token is kept in goods_fences (006_goods_fences.sql), so a claim
+     * under another source in between changes nothing in the comparison. The source's row is
+     * raised first (INSERT ... ON CONFLICT locks it even when its WHERE refuses: a second
+     * holder of the same source waits there, then sees the first one's committed token);
+     * then the goods row is claimed only when that row was raised. Only a goods that exists
+     * gets a row (no row driven by a request's id). Two sources' holders each lock their own
+     * source's row and then the goods row: no cycle.
      */
     [DB__STOCK_CLAIM] = {"stock_claim",
-                         "UPDATE goods SET fence = $2, fence_source = $3"
-                         " WHERE id = $1 AND (fence_source IS DISTINCT FROM $3 OR fence <= $2)"
-                         " RETURNING stock",
+                         "WITH raised AS ("
+                         " INSERT INTO goods_fences (goods, source, fence)"
+                         " SELECT id, $3, $2 FROM goods WHERE id = $1"
+                         " ON CONFLICT (goods, source) DO UPDATE SET fence = EXCLUDED.fence"
+                         " WHERE goods_fences.fence <= EXCLUDED.fence RETURNING 1)"
+                         " UPDATE goods SET fence = $2, fence_source = $3"
+                         " WHERE id = $1 AND EXISTS (SELECT 1 FROM raised) RETURNING stock",
                          3, PGRES_TUPLES_OK, false},
 
     /* The write of the read-check-write: the value computed from what was read. A fenced
@@ -103,6 +113,29 @@ static const struct statement stmts[DB__STMT_COUNT] = {
                         "UPDATE goods SET stock = stock - $2, updated = now()"
                         " WHERE id = $1 AND stock >= $2 RETURNING stock",
                         2, PGRES_TUPLES_OK, false},
+    /*
+     * pg-atomic's cart: every item's check and write in one statement ($1 the goods ids, $2
+     * the counts, one array each, in the request's order), all or nothing. The inner subquery
+     * takes the rows' locks in ascending id order (its ORDER BY runs below its FOR NO KEY
+     * UPDATE), as every cart path here does, so two carts never wait for each other in a
+     * cycle; it returns each row as committed after any wait. The window over them needs
+     * every row, so every lock is taken before any row is written, and the rows are written
+     * only when all the goods exist and each has enough stock: otherwise no row is returned
+     * and nothing is written (the caller then asks which item stopped it).
+     */
+    [DB__STOCK_TAKE_CART] = {"stock_take_cart",
+                             "UPDATE goods g SET stock = g.stock - w.n, updated = now()"
+                             " FROM (SELECT l.id, u.n,"
+                             " bool_and(l.stock >= u.n) OVER () AS enough,"
+                             " count(*) OVER () AS found"
+                             " FROM (SELECT id, stock FROM goods WHERE id = ANY ($1::bigint[])"
+                             " ORDER BY id FOR NO KEY UPDATE) l"
+                             " JOIN unnest($1::bigint[], $2::bigint[]) AS u (id, n)"
+                             " ON u.id = l.id) w"
+                             " WHERE g.id = w.id AND w.enough"
+                             " AND w.found = cardinality($1::bigint[]) AND g.stock >= w.n"
+                             " RETURNING g.id, g.stock",
+                             2, PGRES_TUPLES_OK, false},
     /* Every PostgreSQL rung's transaction: bound its waits for locks by the replica's lock
      * wait bound. set_config(..., true) is SET LOCAL with the value as a parameter: it ends
      * with the transaction, so the pooled session goes back to the server's default (no
@@ -143,21 +176,41 @@ static const struct statement stmts[DB__STMT_COUNT] = {
                              PGRES_COMMAND_OK, false},
     /* Only run when a claim or a write changed no row, to tell "unknown goods" from
      * "fenced". */
+    /* After a claim was refused: the token it was refused against, for the lock service to
+     * move its counter past (a counter left behind by a failover). */
+    [DB__FENCE_OF] = {"fence_of", "SELECT fence FROM goods_fences WHERE goods = $1 AND source = $2",
+                      2, PGRES_TUPLES_OK, false},
     [DB__GOODS_EXISTS] = {"goods_exists", "SELECT 1 FROM goods WHERE id = $1", 1, PGRES_TUPLES_OK,
                           false},
     [DB__ORDER_INSERT] = {"order_insert",
-                          "INSERT INTO orders (goods, count, mode, instance, fence)"
-                          " VALUES ($1, $2, $3, $4, $5) RETURNING id",
-                          5, PGRES_TUPLES_OK, false},
+                          "INSERT INTO orders (goods, count, mode, instance, fence, fence_source)"
+                          " VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
+                          6, PGRES_TUPLES_OK, false},
     /* A batch's orders in one round trip: one row per element of the counts array ($2, an
      * array literal of integers), inserted in the array's order. */
     [DB__ORDERS_INSERT_MANY] = {"orders_insert_many",
-                                "INSERT INTO orders (goods, count, mode, instance, fence)"
-                                " SELECT $1::bigint, u.c, $3::text, $4::text, $5::bigint"
+                                "INSERT INTO orders (goods, count, mode, instance, fence,"
+                                " fence_source)"
+                                " SELECT $1::bigint, u.c, $3::text, $4::text, $5::bigint, $6::text"
                                 " FROM unnest($2::integer[]) WITH ORDINALITY AS u (c, i)"
                                 " ORDER BY u.i RETURNING id, count",
-                                5, PGRES_TUPLES_OK, false},
+                                6, PGRES_TUPLES_OK, false},
 
+    /* A cart's orders: one row per item ($1 goods, $2 counts, $5 fences, arrays in the
+     * request's order; a fence may be NULL), all in one statement, so that the rows of a cart
+     * are all there or none is. They share one cart number, drawn once from the orders'
+     * sequence (a MATERIALIZED CTE is evaluated once; a subquery in FROM could be evaluated
+     * again for every row a nested loop joins to it). */
+    [DB__ORDERS_INSERT_CART] = {"orders_insert_cart",
+                                "WITH c AS MATERIALIZED (SELECT nextval('orders_id_seq') AS id)"
+                                " INSERT INTO orders"
+                                " (goods, count, mode, instance, fence, cart, cart_items)"
+                                " SELECT u.g, u.n, $3::text, $4::text, u.f, c.id,"
+                                " cardinality($1::bigint[])"
+                                " FROM c, unnest($1::bigint[], $2::integer[], $5::bigint[])"
+                                " WITH ORDINALITY AS u (g, n, f, i)"
+                                " ORDER BY u.i RETURNING cart",
+                                5, PGRES_TUPLES_OK, false},
     /*
      * redis-sharded's segments (migrations/005_goods_segments.sql). The hint: the goods row
      * (as segment -1) and every segment, read without a lock in one statement, so in one
@@ -231,6 +284,20 @@ static const struct statement stmts[DB__STMT_COUNT] = {
                         " WHERE goods = $1 AND key = $2 AND status <> 0",
                         2, PGRES_TUPLES_OK, false},
 
+    /* A cart's Idempotency-Key records (migrations/006_order_carts.sql): the same three
+     * steps as the single sale's, keyed by the cart's canonical text ($1) and the key. */
+    [DB__ORDER_IDEM_CLAIM] = {"order_idem_claim",
+                              "INSERT INTO order_idempotency (cart, key, goods)"
+                              " VALUES ($1, $2, $3::bigint[]) ON CONFLICT (cart, key) DO NOTHING",
+                              3, PGRES_COMMAND_OK, false},
+    [DB__ORDER_IDEM_STORE] = {"order_idem_store",
+                              "UPDATE order_idempotency SET status = $3, body = $4"
+                              " WHERE cart = $1 AND key = $2 AND status = 0",
+                              4, PGRES_COMMAND_OK, false},
+    [DB__ORDER_IDEM_FETCH] = {"order_idem_fetch",
+                              "SELECT status, body FROM order_idempotency"
+                              " WHERE cart = $1 AND key = $2 AND status <> 0",
+                              2, PGRES_TUPLES_OK, false},
     /* The fence is kept: tokens only grow, and a reset must not let an old holder in. */
     [DB__GOODS_UPSERT] = {"goods_upsert",
                           "INSERT INTO goods (id, stock, initial) VALUES ($1, $2, $2)"
@@ -243,6 +310,10 @@ static const struct statement stmts[DB__STMT_COUNT] = {
     [DB__IDEM_DELETE] = {"idem_delete", "DELETE FROM idempotency WHERE goods = $1", 1,
                          PGRES_COMMAND_OK, false},
 
+    /* A reset deletes the records of every cart that holds the goods (its GIN index). */
+    [DB__ORDER_IDEM_DELETE] = {"order_idem_delete",
+                               "DELETE FROM order_idempotency WHERE goods @> ARRAY[$1::bigint]", 1,
+                               PGRES_COMMAND_OK, false},
     /* One statement, so one snapshot: the stock and the orders are seen as of the same
      * moment. Read in two statements, a sale committed in between would show up as units
      * sold that the stock never gave up (or the other way round). The stock is the goods
@@ -349,6 +420,28 @@ const char *db__i64(char *buf, int64_t v)
 {
     snprintf(buf, DB__I64_LEN, "%" PRId64, v);
     return buf;
+}
+
+char *db__i64_array(const int64_t *v, const bool *null, size_t n)
+{
+    char *array = malloc(n * DB__I64_LEN + 3), *p;
+
+    if (!array)
+        return NULL;
+    p = array;
+    *p++ = '{';
+    for (size_t i = 0; i < n; i++) {
+        char num[DB__I64_LEN];
+        const char *text = null != NULL && null[i] ? "NULL" : db__i64(num, v[i]);
+        size_t len = strlen(text);
+        if (i > 0)
+            *p++ = ',';
+        memcpy(p, text, len);
+        p += len;
+    }
+    *p++ = '}';
+    *p = '\0';
+    return array;
 }
 
 int db__run_i64(db_conn *c, enum db__stmt_id id, const char *const *params, int64_t *out)

@@ -82,6 +82,18 @@ int db_stock_claim(db_conn *conn, int64_t goods_id, const char *source, int64_t 
     return rc == DB_ERR_NOT_FOUND ? why_not_written(conn, id_buf, true) : rc;
 }
 
+int db_fence_of(db_conn *conn, int64_t goods_id, const char *source, int64_t *fence)
+{
+    char id_buf[DB__I64_LEN];
+    const char *params[2];
+
+    if (!conn || !source || !fence)
+        return DB_ERR_INVALID;
+    params[0] = db__i64(id_buf, goods_id);
+    params[1] = source;
+    return db__run_i64(conn, DB__FENCE_OF, params, fence);
+}
+
 int db_stock_write(db_conn *conn, int64_t goods_id, int64_t new_stock)
 {
     char id_buf[DB__I64_LEN], stock_buf[DB__I64_LEN];
@@ -103,10 +115,11 @@ int db_stock_write(db_conn *conn, int64_t goods_id, int64_t new_stock)
 }
 
 int db_order_insert(db_conn *conn, int64_t goods_id, int64_t count, const char *mode,
-                    const char *instance, const int64_t *fence, int64_t *order_id)
+                    const char *instance, const int64_t *fence, const char *fence_source,
+                    int64_t *order_id)
 {
     char id_buf[DB__I64_LEN], count_buf[DB__I64_LEN], fence_buf[DB__I64_LEN];
-    const char *params[5];
+    const char *params[6];
     PGresult *res = NULL;
     int rc;
 
@@ -117,6 +130,7 @@ int db_order_insert(db_conn *conn, int64_t goods_id, int64_t count, const char *
     params[2] = mode;
     params[3] = instance;
     params[4] = fence ? db__i64(fence_buf, *fence) : NULL;
+    params[5] = fence ? fence_source : NULL;
     rc = db__run(conn, DB__ORDER_INSERT, params, &res);
     if (rc != DB_OK)
         return rc;
@@ -127,12 +141,12 @@ int db_order_insert(db_conn *conn, int64_t goods_id, int64_t count, const char *
 
 int db_orders_insert_many(db_conn *conn, int64_t goods_id, const int64_t *counts, size_t n,
                           const char *mode, const char *instance, const int64_t *fence,
-                          int64_t *order_ids)
+                          const char *fence_source, int64_t *order_ids)
 {
     char id_buf[DB__I64_LEN], fence_buf[DB__I64_LEN];
-    const char *params[5];
+    const char *params[6];
     PGresult *res = NULL;
-    char *array, *p;
+    char *array;
     size_t i;
     int rc;
 
@@ -141,27 +155,15 @@ int db_orders_insert_many(db_conn *conn, int64_t goods_id, const int64_t *counts
     for (i = 0; i < n; i++)
         if (counts[i] < 1 || counts[i] > INT32_MAX)
             return DB_ERR_INVALID;
-    /* The counts as an array literal "{3,1,2}": a parameter's text, never part of the SQL. */
-    array = malloc(n * DB__I64_LEN + 3);
+    array = db__i64_array(counts, NULL, n);
     if (!array)
         return DB_ERR_NOMEM;
-    p = array;
-    *p++ = '{';
-    for (i = 0; i < n; i++) {
-        char num[DB__I64_LEN];
-        size_t len = strlen(db__i64(num, counts[i]));
-        if (i > 0)
-            *p++ = ',';
-        memcpy(p, num, len);
-        p += len;
-    }
-    *p++ = '}';
-    *p = '\0';
     params[0] = db__i64(id_buf, goods_id);
     params[1] = array;
     params[2] = mode;
     params[3] = instance;
     params[4] = fence ? db__i64(fence_buf, *fence) : NULL;
+    params[5] = fence ? fence_source : NULL;
     rc = db__run(conn, DB__ORDERS_INSERT_MANY, params, &res);
     free(array);
     if (rc != DB_OK)
@@ -216,6 +218,8 @@ static int reset_statements(db_conn *conn, const char *const *params)
         rc = db__run(conn, DB__ORDERS_DELETE, params, NULL);
     if (rc == DB_OK)
         rc = db__run(conn, DB__IDEM_DELETE, params, NULL);
+    if (rc == DB_OK)
+        rc = db__run(conn, DB__ORDER_IDEM_DELETE, params, NULL);
     return rc;
 }
 

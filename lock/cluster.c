@@ -2,9 +2,12 @@
  * cluster.c - the slot map and the routing of commands over a Redis Cluster (see cluster.h).
  *
  * The map is an array of 16384 small integers, each the index of a master in nodes[]; -1 for
- * a slot nobody is known to serve. A master, once known, stays in nodes[] until the router is
- * destroyed (a cluster has a few of them), so a pointer to it never dangles: the mutex guards
- * the array and the map, never a round trip.
+ * a slot nobody is known to serve. A new map forgets the masters it does not name (a cluster
+ * whose masters are replaced one by one, or move, would otherwise fill nodes[] and freeze the
+ * map): a forgotten node leaves nodes[] at once (its place is reused), and is freed when the
+ * last command that holds it (`users`, counted under the mutex from the lookup to the
+ * connection's return) lets it go, so a pointer to it never dangles. The mutex guards the
+ * array, the map and the counts, never a round trip.
  */
 #include "lock/cluster.h"
 #include "lock/clock.h"
@@ -38,14 +41,16 @@ typedef struct cluster_node {
     lock__conn_address addr; /* fixed: a master does not move, the map does */
     lock__conn_config cfg;
     lock__pool *pool;
+    int users;    /* commands holding it now (under mu) */
+    bool retired; /* forgotten by a map: freed by its last user (under mu) */
 } cluster_node;
 
 struct lock__cluster {
     pthread_mutex_t mu; /* guards slots, nodes and nnodes */
     int16_t slots[LOCK__SLOTS];
-    cluster_node *nodes[LOCK__CLUSTER_NODES_MAX];
-    int nnodes;
-    lock__sentinels seeds; /* the list given (its master name unused) */
+    cluster_node *nodes[LOCK__CLUSTER_NODES_MAX]; /* NULL: a free place */
+    int nnodes;                                   /* places used so far (some may be NULL) */
+    lock__sentinels seeds;                        /* the list given (its master name unused) */
     int pool_size;
     int connect_timeout_ms, command_timeout_ms;
     pthread_mutex_t refresh_mu;   /* one read of the map at a time */
@@ -107,15 +112,29 @@ bad:
 
 /* ---- the map ---- */
 
+static void node_free(cluster_node *node)
+{
+    lock__pool_destroy(node->pool);
+    lock__conn_address_destroy(&node->addr);
+    free(node);
+}
+
 /* The index of the master at a, added if new; -1 when full or out of memory. Under mu. */
 static int node_index_locked(lock__cluster *cl, const lock__addr *a)
 {
     cluster_node *node;
+    int place = -1;
 
-    for (int i = 0; i < cl->nnodes; i++)
+    for (int i = 0; i < cl->nnodes; i++) {
+        if (cl->nodes[i] == NULL) {
+            if (place < 0)
+                place = i;
+            continue;
+        }
         if (cl->nodes[i]->addr.port == a->port && strcmp(cl->nodes[i]->addr.host, a->host) == 0)
             return i;
-    if (cl->nnodes == LOCK__CLUSTER_NODES_MAX) {
+    }
+    if (place < 0 && cl->nnodes == LOCK__CLUSTER_NODES_MAX) {
         lock__error_set("redis cluster: more than %d nodes", LOCK__CLUSTER_NODES_MAX);
         return -1;
     }
@@ -135,8 +154,48 @@ static int node_index_locked(lock__cluster *cl, const lock__addr *a)
         free(node);
         return -1;
     }
+    if (place >= 0) {
+        cl->nodes[place] = node;
+        return place;
+    }
     cl->nodes[cl->nnodes] = node;
     return cl->nnodes++;
+}
+
+/* Forgets every node that none of the n ranges names (and that no slot points at after
+ * that): out of nodes[] now, freed now or by its last user. Under mu. */
+static void forget_unnamed_locked(lock__cluster *cl, const lock__slot_range *ranges, int n)
+{
+    for (int i = 0; i < cl->nnodes; i++) {
+        cluster_node *node = cl->nodes[i];
+        bool named = false;
+
+        for (int r = 0; node != NULL && r < n && !named; r++)
+            named = ranges[r].master.port == node->addr.port &&
+                    strcmp(ranges[r].master.host, node->addr.host) == 0;
+        if (node == NULL || named)
+            continue;
+        for (int s = 0; s < LOCK__SLOTS; s++)
+            if (cl->slots[s] == i)
+                cl->slots[s] = -1;
+        cl->nodes[i] = NULL;
+        if (node->users == 0)
+            node_free(node);
+        else
+            node->retired = true;
+    }
+}
+
+/* A command is done with a node it got from node_of_slot or node_at. */
+static void node_drop(lock__cluster *cl, cluster_node *node)
+{
+    bool last;
+
+    pthread_mutex_lock(&cl->mu);
+    last = --node->users == 0 && node->retired;
+    pthread_mutex_unlock(&cl->mu);
+    if (last)
+        node_free(node);
 }
 
 int lock__cluster_apply(lock__cluster *cl, const lock__slot_range *ranges, int n)
@@ -148,7 +207,13 @@ int lock__cluster_apply(lock__cluster *cl, const lock__slot_range *ranges, int n
         return LOCK_ERR_NOMEM;
     for (int s = 0; s < LOCK__SLOTS; s++)
         next[s] = -1;
+    for (int i = 0; i < n; i++)
+        if (ranges[i].first < 0 || ranges[i].last >= LOCK__SLOTS) {
+            free(next);
+            return LOCK_ERR_INVALID; /* checked first: a bad map forgets nothing */
+        }
     pthread_mutex_lock(&cl->mu);
+    forget_unnamed_locked(cl, ranges, n);
     for (int i = 0; i < n; i++) {
         int idx = node_index_locked(cl, &ranges[i].master);
 
@@ -185,7 +250,7 @@ int lock__cluster_redirected(lock__cluster *cl, const lock__redirect *r)
     return idx >= 0 ? LOCK_OK : LOCK_ERR_NOMEM;
 }
 
-/* The master serving slot, or NULL. */
+/* The master serving slot, or NULL; held until node_drop. */
 static cluster_node *node_of_slot(lock__cluster *cl, int slot)
 {
     cluster_node *node = NULL;
@@ -193,11 +258,14 @@ static cluster_node *node_of_slot(lock__cluster *cl, int slot)
     pthread_mutex_lock(&cl->mu);
     if (cl->slots[slot] >= 0)
         node = cl->nodes[cl->slots[slot]];
+    if (node != NULL)
+        node->users++;
     pthread_mutex_unlock(&cl->mu);
     return node;
 }
 
-/* The master at host:port (an ASK target), added if new; NULL when full. */
+/* The master at host:port (an ASK target), added if new; NULL when full; held until
+ * node_drop. */
 static cluster_node *node_at(lock__cluster *cl, const char *host, int port)
 {
     lock__addr a;
@@ -208,8 +276,10 @@ static cluster_node *node_at(lock__cluster *cl, const char *host, int port)
     a.port = port;
     pthread_mutex_lock(&cl->mu);
     idx = node_index_locked(cl, &a);
-    if (idx >= 0)
+    if (idx >= 0) {
         node = cl->nodes[idx];
+        node->users++;
+    }
     pthread_mutex_unlock(&cl->mu);
     return node;
 }
@@ -225,6 +295,7 @@ int lock__cluster_master_of(lock__cluster *cl, int slot, lock__addr *out)
         return LOCK_ERR_REDIS;
     snprintf(out->host, sizeof(out->host), "%s", node->addr.host);
     out->port = node->addr.port;
+    node_drop(cl, node);
     return LOCK_OK;
 }
 
@@ -320,10 +391,12 @@ static int refresh_until(lock__cluster *cl, bool force, int64_t deadline_ns)
     if (pthread_mutex_trylock(&cl->refresh_mu) != 0)
         return LOCK_ERR_BUSY;
     pthread_mutex_lock(&cl->mu);
-    nknown = cl->nnodes;
-    for (int i = 0; i < nknown; i++) {
-        snprintf(known[i].host, sizeof(known[i].host), "%s", cl->nodes[i]->addr.host);
-        known[i].port = cl->nodes[i]->addr.port;
+    nknown = 0;
+    for (int i = 0; i < cl->nnodes; i++) {
+        if (cl->nodes[i] == NULL)
+            continue;
+        snprintf(known[nknown].host, sizeof(known[nknown].host), "%s", cl->nodes[i]->addr.host);
+        known[nknown++].port = cl->nodes[i]->addr.port;
     }
     pthread_mutex_unlock(&cl->mu);
     /* The masters known first (they are the cluster as it was), then the seeds (a cluster
@@ -402,11 +475,9 @@ void lock__cluster_destroy(lock__cluster *cl)
 {
     if (cl == NULL)
         return;
-    for (int i = 0; i < cl->nnodes; i++) {
-        lock__pool_destroy(cl->nodes[i]->pool);
-        lock__conn_address_destroy(&cl->nodes[i]->addr);
-        free(cl->nodes[i]);
-    }
+    for (int i = 0; i < cl->nnodes; i++)
+        if (cl->nodes[i] != NULL)
+            node_free(cl->nodes[i]);
     pthread_mutex_destroy(&cl->refresh_mu);
     pthread_mutex_destroy(&cl->mu);
     free(cl);
@@ -422,6 +493,8 @@ void lock__cluster_pool_stats(lock__cluster *cl, int *size, int *in_use)
     *size = *in_use = 0;
     pthread_mutex_lock(&cl->mu);
     for (int i = 0; i < cl->nnodes; i++) {
+        if (cl->nodes[i] == NULL)
+            continue;
         *size += lock__pool_size(cl->nodes[i]->pool);
         *in_use += lock__pool_in_use(cl->nodes[i]->pool);
     }
@@ -495,7 +568,12 @@ static int route(lock__cluster *cl, int slot, const request *q, int64_t borrow_b
         lock__conn *conn = NULL;
         redisReply *r = NULL;
 
-        if (!asking) {
+        if (asking) {
+            /* Held from here to the connection's return, as node_of_slot's is. */
+            node = node_at(cl, redirect.host, redirect.port);
+            if (node == NULL)
+                return LOCK_ERR_NOMEM;
+        } else {
             node = node_of_slot(cl, slot);
             if (node == NULL) {
                 map_doubted(cl, hard_by);
@@ -512,8 +590,10 @@ static int route(lock__cluster *cl, int slot, const request *q, int64_t borrow_b
             rc = lock__pool_borrow_for_release(node->pool, hops == 0 ? borrow_by : hard_by, &conn);
         else
             rc = lock__pool_borrow(node->pool, hops == 0 ? borrow_by : hard_by, &conn);
-        if (rc != LOCK_OK)
+        if (rc != LOCK_OK) {
+            node_drop(cl, node);
             return rc;
+        }
         if (sent_ns != NULL)
             *sent_ns = lock__now_ns();
         if (asking)
@@ -524,6 +604,8 @@ static int route(lock__cluster *cl, int slot, const request *q, int64_t borrow_b
         else
             rc = lock__conn_command(conn, hard_by, q->argc, q->argv, NULL, &r);
         lock__pool_return(node->pool, conn);
+        node_drop(cl, node);
+        node = NULL;
         if (rc != LOCK_OK) {
             /* The master may be gone (a failover): read the map again, so the next command
              * goes to the one promoted. This one is not retried: it may have run. */
@@ -562,10 +644,7 @@ static int route(lock__cluster *cl, int slot, const request *q, int64_t borrow_b
         }
         freeReplyObject(r);
         if (redirect.ask) {
-            node = node_at(cl, redirect.host, redirect.port);
-            if (node == NULL)
-                return LOCK_ERR_NOMEM;
-            asking = true;
+            asking = true; /* the next turn asks redirect.host:port */
         } else {
             rc = lock__cluster_redirected(cl, &redirect);
             if (rc != LOCK_OK)

@@ -78,8 +78,11 @@ const lock__addr *lock__cluster_first_seed(const lock__cluster *cl);
 
 /*
  * Replaces the map with ranges[0..n) (slots not in any range are served by nobody until the
- * next read). Returns LOCK_OK, or LOCK_ERR_NOMEM / LOCK_ERR_INVALID when a master could not
- * be added (more than LOCK__CLUSTER_NODES_MAX); the map is then left as it was.
+ * next read), and forgets the masters it does not name, so that masters replaced over time
+ * never fill the list. Returns LOCK_OK; LOCK_ERR_INVALID for a range outside the slots (the
+ * map is then left as it was); LOCK_ERR_NOMEM when a master could not be added (one map
+ * naming more than LOCK__CLUSTER_NODES_MAX, or out of memory: the old map stands, less the
+ * masters it had forgotten).
  */
 int lock__cluster_apply(lock__cluster *cl, const lock__slot_range *ranges, int n);
 

@@ -9,7 +9,9 @@
 #include <poll.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 int lock__conn_address_init(lock__conn_address *a, const char *host, int port)
 {
@@ -62,6 +64,33 @@ void lock__conn_init(lock__conn *conn, const lock__conn_config *cfg)
     conn->cfg = cfg;
     conn->ctx = NULL;
     conn->timeout_ns = -1;
+    conn->follow_argc = 0;
+    conn->follow_argv = NULL;
+    conn->follow_written = false;
+}
+
+void lock__conn_set_follow_up(lock__conn *conn, int argc, const char **argv)
+{
+    conn->follow_argc = argc;
+    conn->follow_argv = argc > 0 ? argv : NULL;
+    conn->follow_written = false;
+}
+
+/* Writes the follow-up behind a command that got no reply (lock__conn_set_follow_up): one
+ * non-blocking send of a few hundred bytes into an idle socket's buffer; a short write or
+ * none at all leaves it unsent (Redis drops a command cut by the close). */
+static void write_follow_up(lock__conn *conn)
+{
+    char *cmd = NULL;
+    long long len;
+    ssize_t sent;
+
+    len = redisFormatCommandArgv(&cmd, conn->follow_argc, conn->follow_argv, NULL);
+    if (len <= 0 || cmd == NULL)
+        return;
+    sent = send(conn->ctx->fd, cmd, (size_t)len, MSG_DONTWAIT | MSG_NOSIGNAL);
+    conn->follow_written = sent == (ssize_t)len;
+    redisFreeCommand(cmd);
 }
 
 void lock__conn_close(lock__conn *conn)
@@ -178,12 +207,16 @@ int lock__conn_command(lock__conn *conn, int64_t deadline_ns, int argc, const ch
         lock__error_set("redis %s:%d: %s: %s", conn->host, conn->port, argv[0],
                         conn->ctx->errstr[0] != '\0' ? conn->ctx->errstr : "no reply");
         rc = conn->ctx->err == REDIS_ERR_OOM ? LOCK_ERR_NOMEM : LOCK_ERR_REDIS;
+        if (conn->follow_argc > 0)
+            write_follow_up(conn);
         goto fail;
     }
+    conn->follow_argc = 0;
     *out = reply;
     return LOCK_OK;
 
 fail:
+    conn->follow_argc = 0;
     lock__conn_close(conn);
     return rc;
 }

@@ -64,7 +64,23 @@ typedef struct lock__conn {
     unsigned epoch;               /* the address epoch ctx was connected at */
     char host[LOCK__HOST_MAX];    /* where ctx is connected (for messages) */
     int port;
+    /* A command to write behind one that got no reply, on the same connection, before it
+     * is closed (lock__conn_set_follow_up); NULL: none. */
+    int follow_argc;
+    const char **follow_argv;
+    bool follow_written; /* the follow-up went out (after the last command's failure) */
 } lock__conn;
+
+/*
+ * Sets the command to write after the next command if that one is sent but gets no reply (a
+ * timeout, a dropped answer), on the same connection, just before it is closed; argv (C
+ * strings) must live until that command returns. Redis runs the commands of one connection
+ * in the order they arrive, so the follow-up runs after the command whatever became of its
+ * reply, if it runs at all: how a lost answer to an acquire is undone without a race
+ * (lock.c). Its own reply is not read. Cleared by the command, whatever it returns;
+ * conn->follow_written then says whether it was written. argc 0: none.
+ */
+void lock__conn_set_follow_up(lock__conn *conn, int argc, const char **argv);
 
 /* Makes an unconnected connection; nothing to free until it has connected. */
 void lock__conn_init(lock__conn *conn, const lock__conn_config *cfg);

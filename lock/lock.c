@@ -24,6 +24,10 @@
  *      until the deadline, whichever is first; then go to 3, until acquired or the
  *      deadline has passed;
  *   5. leaving without the lock, give up the place in line (leave.lua).
+ * An acquire whose answer is lost (a timeout, a dropped reply) may still have run, leaving a
+ * hold nobody owns for a whole lease: its give-back (release.lua, which checks the owner and
+ * sets the count to the caller's own) is written behind it on the same connection, which
+ * Redis runs after it, or failing that sent on a release connection (lock_try_lock).
  * The connection is borrowed for each round trip only, never held while sleeping.
  *
  * Time bounds: the deadline is start + wait_ms. A round trip is only begun before the
@@ -73,10 +77,11 @@ struct lock_client {
 /* What one run of acquire.lua said. */
 typedef struct attempt {
     bool acquired;
-    int64_t count;   /* acquired: hold count now */
-    int64_t token;   /* acquired: fencing token */
-    int64_t ttl_ms;  /* not acquired: the holder's remaining TTL (-1: none) */
-    int64_t sent_ns; /* when the command was sent: the lease started no earlier */
+    int64_t count;     /* acquired: hold count now */
+    int64_t token;     /* acquired: fencing token */
+    int64_t ttl_ms;    /* not acquired: the holder's remaining TTL (-1: none) */
+    int64_t sent_ns;   /* when the command was sent: the lease started no earlier; 0: not sent */
+    bool undo_written; /* no answer, and the give-back followed on the same connection */
 } attempt;
 
 void lock_options_init(lock_options *opts)
@@ -343,16 +348,28 @@ static int sync_or_undo(lock_client *c, lock__conn *conn, const lock__keys *k,
 /*
  * Runs acquire.lua (5 arguments) or release.lua (3) on a pooled connection, with the lock's
  * four keys: waits for the connection until borrow_by, and for the answer until hard_by.
- * *sent_ns (if not NULL) gets the moment the command went out. On LOCK_OK the caller owns
- * *reply (freeReplyObject).
+ * *sent_ns (if not NULL) gets the moment the command went out; *undo_written (if not NULL)
+ * whether an acquire that got no answer was followed by its give-back on the same
+ * connection. On LOCK_OK the caller owns *reply (freeReplyObject).
  */
 static int pooled_script(lock_client *c, lock__script script, const lock__keys *k,
                          const char *const *args, int64_t borrow_by, int64_t hard_by,
-                         int64_t *sent_ns, redisReply **reply)
+                         int64_t *sent_ns, bool *undo_written, redisReply **reply)
 {
     const char *keys[4] = {k->name, k->fence, k->waiters, k->waiters_until};
     int nargs = script == LOCK__SCRIPT_ACQUIRE ? 5 : 3;
     lock__conn *conn = NULL;
+    char keep[24], numkeys[] = "4";
+    const char *undo[10] = {"EVAL",
+                            lock__script_text(LOCK__SCRIPT_RELEASE),
+                            numkeys,
+                            k->name,
+                            k->fence,
+                            k->waiters,
+                            k->waiters_until,
+                            args[0],
+                            NULL,
+                            keep};
     int rc;
 
     *reply = NULL;
@@ -370,7 +387,17 @@ static int pooled_script(lock_client *c, lock__script script, const lock__keys *
         return rc;
     if (sent_ns != NULL)
         *sent_ns = lock__now_ns();
+    if (script == LOCK__SCRIPT_ACQUIRE) {
+        /* Should the acquire's answer be lost, the give-back of what it may have taken
+         * follows it on the same connection (lock_try_lock says why). EVAL rather than
+         * EVALSHA: it cannot meet a NOSCRIPT that nobody would read. */
+        undo[8] = k->channel;
+        snprintf(keep, sizeof(keep), "%lld", strtoll(args[2], NULL, 10) - 1);
+        lock__conn_set_follow_up(conn, 10, undo);
+    }
     rc = lock__script_run(conn, script, hard_by, 4, keys, nargs, args, reply);
+    if (undo_written != NULL)
+        *undo_written = rc != LOCK_OK && script == LOCK__SCRIPT_ACQUIRE && conn->follow_written;
     if (rc == LOCK_OK && script == LOCK__SCRIPT_ACQUIRE && c->opts.sync_replicas > 0 &&
         (*reply)->type == REDIS_REPLY_ARRAY)
         rc = sync_or_undo(c, conn, k, args, reply);
@@ -387,7 +414,8 @@ static int attempt_once(lock_client *c, const lock__keys *k, const char *owner, 
 {
     const char *args[5] = {owner, lease, count, line, k->channel};
     redisReply *r = NULL;
-    int rc = pooled_script(c, LOCK__SCRIPT_ACQUIRE, k, args, borrow_by, hard_by, &a->sent_ns, &r);
+    int rc = pooled_script(c, LOCK__SCRIPT_ACQUIRE, k, args, borrow_by, hard_by, &a->sent_ns,
+                           &a->undo_written, &r);
 
     if (rc == LOCK_OK)
         rc = attempt_parse(r, a);
@@ -414,7 +442,7 @@ static int release_once(lock_client *c, const lock__keys *k, const char *owner, 
 
     *remaining = -1;
     snprintf(keep_text, sizeof(keep_text), "%" PRId64, keep < 0 ? 0 : keep);
-    rc = pooled_script(c, LOCK__SCRIPT_RELEASE, k, args, borrow_by, hard_by, NULL, &r);
+    rc = pooled_script(c, LOCK__SCRIPT_RELEASE, k, args, borrow_by, hard_by, NULL, NULL, &r);
     if (rc != LOCK_OK)
         goto out;
     if (r->type != REDIS_REPLY_INTEGER) {
@@ -493,6 +521,7 @@ int lock_try_lock(lock_client *c, const char *name, int64_t wait_ms, int64_t lea
 
     rc = attempt_once(c, &k, owner, lease, count, line, deadline, hard_deadline, &a);
     while (rc == LOCK_OK && !a.acquired) {
+        a.sent_ns = 0;
         in_line = queue;
         now = lock__now_ns();
         if (now >= deadline) {
@@ -533,8 +562,27 @@ int lock_try_lock(lock_client *c, const char *name, int64_t wait_ms, int64_t lea
         } else if (fence_token != NULL)
             *fence_token = a.token;
     }
+    if (rc == LOCK_ERR_REDIS && a.sent_ns != 0 && !a.undo_written) {
+        /* The acquire went out and no answer came back, and its give-back could not follow
+         * it on its connection (pooled_script; the connection broke, or a cluster): the
+         * script may have run, so this owner may hold the lock, or one more hold of it, that
+         * nobody knows of, and the lease (30 s with the watchdog) would keep every other
+         * owner out. Give back what it may have added, best effort, on a release connection
+         * (the reserved one when the pool is out): release.lua checks the owner and sets the
+         * count to the one this thread keeps, so it frees neither another owner's lock nor
+         * one of this thread's own holds. Unlike the follow-up it is not ordered after the
+         * acquire: if the acquire is still on its way, the lease remains the bound. */
+        char why[256];
+        int64_t ignored;
+
+        snprintf(why, sizeof(why), "%s", lock__error_text());
+        release_once(c, &k, owner, strtoll(count, NULL, 10) - 1, &ignored);
+        lock__error_set("%s (any hold the acquire made was given back)", why);
+    }
     if (rc == LOCK_ERR_TIMEOUT)
         atomic_fetch_add(&c->timeouts, 1);
+    if (rc == LOCK_ERR_REDIS)
+        lock__sentinel_follower_nudge(c->follower); /* a failover looks like this from here */
     /* Leaving without the lock: out of the line at once, so that the waiters behind do not
      * wait for the place to lapse. Only after a clean "not yours" (after an error, Redis is
      * likely unreachable, and the call's time bound has no room for another timeout). */
@@ -586,6 +634,29 @@ int lock_inspect(lock_client *c, const char *name, lock_holder *out)
     return rc;
 }
 
+int lock_fence_raise(lock_client *c, const char *name, int64_t at_least)
+{
+    const char *keys[1];
+    char value[24];
+    const char *args[1] = {value};
+    lock__keys k;
+    redisReply *r = NULL;
+    int rc;
+
+    lock__error_clear();
+    if (c == NULL || at_least < 0)
+        return LOCK_ERR_INVALID;
+    rc = lock__keys_init(&k, name);
+    if (rc != LOCK_OK)
+        return rc;
+    keys[0] = k.fence;
+    snprintf(value, sizeof(value), "%" PRId64, at_least);
+    rc = lock__client_script(c, LOCK__SCRIPT_FENCE_RAISE, 1, keys, 1, args, &r);
+    if (r != NULL)
+        freeReplyObject(r);
+    return rc;
+}
+
 bool lock_client_is_cluster(const lock_client *c)
 {
     return c != NULL && c->cluster != NULL;
@@ -618,6 +689,8 @@ int lock_unlock(lock_client *c, const char *name)
     /* The local record follows Redis' answer. Without an answer one hold is dropped
      * locally anyway (remaining -1), so the watchdog stops renewing a lock whose release
      * failed: the lease then frees it. */
+    if (rc == LOCK_ERR_REDIS)
+        lock__sentinel_follower_nudge(c->follower);
     if (rc == LOCK_ERR_NOT_HELD)
         lock__holdings_forget(c->holdings, k.name, lock__thread_number());
     else
@@ -712,6 +785,8 @@ int lock_ping(lock_client *c)
 out:
     if (r != NULL)
         freeReplyObject(r);
+    if (rc != LOCK_OK)
+        lock__sentinel_follower_nudge(c->follower);
     /* Readiness wants yes or no: anything but a PONG (a busy pool included) is a no. */
     return rc == LOCK_OK ? LOCK_OK : LOCK_ERR_REDIS;
 }

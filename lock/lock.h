@@ -136,6 +136,10 @@ void lock_client_destroy(lock_client *c);
  * LOCK_ERR_TIMEOUT; LOCK_ERR_REDIS (never "acquired" on a lost connection; with sync_replicas,
  * also a grant that too few replicas acknowledged, released again); LOCK_ERR_BUSY;
  * LOCK_ERR_INVALID.
+ * A LOCK_ERR_REDIS whose acquire may have run (its answer lost) leaves nothing behind once
+ * Redis runs the give-back that follows it on its connection; when that could not be
+ * written, a release is sent on another connection (one command timeout more for a
+ * connection and one for its answer), which may come before a late acquire: then the lease.
  */
 int lock_try_lock(lock_client *c, const char *name, int64_t wait_ms, int64_t lease_ms,
                   int64_t *fence_token);
@@ -178,6 +182,16 @@ const char *lock_strerror(int code);
 /* The last Redis error text seen by the calling thread ("" if none); valid until its next
  * call on any lock_client. */
 const char *lock_last_error(void);
+
+/*
+ * Raises the fencing counter of lock `name` to at least `at_least`, the largest token of this
+ * counter that the storage has accepted (it refused a token at or below it): after a failover
+ * to a replica whose counter was behind, the next holding's token is then past it, and the
+ * failover costs one refused sale per client rather than one per missing increment. Never
+ * lowers the counter; a counter that does not exist is left alone (acquire.lua starts it at
+ * Redis' clock). One round trip. LOCK_OK, LOCK_ERR_INVALID, LOCK_ERR_REDIS or LOCK_ERR_BUSY.
+ */
+int lock_fence_raise(lock_client *c, const char *name, int64_t at_least);
 
 /* Who holds a lock, as Redis says now (lock_inspect). */
 typedef struct lock_holder {

@@ -38,6 +38,7 @@ LOCK__EMBED(lock__lua_leave, "lock/leave.lua");
 LOCK__EMBED(lock__lua_renew, "lock/renew.lua");
 LOCK__EMBED(lock__lua_inspect, "lock/inspect.lua");
 LOCK__EMBED(lock__lua_delete_if_value, "lock/delete_if_value.lua");
+LOCK__EMBED(lock__lua_fence_raise, "lock/fence_raise.lua");
 
 /* Hidden, so the compiler addresses them directly rather than through the GOT. */
 extern const char lock__lua_acquire[] __attribute__((visibility("hidden")));
@@ -46,6 +47,7 @@ extern const char lock__lua_leave[] __attribute__((visibility("hidden")));
 extern const char lock__lua_renew[] __attribute__((visibility("hidden")));
 extern const char lock__lua_inspect[] __attribute__((visibility("hidden")));
 extern const char lock__lua_delete_if_value[] __attribute__((visibility("hidden")));
+extern const char lock__lua_fence_raise[] __attribute__((visibility("hidden")));
 
 #define SCRIPT_MAX_KEYS 4
 #define SCRIPT_MAX_ARGS 6
@@ -63,6 +65,7 @@ static script_entry scripts[LOCK__SCRIPT_COUNT] = {
     [LOCK__SCRIPT_RENEW] = {lock__lua_renew, "renew.lua", ""},
     [LOCK__SCRIPT_INSPECT] = {lock__lua_inspect, "inspect.lua", ""},
     [LOCK__SCRIPT_DELETE_IF_VALUE] = {lock__lua_delete_if_value, "delete_if_value.lua", ""},
+    [LOCK__SCRIPT_FENCE_RAISE] = {lock__lua_fence_raise, "fence_raise.lua", ""},
 };
 
 static pthread_once_t scripts_once = PTHREAD_ONCE_INIT;

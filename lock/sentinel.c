@@ -373,6 +373,7 @@ struct lock__sentinel_follower {
     lock__sentinel_watch *watch;
     pthread_t thread;
     atomic_bool stop;
+    atomic_bool nudged; /* the lock's connections met an error: ask at the next wait */
 };
 
 /* Asks the Sentinels and moves the address when the checked master is elsewhere. Returns
@@ -403,13 +404,19 @@ static void *follower_main(void *arg)
      * after every wait until one is found, not only on the next +switch-master (which may
      * never come: the switch that moved the master has been announced already). */
     bool unsure = !follow_master(f);
+    int64_t asked = lock__now_ns();
 
     while (!atomic_load(&f->stop)) {
         lock__addr heard;
         int rc = lock__sentinel_watch_wait(f->watch, FOLLOW_WAIT_MS, &heard);
+        /* The watch proves nothing while its Sentinel is silent: ask anyway now and then,
+         * and when the lock's connections said something is wrong (sentinel.h). */
+        bool due = lock__now_ns() - asked >= lock__ms_to_ns(LOCK_SENTINEL_RECHECK_MS) ||
+                   atomic_exchange(&f->nudged, false);
 
-        if (rc == LOCK_ERR_TIMEOUT && !unsure)
+        if (rc == LOCK_ERR_TIMEOUT && !unsure && !due)
             continue;
+        asked = lock__now_ns();
         /* A switch (check it before trusting it), a broken watch (one may have been
          * missed), or still unsure: ask. After an error, pause so a dead Sentinel list does
          * not spin. */
@@ -436,6 +443,7 @@ int lock__sentinel_follower_start(const lock__sentinels *s, lock__conn_address *
     f->moved = moved;
     f->arg = arg;
     atomic_init(&f->stop, false);
+    atomic_init(&f->nudged, false);
     f->watch = lock__sentinel_watch_create(s);
     if (f->watch == NULL || pthread_create(&f->thread, NULL, follower_main, f) != 0) {
         lock__sentinel_watch_destroy(f->watch);
@@ -444,6 +452,12 @@ int lock__sentinel_follower_start(const lock__sentinels *s, lock__conn_address *
     }
     *out = f;
     return LOCK_OK;
+}
+
+void lock__sentinel_follower_nudge(lock__sentinel_follower *f)
+{
+    if (f != NULL)
+        atomic_store(&f->nudged, true);
 }
 
 void lock__sentinel_follower_stop(lock__sentinel_follower *f)

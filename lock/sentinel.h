@@ -19,8 +19,9 @@
  * take it. The fence (the token checked at the read, db_stock_claim) is what keeps the books
  * right then; LOCK_SYNC_REPLICAS (WAIT) narrows the window. README.md, "When things fail".
  *
- * Every call is bounded by a timeout; nothing here keeps a thread of its own. The watch is
- * used by one thread at a time.
+ * Every call is bounded by a timeout. The follower (below) keeps one thread of its own per
+ * lock client; the rest runs in the caller's thread. The watch is used by one thread at a
+ * time.
  */
 #ifndef LOCK_SENTINEL_H
 #define LOCK_SENTINEL_H
@@ -89,7 +90,14 @@ int lock__sentinel_watch_wait(lock__sentinel_watch *w, int wait_ms, lock__addr *
  * where the address points, moves the address (conn.h) and calls moved(arg), so the
  * connections and the subscriber reconnect to the new master before their next command.
  * While an ask finds no checked master, it asks again after every wait (200 ms).
+ * A watched Sentinel that merely stops talking (SIGSTOP, a partition) breaks nothing that
+ * the watch could see, and would hide a failover the others made: so the follower also asks
+ * every LOCK_SENTINEL_RECHECK_MS whatever the watch says, and at its next wait when the
+ * lock's own connections report an error (lock__sentinel_follower_nudge). A failover is
+ * followed within down-after-milliseconds + the promotion + LOCK_SENTINEL_RECHECK_MS + one
+ * ask (a stopped Sentinel ahead in the list costs its timeout_ms twice at most).
  */
+#define LOCK_SENTINEL_RECHECK_MS 1000
 struct lock__conn_address;
 typedef struct lock__sentinel_follower lock__sentinel_follower;
 
@@ -98,6 +106,11 @@ typedef struct lock__sentinel_follower lock__sentinel_follower;
 int lock__sentinel_follower_start(const lock__sentinels *s, struct lock__conn_address *addr,
                                   void (*moved)(void *arg), void *arg,
                                   lock__sentinel_follower **out);
+
+/* Asks for an ask at the follower's next wait (200 ms at most): the lock's connections met
+ * an error (READONLY from a demoted master, a refused connection, a timeout), which is how a
+ * failover looks from there. Cheap and thread-safe; NULL is a no-op. */
+void lock__sentinel_follower_nudge(lock__sentinel_follower *f);
 
 /* Stops the thread and frees it: within one wait (200 ms) plus one round of asking at most
  * (lock__sentinel_master's bound: count * 2 round trips of timeout_ms each, when every

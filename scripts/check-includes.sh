@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # check-includes.sh - the module boundaries, checked (CONTRIBUTING.md, "Modules"):
 #   - service/ and bench/ include only the public headers of lock/ and db/;
-#   - lock/ includes nothing of db/ or service/, and db/ nothing of lock/ or service/.
+#   - lock/ includes nothing of db/ or service/, and db/ nothing of lock/ or service/;
+#   - history/ (the history checker) includes nothing of lock/, db/ or service/.
 # Prints each offending line and exits 1; silent and 0 when the tree keeps to them.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -27,4 +28,6 @@ pattern='#include "(db|service)/' allowed='^$'
 check "lock/ knows Redis, etcd and ZooKeeper, nothing of db/ or service/" lock/**/*.[ch]
 pattern='#include "(lock|service)/' allowed='^$'
 check "db/ knows PostgreSQL, nothing of lock/ or service/" db/*.[ch]
+pattern='#include "(lock|db|service)/' allowed='^$'
+check "history/ knows jansson, nothing of lock/, db/ or service/" history/*.[ch]
 exit $bad

@@ -7,8 +7,23 @@
  * that share a stripe share its queue, but a batch only ever takes requests of one goods:
  * the other goods' requests stay queued, in order, for the next leader.
  *
- * Every request waits on a condition variable of its own, on its own stack, so that the
- * leader wakes exactly the requests it answered, and the one it hands the queue to.
+ * Every request waits on a condition variable of its own, so that the leader wakes exactly
+ * the requests it answered, and the one it hands the queue to.
+ *
+ * Every follower's wait ends by its own deadline (arrival + BATCH_WAIT_MS), in the queue and
+ * in a running batch alike: a leader stuck in PostgreSQL (a frozen server, a row lock held
+ * by another session: each statement bounded, but one per key claim) must not keep the
+ * requests it took past their deadline. A follower whose deadline passes while its batch
+ * runs answers 503 lock_timeout and leaves the batch (`withdrawn`); the leader, before it
+ * commits, looks for such requests under the stripe's mutex and rolls the whole batch back
+ * when it finds one (every request then 503), else it seals the batch: from then on a
+ * follower waits for the outcome, one COMMIT's reply bound at most. That way a 503 never
+ * sold anything: a withdrawn request's order is in a transaction that is never committed.
+ * (The other choice, waiting for the outcome whenever the batch holds the request, keeps
+ * the 503-sold-nothing rule too, but its bound is the lock's wait plus one database reply
+ * bound per statement of the batch, 64 key claims included: not the request's own.)
+ * A follower that withdraws cannot free its item, which the leader still reaches: items
+ * live on the heap, and whichever of the two lets go last frees it (`withdrawn` tells).
  */
 #include "service/batch.h"
 
@@ -32,15 +47,18 @@ typedef struct batch_item {
     int64_t count;
     const char *key; /* Idempotency-Key or NULL */
     struct timespec arrived;
-    deduct_result *out;
+    deduct_result *out; /* &res: the caller's result is filled from it when done */
+    deduct_result res;
     int rc; /* -1: out of memory building the answer */
 
     /* its place in the queue; guarded by the stripe's mutex */
     struct batch_item *next;
     pthread_cond_t wake; /* signalled when done or lead is set */
-    bool taken;          /* in a batch that is running: only its answer is awaited now */
+    bool taken;          /* in a batch that is running: it answers or withdraws at its deadline */
     bool done;           /* the answer is set */
     bool lead;           /* handed the queue: this thread runs the next batch */
+    bool sealed;         /* the batch is committing: only its outcome is awaited now */
+    bool withdrawn;      /* answered 503 at its deadline and gone: the leader frees it */
 
     /* the leader's working state, while the batch runs */
     bool answered;           /* the answer is final already (replayed from the store) */
@@ -78,7 +96,7 @@ int batch_queue_create(const batch_options *opts, batch_queue **out)
     int i;
 
     *out = NULL;
-    if (opts->max_batch < 1 || opts->max_queued < 1 || opts->wait_ms < 0)
+    if (opts->max_batch < 1 || opts->max_queued < 1 || opts->wait_ms < 1)
         return -1;
     q = calloc(1, sizeof(*q));
     if (q == NULL)
@@ -267,6 +285,11 @@ static int sell_pending(const deduct_env *env, const mode *m, db_conn *conn, con
                       : db_stock_read(conn, goods_id, &stock);
     if (rc == DB_ERR_FENCED) {
         char detail[128];
+        int64_t stored = 0;
+
+        /* As the single path: the counter past what the database has seen (deduct.c). */
+        if (db_fence_of(conn, goods_id, hold->fence_source, &stored) == DB_OK)
+            guard_fence_refused(env->guards, hold, stored);
         snprintf(detail, sizeof(detail), "fencing token %lld is older than the stored one",
                  (long long)hold->fence);
         fail_batch(items, n, "lock_lost", detail);
@@ -289,9 +312,9 @@ static int sell_pending(const deduct_env *env, const mode *m, db_conn *conn, con
         if (sold[i])
             sc->sold_counts[n_sold++] = counts[i];
     if (n_sold > 0) {
-        int irc =
-            db_orders_insert_many(conn, goods_id, sc->sold_counts, n_sold, m->name, env->instance,
-                                  hold->fenced ? &hold->fence : NULL, sc->order_ids);
+        int irc = db_orders_insert_many(conn, goods_id, sc->sold_counts, n_sold, m->name,
+                                        env->instance, hold->fenced ? &hold->fence : NULL,
+                                        hold->fence_source, sc->order_ids);
         if (irc != DB_OK) {
             fail_db(items, n, "record orders", irc, conn);
             return irc;
@@ -366,10 +389,25 @@ static void forget_answers(batch_item **items, size_t n)
     }
 }
 
+/* Seals the batch for the commit unless one of its followers withdrew: true when sealed. */
+static bool seal_batch(batch_stripe *s, batch_item **items, size_t n)
+{
+    bool any_withdrawn = false;
+    size_t i;
+
+    pthread_mutex_lock(&s->mu);
+    for (i = 0; i < n; i++)
+        any_withdrawn = any_withdrawn || items[i]->withdrawn;
+    for (i = 0; i < n && !any_withdrawn; i++)
+        items[i]->sealed = true;
+    pthread_mutex_unlock(&s->mu);
+    return !any_withdrawn;
+}
+
 /* The leader's work once it entered the guard (rc, GUARD_OK or the failure, with detail):
  * one transaction for the n requests, the guard left. Sets every request's answer. */
 static void run_batch(const deduct_env *env, const mode *m, int rc, guard_hold *hold_in,
-                      const char *detail, batch_item **items, size_t n)
+                      const char *detail, batch_stripe *s, batch_item **items, size_t n)
 {
     guard_hold hold = *hold_in;
     db_conn *conn = NULL;
@@ -421,6 +459,16 @@ static void run_batch(const deduct_env *env, const mode *m, int rc, guard_hold *
     if (m->still_held(env->guards, &hold) != GUARD_OK) {
         db_rollback(conn);
         fail_batch(items, n, "lock_lost", "the lock's lease was lost before the commit");
+        goto release;
+    }
+    /* A follower that passed its deadline has answered 503 already: its order must not
+     * be committed, so neither is the batch. Otherwise the batch is sealed: its followers
+     * wait for the commit's outcome (one reply bound) rather than leave. */
+    if (!seal_batch(s, items, n)) {
+        db_rollback(conn);
+        fail_batch(items, n, "lock_timeout",
+                   "redis-batch: a request of the batch passed BATCH_WAIT_MS before the "
+                   "commit; the batch was rolled back and sold nothing");
         goto release;
     }
     rc = db_commit(conn);
@@ -483,22 +531,49 @@ static size_t take_batch(batch_stripe *s, int64_t goods_id, int max, batch_item 
     return n;
 }
 
+/* Frees an item whose thread has let go of it (its answer copied out, or withdrawn). */
+static void item_free(batch_item *it)
+{
+    pthread_cond_destroy(&it->wake);
+    free(it);
+}
+
+/* A follower's deadline passed: 503 lock_timeout into the caller's result, nothing sold (in
+ * the queue nothing was begun; in an unsealed batch the leader will roll back). */
+static void answer_timeout(deduct_result *out, const struct timespec *arrived, bool in_batch)
+{
+    batch_item tmp = {.out = out};
+
+    set_503(&tmp, "lock_timeout",
+            in_batch ? "redis-batch: the batch did not reach its commit within BATCH_WAIT_MS"
+                     : "redis-batch: not taken into a batch within BATCH_WAIT_MS");
+    out->waited = true;
+    out->wait_seconds = clock_seconds_since(arrived);
+}
+
 int batch_execute(batch_queue *q, const deduct_env *env, const mode *m, int64_t goods_id,
                   int64_t count, const char *idempotency_key, deduct_result *out)
 {
     batch_stripe *s = &q->stripes[(uint64_t)goods_id % BATCH_STRIPES];
-    batch_item self = {.goods_id = goods_id, .count = count, .key = idempotency_key, .out = out};
+    batch_item *self;
     pthread_condattr_t attr;
     struct timespec deadline;
-    int rc;
+    int rc, ret;
 
     memset(out, 0, sizeof(*out));
+    self = calloc(1, sizeof(*self));
+    if (self == NULL)
+        return -1;
+    self->goods_id = goods_id;
+    self->count = count;
+    self->key = idempotency_key;
+    self->out = &self->res;
     pthread_condattr_init(&attr);
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(&self.wake, &attr);
+    pthread_cond_init(&self->wake, &attr);
     pthread_condattr_destroy(&attr);
-    clock_gettime(CLOCK_MONOTONIC, &self.arrived);
-    deadline = self.arrived;
+    clock_gettime(CLOCK_MONOTONIC, &self->arrived);
+    deadline = self->arrived;
     deadline.tv_sec += q->opts.wait_ms / 1000;
     deadline.tv_nsec += (q->opts.wait_ms % 1000) * 1000000L;
     if (deadline.tv_nsec >= 1000000000L) {
@@ -512,40 +587,47 @@ int batch_execute(batch_queue *q, const deduct_env *env, const mode *m, int64_t 
         pthread_mutex_unlock(&s->mu);
         snprintf(detail, sizeof(detail), "redis-batch: %d requests already queued on this replica",
                  q->opts.max_queued);
-        set_503(&self, "unavailable", detail);
+        set_503(self, "unavailable", detail);
         goto out;
     }
     if (s->tail != NULL)
-        s->tail->next = &self;
+        s->tail->next = self;
     else
-        s->head = &self;
-    s->tail = &self;
+        s->head = self;
+    s->tail = self;
     s->queued++;
     if (!s->running) {
         s->running = true; /* the queue was empty: this request leads */
-        self.lead = true;
+        self->lead = true;
     }
 
-    while (!self.done && !self.lead) {
-        if (self.taken) {
-            /* In a running batch: its end is bounded by the lock's wait and the database's
-             * timeouts, and a request may not leave before the commit that contains it. */
-            pthread_cond_wait(&self.wake, &s->mu);
+    while (!self->done && !self->lead) {
+        if (self->sealed) {
+            /* The batch is committing: its outcome is one COMMIT's reply bound away, and a
+             * request may not leave before the commit that may contain it. */
+            pthread_cond_wait(&self->wake, &s->mu);
             continue;
         }
-        rc = pthread_cond_timedwait(&self.wake, &s->mu, &deadline);
-        if (rc == ETIMEDOUT && !self.taken && !self.done && !self.lead) {
-            unlink_item(s, &self);
+        rc = pthread_cond_timedwait(&self->wake, &s->mu, &deadline);
+        if (rc != ETIMEDOUT || self->done || self->lead || self->sealed)
+            continue;
+        if (self->taken) {
+            /* Taken into a batch that has not sealed: leave it; the leader will see it and
+             * roll back, and frees the item. */
+            self->withdrawn = true;
             pthread_mutex_unlock(&s->mu);
-            set_503(&self, "lock_timeout",
-                    "redis-batch: not taken into a batch within BATCH_WAIT_MS");
-            out->waited = true;
-            out->wait_seconds = clock_seconds_since(&self.arrived);
-            goto out;
+            answer_timeout(out, &self->arrived, true);
+            return out->body == NULL ? -1 : 0;
         }
+        unlink_item(s, self);
+        pthread_mutex_unlock(&s->mu);
+        set_503(self, "lock_timeout", "redis-batch: not taken into a batch within BATCH_WAIT_MS");
+        self->res.waited = true;
+        self->res.wait_seconds = clock_seconds_since(&self->arrived);
+        goto out;
     }
 
-    if (self.lead && !self.done) {
+    if (self->lead && !self->done) {
         batch_item *one[1], **items = malloc((size_t)q->opts.max_batch * sizeof(*items));
         int max = q->opts.max_batch, grc;
         guard_hold hold;
@@ -565,12 +647,18 @@ int batch_execute(batch_queue *q, const deduct_env *env, const mode *m, int64_t 
         pthread_mutex_lock(&s->mu);
         n = take_batch(s, goods_id, max, items);
         pthread_mutex_unlock(&s->mu);
-        run_batch(env, m, grc, &hold, detail, items, n);
+        run_batch(env, m, grc, &hold, detail, s, items, n);
         pthread_mutex_lock(&s->mu);
         for (i = 0; i < n; i++) {
             items[i]->done = true;
-            if (items[i] != &self)
+            if (items[i] == self)
+                continue;
+            if (items[i]->withdrawn) {
+                free(items[i]->res.body); /* answered by its own thread; gone */
+                item_free(items[i]);
+            } else {
                 pthread_cond_signal(&items[i]->wake);
+            }
         }
         /* Hand the queue on: the next waiting request's thread runs the next batch. */
         if (s->head != NULL) {
@@ -585,6 +673,8 @@ int batch_execute(batch_queue *q, const deduct_env *env, const mode *m, int64_t 
     pthread_mutex_unlock(&s->mu);
 
 out:
-    pthread_cond_destroy(&self.wake);
-    return self.rc;
+    *out = self->res;
+    ret = self->rc;
+    item_free(self);
+    return ret;
 }

@@ -27,9 +27,11 @@
  *
  * Bounds: at most `max_queued` requests wait per goods on a replica (the leader awaiting the
  * lock counts; goods that share a stripe of the queue share the bound; more: 503 unavailable
- * at once); a request waits at most `wait_ms` in the queue before a leader takes it (then
- * 503 lock_timeout, nothing sold); once taken, its wait is the batch's own, bounded by the
- * lock's wait bound and the database's timeouts.
+ * at once); a follower (any request but the leader) waits at most `wait_ms` for its answer,
+ * in the queue or in a batch that has not begun its COMMIT (then 503 lock_timeout, nothing
+ * sold: the batch it leaves is rolled back, batch.c says why), and at most one COMMIT's reply
+ * bound more once its batch commits. The leader's own wait is the lock's wait bound plus the
+ * database's reply bound per statement of its batch.
  */
 #ifndef SERVICE_BATCH_H
 #define SERVICE_BATCH_H
@@ -48,8 +50,8 @@ typedef struct batch_options {
 
 typedef struct batch_queue batch_queue;
 
-/* Creates an empty queue. Returns 0, or -1 for bad options (max_batch or max_queued < 1,
- * wait_ms < 0) or out of memory. */
+/* Creates an empty queue. Returns 0, or -1 for bad options (max_batch, max_queued or wait_ms
+ * < 1: a wait of 0 would answer every follower 503 at once) or out of memory. */
 int batch_queue_create(const batch_options *opts, batch_queue **out);
 
 /* Frees the queue; no request may be in it (the HTTP server has stopped). NULL: no-op. */

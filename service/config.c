@@ -101,9 +101,10 @@ static const setting settings[] = {
            "redis-batch: requests sold in one transaction at most"),
     NUMBER("BATCH_QUEUE_MAX", KIND_INT, batch_queue_max, "1024", 1, 100000,
            "redis-batch: requests waiting for a batch per goods at most; more answer 503 at once"),
-    NUMBER("BATCH_WAIT_MS", KIND_INT64, batch_wait_ms, "2000", 0, 600000,
-           "redis-batch: how long a request waits to be taken into a batch before 503 "
-           "lock_timeout"),
+    NUMBER("BATCH_WAIT_MS", KIND_INT64, batch_wait_ms, "2000", 1, 600000,
+           "redis-batch: how long a request that does not lead a batch waits for its answer "
+           "(in the queue, or in a batch not yet committing) before 503 lock_timeout, nothing "
+           "sold; 0 would answer every such request 503"),
     NUMBER("SHARD_SEGMENTS", KIND_INT, shard_segments, "8", 1, 64,
            "redis-sharded: segments a goods' stock is split into (the same on every replica)"),
     NUMBER("SHARD_TRY_MS", KIND_INT64, shard_try_ms, "0", 0, 1000,

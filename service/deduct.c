@@ -220,6 +220,12 @@ static int read_check_write(deduction *d)
     }
     if (rc == DB_ERR_FENCED) {
         char detail[128];
+        int64_t stored = 0;
+
+        /* The counter may be behind the database (a failover): move it past what the
+         * database has seen, so the next holding's token passes. */
+        if (db_fence_of(d->conn, d->goods_id, d->hold.fence_source, &stored) == DB_OK)
+            guard_fence_refused(d->env->guards, &d->hold, stored);
         snprintf(detail, sizeof(detail), "fencing token %lld is older than the stored one",
                  (long long)d->hold.fence);
         if (answer_503(d, "lock_lost", detail) != 0)
@@ -256,7 +262,7 @@ static int read_check_write(deduction *d)
         return statement_failed(d, "write stock", rc);
 
     rc = db_order_insert(d->conn, d->goods_id, d->count, d->mode->name, d->env->instance, fence,
-                         &order_id);
+                         d->hold.fence_source, &order_id);
     if (rc != DB_OK)
         return statement_failed(d, "record order", rc);
 

@@ -6,6 +6,7 @@
  *   read      crash-in-section, pause-in-section
  *   checked   pause-before-commit, stop-before-commit
  *   (leave)   pause-before-release, through guard_hold.release_pause_ms
+ *   (a cart)  pause-between-locks, carried out by service/order.c, not by the hook
  */
 #include "service/faults.h"
 
@@ -37,6 +38,7 @@ static int set_fault(fault_plan *out, const char *name, size_t len, const char *
         {"pause-before-commit", offsetof(fault_plan, pause_before_commit_ms)},
         {"stop-before-commit", offsetof(fault_plan, stop_before_commit_ms)},
         {"pause-before-release", offsetof(fault_plan, pause_before_release_ms)},
+        {"pause-between-locks", offsetof(fault_plan, pause_between_locks_ms)},
     };
     bool *flag = NULL;
 
@@ -87,7 +89,8 @@ static int set_fault(fault_plan *out, const char *name, size_t len, const char *
     }
     snprintf(detail, detail_len,
              "X-Fault: unknown fault '%.*s'; known: crash-in-section, pause-in-section=MS, "
-             "pause-before-commit=MS, stop-before-commit=MS, pause-before-release=MS, nested",
+             "pause-before-commit=MS, stop-before-commit=MS, pause-before-release=MS, "
+             "pause-between-locks=MS, nested",
              (int)(len > 40 ? 40 : len), name);
     return -1;
 }

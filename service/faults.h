@@ -13,6 +13,13 @@
  *                                      pause; a child process it forks sends the SIGCONT;
  *   X-Fault: pause-before-release=MS   the release sleeps MS just before the command that
  *                                      deletes the lock (owner-get-del: between GET and DEL);
+ *   X-Fault: pause-between-locks=MS    POST /api/order only: sleeps MS after the cart's first
+ *                                      lock (or row lock) is taken, before the second: two
+ *                                      carts in opposite orders then each hold their first
+ *                                      (the deadlock of multi-naive); a cart that then
+ *                                      gives up holds what it has for MS again before
+ *                                      letting go (order.c says why); /api/order takes no
+ *                                      other fault, and a deduct, one lock, ignores it;
  *   X-Fault: nested                    inside the section, takes the same guard again and
  *                                      gives it back, as a guarded helper called from the
  *                                      section would: a lock that is not reentrant waits
@@ -43,6 +50,7 @@ typedef struct fault_plan {
     int64_t pause_before_commit_ms;  /* 0: none */
     int64_t stop_before_commit_ms;   /* 0: none */
     int64_t pause_before_release_ms; /* 0: none */
+    int64_t pause_between_locks_ms;  /* 0: none (a cart's, service/order.c) */
     bool nested;
 } fault_plan;
 

@@ -36,10 +36,15 @@ void guard_local__destroy(guard_env *env)
     }
 }
 
+int64_t guard_local__stripe_of(int64_t goods_id)
+{
+    return (int64_t)((uint64_t)goods_id % LOCAL_STRIPES);
+}
+
 int guard_local__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
                        size_t detail_len)
 {
-    local_stripe *stripe = &env->stripes[(uint64_t)goods_id % LOCAL_STRIPES];
+    local_stripe *stripe = &env->stripes[guard_local__stripe_of(goods_id)];
     struct timespec start, deadline;
     int rc = 0;
 

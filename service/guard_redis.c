@@ -57,6 +57,19 @@ int guards__redis_enter(guard_env *env, int64_t goods_id, int64_t lease_ms, bool
     }
 }
 
+void guard_fence_refused(guard_env *env, const guard_hold *hold, int64_t stored)
+{
+    int rc;
+
+    if (env == NULL || env->lock == NULL || hold->fence_source == NULL ||
+        strcmp(hold->fence_source, "redis") != 0 || stored <= hold->fence)
+        return; /* another counter, or the token was not behind: nothing to raise */
+    rc = lock_fence_raise(env->lock, hold->name, stored);
+    log_event(rc == LOCK_OK ? LOG_INFO : LOG_WARN, "fence_raised",
+              "lock=%s token=%" PRId64 " stored=%" PRId64 " rc=%d", hold->name, hold->fence, stored,
+              rc);
+}
+
 int guard_redis__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
                        size_t detail_len)
 {

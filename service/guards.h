@@ -66,6 +66,8 @@ void guard_local__destroy(guard_env *env);
 int guard_local__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
                        size_t detail_len);
 void guard_local__leave(guard_env *env, guard_hold *hold);
+/* The stripe goods_id's local lock is (its index): a cart takes each stripe once. */
+int64_t guard_local__stripe_of(int64_t goods_id);
 
 /* One try of a polling rung: LOCK_OK with *acquired, or a LOCK_ERR_* code. */
 typedef int (*guards__try_fn)(guard_env *env, guard_hold *hold, bool *acquired);

@@ -50,11 +50,17 @@ static const double wait_buckets[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
 #define METRICS__N_BUCKETS (sizeof(wait_buckets) / sizeof(wait_buckets[0]))
 
 static const char *const route_names[ROUTE_COUNT_] = {
-    [ROUTE_DEDUCT] = "/api/deduct",        [ROUTE_STOCK] = "/api/stock/{goods_id}",
-    [ROUTE_RESET] = "/api/admin/reset",    [ROUTE_MODES] = "/api/modes",
-    [ROUTE_HEALTHZ] = "/healthz",          [ROUTE_READYZ] = "/readyz",
-    [ROUTE_METRICS] = "/metrics",          [ROUTE_REPLICA] = "/api/replica",
-    [ROUTE_LOCK] = "/api/lock/{goods_id}", [ROUTE_OTHER] = "other",
+    [ROUTE_DEDUCT] = "/api/deduct",
+    [ROUTE_STOCK] = "/api/stock/{goods_id}",
+    [ROUTE_RESET] = "/api/admin/reset",
+    [ROUTE_MODES] = "/api/modes",
+    [ROUTE_HEALTHZ] = "/healthz",
+    [ROUTE_READYZ] = "/readyz",
+    [ROUTE_METRICS] = "/metrics",
+    [ROUTE_REPLICA] = "/api/replica",
+    [ROUTE_LOCK] = "/api/lock/{goods_id}",
+    [ROUTE_ORDER] = "/api/order",
+    [ROUTE_OTHER] = "other",
 };
 
 struct metrics {

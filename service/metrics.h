@@ -23,6 +23,7 @@ typedef enum metrics_route {
     ROUTE_METRICS,
     ROUTE_REPLICA,
     ROUTE_LOCK,
+    ROUTE_ORDER,
     ROUTE_OTHER,
     ROUTE_COUNT_
 } metrics_route;

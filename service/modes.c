@@ -21,6 +21,8 @@
  *   redis-nowatchdog  guard_redis_nowatchdog.c  fixed lease: a long section has two holders.
  *   redis-nofence     guard_redis_nofence.c     no token: a stopped process commits late.
  *   tx-inside         (redis-nofence's guard)   left before COMMIT (mode.leaves_inside_tx).
+ *   multi-naive       (redis's guard)           a cart's locks in the cart's order: two carts
+ *                                               deadlock (mode.cart, service/order.c).
  *   redlock           guard_redlock.c           a quorum of 5 Redis servers, no token: served
  *                                               only with REDLOCK_NODES (mode.needs).
  *
@@ -31,6 +33,7 @@
  *   pg-atomic      rung_pg_atomic.c      one conditional UPDATE: check and write at once.
  *   pg-advisory    rung_pg_advisory.c    pg_advisory_xact_lock on the goods id.
  *   pg-optimistic  rung_pg_optimistic.c  a version column: write only if unchanged, else retry.
+ *   pg-multi-naive (pg-for-update's)     a cart's rows locked in the cart's order: 40P01.
  *
  * and a guard whose lock is a row of PostgreSQL's:
  *
@@ -56,15 +59,16 @@ static const mode mode_table[] = {
     /* The three the project exists to compare. */
     {.name = "none", .safe = false,
      .summary = "read, check and write with no lock at all: oversells under load",
-     NO_GUARD, .still_held = guards__always_held},
+     NO_GUARD, .still_held = guards__always_held, .cart = MODE_CART_SORTED},
     {.name = "local", .safe = false,
      .summary = "the same under a mutex of the process: right with one replica, oversells "
                 "with several",
-     GUARD(guard_local), .still_held = guards__always_held},
+     GUARD(guard_local), .still_held = guards__always_held,
+     .cart = MODE_CART_SORTED, .lock_of = guard_local__stripe_of},
     {.name = "redis", .safe = true,
      .summary = "the same under the Redis reentrant lock (owner, watchdog, bounded wait, "
                 "fencing): right with any number of replicas",
-     GUARD(guard_redis), .still_held = guard_redis__still_held},
+     GUARD(guard_redis), .still_held = guard_redis__still_held, .cart = MODE_CART_SORTED},
 
     /* Past the serial ceiling: one lock holding and one commit for many sales. */
     {.name = "redis-batch", .safe = true,
@@ -115,6 +119,14 @@ static const mode mode_table[] = {
      .enter = guard_redis_nofence__enter, .leave = guard_redis__leave,
      .still_held = guard_redis__still_held, .leaves_inside_tx = true},
 
+    /* Liveness, not safety: a cart's locks taken in the order it lists them. */
+    {.name = "multi-naive", .safe = false,
+     .summary = "a cart's Redis locks (the redis mode's, fenced) taken in the order the cart "
+                "lists them: never oversells, but two carts naming the same goods in opposite "
+                "orders each hold one lock and wait for the other's until both answer 503 "
+                "lock_timeout, nothing sold (a single deduct is the redis mode's)",
+     GUARD(guard_redis), .still_held = guard_redis__still_held, .cart = MODE_CART_AS_LISTED},
+
     /* Rung 8: a quorum of independent Redis servers; listed and served only by a replica
      * started with REDLOCK_NODES. */
     {.name = "redlock", .safe = false,
@@ -128,7 +140,8 @@ static const mode mode_table[] = {
     {.name = "pg-for-update", .safe = true,
      .summary = "no guard: the read is SELECT ... FOR UPDATE, so PostgreSQL's row lock keeps "
                 "the read-check-write apart: right with any number of replicas",
-     NO_GUARD, .still_held = guards__always_held, .tx = &rung_pg_for_update__tx},
+     NO_GUARD, .still_held = guards__always_held, .tx = &rung_pg_for_update__tx,
+     .cart = MODE_CART_SORTED},
     {.name = "pg-optimistic", .safe = true,
      .summary = "no lock: read the stock and its version, write only if the version is "
                 "unchanged, and run the transaction again after a lost race (up to "
@@ -137,7 +150,14 @@ static const mode mode_table[] = {
     {.name = "pg-atomic", .safe = true,
      .summary = "no guard and no read: one conditional UPDATE ... WHERE stock >= n checks and "
                 "writes at once: right with any number of replicas",
-     NO_GUARD, .still_held = guards__always_held, .tx = &rung_pg_atomic__tx},
+     NO_GUARD, .still_held = guards__always_held, .tx = &rung_pg_atomic__tx,
+     .cart = MODE_CART_SORTED},
+    {.name = "pg-multi-naive", .safe = false,
+     .summary = "pg-for-update with a cart's rows locked in the order the cart lists them: two "
+                "carts in opposite orders wait for each other, PostgreSQL finds the cycle and "
+                "rolls one back (deadlock victim, 503 conflict), the other sells",
+     NO_GUARD, .still_held = guards__always_held, .tx = &rung_pg_for_update__tx,
+     .cart = MODE_CART_AS_LISTED},
     {.name = "pg-advisory", .safe = true,
      .summary = "no guard: pg_advisory_xact_lock on the goods id inside the transaction, then "
                 "the same read-check-write: right with any number of replicas",

@@ -128,7 +128,20 @@ typedef struct mode_tx {
      * shape found that it lost a race (the optimistic one): nothing was written, and the
      * deduction rolls back and runs the whole transaction again (deduct.h says how often). */
     int (*write)(db_conn *conn, int64_t goods_id, int64_t count, const tx_seen *seen);
+    /* A cart's check and write of every item at once (pg-atomic: one statement), with
+     * db_stock_take_cart's contract; NULL: a cart reads and writes item by item with read
+     * and write above, in the cart's lock order. */
+    int (*take_cart)(db_conn *conn, const int64_t *goods_ids, const int64_t *counts, size_t n,
+                     int64_t *left, size_t *failed);
 } mode_tx;
+
+/* Whether, and how, a mode sells a cart (POST /api/order, service/order.h). */
+typedef enum mode_cart {
+    MODE_CART_NONE = 0,  /* it does not: /api/order answers 400 unknown_mode for it */
+    MODE_CART_SORTED,    /* the goods' guards (and rows) taken in ascending goods id order */
+    MODE_CART_AS_LISTED, /* taken in the order the cart lists them: two carts in opposite
+                            orders can deadlock (the multi-naive rung) */
+} mode_cart;
 
 typedef struct mode {
     const char *name;
@@ -154,6 +167,11 @@ typedef struct mode {
     /* The goods' stock is split into segments, each with a lock of its own, and a sale takes
      * one (service/sharded.h); false for every other mode. */
     bool sharded;
+    /* How the mode sells a cart; MODE_CART_NONE for the modes that do not. */
+    mode_cart cart;
+    /* Which lock of its guard a goods takes, when goods share locks (local's stripes), so that
+     * a cart takes a shared one once; NULL: one lock per goods. */
+    int64_t (*lock_of)(int64_t goods_id);
 } mode;
 
 /* The whole table, every mode this build knows, in the order /api/modes lists them. */
@@ -181,5 +199,14 @@ const char *modes_missing(const mode *m, const guard_env *env, char *buf, size_t
 
 /* modes_list of the rows this environment serves. */
 const char *modes_list_served(const guard_env *env, char *buf, size_t len);
+
+/*
+ * A fenced claim of `hold` was refused against `stored`, the largest token of its source the
+ * database has accepted (db_fence_of). A counter behind the database (a failover to a replica
+ * that had not received the last increments) would refuse every sale until it caught up: the
+ * redis guard raises its lock's counter past `stored` (lock_fence_raise), so a failover costs
+ * one refused sale per replica. Other sources: nothing to do. Best effort, one round trip.
+ */
+void guard_fence_refused(guard_env *env, const guard_hold *hold, int64_t stored);
 
 #endif

@@ -48,6 +48,8 @@ static const int_field stock_field = {"stock", 0, REQUEST_MAX_STOCK};
 
 static const char *const deduct_keys[] = {"goods_id", "count", "mode", NULL};
 static const char *const reset_keys[] = {"goods_id", "stock", NULL};
+static const char *const order_keys[] = {"items", "mode", NULL};
+static const char *const order_item_keys[] = {"goods_id", "count", NULL};
 
 /* The integer fields of one body kind, for naming the field of an out-of-range integer
  * that jansson itself refused (see overflow_detail). */
@@ -329,10 +331,31 @@ bad:
     return -1;
 }
 
+/* Reads the optional "mode" string of obj into mode (REQUEST_MODE_MAX bytes). Returns 0, or
+ * -1 with detail filled when it is not a string. */
+static int get_mode(json_t *obj, bool *has_mode, char *mode, char *detail, size_t dlen)
+{
+    json_t *v = json_object_get(obj, "mode");
+
+    if (v == NULL)
+        return 0;
+    if (!json_is_string(v)) {
+        set_detail(detail, dlen, "mode must be a string");
+        return -1;
+    }
+    *has_mode = true;
+    /* A name too long to be any mode's, or holding a NUL ("redis\u0000x" must not read as
+     * "redis"), stays empty: the caller answers unknown_mode. */
+    if (json_string_length(v) < REQUEST_MODE_MAX &&
+        memchr(json_string_value(v), '\0', json_string_length(v)) == NULL)
+        memcpy(mode, json_string_value(v), json_string_length(v) + 1);
+    return 0;
+}
+
 int request_parse_deduct(const char *body, size_t len, deduct_request *out, char *detail,
                          size_t detail_len)
 {
-    json_t *root = NULL, *mode;
+    json_t *root = NULL;
     int rc = -1;
 
     memset(out, 0, sizeof(*out));
@@ -346,19 +369,8 @@ int request_parse_deduct(const char *body, size_t len, deduct_request *out, char
     if (get_int(root, &count_field, &out->count, detail, detail_len) < 0)
         goto out;
 
-    mode = json_object_get(root, "mode");
-    if (mode != NULL) {
-        if (!json_is_string(mode)) {
-            set_detail(detail, detail_len, "mode must be a string");
-            goto out;
-        }
-        out->has_mode = true;
-        /* A name too long to be any mode's, or holding a NUL ("redis\u0000x" must not read as
-         * "redis"), stays empty: the caller answers unknown_mode. */
-        if (json_string_length(mode) < sizeof(out->mode) &&
-            memchr(json_string_value(mode), '\0', json_string_length(mode)) == NULL)
-            memcpy(out->mode, json_string_value(mode), json_string_length(mode) + 1);
-    }
+    if (get_mode(root, &out->has_mode, out->mode, detail, detail_len) < 0)
+        goto out;
     rc = 0;
 out:
     json_decref(root);
@@ -366,6 +378,81 @@ out:
         /* Nothing half-parsed leaks to a caller that forgets to check. */
         memset(out, 0, sizeof(*out));
     }
+    return rc;
+}
+
+/* Prefixes detail with "items[i]: ", for a fault found inside one item. */
+static void item_detail(size_t i, char *detail, size_t dlen)
+{
+    char inner[256];
+
+    snprintf(inner, sizeof(inner), "%s", detail);
+    set_detail(detail, dlen, "items[%zu]: %s", i, inner);
+}
+
+/* Reads item i of the items array into *out: an object with exactly goods_id and count.
+ * Returns 0, or -1 with detail filled. */
+static int get_item(json_t *v, size_t i, order_item *out, char *detail, size_t dlen)
+{
+    if (!json_is_object(v)) {
+        set_detail(detail, dlen, "items[%zu] must be an object {\"goods_id\":..,\"count\":..}", i);
+        return -1;
+    }
+    if (check_keys(v, order_item_keys, detail, dlen) < 0 ||
+        get_int(v, &goods_id_field, &out->goods_id, detail, dlen) < 0 ||
+        get_int(v, &count_field, &out->count, detail, dlen) < 0) {
+        item_detail(i, detail, dlen);
+        return -1;
+    }
+    return 0;
+}
+
+int request_parse_order(const char *body, size_t len, order_request *out, char *detail,
+                        size_t detail_len)
+{
+    json_t *root = NULL, *items, *v;
+    size_t i;
+    int rc = -1;
+
+    memset(out, 0, sizeof(*out));
+    root = load_object(body, len, deduct_ints, detail, detail_len);
+    if (root == NULL)
+        goto out;
+    if (check_keys(root, order_keys, detail, detail_len) < 0)
+        goto out;
+    items = json_object_get(root, "items");
+    if (items == NULL) {
+        set_detail(detail, detail_len, "missing field 'items'");
+        goto out;
+    }
+    if (!json_is_array(items) || json_array_size(items) < 1 ||
+        json_array_size(items) > REQUEST_MAX_ITEMS) {
+        set_detail(detail, detail_len, "items must be an array of 1 to %d items",
+                   REQUEST_MAX_ITEMS);
+        goto out;
+    }
+    json_array_foreach(items, i, v)
+    {
+        if (get_item(v, i, &out->items[i], detail, detail_len) < 0)
+            goto out;
+        /* Each goods once: two items of one goods would be one item with the sum of their
+         * counts, and a cart that names a goods twice is more likely a client's mistake. */
+        for (size_t k = 0; k < i; k++) {
+            if (out->items[k].goods_id == out->items[i].goods_id) {
+                set_detail(detail, detail_len, "items[%zu]: goods_id %lld is already items[%zu]", i,
+                           (long long)out->items[i].goods_id, k);
+                goto out;
+            }
+        }
+        out->n_items = i + 1;
+    }
+    if (get_mode(root, &out->has_mode, out->mode, detail, detail_len) < 0)
+        goto out;
+    rc = 0;
+out:
+    json_decref(root);
+    if (rc < 0)
+        memset(out, 0, sizeof(*out));
     return rc;
 }
 

@@ -25,6 +25,21 @@ typedef struct deduct_request {
     char mode[REQUEST_MODE_MAX]; /* that mode, when has_mode (not checked against the table) */
 } deduct_request;
 
+/* An order of several goods (POST /api/order): its items in the request's order. */
+#define REQUEST_MAX_ITEMS 16
+
+typedef struct order_item {
+    int64_t goods_id; /* 1 .. 2^63-1, each goods at most once per order */
+    int64_t count;    /* 1 .. 10000 */
+} order_item;
+
+typedef struct order_request {
+    order_item items[REQUEST_MAX_ITEMS];
+    size_t n_items;              /* 1 .. REQUEST_MAX_ITEMS */
+    bool has_mode;               /* as deduct_request's */
+    char mode[REQUEST_MODE_MAX]; /* as deduct_request's */
+} order_request;
+
 typedef struct reset_request {
     int64_t goods_id; /* 1 .. 2^63-1 */
     int64_t stock;    /* 0 .. 1000000000 */
@@ -37,6 +52,16 @@ typedef struct reset_request {
  */
 int request_parse_deduct(const char *body, size_t len, deduct_request *out, char *detail,
                          size_t detail_len);
+
+/*
+ * Parses an order body: {"items": [{"goods_id": int, "count": int}, ...], "mode"?: string},
+ * with the same strictness as a deduct body (the same parser, the same field rules), and:
+ * items is an array of 1 to REQUEST_MAX_ITEMS objects, each with exactly those two fields;
+ * no goods_id twice. Returns 0, or -1 with detail filled (an item's fault names its index:
+ * "items[1]: count must be an integer from 1 to 10000"). The mode as request_parse_deduct's.
+ */
+int request_parse_order(const char *body, size_t len, order_request *out, char *detail,
+                        size_t detail_len);
 
 /* Parses a reset body: {"goods_id": int, "stock": int}. Returns 0 or -1 with detail. */
 int request_parse_reset(const char *body, size_t len, reset_request *out, char *detail,

@@ -103,6 +103,48 @@ char *response_insufficient(int64_t goods_id, int64_t remaining)
     return finish(o, failed);
 }
 
+char *response_ordered(int64_t order_id, const int64_t *goods_ids, const int64_t *counts,
+                       const int64_t *remaining, size_t n, const char *mode, const char *instance)
+{
+    json_t *o = json_object(), *items = json_array();
+    int failed = o == NULL || items == NULL;
+
+    for (size_t i = 0; !failed && i < n; i++) {
+        json_t *item = json_object();
+        failed |= item == NULL;
+        if (!failed) {
+            failed |= json_object_set_new(item, "goods_id", json_int(goods_ids[i]));
+            failed |= json_object_set_new(item, "count", json_int(counts[i]));
+            failed |= json_object_set_new(item, "remaining", json_int(remaining[i]));
+        }
+        failed |= json_array_append_new(items, item);
+    }
+    if (!failed) {
+        failed |= json_object_set_new(o, "ok", json_true());
+        failed |= json_object_set_new(o, "order_id", json_int(order_id));
+        failed |= json_object_set_new(o, "items", items);
+        items = NULL; /* taken by o, even on failure */
+        failed |= json_object_set_new(o, "mode", json_text(mode));
+        failed |= json_object_set_new(o, "instance", json_text(instance));
+    }
+    json_decref(items);
+    return finish(o, failed);
+}
+
+char *response_sold_out(int64_t goods_id, int64_t remaining)
+{
+    json_t *o = json_object();
+    int failed = o == NULL;
+
+    if (!failed) {
+        failed |= json_object_set_new(o, "ok", json_false());
+        failed |= json_object_set_new(o, "error", json_string("sold_out"));
+        failed |= json_object_set_new(o, "goods_id", json_int(goods_id));
+        failed |= json_object_set_new(o, "remaining", json_int(remaining));
+    }
+    return finish(o, failed);
+}
+
 char *response_unknown_goods(int64_t goods_id)
 {
     json_t *o = json_object();

@@ -30,6 +30,16 @@ char *response_deducted(int64_t goods_id, int64_t count, int64_t remaining, int6
 /* 409: {"ok":false,"error":"insufficient_stock","goods_id":..,"remaining":..} */
 char *response_insufficient(int64_t goods_id, int64_t remaining);
 
+/* A cart sold (POST /api/order): {"ok":true,"order_id":..,"items":[{"goods_id":..,"count":..,
+ * "remaining":..},...],"mode":..,"instance":..}, the items (n, parallel arrays) in the
+ * request's order. */
+char *response_ordered(int64_t order_id, const int64_t *goods_ids, const int64_t *counts,
+                       const int64_t *remaining, size_t n, const char *mode, const char *instance);
+
+/* A cart's 409: {"ok":false,"error":"sold_out","goods_id":..,"remaining":..}: the first item
+ * short of stock, and the stock its goods has. */
+char *response_sold_out(int64_t goods_id, int64_t remaining);
+
 /* 404: {"ok":false,"error":"unknown_goods","goods_id":..} */
 char *response_unknown_goods(int64_t goods_id);
 

@@ -14,6 +14,7 @@
 
 #include "service/faults.h"
 #include "service/log.h"
+#include "service/order.h"
 #include "service/request.h"
 #include "service/response.h"
 
@@ -48,10 +49,10 @@ static void reply_error(http_reply *reply, int status, const char *error, const 
 /* ---- POST /api/deduct ---------------------------------------------------------------- */
 
 /* The mode named by the body, else by the query, else the replica's default. */
-static const mode *choose_mode(app *a, const http_request *req, const deduct_request *dr,
-                               http_reply *reply)
+static const mode *choose_mode(app *a, const http_request *req, bool has_mode,
+                               const char *body_mode, http_reply *reply)
 {
-    const char *name = dr->has_mode ? dr->mode : req->query(req->transport, "mode");
+    const char *name = has_mode ? body_mode : req->query(req->transport, "mode");
     const mode *m;
     char detail[600], known[400];
 
@@ -82,6 +83,16 @@ static void record_deduction(app *a, const mode *m, const deduct_result *res)
         log_event(LOG_WARN, "deduct_failed", "mode=%s outcome=%s detail=%s", m->name, res->outcome,
                   log_quote(quoted, sizeof(quoted), res->detail));
     }
+}
+
+/* Whether the Idempotency-Key (NULL: none) has the documented shape; answers 400 if not. */
+static bool idempotency_key_ok(const char *key, http_reply *reply)
+{
+    if (key == NULL || request_idempotency_key_valid(key))
+        return true;
+    reply_error(reply, 400, "bad_request",
+                "Idempotency-Key must be 1 to 128 characters of A-Za-z0-9_.:-");
+    return false;
 }
 
 /* Parses an X-Fault header into *plan; answers 400 and returns false when the replica was
@@ -118,14 +129,11 @@ static void handle_deduct(app *a, const http_request *req, http_reply *reply)
         reply_error(reply, 400, "bad_request", detail);
         return;
     }
-    if (key != NULL && !request_idempotency_key_valid(key)) {
-        reply_error(reply, 400, "bad_request",
-                    "Idempotency-Key must be 1 to 128 characters of A-Za-z0-9_.:-");
+    if (!idempotency_key_ok(key, reply))
         return;
-    }
     if (fault != NULL && !fault_plan_from_header(a, fault, &plan, reply))
         return;
-    m = choose_mode(a, req, &dr, reply);
+    m = choose_mode(a, req, dr.has_mode, dr.mode, reply);
     if (m == NULL)
         return;
     run = (fault_run){.plan = &plan, .mode = m, .guards = a->core.guards, .goods_id = dr.goods_id};
@@ -134,6 +142,81 @@ static void handle_deduct(app *a, const http_request *req, http_reply *reply)
                   (long long)dr.goods_id, log_quote(quoted, sizeof(quoted), fault));
     if (deduct_execute(&a->core.deduct, m, dr.goods_id, dr.count, key, fault != NULL ? &hook : NULL,
                        &res) != 0) {
+        reply->status = 500;
+        reply->body = NULL;
+        return;
+    }
+    record_deduction(a, m, &res);
+    reply_json(reply, res.status, res.body);
+}
+
+/* ---- POST /api/order ------------------------------------------------------------------ */
+
+/* The names of the modes this replica serves that take carts, comma-separated. */
+static const char *cart_modes(app *a, char *buf, size_t len)
+{
+    size_t n, used = 0;
+    const mode *all = modes_all(&n);
+
+    buf[0] = '\0';
+    for (size_t i = 0; i < n; i++) {
+        if (all[i].cart == MODE_CART_NONE || !modes_served(&all[i], a->core.guards))
+            continue;
+        int w = snprintf(buf + used, len - used, "%s%s", used > 0 ? ", " : "", all[i].name);
+        if (w < 0 || (size_t)w >= len - used)
+            break;
+        used += (size_t)w;
+    }
+    return buf;
+}
+
+/* A cart may carry one fault, pause-between-locks (faults.h); answers 400 for any other. */
+static bool order_fault(app *a, const char *value, int64_t *pause_ms, http_reply *reply)
+{
+    fault_plan plan, only = {0};
+
+    if (!fault_plan_from_header(a, value, &plan, reply))
+        return false;
+    only.pause_between_locks_ms = plan.pause_between_locks_ms;
+    if (memcmp(&plan, &only, sizeof(plan)) != 0 || plan.pause_between_locks_ms == 0) {
+        reply_error(reply, 400, "bad_request",
+                    "X-Fault: POST /api/order takes only pause-between-locks=MS");
+        return false;
+    }
+    *pause_ms = plan.pause_between_locks_ms;
+    return true;
+}
+
+static void handle_order(app *a, const http_request *req, http_reply *reply)
+{
+    order_request orq;
+    deduct_result res;
+    const char *key = req->header(req->transport, "Idempotency-Key");
+    const char *fault = req->header(req->transport, "X-Fault");
+    int64_t pause_ms = 0;
+    const mode *m;
+    char detail[600], known[400];
+
+    if (request_parse_order(req->body, req->body_len, &orq, detail, sizeof(detail)) != 0) {
+        reply_error(reply, 400, "bad_request", detail);
+        return;
+    }
+    if (!idempotency_key_ok(key, reply))
+        return;
+    if (fault != NULL && !order_fault(a, fault, &pause_ms, reply))
+        return;
+    m = choose_mode(a, req, orq.has_mode, orq.mode, reply);
+    if (m == NULL)
+        return;
+    if (m->cart == MODE_CART_NONE) {
+        snprintf(detail, sizeof(detail),
+                 "mode '%s' does not take orders of several goods; "
+                 "modes that do: %s",
+                 m->name, cart_modes(a, known, sizeof(known)));
+        reply_error(reply, 400, "unknown_mode", detail);
+        return;
+    }
+    if (order_execute(&a->core.deduct, m, &orq, key, pause_ms, &res) != 0) {
         reply->status = 500;
         reply->body = NULL;
         return;
@@ -366,6 +449,7 @@ static void handle_lock(app *a, const http_request *req, http_reply *reply)
 
 static const route route_table[] = {
     {"/api/deduct", false, "POST", true, false, ROUTE_DEDUCT, handle_deduct},
+    {"/api/order", false, "POST", true, false, ROUTE_ORDER, handle_order},
     {"/api/stock/", true, "GET", false, false, ROUTE_STOCK, handle_stock},
     {"/api/admin/reset", false, "POST", true, true, ROUTE_RESET, handle_reset},
     {"/api/modes", false, "GET", false, false, ROUTE_MODES, handle_modes},

@@ -22,4 +22,4 @@ static int write_computed(db_conn *conn, int64_t goods_id, int64_t count, const 
     return db_stock_write(conn, goods_id, seen->stock - count);
 }
 
-const mode_tx rung_pg_advisory__tx = {lock_then_read, write_computed};
+const mode_tx rung_pg_advisory__tx = {lock_then_read, write_computed, NULL};

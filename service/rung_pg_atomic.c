@@ -7,7 +7,7 @@
  *
  * In this shape the "read" is the write: it hands back the stock as it was before the sale,
  * so the rest of the deduction reads as for any other rung, and the write has nothing left
- * to do.
+ * to do. A cart is one statement too: every row's check and write at once.
  */
 #include "service/guards.h"
 
@@ -29,4 +29,5 @@ static int already_written(db_conn *conn, int64_t goods_id, int64_t count, const
     return DB_OK;
 }
 
-const mode_tx rung_pg_atomic__tx = {take, already_written};
+/* A cart: every item's check and write in one statement (db_stock_take_cart). */
+const mode_tx rung_pg_atomic__tx = {take, already_written, db_stock_take_cart};

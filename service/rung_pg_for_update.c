@@ -18,4 +18,4 @@ static int write_computed(db_conn *conn, int64_t goods_id, int64_t count, const 
     return db_stock_write(conn, goods_id, seen->stock - count);
 }
 
-const mode_tx rung_pg_for_update__tx = {read_for_update, write_computed};
+const mode_tx rung_pg_for_update__tx = {read_for_update, write_computed, NULL};

@@ -29,4 +29,4 @@ static int write_if_unchanged(db_conn *conn, int64_t goods_id, int64_t count, co
     return db_stock_write_versioned(conn, goods_id, seen->stock - count, seen->version);
 }
 
-const mode_tx rung_pg_optimistic__tx = {read_versioned, write_if_unchanged};
+const mode_tx rung_pg_optimistic__tx = {read_versioned, write_if_unchanged, NULL};

@@ -263,7 +263,7 @@ static int sell_segment(sale *s, int seg, int64_t token, char (*name)[64])
     if (rc != DB_OK)
         return rollback_db(s, "write segment", rc);
     rc = db_order_insert(s->conn, s->goods_id, s->count, s->m->name, s->env->instance, &token,
-                         &order_id);
+                         "redis", &order_id);
     if (rc != DB_OK)
         return rollback_db(s, "record order", rc);
     s->out->status = 200;
@@ -363,7 +363,7 @@ static int sell_gathered(sale *s, const int64_t *tokens, char (*names)[64])
         return rollback_db(s, "spread segments", rc);
     /* An order has one fence column: the first segment's token stands for the holding. */
     rc = db_order_insert(s->conn, s->goods_id, s->count, s->m->name, s->env->instance, &tokens[0],
-                         &order_id);
+                         "redis", &order_id);
     if (rc != DB_OK)
         return rollback_db(s, "record order", rc);
     s->out->status = 200;

@@ -23,6 +23,9 @@
 #                      BUSINESS_DELAY_MS=2500 and the default watchdog lease (30 s: their
 #                      watchdog does not look during the pause): the holders of the five-step
 #                      cases, whose lock vanishes while they are inside their section
+#        FAULT_REPLICA_URL
+#                      one more, svc-8, not behind nginx, started with FAULTS=on: the carts
+#                      that pause between two locks (tests/stack/test_order.c)
 #   3. nginx's own errors: a body over 16 KiB gets nginx's JSON 413; with every replica
 #      stopped, requests get nginx's JSON 502;
 #   4. the live page (web/) in headless Chromium during a short load (tests/live_page.sh);
@@ -65,10 +68,13 @@ IT_SLOW_LEASE_MS=600
 # The delayed replicas: a pause inside the section with a lease far longer than it.
 IT_DELAYED_REPLICAS="$((IT_REPLICAS + 2)) $((IT_REPLICAS + 3))"
 IT_DELAYED_DELAY_MS=2500
+# The fault replica: started with FAULTS=on, not behind nginx, for the cart cases that pause
+# between two locks (X-Fault: pause-between-locks, tests/stack/test_order.c).
+IT_FAULT_REPLICA=$((IT_REPLICAS + 5))
 # The stack's test programs (tests/stack/test_NAME.c), in the order they run, each with its
 # time limit in seconds (about four times what each takes under the sanitizers). deps_down
 # runs last: it stops and freezes the stack's servers, which must not disturb the others.
-IT_STACK_PROGRAMS="contract:120 http_edges:120 idempotency:120 oversell:360 sharded:240 lock_lost:180 deps_down:180"
+IT_STACK_PROGRAMS="contract:120 http_edges:120 idempotency:120 oversell:360 sharded:240 order:150 lock_lost:180 deps_down:180"
 # STACK_PROGRAMS="NAME ...", when set, runs only those of them (e.g. STACK_PROGRAMS=lock_lost
 # make test-integration): one concern against a stack of its own, the rest of this file as
 # always.
@@ -448,6 +454,16 @@ run_integration() {
         delayed_urls=""
     fi
 
+    local fault_port fault_url=""
+    fault_port=$(pick_free_ports 1)
+    if FAULTS=on scripts/stack.sh replica-start-extra "$IT_FAULT_REPLICA" "$fault_port" 2>&1 |
+        tee -a "$up_log"; then
+        fault_url=http://127.0.0.1:$fault_port
+        all_replicas+=" $IT_FAULT_REPLICA"
+    else
+        suite_broken "fault-replica$sx" "scripts/stack.sh replica-start-extra failed (see $up_log)"
+    fi
+
     local prog name limit bin
     for prog in $IT_STACK_PROGRAMS; do
         name=${prog%%:*} limit=${prog##*:} bin=$build/tests/stack/test_${prog%%:*}
@@ -467,6 +483,7 @@ run_integration() {
             SLOW_REPLICA_LOG=$RUN_DIR/logs/svc-$IT_SLOW_REPLICA.log \
             SLOW_REPLICA_DELAY_MS=$IT_SLOW_DELAY_MS SLOW_REPLICA_LEASE_MS=$IT_SLOW_LEASE_MS \
             DELAYED_REPLICA_URLS=$delayed_urls DELAYED_REPLICA_DELAY_MS=$IT_DELAYED_DELAY_MS \
+            FAULT_REPLICA_URL=$fault_url \
             run_suite "stack-$name$sx${pattern:+:$pattern}" "$limit" "$bin" ${pattern:+"$pattern"}
     done
 

@@ -171,7 +171,9 @@ static void test_options_are_checked(void **state)
     assert_null(q);
     assert_int_equal(batch_queue_create(&(batch_options){10, 0, 10}, &q), -1);
     assert_int_equal(batch_queue_create(&(batch_options){10, 10, -1}, &q), -1);
-    assert_int_equal(batch_queue_create(&(batch_options){1, 1, 0}, &q), 0);
+    /* A wait of 0 would answer every request but the leader 503 at once. */
+    assert_int_equal(batch_queue_create(&(batch_options){1, 1, 0}, &q), -1);
+    assert_int_equal(batch_queue_create(&(batch_options){1, 1, 1}, &q), 0);
     batch_queue_destroy(q);
     batch_queue_destroy(NULL);
 }

@@ -71,6 +71,7 @@ static const number_case numbers[] = {
     {"REDIS_PORT", 1, 65535},
     {"WORKER_THREADS", 1, 4096},
     {"LOCK_WAIT_MS", 0, 600000},
+    {"BATCH_WAIT_MS", 1, 600000}, /* 0 would answer every request but a batch's leader 503 */
     {"LOCK_LEASE_MS", 300, 600000},
     {"BUSINESS_DELAY_MS", 0, 60000},
     {"DB_POOL_SIZE", 1, 256},
@@ -92,6 +93,8 @@ static int64_t number_field(const service_config *c, const char *var)
         return c->worker_threads;
     if (strcmp(var, "LOCK_WAIT_MS") == 0)
         return c->lock_wait_ms;
+    if (strcmp(var, "BATCH_WAIT_MS") == 0)
+        return c->batch_wait_ms;
     if (strcmp(var, "LOCK_LEASE_MS") == 0)
         return c->lock_lease_ms;
     if (strcmp(var, "BUSINESS_DELAY_MS") == 0)

@@ -515,8 +515,8 @@ static void test_read_write_and_insert(void **state)
     assert_int_equal(db_stock_write(c, 1, 7), DB_OK);
     assert_int_equal(stock_of(c, 1), 7);
 
-    assert_int_equal(db_order_insert(c, 1, 3, "none", "svc-1", NULL, &id1), DB_OK);
-    assert_int_equal(db_order_insert(c, 1, 2, "redis", "svc-2", &fence, &id2), DB_OK);
+    assert_int_equal(db_order_insert(c, 1, 3, "none", "svc-1", NULL, NULL, &id1), DB_OK);
+    assert_int_equal(db_order_insert(c, 1, 2, "redis", "svc-2", &fence, "redis", &id2), DB_OK);
     assert_true(id1 > 0 && id2 > id1);
     assert_int_equal(raw_int(f->admin,
                              "SELECT count(*) FROM orders WHERE goods = 1"
@@ -530,7 +530,7 @@ static void test_read_write_and_insert(void **state)
     assert_int_equal(db_stock_write(c, 999, 1), DB_ERR_NOT_FOUND);
 
     /* refused statements: DB_ERR_QUERY with the reason; the session stays usable */
-    assert_int_equal(db_order_insert(c, 999, 1, "none", "svc-1", NULL, &id1), DB_ERR_QUERY);
+    assert_int_equal(db_order_insert(c, 999, 1, "none", "svc-1", NULL, NULL, &id1), DB_ERR_QUERY);
     assert_non_null(strstr(db_conn_error(c), "23503")); /* foreign key */
     assert_int_equal(db_stock_write(c, 1, -1), DB_ERR_QUERY);
     assert_non_null(strstr(db_conn_error(c), "23514")); /* check constraint */
@@ -550,8 +550,9 @@ static void test_orders_insert_many(void **state)
     int64_t ids[4] = {0}, fence = 9, bad[] = {1, 0};
 
     reset_ok(c, 1, 10);
-    assert_int_equal(db_orders_insert_many(c, 1, counts, 4, "redis-batch", "svc-1", &fence, ids),
-                     DB_OK);
+    assert_int_equal(
+        db_orders_insert_many(c, 1, counts, 4, "redis-batch", "svc-1", &fence, "redis", ids),
+        DB_OK);
     for (int i = 0; i < 4; i++) {
         char id_buf[24], count_buf[24];
         const char *params[2] = {id_buf, count_buf};
@@ -569,10 +570,107 @@ static void test_orders_insert_many(void **state)
     }
     assert_int_equal(raw_int(f->admin, "SELECT count(*) FROM orders WHERE goods = 1", 0, NULL), 4);
 
-    assert_int_equal(db_orders_insert_many(c, 1, counts, 0, "m", "i", NULL, ids), DB_ERR_INVALID);
-    assert_int_equal(db_orders_insert_many(c, 1, bad, 2, "m", "i", NULL, ids), DB_ERR_INVALID);
-    assert_int_equal(db_orders_insert_many(c, 999, counts, 1, "m", "i", NULL, ids), DB_ERR_QUERY);
+    assert_int_equal(db_orders_insert_many(c, 1, counts, 0, "m", "i", NULL, NULL, ids),
+                     DB_ERR_INVALID);
+    assert_int_equal(db_orders_insert_many(c, 1, bad, 2, "m", "i", NULL, NULL, ids),
+                     DB_ERR_INVALID);
+    assert_int_equal(db_orders_insert_many(c, 999, counts, 1, "m", "i", NULL, NULL, ids),
+                     DB_ERR_QUERY);
     assert_int_equal(raw_int(f->admin, "SELECT count(*) FROM orders WHERE goods = 1", 0, NULL), 4);
+    db_pool_release(f->pool, c);
+}
+
+/* A cart's statements: pg-atomic's one-statement sale writes every row or none, and says
+ * which item stopped it; the cart's orders share one number; its Idempotency-Key records are
+ * keyed by the cart's text, and a reset of any of its goods deletes them. */
+static void test_cart_statements(void **state)
+{
+    fixture *f = *state;
+    db_conn *c = acquire(f->pool);
+    const int64_t short_ids[] = {1, 2}, short_counts[] = {4, 5};
+    const int64_t unknown_ids[] = {1, 999, 2}, unknown_counts[] = {1, 1, 9};
+    const int64_t ids[] = {3, 1}, counts[] = {2, 4}, fences[] = {7, 0};
+    const bool fenced[] = {true, false};
+    int64_t left[3] = {0}, cart = 0;
+    size_t failed = 99;
+    char cart_buf[24], *body = NULL;
+    const char *params[1] = {cart_buf};
+    int status = 0;
+
+    reset_ok(c, 1, 10);
+    reset_ok(c, 2, 3);
+    reset_ok(c, 3, 5);
+
+    /* Item 1 (goods 2) is short: nothing written, even to goods 1, which had enough. */
+    assert_int_equal(db_begin(c), DB_OK);
+    assert_int_equal(db_stock_take_cart(c, short_ids, short_counts, 2, left, &failed),
+                     DB_ERR_INSUFFICIENT);
+    assert_int_equal(failed, 1);
+    assert_int_equal(left[1], 3);
+    assert_int_equal(stock_of(c, 1), 10);
+    assert_int_equal(db_rollback(c), DB_OK);
+
+    /* An unknown goods wins over a short one (goods 2 is short too). */
+    assert_int_equal(db_begin(c), DB_OK);
+    assert_int_equal(db_stock_take_cart(c, unknown_ids, unknown_counts, 3, left, &failed),
+                     DB_ERR_NOT_FOUND);
+    assert_int_equal(failed, 1);
+    assert_int_equal(db_rollback(c), DB_OK);
+
+    assert_int_equal(db_begin(c), DB_OK);
+    assert_int_equal(db_stock_take_cart(c, ids, counts, 2, left, &failed), DB_OK);
+    assert_int_equal(left[0], 3);
+    assert_int_equal(left[1], 6);
+    assert_int_equal(
+        db_orders_insert_cart(c, ids, counts, fences, fenced, 2, "pg-atomic", "svc-1", &cart),
+        DB_OK);
+    assert_int_equal(db_commit(c), DB_OK);
+    assert_int_equal(stock_of(c, 1), 6);
+    assert_int_equal(stock_of(c, 2), 3);
+    assert_int_equal(stock_of(c, 3), 3);
+    snprintf(cart_buf, sizeof(cart_buf), "%lld", (long long)cart);
+    assert_int_equal(
+        raw_int(f->admin,
+                "SELECT count(*) FROM orders WHERE cart = $1::bigint AND cart_items = 2"
+                " AND mode = 'pg-atomic'",
+                1, params),
+        2);
+    assert_int_equal(raw_int(f->admin,
+                             "SELECT count(*) FROM orders WHERE cart = $1::bigint AND goods = 3"
+                             " AND count = 2 AND fence = 7",
+                             1, params),
+                     1);
+    assert_int_equal(raw_int(f->admin,
+                             "SELECT count(*) FROM orders WHERE cart = $1::bigint AND goods = 1"
+                             " AND count = 4 AND fence IS NULL",
+                             1, params),
+                     1);
+    /* The cart number is no order's id. */
+    assert_int_equal(
+        raw_int(f->admin, "SELECT count(*) FROM orders WHERE id = $1::bigint", 1, params), 0);
+    assert_int_equal(db_orders_insert_cart(c, ids, counts, NULL, NULL, 0, "m", "i", &cart),
+                     DB_ERR_INVALID);
+
+    /* The key of a cart: claim, store, fetch; a second claim conflicts. */
+    assert_int_equal(db_begin(c), DB_OK);
+    assert_int_equal(db_order_idempotency_claim(c, "1x4,3x2", ids, 2, "k1"), DB_OK);
+    assert_int_equal(db_order_idempotency_store(c, "1x4,3x2", "k1", 200, "{\"ok\":true}"), DB_OK);
+    assert_int_equal(db_commit(c), DB_OK);
+    assert_int_equal(db_begin(c), DB_OK);
+    assert_int_equal(db_order_idempotency_claim(c, "1x4,3x2", ids, 2, "k1"), DB_ERR_CONFLICT);
+    assert_int_equal(db_rollback(c), DB_OK);
+    assert_int_equal(db_order_idempotency_fetch(c, "1x4,3x2", "k1", &status, &body), DB_OK);
+    assert_int_equal(status, 200);
+    assert_string_equal(body, "{\"ok\":true}");
+    free(body);
+    body = NULL;
+    /* Another cart with the same key is another record. */
+    assert_int_equal(db_order_idempotency_fetch(c, "1x4,3x1", "k1", &status, &body),
+                     DB_ERR_NOT_FOUND);
+    /* A reset of one of the cart's goods deletes its record. */
+    reset_ok(c, 3, 5);
+    assert_int_equal(db_order_idempotency_fetch(c, "1x4,3x2", "k1", &status, &body),
+                     DB_ERR_NOT_FOUND);
     db_pool_release(f->pool, c);
 }
 
@@ -848,6 +946,48 @@ static void test_claim_refuses_an_older_token(void **state)
     db_pool_release(f->pool, c);
 }
 
+/*
+ * Fences across lock services: a redis holder with token 10 writes, an etcd holder (its own
+ * counter) writes, then a stale redis holder with token 9 comes: it must be refused. Before,
+ * the row kept only the last claim's source, the etcd claim replaced it, and the stale redis
+ * token was compared with nothing: it passed, and lowered the stored redis fence. Each
+ * order records its token's source.
+ */
+static void test_claim_fences_per_source(void **state)
+{
+    fixture *f = *state;
+    db_conn *c = acquire(f->pool);
+    int64_t s = 0, id = 0, redis10 = 10, etcd3 = 3;
+
+    reset_ok(c, 3, 100);
+    assert_int_equal(db_begin(c), DB_OK);
+    assert_int_equal(db_stock_claim(c, 3, "redis", 10, &s), DB_OK);
+    assert_int_equal(db_stock_write(c, 3, 99), DB_OK);
+    assert_int_equal(db_order_insert(c, 3, 1, "redis", "svc-1", &redis10, "redis", &id), DB_OK);
+    assert_int_equal(db_commit(c), DB_OK);
+
+    assert_int_equal(db_begin(c), DB_OK);
+    assert_int_equal(db_stock_claim(c, 3, "etcd", 3, &s), DB_OK);
+    assert_int_equal(db_stock_write(c, 3, 98), DB_OK);
+    assert_int_equal(db_order_insert(c, 3, 1, "etcd", "svc-2", &etcd3, "etcd", &id), DB_OK);
+    assert_int_equal(db_commit(c), DB_OK);
+
+    /* the stale redis holder: refused, nothing changes */
+    assert_int_equal(db_begin(c), DB_OK);
+    assert_int_equal(db_stock_claim(c, 3, "redis", 9, &s), DB_ERR_FENCED);
+    assert_int_equal(db_rollback(c), DB_OK);
+    assert_int_equal(stock_of(c, 3), 98);
+    /* each source still compares with its own: etcd's next token and redis' next pass */
+    assert_int_equal(db_stock_claim(c, 3, "etcd", 2, &s), DB_ERR_FENCED);
+    assert_int_equal(db_stock_claim(c, 3, "etcd", 4, &s), DB_OK);
+    assert_int_equal(db_stock_claim(c, 3, "redis", 11, &s), DB_OK);
+    assert_int_equal(raw_int(f->admin,
+                             "SELECT count(*) FROM orders WHERE goods = 3 AND fence_source = 'etcd'",
+                             0, NULL),
+                     1);
+    db_pool_release(f->pool, c);
+}
+
 typedef struct claimant {
     db_pool *pool;
     int64_t token;
@@ -1068,9 +1208,9 @@ static void test_reset_deletes_orders_and_idempotency_records(void **state)
 
     reset_ok(c, 1, 100);
     reset_ok(c, 2, 100);
-    assert_int_equal(db_order_insert(c, 1, 1, "none", "svc-1", NULL, &id), DB_OK);
-    assert_int_equal(db_order_insert(c, 1, 2, "none", "svc-1", NULL, &id), DB_OK);
-    assert_int_equal(db_order_insert(c, 2, 5, "none", "svc-1", NULL, &id), DB_OK);
+    assert_int_equal(db_order_insert(c, 1, 1, "none", "svc-1", NULL, NULL, &id), DB_OK);
+    assert_int_equal(db_order_insert(c, 1, 2, "none", "svc-1", NULL, NULL, &id), DB_OK);
+    assert_int_equal(db_order_insert(c, 2, 5, "none", "svc-1", NULL, NULL, &id), DB_OK);
     assert_int_equal(db_begin(c), DB_OK);
     assert_int_equal(db_idempotency_claim(c, 1, "k"), DB_OK);
     assert_int_equal(db_idempotency_store(c, 1, "k", 200, "{}"), DB_OK);
@@ -1116,11 +1256,11 @@ static void test_stock_report_figures(void **state)
 
     /* two sales, then a lost update: a third sale whose write is based on a stale read */
     assert_int_equal(db_stock_write(c, 1, 97), DB_OK);
-    assert_int_equal(db_order_insert(c, 1, 3, "none", "svc-1", NULL, &id), DB_OK);
+    assert_int_equal(db_order_insert(c, 1, 3, "none", "svc-1", NULL, NULL, &id), DB_OK);
     assert_int_equal(db_stock_write(c, 1, 95), DB_OK);
-    assert_int_equal(db_order_insert(c, 1, 2, "none", "svc-2", NULL, &id), DB_OK);
+    assert_int_equal(db_order_insert(c, 1, 2, "none", "svc-2", NULL, NULL, &id), DB_OK);
     assert_int_equal(db_stock_write(c, 1, 96), DB_OK); /* read 97, sold 1 */
-    assert_int_equal(db_order_insert(c, 1, 1, "none", "svc-3", NULL, &id), DB_OK);
+    assert_int_equal(db_order_insert(c, 1, 1, "none", "svc-3", NULL, NULL, &id), DB_OK);
 
     assert_int_equal(db_stock_report_read(c, 1, &r), DB_OK);
     assert_int_equal(r.initial, 100);
@@ -1189,7 +1329,8 @@ static void test_segments_spread_claim_write(void **state)
     assert_int_equal(s, 25);
     assert_int_equal(db_segment_write(c, 1, 2, 20, &left), DB_OK);
     assert_int_equal(left, 95); /* this segment's 20, the others' 75 */
-    assert_int_equal(db_order_insert(c, 1, 5, "redis-sharded", "svc-1", &tokens[2], &id), DB_OK);
+    assert_int_equal(db_order_insert(c, 1, 5, "redis-sharded", "svc-1", &tokens[2], "redis", &id),
+                     DB_OK);
     assert_int_equal(db_commit(c), DB_OK);
     assert_int_equal(db_stock_report_read(c, 1, &r), DB_OK);
     assert_int_equal(r.stock, 95);
@@ -1820,6 +1961,7 @@ static void test_strerror_names_every_code(void **state)
                    DB_ERR_LOCK_TIMEOUT,
                    DB_ERR_RETRY,
                    DB_ERR_HELD,
+                   DB_ERR_DEADLOCK,
                    DB_ERR_NOMEM,
                    DB_ERR_INVALID};
     size_t i;
@@ -1830,7 +1972,7 @@ static void test_strerror_names_every_code(void **state)
     assert_string_equal(db_strerror(-1000), "unknown error");
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_migrate_applies_then_does_nothing, setup_fresh,
@@ -1843,6 +1985,7 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_read_write_and_insert, setup_migrated, teardown),
         cmocka_unit_test_setup_teardown(test_orders_insert_many, setup_migrated, teardown),
+        cmocka_unit_test_setup_teardown(test_cart_statements, setup_migrated, teardown),
         cmocka_unit_test_setup_teardown(test_pg_rung_statements, setup_migrated, teardown),
         cmocka_unit_test_setup_teardown(test_versioned_read_and_write, setup_migrated, teardown),
         cmocka_unit_test_setup_teardown(test_lockrow_take_and_release, setup_migrated, teardown),
@@ -1850,6 +1993,7 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_a_failed_transaction_does_not_commit, setup_migrated,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_claim_fences_per_source, setup_migrated, teardown),
         cmocka_unit_test_setup_teardown(test_claim_refuses_an_older_token, setup_migrated,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_claim_behind_an_older_holder_reads_its_write,
@@ -1899,5 +2043,7 @@ int main(void)
                         "dbname=postgres'\n");
         return 1;
     }
+    if (argc == 2) /* a pattern: run only the cases whose names match it */
+        cmocka_set_test_filter(argv[1]);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

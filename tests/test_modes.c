@@ -166,6 +166,33 @@ static void test_optimistic_and_lockrow_rows(void **state)
     assert_non_null(strstr(row->summary, "lock_timeout"));
 }
 
+/* The cart modes: the safe ones take their locks in one order (sorted), the deadlock rungs
+ * as listed and unsafe; local names its stripes, so that a cart takes a shared one once; a
+ * batched or sharded mode takes no carts (their paths sell one goods). */
+static void test_cart_rows(void **state)
+{
+    static const char *const sorted[] = {"none", "local", "redis", "pg-for-update", "pg-atomic"};
+    static const char *const as_listed[] = {"multi-naive", "pg-multi-naive"};
+    size_t n = 0;
+    const mode *all = modes_all(&n);
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(sorted) / sizeof(sorted[0]); i++)
+        assert_int_equal(modes_find(sorted[i])->cart, MODE_CART_SORTED);
+    for (size_t i = 0; i < sizeof(as_listed) / sizeof(as_listed[0]); i++) {
+        assert_int_equal(modes_find(as_listed[i])->cart, MODE_CART_AS_LISTED);
+        assert_false(modes_find(as_listed[i])->safe);
+    }
+    assert_non_null(modes_find("local")->lock_of);
+    assert_true(modes_find("local")->lock_of(7) == modes_find("local")->lock_of(7 + 256));
+    assert_non_null(modes_find("pg-atomic")->tx->take_cart);
+    /* multi-naive is the redis mode's lock: a single deduct is redis's. */
+    assert_ptr_equal(modes_find("multi-naive")->enter, modes_find("redis")->enter);
+    for (size_t i = 0; i < n; i++)
+        if (all[i].batched || all[i].sharded)
+            assert_int_equal(all[i].cart, MODE_CART_NONE);
+}
+
 static void test_find(void **state)
 {
     (void)state;
@@ -469,6 +496,7 @@ int main(void)
         cmocka_unit_test(test_every_row_answers_without_its_server),
         cmocka_unit_test(test_pg_rungs_are_safe_shapes_without_a_guard),
         cmocka_unit_test(test_optimistic_and_lockrow_rows),
+        cmocka_unit_test(test_cart_rows),
         cmocka_unit_test(test_find),
         cmocka_unit_test(test_list_names_every_mode),
         cmocka_unit_test(test_needs_filter_the_served_rows),

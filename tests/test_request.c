@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include <jansson.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,7 +25,7 @@
 #define COUNT_RULE "count must be an integer from 1 to 10000"
 #define STOCK_RULE "stock must be an integer from 0 to 1000000000"
 
-enum body_kind { DEDUCT, RESET };
+enum body_kind { DEDUCT, RESET, ORDER };
 
 typedef struct body_case {
     enum body_kind kind;
@@ -72,13 +73,17 @@ static void test_rejected(void **state)
     char detail[256];
     deduct_request d;
     reset_request r;
+    order_request o;
     int rc;
 
     memset(detail, 'x', sizeof(detail));
     memset(&d, 0x5a, sizeof(d));
     memset(&r, 0x5a, sizeof(r));
+    memset(&o, 0x5a, sizeof(o));
     if (c->kind == DEDUCT)
         rc = request_parse_deduct(c->body, c->len, &d, detail, sizeof(detail));
+    else if (c->kind == ORDER)
+        rc = request_parse_order(c->body, c->len, &o, detail, sizeof(detail));
     else
         rc = request_parse_reset(c->body, c->len, &r, detail, sizeof(detail));
     assert_int_equal(rc, -1);
@@ -91,6 +96,8 @@ static void test_rejected(void **state)
     assert_valid_utf8(detail);
     if (c->kind == DEDUCT)
         assert_true(all_zero(&d, sizeof(d)));
+    else if (c->kind == ORDER)
+        assert_true(all_zero(&o, sizeof(o)));
     else
         assert_true(all_zero(&r, sizeof(r)));
 }
@@ -212,6 +219,71 @@ static void test_deduct_parses_exactly_len_bytes(void **state)
     /* One byte short: the object is not closed. */
     assert_int_equal(request_parse_deduct(buf, 23, &d, detail, sizeof(detail)), -1);
     assert_true(strncmp(detail, "invalid JSON: ", 14) == 0);
+}
+
+static int parse_order(const char *body, order_request *o)
+{
+    char detail[256] = "";
+    int rc = request_parse_order(body, strlen(body), o, detail, sizeof(detail));
+    if (rc != 0)
+        print_message("refused: %s\n", detail);
+    return rc;
+}
+
+static void test_order_items_kept_in_request_order(void **state)
+{
+    order_request o;
+
+    (void)state;
+    assert_int_equal(parse_order("{\"items\":[{\"goods_id\":7,\"count\":1},"
+                                 "{\"count\":2,\"goods_id\":1}],\"mode\":\"redis\"}",
+                                 &o),
+                     0);
+    assert_int_equal(o.n_items, 2);
+    assert_int_equal(o.items[0].goods_id, 7);
+    assert_int_equal(o.items[0].count, 1);
+    assert_int_equal(o.items[1].goods_id, 1);
+    assert_int_equal(o.items[1].count, 2);
+    assert_true(o.has_mode);
+    assert_string_equal(o.mode, "redis");
+}
+
+/* 16 items, each at its bounds, and no mode: the replica's default. */
+static void test_order_sixteen_items(void **state)
+{
+    char body[2048] = "{\"items\":[";
+    order_request o;
+
+    (void)state;
+    for (int i = 0; i < 16; i++) {
+        char item[96];
+        snprintf(item, sizeof(item), "%s{\"goods_id\":%lld,\"count\":%d}", i > 0 ? "," : "",
+                 i == 15 ? 9223372036854775807LL : (long long)i + 1, i % 2 ? 10000 : 1);
+        strcat(body, item);
+    }
+    strcat(body, "]}");
+    assert_int_equal(parse_order(body, &o), 0);
+    assert_int_equal(o.n_items, 16);
+    assert_true(o.items[15].goods_id == INT64_MAX);
+    assert_int_equal(o.items[1].count, 10000);
+    assert_false(o.has_mode);
+}
+
+static void test_order_seventeen_items_refused(void **state)
+{
+    char body[2048] = "{\"items\":[", detail[256];
+    order_request o;
+
+    (void)state;
+    for (int i = 0; i < 17; i++) {
+        char item[64];
+        snprintf(item, sizeof(item), "%s{\"goods_id\":%d,\"count\":1}", i > 0 ? "," : "", i + 1);
+        strcat(body, item);
+    }
+    strcat(body, "]}");
+    assert_int_equal(request_parse_order(body, strlen(body), &o, detail, sizeof(detail)), -1);
+    assert_string_equal(detail, "items must be an array of 1 to 16 items");
+    assert_true(all_zero(&o, sizeof(o)));
 }
 
 static void test_reset_accepts_bounds(void **state)
@@ -458,6 +530,49 @@ int main(void)
         cmocka_unit_test(test_deduct_mode_length_limit),
         cmocka_unit_test(test_deduct_parses_exactly_len_bytes),
         cmocka_unit_test(test_reset_accepts_bounds),
+        cmocka_unit_test(test_order_items_kept_in_request_order),
+        cmocka_unit_test(test_order_sixteen_items),
+        cmocka_unit_test(test_order_seventeen_items_refused),
+
+    /* an order's cart */
+#define ITEMS_RULE "items must be an array of 1 to 16 items"
+        BAD(ORDER, "order: no items field", "{\"mode\":\"redis\"}", "missing field 'items'"),
+        BAD(ORDER, "order: empty items", "{\"items\":[]}", ITEMS_RULE),
+        BAD(ORDER, "order: items an object", "{\"items\":{\"goods_id\":1,\"count\":1}}",
+            ITEMS_RULE),
+        BAD(ORDER, "order: items null", "{\"items\":null}", ITEMS_RULE),
+        BAD(ORDER, "order: an item a number", "{\"items\":[1]}",
+            "items[0] must be an object {\"goods_id\":..,\"count\":..}"),
+        BAD(ORDER, "order: a goods twice",
+            "{\"items\":[{\"goods_id\":1,\"count\":1},{\"goods_id\":2,\"count\":1},"
+            "{\"goods_id\":1,\"count\":3}]}",
+            "items[2]: goods_id 1 is already items[0]"),
+        BAD(ORDER, "order: a zero count",
+            "{\"items\":[{\"goods_id\":1,\"count\":1},{\"goods_id\":2,\"count\":0}]}",
+            "items[1]: " COUNT_RULE),
+        BAD(ORDER, "order: count 10001", "{\"items\":[{\"goods_id\":1,\"count\":10001}]}",
+            "items[0]: " COUNT_RULE),
+        BAD(ORDER, "order: count 1.0", "{\"items\":[{\"goods_id\":1,\"count\":1.0}]}",
+            "items[0]: " COUNT_RULE),
+        BAD(ORDER, "order: goods_id 0", "{\"items\":[{\"goods_id\":0,\"count\":1}]}",
+            "items[0]: " GOODS_RULE),
+        BAD(ORDER, "order: an item without count", "{\"items\":[{\"goods_id\":1}]}",
+            "items[0]: missing field 'count'"),
+        BAD(ORDER, "order: an unknown field in an item",
+            "{\"items\":[{\"goods_id\":1,\"count\":1,\"price\":5}]}",
+            "items[0]: unknown field 'price'"),
+        BAD(ORDER, "order: an unknown field", "{\"items\":[{\"goods_id\":1,\"count\":1}],\"x\":1}",
+            "unknown field 'x'"),
+        BAD(ORDER, "order: goods_id and count at the top", "{\"goods_id\":1,\"count\":1}",
+            "unknown field 'goods_id'"),
+        BAD(ORDER, "order: a duplicate key in an item",
+            "{\"items\":[{\"goods_id\":1,\"count\":1,\"count\":2}]}", "duplicate key 'count'"),
+        BAD(ORDER, "order: a duplicate items key",
+            "{\"items\":[{\"goods_id\":1,\"count\":1}],\"items\":[]}", "duplicate key 'items'"),
+        BAD(ORDER, "order: mode a number", "{\"items\":[{\"goods_id\":1,\"count\":1}],\"mode\":1}",
+            "mode must be a string"),
+        BAD(ORDER, "order: a goods_id beyond int64",
+            "{\"items\":[{\"goods_id\":9223372036854775808,\"count\":1}]}", GOODS_RULE),
 
         /* not an object */
         BAD(DEDUCT, "empty body", "", "body is empty: expected a JSON object"),

@@ -168,6 +168,25 @@ static void test_insufficient(void **state)
     json_decref(o);
 }
 
+/* A cart's answer: its items in the order given, each with what its goods keeps. */
+static void test_ordered(void **state)
+{
+    const int64_t goods[] = {7, 1}, counts[] = {1, 2}, left[] = {9, 98};
+
+    (void)state;
+    assert_body(response_ordered(40, goods, counts, left, 2, "redis", "svc-2"),
+                "{\"ok\":true,\"order_id\":40,\"items\":[{\"goods_id\":7,\"count\":1,"
+                "\"remaining\":9},{\"goods_id\":1,\"count\":2,\"remaining\":98}],"
+                "\"mode\":\"redis\",\"instance\":\"svc-2\"}");
+}
+
+static void test_sold_out(void **state)
+{
+    (void)state;
+    assert_body(response_sold_out(7, 0),
+                "{\"ok\":false,\"error\":\"sold_out\",\"goods_id\":7,\"remaining\":0}");
+}
+
 static void test_unknown_goods(void **state)
 {
     json_t *o;
@@ -284,6 +303,8 @@ int main(void)
         cmocka_unit_test(test_deducted),
         cmocka_unit_test(test_insufficient),
         cmocka_unit_test(test_unknown_goods),
+        cmocka_unit_test(test_ordered),
+        cmocka_unit_test(test_sold_out),
         cmocka_unit_test(test_stock),
         cmocka_unit_test(test_oversold_formula),
         cmocka_unit_test(test_deduct_503_details),

@@ -27,6 +27,8 @@
  *                  counter was lost too and restarts at Redis' clock), so a fence refuses A's
  *                  write; A's release cannot delete B's lock. With LOCK_SYNC_REPLICAS=1 the
  *                  first grant is refused instead, and there is never a second holder.
+ *   silent Sentinel the Sentinel the client watches stopped (SIGSTOP), then the master
+ *                  killed: the client follows the other two's failover all the same
  */
 #include "lock/lock.h"
 #include "lock/sentinel.h"
@@ -603,13 +605,60 @@ static void test_lost_grant(void **state)
     lock_client_destroy(a);
 }
 
+/*
+ * A silent Sentinel must not hide a failover: runs last, after test_lost_grant (g_state.master
+ * is the master; g_state.replica, killed there, comes back as its replica). The Sentinel the
+ * client's follower watches (the first of its list) is stopped (SIGSTOP: its connections stay
+ * open and say nothing), then the master is killed. The two others promote the replica; the
+ * client must follow within the bound of sentinel.h: down-after (500 ms) + the promotion +
+ * LOCK_SENTINEL_RECHECK_MS + one ask. Before, the follower waited on the silent watch and
+ * every try_lock failed on the dead master until the Sentinel resumed.
+ */
+static void test_silent_sentinel(void **state)
+{
+    redis_server *master = g_state.master, *replica = g_state.replica;
+    redis_server *watched = g_state.sentinel[0];
+    char list[256];
+    lock_client *c;
+    int64_t killed, took = -1;
+    int rc;
+
+    (void)state;
+    assert_int_equal(redis_server_restart(replica), 0);
+    assert_true(settled(redis_server_port(master), redis_server_port(replica)));
+    sentinel_list(list, sizeof(list), NULL);
+    c = sentinel_client(list, 0);
+    assert_int_equal(lock_try_lock(c, "t:silent", 0, 30000, NULL), LOCK_OK);
+    assert_int_equal(lock_unlock(c, "t:silent"), LOCK_OK);
+    sleep_ms(300); /* the follower's watch is subscribed on the first Sentinel by now */
+
+    assert_int_equal(kill(redis_server_pid(watched), SIGSTOP), 0);
+    assert_int_equal(redis_server_kill(master), 0);
+    killed = now_ms();
+    for (rc = LOCK_ERR_REDIS; now_ms() - killed < 12000; sleep_ms(50)) {
+        rc = lock_try_lock(c, "t:silent", 0, 30000, NULL);
+        if (rc == LOCK_OK) {
+            took = now_ms() - killed;
+            break;
+        }
+    }
+    assert_int_equal(kill(redis_server_pid(watched), SIGCONT), 0);
+    fprintf(stderr,
+            "    watched Sentinel stopped, master killed: the client took a lock on the "
+            "new master %lld ms later\n",
+            (long long)took);
+    assert_int_equal(rc, LOCK_OK);
+    assert_int_equal(lock_unlock(c, "t:silent"), LOCK_OK);
+    lock_client_destroy(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse),         cmocka_unit_test(test_discovery),
         cmocka_unit_test(test_unknown_name),  cmocka_unit_test(test_not_a_master),
         cmocka_unit_test(test_sync_replicas), cmocka_unit_test(test_failover),
-        cmocka_unit_test(test_lost_grant),
+        cmocka_unit_test(test_lost_grant),    cmocka_unit_test(test_silent_sentinel),
     };
 
     return cmocka_run_group_tests_name("sentinel", tests, group_setup, group_teardown);

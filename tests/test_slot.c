@@ -262,6 +262,24 @@ static void test_map_lookups(void **state)
     lock__cluster_destroy(cl);
 }
 
+/* Masters replaced one after another, far more of them than the list holds: each new map
+ * forgets the masters it does not name, so every map applies (before, the 65th distinct
+ * master failed as LOCK_ERR_NOMEM and the map froze). */
+static void test_map_forgets_masters_it_does_not_name(void **state)
+{
+    lock__cluster *cl = offline_router();
+    lock__slot_range two[2] = {{0, 8191, {"127.0.0.1", 7000}}, {8192, 16383, {"127.0.0.1", 0}}};
+
+    (void)state;
+    for (int i = 0; i < 3 * LOCK__CLUSTER_NODES_MAX; i++) {
+        two[1].master.port = 20000 + i; /* a new master for the second half every time */
+        assert_int_equal(lock__cluster_apply(cl, two, 2), LOCK_OK);
+        assert_master(cl, 8192, "127.0.0.1", 20000 + i);
+        assert_master(cl, 0, "127.0.0.1", 7000);
+    }
+    lock__cluster_destroy(cl);
+}
+
 static void test_redirect_handling(void **state)
 {
     lock__cluster *cl = offline_router();
@@ -323,6 +341,7 @@ int main(void)
         cmocka_unit_test(test_has_tag),
         cmocka_unit_test(test_parse_cluster_slots),
         cmocka_unit_test(test_map_lookups),
+        cmocka_unit_test(test_map_forgets_masters_it_does_not_name),
         cmocka_unit_test(test_redirect_handling),
         cmocka_unit_test(test_routing_refusals),
     };

@@ -6,6 +6,15 @@
  * calls come from many threads and a handle may be used by one thread only; the gateway
  * is on loopback, so the cost of a new connection is small beside the lock's round trips.
  * The gateway speaks proto3 JSON: keys and values are base64, 64-bit numbers are strings.
+ *
+ * An unclear answer to a write (a put or a delete that timed out, or whose connection broke)
+ * may still be applied, late: a waiter's key would then sit at the head of its lock's line
+ * under the process's lease, which the keep-alive renews for ever, and every waiter of every
+ * replica would wait on it. So such an answer ends the lease (abandon_lease): it is no longer
+ * renewed and is revoked at once; a put that lands after the revoke is refused by etcd (its
+ * lease is gone), and one that landed before goes with the lease. Bound: the revoke's answer,
+ * or if etcd does not answer that either, the lease's TTL. The cost: this process's other
+ * holdings go with the lease (is_held says lost), as a ZooKeeper session's would.
  */
 #include "lock/etcd/etcd_lock.h"
 #include "lock/error.h"
@@ -60,6 +69,7 @@ typedef struct holding {
     pthread_t thread;
     int count;
     int64_t token;
+    int64_t lease;       /* the lease its key was put with */
     uint64_t generation; /* the lease generation it was taken under */
 } holding;
 
@@ -450,6 +460,25 @@ static holding *find_locked(etcd_lock_client *c, const char *name, holding ***li
     return NULL;
 }
 
+/* An unclear answer to a write made under `lease` (see the top of the file): the lease is
+ * marked lost (the keep-alive stops renewing it, the next acquire grants a new one) and
+ * revoked, best effort; if the revoke gets no answer either, the lease ends by its TTL. */
+static void abandon_lease(etcd_lock_client *c, int64_t lease)
+{
+    json_t *ans = NULL;
+    char why[256];
+
+    snprintf(why, sizeof(why), "%s", lock__error_text());
+    pthread_mutex_lock(&c->mu);
+    if (c->lease_id == lease)
+        lease_lost_locked(c);
+    pthread_mutex_unlock(&c->mu);
+    if (post(c, "/v3/lease/revoke", json_pack("{sI}", "ID", (json_int_t)lease), c->timeout_ms,
+             &ans) == ETCD_LOCK_OK)
+        json_decref(ans);
+    lock__error_set("%s (unclear answer: the lease was given up)", why);
+}
+
 static int delete_key(etcd_lock_client *c, const char *key)
 {
     char k64[KEY_MAX_LEN * 2];
@@ -635,8 +664,12 @@ int etcd_lock_acquire(etcd_lock_client *c, const char *name, int64_t wait_ms, in
                   c->timeout_ms, &ans);
         if (rc == ETCD_LOCK_OK)
             break;
-        if (attempt > 0 || strstr(lock__error_text(), "lease not found") == NULL)
+        if (attempt > 0 || strstr(lock__error_text(), "lease not found") == NULL) {
+            /* Only "lease not found" says the put was not applied. */
+            if (rc == ETCD_LOCK_ERR_SERVER)
+                abandon_lease(c, lease);
             return rc;
+        }
         pthread_mutex_lock(&c->mu);
         if (c->lease_id == lease)
             lease_lost_locked(c);
@@ -680,6 +713,7 @@ int etcd_lock_acquire(etcd_lock_client *c, const char *name, int64_t wait_ms, in
     h->thread = pthread_self();
     h->count = 1;
     h->token = my_rev;
+    h->lease = lease;
     h->generation = generation;
     pthread_mutex_lock(&c->mu);
     h->next = c->holdings;
@@ -690,8 +724,9 @@ int etcd_lock_acquire(etcd_lock_client *c, const char *name, int64_t wait_ms, in
     return ETCD_LOCK_OK;
 
 give_up:
-    /* Leave the queue; if even that fails, the key goes with the lease. */
-    delete_key(c, key);
+    /* Leave the queue; if even that gets no clear answer, the key goes with the lease. */
+    if (delete_key(c, key) == ETCD_LOCK_ERR_SERVER)
+        abandon_lease(c, lease);
     return rc;
 }
 
@@ -699,6 +734,8 @@ int etcd_lock_release(etcd_lock_client *c, const char *name)
 {
     holding *h, **link = NULL;
     char key[KEY_MAX_LEN];
+    int64_t lease;
+    int rc;
 
     if (c == NULL || name == NULL)
         return ETCD_LOCK_ERR_INVALID;
@@ -715,8 +752,12 @@ int etcd_lock_release(etcd_lock_client *c, const char *name)
     *link = h->next;
     pthread_mutex_unlock(&c->mu);
     snprintf(key, sizeof(key), "%s", h->key);
+    lease = h->lease;
     free(h);
-    return delete_key(c, key);
+    rc = delete_key(c, key);
+    if (rc == ETCD_LOCK_ERR_SERVER)
+        abandon_lease(c, lease); /* the key may still be there: it goes with the lease */
+    return rc;
 }
 
 int etcd_lock_is_held(etcd_lock_client *c, const char *name)

@@ -62,15 +62,21 @@ void etcd_lock_client_destroy(etcd_lock_client *c);
  * delete of the waiter's key on giving up) while etcd answers. Every request is cut at the
  * request timeout, so a hung etcd costs at most six of them before the queue (the lease,
  * which may wait for another thread's grant, and the put, each once more on a lease etcd
- * dropped): never more than wait_ms + 8 request timeouts. Returns ETCD_LOCK_OK with *token set to
+ * dropped), plus one for the revoke after an unclear answer (below): never more than
+ * wait_ms + 9 request timeouts. Returns ETCD_LOCK_OK with *token set to
  * the holding's fencing token; ETCD_LOCK_ERR_TIMEOUT (the waiter's key is deleted again);
  * ETCD_LOCK_ERR_SERVER; ETCD_LOCK_ERR_INVALID; ETCD_LOCK_ERR_NOMEM.
+ * A put or a delete whose answer is unclear (it may land late) ends the client's lease: it
+ * is revoked at once and no longer renewed, so nothing it left stays longer than the revoke's
+ * answer, or the lease's TTL if etcd answers that neither; this client's other holdings are
+ * lost with it (is_held says so), and the next acquire grants a new lease.
  */
 int etcd_lock_acquire(etcd_lock_client *c, const char *name, int64_t wait_ms, int64_t *token);
 
 /* Releases one hold; at zero the key is deleted. ETCD_LOCK_ERR_NOT_HELD when the thread
  * does not hold it; ETCD_LOCK_ERR_SERVER when the delete failed (the holding is forgotten
- * all the same: the key goes with the lease, or when it is revoked). */
+ * all the same, and the lease is given up as above: the key goes with it, by the revoke or
+ * by the TTL at the latest). */
 int etcd_lock_release(etcd_lock_client *c, const char *name);
 
 /* ETCD_LOCK_OK while the calling thread holds `name` under a live lease (as far as the

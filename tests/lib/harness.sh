@@ -194,6 +194,12 @@ run_unit_suites() {
         found=1
         run_suite "$name" 120 "$bin"
     done
+    # The committed histories (tests/histories/run.sh): check-history's verdict on each.
+    if [ -x "$build/check-history" ]; then
+        run_suite histories 120 tests/histories/run.sh "$build"
+    else
+        suite_broken histories "$build/check-history missing (make B=$build SAN=1 tests)"
+    fi
     [ $found -eq 1 ] || suite_broken unit "no unit test binaries in $build/tests (make B=$build SAN=1 tests)"
 }
 

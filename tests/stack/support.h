@@ -111,6 +111,9 @@
 #define GOODS_SHARD_SOLD_OUT 4403LL
 #define GOODS_SHARD_IDEM 4404LL /* 4404 .. 4405 */
 #define GOODS_SHARD_MIXED 4406LL
+#define GOODS_ORDER 4500LL          /* 4500 .. 4509: test_order's answers */
+#define GOODS_ORDER_DEADLOCK 4510LL /* 4510 .. 4511: the two opposite carts */
+#define GOODS_ORDER_LOAD 4520LL     /* 4520 .. 4534: 5 hot goods per safe cart mode */
 #define GOODS_UNKNOWN 987654321LL
 #define GOODS_MAX 9223372036854775807LL /* 2^63-1: valid, and never created */
 
