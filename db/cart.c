@@ -89,10 +89,10 @@ out:
 }
 
 int db_orders_insert_cart(db_conn *conn, const int64_t *goods_ids, const int64_t *counts,
-                          const int64_t *fences, const bool *has_fence, size_t n, const char *mode,
-                          const char *instance, int64_t *cart_id)
+                          const int64_t *fences, const bool *has_fence, const char *fence_source,
+                          size_t n, const char *mode, const char *instance, int64_t *cart_id)
 {
-    const char *params[5];
+    const char *params[6];
     bool no_fence[DB_CART_MAX];
     char *ids = NULL, *cnts = NULL, *fns = NULL;
     int rc = DB_ERR_NOMEM;
@@ -115,6 +115,7 @@ int db_orders_insert_cart(db_conn *conn, const int64_t *goods_ids, const int64_t
     params[2] = mode;
     params[3] = instance;
     params[4] = fns;
+    params[5] = fence_source;
     rc = db__run_i64(conn, DB__ORDERS_INSERT_CART, params, cart_id);
 out:
     free(ids);

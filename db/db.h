@@ -303,7 +303,7 @@ int db_idempotency_fetch(db_conn *conn, int64_t goods_id, const char *key, int *
                          char **body);
 
 /*
- * Orders of several goods (a cart, POST /api/order; migrations/006_order_carts.sql). The
+ * Orders of several goods (a cart, POST /api/order; migrations/007_order_carts.sql). The
  * arrays hold the cart's items in the request's order, n of them (1 <= n <= DB_CART_MAX).
  *
  * db_stock_take_cart: pg-atomic's cart, one statement: takes the rows' locks in ascending id
@@ -314,8 +314,9 @@ int db_idempotency_fetch(db_conn *conn, int64_t goods_id, const char *key, int *
  *   short of stock and left[*failed] the stock it has. DB_ERR_INVALID for n out of range.
  * db_orders_insert_cart: records the cart's orders, one row per item (fences[i] the token
  *   the item's goods row was claimed with, or NULL when has_fence is NULL or has_fence[i] is
- *   false), all in one statement, sharing one cart number: *cart_id, never the id of another
- *   order. DB_ERR_INVALID for n out of range or a count < 1.
+ *   false; fence_source names their counter, recorded with each token), all in one
+ *   statement, sharing one cart number: *cart_id, never the id of another order.
+ *   DB_ERR_INVALID for n out of range or a count < 1.
  * db_order_idempotency_claim / _store / _fetch: the Idempotency-Key records of carts, unique
  *   per (cart, key), where `cart` is the cart's canonical text (service/cart.h); the claim
  *   also records the cart's goods (goods_ids, n), so that a reset of any of them deletes the
@@ -325,8 +326,8 @@ int db_idempotency_fetch(db_conn *conn, int64_t goods_id, const char *key, int *
 int db_stock_take_cart(db_conn *conn, const int64_t *goods_ids, const int64_t *counts, size_t n,
                        int64_t *left, size_t *failed);
 int db_orders_insert_cart(db_conn *conn, const int64_t *goods_ids, const int64_t *counts,
-                          const int64_t *fences, const bool *has_fence, size_t n, const char *mode,
-                          const char *instance, int64_t *cart_id);
+                          const int64_t *fences, const bool *has_fence, const char *fence_source,
+                          size_t n, const char *mode, const char *instance, int64_t *cart_id);
 int db_order_idempotency_claim(db_conn *conn, const char *cart, const int64_t *goods_ids, size_t n,
                                const char *key);
 int db_order_idempotency_store(db_conn *conn, const char *cart, const char *key, int status,

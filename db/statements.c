@@ -197,20 +197,23 @@ static const struct statement stmts[DB__STMT_COUNT] = {
                                 6, PGRES_TUPLES_OK, false},
 
     /* A cart's orders: one row per item ($1 goods, $2 counts, $5 fences, arrays in the
-     * request's order; a fence may be NULL), all in one statement, so that the rows of a cart
+     * request's order; a fence may be NULL, and $6 names the counter of those that are not),
+     * all in one statement, so that the rows of a cart
      * are all there or none is. They share one cart number, drawn once from the orders'
      * sequence (a MATERIALIZED CTE is evaluated once; a subquery in FROM could be evaluated
      * again for every row a nested loop joins to it). */
     [DB__ORDERS_INSERT_CART] = {"orders_insert_cart",
                                 "WITH c AS MATERIALIZED (SELECT nextval('orders_id_seq') AS id)"
                                 " INSERT INTO orders"
-                                " (goods, count, mode, instance, fence, cart, cart_items)"
-                                " SELECT u.g, u.n, $3::text, $4::text, u.f, c.id,"
+                                " (goods, count, mode, instance, fence, fence_source, cart,"
+                                " cart_items)"
+                                " SELECT u.g, u.n, $3::text, $4::text, u.f,"
+                                " CASE WHEN u.f IS NULL THEN NULL ELSE $6::text END, c.id,"
                                 " cardinality($1::bigint[])"
                                 " FROM c, unnest($1::bigint[], $2::integer[], $5::bigint[])"
                                 " WITH ORDINALITY AS u (g, n, f, i)"
                                 " ORDER BY u.i RETURNING cart",
-                                5, PGRES_TUPLES_OK, false},
+                                6, PGRES_TUPLES_OK, false},
     /*
      * redis-sharded's segments (migrations/005_goods_segments.sql). The hint: the goods row
      * (as segment -1) and every segment, read without a lock in one statement, so in one
@@ -284,7 +287,7 @@ static const struct statement stmts[DB__STMT_COUNT] = {
                         " WHERE goods = $1 AND key = $2 AND status <> 0",
                         2, PGRES_TUPLES_OK, false},
 
-    /* A cart's Idempotency-Key records (migrations/006_order_carts.sql): the same three
+    /* A cart's Idempotency-Key records (migrations/007_order_carts.sql): the same three
      * steps as the single sale's, keyed by the cart's canonical text ($1) and the key. */
     [DB__ORDER_IDEM_CLAIM] = {"order_idem_claim",
                               "INSERT INTO order_idempotency (cart, key, goods)"

@@ -196,6 +196,8 @@ static int parse_invoke_args(struct loader *l, json_t *ev, struct hist_op *op)
     case HIST_F_WRITE:
         if (get_int(l, ev, "value", &op->a, false) != 1)
             return l->err->why[0] ? -1 : fail_at(l, "missing \"value\" (an integer) on a write");
+        if (op->a == INT64_MIN) /* the models' "any state" (model.h) */
+            return fail_at(l, "\"value\" out of range");
         return 0;
     case HIST_F_CAS: {
         json_t *v = json_object_get(ev, "value");
@@ -204,6 +206,8 @@ static int parse_invoke_args(struct loader *l, json_t *ev, struct hist_op *op)
             return fail_at(l, "a cas needs \"value\": [expected, new], two integers");
         op->a = (int64_t)json_integer_value(json_array_get(v, 0));
         op->b = (int64_t)json_integer_value(json_array_get(v, 1));
+        if (op->a == INT64_MIN || op->b == INT64_MIN)
+            return fail_at(l, "\"value\" out of range");
         return 0;
     }
     }
@@ -270,6 +274,8 @@ static int on_ok(struct loader *l, json_t *ev, struct pending *p)
                 return -1;
             if (rc == 0) /* an unrecorded answer: constrains nothing */
                 p->drop = true;
+            else if (op->a == INT64_MIN)
+                return fail_at(l, "\"value\" out of range");
             snprintf(op->answer, sizeof op->answer, "ok value=%" PRId64, op->a);
         }
         return 0;

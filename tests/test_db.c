@@ -621,9 +621,9 @@ static void test_cart_statements(void **state)
     assert_int_equal(db_stock_take_cart(c, ids, counts, 2, left, &failed), DB_OK);
     assert_int_equal(left[0], 3);
     assert_int_equal(left[1], 6);
-    assert_int_equal(
-        db_orders_insert_cart(c, ids, counts, fences, fenced, 2, "pg-atomic", "svc-1", &cart),
-        DB_OK);
+    assert_int_equal(db_orders_insert_cart(c, ids, counts, fences, fenced, "redis", 2, "pg-atomic",
+                                           "svc-1", &cart),
+                     DB_OK);
     assert_int_equal(db_commit(c), DB_OK);
     assert_int_equal(stock_of(c, 1), 6);
     assert_int_equal(stock_of(c, 2), 3);
@@ -637,18 +637,18 @@ static void test_cart_statements(void **state)
         2);
     assert_int_equal(raw_int(f->admin,
                              "SELECT count(*) FROM orders WHERE cart = $1::bigint AND goods = 3"
-                             " AND count = 2 AND fence = 7",
+                             " AND count = 2 AND fence = 7 AND fence_source = 'redis'",
                              1, params),
                      1);
     assert_int_equal(raw_int(f->admin,
                              "SELECT count(*) FROM orders WHERE cart = $1::bigint AND goods = 1"
-                             " AND count = 4 AND fence IS NULL",
+                             " AND count = 4 AND fence IS NULL AND fence_source IS NULL",
                              1, params),
                      1);
     /* The cart number is no order's id. */
     assert_int_equal(
         raw_int(f->admin, "SELECT count(*) FROM orders WHERE id = $1::bigint", 1, params), 0);
-    assert_int_equal(db_orders_insert_cart(c, ids, counts, NULL, NULL, 0, "m", "i", &cart),
+    assert_int_equal(db_orders_insert_cart(c, ids, counts, NULL, NULL, NULL, 0, "m", "i", &cart),
                      DB_ERR_INVALID);
 
     /* The key of a cart: claim, store, fetch; a second claim conflicts. */
@@ -981,10 +981,10 @@ static void test_claim_fences_per_source(void **state)
     assert_int_equal(db_stock_claim(c, 3, "etcd", 2, &s), DB_ERR_FENCED);
     assert_int_equal(db_stock_claim(c, 3, "etcd", 4, &s), DB_OK);
     assert_int_equal(db_stock_claim(c, 3, "redis", 11, &s), DB_OK);
-    assert_int_equal(raw_int(f->admin,
-                             "SELECT count(*) FROM orders WHERE goods = 3 AND fence_source = 'etcd'",
-                             0, NULL),
-                     1);
+    assert_int_equal(
+        raw_int(f->admin, "SELECT count(*) FROM orders WHERE goods = 3 AND fence_source = 'etcd'",
+                0, NULL),
+        1);
     db_pool_release(f->pool, c);
 }
 

@@ -196,7 +196,7 @@ run_unit_suites() {
     done
     # The committed histories (tests/histories/run.sh): check-history's verdict on each.
     if [ -x "$build/check-history" ]; then
-        run_suite histories 120 tests/histories/run.sh "$build"
+        run_suite histories 180 tests/histories/run.sh "$build"
     else
         suite_broken histories "$build/check-history missing (make B=$build SAN=1 tests)"
     fi

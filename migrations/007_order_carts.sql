@@ -1,4 +1,4 @@
--- 006_order_carts.sql - orders of several goods (POST /api/order), sold all or nothing.
+-- 007_order_carts.sql - orders of several goods (POST /api/order), sold all or nothing.
 --
 -- A cart is recorded as one orders row per item, as a single sale is, so that each goods'
 -- books (the stock report: sold, orders, oversold) stay exact whatever sold it. The rows of
