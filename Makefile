@@ -6,11 +6,17 @@
 #   make demo       install what is missing, bring the local stack up, run the load report
 #                   (WITH_ETCD=1 make demo: with etcd too, and the report's etcd row;
 #                   WITH_ZOOKEEPER=1: with ZooKeeper too, and the zookeeper row)
-#   make ladder     each lock design's flaw provoked on a stack of its own (loadtest/ladder)
+#   make ladder     each lock design's flaw provoked on a stack of its own (loadtest/ladder),
+#                   each row drawn again into docs/course/timelines/
+#   make docs-check the course checked against the code (make docs: refresh its quotes)
 #   make chaos      every fault against the safe modes under load, on a stack of its own
 #   make scale      the scaling report (loadtest/scale --check): hot goods, replicas 1-6,
 #                   where the time goes, on a stack of its own (~5 min)
 #   make up / down  start / stop the native local stack (PostgreSQL, Redis, 3 replicas, nginx)
+#                   (`make down` stops the lab's stack too)
+#   make lab        the lab: a stack of its own (FAULTS=on, short leases) and its page, where
+#                   a learner steps real requests through a rung; http://127.0.0.1:8090/lab/
+#   make lab-down   stop it
 #   make test-fresh the README's two commands in new bookworm-slim containers (~6 min)
 #   make clean      remove build/ (make down first: .run/ holds the database)
 #
@@ -82,6 +88,7 @@ TESTS := $(patsubst tests/%.c,$(B)/tests/%,$(TEST_SRC))
 STACK_TESTS := $(patsubst tests/%.c,$(B)/tests/%,$(STACK_TEST_SRC))
 # What tests/tsan.sh runs: the service, and the tests with threads of their own to race.
 TSAN_TARGETS := build/tsan/stockd build/tsan/tests/test_lock build/tsan/tests/test_redlock \
+                build/tsan/tests/test_lab \
                 build/tsan/tests/test_etcd \
                 build/tsan/tests/test_zookeeper \
                 build/tsan/tests/test_sentinel \
@@ -89,7 +96,7 @@ TSAN_TARGETS := build/tsan/stockd build/tsan/tests/test_lock build/tsan/tests/te
                 $(patsubst tests/%.c,build/tsan/tests/%,$(STACK_TEST_SRC))
 
 .PHONY: all programs tests test test-unit test-integration test-tsan test-docker test-fresh demo ladder chaos chaos-pg scale \
-        up down clean deps pkg-check check-includes config-doc
+        up down lab lab-down test-lab clean deps pkg-check check-includes config-doc docs docs-check
 
 all: programs
 programs: $(PROGRAMS)
@@ -153,6 +160,16 @@ config-doc: $(B)/stockd
 	   echo 'and the value.'; echo; $(B)/stockd --help-markdown; } > docs/configuration.md
 	@echo "docs/configuration.md written"
 
+# The course (docs/course/) checked against the code: every file and function a chapter
+# names exists, every mode has a chapter, every quote is the source's text, every link leads
+# somewhere (scripts/docs.sh; make test runs it). `make docs` refreshes the quotes after a
+# change to the quoted code.
+docs-check:
+	@scripts/docs.sh --check
+
+docs:
+	@scripts/docs.sh --write
+
 # The module boundaries (CONTRIBUTING.md): service/ includes only the public headers of lock/
 # and db/, and neither of those includes the other.
 check-includes:
@@ -182,6 +199,12 @@ test-integration: deps
 	@scripts/deps.sh ensure browser
 	$(MAKE) B=build/san SAN=1 programs tests
 	tests/integration.sh build/san
+
+# The lab's tests alone (tests/lab.sh: its stack, the API, the page in Chromium).
+test-lab: deps
+	@scripts/deps.sh ensure browser
+	$(MAKE) B=build/san SAN=1 programs tests
+	tests/run-lab.sh build/san
 
 test-tsan: deps
 	$(MAKE) B=build/tsan TSAN=1 $(TSAN_TARGETS)
@@ -214,7 +237,7 @@ demo: deps
 # Starts a stack of its own (FAULTS=on, short leases) on other ports, and stops it after.
 ladder: deps
 	$(MAKE) all
-	loadtest/ladder
+	loadtest/ladder --timelines docs/course/timelines
 
 # The same, with load: a fault at a fixed moment of a bounded load, per (fault, mode).
 chaos: deps
@@ -244,6 +267,15 @@ up: deps
 
 down:
 	scripts/stack.sh down
+	scripts/lab.sh down
+
+# The lab's stack (scripts/lab.sh: its own run directory and ports) stays up until lab-down.
+lab: deps
+	$(MAKE) all
+	scripts/lab.sh up
+
+lab-down:
+	scripts/lab.sh down
 
 clean:
 	rm -rf build

@@ -344,13 +344,29 @@ int db_goods_reset(db_conn *conn, int64_t goods_id, int64_t stock);
 typedef struct db_stock_report {
     int64_t initial; /* stock set by the last reset */
     int64_t stock;   /* what the row and its segments hold now */
-    int64_t sold;    /* sum of count over the orders */
-    int64_t orders;  /* number of orders */
+    int64_t sold;    /* units sold since the last reset (the goods' counters) */
+    int64_t orders;  /* orders since the last reset (the goods' counters) */
 } db_stock_report;
 
-/* One statement, so the stock and the orders are read at the same instant.
- * DB_ERR_NOT_FOUND for unknown goods. */
+/* The same two figures summed over the full ledger, the orders table. */
+typedef struct db_stock_ledger {
+    int64_t sold;   /* sum of count over the goods' orders */
+    int64_t orders; /* number of the goods' orders */
+} db_stock_ledger;
+
+/*
+ * db_stock_report_read: one statement, so the stock and the counts are read at the same
+ *   instant. sold and orders come from the goods' counters, which the same transaction as
+ *   each order moves (migrations/008_goods_sales.sql): the read costs the same at any number
+ *   of orders. DB_ERR_NOT_FOUND for unknown goods.
+ * db_stock_audit_read: the same figures and, in the same snapshot, *ledger: the sums over
+ *   every order of the goods, which the counters must equal (they differ only if something
+ *   bypassed the triggers, or they are wrong). Its cost grows with the orders (a scan of the
+ *   goods' orders): for audits, not for polling. DB_ERR_INVALID when ledger is NULL.
+ */
 int db_stock_report_read(db_conn *conn, int64_t goods_id, db_stock_report *out);
+int db_stock_audit_read(db_conn *conn, int64_t goods_id, db_stock_report *out,
+                        db_stock_ledger *ledger);
 
 /*
  * Migrations: files "NNN_name.sql" in `dir`, applied in order of NNN.

@@ -109,7 +109,9 @@ enum db__stmt_id {
     DB__ORDERS_DELETE,
     DB__IDEM_DELETE,
     DB__ORDER_IDEM_DELETE,
+    DB__SALES_DELETE,
     DB__STOCK_REPORT,
+    DB__STOCK_AUDIT,
     /* migrations */
     DB__MIGRATION_LOCK,
     DB__MIGRATION_UNLOCK,

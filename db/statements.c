@@ -312,23 +312,43 @@ static const struct statement stmts[DB__STMT_COUNT] = {
                            PGRES_COMMAND_OK, false},
     [DB__IDEM_DELETE] = {"idem_delete", "DELETE FROM idempotency WHERE goods = $1", 1,
                          PGRES_COMMAND_OK, false},
+    /* The goods' counters (migrations/008_goods_sales.sql), emptied with its orders. */
+    [DB__SALES_DELETE] = {"sales_delete", "DELETE FROM goods_sales WHERE goods = $1", 1,
+                          PGRES_COMMAND_OK, false},
 
     /* A reset deletes the records of every cart that holds the goods (its GIN index). */
     [DB__ORDER_IDEM_DELETE] = {"order_idem_delete",
                                "DELETE FROM order_idempotency WHERE goods @> ARRAY[$1::bigint]", 1,
                                PGRES_COMMAND_OK, false},
-    /* One statement, so one snapshot: the stock and the orders are seen as of the same
-     * moment. Read in two statements, a sale committed in between would show up as units
-     * sold that the stock never gave up (or the other way round). The stock is the goods
-     * row's plus its segments' (redis-sharded), in the same snapshot. */
+    /* One statement, so one snapshot: the stock and the counts of the orders are seen as of
+     * the same moment. Read in two statements, a sale committed in between would show up as
+     * units sold that the stock never gave up (or the other way round). The stock is the
+     * goods row's plus its segments' (redis-sharded); sold and orders are the goods' counters,
+     * a few stripes (migrations/008_goods_sales.sql), so the read costs the same at any
+     * number of orders. */
     [DB__STOCK_REPORT] = {"stock_report",
                           "SELECT g.initial, g.stock + COALESCE((SELECT sum(stock)"
-                          " FROM goods_segments WHERE goods = g.id), 0), o.sold, o.orders"
+                          " FROM goods_segments WHERE goods = g.id), 0), s.sold, s.orders"
                           " FROM goods g,"
-                          " LATERAL (SELECT COALESCE(sum(count), 0) AS sold, count(*) AS orders"
-                          " FROM orders WHERE goods = g.id) o"
+                          " LATERAL (SELECT COALESCE(sum(sold), 0) AS sold,"
+                          " COALESCE(sum(orders), 0) AS orders"
+                          " FROM goods_sales WHERE goods = g.id) s"
                           " WHERE g.id = $1",
                           1, PGRES_TUPLES_OK, false},
+    /* The audit: the report's figures and, in the same snapshot, the sums over the full
+     * ledger that the counters stand for. Its cost grows with the orders: run on demand. */
+    [DB__STOCK_AUDIT] = {"stock_audit",
+                         "SELECT g.initial, g.stock + COALESCE((SELECT sum(stock)"
+                         " FROM goods_segments WHERE goods = g.id), 0), s.sold, s.orders,"
+                         " o.sold, o.orders"
+                         " FROM goods g,"
+                         " LATERAL (SELECT COALESCE(sum(sold), 0) AS sold,"
+                         " COALESCE(sum(orders), 0) AS orders"
+                         " FROM goods_sales WHERE goods = g.id) s,"
+                         " LATERAL (SELECT COALESCE(sum(count), 0) AS sold, count(*) AS orders"
+                         " FROM orders WHERE goods = g.id) o"
+                         " WHERE g.id = $1",
+                         1, PGRES_TUPLES_OK, false},
 
     /* Session-level advisory lock: held until unlocked or the session ends, so a migrator
      * that dies mid-way releases it with its connection. */

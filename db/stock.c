@@ -203,7 +203,9 @@ int db_orders_insert_many(db_conn *conn, int64_t goods_id, const int64_t *counts
  * is written first: that waits for any deduction holding the row, so the deletes that
  * follow (each with a fresh snapshot, READ COMMITTED) see its order too. Then the segments
  * (redis-sharded) are locked in ascending order, as every mover of units takes them, which
- * waits for the sales holding one, and emptied: the reset's stock is all in the goods row. */
+ * waits for the sales holding one, and emptied: the reset's stock is all in the goods row.
+ * From there on no sale of the goods can commit before the reset does, so the orders and the
+ * counters that count them (migrations/008_goods_sales.sql) are emptied together, exactly. */
 static int reset_statements(db_conn *conn, const char *const *params)
 {
     const char *seg_params[2] = {params[0], "0"};
@@ -216,6 +218,8 @@ static int reset_statements(db_conn *conn, const char *const *params)
         rc = db__run(conn, DB__SEGMENTS_EMPTY, seg_params, NULL);
     if (rc == DB_OK)
         rc = db__run(conn, DB__ORDERS_DELETE, params, NULL);
+    if (rc == DB_OK)
+        rc = db__run(conn, DB__SALES_DELETE, params, NULL);
     if (rc == DB_OK)
         rc = db__run(conn, DB__IDEM_DELETE, params, NULL);
     if (rc == DB_OK)
@@ -252,33 +256,50 @@ int db_goods_reset(db_conn *conn, int64_t goods_id, int64_t stock)
     return rc;
 }
 
-int db_stock_report_read(db_conn *conn, int64_t goods_id, db_stock_report *out)
+/* Runs the report (or, with ledger not NULL, the audit) and reads its columns in order. */
+static int report_with(db_conn *conn, int64_t goods_id, db_stock_report *out,
+                       db_stock_ledger *ledger)
 {
     char id_buf[DB__I64_LEN];
     const char *params[1];
+    int64_t *cols[6];
+    int ncols = ledger ? 6 : 4;
     PGresult *res = NULL;
     int rc;
 
     if (!conn || !out)
         return DB_ERR_INVALID;
+    cols[0] = &out->initial;
+    cols[1] = &out->stock;
+    cols[2] = &out->sold;
+    cols[3] = &out->orders;
+    if (ledger) {
+        cols[4] = &ledger->sold;
+        cols[5] = &ledger->orders;
+    }
     params[0] = db__i64(id_buf, goods_id);
-    rc = db__run(conn, DB__STOCK_REPORT, params, &res);
+    rc = db__run(conn, ledger ? DB__STOCK_AUDIT : DB__STOCK_REPORT, params, &res);
     if (rc != DB_OK)
         return rc;
-    if (PQntuples(res) == 0) {
+    if (PQntuples(res) == 0)
         rc = DB_ERR_NOT_FOUND;
-        goto out;
-    }
-    rc = db__get_i64(conn, res, 0, 0, &out->initial);
-    if (rc == DB_OK)
-        rc = db__get_i64(conn, res, 0, 1, &out->stock);
-    if (rc == DB_OK)
-        rc = db__get_i64(conn, res, 0, 2, &out->sold);
-    if (rc == DB_OK)
-        rc = db__get_i64(conn, res, 0, 3, &out->orders);
-out:
+    for (int i = 0; rc == DB_OK && i < ncols; i++)
+        rc = db__get_i64(conn, res, 0, i, cols[i]);
     PQclear(res);
     return rc;
+}
+
+int db_stock_report_read(db_conn *conn, int64_t goods_id, db_stock_report *out)
+{
+    return report_with(conn, goods_id, out, NULL);
+}
+
+int db_stock_audit_read(db_conn *conn, int64_t goods_id, db_stock_report *out,
+                        db_stock_ledger *ledger)
+{
+    if (!ledger)
+        return DB_ERR_INVALID;
+    return report_with(conn, goods_id, out, ledger);
 }
 
 /* ---- the PostgreSQL rungs ------------------------------------------------------------ */

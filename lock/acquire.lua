@@ -14,7 +14,8 @@
 --          queue (a single try, or a client that does not wait in line)
 -- ARGV[5]  the release channel, told who is first in line when this call drops dead waiters
 --
--- Returns {hold count, fencing token} when ARGV[1] now holds the lock. Otherwise how many ms
+-- Returns {hold count, fencing token, hand-off gap in us or -1} when ARGV[1] now holds the
+-- lock (the reentrant take: {hold count, fencing token}). Otherwise how many ms
 -- the caller may sleep before it tries again (-1: no bound but its own deadline): the
 -- holder's TTL, or, when the lock is free but another waiter is first in line, how long
 -- that waiter has to come and take it.
@@ -98,9 +99,18 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
         end
         return math.max(until_ms - now_ms(), 1)
     end
+    -- The head of the line takes the lock a release left it: the hand-off's gap, from that
+    -- release (release.lua stamps it) to now, in microseconds of Redis' clock; -1 for any
+    -- other take. The stamp is used once.
+    local gap_us = -1
     if first == owner then
         redis.call('ZREM', KEYS[3], owner)
         redis.call('ZREM', KEYS[4], owner)
+        local released = redis.call('ZSCORE', KEYS[4], '~released')
+        if released then
+            gap_us = math.max(now()[1] * 1000000 + now()[2] - tonumber(released), 0)
+            redis.call('ZREM', KEYS[4], '~released')
+        end
     end
     -- A new holding. Its token is the next value of the counter, so every holding ever
     -- made of this lock has a larger token than the one before.
@@ -115,7 +125,7 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
     local token = redis.call('INCR', KEYS[2])
     redis.call('HSET', KEYS[1], owner, ARGV[3])
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    return {tonumber(ARGV[3]), token}
+    return {tonumber(ARGV[3]), token, gap_us}
 end
 
 if redis.call('HEXISTS', KEYS[1], owner) == 1 then

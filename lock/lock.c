@@ -282,14 +282,24 @@ static int64_t wake_time(int64_t now, int64_t ttl_ms, int64_t deadline)
     return at < deadline ? at : deadline;
 }
 
-/* Reads acquire.lua's answer: {count, token} or a TTL. */
+/* The hand-off gap of this thread's last take (lock_last_handoff_us). */
+static _Thread_local int64_t last_handoff_us = -1;
+
+int64_t lock_last_handoff_us(void)
+{
+    return last_handoff_us;
+}
+
+/* Reads acquire.lua's answer: {count, token[, hand-off gap]} or a TTL. */
 static int attempt_parse(const redisReply *r, attempt *a)
 {
-    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+    if (r->type == REDIS_REPLY_ARRAY && (r->elements == 2 || r->elements == 3) &&
         r->element[0]->type == REDIS_REPLY_INTEGER && r->element[1]->type == REDIS_REPLY_INTEGER) {
         a->acquired = true;
         a->count = r->element[0]->integer;
         a->token = r->element[1]->integer;
+        if (r->elements == 3 && r->element[2]->type == REDIS_REPLY_INTEGER)
+            last_handoff_us = r->element[2]->integer;
         return LOCK_OK;
     }
     if (r->type == REDIS_REPLY_INTEGER) {
@@ -501,6 +511,7 @@ int lock_try_lock(lock_client *c, const char *name, int64_t wait_ms, int64_t lea
     int rc;
 
     lock__error_clear();
+    last_handoff_us = -1;
     if (c == NULL || wait_ms < 0 || (lease_ms <= 0 && !watchdog))
         return LOCK_ERR_INVALID;
     rc = lock__keys_init(&k, name);

@@ -193,6 +193,14 @@ const char *lock_last_error(void);
  */
 int lock_fence_raise(lock_client *c, const char *name, int64_t at_least);
 
+/* The hand-off gap of the calling thread's last lock_try_lock, in microseconds of Redis'
+ * clock: from the release that named this caller as the head of the line (release.lua) to
+ * the moment its acquire.lua took the lock, which is the moment before its first statement
+ * as holder (plus the reply's way back). -1 when that call did not take the lock from a
+ * release to the line (a free lock, a reentrant take, a failure). Time the lock was free
+ * while nobody held it: what the holders' serial order loses between two sections. */
+int64_t lock_last_handoff_us(void);
+
 /* Who holds a lock, as Redis says now (lock_inspect). */
 typedef struct lock_holder {
     bool held;

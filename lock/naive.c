@@ -87,6 +87,21 @@ int naive_get(lock_client *c, const char *key, char *buf, size_t len, bool *foun
     return LOCK_OK;
 }
 
+int naive_pttl(lock_client *c, const char *key, int64_t *ttl_ms)
+{
+    const char *argv[2] = {"PTTL", key};
+    redisReply *r = NULL;
+    int rc = run(c, 2, argv, &r);
+
+    *ttl_ms = -2;
+    if (rc != LOCK_OK)
+        return rc;
+    if (r->type == REDIS_REPLY_INTEGER)
+        *ttl_ms = (int64_t)r->integer;
+    freeReplyObject(r);
+    return LOCK_OK;
+}
+
 int naive_del(lock_client *c, const char *key)
 {
     const char *argv[2] = {"DEL", key};

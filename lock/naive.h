@@ -8,6 +8,7 @@
  *                           owner token) an owner to check at release.
  *   naive_del               DEL key, whoever holds it: deletes another owner's lock once ours
  *                           has expired.
+ *   naive_pttl              PTTL key: the lease left, for the lab's view of these locks.
  *   naive_get               GET key: the first half of a two-command "is it mine? delete
  *                           it" release (the second is naive_del), with a gap between the
  *                           two in which the lease can run out.
@@ -41,6 +42,11 @@ int naive_set_nx_px(lock_client *c, const char *key, const char *value, int64_t 
 /* GET key. *found: the key exists; its value is copied into buf (len > 0; truncated to
  * fit, always NUL-terminated). */
 int naive_get(lock_client *c, const char *key, char *buf, size_t len, bool *found);
+
+/* PTTL key: *ttl_ms the key's remaining lease in ms, -1 when it has none (setnx's), -2 when
+ * there is no such key. For the lab's view of these locks (with naive_get: two reads, which
+ * may straddle a change of holder; a display, never a decision). */
+int naive_pttl(lock_client *c, const char *key, int64_t *ttl_ms);
 
 /* DEL key, whatever it holds. */
 int naive_del(lock_client *c, const char *key);

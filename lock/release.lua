@@ -45,6 +45,12 @@ if first ~= nil then
         redis.call('ZREM', KEYS[4], first)
         first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
     end
+    -- The moment of the hand-off's start, for the next holder to measure the gap by
+    -- (acquire.lua): a member of the liveness set that is never in the line itself, so no
+    -- script takes it for a waiter, and it expires with the set.
+    if first ~= nil then
+        redis.call('ZADD', KEYS[4], tonumber(now[1]) * 1000000 + tonumber(now[2]), '~released')
+    end
 end
 -- "" when nobody is in line: each process then wakes its oldest waiter, if any (one that
 -- does not wait in line, or whose place Redis lost).

@@ -16,6 +16,10 @@
 #   NGINX_MAX_FAILS / NGINX_FAIL_TIMEOUT  passive health check per replica (default 1 / 3s)
 #   NGINX_WEB_ROOT           the live page's folder (web/)      (default /opt/stock/web)
 #   NGINX_RESULTS_ROOT       the load reports (results/)        (default /opt/stock/results)
+#   NGINX_LAB                1: the lab's stack (make lab): /lab/ serves web/lab/, and
+#                            /replica/N/api/... reaches replica N alone, waiting
+#                            NGINX_LAB_READ_TIMEOUT seconds (default 120)
+#                            for a held request's answer                 (default 0: neither)
 # A placeholder left unfilled is an error, so a template and this script cannot drift apart.
 # Comment lines are copied unchanged (they name the placeholders).
 set -eu
@@ -62,6 +66,41 @@ for s in ${NGINX_UPSTREAMS:-}; do
     }
 "
 done
+
+# The lab (make lab): its page, and each replica's whole API under /replica/N/, so that the
+# page sends A to svc-1, B to svc-2, C to svc-3; a held request may take long to answer. A
+# location that sets one proxy_set_header inherits none: all are repeated.
+if [ "${NGINX_LAB:-0}" = 1 ]; then
+    lab_timeout=${NGINX_LAB_READ_TIMEOUT:-120}
+    case $lab_timeout in
+    '' | *[!0-9]*) die "NGINX_LAB_READ_TIMEOUT must be a number of seconds, got '$lab_timeout'" ;;
+    esac
+    n=0
+    for s in ${NGINX_UPSTREAMS:-}; do
+        n=$((n + 1))
+        replica_locations="${replica_locations}    location ^~ /replica/$n/api/ {
+        proxy_pass http://$s/api/;
+        proxy_set_header Connection \"\";
+        proxy_set_header Host \$host;
+        proxy_set_header X-Request-Id \$stock_request_id;
+        proxy_read_timeout ${lab_timeout}s;
+        proxy_next_upstream off;
+    }
+"
+    done
+    replica_locations="${replica_locations}    location ^~ /lab/ {
+        alias $web_root/lab/;
+        index index.html;
+        types {
+            text/html html;
+            text/css css;
+            application/javascript js;
+            image/png png;
+        }
+        add_header Cache-Control \"no-cache\";
+    }
+"
+fi
 
 if [ -n "${NGINX_USER:-}" ]; then
     user_directive="user ${NGINX_USER};"

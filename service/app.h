@@ -19,6 +19,7 @@ typedef struct app {
     core core; /* the pool, the lock client, the guards, deduct_execute's env */
     metrics *metrics;
     const mode *default_mode; /* MODE, checked against the table at start-up */
+    struct lab_table *lab;    /* the lab's held requests and traces (FAULTS=on); else NULL */
     atomic_bool draining;     /* SIGTERM seen: answer with "Connection: close" */
     atomic_int in_flight;     /* requests between their first byte and their answer */
     atomic_int connections;   /* open client connections */

@@ -3,7 +3,7 @@
  *
  * Design: one table, settings[], says everything about every setting: the variable,
  * where it goes in service_config, its default, its bounds and its meaning. Loading, the
- * --help text and the README's table are all produced from it, so they cannot disagree.
+ * --help text and docs/configuration.md's table are all produced from it, so they cannot disagree.
  * Even the defaults are written as text and go through the same parser as a value from the
  * environment: a default that breaks its own bounds fails every start (and the tests).
  *
@@ -129,6 +129,12 @@ static const setting settings[] = {
      "on or off", false,
      "on: a request may inject a fault with the X-Fault header (for the ladder's "
      "demonstrations; never in production); off: X-Fault answers 400"},
+    NUMBER("LAB_HOLD_MS", KIND_INT64, lab_hold_ms, "60000", 100, 600000,
+           "the lab (FAULTS=on): how long a request held with X-Fault: hold-at may stay held in "
+           "all, from its start; then it runs to its answer by itself"),
+    NUMBER("LAB_STEP_WAIT_MS", KIND_INT64, lab_step_wait_ms, "5000", 10, 60000,
+           "the lab: how long POST /api/lab/step waits for the stepped request to hold again or "
+           "answer before it answers \"running\""),
     NUMBER("OPTIMISTIC_RETRIES", KIND_INT, optimistic_retries, "16", 0, 1000,
            "pg-optimistic: times a transaction that lost its race is run again before 503 conflict"),
     NUMBER("LOCKROW_TTL_MS", KIND_INT64, lockrow_ttl_ms, "30000", 100, 600000,

@@ -37,6 +37,8 @@ typedef struct service_config {
     int64_t lock_fixed_lease_ms; /* LOCK_FIXED_LEASE_MS: lease of the ladder's rungs that
                                     have no watchdog */
     char faults[4];              /* FAULTS: "on" lets requests inject faults (X-Fault) */
+    int64_t lab_hold_ms;         /* LAB_HOLD_MS: a lab request's hold budget */
+    int64_t lab_step_wait_ms;    /* LAB_STEP_WAIT_MS: bound on a step's wait */
     int optimistic_retries;      /* OPTIMISTIC_RETRIES: pg-optimistic's runs after a lost race */
     int64_t lockrow_ttl_ms;      /* LOCKROW_TTL_MS: pg-lockrow-ttl's row lease */
     char admin_token[256];       /* ADMIN_TOKEN: "" = admin endpoint open */

@@ -69,6 +69,14 @@ static int reached(deduction *d, deduct_point point)
     return d->hook->at(d->hook->arg, point, &d->hold, d->out->detail, sizeof(d->out->detail));
 }
 
+/* Tells the hook, if it asked (deduct_hook.seen_stock), the stock of the point it is about to
+ * see. */
+static void saw_stock(deduction *d, int64_t stock)
+{
+    if (d->hook != NULL && d->hook->seen_stock != NULL)
+        *d->hook->seen_stock = stock;
+}
+
 /* Sets a 503 answer: `error` is both the body's error and the metrics outcome; `detail` goes
  * to the log, and to the body for "unavailable" only. */
 static int answer_503(deduction *d, const char *error, const char *detail)
@@ -248,6 +256,7 @@ static int read_check_write(deduction *d)
      * is lost when we write our computed value. BUSINESS_DELAY_MS widens it on purpose. */
     if (d->env->business_delay_ms > 0)
         clock_sleep_ms(d->env->business_delay_ms);
+    saw_stock(d, stock);
     rc = reached(d, DEDUCT_AT_READ);
     if (rc != GUARD_OK)
         return answer_hook_stop(d, rc) == 0 ? STOPPED : DB_ERR_NOMEM;
@@ -266,6 +275,7 @@ static int read_check_write(deduction *d)
     if (rc != DB_OK)
         return statement_failed(d, "record order", rc);
 
+    saw_stock(d, stock - d->count);
     rc = reached(d, DEDUCT_AT_WRITTEN);
     if (rc != GUARD_OK)
         return answer_hook_stop(d, rc) == 0 ? STOPPED : DB_ERR_NOMEM;
@@ -470,6 +480,8 @@ int deduct_execute(const deduct_env *env, const mode *m, int64_t goods_id, int64
     rc = m->enter(env->guards, goods_id, &d.hold, detail, sizeof(detail));
     out->waited = d.hold.waited;
     out->wait_seconds = d.hold.wait_seconds;
+    out->handed_off = d.hold.handed_off;
+    out->handoff_seconds = d.hold.handoff_seconds;
     if (rc == GUARD_ERR_TIMEOUT)
         return answer_503(&d, "lock_timeout", detail);
     if (rc != GUARD_OK)

@@ -43,10 +43,10 @@ typedef struct deduct_env {
     int optimistic_retries;
     struct batch_queue *batch; /* the queues of the batched modes (service/batch.h); NULL:
                                   a batched mode runs the single path below */
-    int shard_segments;   /* redis-sharded: segments per goods (SHARD_SEGMENTS; out of
-                             1..DB_SEGMENTS_MAX: SHARD_SEGMENTS_DEFAULT) */
-    int64_t shard_try_ms; /* redis-sharded: the short wait for a segment's lock before the
-                             sale moves on to the next (SHARD_TRY_MS; 0: one try) */
+    int shard_segments;        /* redis-sharded: segments per goods (SHARD_SEGMENTS; out of
+                                  1..DB_SEGMENTS_MAX: SHARD_SEGMENTS_DEFAULT) */
+    int64_t shard_try_ms;      /* redis-sharded: the short wait for a segment's lock before the
+                                  sale moves on to the next (SHARD_TRY_MS; 0: one try) */
 } deduct_env;
 
 /*
@@ -76,19 +76,24 @@ typedef enum deduct_point {
 typedef struct deduct_hook {
     int (*at)(void *arg, deduct_point point, guard_hold *hold, char *why, size_t why_len);
     void *arg;
+    int64_t *seen_stock; /* NULL, or set before the call at "read" to the stock read and
+                            before the call at "written" to the stock written (the lab's
+                            trace) */
 } deduct_hook;
 
 /* The point's name ("entered", "begun", "read", "written", "checked", "committed"). */
 const char *deduct_point_name(deduct_point point);
 
 typedef struct deduct_result {
-    int retries;         /* transactions run again after a lost optimistic race */
-    int status;          /* HTTP status: 200, 404, 409 or 503 */
-    char *body;          /* JSON body, malloc'd: the caller frees it */
-    const char *outcome; /* metrics outcome: "deducted", "insufficient_stock", ... */
-    bool waited;         /* the guard measured a wait */
-    double wait_seconds; /* how long the guard took to enter */
-    char detail[256];    /* why, for a 503 ("" otherwise): logged by the caller */
+    int retries;            /* transactions run again after a lost optimistic race */
+    int status;             /* HTTP status: 200, 404, 409 or 503 */
+    char *body;             /* JSON body, malloc'd: the caller frees it */
+    const char *outcome;    /* metrics outcome: "deducted", "insufficient_stock", ... */
+    bool waited;            /* the guard measured a wait */
+    double wait_seconds;    /* how long the guard took to enter */
+    bool handed_off;        /* the lock came from a release to the line (redis) */
+    double handoff_seconds; /* then: the gap since that release, the serial order's idle time */
+    char detail[256];       /* why, for a 503 ("" otherwise): logged by the caller */
 } deduct_result;
 
 /*

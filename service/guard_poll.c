@@ -56,6 +56,8 @@ int guards__poll(guard_env *env, const char *rung, int64_t goods_id, bool with_t
 
 void guards__pause_before_release(const guard_hold *hold)
 {
+    if (hold->before_release != NULL)
+        hold->before_release(hold->before_release_arg);
     if (hold->release_pause_ms > 0)
         clock_sleep_ms(hold->release_pause_ms);
 }

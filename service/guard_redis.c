@@ -38,6 +38,8 @@ int guards__redis_enter(guard_env *env, int64_t goods_id, int64_t lease_ms, bool
     rc = lock_try_lock(env->lock, hold->name, env->wait_ms, lease_ms, &token);
     hold->waited = true;
     hold->wait_seconds = clock_seconds_since(&start);
+    hold->handed_off = rc == LOCK_OK && lock_last_handoff_us() >= 0;
+    hold->handoff_seconds = hold->handed_off ? (double)lock_last_handoff_us() / 1e6 : 0;
     switch (rc) {
     case LOCK_OK:
         hold->fenced = fenced;

@@ -79,8 +79,9 @@ typedef int (*guards__try_fn)(guard_env *env, guard_hold *hold, bool *acquired);
 int guards__poll(guard_env *env, const char *rung, int64_t goods_id, bool with_token,
                  guards__try_fn try_once, guard_hold *hold, char *detail, size_t detail_len);
 
-/* guard_poll.c: sleeps hold->release_pause_ms (fault injection; 0: at once). A guard calls
- * it right before the command that deletes its lock. */
+/* guard_poll.c: calls hold->before_release (the lab's hold point), then sleeps
+ * hold->release_pause_ms (fault injection; 0: at once). A guard calls it right before the
+ * command that deletes its lock. */
 void guards__pause_before_release(const guard_hold *hold);
 
 /* The ladder's Redis rungs before the lock of lock/, one file each: */

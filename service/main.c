@@ -24,6 +24,7 @@
 #include "db/db.h"
 #include "lock/lock.h"
 #include "service/app.h"
+#include "service/lab.h"
 #include "service/clock.h"
 #include "service/config.h"
 #include "service/http.h"
@@ -175,6 +176,13 @@ static int serve(const service_config *cfg)
         goto out;
     }
 
+    if (strcmp(cfg->faults, "on") == 0) {
+        a.lab = lab_table_create(cfg->lab_hold_ms, cfg->lab_step_wait_ms);
+        if (a.lab == NULL) {
+            fprintf(stderr, "stockd: out of memory\n");
+            goto out;
+        }
+    }
     if (http_start(&a, &server, err, sizeof(err)) != 0) {
         fprintf(stderr, "stockd: %s\n", err);
         goto out;
@@ -186,13 +194,16 @@ static int serve(const service_config *cfg)
         ;
     log_event(LOG_INFO, "stopping", "signal=%s in_flight=%d", sig == SIGTERM ? "TERM" : "INT",
               atomic_load(&a.in_flight));
+    lab_table_close(a.lab); /* held requests go on, so that they answer before the drain ends */
     left = http_drain(server, cfg->lock_wait_ms + cfg->db_wait_ms + DRAIN_SLACK_MS);
     if (left > 0)
         log_event(LOG_WARN, "drain_incomplete", "in_flight=%d", left);
     status = 0;
 
 out:
+    lab_table_close(a.lab);
     http_stop(server);
+    lab_table_destroy(a.lab);
     core_destroy(&a.core);
     metrics_destroy(a.metrics);
     if (status == 0)
@@ -218,7 +229,7 @@ int main(int argc, char **argv)
         usage(stdout);
         return 0;
     }
-    if (argc > 1 && strcmp(argv[1], "--help-markdown") == 0) { /* the README's table */
+    if (argc > 1 && strcmp(argv[1], "--help-markdown") == 0) { /* docs/configuration.md's table */
         config_print_markdown(stdout);
         return 0;
     }

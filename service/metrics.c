@@ -49,6 +49,13 @@ static const double wait_buckets[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
                                       0.1,    0.25,  0.5,    1,     2.5,  5};
 #define METRICS__N_BUCKETS (sizeof(wait_buckets) / sizeof(wait_buckets[0]))
 
+/* The hand-off's buckets: from a Redis round trip (tens of microseconds on loopback) to a
+ * lapsed waiter's liveness (1.5 s by default). */
+static const double handoff_buckets[] = {0.00005, 0.0001, 0.00025, 0.0005, 0.001,
+                                         0.0025,  0.005,  0.01,    0.025,  0.05,
+                                         0.1,     0.25,   0.5,     1,      2.5};
+#define METRICS__N_HANDOFF (sizeof(handoff_buckets) / sizeof(handoff_buckets[0]))
+
 static const char *const route_names[ROUTE_COUNT_] = {
     [ROUTE_DEDUCT] = "/api/deduct",
     [ROUTE_STOCK] = "/api/stock/{goods_id}",
@@ -70,6 +77,8 @@ struct metrics {
     _Atomic uint64_t *deductions;                       /* [n_modes][METRICS__N_OUTCOMES] */
     _Atomic uint64_t lock_wait[METRICS__N_BUCKETS + 1]; /* the last one is +Inf */
     _Atomic uint64_t lock_wait_sum_ns;
+    _Atomic uint64_t handoff[METRICS__N_HANDOFF + 1]; /* the last one is +Inf */
+    _Atomic uint64_t handoff_sum_ns;
     _Atomic uint64_t lock_timeouts;
     _Atomic uint64_t optimistic_retries;
 };
@@ -150,21 +159,32 @@ void metrics_count_deduction(metrics *m, const char *mode, const char *outcome)
                               memory_order_relaxed);
 }
 
-void metrics_observe_lock_wait(metrics *m, double seconds)
+/* Adds one observation to a histogram of n buckets (counts[n] is +Inf) and its sum. */
+static void observe(_Atomic uint64_t *counts, _Atomic uint64_t *sum_ns, const double *le, size_t n,
+                    double seconds)
 {
     size_t b = 0;
 
-    if (m == NULL)
-        return;
     if (!(seconds > 0)) /* negative or NaN: a clock step; count it as no wait */
         seconds = 0;
     if (seconds > 1e9)
         seconds = 1e9; /* keeps the conversion to nanoseconds defined */
-    while (b < METRICS__N_BUCKETS && seconds > wait_buckets[b])
+    while (b < n && seconds > le[b])
         b++;
-    atomic_fetch_add_explicit(&m->lock_wait[b], 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&m->lock_wait_sum_ns, (uint64_t)llround(seconds * 1e9),
-                              memory_order_relaxed);
+    atomic_fetch_add_explicit(&counts[b], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(sum_ns, (uint64_t)llround(seconds * 1e9), memory_order_relaxed);
+}
+
+void metrics_observe_lock_wait(metrics *m, double seconds)
+{
+    if (m != NULL)
+        observe(m->lock_wait, &m->lock_wait_sum_ns, wait_buckets, METRICS__N_BUCKETS, seconds);
+}
+
+void metrics_observe_lock_handoff(metrics *m, double seconds)
+{
+    if (m != NULL)
+        observe(m->handoff, &m->handoff_sum_ns, handoff_buckets, METRICS__N_HANDOFF, seconds);
 }
 
 void metrics_count_lock_timeout(metrics *m)
@@ -277,26 +297,37 @@ static void render_deductions(metrics *m, text_buf *b)
     }
 }
 
-static void render_lock_wait(metrics *m, text_buf *b)
+/* A histogram's lines: buckets (cumulative), sum and count. */
+static void render_histogram(text_buf *b, const char *name, const char *help,
+                             _Atomic uint64_t *counts, _Atomic uint64_t *sum, const double *le,
+                             size_t n)
 {
     uint64_t cumulative = 0;
 
-    header(b, "stock_lock_wait_seconds", "histogram",
-           "Time spent waiting to take a lock, taken or not.");
-    for (size_t i = 0; i <= METRICS__N_BUCKETS; i++) {
-        cumulative += atomic_load_explicit(&m->lock_wait[i], memory_order_relaxed);
-        if (i < METRICS__N_BUCKETS)
-            buf_printf(b, "stock_lock_wait_seconds_bucket{le=\"%g\"} %llu\n", wait_buckets[i],
+    header(b, name, "histogram", help);
+    for (size_t i = 0; i <= n; i++) {
+        cumulative += atomic_load_explicit(&counts[i], memory_order_relaxed);
+        if (i < n)
+            buf_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, le[i],
                        (unsigned long long)cumulative);
         else
-            buf_printf(b, "stock_lock_wait_seconds_bucket{le=\"+Inf\"} %llu\n",
-                       (unsigned long long)cumulative);
+            buf_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)cumulative);
     }
-    uint64_t sum_ns = atomic_load_explicit(&m->lock_wait_sum_ns, memory_order_relaxed);
-    buf_printf(b, "stock_lock_wait_seconds_sum %llu.%09llu\n",
-               (unsigned long long)(sum_ns / 1000000000u),
+    uint64_t sum_ns = atomic_load_explicit(sum, memory_order_relaxed);
+    buf_printf(b, "%s_sum %llu.%09llu\n", name, (unsigned long long)(sum_ns / 1000000000u),
                (unsigned long long)(sum_ns % 1000000000u));
-    buf_printf(b, "stock_lock_wait_seconds_count %llu\n", (unsigned long long)cumulative);
+    buf_printf(b, "%s_count %llu\n", name, (unsigned long long)cumulative);
+}
+
+static void render_lock_wait(metrics *m, text_buf *b)
+{
+    render_histogram(b, "stock_lock_wait_seconds",
+                     "Time spent waiting to take a lock, taken or not.", m->lock_wait,
+                     &m->lock_wait_sum_ns, wait_buckets, METRICS__N_BUCKETS);
+    render_histogram(b, "stock_lock_handoff_seconds",
+                     "From a lock's release to the take by the head of its line (Redis' clock): "
+                     "time the lock served nobody.",
+                     m->handoff, &m->handoff_sum_ns, handoff_buckets, METRICS__N_HANDOFF);
 }
 
 static void write_counter(text_buf *b, const char *name, const char *help, uint64_t v)

@@ -53,6 +53,9 @@ void metrics_count_deduction(metrics *m, const char *mode, const char *outcome);
 /* seconds waited for a lock, whether it was taken or not; negative or NaN counts as 0.
  * Buckets: 0.0005 0.001 0.0025 0.005 0.01 0.025 0.05 0.1 0.25 0.5 1 2.5 5 +Inf. */
 void metrics_observe_lock_wait(metrics *m, double seconds);
+/* One hand-off of a lock to the head of its line: the time from the release to the new
+ * holder's take (lock_last_handoff_us), in seconds: stock_lock_handoff_seconds. */
+void metrics_observe_lock_handoff(metrics *m, double seconds);
 /* A lock wait that ended without the lock (the 503 lock_timeout). */
 void metrics_count_lock_timeout(metrics *m);
 /* Transactions a deduction ran again after lost optimistic races (deduct_result.retries);

@@ -12,7 +12,7 @@
  *   redis-sharded (redis's lock)  the goods' stock in segments, a lock per segment
  *                                 (mode.sharded: service/sharded.c runs it).
  *
- * the ladder's Redis rungs, each missing one piece of `redis` (README "The ladder"):
+ * the ladder's Redis rungs, each missing one piece of `redis` (docs/course/, chapters 3 to 10):
  *
  *   setnx             guard_setnx.c             no expiry: a dead holder wedges the goods.
  *   setnx-ttl         guard_setnx_ttl.c         no owner: DEL frees another's lock.

@@ -95,6 +95,8 @@ typedef struct guard_hold {
                                  are compared only with tokens of the same source */
     bool waited;              /* the guard has a wait worth measuring (local, redis) */
     double wait_seconds;      /* how long enter took */
+    bool handed_off;          /* the lock came from a release to the line (redis) */
+    double handoff_seconds;   /* then: the gap since that release (lock_last_handoff_us) */
     char name[64];            /* the lock's name (Redis key, etcd prefix), for the lock guards */
     char token[80];           /* the owner token written as the key's value, for the rungs
                                  whose lock is a plain string (owner-get-del, owner-lua) */
@@ -105,6 +107,9 @@ typedef struct guard_hold {
                                  this long just before the command that deletes the lock
                                  (for owner-get-del: between its GET and its DEL) */
     int64_t valid_until_ns;   /* redlock: CLOCK_MONOTONIC time the holding is trusted until */
+    void (*before_release)(void *arg); /* the lab only (service/lab.h): called where
+                                          release_pause_ms sleeps; NULL: nothing */
+    void *before_release_arg;
 } guard_hold;
 
 /*

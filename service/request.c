@@ -564,3 +564,48 @@ bool request_bearer_matches(const char *authorization, const char *token)
     }
     return diff == 0;
 }
+
+/* ---- POST /api/lab/step ---- */
+
+int request_parse_lab_step(const char *body, size_t len, char *id, size_t id_len, char *detail,
+                           size_t detail_len)
+{
+    static const char *const step_keys[] = {"id", NULL};
+    static const int_field *const no_ints[] = {NULL};
+    json_t *root, *v;
+    int rc = -1;
+
+    id[0] = '\0';
+    root = load_object(body, len, no_ints, detail, detail_len);
+    if (root == NULL)
+        return -1;
+    if (check_keys(root, step_keys, detail, detail_len) < 0)
+        goto out;
+    v = json_object_get(root, "id");
+    if (v == NULL) {
+        set_detail(detail, detail_len, "missing field 'id'");
+        goto out;
+    }
+    /* The id's shape is the lab's (1 to 32 of A-Za-z0-9_-): a string that could be none is
+     * refused here, with the rule, rather than looked for and not found. */
+    if (!json_is_string(v) || json_string_length(v) == 0 || json_string_length(v) >= id_len ||
+        strlen(json_string_value(v)) != json_string_length(v)) {
+        set_detail(detail, detail_len, "id must be a string of 1 to %zu characters of A-Za-z0-9_-",
+                   id_len - 1);
+        goto out;
+    }
+    for (const char *p = json_string_value(v); *p != '\0'; p++) {
+        char c = *p;
+        if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '-')) {
+            set_detail(detail, detail_len,
+                       "id must be a string of 1 to %zu characters of A-Za-z0-9_-", id_len - 1);
+            goto out;
+        }
+    }
+    snprintf(id, id_len, "%s", json_string_value(v));
+    rc = 0;
+out:
+    json_decref(root);
+    return rc;
+}

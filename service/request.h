@@ -67,6 +67,11 @@ int request_parse_order(const char *body, size_t len, order_request *out, char *
 int request_parse_reset(const char *body, size_t len, reset_request *out, char *detail,
                         size_t detail_len);
 
+/* Parses a POST /api/lab/step body: {"id": "A"}, the id 1 to id_len-1 characters of
+ * [A-Za-z0-9_-] (id_len 33 for the lab's 32). Returns 0 with id filled, or -1 with detail. */
+int request_parse_lab_step(const char *body, size_t len, char *id, size_t id_len, char *detail,
+                           size_t detail_len);
+
 /* Parses the {goods_id} path segment: decimal digits only, 1 .. 2^63-1. Returns 0 or -1. */
 int request_parse_goods_id(const char *text, int64_t *out);
 

@@ -171,20 +171,49 @@ int64_t response_oversold(int64_t initial, int64_t stock, int64_t sold)
     return oversold;
 }
 
-char *response_stock(int64_t goods_id, int64_t initial, int64_t stock, int64_t sold, int64_t orders)
+/* The six fields of a stock report; *failed set on an allocation failure. */
+static json_t *stock_object(int64_t goods_id, int64_t initial, int64_t stock, int64_t sold,
+                            int64_t orders, int *failed)
 {
     json_t *o = json_object();
-    int failed = o == NULL;
 
-    if (!failed) {
-        failed |= json_object_set_new(o, "goods_id", json_int(goods_id));
-        failed |= json_object_set_new(o, "initial", json_int(initial));
-        failed |= json_object_set_new(o, "stock", json_int(stock));
-        failed |= json_object_set_new(o, "sold", json_int(sold));
-        failed |= json_object_set_new(o, "orders", json_int(orders));
-        failed |=
+    *failed = o == NULL;
+    if (!*failed) {
+        *failed |= json_object_set_new(o, "goods_id", json_int(goods_id));
+        *failed |= json_object_set_new(o, "initial", json_int(initial));
+        *failed |= json_object_set_new(o, "stock", json_int(stock));
+        *failed |= json_object_set_new(o, "sold", json_int(sold));
+        *failed |= json_object_set_new(o, "orders", json_int(orders));
+        *failed |=
             json_object_set_new(o, "oversold", json_int(response_oversold(initial, stock, sold)));
     }
+    return o;
+}
+
+char *response_stock(int64_t goods_id, int64_t initial, int64_t stock, int64_t sold, int64_t orders)
+{
+    int failed;
+    json_t *o = stock_object(goods_id, initial, stock, sold, orders, &failed);
+
+    return finish(o, failed);
+}
+
+char *response_stock_audit(int64_t goods_id, int64_t initial, int64_t stock, int64_t sold,
+                           int64_t orders, int64_t ledger_sold, int64_t ledger_orders)
+{
+    int failed;
+    json_t *o = stock_object(goods_id, initial, stock, sold, orders, &failed);
+    json_t *a = json_object();
+
+    failed |= a == NULL;
+    if (!failed) {
+        failed |= json_object_set_new(a, "ledger_sold", json_int(ledger_sold));
+        failed |= json_object_set_new(a, "ledger_orders", json_int(ledger_orders));
+        failed |= json_object_set_new(a, "agrees",
+                                      json_boolean(ledger_sold == sold && ledger_orders == orders));
+        failed |= json_object_set(o, "audit", a);
+    }
+    json_decref(a);
     return finish(o, failed);
 }
 

@@ -52,6 +52,11 @@ int64_t response_oversold(int64_t initial, int64_t stock, int64_t sold);
 char *response_stock(int64_t goods_id, int64_t initial, int64_t stock, int64_t sold,
                      int64_t orders);
 
+/* The same, plus "audit":{"ledger_sold":..,"ledger_orders":..,"agrees":..}: the sums over
+ * the orders themselves, and whether sold and orders (the counters) equal them. */
+char *response_stock_audit(int64_t goods_id, int64_t initial, int64_t stock, int64_t sold,
+                           int64_t orders, int64_t ledger_sold, int64_t ledger_orders);
+
 /* {"ok":true,"goods_id":..,"initial":..,"stock":..} */
 char *response_reset(int64_t goods_id, int64_t stock);
 

@@ -13,6 +13,8 @@
 #include <string.h>
 
 #include "service/faults.h"
+#include "service/lab.h"
+#include "service/lab_routes.h"
 #include "service/log.h"
 #include "service/order.h"
 #include "service/request.h"
@@ -75,6 +77,8 @@ static void record_deduction(app *a, const mode *m, const deduct_result *res)
     metrics_count_deduction(a->metrics, m->name, res->outcome);
     if (res->waited)
         metrics_observe_lock_wait(a->metrics, res->wait_seconds);
+    if (res->handed_off)
+        metrics_observe_lock_handoff(a->metrics, res->handoff_seconds);
     if (strcmp(res->outcome, "lock_timeout") == 0)
         metrics_count_lock_timeout(a->metrics);
     metrics_count_optimistic_retries(a->metrics, res->retries);
@@ -95,21 +99,57 @@ static bool idempotency_key_ok(const char *key, http_reply *reply)
     return false;
 }
 
-/* Parses an X-Fault header into *plan; answers 400 and returns false when the replica was
- * started without fault injection or the value names no known fault. */
-static bool fault_plan_from_header(app *a, const char *value, fault_plan *plan, http_reply *reply)
+/* Parses an X-Fault header into *plan and the lab's hold points (*holds, lab.h); answers 400
+ * and returns false when the replica was started without fault injection, the value names no
+ * known fault or point, or hold-at comes without a valid X-Request-Id. */
+static bool fault_plan_from_header(app *a, const char *value, const char *request_id,
+                                   fault_plan *plan, unsigned *holds, http_reply *reply)
 {
-    char detail[256];
+    char detail[256], rest[256];
 
     if (strcmp(a->config->faults, "on") != 0) {
         reply_error(reply, 400, "bad_request",
                     "X-Fault: fault injection is off on this replica (it starts with FAULTS=on)");
         return false;
     }
-    if (faults_parse(value, plan, detail, sizeof(detail)) != 0) {
+    if (lab_split_fault(value, holds, rest, sizeof(rest), detail, sizeof(detail)) != 0) {
         reply_error(reply, 400, "bad_request", detail);
         return false;
     }
+    if (*holds != 0 && !lab_request_id_valid(request_id)) {
+        reply_error(reply, 400, "bad_request",
+                    "X-Fault: hold-at needs X-Request-Id: 1 to 32 characters of A-Za-z0-9_-");
+        return false;
+    }
+    if ((*holds == 0 || rest[0] != '\0') &&
+        faults_parse(*holds == 0 ? value : rest, plan, detail, sizeof(detail)) != 0) {
+        reply_error(reply, 400, "bad_request", detail);
+        return false;
+    }
+    return true;
+}
+
+/* Takes the lab's place for a request with X-Fault and a valid X-Request-Id (its trace, and
+ * its holds); answers and returns false when the id is in flight already or the table is
+ * full. *lab_used says whether a place was taken (lab_finish it). */
+static bool lab_enter(app *a, const char *request_id, const mode *m, int64_t goods_id,
+                      unsigned holds, lab_run *run, bool *lab_used, http_reply *reply)
+{
+    int rc;
+
+    *lab_used = false;
+    if (a->lab == NULL || !lab_request_id_valid(request_id))
+        return true;
+    rc = lab_start(a->lab, request_id, m->name, goods_id, holds, run);
+    if (rc == LAB_ERR_DUPLICATE) {
+        reply_error(reply, 400, "bad_request", "X-Request-Id: a request with this id is in flight");
+        return false;
+    }
+    if (rc == LAB_ERR_FULL) {
+        reply_error(reply, 503, "unavailable", "the lab's table of requests in flight is full");
+        return false;
+    }
+    *lab_used = true;
     return true;
 }
 
@@ -119,9 +159,13 @@ static void handle_deduct(app *a, const http_request *req, http_reply *reply)
     deduct_result res;
     const char *key = req->header(req->transport, "Idempotency-Key");
     const char *fault = req->header(req->transport, "X-Fault");
+    const char *request_id = req->header(req->transport, "X-Request-Id");
     fault_plan plan = {0};
     fault_run run;
-    deduct_hook hook = {faults_at, &run};
+    lab_run lab = {0};
+    unsigned holds = 0;
+    bool lab_used = false;
+    deduct_hook hook = {faults_at, &run, NULL};
     const mode *m;
     char detail[256], quoted[160];
 
@@ -131,21 +175,31 @@ static void handle_deduct(app *a, const http_request *req, http_reply *reply)
     }
     if (!idempotency_key_ok(key, reply))
         return;
-    if (fault != NULL && !fault_plan_from_header(a, fault, &plan, reply))
+    if (fault != NULL && !fault_plan_from_header(a, fault, request_id, &plan, &holds, reply))
         return;
     m = choose_mode(a, req, dr.has_mode, dr.mode, reply);
     if (m == NULL)
         return;
     run = (fault_run){.plan = &plan, .mode = m, .guards = a->core.guards, .goods_id = dr.goods_id};
+    if (fault != NULL && !lab_enter(a, request_id, m, dr.goods_id, holds, &lab, &lab_used, reply))
+        return;
+    if (lab_used) {
+        lab.faults = &run;
+        hook = (deduct_hook){lab_at, &lab, &lab.stock};
+    }
     if (fault != NULL)
         log_event(LOG_WARN, "fault_requested", "mode=%s goods_id=%lld fault=%s", m->name,
                   (long long)dr.goods_id, log_quote(quoted, sizeof(quoted), fault));
     if (deduct_execute(&a->core.deduct, m, dr.goods_id, dr.count, key, fault != NULL ? &hook : NULL,
                        &res) != 0) {
+        if (lab_used)
+            lab_finish(&lab, 500, "internal");
         reply->status = 500;
         reply->body = NULL;
         return;
     }
+    if (lab_used)
+        lab_finish(&lab, res.status, res.outcome);
     record_deduction(a, m, &res);
     reply_json(reply, res.status, res.body);
 }
@@ -174,11 +228,14 @@ static const char *cart_modes(app *a, char *buf, size_t len)
 static bool order_fault(app *a, const char *value, int64_t *pause_ms, http_reply *reply)
 {
     fault_plan plan, only = {0};
+    unsigned holds = 0;
 
-    if (!fault_plan_from_header(a, value, &plan, reply))
+    /* The lab's hold-at is the single deduction's: parsed (with a stand-in id, so that its
+     * points are read and not refused for the id) only to be refused below. */
+    if (!fault_plan_from_header(a, value, "cart", &plan, &holds, reply))
         return false;
     only.pause_between_locks_ms = plan.pause_between_locks_ms;
-    if (memcmp(&plan, &only, sizeof(plan)) != 0 || plan.pause_between_locks_ms == 0) {
+    if (holds != 0 || memcmp(&plan, &only, sizeof(plan)) != 0 || plan.pause_between_locks_ms == 0) {
         reply_error(reply, 400, "bad_request",
                     "X-Fault: POST /api/order takes only pause-between-locks=MS");
         return false;
@@ -272,20 +329,41 @@ static void reply_redis_failure(http_reply *reply, int rc)
     reply_error(reply, 503, "unavailable", detail);
 }
 
+/* ?audit=1 adds the full ledger's sums to the report (db_stock_audit_read); absent or 0, the
+ * counters alone. Anything else is refused, so that a typo does not skip an audit. */
+static bool stock_audit_wanted(const http_request *req, bool *audit, http_reply *reply)
+{
+    const char *v = req->query(req->transport, "audit");
+
+    *audit = v != NULL && strcmp(v, "1") == 0;
+    if (v == NULL || strcmp(v, "0") == 0 || *audit)
+        return true;
+    reply_error(reply, 400, "bad_request", "audit must be 0 or 1");
+    return false;
+}
+
 static void handle_stock(app *a, const http_request *req, http_reply *reply)
 {
     db_stock_report report;
+    db_stock_ledger ledger;
     db_conn *conn;
     int64_t goods_id;
+    bool audit;
     int rc;
 
-    if (!path_goods_id(req, "/api/stock/", &goods_id, reply))
+    if (!path_goods_id(req, "/api/stock/", &goods_id, reply) ||
+        !stock_audit_wanted(req, &audit, reply))
         return;
     conn = borrow_connection(a, a->config->db_wait_ms, reply);
     if (conn == NULL)
         return;
-    rc = db_stock_report_read(conn, goods_id, &report);
-    if (rc == DB_OK)
+    rc = audit ? db_stock_audit_read(conn, goods_id, &report, &ledger)
+               : db_stock_report_read(conn, goods_id, &report);
+    if (rc == DB_OK && audit)
+        reply_json(reply, 200,
+                   response_stock_audit(goods_id, report.initial, report.stock, report.sold,
+                                        report.orders, ledger.sold, ledger.orders));
+    else if (rc == DB_OK)
         reply_json(
             reply, 200,
             response_stock(goods_id, report.initial, report.stock, report.sold, report.orders));
@@ -458,6 +536,10 @@ static const route route_table[] = {
     {"/metrics", false, "GET", false, false, ROUTE_METRICS, handle_metrics},
     {"/api/replica", false, "GET", false, false, ROUTE_REPLICA, handle_replica},
     {"/api/lock/", true, "GET", false, false, ROUTE_LOCK, handle_lock},
+    {"/api/lab/requests", false, "GET", false, false, ROUTE_OTHER, lab_routes_requests},
+    {"/api/lab/step", false, "POST", true, false, ROUTE_OTHER, lab_routes_step},
+    {"/api/lab/trace/", true, "GET", false, false, ROUTE_OTHER, lab_routes_trace},
+    {"/api/lab/lock/", true, "GET", false, false, ROUTE_OTHER, lab_routes_lock},
 };
 
 static const route *find_route(const char *path)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # run-all.sh BUILD_DIR - every test, against real servers, as `make test` runs it:
-#   1. the pure unit tests (tests/run-unit.sh's suites);
+#   1. the pure unit tests (tests/run-unit.sh's suites), and the documents checked against
+#      the code (tests/docs.sh: make docs-check, one case per check);
 #   2. test_lock, which starts a redis-server of its own; test_redlock, five of them;
 #      test_etcd, an etcd of its own; test_zookeeper, a ZooKeeper of its own; test_sentinel, a master, a replica and three Sentinels;
 #      test_cluster, a Redis Cluster of three masters;
@@ -8,8 +9,9 @@
 #      throwaway PostgreSQL started here on a free port in a temporary directory
 #      (TEST_DATABASE_URL names its superuser: the tests create databases);
 #   4. the integration run (tests/integration.sh): the whole stack on free ports; then the
-#      ladder (tests/ladder.sh) and the stack on PostgreSQL under Patroni through a failover
-#      (tests/pg_ha.sh);
+#      ladder (tests/ladder.sh), the lab (tests/lab.sh: its stack, its API, its page played
+#      in headless Chromium) and the stack on PostgreSQL under Patroni through a failover
+#      (tests/pg_ha.sh), each on a stack of its own;
 #   (2 to 5 run with an open-file limit of FD_LIMIT, servers included: see below;)
 #   5. with TSAN_BUILD=DIR (as `make test` sets it: build/tsan), tests/tsan.sh's run: test_lock
 #      and the stack again, built with ThreadSanitizer;
@@ -32,8 +34,10 @@ source scripts/lib/ports.sh
 source tests/lib/harness.sh
 source tests/integration.sh
 source tests/ladder.sh
+source tests/lab.sh
 source tests/tsan.sh
 source tests/pg_ha.sh
+source tests/docs.sh
 
 HARNESS_LOG_DIR=$build/test-logs
 rm -rf "$HARNESS_LOG_DIR"
@@ -138,6 +142,7 @@ server_suites() {
     run_ladder "$build"
     # PostgreSQL under Patroni: start, a sale, the primary killed, a sale after the failover.
     run_pg_ha "$build"
+    run_lab "$build"
     if [ -n "${TSAN_BUILD:-}" ]; then
         # The first stack stops before the second starts (and it__cleanup knows one only).
         harness__cleanup
@@ -148,6 +153,7 @@ server_suites() {
 # --- the run ---
 
 run_unit_suites "$build"
+run_docs_check
 harness_with_fd_limit "$FD_LIMIT" server_suites
 
 # 6. The compose stack (docker/test.sh), when asked for (`make test` asks): Docker, or

@@ -1271,6 +1271,176 @@ static void test_stock_report_figures(void **state)
     db_pool_release(f->pool, c);
 }
 
+/* ---- the counters of sold and orders (migrations/008_goods_sales.sql) --------------- */
+
+static void audit_ok(db_conn *c, int64_t goods, db_stock_report *r, db_stock_ledger *l)
+{
+    int rc = db_stock_audit_read(c, goods, r, l);
+
+    if (rc != DB_OK)
+        fail_msg("audit: %s: %s", db_strerror(rc), db_conn_error(c));
+}
+
+/* The counters follow every insert path, a rollback and the reset; the audit reads the
+ * ledger beside them and shows a change made behind the counters' back. */
+static void test_counters_follow_the_orders(void **state)
+{
+    fixture *f = *state;
+    db_conn *c = acquire(f->pool);
+    db_stock_report r;
+    db_stock_ledger l;
+    const int64_t counts[3] = {1, 2, 4};
+    int64_t id, ids[3];
+
+    reset_ok(c, 1, 100);
+    reset_ok(c, 2, 100);
+    assert_int_equal(db_order_insert(c, 1, 3, "none", "svc-1", NULL, &id), DB_OK);
+    assert_int_equal(db_orders_insert_many(c, 1, counts, 3, "redis-batch", "svc-1", NULL, ids),
+                     DB_OK);
+    assert_int_equal(db_order_insert(c, 2, 5, "none", "svc-1", NULL, &id), DB_OK);
+    /* a rolled-back sale counts nothing */
+    assert_int_equal(db_begin(c), DB_OK);
+    assert_int_equal(db_order_insert(c, 1, 10, "none", "svc-1", NULL, &id), DB_OK);
+    assert_int_equal(db_rollback(c), DB_OK);
+
+    assert_int_equal(db_stock_report_read(c, 1, &r), DB_OK);
+    assert_int_equal(r.sold, 10);
+    assert_int_equal(r.orders, 4);
+    audit_ok(c, 1, &r, &l);
+    assert_int_equal(r.initial, 100);
+    assert_int_equal(r.stock, 100);
+    assert_int_equal(r.sold, 10);
+    assert_int_equal(r.orders, 4);
+    assert_int_equal(l.sold, 10);
+    assert_int_equal(l.orders, 4);
+    assert_int_equal(db_stock_audit_read(c, 1, &r, NULL), DB_ERR_INVALID);
+    assert_int_equal(db_stock_audit_read(c, 999, &r, &l), DB_ERR_NOT_FOUND);
+
+    /* an order deleted by hand: the counters do not follow, the audit sees it */
+    PQclear(raw_exec(f->admin, "DELETE FROM orders WHERE goods = 1 AND count = 3", 0, NULL));
+    audit_ok(c, 1, &r, &l);
+    assert_int_equal(r.sold, 10);
+    assert_int_equal(l.sold, 7);
+    assert_int_equal(l.orders, 3);
+
+    /* the reset empties goods 1's counters with its orders, and leaves goods 2's */
+    reset_ok(c, 1, 50);
+    audit_ok(c, 1, &r, &l);
+    assert_int_equal(r.sold, 0);
+    assert_int_equal(r.orders, 0);
+    assert_int_equal(l.orders, 0);
+    audit_ok(c, 2, &r, &l);
+    assert_int_equal(r.sold, 5);
+    assert_int_equal(r.orders, 1);
+    assert_int_equal(l.sold, 5);
+
+    /* TRUNCATE empties them all */
+    PQclear(raw_exec(f->admin, "TRUNCATE orders", 0, NULL));
+    assert_int_equal(db_stock_report_read(c, 2, &r), DB_OK);
+    assert_int_equal(r.sold, 0);
+    assert_int_equal(r.orders, 0);
+    db_pool_release(f->pool, c);
+}
+
+#define COUNTER_THREADS 4
+#define COUNTER_ORDERS 50
+
+typedef struct counter_worker {
+    fixture *f;
+    int failures;
+} counter_worker;
+
+static void *insert_orders(void *arg)
+{
+    counter_worker *w = arg;
+    db_conn *c = NULL;
+    int64_t id;
+
+    if (db_pool_acquire(w->f->pool, 5000, &c) != DB_OK) {
+        w->failures = COUNTER_ORDERS;
+        return NULL;
+    }
+    for (int i = 0; i < COUNTER_ORDERS; i++)
+        if (db_order_insert(c, 1, 1 + i % 3, "none", "svc-1", NULL, &id) != DB_OK)
+            w->failures++;
+    db_pool_release(w->f->pool, c);
+    return NULL;
+}
+
+/* Orders inserted at once from several sessions: the counters lose no update. */
+static void test_counters_are_exact_under_concurrent_inserts(void **state)
+{
+    fixture *f = *state;
+    counter_worker w[COUNTER_THREADS];
+    pthread_t t[COUNTER_THREADS];
+    db_stock_report r;
+    db_stock_ledger l;
+    db_conn *c = acquire(f->pool);
+    int64_t sold = 0;
+
+    reset_ok(c, 1, 100);
+    db_pool_release(f->pool, c);
+    for (int i = 0; i < COUNTER_THREADS; i++) {
+        w[i] = (counter_worker){.f = f};
+        assert_int_equal(pthread_create(&t[i], NULL, insert_orders, &w[i]), 0);
+    }
+    for (int i = 0; i < COUNTER_THREADS; i++) {
+        pthread_join(t[i], NULL);
+        assert_int_equal(w[i].failures, 0);
+    }
+    for (int i = 0; i < COUNTER_ORDERS; i++)
+        sold += 1 + i % 3;
+    c = acquire(f->pool);
+    audit_ok(c, 1, &r, &l);
+    assert_int_equal(r.orders, COUNTER_THREADS * COUNTER_ORDERS);
+    assert_int_equal(r.sold, COUNTER_THREADS * sold);
+    assert_int_equal(l.orders, r.orders);
+    assert_int_equal(l.sold, r.sold);
+    assert_true(raw_int(f->admin, "SELECT count(*) FROM goods_sales WHERE goods = 1", 0, NULL) <=
+                16);
+    db_pool_release(f->pool, c);
+}
+
+/* The stripes are not one hot row: a session whose transaction has added an order of goods 1
+ * and not ended does not hold up another session's order of goods 1 (sessions of two
+ * stripes; PostgreSQL picks the backends' pids, so sessions are opened until two differ). */
+static void test_counters_add_no_hot_row(void **state)
+{
+    fixture *f = *state;
+    PGconn *a = raw_connect(f->conninfo), *b = NULL;
+    const char *insert = "INSERT INTO orders (goods, count, mode, instance)"
+                         " VALUES (1, 1, 'none', 'svc-1')";
+    db_conn *c = acquire(f->pool);
+    PGresult *res;
+    int64_t t0;
+
+    reset_ok(c, 1, 100);
+    for (int i = 0; i < 64 && b == NULL; i++) {
+        b = raw_connect(f->conninfo);
+        if (PQbackendPID(b) % 16 == PQbackendPID(a) % 16) {
+            PQfinish(b);
+            b = NULL;
+        }
+    }
+    assert_non_null(b);
+    PQclear(raw_exec(a, "BEGIN", 0, NULL));
+    PQclear(raw_exec(a, insert, 0, NULL));
+    PQclear(raw_exec(b, "SET statement_timeout = 2000", 0, NULL));
+    t0 = now_ms();
+    res = PQexec(b, insert); /* a hot row would wait here for a's commit, and time out */
+    assert_int_equal(PQresultStatus(res), PGRES_COMMAND_OK);
+    PQclear(res);
+    assert_true(now_ms() - t0 < 2000);
+    PQclear(raw_exec(a, "COMMIT", 0, NULL));
+    assert_int_equal(
+        raw_int(f->admin, "SELECT sum(orders) FROM goods_sales WHERE goods = 1", 0, NULL), 2);
+    assert_int_equal(raw_int(f->admin, "SELECT count(*) FROM goods_sales WHERE goods = 1", 0, NULL),
+                     2);
+    PQfinish(a);
+    PQfinish(b);
+    db_pool_release(f->pool, c);
+}
+
 /* ---- redis-sharded's segments --------------------------------------------------------- */
 
 static int64_t segment_fence_of(fixture *f, int64_t goods, int seg)
@@ -2009,6 +2179,10 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_reset_deletes_orders_and_idempotency_records,
                                         setup_migrated, teardown),
         cmocka_unit_test_setup_teardown(test_stock_report_figures, setup_migrated, teardown),
+        cmocka_unit_test_setup_teardown(test_counters_follow_the_orders, setup_migrated, teardown),
+        cmocka_unit_test_setup_teardown(test_counters_are_exact_under_concurrent_inserts,
+                                        setup_migrated, teardown),
+        cmocka_unit_test_setup_teardown(test_counters_add_no_hot_row, setup_migrated, teardown),
         cmocka_unit_test_setup_teardown(test_segments_spread_claim_write, setup_migrated, teardown),
         cmocka_unit_test_setup_teardown(test_segments_gather_rest_and_tokens, setup_migrated,
                                         teardown),

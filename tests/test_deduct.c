@@ -190,7 +190,7 @@ static void *holder_run(void *arg)
                       .instance = "test",
                       .lock_wait_ms = g_lock_wait_ms,
                       .optimistic_retries = g_optimistic_retries};
-    deduct_hook hook = {holder_at, h};
+    deduct_hook hook = {holder_at, h, NULL};
     int rc;
 
     t_token = h->token;

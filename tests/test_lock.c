@@ -255,6 +255,7 @@ typedef struct bg_call {
     int rc;
     int unlock_rc;
     int64_t token;
+    int64_t handoff_us; /* lock_last_handoff_us() right after the take */
     int64_t started_ns;
     int64_t done_ns;
     pthread_t thread;
@@ -270,6 +271,7 @@ static void *bg_main(void *arg)
     } else {
         b->rc = lock_try_lock(b->c, b->name, b->wait_ms, b->lease_ms, &b->token);
         b->done_ns = now_ns();
+        b->handoff_us = lock_last_handoff_us();
         if (b->rc == LOCK_OK && b->unlock_after)
             b->unlock_rc = lock_unlock(b->c, b->name);
     }
@@ -1257,6 +1259,41 @@ static void test_fair_leave(void **state)
     lock_client_destroy(unfair);
 }
 
+/*
+ * The hand-off's gap (lock_last_handoff_us): a take from a release to the head of the line
+ * says how long the lock served nobody, on Redis' clock, and that fits inside the time the
+ * test saw from the release's start to the take's end; any other take says -1.
+ */
+static void test_handoff_gap(void **state)
+{
+    lock_client *other = new_client_fair(true, 1500);
+    bg_call next = {
+        .c = other, .name = "t:gap", .wait_ms = 5000, .lease_ms = 10000, .unlock_after = true};
+    int64_t released;
+
+    (void)state;
+    assert_int_equal(lock_try_lock(g_state.client, "t:gap", 0, 10000, NULL), LOCK_OK);
+    assert_int_equal(lock_last_handoff_us(), -1); /* free, nobody in line */
+    assert_int_equal(lock_try_lock(g_state.client, "t:gap", 0, 10000, NULL), LOCK_OK);
+    assert_int_equal(lock_last_handoff_us(), -1); /* reentrant */
+    assert_int_equal(lock_unlock(g_state.client, "t:gap"), LOCK_OK);
+    bg_start(&next);
+    assert_true(wait_line("t:gap", 1, 3000));
+    released = now_ns();
+    assert_int_equal(lock_unlock(g_state.client, "t:gap"), LOCK_OK);
+    bg_join(&next);
+    assert_int_equal(next.rc, LOCK_OK);
+    print_message("hand-off: %lld us on Redis' clock, %.0f us seen from here\n",
+                  (long long)next.handoff_us, (double)(next.done_ns - released) / 1e3);
+    assert_true(next.handoff_us >= 0);
+    assert_true(next.handoff_us * 1000 <= next.done_ns - released + 2 * MS);
+    /* the stamp is used once: a take after it, with nobody in line, measures nothing */
+    assert_int_equal(lock_try_lock(g_state.client, "t:gap", 0, 10000, NULL), LOCK_OK);
+    assert_int_equal(lock_last_handoff_us(), -1);
+    assert_int_equal(lock_unlock(g_state.client, "t:gap"), LOCK_OK);
+    lock_client_destroy(other);
+}
+
 /* ---- fencing ---- */
 
 #define FENCE_THREADS 8
@@ -1796,6 +1833,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_fair_across_clients, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_fair_dead_waiter, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_fair_leave, case_setup, case_teardown),
+        cmocka_unit_test_setup_teardown(test_handoff_gap, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_fencing, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_noscript, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_lost_reply_on_acquire, case_setup, case_teardown),

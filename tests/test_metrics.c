@@ -288,6 +288,32 @@ static void test_lock_wait_histogram(void **state)
     metrics_destroy(m);
 }
 
+/* The hand-off's histogram: its own buckets, down to 50 us, apart from the lock waits. */
+static void test_lock_handoff_histogram(void **state)
+{
+    metrics *m = make();
+    char *text;
+
+    (void)state;
+    metrics_observe_lock_handoff(m, 0.00004);
+    metrics_observe_lock_handoff(m, 0.0003);
+    metrics_observe_lock_handoff(m, 0.0003);
+    metrics_observe_lock_handoff(m, 1.2);
+    metrics_observe_lock_handoff(m, 9);
+    text = metrics_render(m, NULL);
+    assert_non_null(text);
+    assert_true(sample(text, "stock_lock_handoff_seconds_bucket{le=\"5e-05\"}") == 1);
+    assert_true(sample(text, "stock_lock_handoff_seconds_bucket{le=\"0.00025\"}") == 1);
+    assert_true(sample(text, "stock_lock_handoff_seconds_bucket{le=\"0.0005\"}") == 3);
+    assert_true(sample(text, "stock_lock_handoff_seconds_bucket{le=\"2.5\"}") == 4);
+    assert_true(sample(text, "stock_lock_handoff_seconds_bucket{le=\"+Inf\"}") == 5);
+    assert_true(sample(text, "stock_lock_handoff_seconds_count") == 5);
+    assert_true(fabs(sample(text, "stock_lock_handoff_seconds_sum") - 10.20064) < 1e-6);
+    assert_true(sample(text, "stock_lock_wait_seconds_count") == 0);
+    free(text);
+    metrics_destroy(m);
+}
+
 static void test_lock_timeouts_and_external_figures(void **state)
 {
     metrics *m = make();
@@ -407,6 +433,7 @@ int main(void)
         cmocka_unit_test(test_each_route_counts_under_its_own_name),
         cmocka_unit_test(test_deductions_by_mode_and_outcome),
         cmocka_unit_test(test_lock_wait_histogram),
+        cmocka_unit_test(test_lock_handoff_histogram),
         cmocka_unit_test(test_lock_timeouts_and_external_figures),
         cmocka_unit_test(test_no_modes_and_null),
         cmocka_unit_test(test_concurrent_updates_are_not_lost),

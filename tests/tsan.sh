@@ -48,6 +48,12 @@ run_tsan() {
     # second_deadlock_stack: both stacks of a lock-order inversion. The replicas inherit it.
     export TSAN_OPTIONS="halt_on_error=0 exitcode=66 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp"
     run_suite test_lock-tsan 600 "$build/tests/test_lock"
+    # The lab's table: held requests, steppers and the hold budget, each on its own thread.
+    if [ -x "$build/tests/test_lab" ]; then
+        run_suite test_lab-tsan 60 "$build/tests/test_lab"
+    else
+        suite_broken test_lab-tsan "$build/tests/test_lab missing"
+    fi
     if [ -x "$build/tests/test_redlock" ]; then
         run_suite test_redlock-tsan 120 "$build/tests/test_redlock"
     else

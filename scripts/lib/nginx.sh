@@ -41,7 +41,7 @@ nginx_render() {
     # (nginx creates and chowns these at start) and any parent that is 0700 would stop them.
     chmod 755 "$NGINX_DIR" "$NGINX_DIR/conf" "$NGINX_DIR/tmp"
     NGINX_LISTEN=127.0.0.1:$HTTP_PORT NGINX_UPSTREAMS=$upstreams NGINX_WEB_ROOT=$STACK_ROOT/web \
-        NGINX_RESULTS_ROOT=$STACK_ROOT/results \
+        NGINX_RESULTS_ROOT=$STACK_ROOT/results NGINX_LAB=${NGINX_LAB:-0} \
         NGINX_PROXY_READ_TIMEOUT=$(nginx__read_timeout) \
         NGINX_ACCESS_LOG="logs/access.log stock buffer=32k flush=1s" \
         "$STACK_ROOT/nginx/render.sh" "$STACK_ROOT/nginx/stock.conf.template" \

@@ -177,7 +177,8 @@ static void test_lock_timeout(void **state)
     expect_stock(GOODS_LOCK, 10, 8, 2, 2, "after the retry");
 }
 
-/* GET /api/stock/{id}: six fields, the oversold arithmetic, 404, and 400 for bad ids. */
+/* GET /api/stock/{id}: six fields, the oversold arithmetic, the audit, 404, and 400 for bad
+ * ids. */
 static void test_stock_endpoint(void **state)
 {
     (void)state;
@@ -203,6 +204,27 @@ static void test_stock_endpoint(void **state)
         expect_field_int(j, "stock", 4, what);
         expect_field_int(j, "sold", 3, what);
     }
+
+    /* ?audit=1: the same figures and the ledger's sums beside them; 0 is the plain report;
+     * anything else is refused rather than read as "no audit". */
+    char apath[96];
+    snprintf(apath, sizeof(apath), "/api/stock/%lld?audit=1", GOODS_STOCK);
+    json_t *aj = expect_json(get(g_env.stock_url, apath), 200, apath);
+    expect_field_int(aj, "sold", 3, apath);
+    expect_field_int(aj, "orders", 2, apath);
+    json_t *audit = json_object_get(aj, "audit");
+    if (!json_is_object(audit))
+        fail_msg("%s: no \"audit\" object", apath);
+    expect_field_int(audit, "ledger_sold", 3, apath);
+    expect_field_int(audit, "ledger_orders", 2, apath);
+    if (!field_bool(audit, "agrees", apath))
+        fail_msg("%s: the counters and the ledger disagree", apath);
+    snprintf(apath, sizeof(apath), "/api/stock/%lld?audit=0", GOODS_STOCK);
+    aj = expect_json(get(g_env.stock_url, apath), 200, apath);
+    if (json_object_get(aj, "audit") != NULL)
+        fail_msg("%s: an audit it did not ask for", apath);
+    snprintf(apath, sizeof(apath), "/api/stock/%lld?audit=yes", GOODS_STOCK);
+    expect_error(get(g_env.stock_url, apath), 400, "bad_request", apath);
 
     char path[64];
     snprintf(path, sizeof(path), "/api/stock/%lld", GOODS_UNKNOWN);

@@ -1,0 +1,327 @@
+# timeline.awk - the drawing of loadtest/timeline (its header describes the input). POSIX awk
+# (mawk, gawk), no extension: it reads every event, then draws in END.
+
+function esc(s) {
+    gsub(/&/, "\\&amp;", s)
+    gsub(/</, "\\&lt;", s)
+    gsub(/>/, "\\&gt;", s)
+    return s
+}
+function y(ms) { return sprintf("%.1f", TOP + (ms - T_START) * K) }
+function text(x, yy, s, anchor, size, color, weight) {
+    printf "<text x=\"%s\" y=\"%s\" text-anchor=\"%s\" font-size=\"%s\" fill=\"%s\"%s>%s</text>\n", \
+        x, yy, anchor, size, color, (weight != "" ? " font-weight=\"" weight "\"" : ""), esc(s)
+}
+function line(x1, y1, x2, y2, color, width, dash) {
+    printf "<line x1=\"%s\" y1=\"%s\" x2=\"%s\" y2=\"%s\" stroke=\"%s\" stroke-width=\"%s\"%s/>\n", \
+        x1, y1, x2, y2, color, width, (dash != "" ? " stroke-dasharray=\"" dash "\"" : "")
+}
+function rect(x, yy, w, h, fill, opacity, stroke) {
+    if (h < 1) h = 1
+    printf "<rect x=\"%s\" y=\"%s\" width=\"%s\" height=\"%.1f\" fill=\"%s\" fill-opacity=\"%s\"%s/>\n", \
+        x, yy, w, h, fill, opacity, (stroke != "" ? " stroke=\"" stroke "\"" : "")
+}
+# The request that a replica's event at ms belongs to: sent to that replica by then, and not
+# answered long before (the latest sent of those).
+function request_of(instance, ms,    i, n, best) {
+    n = instance
+    sub(/^svc-/, "", n)
+    best = ""
+    for (i = 1; i <= NREQ; i++)
+        if (REPLICA[REQ[i]] == n && SENT[REQ[i]] <= ms + 50 &&
+            (!(REQ[i] in ANSWERED) || ANSWERED[REQ[i]] >= ms - 300))
+            best = REQ[i]
+    return best
+}
+# The request that took a holding starting at ms: in flight then, not yet a holder, the
+# earliest sent of those; else any request in flight.
+function holder_of(ms,    i, r) {
+    for (i = 1; i <= NREQ; i++) {
+        r = REQ[i]
+        if (SENT[r] <= ms + 30 && (!(r in ANSWERED) || ANSWERED[r] >= ms - 30) && !(r in HELD))
+            return r
+    }
+    for (i = 1; i <= NREQ; i++) {
+        r = REQ[i]
+        if (SENT[r] <= ms + 30 && (!(r in ANSWERED) || ANSWERED[r] >= ms - 30))
+            return r
+    }
+    return "?"
+}
+# A holding of the lock: [from, to), by whom, how it ended.
+function holding_open(ms, who) {
+    NH++
+    H_FROM[NH] = ms
+    H_TO[NH] = ms
+    H_WHO[NH] = who
+    H_END[NH] = ""
+    HELD[who] = 1
+}
+
+BEGIN {
+    COLOR["A"] = "#1f77b4"; COLOR["B"] = "#e377c2"; COLOR["C"] = "#2ca02c"; COLOR["A2"] = "#9467bd"
+    COLOR["?"] = "#7f7f7f"
+    NREQ = 0; NF_ = 0; NO = 0; NL = 0; ND = 0
+    RESET = 100
+    T_MAX = 0
+}
+$1 == "row" { MODE = $2; SCENARIO = $3 }
+$1 == "lease" { LEASE = $2 + 0 }
+$1 == "reset" { RESET = $2 + 0 }
+$1 == "books" { SOLD = $2; TAKEN = $3; OVERSOLD = $4 }
+$1 == "send" {
+    REQ[++NREQ] = $3; SENT[$3] = $2 + 0; REPLICA[$3] = $4; FAULT[$3] = $5
+    if ($2 + 0 > T_MAX) T_MAX = $2 + 0
+}
+$1 == "answer" {
+    ANSWERED[$3] = $2 + 0; STATUS[$3] = $4; ERROR[$3] = $5
+    if ($2 + 0 > T_MAX) T_MAX = $2 + 0
+}
+$1 == "fault" {
+    F_MS[++NF_] = $2 + 0
+    s = $0
+    sub(/^fault [-0-9]+ /, "", s)
+    F_TEXT[NF_] = s
+    if ($2 + 0 > T_MAX) T_MAX = $2 + 0
+}
+$1 == "order" { O_MS[++NO] = $2 + 0; O_INST[NO] = $3; O_FENCE[NO] = $4 }
+$1 == "lock" { L_MS[++NL] = $2 + 0; L_PTTL[NL] = $3 + 0; L_HOLDER[NL] = (NF >= 4 ? $4 : "") }
+$1 == "db" {
+    split($3, f, "|")
+    D_MS[++ND] = $2 + 0; D_STOCK[ND] = f[1] + 0; D_N[ND] = f[2] + 0; D_LIST[ND] = f[3]; D_ROW[ND] = f[4]
+}
+
+END {
+    # Sort the request lanes by when they were sent (insertion sort: a handful).
+    for (i = 2; i <= NREQ; i++)
+        for (j = i; j > 1 && SENT[REQ[j]] < SENT[REQ[j - 1]]; j--) { t = REQ[j]; REQ[j] = REQ[j - 1]; REQ[j - 1] = t }
+
+    # ---- the lock's holdings: from the Redis key's samples, else from the lock row's ----
+    NH = 0
+    use_row = (NL == 0)
+    prev_present = 0; prev_holder = ""; prev_pttl = 0; prev_ms = 0
+    n = use_row ? ND : NL
+    for (i = 1; i <= n; i++) {
+        if (use_row) { ms = D_MS[i]; holder = D_ROW[i]; present = (holder != ""); pttl = -1 }
+        else { ms = L_MS[i]; holder = L_HOLDER[i]; pttl = L_PTTL[i]; present = (pttl != -2) }
+        if (ms < -200) continue
+        if (present) {
+            # A new holding: the key appeared, its holder changed, or (an owner-less "1")
+            # its lease went back up: set again by someone else.
+            renewed = (!use_row && pttl > 0 && prev_pttl > 0 && pttl > prev_pttl + 50)
+            if (!prev_present || holder != prev_holder || (renewed && holder == "1")) {
+                # Set again as the old lease said it would end: it ran out, and the next
+                # waiter took it at once (between two samples).
+                if (prev_present)
+                    H_END[NH] = (prev_pttl > 0 && ms >= prev_ms + prev_pttl - 40) ? "lease ran out" : "ended: next holder in"
+                holding_open(ms, holder_of(ms))
+            }
+            H_TO[NH] = ms
+            H_PTTL[NH] = pttl
+            H_LASTMS[NH] = ms
+            H_VALUE[NH] = holder
+        } else if (prev_present) {
+            H_TO[NH] = ms
+            # Gone at about the moment its lease said: it ran out; else someone deleted it.
+            if (!use_row && prev_pttl > 0 && ms >= prev_ms + prev_pttl - 40)
+                H_END[NH] = "lease ran out"
+            else
+                H_END[NH] = "released (deleted)"
+        }
+        prev_present = present; prev_holder = holder; prev_pttl = pttl; prev_ms = ms
+    }
+    # A holding still there at the last sample: to the end of the picture.
+    still_held = prev_present
+
+    # ---- the commits: each sample that shows more orders ----
+    # From the reset: a commit made before the probe's first sample is drawn at that sample.
+    NC = 0
+    last_n = 0; last_stock = RESET
+    FIRST_STOCK = RESET
+    for (i = 1; i <= ND; i++) {
+        if (D_N[i] > last_n) {
+            k = split(D_LIST[i], items, ",")
+            dstock = last_stock - D_STOCK[i]
+            for (j = last_n + 1; j <= D_N[i]; j++) {
+                NC++
+                C_MS[NC] = D_MS[i]
+                split(items[j], parts, "/")
+                C_INST[NC] = parts[1]; C_FENCE[NC] = parts[2]
+                # The first dstock new orders took a unit each; the rest took none: sold twice.
+                if (j - last_n <= dstock) { C_WROTE[NC] = last_stock - (j - last_n); C_TWICE[NC] = 0 }
+                else { C_WROTE[NC] = D_STOCK[i]; C_TWICE[NC] = 1 }
+                C_REQ[NC] = request_of(C_INST[NC], C_MS[NC])
+                if (C_MS[NC] > T_MAX) T_MAX = C_MS[NC]
+            }
+        }
+        last_n = D_N[i]; last_stock = D_STOCK[i]
+    }
+
+    # ---- the scale ----
+    T_START = -100
+    T_END = T_MAX + 250
+    for (i = 1; i <= NH; i++) if (H_TO[i] + 100 > T_END && H_TO[i] < T_MAX + 1500) T_END = H_TO[i] + 100
+    span = T_END - T_START
+    K = 0.32
+    if (span * K > 900) K = 900 / span
+    TOP = 128
+    LANE_W = 150
+    X0 = 70
+    nl = NREQ
+    LOCK_X = X0 + nl * LANE_W
+    STOCK_X = LOCK_X + 190
+    WIDTH = STOCK_X + 215
+    BOTTOM = TOP + span * K
+    HEIGHT = BOTTOM + 84
+
+    printf "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" font-family=\"DejaVu Sans, Verdana, sans-serif\">\n", WIDTH, HEIGHT, WIDTH, HEIGHT
+    rect(0, 0, WIDTH, HEIGHT, "#ffffff", 1, "")
+    text(12, 24, MODE " / " SCENARIO, "start", 17, "#000", "bold")
+    text(12, 44, "a ladder row drawn from a real run: requests straight to the replicas, the lock and the stock row as probes saw them; lease L = " LEASE " ms", "start", 11, "#444", "")
+
+    # The ruler: ms since A was sent.
+    step = (span > 4000) ? 1000 : 500
+    for (t = 0; t <= T_END; t += step) {
+        line(X0 - 6, y(t), STOCK_X + 200, y(t), "#e8e8e8", 1, "")
+        text(X0 - 10, y(t) + 4, t " ms", "end", 10, "#666", "")
+    }
+
+    # Lane headers.
+    for (i = 1; i <= NREQ; i++) {
+        r = REQ[i]; cx = X0 + (i - 0.5) * LANE_W
+        text(cx, 72, r, "middle", 15, COLOR[r], "bold")
+        text(cx, 88, "to svc-" REPLICA[r], "middle", 10, "#333", "")
+        if (FAULT[r] != "-") {
+            text(cx, 101, "X-Fault:", "middle", 9, "#b00", "")
+            text(cx, 112, FAULT[r], "middle", 9, "#b00", "")
+        }
+        line(cx, TOP, cx, BOTTOM, "#cccccc", 1, "3,3")
+    }
+    lcx = LOCK_X + 85
+    if (MODE ~ /^pg-lockrow/) ltitle = "lock row (goods_locks)"
+    else if (NL > 0) ltitle = "lock key in Redis"
+    else ltitle = "no lock key"
+    text(lcx, 72, ltitle, "middle", 13, "#000", "bold")
+    if (NL > 0) text(lcx, 88, (MODE == "redlock" ? "(node 1 of 5)" : "holder, PTTL"), "middle", 10, "#333", "")
+    else if (MODE ~ /^pg-lockrow/) text(lcx, 88, "its owner", "middle", 10, "#333", "")
+    else text(lcx, 88, "(PostgreSQL's own locks)", "middle", 10, "#333", "")
+    line(lcx, TOP, lcx, BOTTOM, "#cccccc", 1, "3,3")
+    scx = STOCK_X + 70
+    text(scx, 72, "stock row", "middle", 13, "#000", "bold")
+    text(scx, 88, "goods.stock, orders", "middle", 10, "#333", "")
+
+    # The lock's holdings, shaded in the holder's colour, in the lock lane and the holder's.
+    for (i = 1; i <= NH; i++) {
+        to = H_TO[i]
+        if (i == NH && still_held) to = T_END
+        w = H_WHO[i]
+        h = (to - H_FROM[i]) * K
+        rect(lcx - 40, y(H_FROM[i]), 80, h, COLOR[w], 0.35, COLOR[w])
+        text(lcx, y(H_FROM[i]) + 13, "held by " w, "middle", 10, "#000", "bold")
+        # In the holder's own lane only while it lives: a dead holder's lock outlives it.
+        for (j = 1; j <= NREQ; j++) if (REQ[j] == w) {
+            cx = X0 + (j - 0.5) * LANE_W
+            rto = (w in ANSWERED && ANSWERED[w] < to) ? ANSWERED[w] : to
+            if (rto > H_FROM[i]) rect(cx - 11, y(H_FROM[i]), 22, (rto - H_FROM[i]) * K, COLOR[w], 0.30, "")
+        }
+        if (H_END[i] == "lease ran out") {
+            line(lcx - 60, y(H_TO[i]), lcx + 60, y(H_TO[i]), "#d62728", 2, "6,3")
+            text(lcx + 2, y(H_TO[i]) - 4, "lease ran out (" w "'s)", "middle", 10, "#d62728", "bold")
+        } else if (H_END[i] != "") {
+            text(lcx, y(H_TO[i]) - 4, H_END[i], "middle", 9, "#333", "")
+        } else if (i == NH && still_held) {
+            text(lcx, y(H_TO[i]) + 13, "still held: no expiry", "middle", 10, "#d62728", "bold")
+        }
+        if (H_PTTL[i] == -1 && H_END[i] != "lease ran out" && NL > 0)
+            text(lcx + 44, y(H_FROM[i]) + 26, "no TTL", "start", 9, "#d62728", "")
+    }
+
+    # The requests: from sent to answered, with their transaction's start and their sale.
+    for (i = 1; i <= NREQ; i++) {
+        r = REQ[i]; cx = X0 + (i - 0.5) * LANE_W
+        end = (r in ANSWERED) ? ANSWERED[r] : T_END
+        rect(cx - 6, y(SENT[r]), 12, (end - SENT[r]) * K, "#f4f4f4", 1, "#999")
+        text(cx - 14, y(SENT[r]) + 4, "sent", "end", 9, "#333", "")
+        if (!(r in ANSWERED)) continue
+        if (STATUS[r] == "000") {
+            text(cx, y(end) + 14, "no answer: died", "middle", 10, "#d62728", "bold")
+            line(cx - 8, y(end) - 8, cx + 8, y(end) + 8, "#d62728", 2, "")
+            line(cx - 8, y(end) + 8, cx + 8, y(end) - 8, "#d62728", 2, "")
+        } else {
+            s = STATUS[r] (ERROR[r] != "-" ? " " ERROR[r] : "")
+            text(cx, y(end) + 14, s, "middle", 10, (STATUS[r] == "200" ? "#2a7a2a" : "#c05000"), "bold")
+            line(cx - 10, y(end), cx + 10, y(end), "#333", 2, "")
+        }
+    }
+    # The pauses its X-Fault asked for, drawn back from where they end: a pause before the
+    # commit ends at its commit, one before the release (which follows the commit) at its
+    # answer. Only their length is known, not their start: placed, not observed.
+    for (i = 1; i <= NREQ; i++) {
+        r = REQ[i]; cx = X0 + (i - 0.5) * LANE_W
+        nf = split(FAULT[r], fl, ",")
+        for (k = 1; k <= nf; k++) {
+            if (split(fl[k], kv, "=") != 2) continue
+            what = kv[1]; p = kv[2] + 0
+            pend = ""
+            if (what == "pause-before-commit" || what == "stop-before-commit") {
+                for (j = 1; j <= NC; j++) if (C_REQ[j] == r) { pend = C_MS[j]; break }
+                if (pend == "" && (r in ANSWERED)) pend = ANSWERED[r]
+            } else if (what == "pause-before-release" && (r in ANSWERED))
+                pend = ANSWERED[r]
+            if (pend == "") continue
+            rect(cx - 6, y(pend - p), 12, p * K, "#555555", 0.45, "")
+            lbl = (what == "stop-before-commit") ? "process stopped" : (what == "pause-before-release" ? "paused in release" : "paused")
+            text(cx - 10, y(pend - p / 2), lbl, "end", 9, "#333", "")
+            text(cx - 10, y(pend - p / 2) + 11, p " ms", "end", 9, "#333", "")
+        }
+    }
+    for (i = 1; i <= NO; i++) {
+        r = request_of(O_INST[i], O_MS[i])
+        for (j = 1; j <= NREQ; j++) if (REQ[j] == r) {
+            cx = X0 + (j - 0.5) * LANE_W
+            printf "<circle cx=\"%s\" cy=\"%s\" r=\"3.5\" fill=\"#333\"/>\n", cx, y(O_MS[i])
+            text(cx + 8, y(O_MS[i]) + 4, "BEGIN" (O_FENCE[i] != "-" ? ", token " O_FENCE[i] : ""), "start", 9, "#333", "")
+        }
+    }
+
+    # The stock row: its value over time, each commit an arrow from its request.
+    line(scx, TOP, scx, BOTTOM, "#888", 2, "")
+    text(scx + 8, y(T_START) + 14, "stock " FIRST_STOCK ", orders 0", "start", 10, "#000", "")
+    last_label = -1000
+    for (i = 1; i <= NC; i++) {
+        r = C_REQ[i]
+        col = C_TWICE[i] ? "#d62728" : "#2a7a2a"
+        yy = y(C_MS[i])
+        # Two commits in one sample: the second's labels below the first's.
+        ty = yy + 0
+        if (ty < last_label + 30) ty = last_label + 30
+        last_label = ty
+        for (j = 1; j <= NREQ; j++) if (REQ[j] == r) {
+            cx = X0 + (j - 0.5) * LANE_W
+            line(cx + 6, yy, scx - 4, yy, col, (C_TWICE[i] ? 2.5 : 1.5), "")
+            printf "<polygon points=\"%s,%s %s,%s %s,%s\" fill=\"%s\"/>\n", scx - 4, yy, scx - 12, yy - 4, scx - 12, yy + 4, col
+            lbl = "COMMIT: wrote " C_WROTE[i] " (read " C_WROTE[i] + 1 ")"
+            text(cx + 10, (ty == yy ? yy - 4 : ty), lbl, "start", 9, col, (C_TWICE[i] ? "bold" : ""))
+        }
+        if (C_TWICE[i]) {
+            rect(scx + 4, ty - 11, 150, 30, "#d62728", 0.12, "#d62728")
+            text(scx + 8, ty + 2, "stock " C_WROTE[i] ", orders " i, "start", 10, "#d62728", "bold")
+            text(scx + 8, ty + 15, "one unit sold twice", "start", 10, "#d62728", "bold")
+        } else {
+            text(scx + 8, ty + 4, "stock " C_WROTE[i] ", orders " i, "start", 10, "#000", "")
+        }
+    }
+
+    # The faults the driver caused, across every lane.
+    for (i = 1; i <= NF_; i++) {
+        line(X0 - 4, y(F_MS[i]), STOCK_X + 200, y(F_MS[i]), "#d62728", 1.5, "2,2")
+        text(STOCK_X + 200, y(F_MS[i]) - 4, F_TEXT[i], "end", 10, "#d62728", "")
+    }
+
+    # The books, and what the picture is made of.
+    text(12, BOTTOM + 26, "the books: sold " SOLD ", the stock gave up " TAKEN ", oversold " OVERSOLD, "start", 13, (OVERSOLD > 0 ? "#d62728" : "#000"), "bold")
+    text(12, BOTTOM + 46, "Drawn by loadtest/timeline from loadtest/ladder's events: sends and answers as the driver saw them; the lock and the row sampled every few tens of ms;", "start", 9, "#555", "")
+    text(12, BOTTOM + 59, "BEGIN is the sale's transaction start (orders.created); a COMMIT is placed at the first sample showing it, its read inferred (read = written + 1);", "start", 9, "#555", "")
+    text(12, BOTTOM + 72, "grey in a lane: the pause its X-Fault asked for, drawn back from where it ends (its commit, or its answer).", "start", 9, "#555", "")
+    print "</svg>"
+}
