@@ -331,7 +331,7 @@ function winText(b) {
   if (state.level.id === "nested")
     return "A waited for its own lock and answered 503 lock_timeout, selling nothing.";
   if (state.level.id === "deadlock")
-    return "each cart held one lock and waited for the other's, both gave up after LOCK_WAIT_MS and answered 503 lock_timeout: two carts that could both have sold sold nothing (" + booksText(b) + ").";
+    return "each cart held one lock and waited for the other's, both gave up after LOCK_WAIT_MS and answered 503 lock_timeout: neither sold, though the stock had room for both (" + booksText(b) + ").";
   return "sold " + b.sold + ", taken from the stock " + (b.initial - b.stock) + ": oversold " + b.oversold + ".";
 }
 
