@@ -95,7 +95,7 @@ TSAN_TARGETS := build/tsan/stockd build/tsan/tests/test_lock build/tsan/tests/te
                 build/tsan/tests/test_cluster \
                 $(patsubst tests/%.c,build/tsan/tests/%,$(STACK_TEST_SRC))
 
-.PHONY: all programs tests test test-unit test-integration test-tsan test-docker test-fresh demo ladder chaos scale \
+.PHONY: all programs tests test test-unit test-integration test-tsan test-docker test-fresh demo ladder chaos chaos-pg scale \
         up down lab lab-down test-lab clean deps pkg-check check-includes config-doc docs docs-check
 
 all: programs
@@ -185,7 +185,7 @@ endif
 # The tests build three times: the release build (so -O2 warnings are errors too), the
 # sanitizer build they run, and the ThreadSanitizer build of what tests/tsan.sh runs.
 test: deps
-	@scripts/deps.sh ensure browser etcd zookeeper
+	@scripts/deps.sh ensure browser etcd zookeeper pg-ha
 	$(MAKE) all
 	$(MAKE) B=build/san SAN=1 programs tests
 	$(MAKE) B=build/tsan TSAN=1 $(TSAN_TARGETS)
@@ -223,10 +223,13 @@ test-fresh:
 ETCD_DEPS := $(if $(filter 1,$(WITH_ETCD)),scripts/deps.sh ensure etcd,@true)
 # The zookeeper group only with WITH_ZOOKEEPER=1, likewise.
 ZK_DEPS := $(if $(filter 1,$(WITH_ZOOKEEPER)),scripts/deps.sh ensure zookeeper,@true)
+# The pg-ha group (Patroni) only with PG_HA=1, likewise.
+PGHA_DEPS := $(if $(filter 1,$(PG_HA)),scripts/deps.sh ensure pg-ha,@true)
 
 demo: deps
 	$(ETCD_DEPS)
 	$(ZK_DEPS)
+	$(PGHA_DEPS)
 	$(MAKE) all
 	scripts/stack.sh up
 	loadtest/run
@@ -242,6 +245,13 @@ chaos: deps
 	$(MAKE) all $(B)/chaos-load
 	loadtest/chaos
 
+# PostgreSQL under Patroni, its primary killed mid-load, synchronous then asynchronous
+# replication (loadtest/chaos-pg); a stack of its own, stopped after. Not in `make test`.
+chaos-pg: deps
+	@scripts/deps.sh ensure test pg-ha
+	$(MAKE) all
+	loadtest/chaos-pg
+
 # Starts a stack of its own (replicas restarted for each count), stops it after; exits 1
 # when a safe mode oversold or a row failed.
 scale: deps
@@ -251,6 +261,7 @@ scale: deps
 up: deps
 	$(ETCD_DEPS)
 	$(ZK_DEPS)
+	$(PGHA_DEPS)
 	$(MAKE) all
 	scripts/stack.sh up
 
