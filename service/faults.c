@@ -95,6 +95,22 @@ static int set_fault(fault_plan *out, const char *name, size_t len, const char *
     return -1;
 }
 
+void faults_next_item(const char **cursor, const char **item, size_t *len)
+{
+    const char *p = *cursor, *end;
+
+    while (*p == ' ' || *p == '\t')
+        p++;
+    *item = p;
+    while (*p != '\0' && *p != ',')
+        p++;
+    end = p;
+    while (end > *item && (end[-1] == ' ' || end[-1] == '\t'))
+        end--;
+    *len = (size_t)(end - *item);
+    *cursor = p;
+}
+
 int faults_parse(const char *value, fault_plan *out, char *detail, size_t detail_len)
 {
     const char *p = value;
@@ -105,14 +121,10 @@ int faults_parse(const char *value, fault_plan *out, char *detail, size_t detail
         return -1;
     for (;;) {
         const char *item, *end, *eq;
-        while (*p == ' ' || *p == '\t')
-            p++;
-        item = p;
-        while (*p != '\0' && *p != ',')
-            p++;
-        end = p;
-        while (end > item && (end[-1] == ' ' || end[-1] == '\t'))
-            end--;
+        size_t len;
+
+        faults_next_item(&p, &item, &len);
+        end = item + len;
         if (end == item) {
             snprintf(detail, detail_len, "X-Fault: an empty fault in '%.60s'", value);
             return -1;

@@ -58,6 +58,14 @@ typedef struct fault_plan {
  * (unknown fault, bad MS, a fault named twice, an empty list). */
 int faults_parse(const char *value, fault_plan *out, char *detail, size_t detail_len);
 
+/*
+ * The X-Fault header is a comma-separated list: reads its next item from *cursor, trimmed of
+ * spaces and tabs on both sides, into [*item, *item + *len) (len 0 for an empty item), and
+ * leaves *cursor on the comma that ends it or on the final NUL. One reader of the list for
+ * every parser of the header (faults_parse, the lab's hold-at).
+ */
+void faults_next_item(const char **cursor, const char **item, size_t *len);
+
 /* One deduction's faults: what deduct_execute's hook needs to carry them out. */
 typedef struct fault_run {
     const fault_plan *plan;

@@ -116,19 +116,11 @@ int lab_split_fault(const char *value, unsigned *points, char *rest, size_t rest
     if (value == NULL)
         return -1;
     for (;;) {
-        const char *item, *end;
+        const char *item;
         size_t len;
         int pt;
 
-        while (*p == ' ' || *p == '\t')
-            p++;
-        item = p;
-        while (*p != '\0' && *p != ',')
-            p++;
-        end = p;
-        while (end > item && (end[-1] == ' ' || end[-1] == '\t'))
-            end--;
-        len = (size_t)(end - item);
+        faults_next_item(&p, &item, &len);
         if (len >= sizeof(key) - 1 && memcmp(item, key, sizeof(key) - 1) == 0) {
             if (seen_hold) {
                 snprintf(detail, detail_len, "X-Fault: hold-at given twice");
