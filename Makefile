@@ -83,7 +83,8 @@ TEST_SUPPORT_OBJ := $(call obj,$(TEST_SUPPORT_SRC))
 STACK_SUPPORT_OBJ := $(call obj,$(STACK_SUPPORT_SRC))
 HISTORY_OBJ := $(call obj,$(HISTORY_SRC))
 
-PROGRAMS := $(B)/stockd $(B)/lock-bench $(B)/ceiling-bench $(B)/check-history
+PROGRAMS := $(B)/stockd $(B)/lock-bench $(B)/ceiling-bench $(B)/check-history \
+            $(B)/history-clock
 TESTS := $(patsubst tests/%.c,$(B)/tests/%,$(TEST_SRC))
 STACK_TESTS := $(patsubst tests/%.c,$(B)/tests/%,$(STACK_TEST_SRC))
 # What tests/tsan.sh runs: the service, and the tests with threads of their own to race.
@@ -95,7 +96,7 @@ TSAN_TARGETS := build/tsan/stockd build/tsan/tests/test_lock build/tsan/tests/te
                 build/tsan/tests/test_cluster \
                 $(patsubst tests/%.c,build/tsan/tests/%,$(STACK_TEST_SRC))
 
-.PHONY: all programs tests test test-unit test-integration test-tsan test-docker test-fresh demo ladder chaos scale \
+.PHONY: all programs tests test test-unit test-integration test-tsan test-docker test-fresh demo ladder chaos chaos-pg scale \
         up down lab lab-down test-lab clean deps pkg-check check-includes config-doc docs docs-check
 
 all: programs
@@ -126,6 +127,10 @@ $(B)/check-history: $(B)/obj/history/main.o $(HISTORY_OBJ)
 
 # A realistic load history, legal or not, for check-history's tests and measurements.
 $(B)/history-gen: $(B)/obj/tests/histories/generate.o
+	$(CC) $(LDFLAGS) -o $@ $^
+
+# The shell steps of a history (loadtest/lib/history.sh) read the monotonic clock with it.
+$(B)/history-clock: $(B)/obj/loadtest/lib/history_clock.o
 	$(CC) $(LDFLAGS) -o $@ $^
 
 # Not in `programs`: it links libcurl, whose headers come with the test packages.
@@ -185,7 +190,7 @@ endif
 # The tests build three times: the release build (so -O2 warnings are errors too), the
 # sanitizer build they run, and the ThreadSanitizer build of what tests/tsan.sh runs.
 test: deps
-	@scripts/deps.sh ensure browser etcd zookeeper
+	@scripts/deps.sh ensure browser etcd zookeeper pg-ha
 	$(MAKE) all
 	$(MAKE) B=build/san SAN=1 programs tests
 	$(MAKE) B=build/tsan TSAN=1 $(TSAN_TARGETS)
@@ -223,10 +228,13 @@ test-fresh:
 ETCD_DEPS := $(if $(filter 1,$(WITH_ETCD)),scripts/deps.sh ensure etcd,@true)
 # The zookeeper group only with WITH_ZOOKEEPER=1, likewise.
 ZK_DEPS := $(if $(filter 1,$(WITH_ZOOKEEPER)),scripts/deps.sh ensure zookeeper,@true)
+# The pg-ha group (Patroni) only with PG_HA=1, likewise.
+PGHA_DEPS := $(if $(filter 1,$(PG_HA)),scripts/deps.sh ensure pg-ha,@true)
 
 demo: deps
 	$(ETCD_DEPS)
 	$(ZK_DEPS)
+	$(PGHA_DEPS)
 	$(MAKE) all
 	scripts/stack.sh up
 	loadtest/run
@@ -242,6 +250,13 @@ chaos: deps
 	$(MAKE) all $(B)/chaos-load
 	loadtest/chaos
 
+# PostgreSQL under Patroni, its primary killed mid-load, synchronous then asynchronous
+# replication (loadtest/chaos-pg); a stack of its own, stopped after. Not in `make test`.
+chaos-pg: deps
+	@scripts/deps.sh ensure test pg-ha
+	$(MAKE) all
+	loadtest/chaos-pg
+
 # Starts a stack of its own (replicas restarted for each count), stops it after; exits 1
 # when a safe mode oversold or a row failed.
 scale: deps
@@ -251,6 +266,7 @@ scale: deps
 up: deps
 	$(ETCD_DEPS)
 	$(ZK_DEPS)
+	$(PGHA_DEPS)
 	$(MAKE) all
 	scripts/stack.sh up
 

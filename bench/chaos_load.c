@@ -3,6 +3,7 @@
  *
  *   chaos-load --url http://127.0.0.1:8080 --mode redis --goods 7 [--threads 16]
  *              [--seconds 10] [--timeout-ms 10000] --out FILE
+ *              [--history FILE --key-prefix STR]
  *
  * wrk measures throughput and latency percentiles, but a fault report needs to know what
  * happened to each request and when: the first 200 after the fault, the longest answer,
@@ -18,6 +19,13 @@
  * "START <unix ms>", so that the caller can place its faults on the same time line).
  * Memory is bounded: at most MAX_RECORDS requests per thread are recorded; more are
  * counted as "unrecorded" in the summary line on stdout.
+ *
+ * With --history, every request also carries an Idempotency-Key of its own
+ * (STR-thread-n) and the run is written to FILE as a history in the project's format
+ * (loadtest/lib/history.sh says it all): per request an invocation and a completion stamped
+ * with CLOCK_MONOTONIC in ns, one process per thread, the completion classified as
+ * deduct.lua's record_answer does (classify() below). A thread whose records are full then
+ * stops, so that the history holds every request sent.
  */
 #include <curl/curl.h>
 #include <errno.h>
@@ -36,6 +44,8 @@
 
 typedef struct record {
     int64_t sent_ms;
+    int64_t sent_ns, done_ns; /* CLOCK_MONOTONIC, for the history */
+    int64_t remaining, order_id; /* of a 200; -1: not in the answer */
     int32_t took_ms;
     int16_t status;
     char error[24];
@@ -47,6 +57,8 @@ typedef struct worker {
     const char *payload;
     int64_t end_ms;
     long timeout_ms;
+    const char *key_prefix; /* NULL: no history, no keys */
+    long index;
     record *records;
     size_t count;
     size_t unrecorded;
@@ -58,6 +70,14 @@ typedef struct body_buffer {
 } body_buffer;
 
 static int64_t g_start_ms;
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
 
 static int64_t now_ms(void)
 {
@@ -95,6 +115,74 @@ static void error_of(const char *body, char *out, size_t len)
     out[n] = '\0';
 }
 
+/* The integer after "name": in a flat JSON answer, or -1. */
+static int64_t int_field(const char *body, const char *name)
+{
+    char pattern[32];
+    const char *p;
+
+    snprintf(pattern, sizeof(pattern), "\"%s\":", name);
+    p = strstr(body, pattern);
+    return p == NULL ? -1 : strtoll(p + strlen(pattern), NULL, 10);
+}
+
+/* A completion's type and error, by what the API promises for the status and error: ok (a
+ * 200 with its figures), fail (nothing sold: 409 is sold_out; 503 other than
+ * commit_unknown, 502 unavailable, any 4xx) or info (may have sold: 503 commit_unknown,
+ * 502 upstream_failed, 504, 500, no answer). */
+static const char *classify(const record *r, const char **error)
+{
+    *error = r->error[0] != '\0' ? r->error : "unknown";
+    if (r->status == 0) {
+        *error = "timeout";
+        return "info";
+    }
+    if (r->status == 200) {
+        if (r->remaining >= 0 && r->order_id >= 0)
+            return "ok";
+        *error = "unreadable_200";
+        return "info";
+    }
+    if (r->status == 409 && strcmp(r->error, "insufficient_stock") == 0) {
+        *error = "sold_out";
+        return "fail";
+    }
+    if (r->status == 503)
+        return strcmp(r->error, "commit_unknown") == 0 ? "info" : "fail";
+    if (r->status == 502)
+        return strcmp(r->error, "unavailable") == 0 ? "fail" : "info";
+    if (r->status >= 400 && r->status < 500)
+        return "fail";
+    return "info";
+}
+
+/* Writes worker w's requests as history lines: process w->index, goods `goods`. */
+static void write_history(FILE *f, const worker *w, long goods)
+{
+    for (size_t k = 0; k < w->count; k++) {
+        const record *r = &w->records[k];
+        const char *error, *type = classify(r, &error);
+
+        fprintf(f,
+                "{\"time\":%" PRId64 ",\"process\":%ld,\"type\":\"invoke\",\"f\":\"deduct\","
+                "\"goods_id\":%ld,\"count\":1,\"key\":\"%s-%ld-%zu\"}\n",
+                r->sent_ns, w->index, goods, w->key_prefix, w->index, k);
+        if (strcmp(type, "ok") == 0)
+            fprintf(f,
+                    "{\"time\":%" PRId64 ",\"process\":%ld,\"type\":\"ok\",\"f\":\"deduct\","
+                    "\"goods_id\":%ld,\"remaining\":%" PRId64 ",\"order_id\":%" PRId64 ","
+                    "\"key\":\"%s-%ld-%zu\",\"status\":200}\n",
+                    r->done_ns, w->index, goods, r->remaining, r->order_id, w->key_prefix,
+                    w->index, k);
+        else
+            fprintf(f,
+                    "{\"time\":%" PRId64 ",\"process\":%ld,\"type\":\"%s\",\"f\":\"deduct\","
+                    "\"goods_id\":%ld,\"error\":\"%s\",\"key\":\"%s-%ld-%zu\",\"status\":%d}\n",
+                    r->done_ns, w->index, type, goods, error, w->key_prefix, w->index, k,
+                    r->status);
+    }
+}
+
 static void *run(void *arg)
 {
     worker *w = arg;
@@ -117,25 +205,47 @@ static void *run(void *arg)
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &body);
 
     while (now_ms() < w->end_ms) {
-        int64_t sent = now_ms();
+        int64_t sent = now_ms(), sent_ns;
         long status = 0;
         CURLcode rc;
+        struct curl_slist *with_key = NULL;
+        if (w->key_prefix != NULL) {
+            char key_header[128];
+            if (w->count >= MAX_RECORDS)
+                break; /* the history must hold every request sent */
+            snprintf(key_header, sizeof(key_header), "Idempotency-Key: %s-%ld-%zu", w->key_prefix,
+                     w->index, w->count);
+            with_key = curl_slist_append(curl_slist_append(NULL, "Content-Type: application/json"),
+                                         key_header);
+            if (with_key == NULL)
+                break;
+            curl_easy_setopt(h, CURLOPT_HTTPHEADER, with_key);
+        }
         body.len = 0;
         body.data[0] = '\0';
+        sent_ns = now_ns();
         rc = curl_easy_perform(h);
         if (rc == CURLE_OK)
             curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
         if (w->count < MAX_RECORDS) {
             record *r = &w->records[w->count++];
+            r->done_ns = now_ns();
+            r->sent_ns = sent_ns;
             r->sent_ms = sent - g_start_ms;
             r->took_ms = (int32_t)(now_ms() - sent);
             r->status = (int16_t)status;
+            r->remaining = status == 200 ? int_field(body.data, "remaining") : -1;
+            r->order_id = status == 200 ? int_field(body.data, "order_id") : -1;
             if (rc != CURLE_OK)
                 snprintf(r->error, sizeof(r->error), "no_answer");
             else
                 error_of(body.data, r->error, sizeof(r->error));
         } else {
             w->unrecorded++;
+        }
+        if (with_key != NULL) {
+            curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
+            curl_slist_free_all(with_key);
         }
         if (rc != CURLE_OK) {
             /* A refused connection returns at once: do not spin on a replica that is down. */
@@ -151,7 +261,7 @@ static void *run(void *arg)
 static void usage(void)
 {
     fprintf(stderr, "usage: chaos-load --url URL --mode MODE --goods N [--threads N] "
-                    "[--seconds S] [--timeout-ms MS] --out FILE\n");
+                    "[--seconds S] [--timeout-ms MS] --out FILE [--history FILE --key-prefix STR]\n");
     exit(2);
 }
 
@@ -169,7 +279,9 @@ static long number(const char *text, long lo, long hi)
 
 int main(int argc, char **argv)
 {
-    const char *url = NULL, *mode = NULL, *out_path = NULL;
+    const char *url = NULL, *mode = NULL, *out_path = NULL, *history_path = NULL,
+               *key_prefix = NULL;
+    FILE *history = NULL;
     long goods = 0, threads = 16, seconds = 10, timeout_ms = 10000;
     char payload[256];
     worker *workers;
@@ -192,11 +304,21 @@ int main(int argc, char **argv)
             timeout_ms = number(argv[i + 1], 100, 600000);
         else if (strcmp(argv[i], "--out") == 0)
             out_path = argv[i + 1];
+        else if (strcmp(argv[i], "--history") == 0)
+            history_path = argv[i + 1];
+        else if (strcmp(argv[i], "--key-prefix") == 0)
+            key_prefix = argv[i + 1];
         else
             usage();
     }
     if (argc % 2 == 0 || url == NULL || mode == NULL || goods == 0 || out_path == NULL ||
         strlen(mode) > 64)
+        usage();
+    /* A key is at most 128 characters: the prefix, two numbers and two dashes. */
+    if ((history_path == NULL) != (key_prefix == NULL) ||
+        (key_prefix != NULL && (strlen(key_prefix) < 1 || strlen(key_prefix) > 64 ||
+                                strspn(key_prefix, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                                   "0123456789_.:-") != strlen(key_prefix))))
         usage();
     snprintf(payload, sizeof(payload), "{\"goods_id\":%ld,\"count\":1,\"mode\":\"%s\"}", goods,
              mode);
@@ -215,6 +337,8 @@ int main(int argc, char **argv)
         w->payload = payload;
         w->end_ms = g_start_ms + seconds * 1000;
         w->timeout_ms = timeout_ms;
+        w->key_prefix = key_prefix;
+        w->index = i + 1;
         w->records = malloc(sizeof(record) * MAX_RECORDS);
         if (w->records == NULL || pthread_create(&w->thread, NULL, run, w) != 0) {
             fprintf(stderr, "chaos-load: cannot start thread %ld\n", i);
@@ -222,9 +346,13 @@ int main(int argc, char **argv)
         }
     }
     out = fopen(out_path, "w");
+    if (history_path != NULL)
+        history = fopen(history_path, "w");
     for (long i = 0; i < threads; i++) {
         worker *w = &workers[i];
         pthread_join(w->thread, NULL);
+        if (history != NULL)
+            write_history(history, w, goods);
         for (size_t k = 0; out != NULL && k < w->count; k++)
             fprintf(out, "%" PRId64 ",%d,%d,%s\n", w->records[k].sent_ms, w->records[k].took_ms,
                     w->records[k].status, w->records[k].error);
@@ -236,6 +364,12 @@ int main(int argc, char **argv)
     curl_global_cleanup();
     if (out == NULL || fclose(out) != 0) {
         fprintf(stderr, "chaos-load: cannot write %s\n", out_path);
+        if (history != NULL)
+            fclose(history);
+        return 1;
+    }
+    if (history_path != NULL && (history == NULL || fclose(history) != 0)) {
+        fprintf(stderr, "chaos-load: cannot write %s\n", history_path);
         return 1;
     }
     printf("DONE requests=%zu unrecorded=%zu\n", total, unrecorded);

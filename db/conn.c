@@ -290,7 +290,14 @@ PGresult *db__await_result(db_conn *c)
     }
 }
 
-/* Whether an SQLSTATE says the session, not the statement, failed. */
+/*
+ * Whether an SQLSTATE says the session, not the statement, failed. 25006
+ * (read_only_sql_transaction: "cannot execute ... in a read-only transaction", or "during
+ * recovery") is one: the service only writes through sessions that target_session_attrs
+ * found writable, so a session that refuses a write is on a server that is no longer the
+ * primary (demoted after a failover). It must be dropped, never reused: the next session
+ * libpq opens goes to the new primary.
+ */
 static bool sqlstate_is_connection(const char *state)
 {
     if (!state)
@@ -298,7 +305,8 @@ static bool sqlstate_is_connection(const char *state)
     return strncmp(state, "08", 2) == 0    /* connection exception */
            || strcmp(state, "57P01") == 0  /* admin_shutdown */
            || strcmp(state, "57P02") == 0  /* crash_shutdown */
-           || strcmp(state, "57P03") == 0; /* cannot_connect_now */
+           || strcmp(state, "57P03") == 0  /* cannot_connect_now */
+           || strcmp(state, "25006") == 0; /* read_only_sql_transaction */
 }
 
 int db__check(db_conn *c, PGresult *res, ExecStatusType want)
@@ -422,6 +430,30 @@ int db_ping(db_conn *conn)
     int rc = db__run(conn, DB__PING, NULL, NULL);
 
     return rc == DB_OK ? DB_OK : DB_ERR_UNAVAILABLE;
+}
+
+int db_replication_mode(db_conn *conn, const char **out)
+{
+    static const char *const modes[] = {"sync", "async", "single"};
+    PGresult *res = NULL;
+    const char *v;
+    size_t i;
+    int rc = db__run(conn, DB__REPLICATION_MODE, NULL, &res);
+
+    if (rc != DB_OK)
+        return rc;
+    v = PQntuples(res) == 1 ? PQgetvalue(res, 0, 0) : "";
+    rc = DB_ERR_QUERY;
+    for (i = 0; i < sizeof(modes) / sizeof(modes[0]); i++) {
+        if (strcmp(v, modes[i]) == 0) {
+            *out = modes[i];
+            rc = DB_OK;
+        }
+    }
+    if (rc != DB_OK)
+        db__set_error(conn, "unexpected replication mode '%s'", v);
+    PQclear(res);
+    return rc;
 }
 
 int db_begin(db_conn *conn)

@@ -110,6 +110,13 @@ const char *db_describe_error(int code, const db_conn *conn, char *buf, size_t l
 int db_ping(db_conn *conn);
 
 /*
+ * How the server conn is on replicates commits now: *out is set to "sync" (a commit waits
+ * for a standby), "async" (standbys stream, nobody waits) or "single" (no standby), static
+ * strings. One round trip. DB_OK, or the statement's error (*out untouched).
+ */
+int db_replication_mode(db_conn *conn, const char **out);
+
+/*
  * Transactions (READ COMMITTED, PostgreSQL's default), one round trip each.
  * db_commit returns DB_ERR_QUERY when the transaction had already failed (PostgreSQL then
  * rolls it back); DB_ERR_UNAVAILABLE when the connection was unusable before COMMIT could be

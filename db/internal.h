@@ -69,6 +69,7 @@ enum db__stmt_id {
     /* session */
     DB__SET_STATEMENT_TIMEOUT,
     DB__PING,
+    DB__REPLICATION_MODE,
     /* the read-check-write */
     DB__STOCK_READ,
     DB__STOCK_CLAIM,
@@ -150,8 +151,9 @@ const char *db__sql(enum db__stmt_id id);
  * Takes ownership of res (clears it) unless it has the status `want`, in which case it
  * returns DB_OK and leaves res to the caller. Otherwise keeps the error text in c->err and
  * maps it: a failure of the connection itself (libpq lost the server, SQLSTATE class 08,
- * or 57P01..57P03: the server is shutting down or starting) is DB_ERR_UNAVAILABLE and marks
- * the connection broken; every other error is DB_ERR_QUERY, the session stays usable.
+ * 57P01..57P03: the server is shutting down or starting, or 25006: it refuses writes, so it is
+ * no longer the primary) is DB_ERR_UNAVAILABLE and marks the connection broken; every other
+ * error is DB_ERR_QUERY, the session stays usable.
  */
 int db__check(db_conn *c, PGresult *res, ExecStatusType want);
 

@@ -47,6 +47,16 @@ static const struct statement stmts[DB__STMT_COUNT] = {
                                    "SELECT set_config('statement_timeout', $1, false)", 1,
                                    PGRES_TUPLES_OK, false},
     [DB__PING] = {"ping", "SELECT 1", 0, PGRES_TUPLES_OK, false},
+    /* How this server replicates its commits, as the primary sees it now: 'sync' when a
+     * commit waits for a standby (synchronous_standby_names, which Patroni sets in its
+     * synchronous_mode, and empties when no standby is left unless strict), 'async' when
+     * standbys stream but nobody waits for them, 'single' when none streams. A session of
+     * an unprivileged role sees the rows of pg_stat_replication (their details hidden). */
+    [DB__REPLICATION_MODE] = {"replication_mode",
+                              "SELECT CASE WHEN current_setting('synchronous_standby_names') <> ''"
+                              " THEN 'sync' WHEN EXISTS (SELECT 1 FROM pg_stat_replication)"
+                              " THEN 'async' ELSE 'single' END",
+                              0, PGRES_TUPLES_OK, false},
 
     /* The unfenced read: deliberately no FOR UPDATE, so two requests may read the same
      * stock. Closing that race is the guards' job, and what the modes compare. */

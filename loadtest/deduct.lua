@@ -12,6 +12,8 @@
 --   count=N         units per request (default 1)
 --   budget=N        send exactly N requests in all, then stop (default 0: run for -d)
 --   threads=N       with a budget: must equal wrk's -t (wrk does not tell the script)
+--   history=PREFIX  record the history: thread i writes PREFIX.i.jsonl (see below)
+--   key_prefix=STR  what every Idempotency-Key begins with (default "k"); unique per row
 --
 -- How wrk runs a script (its SCRIPTING document): every wrk thread has a Lua state of its
 -- own for init/delay/request/response, and one more state, the main one, runs setup() for
@@ -58,6 +60,32 @@ do
         now = function()
             ffi.C.clock_gettime(CLOCK_MONOTONIC, ts)
             return tonumber(ts.tv_sec) + tonumber(ts.tv_nsec) * 1e-9
+        end
+    end
+end
+
+-- The history (history=PREFIX). Every request is one operation of HISTORY's format: its
+-- invocation when request() builds it, its completion when response() sees its answer, both
+-- stamped with CLOCK_MONOTONIC in ns. wrk's response() does not say which connection (and so
+-- which request) an answer is for; the request does: each one carries an Idempotency-Key of
+-- its own (KEY_PREFIX-thread-n), and the service (and nginx, for its own 502/504) sends it
+-- back in the answer's header of the same name. The key also lets loadtest/lib/history.sh
+-- settle afterwards, from the database, the answers that left the outcome unknown.
+-- A "process" of the history is a client with at most one operation open: each thread hands
+-- out process ids from a pool of free ones, an id going back to the pool when its operation
+-- completes. A request whose answer never comes (a socket error: wrk reconnects and sends a
+-- new one) keeps its id forever, as the format wants for an operation that never ends.
+-- Each thread buffers its lines and appends them to its own file every FLUSH_LINES lines;
+-- done() writes what is left. The driver merges the files by time.
+local FLUSH_LINES = 4096
+local now_ns
+do
+    local ok, ffi = pcall(require, "ffi")
+    if ok then
+        local ts = ffi.new("deduct_timespec")
+        now_ns = function()
+            ffi.C.clock_gettime(1, ts) -- CLOCK_MONOTONIC
+            return string.format("%d%09d", tonumber(ts.tv_sec), tonumber(ts.tv_nsec))
         end
     end
 end
@@ -116,6 +144,21 @@ function done(summary, latency, requests)
         ms(latency.max),
         e.connect, e.read, e.write, e.timeout, #threads))
 
+    -- The history lines each thread still holds, appended to its own file.
+    for _, t in ipairs(threads) do
+        local path = t:get("hist_path")
+        if path then
+            local f = assert(io.open(path, "a"))
+            for _, line in ipairs(t:get("hist")) do f:write(line, "\n") end
+            f:close()
+        end
+    end
+    local unmatched = sum_counter("unmatched")
+    if unmatched > 0 then
+        io.write(string.format("HISTORY unmatched=%d (answers with no Idempotency-Key of ours)\n",
+                               unmatched))
+    end
+
     local parts = {}
     for status, n in pairs(others) do parts[#parts + 1] = status .. "=" .. n end
     if #parts > 0 then
@@ -131,8 +174,10 @@ end
 -- Read by done() through thread:get(): only numbers and tables of numbers travel.
 stats = {
     sent = 0, answers = 0, s200 = 0, s409 = 0, s503 = 0, other = 0,
-    e503_lock_timeout = 0, e503_lock_lost = 0, e503_unavailable = 0,
+    e503_lock_timeout = 0, e503_lock_lost = 0, e503_unavailable = 0, unmatched = 0,
 }
+hist = {}         -- history lines not yet written (done() takes them)
+hist_path = nil   -- this thread's history file; nil: no history
 others = {} -- status -> count, for the statuses outside 200/409/503
 
 local requests_by_goods = {} -- prebuilt HTTP requests, one per goods
@@ -140,6 +185,12 @@ local share = nil            -- this thread's part of the budget; nil: no budget
 local reserved = 0           -- requests delay() has let through
 local finished = false
 local verified = false       -- see request()
+local hist_file = nil        -- this thread's history file, open for appending
+local key_prefix = "k"
+local seq = 0                -- requests built: the key's last part
+local open_ops = {}          -- Idempotency-Key -> the open operation
+local free_pids = {}         -- process ids whose operation completed
+local next_pid = 0           -- the next new process id (thread i: from i * 10^6)
 
 local function fail(msg)
     io.stderr:write("deduct.lua: " .. msg .. "\n")
@@ -166,7 +217,7 @@ function init(args)
         opts[k] = v
     end
     local known = { mode = true, goods = true, goods_count = true, count = true,
-                    budget = true, threads = true }
+                    budget = true, threads = true, history = true, key_prefix = true }
     for k in pairs(opts) do
         if not known[k] then fail("unknown argument '" .. k .. "'") end
     end
@@ -183,13 +234,33 @@ function init(args)
     if path == nil or path == "/" then path = "/api/deduct" end
     local headers = { ["Content-Type"] = "application/json" }
     local mode_field = mode ~= "" and string.format(',"mode":"%s"', mode) or ""
+    -- thread_index was set by setup() before this thread started.
+    if opts.history and opts.history ~= "" then
+        if not now_ns then fail("history= needs LuaJIT's FFI (for CLOCK_MONOTONIC)") end
+        key_prefix = opts.key_prefix or key_prefix
+        if not key_prefix:match("^[%w_.:-]+$") or #key_prefix > 64 then
+            fail("key_prefix must be 1 to 64 characters of A-Za-z0-9_.:-")
+        end
+        hist_path = string.format("%s.%d.jsonl", opts.history, thread_index)
+        hist_file = io.open(hist_path, "w")
+        if not hist_file then fail("cannot write " .. hist_path) end
+        next_pid = thread_index * 1000000
+        -- The key changes with every request: the request is built around a placeholder,
+        -- cut in two, and each request is the two halves with its key between them.
+        headers["Idempotency-Key"] = "@KEY@"
+    end
     for i = 1, goods_count do
         local body = string.format('{"goods_id":%d,"count":%d%s}', goods + i - 1, count,
                                    mode_field)
-        requests_by_goods[i] = wrk.format("POST", path, headers, body)
+        local req = wrk.format("POST", path, headers, body)
+        if hist_file then
+            local at = req:find("@KEY@", 1, true)
+            requests_by_goods[i] = { req:sub(1, at - 1), req:sub(at + 5), goods + i - 1, count }
+        else
+            requests_by_goods[i] = req
+        end
     end
 
-    -- thread_index was set by setup() before this thread started.
     math.randomseed(os.time() + thread_index * 7919)
 
     if budget > 0 then
@@ -223,20 +294,100 @@ function delay()
     return PARK_MS
 end
 
+local function record(line)
+    hist[#hist + 1] = line
+    if #hist >= FLUSH_LINES then
+        hist_file:write(table.concat(hist, "\n"), "\n")
+        hist_file:flush()
+        hist = {}
+    end
+end
+
+-- One request with a key of its own, its invocation recorded.
+local function recorded_request(r)
+    seq = seq + 1
+    local key = string.format("%s-%d-%d", key_prefix, thread_index, seq)
+    local pid = table.remove(free_pids)
+    if not pid then
+        pid = next_pid
+        next_pid = next_pid + 1
+    end
+    open_ops[key] = { pid, r[3] }
+    record(string.format(
+        '{"time":%s,"process":%d,"type":"invoke","f":"deduct","goods_id":%d,"count":%d,"key":"%s"}',
+        now_ns(), pid, r[3], r[4], key))
+    return r[1] .. key .. r[2]
+end
+
+-- The completion of the request whose key the answer carries: ok, fail or info, HISTORY's
+-- classes (what the API promises for each status and error).
+local function record_answer(status, headers, body)
+    local key = headers["Idempotency-Key"] or headers["idempotency-key"]
+    local op = key and open_ops[key]
+    if not op then
+        stats.unmatched = stats.unmatched + 1
+        return
+    end
+    open_ops[key] = nil
+    free_pids[#free_pids + 1] = op[1]
+    local t = now_ns()
+    local head = string.format('{"time":%s,"process":%d,', t, op[1])
+    local tail = string.format(',"f":"deduct","goods_id":%d,"key":"%s","status":%d}', op[2], key,
+                               status)
+    if status == 200 then
+        local remaining = body:match('"remaining":(%-?%d+)')
+        local order_id = body:match('"order_id":(%d+)')
+        if remaining and order_id then
+            record(head .. string.format('"type":"ok","remaining":%s,"order_id":%s', remaining,
+                                         order_id) .. tail)
+            return
+        end
+        record(head .. '"type":"info","error":"unreadable_200"' .. tail)
+        return
+    end
+    local err = body:match('"error":"([%w_]+)"') or ("http_" .. status)
+    local kind
+    if status == 409 and err == "insufficient_stock" then
+        kind, err = "fail", "sold_out"
+    elseif status == 503 then
+        kind = (err == "commit_unknown") and "info" or "fail"
+    elseif status == 502 then
+        -- "unavailable": no replica received it; "upstream_failed": one did and may have sold.
+        kind = (err == "unavailable") and "fail" or "info"
+    elseif status == 504 then
+        kind = "info"
+    elseif status >= 400 and status < 500 then
+        kind = "fail"
+    else
+        kind = "info" -- a 500 or anything unforeseen: it may have sold
+    end
+    record(head .. string.format('"type":"%s","error":"%s"', kind, err) .. tail)
+end
+
 function request()
     -- Before starting the first thread, wrk calls its request() once to check that the
-    -- request parses; that one is never sent, so it is not counted.
+    -- request parses; that one is never sent, so it is not counted (nor recorded).
     if not verified then
         verified = true
-        if thread_index == 1 then return requests_by_goods[1] end
+        if thread_index == 1 then
+            local r = requests_by_goods[1]
+            return hist_file and (r[1] .. "verify" .. r[2]) or r
+        end
     end
     if now and not stats.t_first then stats.t_first = now() end
     stats.sent = stats.sent + 1
-    if #requests_by_goods == 1 then return requests_by_goods[1] end
-    return requests_by_goods[math.random(#requests_by_goods)]
+    local r
+    if #requests_by_goods == 1 then
+        r = requests_by_goods[1]
+    else
+        r = requests_by_goods[math.random(#requests_by_goods)]
+    end
+    if hist_file then return recorded_request(r) end
+    return r
 end
 
 function response(status, headers, body)
+    if hist_file then record_answer(status, headers, body) end
     if now then stats.t_last = now() end
     stats.answers = stats.answers + 1
     if status == 200 then

@@ -32,6 +32,17 @@
 #   HA=1 scripts/stack.sh up       the same, plus a Redis replica and three Sentinels; the
 #                                  replicas are given REDIS_SENTINELS and REDIS_MASTER_NAME
 #   scripts/stack.sh ha-status     the replica's and the Sentinels' PIDs and ports
+#   PG_HA=1 scripts/stack.sh up    three PostgreSQL nodes under Patroni (scripts/lib/patroni.sh)
+#                                  in place of the single PostgreSQL; the replicas reach the
+#                                  primary through a multi-host DATABASE_URL
+#                                  (target_session_attrs=read-write). PG_REPLICATION=async,
+#                                  sync or strict says how commits are replicated [async]
+#   scripts/stack.sh pg-ha-list    patronictl list: each node's role, state, timeline, lag
+#   scripts/stack.sh pg-ha-leader  the number of the node that is the primary now
+#   scripts/stack.sh pg-ha-sql SQL run SQL on the primary (database stock, as the superuser)
+#   scripts/stack.sh pg-ha-kill [N|leader]  SIGKILL node N (Patroni, postmaster, backends) as
+#                                  a dead host; prints its number
+#   scripts/stack.sh pg-ha-start N start node N's Patroni again (it rejoins as a standby)
 #   CLUSTER=1 scripts/stack.sh up  a Redis Cluster of three masters in place of the single
 #                                  Redis; the replicas are given REDIS_CLUSTER_NODES, and their
 #                                  redis lock names carry a hash tag (lock:goods:{N})
@@ -58,6 +69,12 @@
 #   WITH_ETCD          1: `up` starts etcd too, and the replicas offer the etcd mode; unset:
 #                      as the last `up` of this RUN_DIR left it, until `down` [0]
 #   ETCD_PORT, ETCD_PEER_PORT  etcd's client and peer ports [12379, 12380]
+#   PG_HA              1: PostgreSQL under Patroni (above); unset: as the last `up` left it [0]
+#   PG_REPLICATION     async, sync or strict (with PG_HA=1) [async]
+#   PGHA_PORT_BASE     PostgreSQL node N listens on PGHA_PORT_BASE+N-1 [PG_PORT]
+#   PGHA_API_PORT_BASE its Patroni's REST API on PGHA_API_PORT_BASE+N-1 [PG_PORT+10]
+#   PGHA_ETCD_PORT, PGHA_ETCD_PEER_PORT  Patroni's own etcd [PG_PORT+20, PG_PORT+21]
+#   PGHA_TTL, PGHA_LOOP_WAIT, PGHA_RETRY_TIMEOUT  Patroni's timings, seconds [8, 1, 3]
 #   WITH_ZOOKEEPER     1: `up` starts ZooKeeper too (a JVM), and the replicas offer the
 #                      zookeeper mode; unset: as the last `up` of this RUN_DIR left it [0]
 #   ZK_PORT            ZooKeeper's client port [12181]
@@ -85,6 +102,7 @@ source "$here/lib/common.sh"
 source "$here/lib/config.sh"
 source "$here/lib/ports.sh"
 source "$here/lib/pg.sh"
+source "$here/lib/patroni.sh"
 source "$here/lib/redis.sh"
 source "$here/lib/redlock.sh"
 source "$here/lib/etcd.sh"
@@ -149,7 +167,13 @@ stack__seed() {
 cmd_up() {
     local n
     [ -x "$STOCKD" ] || die "$STOCKD not found: build it first (make)"
-    pg_start
+    if [ "$PG_HA" = 1 ]; then
+        : >"$RUN_DIR/with-pg-ha"
+        pgha_start
+    else
+        rm -f "$RUN_DIR/with-pg-ha"
+        pg_start
+    fi
     if [ "$CLUSTER" = 1 ]; then
         : >"$RUN_DIR/with-cluster"
         cluster_start
@@ -214,6 +238,8 @@ cmd_down() {
     zookeeper_stop || failed=1
     rm -f "$RUN_DIR/with-zookeeper"
     pg_stop || failed=1
+    pgha_stop || failed=1
+    rm -f "$RUN_DIR/with-pg-ha"
     if [ $failed -ne 0 ]; then
         log "stopped, with the problems above"
         return 1
@@ -223,7 +249,7 @@ cmd_down() {
 
 cmd_status() {
     local n
-    pg_status
+    if [ "$PG_HA" = 1 ]; then pgha_status; else pg_status; fi
     redis_status
     redlock_status
     etcd_status
@@ -302,7 +328,7 @@ main() {
     case $cmd in
     up | down | redis-stop | redis-start | redlock-stop | redlock-start | etcd-stop | etcd-start | \
         zookeeper-stop | zookeeper-start | \
-        pg-stop | pg-start | \
+        pg-stop | pg-start | pg-ha-kill | pg-ha-start | \
         pg-freeze | pg-thaw | replica-stop | replica-start | replica-start-extra)
         stack__lock "$cmd" "$@"
         ;;
@@ -333,6 +359,23 @@ main() {
     pg-start) pg_start ;;
     pg-freeze) pg_freeze ;;
     pg-thaw) pg_thaw ;;
+    pg-ha-list) pgha_patronictl list ;;
+    pg-ha-leader) pgha_leader ;;
+    pg-ha-sql)
+        [ $# -eq 1 ] || die "usage: pg-ha-sql 'SQL' (run on the primary, database stock)"
+        pgha_psql stock -Atc "$1"
+        ;;
+    pg-ha-kill)
+        n=${1:-leader}
+        [ "$n" != leader ] || n=$(pgha_leader) || die "no primary to kill"
+        [[ $n =~ ^[1-3]$ ]] || die "no node '$n' (1 to 3, or leader)"
+        pgha_node_kill "$n"
+        echo "$n"
+        ;;
+    pg-ha-start)
+        [[ ${1:-} =~ ^[1-3]$ ]] || die "name the node by number, e.g. 'pg-ha-start 1'"
+        pgha_node_start "$1"
+        ;;
     replica-stop)
         stack__replica_args extra "$@"
         replicas_stop "$@"

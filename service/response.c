@@ -281,7 +281,7 @@ char *response_health(bool ok, const char *status, const char *instance, const c
 }
 
 char *response_replica(const char *instance, const char *process_id, const char *default_mode,
-                       json_t *metrics_json)
+                       const char *pg_replication, json_t *metrics_json)
 {
     json_t *o = metrics_json != NULL ? json_object() : NULL;
     int failed = o == NULL;
@@ -290,6 +290,7 @@ char *response_replica(const char *instance, const char *process_id, const char 
         failed |= json_object_set_new(o, "instance", json_text(instance));
         failed |= json_object_set_new(o, "process_id", json_text(process_id));
         failed |= json_object_set_new(o, "default_mode", json_text(default_mode));
+        failed |= json_object_set_new(o, "pg_replication", json_text(pg_replication));
         failed |= json_object_set_new(o, "metrics", metrics_json);
         metrics_json = NULL;
     }

@@ -73,10 +73,10 @@ char *response_modes(const char *default_mode, const response_mode *modes, size_
  * endpoints ({"ok":false,...} when ok is false). */
 char *response_health(bool ok, const char *status, const char *instance, const char *detail);
 
-/* GET /api/replica: {"instance":..,"process_id":..,"default_mode":..,"metrics":{...}}.
- * Takes metrics_json (a jansson object from metrics_to_json; NULL fails). */
+/* GET /api/replica: {"instance":..,"process_id":..,"default_mode":..,"pg_replication":..,
+ * "metrics":{...}}. Takes metrics_json (a jansson object from metrics_to_json; NULL fails). */
 char *response_replica(const char *instance, const char *process_id, const char *default_mode,
-                       struct json_t *metrics_json);
+                       const char *pg_replication, struct json_t *metrics_json);
 
 /* GET /api/lock/{goods_id}: {"goods_id":1,"lock":"lock:goods:1","held":true,
  * "owner":"<process id>:<thread>","process_id":"<process id>","count":1,"ttl_ms":29950,

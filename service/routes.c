@@ -175,6 +175,7 @@ static void handle_deduct(app *a, const http_request *req, http_reply *reply)
     }
     if (!idempotency_key_ok(key, reply))
         return;
+    reply->idempotency_key = key; /* every answer from here on carries it back */
     if (fault != NULL && !fault_plan_from_header(a, fault, request_id, &plan, &holds, reply))
         return;
     m = choose_mode(a, req, dr.has_mode, dr.mode, reply);
@@ -480,12 +481,26 @@ static void handle_metrics(app *a, const http_request *req, http_reply *reply)
 
 /* This replica's own view: its name, the process id in its Redis lock owners (so that a
  * holder seen in Redis can be told to be this replica), and its counters. No I/O. */
+/* This replica's own view. pg_replication is asked of the primary itself (what Patroni has
+ * set there now, not what it was told at start), waiting REPLICA_DB_WAIT_MS at most for a
+ * connection (the live page polls 5 times a second and must not queue behind the sales):
+ * "unknown" when none came or the statement failed. */
+#define REPLICA_DB_WAIT_MS 100
+
 static void handle_replica(app *a, const http_request *req, http_reply *reply)
 {
+    const char *pg_replication = "unknown";
+    db_conn *conn = NULL;
+
     (void)req;
+    if (db_pool_acquire(a->core.db, REPLICA_DB_WAIT_MS, &conn) == DB_OK) {
+        (void)db_replication_mode(conn, &pg_replication);
+        db_pool_release(a->core.db, conn);
+    }
     reply_json(reply, 200,
                response_replica(a->config->instance, lock_client_process_id(a->core.lock),
-                                a->default_mode->name, metrics_to_json(a->metrics)));
+                                a->default_mode->name, pg_replication,
+                                metrics_to_json(a->metrics)));
 }
 
 /* Who holds lock:goods:N now, read from Redis in one step; one round trip, bounded by the

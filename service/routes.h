@@ -33,6 +33,10 @@ typedef struct http_reply {
     const char *content_type;
     const char *allow;     /* for a 405: the methods the path takes (the Allow header) */
     bool bearer_challenge; /* for a 401: ask for a bearer token (WWW-Authenticate) */
+    /* For a deduction: the request's own valid Idempotency-Key, sent back in the header of
+     * the same name, so that a client with many requests open on one connection pool (wrk)
+     * can tell which one an answer is for. Points into the request; NULL: no header. */
+    const char *idempotency_key;
 } http_reply;
 
 /*

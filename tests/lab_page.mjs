@@ -126,6 +126,10 @@ const plays = [
     moves: [["send", "A"], ["stepTo", "A", "checked"], ["stepAndGo", "A"], ["lease"], ["sendAndGo", "B"], ["finish", "A"]] },
   { level: "txinside", flawed: "tx-inside", fixes: ["pg-for-update"],
     moves: [["send", "A"], ["stepTo", "A", "checked"], ["sendAndGo", "B"], ["finish", "A"]] },
+  // Two carts in opposite orders (goods G1 then G2, G2 then G1), each pausing between its two
+  // locks: B sent while A pauses. multi-naive deadlocks them; redis sells both, one after the other.
+  { level: "deadlock", flawed: "multi-naive", fixes: ["redis"],
+    moves: [["sendAndGo", "A"], ["sendAndGo", "B"]] },
   // Last: it ends svc-1's process (the lab's watcher starts it again; the page waits for it).
   { level: "crash", flawed: "setnx", fixes: ["redis"],
     moves: [["send", "A"], ["stepTo", "A", "read"], ["step", "A"], ["lease"], ["send", "B"]] },
@@ -142,7 +146,13 @@ async function play(level, rung, list, shot) {
   if (process.env.LAB_DEBUG) console.log("moved", Date.now() % 100000);
   await until("a verdict", "['won','won-on-fix','refused','over'].includes(document.body.dataset.verdict) && document.body.dataset.busy === '0'", 30000);
   const verdict = await evaluate("document.body.dataset.verdict");
-  const books = JSON.parse(await evaluate(`fetch("/replica/3/api/stock/" + document.getElementById("goods").textContent).then(r => r.text())`));
+  // The goods: "G" or, for a cart level, "G1 and G2" (G2 = G1 + 1); the books of each.
+  const ids = (await evaluate(`document.getElementById("goods").textContent`)).split(" and ");
+  const all = [];
+  for (const id of ids)
+    all.push(JSON.parse(await evaluate(`fetch("/replica/3/api/stock/${id}").then(r => r.text())`)));
+  const books = all[0];
+  books.others = all.slice(1);
   const text = await evaluate("document.getElementById('verdict').textContent");
   const errors = Number(await evaluate("document.body.dataset.errors"));
   if (process.env.LAB_DEBUG) console.log(await evaluate("document.getElementById('log').innerText"));
@@ -178,15 +188,22 @@ try {
         try { console.log(await evaluate("document.getElementById('log').innerText")); } catch (e2) { /* no page */ }
         continue;
       }
-      const b = r.books, taken = b.initial - b.stock;
-      const books = `sold ${b.sold}, taken ${taken}, oversold ${b.oversold}`;
+      const b = r.books, every = [b, ...b.others];
+      const books = every.map((g) => `sold ${g.sold}, taken ${g.initial - g.stock}, oversold ${g.oversold}`).join("; ");
       let ok;
       if (flawed) {
         // The flaw shown: oversold, or (crash, nested) nothing sold where a sale was due.
-        const shown = p.level === "crash" || p.level === "nested" ? b.sold === 0 && b.oversold === 0 : b.oversold > 0;
+        // The deadlock: both carts refused (the page's check), both goods' books unchanged.
+        const shown = p.level === "deadlock"
+          ? every.length === 2 && every.every((g) => g.sold === 0 && g.stock === g.initial && g.oversold === 0)
+          : p.level === "crash" || p.level === "nested" ? b.sold === 0 && b.oversold === 0 : b.oversold > 0;
         ok = r.verdict === "won" && shown && r.errors === 0;
       } else {
-        ok = r.verdict === "refused" && b.oversold === 0 && r.errors === 0 && /No order of these moves wins/.test(r.text);
+        ok = r.verdict === "refused" && every.every((g) => g.oversold === 0) && r.errors === 0 &&
+          /No order of these moves wins/.test(r.text);
+        // The same moves on the fix sell both carts: each goods sold 2 units (one per cart).
+        if (p.level === "deadlock")
+          ok = ok && every.length === 2 && every.every((g) => g.sold === 2 && g.initial - g.stock === 2);
       }
       report(ok, `${p.level} on ${rung}: ${r.verdict}; books: ${books}; ${((Date.now() - t0) / 1000).toFixed(1)} s` +
         (r.errors ? `; ${r.errors} page errors` : ""));

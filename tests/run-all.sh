@@ -9,8 +9,9 @@
 #      throwaway PostgreSQL started here on a free port in a temporary directory
 #      (TEST_DATABASE_URL names its superuser: the tests create databases);
 #   4. the integration run (tests/integration.sh): the whole stack on free ports; then the
-#      ladder (tests/ladder.sh) and the lab (tests/lab.sh: its stack, its API, its page played
-#      in headless Chromium), each on a stack of its own;
+#      ladder (tests/ladder.sh), the lab (tests/lab.sh: its stack, its API, its page played
+#      in headless Chromium) and the stack on PostgreSQL under Patroni through a failover
+#      (tests/pg_ha.sh), each on a stack of its own;
 #   (2 to 5 run with an open-file limit of FD_LIMIT, servers included: see below;)
 #   5. with TSAN_BUILD=DIR (as `make test` sets it: build/tsan), tests/tsan.sh's run: test_lock
 #      and the stack again, built with ThreadSanitizer;
@@ -33,8 +34,10 @@ source scripts/lib/ports.sh
 source tests/lib/harness.sh
 source tests/integration.sh
 source tests/ladder.sh
+source tests/history.sh
 source tests/lab.sh
 source tests/tsan.sh
+source tests/pg_ha.sh
 source tests/docs.sh
 
 HARNESS_LOG_DIR=$build/test-logs
@@ -137,7 +140,10 @@ server_suites() {
     run_db_suite
     run_integration "$build"
     harness__cleanup
+    run_history_lib "$build"
     run_ladder "$build"
+    # PostgreSQL under Patroni: start, a sale, the primary killed, a sale after the failover.
+    run_pg_ha "$build"
     run_lab "$build"
     if [ -n "${TSAN_BUILD:-}" ]; then
         # The first stack stops before the second starts (and it__cleanup knows one only).

@@ -2000,6 +2000,40 @@ static void test_broken_connection_is_reopened(void **state)
     free(conninfo);
 }
 
+/* A session that refuses a write as read-only (SQLSTATE 25006) is on a server that is no
+ * longer the primary: the statement says UNAVAILABLE and the session is closed on release,
+ * never handed out again. (default_transaction_read_only makes any server answer as a
+ * demoted primary does.) */
+static void test_a_read_only_session_is_dropped(void **state)
+{
+    fixture *f = *state;
+    char *conninfo = conninfo_for(f->dbname, "options='-c default_transaction_read_only=on'");
+    db_pool *pool = pool_on(conninfo, 1, 5000);
+    db_pool_stats st;
+    db_conn *c;
+    const char *mode = NULL;
+
+    c = acquire(f->pool);
+    reset_ok(c, 1, 10);
+    db_pool_release(f->pool, c);
+    c = acquire(pool);
+    assert_int_equal(stock_of(c, 1), 10); /* reads still work */
+    assert_int_equal(db_stock_write(c, 1, 9), DB_ERR_UNAVAILABLE);
+    assert_non_null(strstr(db_conn_error(c), "25006"));
+    db_pool_release(pool, c);
+    db_pool_get_stats(pool, &st);
+    assert_int_equal(st.open, 0);
+
+    /* the replication mode of a lone server: no standby streams from it */
+    c = acquire(pool);
+    assert_int_equal(db_replication_mode(c, &mode), DB_OK);
+    assert_string_equal(mode, "single");
+    db_pool_release(pool, c);
+    db_pool_destroy(pool);
+    assert_int_equal(raw_int(f->admin, "SELECT stock FROM goods WHERE id = 1", 0, NULL), 10);
+    free(conninfo);
+}
+
 typedef struct timed_write {
     db_conn *conn;
     atomic_int done;
@@ -2337,6 +2371,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_unreachable_server_fails_fast),
         cmocka_unit_test(test_silent_server_times_out_within_the_bound),
         cmocka_unit_test_setup_teardown(test_broken_connection_is_reopened, setup_migrated,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_a_read_only_session_is_dropped, setup_migrated,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_statement_timeout_is_a_query_error, setup_migrated,
                                         teardown),

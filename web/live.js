@@ -110,6 +110,9 @@ async function poll() {
   });
   const mode = modeNow(lastDeductions, all);
   lastDeductions = all;
+  /* How the primary replicates commits, as the first replica that could ask it says. */
+  const pg = views.find((v) => v && v.pg_replication && v.pg_replication !== "unknown");
+  $("pg-replication").textContent = pg ? pg.pg_replication : "unknown";
 
   if (books) {
     const taken = books.initial - books.stock;

@@ -65,13 +65,31 @@ stack_config() {
         [ -e "$RUN_DIR/with-cluster" ] && CLUSTER=1
     fi
     case $CLUSTER in 0 | 1) ;; *) die "CLUSTER must be 0 or 1, got '$CLUSTER'" ;; esac
+    # PG_HA=1: three PostgreSQL nodes under Patroni instead of the single PostgreSQL
+    # (scripts/lib/patroni.sh); unset: as this run directory's `up` left it (the file
+    # with-pg-ha, removed by `down`). Node N listens on PGHA_PORT_BASE+N-1, its Patroni on
+    # PGHA_API_PORT_BASE+N-1; Patroni's own etcd on PGHA_ETCD_PORT and PGHA_ETCD_PEER_PORT.
+    if [ -z "${PG_HA:-}" ]; then
+        PG_HA=0
+        [ -e "$RUN_DIR/with-pg-ha" ] && PG_HA=1
+    fi
+    case $PG_HA in 0 | 1) ;; *) die "PG_HA must be 0 or 1, got '$PG_HA'" ;; esac
+    PG_REPLICATION=${PG_REPLICATION:-async}
+    case $PG_REPLICATION in async | sync | strict) ;;
+    *) die "PG_REPLICATION must be async, sync or strict, got '$PG_REPLICATION'" ;;
+    esac
+    PGHA_PORT_BASE=${PGHA_PORT_BASE:-$PG_PORT}
+    PGHA_API_PORT_BASE=${PGHA_API_PORT_BASE:-$((PG_PORT + 10))}
+    PGHA_ETCD_PORT=${PGHA_ETCD_PORT:-$((PG_PORT + 20))}
+    PGHA_ETCD_PEER_PORT=${PGHA_ETCD_PEER_PORT:-$((PG_PORT + 21))}
     CLUSTER_PORT_BASE=${CLUSTER_PORT_BASE:-$((REDIS_PORT + 100))}
     CLUSTER_BUS_PORT_BASE=${CLUSTER_BUS_PORT_BASE:-$((REDIS_PORT + 110))}
 
     local v
     for v in HTTP_PORT REPLICA_PORT_BASE REPLICAS PG_PORT REDIS_PORT REDLOCK_SERVERS \
         REDLOCK_PORT_BASE ETCD_PORT ETCD_PEER_PORT ZK_PORT SEED_GOODS SEED_STOCK REDIS_REPLICA_PORT \
-        SENTINEL_PORT_BASE CLUSTER_PORT_BASE CLUSTER_BUS_PORT_BASE; do
+        SENTINEL_PORT_BASE CLUSTER_PORT_BASE CLUSTER_BUS_PORT_BASE PGHA_PORT_BASE \
+        PGHA_API_PORT_BASE PGHA_ETCD_PORT PGHA_ETCD_PEER_PORT; do
         [[ ${!v} =~ ^[0-9]+$ ]] || die "$v must be a number, got '${!v}'"
     done
     ((REPLICAS >= 1 && REPLICAS <= 32)) || die "REPLICAS must be from 1 to 32, got $REPLICAS"
@@ -85,6 +103,7 @@ stack_config() {
 
     LOG_DIR=$RUN_DIR/logs
     PG_DIR=$RUN_DIR/pg
+    PGHA_DIR=$RUN_DIR/pgha
     REDIS_DIR=$RUN_DIR/redis
     ETCD_DIR=$RUN_DIR/etcd
     ZK_DIR=$RUN_DIR/zookeeper
@@ -94,6 +113,13 @@ stack_config() {
     # What the replicas are given. The other service variables (LOCK_WAIT_MS, ADMIN_TOKEN,
     # BUSINESS_DELAY_MS, DB_POOL_SIZE, ...) pass through from our own environment unchanged.
     DATABASE_URL="host=127.0.0.1 port=$PG_PORT dbname=stock user=stock connect_timeout=5"
+    # Under Patroni, libpq finds the primary itself: it tries the nodes in turn and keeps the
+    # first that accepts writes (target_session_attrs=read-write), at every new session.
+    if [ "$PG_HA" = 1 ]; then
+        DATABASE_URL="host=127.0.0.1,127.0.0.1,127.0.0.1"
+        DATABASE_URL+=" port=$PGHA_PORT_BASE,$((PGHA_PORT_BASE + 1)),$((PGHA_PORT_BASE + 2))"
+        DATABASE_URL+=" dbname=stock user=stock connect_timeout=5 target_session_attrs=read-write"
+    fi
     export DATABASE_URL MODE
     export REDIS_HOST=127.0.0.1 REDIS_PORT
     # The replicas serve the redlock mode only when given its nodes.

@@ -7,6 +7,106 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static long long mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* The integer after "name": in a flat JSON answer, or -1. */
+static long long body_int(const char *body, const char *name)
+{
+    char pattern[32];
+    const char *at;
+
+    snprintf(pattern, sizeof(pattern), "\"%s\":", name);
+    at = body != NULL ? strstr(body, pattern) : NULL;
+    return at == NULL ? -1 : strtoll(at + strlen(pattern), NULL, 10);
+}
+
+/* What op's answer was, in the history's classes (loadtest/lib/history.sh's table): "ok",
+ * "fail" (certainly nothing sold) or "info" (it may have sold); *error for the last two. */
+static const char *op_class(const load_op *op, const char **error)
+{
+    *error = op->error[0] != '\0' ? op->error : "unknown";
+    if (op->status <= 0 || op->status >= 600) {
+        *error = "timeout";
+        return "info";
+    }
+    if (op->status == 200) {
+        if (op->remaining >= 0 && op->order_id >= 0)
+            return "ok";
+        *error = "unreadable_200";
+        return "info";
+    }
+    if (op->status == 409 && strcmp(op->error, "insufficient_stock") == 0) {
+        *error = "sold_out";
+        return "fail";
+    }
+    if (op->status == 503)
+        return strcmp(op->error, "commit_unknown") == 0 ? "info" : "fail";
+    if (op->status == 502)
+        return strcmp(op->error, "unavailable") == 0 ? "fail" : "info";
+    if (op->status >= 400 && op->status < 500)
+        return "fail";
+    return "info";
+}
+
+/* Writes the plan's history to STACK_HISTORY_DIR/<label>.jsonl (see load_run). */
+static void write_history(const load_plan *p, const char *dir)
+{
+    char path[512], name[128];
+    size_t i;
+    FILE *f;
+
+    snprintf(name, sizeof(name), "%s", p->label);
+    for (i = 0; name[i] != '\0'; i++)
+        if (!((name[i] >= 'a' && name[i] <= 'z') || (name[i] >= 'A' && name[i] <= 'Z') ||
+              (name[i] >= '0' && name[i] <= '9') || name[i] == '_'))
+            name[i] = '-';
+    snprintf(path, sizeof(path), "%s/%s.jsonl", dir, name);
+    f = fopen(path, "w");
+    if (f == NULL) {
+        printf("    %s: cannot write its history to %s\n", p->label, path);
+        return;
+    }
+    /* The opening read, made before the first request: it gives the history its stock. */
+    fprintf(f, "{\"time\":%lld,\"process\":0,\"type\":\"invoke\",\"f\":\"read\",\"goods_id\":%lld}\n",
+            p->read_invoke, p->goods_id);
+    fprintf(f, "{\"time\":%lld,\"process\":0,\"type\":\"ok\",\"f\":\"read\",\"goods_id\":%lld,\"stock\":%lld}\n",
+            p->read_done, p->goods_id, p->stock_before);
+    for (int k = 0; k < p->total; k++) {
+        const load_op *op = &p->ops[k];
+        const char *error, *type;
+        if (op->t_invoke == 0)
+            continue;
+        type = op_class(op, &error);
+        fprintf(f,
+                "{\"time\":%lld,\"process\":%d,\"type\":\"invoke\",\"f\":\"deduct\",\"goods_id\":%lld,"
+                "\"count\":1,\"key\":\"%s-%d\"}\n",
+                op->t_invoke, op->process, p->goods_id, p->key_prefix, k);
+        if (strcmp(type, "ok") == 0)
+            fprintf(f,
+                    "{\"time\":%lld,\"process\":%d,\"type\":\"ok\",\"f\":\"deduct\",\"goods_id\":%lld,"
+                    "\"remaining\":%lld,\"order_id\":%lld,\"key\":\"%s-%d\",\"status\":200}\n",
+                    op->t_done, op->process, p->goods_id, op->remaining, op->order_id,
+                    p->key_prefix, k);
+        else
+            fprintf(f,
+                    "{\"time\":%lld,\"process\":%d,\"type\":\"%s\",\"f\":\"deduct\",\"goods_id\":%lld,"
+                    "\"error\":\"%s\",\"key\":\"%s-%d\",\"status\":%ld}\n",
+                    op->t_done, op->process, type, p->goods_id, error, p->key_prefix, k,
+                    op->status);
+    }
+    if (fclose(f) != 0)
+        printf("    %s: cannot write its history to %s\n", p->label, path);
+    else
+        printf("    %s: history in %s\n", p->label, path);
+}
 
 static void note_once(load_counts *c, const char *fmt_what, long status, const char *body)
 {
@@ -89,8 +189,12 @@ static void *load_thread(void *arg)
     load_plan *p = arg;
     load_counts mine;
     CURL *h = curl_easy_init();
+    int process;
 
     memset(&mine, 0, sizeof(mine));
+    pthread_mutex_lock(&p->mu);
+    process = ++p->started; /* the history's process: one per thread */
+    pthread_mutex_unlock(&p->mu);
     pthread_barrier_wait(&p->start_line);
     for (;;) {
         double until = atomic_load(&p->until);
@@ -105,12 +209,32 @@ static void *load_thread(void *arg)
                            .body = p->body,
                            .timeout_ms = p->timeout_ms};
         http_reply r;
+        char key_line[96];
+        load_op *op = p->ops != NULL ? &p->ops[i] : NULL;
         if (h == NULL) {
             mine.by_status[0]++;
             note_once(&mine, "curl_easy_init failed", 0, "");
             continue;
         }
+        if (op != NULL) {
+            snprintf(key_line, sizeof(key_line), "Idempotency-Key: %s-%d", p->key_prefix, i);
+            rq.headers[0] = key_line;
+            op->process = process;
+            op->t_invoke = mono_ns();
+        }
         http_do(h, &rq, &r);
+        if (op != NULL) {
+            const char *e = r.body != NULL ? strstr(r.body, "\"error\":\"") : NULL;
+            size_t n = 0;
+            op->t_done = mono_ns();
+            op->status = r.status;
+            op->remaining = r.status == 200 ? body_int(r.body, "remaining") : -1;
+            op->order_id = r.status == 200 ? body_int(r.body, "order_id") : -1;
+            if (e != NULL)
+                for (e += strlen("\"error\":\""); e[n] != '\0' && e[n] != '"' && n + 1 < sizeof(op->error); n++)
+                    op->error[n] = e[n];
+            op->error[n] = '\0';
+        }
         load_record(p, &mine, &r);
         p->latency[atomic_fetch_add(&p->n_timed, 1)] = r.seconds;
         free(r.body);
@@ -139,6 +263,7 @@ static void load_plan_release(void *arg)
     free(p->order_ids);
     free(p->remaining);
     free(p->latency);
+    free(p->ops);
     free(p);
 }
 
@@ -170,6 +295,13 @@ load_plan *load_plan_new(const char *label, const char *base, long long goods_id
     p->mode = mode;
     p->total = total;
     p->threads = threads;
+    if (getenv("STACK_HISTORY_DIR") != NULL && getenv("STACK_HISTORY_DIR")[0] != '\0') {
+        p->ops = calloc((size_t)total, sizeof(load_op));
+        if (p->ops == NULL)
+            fail_msg("out of memory");
+        /* Unique across runs on one database: the process id and the moment. */
+        snprintf(p->key_prefix, sizeof(p->key_prefix), "st%ld-%lld", (long)getpid(), mono_ns());
+    }
     atomic_init(&p->next, 0);
     atomic_init(&p->n_ok, 0);
     atomic_init(&p->n_timed, 0);
@@ -190,6 +322,11 @@ void load_run(load_plan *p)
 
     if (p->threads > LOAD_THREADS)
         fail_msg("%s: at most %d threads", p->label, LOAD_THREADS);
+    if (p->ops != NULL) {
+        p->read_invoke = mono_ns();
+        p->stock_before = stock_get(p->goods_id).stock;
+        p->read_done = mono_ns();
+    }
     double start = now_s();
     for (; started < p->threads; started++)
         if (pthread_create(&tid[started], NULL, load_thread, p) != 0)
@@ -221,6 +358,8 @@ void load_run(load_plan *p)
     printf("\n");
     if (c->note[0] != '\0')
         printf("    %s: first surprise: %s\n", p->label, c->note);
+    if (p->ops != NULL)
+        write_history(p, getenv("STACK_HISTORY_DIR"));
 }
 
 int cmp_ll(const void *a, const void *b)

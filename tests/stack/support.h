@@ -377,6 +377,15 @@ typedef struct load_counts {
     char note[320]; /* the first surprising answer, for the report */
 } load_counts;
 
+/* One request of a plan, as its history records it (load.c). */
+typedef struct load_op {
+    long long t_invoke, t_done; /* CLOCK_MONOTONIC ns; t_invoke 0: never sent */
+    int process;                /* the thread that sent it, from 1 */
+    long status;                /* 0: no answer */
+    long long remaining, order_id; /* of a 200; -1: absent */
+    char error[24];                /* the answer's "error" field, or "" */
+} load_op;
+
 typedef struct load_plan {
     const char *label;
     const char *base;
@@ -403,6 +412,13 @@ typedef struct load_plan {
     double *latency; /* of every answer, n_timed of them (seconds) */
     atomic_int n_timed;
     double seconds;
+    /* The history (STACK_HISTORY_DIR set): every request carries an Idempotency-Key
+     * "<key_prefix>-<n>" and is recorded in ops[n]; NULL: neither. */
+    load_op *ops;
+    char key_prefix[48];
+    long long stock_before; /* the read that opens the history, */
+    long long read_invoke, read_done; /* sent and answered then (CLOCK_MONOTONIC ns) */
+    int started;            /* threads that took a process number (under mu) */
 } load_plan;
 
 /* A plan for `total` deductions of 1 of goods_id in `mode` (in the body), sent to base by
@@ -410,7 +426,11 @@ typedef struct load_plan {
 load_plan *load_plan_new(const char *label, const char *base, long long goods_id, const char *mode,
                          int total, int threads);
 
-/* Runs the plan's threads to the end and prints what they saw. */
+/* Runs the plan's threads to the end and prints what they saw. With STACK_HISTORY_DIR set
+ * in the environment, also writes the run's history, in the format of loadtest/lib/history.sh
+ * (a read of the stock, then every request's invocation and completion), to
+ * STACK_HISTORY_DIR/<label>.jsonl (the label's odd characters as '-'): each request then
+ * carries an Idempotency-Key of its own, so that an unknown outcome can be settled. */
 void load_run(load_plan *p);
 
 /* qsort()'s comparison of two long longs. */

@@ -185,9 +185,9 @@ static void expect_still_paused(const slow_shot *s, const char *what)
                  what, now_s() - s->start, s->delay_ms);
 }
 
-/* The start of the claim's text (DB__STOCK_CLAIM), as pg_stat_activity shows a session's last
- * statement. */
-#define CLAIM_SQL_PREFIX "UPDATE goods SET fence = $2"
+/* The start of the claim's text (DB__STOCK_CLAIM: it raises the source's high-water mark in
+ * goods_fences, then claims the row), as pg_stat_activity shows a session's last statement. */
+#define CLAIM_SQL_PREFIX "WITH raised AS ( INSERT INTO goods_fences"
 
 /*
  * Waits until the slow request holds `key` (the hash exists) and has read the stock (its
@@ -357,7 +357,11 @@ static void test_lock_lost_fence(void **state)
         fail_msg("GET %s answered '%s', not a fencing token", fence_key, reply);
     /* A newer holder's claim, as it would be stamped: the token after the next one. The next
      * holder (the slow replica's request) gets counter + 1, which is older. */
-    sql_exec("UPDATE goods SET fence = $2 WHERE id = $1", g, counter + 2);
+    sql_exec("UPDATE goods SET fence = $2, fence_source = 'redis' WHERE id = $1", g, counter + 2);
+    /* The claim compares with the source's own high-water mark (migrations/006_goods_fences.sql). */
+    sql_exec("INSERT INTO goods_fences (goods, source, fence) VALUES ($1, 'redis', $2)"
+             " ON CONFLICT (goods, source) DO UPDATE SET fence = EXCLUDED.fence",
+             g, counter + 2);
     printf("    goods %lld stamped with fence %lld; the lock's counter is at %lld\n", g,
            counter + 2, counter);
     lost_counters before = lost_counters_read();
@@ -374,13 +378,16 @@ static void test_lock_lost_fence(void **state)
                  s->reply.seconds);
     expect_stock(g, 10, 10, 0, 0, "after the refused claim: nothing sold");
 
-    /* The next holder gets exactly the stamped token, which the claim lets through. */
+    /* The refusal raised the lock's counter to the stamped token (lock_fence_raise), so the
+     * next holder gets the token after it, which the claim lets through: one refused sale, not
+     * one per token the counter was behind. */
     expect_deducted(deduct(g_env.stock_url, g, 1, "redis", NULL), g, 1, 9, "redis",
                     "the next holder's deduct");
     long long fence = sql_value("SELECT fence FROM goods WHERE id = $1", 1, g);
-    if (fence != counter + 2)
-        fail_msg("the next holder wrote fence %lld, want %lld (the stamped token)", fence,
-                 counter + 2);
+    if (fence != counter + 3)
+        fail_msg("the next holder wrote fence %lld, want %lld (the counter raised to the stamped "
+                 "token, then taken)",
+                 fence, counter + 3);
     expect_stock(g, 10, 9, 1, 1, "after the next holder's sale");
 }
 

@@ -11,6 +11,7 @@
  *   GET  /replica/3/api/stock/G        the books, after every move and five times a second
  *   GET  /replica/3/api/lock/G         the lock of the redis rungs (lock:goods:G)
  *   GET  /replica/3/api/lab/lock/G?mode=R   the string lock of the first rungs (lock:R:goods:G)
+ *   POST /replica/N/api/order          a cart (the deadlock level: goods G and G+1, no hold)
  * (svc-3 answers the panels: svc-1 is the one a level stops or ends.)
  *
  * Levels: one per flaw of the ladder, each with its goal, its moves and the check that the
@@ -27,6 +28,11 @@ const ALL = ["entered", "read", "written", "checked", "committed", "release"];
 const TX_INSIDE = ["entered", "read", "written", "release", "checked", "committed"];
 const REDIS_LOCKED = new Set(["redis", "redis-nofence", "redis-nowatchdog", "tx-inside"]);
 const STRING_LOCKED = new Set(["setnx", "setnx-ttl", "owner-get-del", "owner-lua"]);
+/* The deadlock level's pause between a cart's two locks: longer than the learner's gap between
+ * "send A" and "send B" (so each holds its first lock before either asks for its second), and
+ * shorter than the lab's LOCK_WAIT_MS (1000 ms) less a sale, so that on redis B's wait for A's
+ * first lock ends in time and B sells after A. */
+const CART_PAUSE_MS = 800;
 
 /* Each level: the rung that has the flaw, the rungs that fix it, the lanes it uses (what each
  * holds at, and the fault it carries), and when it is won. `s` is the page's state, `b` the
@@ -81,13 +87,27 @@ const LEVELS = [
     won: (s, b) => b.oversold > 0,
     why: "the lock is given back only after COMMIT (redis), or the row's lock is the transaction's own (pg-for-update): B cannot read before A's sale is committed.",
   },
+  {
+    id: "deadlock", title: "Deadlock", rung: "multi-naive", fixes: ["redis"],
+    goal: "Make two carts deadlock on multi-naive: A's cart takes G1's lock and waits for G2's, B's takes G2's and waits for G1's, and neither sells.",
+    moves: "send A, then send B within " + (CART_PAUSE_MS / 1000) + " s (each pauses that long between its two locks).",
+    carts: true,
+    lanes: {
+      A: { holds: [], cart: [0, 1], fault: "pause-between-locks=" + CART_PAUSE_MS },
+      B: { holds: [], cart: [1, 0], fault: "pause-between-locks=" + CART_PAUSE_MS, hint: "send B while A pauses: B must hold G2 before A asks for it" },
+    },
+    won: (s, b) => s.lanes.A.error === "lock_timeout" && s.lanes.B.error === "lock_timeout" &&
+      s.books2 !== null && [b, s.books2].every((g) => g.sold === 0 && g.stock === g.initial),
+    why: "redis takes a cart's locks in ascending goods id, whatever order the cart lists them: B also asks for G1 first, waits while A holds it, and takes G1 then G2 once A has sold. No cart holds a higher lock while waiting for a lower one, so no cycle of waits can form.",
+  },
 ];
 
 const LANES = { A: 1, B: 2, C: 3 };
 
 const state = {
   level: LEVELS[0], rung: LEVELS[0].rung, goods: 0, t0: 0, playing: false, run: 0,
-  lanes: {}, events: [], leases: [], books: null, busy: 0, errors: 0, verdict: "idle",
+  lanes: {}, events: [], leases: [], books: null, books2: null, holders: {}, busy: 0, errors: 0,
+  verdict: "idle",
 };
 
 function $(id) { return document.getElementById(id); }
@@ -162,6 +182,14 @@ async function send(name) {
   log(name, "sent to svc-" + LANES[name] + (faults.length ? " (X-Fault: " + faults.join(", ") + ")" : ""), "send");
   const headers = { "X-Request-Id": lane.id };
   if (faults.length) headers["X-Fault"] = faults.join(",");
+  if (cfg.cart) {
+    /* A cart holds nowhere (hold-at is a deduct's fault): it runs to its answer. */
+    lane.answer = call("POST", "/replica/" + LANES[name] + "/api/order",
+      { items: cfg.cart.map((k) => ({ goods_id: state.goods + k, count: 1 })), mode: state.rung },
+      headers).then((r) => answered(name, r, run));
+    await busy(() => lane.answer);
+    return;
+  }
   lane.answer = call("POST", "/replica/" + LANES[name] + "/api/deduct",
     { goods_id: state.goods, count: 1, mode: state.rung }, headers).then((r) => answered(name, r, run));
   await busy(() => settle(name));
@@ -179,7 +207,10 @@ async function answered(name, r, run) {
     log(name, "svc-" + LANES[name] + "'s process died: no answer", "dead");
   } else {
     lane.phase = "done";
-    log(name, r.status === 200 ? "sold (200, " + r.body.remaining + " left)" : r.status + " " + lane.error, r.status === 200 ? "ok" : "err");
+    const left = r.status !== 200 ? "" : r.body.items
+      ? r.body.items.map((it) => goodsName(it.goods_id) + " " + it.remaining).join(", ")
+      : String(r.body.remaining);
+    log(name, r.status === 200 ? "sold (200, " + left + " left)" : r.status + " " + lane.error, r.status === 200 ? "ok" : "err");
   }
   render();
   await check();
@@ -260,7 +291,12 @@ async function check() {
   if (r.status !== 200 || !r.body) return;
   const b = r.body;
   state.books = b;
-  showBooks(b);
+  if (state.level.carts) {
+    const r2 = await call("GET", "/replica/3/api/stock/" + (state.goods + 1));
+    if (r2.status !== 200 || !r2.body) return;
+    state.books2 = r2.body;
+  }
+  showBooks(b, state.level.carts ? state.books2 : null);
   const level = state.level;
   if (state.verdict === "won" || state.verdict === "refused") return;
   if (level.won(state, b)) {
@@ -272,18 +308,30 @@ async function check() {
   if (ended && state.busy === 0) {
     if (state.rung !== level.rung)
       setVerdict("refused", "No order of these moves wins on " + state.rung + ": " + level.why +
-        " The books: sold " + b.sold + ", taken " + (b.initial - b.stock) + ", oversold " + b.oversold + ".");
+        " The books: " + booksText(b) + ".");
     else
-      setVerdict("over", "Every request has answered and the books are exact (sold " + b.sold +
-        ", oversold " + b.oversold + "): press start and try another order.");
+      setVerdict("over", "Every request has answered and the books are exact (" + booksText(b) +
+        "): press start and try another order.");
   }
 }
+
+/* The books in a sentence: one goods, or each of a cart level's two. */
+function booksText(b) {
+  const one = (g) => "sold " + g.sold + ", taken " + (g.initial - g.stock) + ", oversold " + g.oversold;
+  if (!state.level.carts || !state.books2) return one(b);
+  return "G1 " + one(b) + "; G2 " + one(state.books2);
+}
+
+/* A cart level's goods by name: G1 is the page's goods, G2 the next id. */
+function goodsName(id) { return id === state.goods ? "G1" : id === state.goods + 1 ? "G2" : String(id); }
 
 function winText(b) {
   if (state.level.id === "crash")
     return "A died holding the lock and B could not sell, a lease and more later: the goods are wedged until someone deletes the key.";
   if (state.level.id === "nested")
     return "A waited for its own lock and answered 503 lock_timeout, selling nothing.";
+  if (state.level.id === "deadlock")
+    return "each cart held one lock and waited for the other's, both gave up after LOCK_WAIT_MS and answered 503 lock_timeout: neither sold, though the stock had room for both (" + booksText(b) + ").";
   return "sold " + b.sold + ", taken from the stock " + (b.initial - b.stock) + ": oversold " + b.oversold + ".";
 }
 
@@ -313,12 +361,16 @@ async function start() {
   await busy(async () => {
     if (!(await replicasUp())) { $("status").textContent = "a replica does not answer"; return; }
     state.goods = Date.now();
-    const r = await call("POST", "/replica/3/api/admin/reset", { goods_id: state.goods, stock: STOCK });
-    if (r.status !== 200) { $("status").textContent = "reset failed: " + r.status; return; }
+    for (let k = 0; k < (state.level.carts ? 2 : 1); k++) {
+      const r = await call("POST", "/replica/3/api/admin/reset", { goods_id: state.goods + k, stock: STOCK });
+      if (r.status !== 200) { $("status").textContent = "reset failed: " + r.status; return; }
+    }
     state.t0 = Date.now();
     state.events = [];
     state.leases = [];
     state.books = null;
+    state.books2 = null;
+    state.holders = {};
     $("log").textContent = "";
     state.lanes = {};
     for (const n of laneNames())
@@ -326,8 +378,8 @@ async function start() {
         sentAt: null, diedAt: null, answer: null };
     buildLanes();
     state.playing = true;
-    $("wait-lease").disabled = false;
-    $("goods").textContent = String(state.goods);
+    $("wait-lease").disabled = !!state.level.carts; /* a cart's locks are renewed: no lease runs out */
+    $("goods").textContent = String(state.goods) + (state.level.carts ? " and " + (state.goods + 1) : "");
     $("status").textContent = "playing " + state.level.title + " on " + state.rung;
     setVerdict("playing", state.rung === state.level.rung
       ? "Playing: make the flaw happen."
@@ -361,7 +413,10 @@ function buildLanes() {
     div.append(who, st, buttons);
     const hint = document.createElement("span");
     hint.className = "hint";
-    hint.textContent = "holds at: " + (cfg.holds.length ? cfg.holds.join(", ") : "nowhere (runs to its answer)") +
+    hint.textContent = (cfg.cart
+      ? "the cart: " + cfg.cart.map((k) => "G" + (k + 1)).join(" then ") + ", pausing " + CART_PAUSE_MS +
+        " ms after its first lock; holds nowhere (runs to its answer)"
+      : "holds at: " + (cfg.holds.length ? cfg.holds.join(", ") : "nowhere (runs to its answer)")) +
       (cfg.hint ? "; " + cfg.hint : "");
     div.appendChild(hint);
     box.appendChild(div);
@@ -388,18 +443,22 @@ function render() {
   }
 }
 
-function showBooks(b) {
-  $("stock").textContent = b.stock;
-  $("taken").textContent = b.initial - b.stock;
-  $("sold").textContent = b.sold;
-  $("oversold").textContent = b.oversold;
+/* One goods' figures, or two (a cart level: "G1 / G2"). */
+function showBooks(b, b2) {
+  const both = (f) => b2 ? f(b) + " / " + f(b2) : String(f(b));
+  $("stock").textContent = both((g) => g.stock);
+  $("taken").textContent = both((g) => g.initial - g.stock);
+  $("sold").textContent = both((g) => g.sold);
+  $("oversold").textContent = both((g) => g.oversold);
 }
 
 async function poll() {
   if (state.playing && state.goods !== 0) {
     const r = await call("GET", "/replica/3/api/stock/" + state.goods);
-    if (r.status === 200 && r.body) showBooks(r.body);
-    if (REDIS_LOCKED.has(state.rung)) {
+    if (r.status === 200 && r.body && !state.level.carts) showBooks(r.body);
+    if (state.level.carts) {
+      await pollCarts(r);
+    } else if (REDIS_LOCKED.has(state.rung)) {
       const l = await call("GET", "/replica/3/api/lock/" + state.goods);
       if (l.status === 200 && l.body) {
         $("lock-name").textContent = l.body.lock;
@@ -426,6 +485,34 @@ async function poll() {
     }
   }
   setTimeout(poll, POLL_MS);
+}
+
+/* A cart level: both goods' books and both Redis locks (lock:goods:G1 / lock:goods:G2, the
+ * redis rung's locks, which multi-naive takes too); a lock that passes to a lane's replica is
+ * marked on that lane's timeline ("lock G1"). */
+async function pollCarts(r) {
+  const r2 = await call("GET", "/replica/3/api/stock/" + (state.goods + 1));
+  if (r.status === 200 && r.body && r2.status === 200 && r2.body) showBooks(r.body, r2.body);
+  const locks = await Promise.all([0, 1].map((k) => call("GET", "/replica/3/api/lock/" + (state.goods + k))));
+  if (!locks.every((l) => l.status === 200 && l.body)) return;
+  const run = state.run;
+  const names = locks.map((l) => l.body.held ? holderName(l.body) : "free");
+  const both = (f) => locks.map((l) => l.body.held ? f(l.body) : "-").join(" / ");
+  $("lock-name").textContent = locks.map((l) => l.body.lock).join(" / ");
+  $("holder").textContent = names.join(" / ");
+  $("hold-count").textContent = both((l) => l.count);
+  $("ttl").textContent = both((l) => l.ttl_ms >= 0 ? l.ttl_ms + " ms" : "none");
+  $("fence").textContent = locks.map((l) => l.body.fence).join(" / ");
+  $("lock-note").textContent = "G1 / G2: each goods' Redis lock, taken " +
+    (state.rung === "redis" ? "in ascending goods id (G1 first) by every cart." : "in the cart's order.");
+  if (run !== state.run || !state.playing) return;
+  names.forEach((who, k) => {
+    const key = "G" + (k + 1);
+    if (state.holders[key] === who) return;
+    state.holders[key] = who;
+    const lane = Object.keys(LANES).find((n) => "svc-" + LANES[n] === who && state.lanes[n]);
+    if (lane) log(lane, "holds the lock of " + key, "lock");
+  });
 }
 
 /* The holder's name: the lane whose replica's process id starts the owner. */
@@ -473,6 +560,10 @@ function drawTimeline() {
       add("circle", { cx, cy, r: 4, fill: "#555" });
       marks[e.lane] = (marks[e.lane] || 0) + 1;
       add("text", { x: cx + 3, y: marks[e.lane] % 2 ? cy - 7 : cy + 16, "font-size": 10 }, e.text.replace("held at ", ""));
+    } else if (e.kind === "lock") {
+      add("circle", { cx, cy, r: 4, fill: "#a5c" });
+      marks[e.lane] = (marks[e.lane] || 0) + 1;
+      add("text", { x: cx + 3, y: marks[e.lane] % 2 ? cy - 7 : cy + 16, "font-size": 10 }, e.text.replace("holds the ", ""));
     } else if (e.kind === "ok" || e.kind === "err")
       add("path", { d: `M${cx} ${cy - 6}L${cx + 6} ${cy}L${cx} ${cy + 6}L${cx - 6} ${cy}Z`, fill: e.kind === "ok" ? "#2a2" : "#c33" });
     else if (e.kind === "dead") add("text", { x: cx - 5, y: cy + 5, "font-size": 14 }, "\u2716");
@@ -500,6 +591,8 @@ function chooseLevel(id, rung) {
   $("moves").textContent = state.level.moves;
   state.playing = false;
   state.lanes = {};
+  state.books2 = null;
+  state.holders = {};
   $("lanes").textContent = "";
   $("wait-lease").disabled = true;
   setVerdict("idle", "Press start.");

@@ -1,0 +1,331 @@
+# loadtest/lib/history.sh - how every load of the project is judged: one row's history
+# recorded, its unknowns settled from the database, checked for linearizability, and its
+# books balanced against what the clients were told. Sourced (bash) by loadtest/run (and so
+# make demo and loadtest/scale), loadtest/ladder and loadtest/chaos, so that each figure is
+# made one way.
+#
+# A history is what the clients saw, in the project's HISTORY format (JSON Lines; README,
+# "How a run is judged"): per request an invocation and a completion on CLOCK_MONOTONIC (ns),
+# the completion `ok` (200, with `remaining` and `order_id`), `fail` (the sale certainly did
+# not happen: 409 is `sold_out`, a 503 lock_timeout / unavailable / conflict / lock_lost and
+# any 4xx carry their error) or `info` (the outcome is unknown: 503 commit_unknown, 502
+# upstream_failed, 504, a 500, no answer at all). A row's history opens with the `reset` of
+# its goods and may end with a `read` of the settled stock. The recorders that write it:
+# loadtest/deduct.lua (wrk), bench/chaos_load.c, tests/stack/load.c and, for the ladder's
+# few curl requests, history_answer below; each sends a unique Idempotency-Key per request
+# and writes it as "key" (the format ignores extra fields).
+#
+# A row's folder DIR ends up holding:
+#   history.jsonl       the raw history, every recorder's lines merged in time order
+#   resolved.jsonl      the same with each unknown settled from the database (history_resolve)
+#   check-raw.txt, check-resolved.txt   build/check-history's output on each
+#   counterexample.txt  for a `no`: the checker's smallest window no order explains
+#   ledger.txt          the books against the history (history_ledger)
+#
+# Functions (each documented where it is defined):
+#   history_now                      CLOCK_MONOTONIC in ns (build/history-clock)
+#   history_reset FILE PROC GOODS STOCK T0 T1    a reset's invoke and ok
+#   history_read FILE PROC GOODS STOCK T0 T1     a read's invoke and ok
+#   history_answer FILE PROC GOODS KEY T STATUS BODY   a deduction's completion, classified
+#   history_merge DIR FILE...        DIR/history.jsonl from the recorders' files, by time
+#   history_judge DIR                resolve, check both histories, balance the books; sets
+#                                    HISTORY_LINEARIZABLE and HISTORY_LEDGER (the columns)
+#
+# Environment: CHECK_HISTORY (build/check-history), HISTORY_CLOCK (build/history-clock),
+# HISTORY_DB (a libpq conninfo; default DATABASE_URL, else the stack's PG_PORT on loopback).
+# jq and psql are needed for the judging.
+
+HISTORY__ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+CHECK_HISTORY=${CHECK_HISTORY:-$HISTORY__ROOT/build/check-history}
+HISTORY_CLOCK=${HISTORY_CLOCK:-$HISTORY__ROOT/build/history-clock}
+
+# The database the judging reads, chosen when judging (the caller may set PG_PORT late).
+history__db() {
+    echo "${HISTORY_DB:-${DATABASE_URL:-host=127.0.0.1 port=${PG_PORT:-15432} dbname=stock user=stock connect_timeout=5}}"
+}
+
+# history_now: prints CLOCK_MONOTONIC in ns, the clock of every recorder.
+history_now() {
+    "$HISTORY_CLOCK"
+}
+
+# history_reset FILE PROCESS GOODS STOCK T_INVOKE T_DONE: appends a reset of GOODS to STOCK,
+# sent at T_INVOKE and answered (200) at T_DONE.
+history_reset() {
+    printf '{"time":%s,"process":%d,"type":"invoke","f":"reset","goods_id":%d,"stock":%d}\n{"time":%s,"process":%d,"type":"ok","f":"reset","goods_id":%d}\n' \
+        "$5" "$2" "$3" "$4" "$6" "$2" "$3" >>"$1"
+}
+
+# history_read FILE PROCESS GOODS STOCK T_INVOKE T_DONE: appends a read of GOODS that
+# answered STOCK.
+history_read() {
+    printf '{"time":%s,"process":%d,"type":"invoke","f":"read","goods_id":%d}\n{"time":%s,"process":%d,"type":"ok","f":"read","goods_id":%d,"stock":%d}\n' \
+        "$5" "$2" "$3" "$6" "$2" "$3" "$4" >>"$1"
+}
+
+# history_invoke FILE PROCESS GOODS COUNT KEY T: appends a deduction's invocation.
+history_invoke() {
+    printf '{"time":%s,"process":%d,"type":"invoke","f":"deduct","goods_id":%d,"count":%d,"key":"%s"}\n' \
+        "$6" "$2" "$3" "$4" "$5" >>"$1"
+}
+
+# history_answer FILE PROCESS GOODS KEY T STATUS BODY: appends the completion of the
+# deduction KEY, answered STATUS (000: no answer) with BODY at T. The classes are those of
+# the top of this file, the same as deduct.lua's record_answer and chaos_load.c's classify.
+history_answer() {
+    local file=$1 proc=$2 goods=$3 key=$4 t=$5 status=$6 body=$7 err='' type remaining order
+    local re_error='"error":"([A-Za-z0-9_]*)"' re_remaining='"remaining":(-?[0-9]+)'
+    local re_order='"order_id":([0-9]+)'
+    [[ $body =~ $re_error ]] && err=${BASH_REMATCH[1]}
+    case $status in
+    200)
+        remaining='' order=''
+        [[ $body =~ $re_remaining ]] && remaining=${BASH_REMATCH[1]}
+        [[ $body =~ $re_order ]] && order=${BASH_REMATCH[1]}
+        if [ -n "$remaining" ] && [ -n "$order" ]; then
+            printf '{"time":%s,"process":%d,"type":"ok","f":"deduct","goods_id":%d,"remaining":%d,"order_id":%d,"key":"%s","status":200}\n' \
+                "$t" "$proc" "$goods" "$remaining" "$order" "$key" >>"$file"
+            return
+        fi
+        type=info err=unreadable_200
+        ;;
+    000) type=info err=timeout ;;
+    409) if [ "$err" = insufficient_stock ]; then type=fail err=sold_out; else type=fail; fi ;;
+    503) if [ "$err" = commit_unknown ]; then type=info; else type=fail; fi ;;
+    502) if [ "$err" = unavailable ]; then type=fail; else type=info; fi ;;
+    504) type=info ;;
+    4??) type=fail ;;
+    *) type=info ;;
+    esac
+    printf '{"time":%s,"process":%d,"type":"%s","f":"deduct","goods_id":%d,"error":"%s","key":"%s","status":%d}\n' \
+        "$t" "$proc" "$type" "$goods" "${err:-http_$status}" "$key" "$((10#$status))" >>"$file"
+}
+
+# history_merge DIR FILE...: writes DIR/history.jsonl, the lines of every FILE in time order
+# (every recorder writes "time" first; a stable sort keeps a process's lines in order).
+history_merge() {
+    local dir=$1
+    shift
+    mkdir -p "$dir"
+    cat "$@" | LC_ALL=C sort -s -t: -k2,2n >"$dir/history.jsonl"
+}
+
+# history__seconds_since T: the seconds from T (an $EPOCHREALTIME) to now, "%.2f". A
+# duration on the wall clock is good enough here, and costs no process.
+history__seconds_since() {
+    local now=${EPOCHREALTIME/[.,]/} then=${1/[.,]/}
+    printf '%d.%02d' $(((now - then) / 1000000)) $(((now - then) % 1000000 / 10000))
+}
+
+# history__check FILE OUT: runs the checker on FILE, its output to OUT; prints
+# "VERDICT SECONDS" (VERDICT yes, no, unknown, malformed or error).
+history__check() {
+    local file=$1 out=$2 t0=$EPOCHREALTIME rc=0 v last=''
+    "$CHECK_HISTORY" "$file" >"$out" 2>&1 || rc=$?
+    case $rc in
+    0) v=yes ;; 1) v=no ;; 2) v=malformed ;; 3) v=unknown ;; *) v=error ;;
+    esac
+    # The verdict is the last line's; an exit status that disagrees with it is an error.
+    while IFS= read -r line || [ -n "$line" ]; do last=$line; done <"$out"
+    case $v in yes | no | unknown)
+        [ "$last" = "linearizable: $v" ] || v=error ;;
+    esac
+    echo "$v $(history__seconds_since "$t0")"
+}
+
+# history__scan FILE OUT: one pass over a history, its deduction and invocation lines as
+# tab-separated "f type process goods count order_id key": what settling and balancing read.
+history__scan() {
+    jq -r 'select(.type == "invoke" or .f == "deduct")
+           | [.f, .type, .process, .goods_id, (.count // 0), (.order_id // 0), (.key // "")]
+           | @tsv' "$1" >"$2"
+}
+
+# history_resolve DIR: writes DIR/resolved.jsonl from DIR/history.jsonl (and its scan,
+# DIR/.scan, from history__scan). Once the books have stopped changing (the caller waited
+# for that), every transaction of the row has ended, so an unknown outcome is settled by the
+# request's Idempotency-Key: the idempotency record is written in the sale's own transaction
+# (200, and the refusals 404/409), so a record with 200 means the sale happened (an ok, with
+# the remaining and order id its stored answer says), one with 409 a sold_out, and none
+# that it never will ("not_taken", a fail). An `info` completion is replaced; an invocation
+# that never completed gets its completion, stamped now (a moment after its effect, if it
+# had one). Prints how many were settled each way ("none": nothing was open, and
+# resolved.jsonl is the raw history).
+history_resolve() {
+    local dir=$1 now open=$1/.open res=$1/.settled
+    # The deductions left open: an info completion, or an invocation with none (by process).
+    awk -F'\t' '$1 != "deduct" { next }
+                $2 == "invoke" { inv[$3] = $4 "\t" $7 "\t" $3; next }
+                $2 == "info" { if ($7 != "") print $4 "\t" $7 "\tinfo\t" $3; delete inv[$3]; next }
+                { delete inv[$3] }
+                END { for (p in inv) { split(inv[p], a, "\t"); if (a[2] != "") print a[1] "\t" a[2] "\topen\t" p } }' \
+        "$dir/.scan" >"$open"
+    if [ ! -s "$open" ]; then
+        cp "$dir/history.jsonl" "$dir/resolved.jsonl"
+        rm -f "$open"
+        echo none
+        return 0
+    fi
+    now=$(history_now)
+    # The records of those keys: one JSON object per line, {"key":..,"status":..,"body":..}.
+    {
+        echo 'CREATE TEMP TABLE open_ops (goods bigint, key text, how text, process bigint);'
+        echo 'COPY open_ops FROM STDIN;'
+        cat "$open"
+        echo '\.'
+        echo "SELECT json_build_object('key', o.key, 'how', o.how, 'process', o.process,"
+        echo "       'goods', o.goods, 'status', i.status, 'body', i.body)"
+        echo '  FROM open_ops o LEFT JOIN idempotency i ON i.goods = o.goods AND i.key = o.key;'
+    } | psql -X -q -At -v ON_ERROR_STOP=1 -d "$(history__db)" >"$res" ||
+        { rm -f "$open" "$res"; return 1; }
+    # The settled history: the info lines replaced, the never-completed ones completed.
+    jq -c --slurpfile r <(jq -s 'map({(.key): .}) | add // {}' "$res") --arg now "$now" '
+        def settled($o; $time):
+            { time: $time, process: $o.process, f: "deduct", goods_id: $o.goods, key: $o.key,
+              resolved: true }
+            + (if $o.status == 200 then
+                   ($o.body | fromjson) as $b
+                   | { type: "ok", remaining: $b.remaining, order_id: $b.order_id }
+               elif $o.status == 409 then { type: "fail", error: "sold_out" }
+               elif $o.status != null and $o.status != 0 then
+                   { type: "fail", error: (($o.body | fromjson? | .error) // "refused") }
+               else { type: "fail", error: "not_taken" } end);
+        ($r[0]) as $m
+        | if .f == "deduct" and .type == "info" and .key != null and $m[.key] != null
+          then settled($m[.key]; .time) else . end,
+          (if .f == "deduct" and .type == "invoke" and .key != null and $m[.key].how == "open"
+           then settled($m[.key]; ($now | tonumber)) else empty end)' \
+        "$dir/history.jsonl" | LC_ALL=C sort -s -t: -k2,2n >"$dir/resolved.jsonl"
+    # The scan of the settled history, for the ledger.
+    history__scan "$dir/resolved.jsonl" "$dir/.scan"
+    awk '{ n[$0 ~ /"status" *: *200[,}]/ ? "taken" : "not_taken"]++ }
+         END { s = ""; for (k in n) s = s (s == "" ? "" : ", ") n[k] " " k; print s }' "$res"
+    rm -f "$open" "$res"
+}
+
+# history_ledger DIR: balances the books of each goods of the row (every goods it names) against
+# DIR/resolved.jsonl (through its scan, DIR/.scan), writes DIR/ledger.txt and prints "ok"
+# or what is wrong:
+#   lost N       acknowledged orders (ok, or settled as taken) absent from the orders table
+#   phantom N    orders in the table that no client was told of (a "failed" request that sold)
+#   dup N        order ids told to two clients
+#   units A/B    the units the history sold (A) differ from the orders' sum (B)
+#   fence N      orders of one mode whose token went back in commit (id) order: a holder
+#                with an older token wrote after a newer one (fenced modes only). The orders
+#                do not name the token's source, and a token of a new source (Redis started
+#                again empty, a failover) legitimately starts low: a row that changed the
+#                source on purpose says how many times in HISTORY_SOURCE_CHANGES (default
+#                0), and that many steps back are not counted. redis-sharded is left out:
+#                each segment has a lock and a token counter of its own, and an order does
+#                not say which segment's token it carries, so its tokens interleave.
+history_ledger() {
+    local dir=$1 out
+    out=$({
+        # (goods, order_id, count) of every ok deduction (the count from its invocation),
+        # then every goods the history names.
+        echo 'CREATE TEMP TABLE acked (goods bigint, order_id bigint, count bigint);'
+        echo 'COPY acked FROM STDIN;'
+        awk -F'\t' '$1 == "deduct" && $2 == "invoke" { n[$3] = $5; next }
+                    $1 == "deduct" && $2 == "ok" { print $4 "\t" $6 "\t" n[$3] }' "$dir/.scan"
+        echo '\.'
+        echo 'CREATE TEMP TABLE row_goods (goods bigint);'
+        echo 'COPY row_goods FROM STDIN;'
+        awk -F'\t' '$2 == "invoke" && !($4 in seen) { seen[$4] = 1; print $4 }' "$dir/.scan"
+        echo '\.'
+        cat <<'SQL'
+SELECT g.goods,
+       (SELECT count(*) FROM acked a WHERE a.goods = g.goods
+           AND NOT EXISTS (SELECT 1 FROM orders o WHERE o.id = a.order_id AND o.goods = a.goods)),
+       (SELECT count(*) FROM orders o WHERE o.goods = g.goods
+           AND NOT EXISTS (SELECT 1 FROM acked a WHERE a.order_id = o.id)),
+       (SELECT count(*) - count(DISTINCT order_id) FROM acked a WHERE a.goods = g.goods),
+       (SELECT coalesce(sum(count), 0) FROM acked a WHERE a.goods = g.goods),
+       (SELECT coalesce(sum(count), 0) FROM orders o WHERE o.goods = g.goods),
+       (SELECT count(*) FROM (SELECT fence, lag(fence) OVER (PARTITION BY mode ORDER BY id) AS prev
+                                FROM orders o WHERE o.goods = g.goods AND fence IS NOT NULL
+                                  AND o.mode <> 'redis-sharded') f
+         WHERE f.fence < f.prev)
+  FROM row_goods g ORDER BY g.goods;
+SQL
+    } | psql -X -q -At -F ' ' -v ON_ERROR_STOP=1 -d "$(history__db)") || {
+        echo "error (psql failed)"
+        return 1
+    }
+    printf '# goods lost phantom dup history_units order_units fence_back\n%s\n' "$out" \
+        >"$dir/ledger.txt"
+    awk -v allowed="${HISTORY_SOURCE_CHANGES:-0}" '{ lost += $2; phantom += $3; dup += $4; hu += $5; ou += $6; fence += $7 }
+         END {
+             fence = fence > allowed ? fence - allowed : 0
+             s = ""
+             if (lost) s = s sprintf(" lost %d", lost)
+             if (phantom) s = s sprintf(" phantom %d", phantom)
+             if (dup) s = s sprintf(" dup %d", dup)
+             if (hu != ou) s = s sprintf(" units %d/%d", hu, ou)
+             if (fence) s = s sprintf(" fence %d", fence)
+             if (NR == 0 || $1 == "") s = " no goods"
+             print (s == "" ? "ok" : substr(s, 2))
+         }' <<<"$out"
+}
+
+# history_judge DIR: the whole judgement of one row whose DIR/history.jsonl is written and
+# whose books have settled: resolve, check the raw and the resolved history, balance the
+# books. Sets HISTORY_LINEARIZABLE ("yes (0.12 s)", "no (raw yes; resolved no; 0.30 s)",
+# "unchecked (no build/check-history)") and HISTORY_LEDGER ("ok", "lost 2", ...), and
+# HISTORY_VERDICT (the first word: yes, no, unknown, malformed, error, unchecked) for the
+# callers' --check. Writes DIR/verdict.txt with all three and the resolution's counts. When
+# nothing was left open, the settled history is the raw one and is checked once.
+history_judge() {
+    local dir=$1 raw resolved rv rs vv settled secs
+    HISTORY_LINEARIZABLE='error' HISTORY_LEDGER='error' HISTORY_VERDICT=error
+    if [ ! -s "$dir/history.jsonl" ]; then
+        HISTORY_LINEARIZABLE='error (no history recorded)'
+        return 0
+    fi
+    history__scan "$dir/history.jsonl" "$dir/.scan"
+    settled=$(history_resolve "$dir") || settled="resolution failed (psql)"
+    [ -s "$dir/resolved.jsonl" ] || cp "$dir/history.jsonl" "$dir/resolved.jsonl"
+    HISTORY_LEDGER=$(history_ledger "$dir") || true
+    rm -f "$dir/.scan"
+    if [ ! -x "$CHECK_HISTORY" ]; then
+        HISTORY_VERDICT=unchecked
+        HISTORY_LINEARIZABLE="unchecked (no ${CHECK_HISTORY#"$HISTORY__ROOT"/})"
+    else
+        raw=$(history__check "$dir/history.jsonl" "$dir/check-raw.txt")
+        if [ "$settled" = none ]; then
+            resolved=$raw
+            cp "$dir/check-raw.txt" "$dir/check-resolved.txt"
+        else
+            resolved=$(history__check "$dir/resolved.jsonl" "$dir/check-resolved.txt")
+        fi
+        rv=${raw% *} rs=${resolved% *}
+        # The worse of the two: error, malformed, no, unknown, yes.
+        for vv in error malformed no unknown yes; do
+            if [ "$rv" = "$vv" ] || [ "$rs" = "$vv" ]; then break; fi
+        done
+        HISTORY_VERDICT=$vv
+        if [ "$settled" = none ]; then
+            secs=${raw#* }
+        else
+            secs=$(awk -v a="${raw#* }" -v b="${resolved#* }" 'BEGIN { printf "%.2f", a + b }')
+        fi
+        if [ "$rv" = "$rs" ]; then
+            HISTORY_LINEARIZABLE="$vv ($secs s)"
+        else
+            HISTORY_LINEARIZABLE="$vv (raw $rv; resolved $rs; $secs s)"
+        fi
+        rm -f "$dir/counterexample.txt"
+        if [ "$rs" = no ]; then
+            cp "$dir/check-resolved.txt" "$dir/counterexample.txt"
+        elif [ "$rv" = no ]; then
+            cp "$dir/check-raw.txt" "$dir/counterexample.txt"
+        fi
+    fi
+    printf 'linearizable: %s\nledger: %s\nunknown outcomes settled: %s\n' \
+        "$HISTORY_LINEARIZABLE" "$HISTORY_LEDGER" "$settled" >"$dir/verdict.txt"
+}
+
+# history_ok VERDICT LEDGER: true when a row that must be correct is: linearizable yes and
+# the books balanced.
+history_ok() {
+    [ "${1%% *}" = yes ] && [ "$2" = ok ]
+}
