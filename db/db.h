@@ -173,6 +173,32 @@ int db_orders_insert_many(db_conn *conn, int64_t goods_id, const int64_t *counts
                           const char *fence_source, int64_t *order_ids);
 
 /*
+ * The fenced read-check-write in two round trips instead of five (libpq's pipeline mode):
+ * the same statements as BEGIN, db_stock_claim, db_stock_write, db_order_insert and
+ * db_commit, sent in two batches, with the check left to the caller in between. Each batch
+ * is one round trip, bounded by reply_timeout_ms as any other.
+ *
+ * db_claim_begin: BEGIN and the claim (db_stock_claim: same arguments, same answers). On
+ *   DB_OK the transaction is open with the row claimed. On any error the transaction may be
+ *   open (BEGIN may have gone through): the caller rolls back, as after db_stock_claim;
+ *   DB_ERR_FENCED and DB_ERR_NOT_FOUND take one more round trip, to say which.
+ * db_sale_commit: the write (new_stock), the order (count, mode, instance, the holder's
+ *   fence and fence_source; sets *order_id) and COMMIT. Call it only after db_claim_begin
+ *   (or db_stock_claim) succeeded in this transaction: the row is then the caller's, so the
+ *   write cannot miss it. When it returns, the transaction is over: DB_OK, committed; a
+ *   statement refused (DB_ERR_QUERY, DB_ERR_LOCK_TIMEOUT, ...): the rest of the batch was
+ *   skipped and the transaction rolled back, nothing of it remains (c's error names the
+ *   step); DB_ERR_UNAVAILABLE: the connection was unusable before anything was sent,
+ *   nothing committed; DB_ERR_COMMIT_UNKNOWN: the batch was sent and an answer was lost
+ *   (the connection broke, or the bound ran out) before any refusal: COMMIT may have run.
+ */
+int db_claim_begin(db_conn *conn, int64_t goods_id, const char *source, int64_t token,
+                   int64_t *stock);
+int db_sale_commit(db_conn *conn, int64_t goods_id, int64_t new_stock, int64_t count,
+                   const char *mode, const char *instance, int64_t fence,
+                   const char *fence_source, int64_t *order_id);
+
+/*
  * The PostgreSQL rungs of the ladder: the database itself closes the race, with no guard.
  *
  * db_stock_read_for_update: SELECT ... FOR UPDATE: reads the stock and takes the row's lock

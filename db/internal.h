@@ -9,6 +9,7 @@
  *   cart.c        the statements of an order of several goods (POST /api/order)
  *   idempotency.c the Idempotency-Key records
  *   migrate.c     the schema migrations
+ *   pipeline.c    the fenced sale in two round trips (libpq's pipeline mode)
  *
  * Names here are db__something: internal but not static, so that each file stays small.
  */
@@ -130,6 +131,18 @@ enum db__stmt_id {
  * kind of failure it was (see db__check).
  */
 int db__run(db_conn *c, enum db__stmt_id id, const char *const *params, PGresult **res);
+
+/* The pieces of db__run, for pipeline.c, which sends several statements before reading:
+ * db__prepare prepares statement id on c's session unless it was already (a round trip;
+ * nothing for BEGIN/COMMIT/ROLLBACK); db__send_prepared queues it with its parameters
+ * (libpq's 1 or 0, as PQsendQueryPrepared); db__want is the status its success has. */
+int db__prepare(db_conn *c, enum db__stmt_id id);
+int db__send_prepared(db_conn *c, enum db__stmt_id id, const char *const *params);
+ExecStatusType db__want(enum db__stmt_id id);
+
+/* After a claim (DB__STOCK_CLAIM) returned no row for the goods id_text: DB_ERR_NOT_FOUND
+ * (no such goods) or DB_ERR_FENCED (a newer token of the source), with c->err saying so. */
+int db__why_not_claimed(db_conn *c, const char *id_text);
 
 /* The SQL text of a statement (for messages and tests). */
 const char *db__sql(enum db__stmt_id id);

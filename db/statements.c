@@ -381,6 +381,22 @@ const char *db__sql(enum db__stmt_id id)
     return stmts[id].sql;
 }
 
+ExecStatusType db__want(enum db__stmt_id id)
+{
+    return stmts[id].want;
+}
+
+int db__send_prepared(db_conn *c, enum db__stmt_id id, const char *const *params)
+{
+    const struct statement *s = &stmts[id];
+
+    /* Pipeline mode allows only the extended protocol: a plain statement goes as a query
+     * with no parameters, still unprepared. */
+    if (s->plain)
+        return PQsendQueryParams(c->pg, s->sql, 0, NULL, NULL, NULL, NULL, 0);
+    return PQsendQueryPrepared(c->pg, s->name, s->nparams, params, NULL, NULL, 0);
+}
+
 /* Prepares statement id on c's session unless that was done already. */
 static int prepare_once(db_conn *c, enum db__stmt_id id)
 {
@@ -389,7 +405,7 @@ static int prepare_once(db_conn *c, enum db__stmt_id id)
     PGresult *res;
     int rc;
 
-    if (c->prepared & bit)
+    if (s->plain || (c->prepared & bit))
         return DB_OK;
     if (!PQsendPrepare(c->pg, s->name, s->sql, s->nparams, NULL))
         return db__check(c, NULL, PGRES_COMMAND_OK);
@@ -402,6 +418,11 @@ static int prepare_once(db_conn *c, enum db__stmt_id id)
     PQclear(res);
     c->prepared |= bit;
     return DB_OK;
+}
+
+int db__prepare(db_conn *c, enum db__stmt_id id)
+{
+    return prepare_once(c, id);
 }
 
 int db__run(db_conn *c, enum db__stmt_id id, const char *const *params, PGresult **res)

@@ -6,6 +6,7 @@
  *   UPDATE goods (db_stock_write); INSERT INTO orders (db_order_insert); COMMIT
  * (plus, with an Idempotency-Key, the claim and the store). Nothing here adds one on the
  * path of a sale: a second statement runs only when the first found nothing, to say why.
+ * A fenced holder's sale sends the same statements in two batches instead (pipeline.c).
  *
  * Each function is one statement, run inside the caller's transaction if there is one;
  * db_goods_reset is the exception: it is its own transaction.
@@ -64,6 +65,11 @@ static int why_not_written(db_conn *conn, const char *id_text, bool fenced)
     if (rc == DB_ERR_FENCED)
         db__set_error(conn, "goods %s carries a fencing token newer than the holder's", id_text);
     return rc;
+}
+
+int db__why_not_claimed(db_conn *c, const char *id_text)
+{
+    return why_not_written(c, id_text, true);
 }
 
 int db_stock_claim(db_conn *conn, int64_t goods_id, const char *source, int64_t token,

@@ -296,6 +296,86 @@ store:
     return DB_OK;
 }
 
+/*
+ * Whether this deduction takes the two-round-trip path (db_claim_begin, db_sale_commit): a
+ * fenced holder's plain read-check-write. The steps stay those of read_check_write (the
+ * claim, the check in C, the write, the order, the last look at the guard, the commit);
+ * only the statements before and after the check travel together. A hook (the lab, the
+ * interleaving tests) needs each statement at its own point, a key adds its own statements,
+ * tx-inside leaves the guard between the write and the commit, and a PostgreSQL rung reads
+ * in its own shape: those run statement by statement.
+ */
+static bool pipelined(const deduction *d)
+{
+    return d->mode->tx == NULL && d->hold.fenced && d->key == NULL && d->hook == NULL &&
+           !d->mode->leaves_inside_tx;
+}
+
+/* run_attempt's two-round-trip path (pipelined()): same answers, same order of steps. */
+static int run_attempt_pipelined(deduction *d)
+{
+    int64_t stock = 0, order_id = 0;
+    int rc;
+
+    /* BEGIN and the claim: one round trip. */
+    rc = db_claim_begin(d->conn, d->goods_id, d->hold.fence_source, d->hold.fence, &stock);
+    if (rc == DB_ERR_NOT_FOUND) {
+        db_rollback(d->conn);
+        d->out->status = 404;
+        d->out->outcome = "unknown_goods";
+        d->out->body = response_unknown_goods(d->goods_id);
+        return d->out->body != NULL ? 0 : -1;
+    }
+    if (rc == DB_ERR_FENCED) {
+        char detail[128];
+        int64_t stored = 0;
+
+        if (db_fence_of(d->conn, d->goods_id, d->hold.fence_source, &stored) == DB_OK)
+            guard_fence_refused(d->env->guards, &d->hold, stored);
+        db_rollback(d->conn);
+        snprintf(detail, sizeof(detail), "fencing token %lld is older than the stored one",
+                 (long long)d->hold.fence);
+        return answer_503(d, "lock_lost", detail);
+    }
+    if (rc != DB_OK) {
+        db_rollback(d->conn);
+        return answer_statement_failure(d, "begin and read stock", rc);
+    }
+
+    /* The check, in C, between the two round trips. */
+    if (stock < d->count) {
+        bool fold = !d->folded && segments_hold_stock(d);
+        db_rollback(d->conn);
+        if (fold)
+            return FOLD;
+        d->out->status = 409;
+        d->out->outcome = "insufficient_stock";
+        d->out->body = response_insufficient(d->goods_id, stock);
+        return d->out->body != NULL ? 0 : -1;
+    }
+    if (d->env->business_delay_ms > 0)
+        clock_sleep_ms(d->env->business_delay_ms);
+
+    /* Last look before the commit, which now travels with the write. */
+    if (d->mode->still_held(d->env->guards, &d->hold) != GUARD_OK) {
+        db_rollback(d->conn);
+        return answer_503(d, "lock_lost", "the lock's lease was lost before the commit");
+    }
+
+    /* The write, the order and COMMIT: one round trip. A refusal rolls back inside. */
+    rc = db_sale_commit(d->conn, d->goods_id, stock - d->count, d->count, d->mode->name,
+                        d->env->instance, d->hold.fence, d->hold.fence_source, &order_id);
+    if (rc == DB_ERR_COMMIT_UNKNOWN)
+        return answer_commit_unknown(d);
+    if (rc != DB_OK)
+        return answer_statement_failure(d, "write, record order, commit", rc);
+    d->out->status = 200;
+    d->out->outcome = "deducted";
+    d->out->body = response_deducted(d->goods_id, d->count, stock - d->count, order_id,
+                                     d->mode->name, d->env->instance);
+    return d->out->body != NULL ? 0 : -1;
+}
+
 /* Runs the transaction once on d->conn with the guard held. Sets the answer and returns 0
  * (-1 when out of memory), or returns DB_ERR_RETRY, rolled back and with no answer set, when
  * the transaction's shape lost an optimistic race, or FOLD, likewise, when the goods' stock
@@ -304,6 +384,8 @@ static int run_attempt(deduction *d)
 {
     int rc;
 
+    if (pipelined(d))
+        return run_attempt_pipelined(d);
     rc = db_begin(d->conn);
     if (rc != DB_OK)
         return answer_db_failure(d, "begin", rc);

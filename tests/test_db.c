@@ -1050,6 +1050,104 @@ static void test_claim_behind_a_newer_holder_is_refused(void **state)
     claim_behind(*state, 8, 7, DB_ERR_FENCED, 0);
 }
 
+/* ---- the sale in two round trips (pipeline mode) ------------------------------------ */
+
+static int64_t orders_of(fixture *f, int64_t goods)
+{
+    char id[24];
+    const char *params[1] = {id};
+
+    snprintf(id, sizeof(id), "%lld", (long long)goods);
+    return raw_int(f->admin, "SELECT count(*) FROM orders WHERE goods = $1", 1, params);
+}
+
+/* BEGIN + claim, then write + order + COMMIT: the sale is committed, with its order, its
+ * token and its source, and the session is left out of pipeline mode and idle (plain
+ * statements run on it after). */
+static void test_pipelined_sale_commits(void **state)
+{
+    fixture *f = *state;
+    db_conn *c = acquire(f->pool);
+    int64_t s = 0, id = 0;
+
+    reset_ok(c, 1, 10);
+    assert_int_equal(db_claim_begin(c, 1, "redis", 5, &s), DB_OK);
+    assert_int_equal(s, 10);
+    assert_int_equal(db_sale_commit(c, 1, 7, 3, "redis", "svc-1", 5, "redis", &id), DB_OK);
+    assert_true(id > 0);
+    assert_int_equal(stock_of(c, 1), 7); /* committed: seen outside the transaction */
+    assert_int_equal(fence_of(f, 1), 5);
+    assert_int_equal(orders_of(f, 1), 1);
+    assert_int_equal(raw_int(f->admin,
+                             "SELECT count(*) FROM orders WHERE goods = 1 AND count = 3"
+                             " AND fence = 5 AND fence_source = 'redis' AND mode = 'redis'",
+                             0, NULL),
+                     1);
+    /* a second sale on the same session, then the plain statements still work */
+    assert_int_equal(db_claim_begin(c, 1, "redis", 6, &s), DB_OK);
+    assert_int_equal(s, 7);
+    assert_int_equal(db_sale_commit(c, 1, 6, 1, "redis", "svc-1", 6, "redis", &id), DB_OK);
+    assert_int_equal(db_ping(c), DB_OK);
+    assert_int_equal(stock_of(c, 1), 6);
+    /* unknown goods: the claim says so; nothing to commit */
+    assert_int_equal(db_claim_begin(c, 2, "redis", 7, &s), DB_ERR_NOT_FOUND);
+    assert_int_equal(db_rollback(c), DB_OK);
+    db_pool_release(f->pool, c);
+}
+
+/* An older token than the row's: refused (lock_lost for the caller), nothing changes. */
+static void test_pipelined_claim_refuses_an_older_token(void **state)
+{
+    fixture *f = *state;
+    db_conn *c = acquire(f->pool);
+    int64_t s = 0, id = 0;
+
+    reset_ok(c, 1, 10);
+    assert_int_equal(db_claim_begin(c, 1, "redis", 5, &s), DB_OK);
+    assert_int_equal(db_sale_commit(c, 1, 9, 1, "redis", "svc-1", 5, "redis", &id), DB_OK);
+    assert_int_equal(db_claim_begin(c, 1, "redis", 4, &s), DB_ERR_FENCED);
+    assert_non_null(strstr(db_conn_error(c), "newer"));
+    assert_int_equal(db_rollback(c), DB_OK);
+    assert_int_equal(stock_of(c, 1), 9);
+    assert_int_equal(fence_of(f, 1), 5);
+    assert_int_equal(orders_of(f, 1), 1);
+    db_pool_release(f->pool, c);
+}
+
+/* A statement refused inside the second batch (the write below zero; the order's count 0):
+ * what follows it in the batch, COMMIT too, is skipped, the transaction is rolled back, and
+ * the session is usable at once. Nothing of the sale remains, the claim's token neither. */
+static void test_pipelined_error_leaves_nothing(void **state)
+{
+    fixture *f = *state;
+    db_conn *c = acquire(f->pool);
+    int64_t s = 0, id = 0;
+
+    reset_ok(c, 1, 10);
+    assert_int_equal(db_claim_begin(c, 1, "redis", 5, &s), DB_OK);
+    assert_int_equal(db_sale_commit(c, 1, -1, 11, "redis", "svc-1", 5, "redis", &id),
+                     DB_ERR_QUERY);
+    assert_non_null(strstr(db_conn_error(c), "write stock"));
+    assert_int_equal(stock_of(c, 1), 10);
+    assert_int_equal(orders_of(f, 1), 0);
+    assert_int_equal(fence_of(f, 1), 0);
+
+    assert_int_equal(db_claim_begin(c, 1, "redis", 6, &s), DB_OK);
+    assert_int_equal(db_sale_commit(c, 1, 10, 0, "redis", "svc-1", 6, "redis", &id),
+                     DB_ERR_QUERY);
+    assert_non_null(strstr(db_conn_error(c), "record order"));
+    assert_int_equal(stock_of(c, 1), 10);
+    assert_int_equal(orders_of(f, 1), 0);
+    assert_int_equal(fence_of(f, 1), 0);
+
+    /* the session is idle and out of pipeline mode: a whole sale goes through */
+    assert_int_equal(db_claim_begin(c, 1, "redis", 7, &s), DB_OK);
+    assert_int_equal(db_sale_commit(c, 1, 8, 2, "redis", "svc-1", 7, "redis", &id), DB_OK);
+    assert_int_equal(stock_of(c, 1), 8);
+    assert_int_equal(orders_of(f, 1), 1);
+    db_pool_release(f->pool, c);
+}
+
 /* ---- idempotency ------------------------------------------------------------------ */
 
 static void test_idempotency_claim_store_fetch(void **state)
@@ -2002,7 +2100,7 @@ static pid_t pool_backend_pid(fixture *f)
 
 typedef struct timed_call {
     db_conn *conn;
-    int what; /* 0: db_stock_read, 1: db_commit */
+    int what; /* 0: db_stock_read, 1: db_commit, 2: db_claim_begin, 3: db_sale_commit */
     int rc;
     int64_t ms;
     atomic_int done;
@@ -2013,7 +2111,14 @@ static void *timed_call_run(void *arg)
     timed_call *t = arg;
     int64_t start = now_ms(), s = 0;
 
-    t->rc = t->what == 0 ? db_stock_read(t->conn, 1, &s) : db_commit(t->conn);
+    int64_t id = 0;
+
+    if (t->what == 2)
+        t->rc = db_claim_begin(t->conn, 1, "redis", 9, &s);
+    else if (t->what == 3)
+        t->rc = db_sale_commit(t->conn, 1, 7, 3, "redis", "svc-1", 9, "redis", &id);
+    else
+        t->rc = t->what == 0 ? db_stock_read(t->conn, 1, &s) : db_commit(t->conn);
     t->ms = now_ms() - start;
     atomic_store(&t->done, 1);
     return NULL;
@@ -2116,6 +2221,73 @@ static void test_a_lost_commit_answer_is_unknown(void **state)
     db_pool_destroy(pool);
 }
 
+/* The first batch waits on a row lock another session holds (no statement_timeout here):
+ * the batch is one round trip and is bounded as one, by reply_timeout_ms. */
+static void test_pipelined_claim_behind_a_held_row_is_bounded(void **state)
+{
+    fixture *f = *state;
+    db_pool *pool = pool_with_reply_timeout(f, 500);
+    db_conn *c = acquire(pool);
+    timed_call t = {.conn = c, .what = 2};
+    PGresult *r;
+
+    reset_ok(c, 1, 10);
+    r = PQexec(f->admin, "BEGIN");
+    PQclear(r);
+    r = PQexec(f->admin, "SELECT stock FROM goods WHERE id = 1 FOR UPDATE");
+    assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
+    PQclear(r);
+    call_against_frozen(&t, 3000);
+    r = PQexec(f->admin, "ROLLBACK");
+    PQclear(r);
+    print_message("held row: db_claim_begin answered %s after %lld ms\n", db_strerror(t.rc),
+                  (long long)t.ms);
+    assert_int_equal(t.rc, DB_ERR_UNAVAILABLE);
+    assert_true(t.ms >= 450 && t.ms < 1500);
+    assert_non_null(strstr(db_conn_error(c), "no answer from PostgreSQL within 500 ms"));
+    db_pool_release(pool, c); /* broken: closed, and its transaction with it */
+
+    c = acquire(pool);
+    assert_int_equal(stock_of(c, 1), 10);
+    assert_int_equal(fence_of(f, 1), 0);
+    db_pool_release(pool, c);
+    db_pool_destroy(pool);
+}
+
+/* The second batch to a frozen server: its answer is lost after COMMIT was sent, so the
+ * outcome is unknown, within the bound; thawed, the server does commit. */
+static void test_pipelined_lost_commit_answer_is_unknown(void **state)
+{
+    fixture *f = *state;
+    db_pool *pool = pool_with_reply_timeout(f, 400);
+    db_conn *c = acquire(pool);
+    timed_call t = {.conn = c, .what = 3};
+    int64_t s = 0, id = 0;
+    int i;
+
+    reset_ok(c, 1, 10);
+    /* one sale first, so that the statements are prepared on this session: a prepare is a
+     * round trip of its own, before anything of the batch is sent */
+    assert_int_equal(db_claim_begin(c, 1, "redis", 8, &s), DB_OK);
+    assert_int_equal(db_sale_commit(c, 1, 10, 1, "redis", "svc-1", 8, "redis", &id), DB_OK);
+    assert_int_equal(db_claim_begin(c, 1, "redis", 9, &s), DB_OK);
+    g_frozen_backend = pool_backend_pid(f);
+    assert_true(g_frozen_backend > 0);
+    assert_int_equal(kill(g_frozen_backend, SIGSTOP), 0);
+    call_against_frozen(&t, 3000);
+    assert_int_equal(t.rc, DB_ERR_COMMIT_UNKNOWN);
+    assert_true(t.ms >= 350 && t.ms < 1500);
+    db_pool_release(pool, c);
+    kill(g_frozen_backend, SIGCONT);
+    g_frozen_backend = 0;
+    for (i = 0; i < 100 && raw_int(f->admin, "SELECT stock FROM goods WHERE id = 1", 0, NULL) != 7;
+         i++)
+        sleep_ms(20);
+    assert_int_equal(raw_int(f->admin, "SELECT stock FROM goods WHERE id = 1", 0, NULL), 7);
+    assert_int_equal(orders_of(f, 1), 2);
+    db_pool_destroy(pool);
+}
+
 static void test_strerror_names_every_code(void **state)
 {
     int codes[] = {DB_OK,
@@ -2170,6 +2342,11 @@ int main(int argc, char **argv)
                                         setup_migrated, teardown),
         cmocka_unit_test_setup_teardown(test_claim_behind_a_newer_holder_is_refused, setup_migrated,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_pipelined_sale_commits, setup_migrated, teardown),
+        cmocka_unit_test_setup_teardown(test_pipelined_claim_refuses_an_older_token,
+                                        setup_migrated, teardown),
+        cmocka_unit_test_setup_teardown(test_pipelined_error_leaves_nothing, setup_migrated,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_idempotency_claim_store_fetch, setup_migrated,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_a_concurrent_claim_waits_then_conflicts,
@@ -2203,6 +2380,10 @@ int main(int argc, char **argv)
                                         setup_migrated, teardown),
         cmocka_unit_test_setup_teardown(test_a_lost_commit_answer_is_unknown, setup_migrated,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_pipelined_claim_behind_a_held_row_is_bounded,
+                                        setup_migrated, teardown),
+        cmocka_unit_test_setup_teardown(test_pipelined_lost_commit_answer_is_unknown,
+                                        setup_migrated, teardown),
         cmocka_unit_test(test_strerror_names_every_code),
     };
 

@@ -1,0 +1,310 @@
+/*
+ * pipeline.c - the fenced sale in two round trips (libpq's pipeline mode).
+ *
+ * A holder's sale, statement by statement, waits on five round trips to PostgreSQL while
+ * every other holder waits on its lock: BEGIN, the claim, the write, the order, COMMIT. In
+ * pipeline mode libpq sends several statements before reading any answer, and the server
+ * runs them in order, skipping the rest of the batch after an error (up to the Sync). So
+ * BEGIN and the claim travel together (db_claim_begin), and, once the service has checked
+ * the stock in C, the write, the order and COMMIT together (db_sale_commit): two round
+ * trips. The check stays in the service between them; only the waiting is shortened.
+ *
+ * Each batch is one round trip and is bounded as one: its answers must all come within the
+ * pool's reply_timeout_ms, or the connection is marked broken (as db__await_result does).
+ * Statements are prepared before the pipeline starts (a prepare is a round trip of its
+ * own, once per session).
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "db/internal.h"
+
+#define PIPE_MAX 3 /* statements in one batch at most */
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Waits for pg's socket (POLLIN or POLLOUT) until deadline: 1 ready, 0 timeout, -1 error. */
+static int wait_for(PGconn *pg, short events, int64_t deadline)
+{
+    struct pollfd pfd = {.fd = PQsocket(pg), .events = events, .revents = 0};
+    int64_t left;
+    int n;
+
+    for (;;) {
+        left = deadline - now_ms();
+        if (left <= 0)
+            return 0;
+        n = poll(&pfd, 1, (int)left);
+        if (n >= 0)
+            return n;
+        if (errno != EINTR)
+            return -1;
+    }
+}
+
+static void broken(db_conn *c, const char *why)
+{
+    if (why != NULL)
+        db__set_error(c, "%s", why);
+    else
+        db__set_error(c, "%s", PQerrorMessage(c->pg));
+    c->broken = true;
+}
+
+/* Flushes what is queued, before deadline. DB_OK, or DB_ERR_UNAVAILABLE (c broken). */
+static int flush_by(db_conn *c, int64_t deadline, const char *why)
+{
+    int flushed, ready;
+
+    while ((flushed = PQflush(c->pg)) == 1) {
+        ready = wait_for(c->pg, POLLOUT, deadline);
+        if (ready <= 0) {
+            broken(c, ready == 0 ? why : "poll failed");
+            return DB_ERR_UNAVAILABLE;
+        }
+    }
+    if (flushed < 0) {
+        broken(c, NULL);
+        return DB_ERR_UNAVAILABLE;
+    }
+    return DB_OK;
+}
+
+/* The next result of the pipeline, read before deadline; NULL between statements' results.
+ * *lost set (and c broken) when the connection failed or the deadline passed. */
+static PGresult *next_by(db_conn *c, int64_t deadline, const char *why, bool *lost)
+{
+    int ready;
+
+    while (PQisBusy(c->pg)) {
+        ready = wait_for(c->pg, POLLIN, deadline);
+        if (ready <= 0) {
+            broken(c, ready == 0 ? why : "poll failed");
+            *lost = true;
+            return NULL;
+        }
+        if (!PQconsumeInput(c->pg)) {
+            broken(c, NULL);
+            *lost = true;
+            return NULL;
+        }
+    }
+    return PQgetResult(c->pg);
+}
+
+/* What became of a batch, beyond its code. */
+typedef struct pipe_out {
+    bool sent;    /* some of it may have reached the server */
+    bool refused; /* a statement's error came back: the ones after it were skipped */
+    int failed;   /* the statement refused, or the first whose answer did not come */
+} pipe_out;
+
+/*
+ * Sends statements ids[0..n-1] (params[i] each) in one pipeline ending with a Sync, and
+ * reads every answer within one reply_timeout_ms. res[i] gets statement i's result when it
+ * succeeded with its expected status, NULL otherwise. Returns DB_OK when all succeeded;
+ * else the first refusal's code (db__check's mapping, c->err its text), or
+ * DB_ERR_UNAVAILABLE (c broken) when the exchange itself failed; *out says where. The
+ * session leaves pipeline mode before returning, unless it is broken.
+ */
+static int run_pipeline(db_conn *c, const enum db__stmt_id *ids, const char *const *const *params,
+                        int n, PGresult **res, pipe_out *out)
+{
+    int timeout_ms = c->pool != NULL ? c->pool->reply_timeout_ms : 0;
+    int64_t deadline;
+    char why[96];
+    bool lost = false;
+    int rc = DB_OK, i;
+
+    out->sent = out->refused = false;
+    out->failed = 0;
+    for (i = 0; i < n; i++)
+        res[i] = NULL;
+    if (!c->pg || c->broken) {
+        db__set_error(c, "the connection is closed");
+        return DB_ERR_UNAVAILABLE;
+    }
+    for (i = 0; i < n; i++) {
+        rc = db__prepare(c, ids[i]);
+        if (rc != DB_OK)
+            return rc;
+    }
+    if (!PQenterPipelineMode(c->pg)) {
+        broken(c, NULL);
+        return DB_ERR_UNAVAILABLE;
+    }
+    snprintf(why, sizeof(why), "no answer from PostgreSQL within %d ms", timeout_ms);
+    deadline = now_ms() + timeout_ms;
+    out->sent = true;
+    for (i = 0; i < n; i++)
+        if (!db__send_prepared(c, ids[i], params[i])) {
+            broken(c, NULL);
+            return DB_ERR_UNAVAILABLE;
+        }
+    if (!PQpipelineSync(c->pg)) {
+        broken(c, NULL);
+        return DB_ERR_UNAVAILABLE;
+    }
+    rc = flush_by(c, deadline, why);
+    if (rc != DB_OK)
+        return rc;
+
+    /* One result per statement (then a NULL), an ABORTED one for each statement skipped
+     * after an error, and the Sync's. */
+    for (i = 0; i < n; i++) {
+        PGresult *r = next_by(c, deadline, why, &lost), *extra;
+        if (lost) {
+            if (rc == DB_OK)
+                out->failed = i;
+            goto lost;
+        }
+        if (r != NULL && PQresultStatus(r) == PGRES_PIPELINE_ABORTED) {
+            PQclear(r);
+        } else if (rc == DB_OK) {
+            int crc = db__check(c, r, db__want(ids[i]));
+            if (crc == DB_OK)
+                res[i] = r;
+            else {
+                rc = crc;
+                out->failed = i;
+                if (c->broken)
+                    goto lost;
+                out->refused = true;
+            }
+        } else {
+            PQclear(r);
+        }
+        /* The NULL that ends statement i's results. */
+        while ((extra = next_by(c, deadline, why, &lost)) != NULL)
+            PQclear(extra);
+        if (lost) {
+            if (rc == DB_OK)
+                out->failed = i + 1 < n ? i + 1 : i;
+            goto lost;
+        }
+    }
+    {
+        PGresult *sync = next_by(c, deadline, why, &lost);
+        if (lost)
+            goto lost;
+        if (sync == NULL || PQresultStatus(sync) != PGRES_PIPELINE_SYNC) {
+            PQclear(sync);
+            broken(c, "pipeline: no Sync where one was due");
+            return DB_ERR_UNAVAILABLE;
+        }
+        PQclear(sync);
+    }
+    if (!PQexitPipelineMode(c->pg)) {
+        broken(c, NULL);
+        return DB_ERR_UNAVAILABLE;
+    }
+    if (rc != DB_OK)
+        for (i = 0; i < n; i++) {
+            PQclear(res[i]);
+            res[i] = NULL;
+        }
+    return rc;
+
+lost:
+    for (i = 0; i < n; i++) {
+        PQclear(res[i]);
+        res[i] = NULL;
+    }
+    return DB_ERR_UNAVAILABLE;
+}
+
+int db_claim_begin(db_conn *conn, int64_t goods_id, const char *source, int64_t token,
+                   int64_t *stock)
+{
+    char id_buf[DB__I64_LEN], token_buf[DB__I64_LEN];
+    const char *claim[3];
+    const enum db__stmt_id ids[2] = {DB__BEGIN, DB__STOCK_CLAIM};
+    const char *const *params[2] = {NULL, claim};
+    PGresult *res[2];
+    pipe_out out;
+    int rc;
+
+    if (!conn || !source || !stock)
+        return DB_ERR_INVALID;
+    claim[0] = db__i64(id_buf, goods_id);
+    claim[1] = db__i64(token_buf, token);
+    claim[2] = source;
+    rc = run_pipeline(conn, ids, params, 2, res, &out);
+    if (rc != DB_OK)
+        return rc;
+    PQclear(res[0]);
+    if (PQntuples(res[1]) == 0)
+        rc = db__why_not_claimed(conn, id_buf);
+    else
+        rc = db__get_i64(conn, res[1], 0, 0, stock);
+    PQclear(res[1]);
+    return rc;
+}
+
+int db_sale_commit(db_conn *conn, int64_t goods_id, int64_t new_stock, int64_t count,
+                   const char *mode, const char *instance, int64_t fence,
+                   const char *fence_source, int64_t *order_id)
+{
+    char id_buf[DB__I64_LEN], stock_buf[DB__I64_LEN], count_buf[DB__I64_LEN],
+        fence_buf[DB__I64_LEN];
+    const char *write[2], *order[6];
+    const enum db__stmt_id ids[3] = {DB__STOCK_WRITE, DB__ORDER_INSERT, DB__COMMIT};
+    const char *const *params[3] = {write, order, NULL};
+    PGresult *res[3];
+    pipe_out out;
+    int rc;
+
+    if (!conn || !mode || !instance || !fence_source || !order_id)
+        return DB_ERR_INVALID;
+    write[0] = db__i64(id_buf, goods_id);
+    write[1] = db__i64(stock_buf, new_stock);
+    order[0] = id_buf;
+    order[1] = db__i64(count_buf, count);
+    order[2] = mode;
+    order[3] = instance;
+    order[4] = db__i64(fence_buf, fence);
+    order[5] = fence_source;
+    rc = run_pipeline(conn, ids, params, 3, res, &out);
+    /* The batch was sent, nothing in it was refused, and COMMIT's answer did not come
+     * (whichever answer was the first to be lost, COMMIT was sent behind it): the server
+     * may have committed. */
+    if (rc == DB_ERR_UNAVAILABLE && out.sent && !out.refused)
+        return DB_ERR_COMMIT_UNKNOWN;
+    if (rc == DB_ERR_UNAVAILABLE)
+        return rc;
+    if (rc != DB_OK) {
+        /* A statement was refused: the rest of the batch was skipped, COMMIT with it, and
+         * the transaction is left failed. End it here, so that nothing of it remains. */
+        char keep[DB__ERR_LEN];
+        snprintf(keep, sizeof(keep), "%s", conn->err);
+        if (!conn->broken)
+            (void)db_rollback(conn);
+        db__set_error(conn, "%s: %s", out.failed == 0   ? "write stock"
+                      : out.failed == 1 ? "record order"
+                                        : "commit", keep);
+        return rc;
+    }
+    /* After the claim the row is the caller's: the write cannot miss it. Should it have,
+     * the transaction committed an order without its write: say so loudly. */
+    if (strcmp(PQcmdTuples(res[0]), "1") != 0) {
+        db__set_error(conn, "the write found no row of goods %s (was it claimed?)", id_buf);
+        rc = DB_ERR_QUERY;
+    } else if (strcmp(PQcmdStatus(res[2]), "COMMIT") != 0) {
+        db__set_error(conn, "COMMIT rolled back: the transaction had failed");
+        rc = DB_ERR_QUERY;
+    } else {
+        rc = db__get_i64(conn, res[1], 0, 0, order_id);
+    }
+    for (int i = 0; i < 3; i++)
+        PQclear(res[i]);
+    return rc;
+}
