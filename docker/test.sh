@@ -257,8 +257,8 @@ main() {
     # Every variable the file uses has its default in docker/.env.
     ! grep -i 'variable is not set' <<<"$out" >&2 || fail "docker/.env lacks a variable"
     local services
-    services=$(compose --profile load --profile tools --profile etcd --profile ha --profile zookeeper --profile cluster config --services | sort | tr '\n' ' ')
-    [ "$services" = "cluster-1 cluster-2 cluster-3 cluster-create etcd loadtest migrate nginx postgres psql redis redis-replica seed sentinel-1 sentinel-2 sentinel-3 svc-1 svc-2 svc-3 zookeeper " ] ||
+    services=$(compose --profile load --profile tools --profile etcd --profile ha --profile zookeeper --profile cluster --profile pg-ha config --services | sort | tr '\n' ' ')
+    [ "$services" = "cluster-1 cluster-2 cluster-3 cluster-create etcd loadtest migrate nginx pg-1 pg-2 pg-3 pgha-etcd postgres psql redis redis-replica seed sentinel-1 sentinel-2 sentinel-3 svc-1 svc-2 svc-3 zookeeper " ] ||
         fail "unexpected services: $services"
     info "valid; services: $services"
     # Published: nginx only, on loopback. docker-compose 1.29 prints the short form
