@@ -85,7 +85,7 @@ void db__set_error(db_conn *c, const char *fmt, ...)
     va_end(ap);
 }
 
-static int64_t now_ms(void)
+int64_t db__now_ms(void)
 {
     struct timespec ts;
 
@@ -93,21 +93,17 @@ static int64_t now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/*
- * Waits until pg's socket is ready for what PQconnectPoll asked (reading or writing), or
- * until deadline. Returns 1 when ready, 0 on timeout, -1 on a poll error.
- */
-static int wait_socket(PGconn *pg, PostgresPollingStatusType want, int64_t deadline)
+int db__wait_socket(PGconn *pg, short events, int64_t deadline)
 {
     struct pollfd pfd;
     int64_t left;
     int n;
 
-    pfd.fd = PQsocket(pg); /* may change between steps: one socket per address tried */
-    pfd.events = want == PGRES_POLLING_READING ? POLLIN : POLLOUT;
+    pfd.fd = PQsocket(pg); /* may change between connect steps: one socket per address tried */
+    pfd.events = events;
     pfd.revents = 0;
     for (;;) {
-        left = deadline - now_ms();
+        left = deadline - db__now_ms();
         if (left <= 0)
             return 0;
         n = poll(&pfd, 1, (int)left);
@@ -122,7 +118,7 @@ static int wait_socket(PGconn *pg, PostgresPollingStatusType want, int64_t deadl
 static int drive_connect(PGconn *pg, int timeout_ms, char *err, size_t errlen)
 {
     PostgresPollingStatusType st = PGRES_POLLING_WRITING; /* what libpq wants first */
-    int64_t deadline = now_ms() + timeout_ms;
+    int64_t deadline = db__now_ms() + timeout_ms;
     int ready;
 
     for (;;) {
@@ -132,7 +128,7 @@ static int drive_connect(PGconn *pg, int timeout_ms, char *err, size_t errlen)
             copy_one_line(err, errlen, PQerrorMessage(pg));
             return DB_ERR_UNAVAILABLE;
         }
-        ready = wait_socket(pg, st, deadline);
+        ready = db__wait_socket(pg, st == PGRES_POLLING_READING ? POLLIN : POLLOUT, deadline);
         if (ready == 0) {
             snprintf(err, errlen, "no connection to PostgreSQL within %d ms", timeout_ms);
             return DB_ERR_UNAVAILABLE;
@@ -253,7 +249,7 @@ static PGresult *exchange_failed(db_conn *c, const char *why)
 PGresult *db__await_result(db_conn *c)
 {
     int timeout_ms = c->pool != NULL ? c->pool->reply_timeout_ms : 0;
-    int64_t deadline = now_ms() + timeout_ms;
+    int64_t deadline = db__now_ms() + timeout_ms;
     PGresult *last = NULL, *r;
     int flushed, ready;
     char why[96];
@@ -262,7 +258,7 @@ PGresult *db__await_result(db_conn *c)
     /* Send what is still queued (everything, for statements this small, but a full socket
      * buffer must not block us). */
     while ((flushed = PQflush(c->pg)) == 1) {
-        ready = wait_socket(c->pg, PGRES_POLLING_WRITING, deadline);
+        ready = db__wait_socket(c->pg, POLLOUT, deadline);
         if (ready <= 0)
             return exchange_failed(c, ready == 0 ? why : "poll failed");
     }
@@ -272,7 +268,7 @@ PGresult *db__await_result(db_conn *c)
      * keep the last, as PQexec does). */
     for (;;) {
         while (PQisBusy(c->pg)) {
-            ready = wait_socket(c->pg, PGRES_POLLING_READING, deadline);
+            ready = db__wait_socket(c->pg, POLLIN, deadline);
             if (ready <= 0) {
                 PQclear(last);
                 return exchange_failed(c, ready == 0 ? why : "poll failed");

@@ -123,6 +123,12 @@ enum db__stmt_id {
     DB__STMT_COUNT
 };
 
+/* CLOCK_MONOTONIC in milliseconds: the one clock every deadline of db/ is built on. */
+int64_t db__now_ms(void);
+/* Waits until pg's socket is ready for `events` (POLLIN, POLLOUT), or until deadline (from
+ * db__now_ms). 1 when ready, 0 on timeout, -1 on a poll error; an interrupted poll is resumed. */
+int db__wait_socket(PGconn *pg, short events, int64_t deadline);
+
 /*
  * Runs statement `id` with its parameters (text format; NULL for an SQL NULL; the count is
  * the statement's own). The statement is prepared on this session the first time it is

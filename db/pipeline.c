@@ -24,33 +24,6 @@
 
 #define PIPE_MAX 3 /* statements in one batch at most */
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* Waits for pg's socket (POLLIN or POLLOUT) until deadline: 1 ready, 0 timeout, -1 error. */
-static int wait_for(PGconn *pg, short events, int64_t deadline)
-{
-    struct pollfd pfd = {.fd = PQsocket(pg), .events = events, .revents = 0};
-    int64_t left;
-    int n;
-
-    for (;;) {
-        left = deadline - now_ms();
-        if (left <= 0)
-            return 0;
-        n = poll(&pfd, 1, (int)left);
-        if (n >= 0)
-            return n;
-        if (errno != EINTR)
-            return -1;
-    }
-}
-
 static void broken(db_conn *c, const char *why)
 {
     if (why != NULL)
@@ -66,7 +39,7 @@ static int flush_by(db_conn *c, int64_t deadline, const char *why)
     int flushed, ready;
 
     while ((flushed = PQflush(c->pg)) == 1) {
-        ready = wait_for(c->pg, POLLOUT, deadline);
+        ready = db__wait_socket(c->pg, POLLOUT, deadline);
         if (ready <= 0) {
             broken(c, ready == 0 ? why : "poll failed");
             return DB_ERR_UNAVAILABLE;
@@ -86,7 +59,7 @@ static PGresult *next_by(db_conn *c, int64_t deadline, const char *why, bool *lo
     int ready;
 
     while (PQisBusy(c->pg)) {
-        ready = wait_for(c->pg, POLLIN, deadline);
+        ready = db__wait_socket(c->pg, POLLIN, deadline);
         if (ready <= 0) {
             broken(c, ready == 0 ? why : "poll failed");
             *lost = true;
@@ -143,7 +116,7 @@ static int run_pipeline(db_conn *c, const enum db__stmt_id *ids, const char *con
         return DB_ERR_UNAVAILABLE;
     }
     snprintf(why, sizeof(why), "no answer from PostgreSQL within %d ms", timeout_ms);
-    deadline = now_ms() + timeout_ms;
+    deadline = db__now_ms() + timeout_ms;
     out->sent = true;
     for (i = 0; i < n; i++)
         if (!db__send_prepared(c, ids[i], params[i])) {
