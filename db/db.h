@@ -197,6 +197,13 @@ int db_claim_begin(db_conn *conn, int64_t goods_id, const char *source, int64_t 
 int db_sale_commit(db_conn *conn, int64_t goods_id, int64_t new_stock, int64_t count,
                    const char *mode, const char *instance, int64_t fence,
                    const char *fence_source, int64_t *order_id);
+/* db_batch_commit: db_sale_commit for a batch of n sales (the batched mode): the write, the
+ *   n orders in one statement (as db_orders_insert_many: counts[i] units each, order_ids[i]
+ *   set) and COMMIT, one round trip, with db_sale_commit's answers. DB_ERR_INVALID for n out
+ *   of 1..DB_ORDERS_MAX or a count < 1 (nothing sent). */
+int db_batch_commit(db_conn *conn, int64_t goods_id, int64_t new_stock, const int64_t *counts,
+                    size_t n, const char *mode, const char *instance, int64_t fence,
+                    const char *fence_source, int64_t *order_ids);
 
 /*
  * The PostgreSQL rungs of the ladder: the database itself closes the race, with no guard.

@@ -127,6 +127,7 @@ int core_create(const service_config *cfg, int db_pool_size, int redis_pool_size
     out->deduct.guards = out->guards;
     out->deduct.instance = instance;
     out->deduct.business_delay_ms = cfg->business_delay_ms;
+    out->deduct.pipeline = strcmp(cfg->db_pipeline, "on") == 0;
     /* LOCK_WAIT_MS=0 means "do not wait"; PostgreSQL's lock_timeout=0 means "wait for ever",
      * so the smallest bound it knows stands for it. */
     out->deduct.lock_wait_ms = cfg->lock_wait_ms > 0 ? cfg->lock_wait_ms : 1;

@@ -307,8 +307,8 @@ store:
  */
 static bool pipelined(const deduction *d)
 {
-    return d->mode->tx == NULL && d->hold.fenced && d->key == NULL && d->hook == NULL &&
-           !d->mode->leaves_inside_tx;
+    return d->env->pipeline && d->mode->tx == NULL && d->hold.fenced && d->key == NULL &&
+           d->hook == NULL && !d->mode->leaves_inside_tx;
 }
 
 /* run_attempt's two-round-trip path (pipelined()): same answers, same order of steps. */

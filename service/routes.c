@@ -205,6 +205,34 @@ static void handle_deduct(app *a, const http_request *req, http_reply *reply)
     reply_json(reply, res.status, res.body);
 }
 
+/*
+ * POST /api/deduct/dry: the HTTP side of a sale and nothing else. The body is parsed and
+ * the mode chosen as for /api/deduct, and the answer is built and sent, but neither
+ * PostgreSQL nor Redis is touched: what a replica (and nginx in front of it) can answer
+ * per second with no lock and no transaction, the ceiling the load reports divide by
+ * (loadtest/scale). Served only with FAULTS=on, like every other tool that is not a sale.
+ */
+static void handle_deduct_dry(app *a, const http_request *req, http_reply *reply)
+{
+    deduct_request dr;
+    const mode *m;
+    char detail[256];
+
+    if (strcmp(a->config->faults, "on") != 0) {
+        reply_error(reply, 404, "not_found",
+                    "POST /api/deduct/dry is served only by a replica started with FAULTS=on");
+        return;
+    }
+    if (request_parse_deduct(req->body, req->body_len, &dr, detail, sizeof(detail)) != 0) {
+        reply_error(reply, 400, "bad_request", detail);
+        return;
+    }
+    m = choose_mode(a, req, dr.has_mode, dr.mode, reply);
+    if (m == NULL)
+        return;
+    reply_json(reply, 200, response_dry_deduct(dr.goods_id, dr.count, m->name, a->config->instance));
+}
+
 /* ---- POST /api/order ------------------------------------------------------------------ */
 
 /* The names of the modes this replica serves that take carts, comma-separated. */
@@ -528,6 +556,7 @@ static void handle_lock(app *a, const http_request *req, http_reply *reply)
 
 static const route route_table[] = {
     {"/api/deduct", false, "POST", true, false, ROUTE_DEDUCT, handle_deduct},
+    {"/api/deduct/dry", false, "POST", true, false, ROUTE_OTHER, handle_deduct_dry},
     {"/api/order", false, "POST", true, false, ROUTE_ORDER, handle_order},
     {"/api/stock/", true, "GET", false, false, ROUTE_STOCK, handle_stock},
     {"/api/admin/reset", false, "POST", true, true, ROUTE_RESET, handle_reset},
