@@ -234,6 +234,11 @@ int db_stock_take(db_conn *conn, int64_t goods_id, int64_t count, int64_t *stock
  *   keeps no trace of it). Must be called inside a transaction; DB_ERR_INVALID for ms < 1.
  */
 int db_set_lock_timeout(db_conn *conn, int64_t ms);
+/* BEGIN and db_set_lock_timeout(ms) in one round trip (libpq's pipeline mode): the PostgreSQL
+ * rungs' first two statements. DB_OK: the transaction is open with the bound set. On any
+ * error the transaction may be open (BEGIN may have gone through): the caller rolls back.
+ * DB_ERR_INVALID for ms < 1 (nothing sent). */
+int db_begin_lock_timeout(db_conn *conn, int64_t ms);
 
 /*
  * The pg-optimistic rung: no lock is taken at the read; the write succeeds only if the row
