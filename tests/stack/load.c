@@ -109,8 +109,8 @@ static bool write_history(load_plan *p, const char *dir)
         if (!((name[i] >= 'a' && name[i] <= 'z') || (name[i] >= 'A' && name[i] <= 'Z') ||
               (name[i] >= '0' && name[i] <= '9') || name[i] == '_'))
             name[i] = '-';
-    snprintf(p->history_path, sizeof(p->history_path), "%s/%s.jsonl", dir, name);
-    f = fopen(p->history_path, "w");
+    int w = snprintf(p->history_path, sizeof(p->history_path), "%s/%s.jsonl", dir, name);
+    f = w > 0 && (size_t)w < sizeof(p->history_path) ? fopen(p->history_path, "w") : NULL;
     if (f == NULL) {
         printf("    %s: cannot write its history to %s\n", p->label, p->history_path);
         p->history_path[0] = '\0';
@@ -175,8 +175,8 @@ static void checker_path(char *out, size_t len)
             return;
         *slash = '\0';
     }
-    snprintf(out, len, "%s/check-history", exe);
-    if (access(out, X_OK) != 0)
+    int w = snprintf(out, len, "%s/check-history", exe);
+    if (w < 0 || (size_t)w >= len || access(out, X_OK) != 0)
         out[0] = '\0';
 }
 
