@@ -45,7 +45,7 @@ typedef struct batch_item {
     /* the request */
     int64_t goods_id;
     int64_t count;
-    const char *key; /* Idempotency-Key or NULL */
+    const char *key;                            /* Idempotency-Key or NULL */
     char request_id[DEDUCT_REQUEST_ID_MAX + 1]; /* the client's (a copy), "" for none */
     struct timespec arrived;
     deduct_result *out; /* &res: the caller's result is filled from it when done */
@@ -208,8 +208,8 @@ typedef struct batch_scratch {
     batch_item **pending;
     int64_t *counts;
     int64_t *left;
-    int64_t *sold_counts; /* the counts of the sold requests, in order */
-    int64_t *order_ids;   /* their orders' ids */
+    int64_t *sold_counts;  /* the counts of the sold requests, in order */
+    int64_t *order_ids;    /* their orders' ids */
     const char **sold_ids; /* their request ids (NULL: none) */
     bool *sold;
 } batch_scratch;
@@ -315,7 +315,8 @@ static int sell_pending(const deduct_env *env, const mode *m, db_conn *conn, con
     /* Every sold request's order in one statement: one round trip for the batch. */
     for (i = 0; rc == DB_OK && i < k; i++)
         if (sold[i]) {
-            sc->sold_ids[n_sold] = pending[i]->request_id[0] != '\0' ? pending[i]->request_id : NULL;
+            sc->sold_ids[n_sold] =
+                pending[i]->request_id[0] != '\0' ? pending[i]->request_id : NULL;
             sc->sold_counts[n_sold++] = counts[i];
         }
     if (n_sold > 0) {

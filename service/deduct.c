@@ -559,8 +559,7 @@ int deduct_execute_as(const deduct_env *env, const mode *m, int64_t goods_id, in
     memset(out, 0, sizeof(*out));
 
     if (m->batched && env->batch != NULL && hook == NULL)
-        return batch_execute(env->batch, env, m, goods_id, count, idempotency_key, request_id,
-                             out);
+        return batch_execute(env->batch, env, m, goods_id, count, idempotency_key, request_id, out);
     if (m->sharded && hook == NULL)
         return sharded_execute(env, m, goods_id, count, idempotency_key, request_id, out);
 

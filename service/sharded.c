@@ -57,9 +57,9 @@ typedef struct sale {
     const mode *m;
     int64_t goods_id;
     int64_t count;
-    const char *key; /* Idempotency-Key or NULL */
+    const char *key;        /* Idempotency-Key or NULL */
     const char *request_id; /* the client's, written with the order, or NULL */
-    int k;           /* segments */
+    int k;                  /* segments */
     db_conn *conn;
     deduct_result *out;
 } sale;
