@@ -306,10 +306,10 @@ static int write_order_commit(db_conn *conn, const char *id_text, int64_t new_st
 
 int db_sale_commit(db_conn *conn, int64_t goods_id, int64_t new_stock, int64_t count,
                    const char *mode, const char *instance, int64_t fence,
-                   const char *fence_source, int64_t *order_id)
+                   const char *fence_source, const char *request_id, int64_t *order_id)
 {
     char id_buf[DB__I64_LEN], count_buf[DB__I64_LEN], fence_buf[DB__I64_LEN];
-    const char *order[6];
+    const char *order[7];
     PGresult *res = NULL;
     int rc;
 
@@ -321,6 +321,7 @@ int db_sale_commit(db_conn *conn, int64_t goods_id, int64_t new_stock, int64_t c
     order[3] = instance;
     order[4] = db__i64(fence_buf, fence);
     order[5] = fence_source;
+    order[6] = request_id;
     rc = write_order_commit(conn, id_buf, new_stock, DB__ORDER_INSERT, order, &res);
     if (rc != DB_OK)
         return rc;
@@ -331,12 +332,13 @@ int db_sale_commit(db_conn *conn, int64_t goods_id, int64_t new_stock, int64_t c
 
 int db_batch_commit(db_conn *conn, int64_t goods_id, int64_t new_stock, const int64_t *counts,
                     size_t n, const char *mode, const char *instance, int64_t fence,
-                    const char *fence_source, int64_t *order_ids)
+                    const char *fence_source, const char *const *request_ids,
+                    int64_t *order_ids)
 {
     char id_buf[DB__I64_LEN], fence_buf[DB__I64_LEN];
-    const char *orders[6];
+    const char *orders[7];
     PGresult *res = NULL;
-    char *array;
+    char *array, *ids;
     size_t i;
     int rc;
 
@@ -347,16 +349,22 @@ int db_batch_commit(db_conn *conn, int64_t goods_id, int64_t new_stock, const in
         if (counts[i] < 1 || counts[i] > INT32_MAX)
             return DB_ERR_INVALID;
     array = db__i64_array(counts, NULL, n);
-    if (!array)
+    ids = db__text_array(request_ids, n);
+    if (!array || !ids) {
+        free(array);
+        free(ids);
         return DB_ERR_NOMEM;
+    }
     orders[0] = db__i64(id_buf, goods_id);
     orders[1] = array;
     orders[2] = mode;
     orders[3] = instance;
     orders[4] = db__i64(fence_buf, fence);
     orders[5] = fence_source;
+    orders[6] = ids;
     rc = write_order_commit(conn, id_buf, new_stock, DB__ORDERS_INSERT_MANY, orders, &res);
     free(array);
+    free(ids);
     if (rc != DB_OK)
         return rc;
     /* Committed: a mismatch here is a fault of ours, reported, not a sale undone. */
