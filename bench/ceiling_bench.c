@@ -62,7 +62,7 @@ typedef struct bench_options {
     char modes[256]; /* comma-separated mode names */
     double seconds;  /* measured time per mode */
     int64_t goods_id;
-    int64_t stock; /* the reset stock: must outlast the run */
+    int64_t stock;                 /* the reset stock: must outlast the run */
     enum pipeline_choice pipeline; /* PIPE_CONFIG: DB_PIPELINE as configured */
     int repeat;                    /* measurements (or on/off pairs) per mode */
 } bench_options;
@@ -117,9 +117,9 @@ static int copy_field(char *dst, size_t size, const char *src)
 
 static bool known_flag(const char *flag)
 {
-    static const char *const flags[] = {"--modes",        "--seconds",    "--goods-id",  "--stock",
-                                        "--database-url", "--redis-host", "--redis-port",
-                                        "--pipeline",     "--repeat"};
+    static const char *const flags[] = {"--modes",      "--seconds",      "--goods-id",
+                                        "--stock",      "--database-url", "--redis-host",
+                                        "--redis-port", "--pipeline",     "--repeat"};
     size_t i;
 
     for (i = 0; i < sizeof(flags) / sizeof(flags[0]); i++)
@@ -340,7 +340,7 @@ static int measure_repeated(core *env, const mode *m, const bench_options *opts)
         int runs = opts->pipeline == PIPE_BOTH ? 2 : 1;
         for (k = 0; k < runs; k++) {
             double rate = 0.0;
-            bool with = opts->pipeline == PIPE_BOTH ? ((r + k) % 2 == 1)
+            bool with = opts->pipeline == PIPE_BOTH     ? ((r + k) % 2 == 1)
                         : opts->pipeline == PIPE_CONFIG ? configured
                                                         : opts->pipeline == PIPE_ON;
             env->deduct.pipeline = with;
@@ -363,8 +363,8 @@ static int measure_repeated(core *env, const mode *m, const bench_options *opts)
         memcpy(o, off, sizeof(o));
         memcpy(n, on, sizeof(n));
         memcpy(q, ratio, sizeof(q));
-        printf(" off_median=%.1f on_median=%.1f ratio_median=%.2f ratios=",
-               median(o, opts->repeat), median(n, opts->repeat), median(q, opts->repeat));
+        printf(" off_median=%.1f on_median=%.1f ratio_median=%.2f ratios=", median(o, opts->repeat),
+               median(n, opts->repeat), median(q, opts->repeat));
     }
     for (r = 0; r < opts->repeat; r++)
         printf("%s%.2f", r > 0 ? "," : "", ratio[r]);
@@ -375,13 +375,12 @@ static int measure_repeated(core *env, const mode *m, const bench_options *opts)
 
 int main(int argc, char **argv)
 {
-    bench_options opts = {
-        .modes = "none,local,redis",
-        .seconds = 3.0,
-        .goods_id = 1,
-        .stock = 1000000000,
-        .pipeline = PIPE_CONFIG,
-        .repeat = 1};
+    bench_options opts = {.modes = "none,local,redis",
+                          .seconds = 3.0,
+                          .goods_id = 1,
+                          .stock = 1000000000,
+                          .pipeline = PIPE_CONFIG,
+                          .repeat = 1};
     service_config cfg;
     core env = {0};
     const mode *modes[MAX_MODES];

@@ -484,8 +484,8 @@ static bool pipelined_batch(const deduct_env *env, const mode *m, db_conn *conn,
                    "commit; the batch was rolled back and sold nothing");
         goto out;
     }
-    rc = db_batch_commit(conn, goods_id, stock, sc->counts, n, m->name, env->instance,
-                         hold->fence, hold->fence_source, sc->sold_ids, sc->order_ids);
+    rc = db_batch_commit(conn, goods_id, stock, sc->counts, n, m->name, env->instance, hold->fence,
+                         hold->fence_source, sc->sold_ids, sc->order_ids);
     if (rc != DB_OK) {
         fail_db(items, n, "write, record orders, commit", rc, conn);
         goto out;

@@ -89,8 +89,7 @@ char *response_deducted(int64_t goods_id, int64_t count, int64_t remaining, int6
     return finish(o, failed);
 }
 
-char *response_dry_deduct(int64_t goods_id, int64_t count, const char *mode,
-                          const char *instance)
+char *response_dry_deduct(int64_t goods_id, int64_t count, const char *mode, const char *instance)
 {
     json_t *o = json_object();
     int failed = o == NULL;

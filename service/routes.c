@@ -234,7 +234,8 @@ static void handle_deduct_dry(app *a, const http_request *req, http_reply *reply
     m = choose_mode(a, req, dr.has_mode, dr.mode, reply);
     if (m == NULL)
         return;
-    reply_json(reply, 200, response_dry_deduct(dr.goods_id, dr.count, m->name, a->config->instance));
+    reply_json(reply, 200,
+               response_dry_deduct(dr.goods_id, dr.count, m->name, a->config->instance));
 }
 
 /* ---- POST /api/order ------------------------------------------------------------------ */
