@@ -169,6 +169,9 @@ history_resolve() {
     now=$(history_now)
     # The records of those keys: one JSON object per line, {"key":..,"status":..,"body":..}.
     {
+        # No JIT: the temporary tables have no statistics, their estimates cross the JIT's
+        # threshold, and compiling costs seconds where the query itself takes milliseconds.
+        echo 'SET jit = off;'
         echo 'CREATE TEMP TABLE open_ops (goods bigint, key text, how text, process bigint);'
         echo 'COPY open_ops FROM STDIN;'
         cat "$open"
@@ -222,7 +225,8 @@ history_ledger() {
     local dir=$1 out
     out=$({
         # (goods, order_id, count) of every ok deduction (the count from its invocation),
-        # then every goods the history names.
+        # then every goods the history names. No JIT (see history_resolve).
+        echo 'SET jit = off;'
         echo 'CREATE TEMP TABLE acked (goods bigint, order_id bigint, count bigint);'
         echo 'COPY acked FROM STDIN;'
         awk -F'\t' '$1 == "deduct" && $2 == "invoke" { n[$3] = $5; next }
