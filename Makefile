@@ -9,7 +9,7 @@
 #   make ladder     each lock design's flaw provoked on a stack of its own (loadtest/ladder),
 #                   each row drawn again into docs/course/timelines/
 #   make docs-check the course checked against the code (make docs: refresh its quotes)
-#   make chaos      every fault against the safe modes under load, on a stack of its own
+#   make chaos      every fault against the safe modes under load, on three stacks of its own
 #   make scale      the scaling report (loadtest/scale --check): hot goods, replicas 1-6,
 #                   where the time goes, on a stack of its own (~5 min)
 #   make up / down  start / stop the native local stack (PostgreSQL, Redis, 3 replicas, nginx)
