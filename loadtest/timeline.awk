@@ -33,9 +33,18 @@ function request_of(instance, ms,    i, n, best) {
             best = REQ[i]
     return best
 }
-# The request that took a holding starting at ms: in flight then, not yet a holder, the
-# earliest sent of those; else any request in flight.
-function holder_of(ms,    i, r) {
+# The request that took a holding the lock lane shows from ms: by the traces, the request
+# that entered its section last by then (a few ms of slack: the sample may come first) and
+# has no holding yet; without traces, one in flight then, not yet a holder, the earliest sent
+# of those; else any request in flight.
+function holder_of(ms,    i, r, best) {
+    best = ""
+    for (i = 1; i <= NREQ; i++) {
+        r = REQ[i]
+        if ((r in ENTERED) && !(r in HELD) && ENTERED[r] <= ms + 30 && (best == "" || ENTERED[r] > ENTERED[best]))
+            best = r
+    }
+    if (best != "") return best
     for (i = 1; i <= NREQ; i++) {
         r = REQ[i]
         if (SENT[r] <= ms + 30 && (!(r in ANSWERED) || ANSWERED[r] >= ms - 30) && !(r in HELD))
@@ -57,6 +66,16 @@ function holding_open(ms, who) {
     H_END[NH] = ""
     HELD[who] = 1
 }
+
+# When a traced request stopped believing it held the lock: its release point, else its
+# answer.
+function hold_end(r) {
+    if (r in RELEASED) return RELEASED[r]
+    if (r in SERVED) return SERVED[r]
+    if (r in ANSWERED) return ANSWERED[r]
+    return T_END
+}
+function short_fence(f) { return (f != "-" && length(f) <= 8) ? f : "" }
 
 BEGIN {
     COLOR["A"] = "#1f77b4"; COLOR["B"] = "#e377c2"; COLOR["C"] = "#2ca02c"; COLOR["A2"] = "#9467bd"
@@ -85,6 +104,21 @@ $1 == "fault" {
     if ($2 + 0 > T_MAX) T_MAX = $2 + 0
 }
 $1 == "order" { O_MS[++NO] = $2 + 0; O_INST[NO] = $3; O_FENCE[NO] = $4 }
+# A replica's trace of a request (GET /api/lab/trace/ID): the points it passed, what it saw.
+$1 == "started" { TRACED[$3] = 1; T_STARTED[$3] = $2 + 0 }
+$1 == "point" {
+    r = $3; k = ++NP[r]; TRACED[r] = 1
+    P_MS[r, k] = $2 + 0; P_NAME[r, k] = $4; P_HELD[r, k] = $5 + 0
+    P_STOCK[r, k] = $6; P_FENCE[r, k] = $7; P_TOKEN[r, k] = $8
+    if ($4 == "entered" && !(r in ENTERED)) ENTERED[r] = $2 + 0
+    if ($4 == "read") READV[r] = $6
+    if ($4 == "written") WROTE[r] = $6
+    if ($4 == "checked") CHECKED[r] = $2 + 0
+    if ($4 == "committed") COMMITTED[r] = $2 + 0
+    if ($4 == "release") RELEASED[r] = $2 + 0
+    if ($2 + 0 > T_MAX) T_MAX = $2 + 0
+}
+$1 == "served" { SERVED[$3] = $2 + 0; if ($2 + 0 > T_MAX) T_MAX = $2 + 0 }
 $1 == "lock" { L_MS[++NL] = $2 + 0; L_PTTL[NL] = $3 + 0; L_HOLDER[NL] = (NF >= 4 ? $4 : "") }
 $1 == "db" {
     split($3, f, "|")
@@ -157,6 +191,45 @@ END {
         last_n = D_N[i]; last_stock = D_STOCK[i]
     }
 
+    # ---- the commits the replicas traced: they replace the probe's for traced requests ----
+    # (their moment is the replica's own "committed" point, their read and write observed,
+    # not inferred; a sale is a unit sold twice when it read a stock an earlier sale read).
+    for (i = 1; i <= NC; i++) C_OBS[i] = 0
+    ntc = 0
+    for (i = 1; i <= NREQ; i++) if (REQ[i] in COMMITTED) ntc++
+    if (ntc > 0) {
+        n2 = 0
+        for (i = 1; i <= NC; i++) if (!(C_REQ[i] in TRACED)) {
+            n2++
+            K_MS[n2] = C_MS[i]; K_REQ[n2] = C_REQ[i]; K_WROTE[n2] = C_WROTE[i]; K_READ[n2] = C_WROTE[i] + 1
+            K_TWICE[n2] = C_TWICE[i]; K_OBS[n2] = 0
+        }
+        for (i = 1; i <= NREQ; i++) {
+            r = REQ[i]
+            if (!(r in COMMITTED)) continue
+            n2++
+            K_MS[n2] = COMMITTED[r]; K_REQ[n2] = r; K_OBS[n2] = 1
+            K_WROTE[n2] = (r in WROTE) ? WROTE[r] : "?"; K_READ[n2] = (r in READV) ? READV[r] : "?"
+        }
+        for (i = 2; i <= n2; i++)
+            for (j = i; j > 1 && K_MS[j] < K_MS[j - 1]; j--) {
+                t = K_MS[j]; K_MS[j] = K_MS[j - 1]; K_MS[j - 1] = t
+                t = K_REQ[j]; K_REQ[j] = K_REQ[j - 1]; K_REQ[j - 1] = t
+                t = K_WROTE[j]; K_WROTE[j] = K_WROTE[j - 1]; K_WROTE[j - 1] = t
+                t = K_READ[j]; K_READ[j] = K_READ[j - 1]; K_READ[j - 1] = t
+                t = K_TWICE[j]; K_TWICE[j] = K_TWICE[j - 1]; K_TWICE[j - 1] = t
+                t = K_OBS[j]; K_OBS[j] = K_OBS[j - 1]; K_OBS[j - 1] = t
+            }
+        split("", seen_read)
+        for (i = 1; i <= n2; i++) {
+            if (K_OBS[i]) K_TWICE[i] = (K_READ[i] in seen_read) ? 1 : 0
+            seen_read[K_READ[i]] = 1
+            C_MS[i] = K_MS[i]; C_REQ[i] = K_REQ[i]; C_WROTE[i] = K_WROTE[i]; C_READ[i] = K_READ[i]
+            C_TWICE[i] = K_TWICE[i]; C_OBS[i] = K_OBS[i]
+        }
+        NC = n2
+    }
+
     # ---- the scale ----
     T_START = -100
     T_END = T_MAX + 250
@@ -177,7 +250,7 @@ END {
     printf "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" font-family=\"DejaVu Sans, Verdana, sans-serif\">\n", WIDTH, HEIGHT, WIDTH, HEIGHT
     rect(0, 0, WIDTH, HEIGHT, "#ffffff", 1, "")
     text(12, 24, MODE " / " SCENARIO, "start", 17, "#000", "bold")
-    text(12, 44, "a ladder row drawn from a real run: requests straight to the replicas, the lock and the stock row as probes saw them; lease L = " LEASE " ms", "start", 11, "#444", "")
+    text(12, 44, "a ladder row drawn from a real run: requests straight to the replicas, their points as the replicas traced them; lease L = " LEASE " ms", "start", 11, "#444", "")
 
     # The ruler: ms since A was sent.
     step = (span > 4000) ? 1000 : 500
@@ -218,8 +291,9 @@ END {
         h = (to - H_FROM[i]) * K
         rect(lcx - 40, y(H_FROM[i]), 80, h, COLOR[w], 0.35, COLOR[w])
         text(lcx, y(H_FROM[i]) + 13, "held by " w, "middle", 10, "#000", "bold")
-        # In the holder's own lane only while it lives: a dead holder's lock outlives it.
-        for (j = 1; j <= NREQ; j++) if (REQ[j] == w) {
+        # In the holder's own lane only while it lives: a dead holder's lock outlives it. A
+        # traced holder's lane shows its own view instead (below).
+        for (j = 1; j <= NREQ; j++) if (REQ[j] == w && !(w in TRACED)) {
             cx = X0 + (j - 0.5) * LANE_W
             rto = (w in ANSWERED && ANSWERED[w] < to) ? ANSWERED[w] : to
             if (rto > H_FROM[i]) rect(cx - 11, y(H_FROM[i]), 22, (rto - H_FROM[i]) * K, COLOR[w], 0.30, "")
@@ -234,7 +308,26 @@ END {
         }
         if (H_PTTL[i] == -1 && H_END[i] != "lease ran out" && NL > 0)
             text(lcx + 44, y(H_FROM[i]) + 26, "no TTL", "start", 9, "#d62728", "")
+        # The lease ran out while its holder, by its own trace, was still inside: mark it there.
+        if (H_END[i] == "lease ran out" && (w in ENTERED) && H_TO[i] > ENTERED[w] && H_TO[i] < hold_end(w)) {
+            for (j = 1; j <= NREQ; j++) if (REQ[j] == w) {
+                cx = X0 + (j - 0.5) * LANE_W
+                line(cx - 30, y(H_TO[i]), lcx - 60, y(H_TO[i]), "#d62728", 1, "2,3")
+                line(cx - 16, y(H_TO[i]), cx + 16, y(H_TO[i]), "#d62728", 2, "6,3")
+                text(cx - 18, y(H_TO[i]) - 3, "lease gone,", "end", 9, "#d62728", "bold")
+                text(cx - 18, y(H_TO[i]) + 8, w " still inside", "end", 9, "#d62728", "bold")
+            }
+        }
     }
+    # A traced request's own view of its holding: from its section's entry to its release
+    # (or its answer), shaded in its lane. Only where there is a lock to hold.
+    if (NL > 0 || MODE ~ /^pg-lockrow/)
+        for (j = 1; j <= NREQ; j++) {
+            w = REQ[j]
+            if (!(w in ENTERED)) continue
+            cx = X0 + (j - 0.5) * LANE_W
+            rect(cx - 11, y(ENTERED[w]), 22, (hold_end(w) - ENTERED[w]) * K, COLOR[w], 0.30, "")
+        }
 
     # The requests: from sent to answered, with their transaction's start and their sale.
     for (i = 1; i <= NREQ; i++) {
@@ -263,6 +356,20 @@ END {
             if (split(fl[k], kv, "=") != 2) continue
             what = kv[1]; p = kv[2] + 0
             pend = ""
+            # Traced: where the pause really was, between two of its points.
+            pfrom = ""
+            if ((what == "pause-before-commit" || what == "stop-before-commit") && (r in CHECKED) && (r in COMMITTED)) {
+                pfrom = CHECKED[r]; pend = COMMITTED[r]
+            } else if (what == "pause-before-release" && (r in RELEASED) && (r in SERVED)) {
+                pfrom = RELEASED[r]; pend = SERVED[r]
+            }
+            if (pfrom != "") {
+                rect(cx - 6, y(pfrom), 12, (pend - pfrom) * K, "#555555", 0.45, "")
+                lbl = (what == "stop-before-commit") ? "process stopped" : (what == "pause-before-release" ? "paused in release" : "paused")
+                text(cx - 10, y((pfrom + pend) / 2), lbl, "end", 9, "#333", "")
+                text(cx - 10, y((pfrom + pend) / 2) + 11, int(pend - pfrom) " ms", "end", 9, "#333", "")
+                continue
+            }
             if (what == "pause-before-commit" || what == "stop-before-commit") {
                 for (j = 1; j <= NC; j++) if (C_REQ[j] == r) { pend = C_MS[j]; break }
                 if (pend == "" && (r in ANSWERED)) pend = ANSWERED[r]
@@ -277,10 +384,39 @@ END {
     }
     for (i = 1; i <= NO; i++) {
         r = request_of(O_INST[i], O_MS[i])
+        if (r in TRACED) continue
         for (j = 1; j <= NREQ; j++) if (REQ[j] == r) {
             cx = X0 + (j - 0.5) * LANE_W
             printf "<circle cx=\"%s\" cy=\"%s\" r=\"3.5\" fill=\"#333\"/>\n", cx, y(O_MS[i])
             text(cx + 8, y(O_MS[i]) + 4, "BEGIN" (O_FENCE[i] != "-" ? ", token " O_FENCE[i] : ""), "start", 9, "#333", "")
+        }
+    }
+
+    # The points each traced request passed, as its replica recorded them: a dot at the true
+    # moment, its label pushed down below the one before when they come too close.
+    for (j = 1; j <= NREQ; j++) {
+        r = REQ[j]; cx = X0 + (j - 0.5) * LANE_W
+        last_label = -1000
+        for (k = 1; k <= NP[r]; k++) {
+            pn = P_NAME[r, k]; yy = y(P_MS[r, k]) + 0
+            if (pn == "committed") continue # the COMMIT arrow below says it
+            if (pn == "entered") {
+                lbl = (NL > 0 || MODE ~ /^pg-lockrow/) ? "lock taken" : "entered"
+                f = short_fence(P_FENCE[r, k])
+                if (f != "") lbl = lbl ", token " f
+            } else if (pn == "begun") lbl = "BEGIN"
+            else if (pn == "read") lbl = "read " P_STOCK[r, k]
+            else if (pn == "written") lbl = "wrote " P_STOCK[r, k]
+            else if (pn == "checked") lbl = "checked"
+            else if (pn == "release") lbl = "release"
+            else lbl = pn
+            if (P_HELD[r, k] > 0) lbl = lbl " (held " P_HELD[r, k] " ms)"
+            ty = yy + 3
+            if (ty < last_label + 10) ty = last_label + 10
+            last_label = ty
+            printf "<circle cx=\"%s\" cy=\"%.1f\" r=\"2.5\" fill=\"#333\"/>\n", cx, yy
+            if (ty > yy + 4) line(cx + 3, yy, cx + 12, ty - 3, "#999", 0.6, "")
+            text(cx + 14, ty, lbl, "start", 8.5, (pn == "read" || pn == "written") ? "#000" : "#333", (pn == "read" || pn == "written") ? "bold" : "")
         }
     }
 
@@ -300,7 +436,7 @@ END {
             cx = X0 + (j - 0.5) * LANE_W
             line(cx + 6, yy, scx - 4, yy, col, (C_TWICE[i] ? 2.5 : 1.5), "")
             printf "<polygon points=\"%s,%s %s,%s %s,%s\" fill=\"%s\"/>\n", scx - 4, yy, scx - 12, yy - 4, scx - 12, yy + 4, col
-            lbl = "COMMIT: wrote " C_WROTE[i] " (read " C_WROTE[i] + 1 ")"
+            lbl = C_OBS[i] ? "COMMIT (read " C_READ[i] ", wrote " C_WROTE[i] ")" : "COMMIT: wrote " C_WROTE[i] " (read " C_WROTE[i] + 1 ")"
             text(cx + 10, (ty == yy ? yy - 4 : ty), lbl, "start", 9, col, (C_TWICE[i] ? "bold" : ""))
         }
         if (C_TWICE[i]) {
@@ -320,8 +456,16 @@ END {
 
     # The books, and what the picture is made of.
     text(12, BOTTOM + 26, "the books: sold " SOLD ", the stock gave up " TAKEN ", oversold " OVERSOLD, "start", 13, (OVERSOLD > 0 ? "#d62728" : "#000"), "bold")
-    text(12, BOTTOM + 46, "Drawn by loadtest/timeline from loadtest/ladder's events: sends and answers as the driver saw them; the lock and the row sampled every few tens of ms;", "start", 9, "#555", "")
-    text(12, BOTTOM + 59, "BEGIN is the sale's transaction start (orders.created); a COMMIT is placed at the first sample showing it, its read inferred (read = written + 1);", "start", 9, "#555", "")
-    text(12, BOTTOM + 72, "grey in a lane: the pause its X-Fault asked for, drawn back from where it ends (its commit, or its answer).", "start", 9, "#555", "")
+    ntr = 0
+    for (i = 1; i <= NREQ; i++) if (REQ[i] in TRACED) ntr++
+    if (ntr > 0) {
+        text(12, BOTTOM + 46, "Drawn by loadtest/timeline: each request's points (dots), its reads and writes, and its COMMIT as its replica traced them (GET /api/lab/trace/ID, on the wall clock);", "start", 9, "#555", "")
+        text(12, BOTTOM + 59, "its lane shaded from taking the lock to its release, as it believed; sends and answers as the driver saw them; the lock lane as a probe sampled the key every 20 ms;", "start", 9, "#555", "")
+        text(12, BOTTOM + 72, "grey in a lane: the pause its X-Fault asked for, between the points it fell between. A request with no dots has no trace (its replica died with it).", "start", 9, "#555", "")
+    } else {
+        text(12, BOTTOM + 46, "Drawn by loadtest/timeline from loadtest/ladder's events: sends and answers as the driver saw them; the lock and the row sampled every few tens of ms;", "start", 9, "#555", "")
+        text(12, BOTTOM + 59, "BEGIN is the sale's transaction start (orders.created); a COMMIT is placed at the first sample showing it, its read inferred (read = written + 1);", "start", 9, "#555", "")
+        text(12, BOTTOM + 72, "grey in a lane: the pause its X-Fault asked for, drawn back from where it ends (its commit, or its answer).", "start", 9, "#555", "")
+    }
     print "</svg>"
 }
