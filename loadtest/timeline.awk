@@ -226,6 +226,7 @@ END {
             seen_read[K_READ[i]] = 1
             C_MS[i] = K_MS[i]; C_REQ[i] = K_REQ[i]; C_WROTE[i] = K_WROTE[i]; C_READ[i] = K_READ[i]
             C_TWICE[i] = K_TWICE[i]; C_OBS[i] = K_OBS[i]
+            if (C_OBS[i] && C_TWICE[i]) SOLD_TWICE[C_REQ[i]] = 1
         }
         NC = n2
     }
@@ -243,7 +244,7 @@ END {
     nl = NREQ
     LOCK_X = X0 + nl * LANE_W
     STOCK_X = LOCK_X + 190
-    WIDTH = STOCK_X + 215
+    WIDTH = STOCK_X + 235
     BOTTOM = TOP + span * K
     HEIGHT = BOTTOM + 84
 
@@ -399,24 +400,31 @@ END {
         last_label = -1000
         for (k = 1; k <= NP[r]; k++) {
             pn = P_NAME[r, k]; yy = y(P_MS[r, k]) + 0
-            if (pn == "committed") continue # the COMMIT arrow below says it
             if (pn == "entered") {
                 lbl = (NL > 0 || MODE ~ /^pg-lockrow/) ? "lock taken" : "entered"
-                f = short_fence(P_FENCE[r, k])
-                if (f != "") lbl = lbl ", token " f
+                fz = short_fence(P_FENCE[r, k])
+                if (fz != "") lbl = lbl ", token " fz
             } else if (pn == "begun") lbl = "BEGIN"
             else if (pn == "read") lbl = "read " P_STOCK[r, k]
             else if (pn == "written") lbl = "wrote " P_STOCK[r, k]
             else if (pn == "checked") lbl = "checked"
+            else if (pn == "committed") lbl = "COMMIT"
             else if (pn == "release") lbl = "release"
             else lbl = pn
             if (P_HELD[r, k] > 0) lbl = lbl " (held " P_HELD[r, k] " ms)"
             ty = yy + 3
             if (ty < last_label + 10) ty = last_label + 10
             last_label = ty
+            col = "#333"; wt = ""
+            if (pn == "read" || pn == "written" || pn == "committed") { col = "#000"; wt = "bold" }
+            # The read of a sale that sold a unit twice: a stock an earlier sale had read.
+            if ((pn == "read" || pn == "committed") && (r in SOLD_TWICE)) {
+                col = "#d62728"
+                if (pn == "read") lbl = lbl " (stale)"
+            }
             printf "<circle cx=\"%s\" cy=\"%.1f\" r=\"2.5\" fill=\"#333\"/>\n", cx, yy
             if (ty > yy + 4) line(cx + 3, yy, cx + 12, ty - 3, "#999", 0.6, "")
-            text(cx + 14, ty, lbl, "start", 8.5, (pn == "read" || pn == "written") ? "#000" : "#333", (pn == "read" || pn == "written") ? "bold" : "")
+            text(cx + 14, ty, lbl, "start", 8.5, col, wt)
         }
     }
 
@@ -436,8 +444,9 @@ END {
             cx = X0 + (j - 0.5) * LANE_W
             line(cx + 6, yy, scx - 4, yy, col, (C_TWICE[i] ? 2.5 : 1.5), "")
             printf "<polygon points=\"%s,%s %s,%s %s,%s\" fill=\"%s\"/>\n", scx - 4, yy, scx - 12, yy - 4, scx - 12, yy + 4, col
-            lbl = C_OBS[i] ? "COMMIT (read " C_READ[i] ", wrote " C_WROTE[i] ")" : "COMMIT: wrote " C_WROTE[i] " (read " C_WROTE[i] + 1 ")"
-            text(cx + 10, (ty == yy ? yy - 4 : ty), lbl, "start", 9, col, (C_TWICE[i] ? "bold" : ""))
+            # A traced commit is labelled among its request's points; a probe's here.
+            lbl = "COMMIT: wrote " C_WROTE[i] " (read " C_WROTE[i] + 1 ")"
+            if (!C_OBS[i]) text(cx + 10, (ty == yy ? yy - 4 : ty), lbl, "start", 9, col, (C_TWICE[i] ? "bold" : ""))
         }
         if (C_TWICE[i]) {
             rect(scx + 4, ty - 11, 150, 30, "#d62728", 0.12, "#d62728")
