@@ -291,7 +291,13 @@ END {
         w = H_WHO[i]
         h = (to - H_FROM[i]) * K
         rect(lcx - 40, y(H_FROM[i]), 80, h, COLOR[w], 0.35, COLOR[w])
-        text(lcx, y(H_FROM[i]) + 13, "held by " w, "middle", 10, "#000", "bold")
+        # A short holding: one label beside it, not two on top of each other.
+        short = (h < 30 && H_END[i] != "lease ran out" && !(i == NH && still_held))
+        if (short) {
+            text(lcx + 44, y(H_FROM[i]) + h / 2, "held by " w ", " int(to - H_FROM[i]) " ms", "start", 9, "#000", "bold")
+            if (H_END[i] != "") text(lcx + 44, y(H_FROM[i]) + h / 2 + 10, H_END[i], "start", 8.5, "#333", "")
+        } else
+            text(lcx, y(H_FROM[i]) + 13, "held by " w, "middle", 10, "#000", "bold")
         # In the holder's own lane only while it lives: a dead holder's lock outlives it. A
         # traced holder's lane shows its own view instead (below).
         for (j = 1; j <= NREQ; j++) if (REQ[j] == w && !(w in TRACED)) {
@@ -302,7 +308,7 @@ END {
         if (H_END[i] == "lease ran out") {
             line(lcx - 60, y(H_TO[i]), lcx + 60, y(H_TO[i]), "#d62728", 2, "6,3")
             text(lcx + 2, y(H_TO[i]) - 4, "lease ran out (" w "'s)", "middle", 10, "#d62728", "bold")
-        } else if (H_END[i] != "") {
+        } else if (H_END[i] != "" && !short) {
             text(lcx, y(H_TO[i]) - 4, H_END[i], "middle", 9, "#333", "")
         } else if (i == NH && still_held) {
             text(lcx, y(H_TO[i]) + 13, "still held: no expiry", "middle", 10, "#d62728", "bold")
@@ -393,6 +399,27 @@ END {
         }
     }
 
+    # A traced request's time at its replica before its section (or its answer, when it never
+    # got in): waiting for the lock where there is one, framed by a bracket.
+    for (j = 1; j <= NREQ; j++) {
+        r = REQ[j]; cx = X0 + (j - 0.5) * LANE_W
+        if (!(r in T_STARTED)) continue
+        wend = (r in ENTERED) ? ENTERED[r] : ((r in SERVED) ? SERVED[r] : T_STARTED[r])
+        line(cx - 16, y(T_STARTED[r]), cx - 8, y(T_STARTED[r]), "#333", 1, "")
+        text(cx - 18, y(T_STARTED[r]) + 3, "at svc-" REPLICA[r], "end", 8.5, "#333", "")
+        if (wend - T_STARTED[r] >= 100) {
+            line(cx - 12, y(T_STARTED[r]), cx - 12, y(wend), "#333", 1, "2,2")
+            if (NL > 0 || MODE ~ /^pg-lockrow/) {
+                text(cx - 16, y((T_STARTED[r] + wend) / 2), "waiting for", "end", 8.5, "#333", "")
+                text(cx - 16, y((T_STARTED[r] + wend) / 2) + 10, "the lock " int(wend - T_STARTED[r]) " ms", "end", 8.5, "#333", "")
+            }
+        }
+        if ((r in SERVED) && !(r in ENTERED)) {
+            line(cx - 16, y(SERVED[r]), cx - 8, y(SERVED[r]), "#333", 1, "")
+            text(cx - 18, y(SERVED[r]) + 3, "answered", "end", 8.5, "#333", "")
+        }
+    }
+
     # The points each traced request passed, as its replica recorded them: a dot at the true
     # moment, its label pushed down below the one before when they come too close.
     for (j = 1; j <= NREQ; j++) {
@@ -470,7 +497,7 @@ END {
     if (ntr > 0) {
         text(12, BOTTOM + 46, "Drawn by loadtest/timeline: each request's points (dots), its reads and writes, and its COMMIT as its replica traced them (GET /api/lab/trace/ID, on the wall clock);", "start", 9, "#555", "")
         text(12, BOTTOM + 59, "its lane shaded from taking the lock to its release, as it believed; sends and answers as the driver saw them; the lock lane as a probe sampled the key every 20 ms;", "start", 9, "#555", "")
-        text(12, BOTTOM + 72, "grey in a lane: the pause its X-Fault asked for, between the points it fell between. A request with no dots has no trace (its replica died with it).", "start", 9, "#555", "")
+        text(12, BOTTOM + 72, "grey: the pause its X-Fault asked for, between its points. No dots: it never got in (its replica's wait, bracketed), or no trace (its replica died with it).", "start", 9, "#555", "")
     } else {
         text(12, BOTTOM + 46, "Drawn by loadtest/timeline from loadtest/ladder's events: sends and answers as the driver saw them; the lock and the row sampled every few tens of ms;", "start", 9, "#555", "")
         text(12, BOTTOM + 59, "BEGIN is the sale's transaction start (orders.created); a COMMIT is placed at the first sample showing it, its read inferred (read = written + 1);", "start", 9, "#555", "")
