@@ -142,12 +142,12 @@ END {
         if (present) {
             # A new holding: the key appeared, its holder changed, or (an owner-less "1")
             # its lease went back up: set again by someone else.
-            renewed = (!use_row && pttl > 0 && prev_pttl > 0 && pttl > prev_pttl + 50)
+            renewed = (!use_row && pttl > 0 && prev_pttl >= 0 && pttl > prev_pttl + 50)
             if (!prev_present || holder != prev_holder || (renewed && holder == "1")) {
                 # Set again as the old lease said it would end: it ran out, and the next
                 # waiter took it at once (between two samples).
                 if (prev_present)
-                    H_END[NH] = (prev_pttl > 0 && ms >= prev_ms + prev_pttl - 40) ? "lease ran out" : "ended: next holder in"
+                    H_END[NH] = (prev_pttl >= 0 && ms >= prev_ms + prev_pttl - 40) ? "lease ran out" : "ended: next holder in"
                 holding_open(ms, holder_of(ms))
             }
             H_TO[NH] = ms
@@ -157,7 +157,7 @@ END {
         } else if (prev_present) {
             H_TO[NH] = ms
             # Gone at about the moment its lease said: it ran out; else someone deleted it.
-            if (!use_row && prev_pttl > 0 && ms >= prev_ms + prev_pttl - 40)
+            if (!use_row && prev_pttl >= 0 && ms >= prev_ms + prev_pttl - 40)
                 H_END[NH] = "lease ran out"
             else
                 H_END[NH] = "released (deleted)"
