@@ -86,7 +86,7 @@ int core_create(const service_config *cfg, int db_pool_size, int redis_pool_size
         etcd_opts.endpoint = cfg->etcd_endpoint;
         etcd_opts.lease_ms = cfg->lock_lease_ms;
         etcd_opts.request_timeout_ms = (int)cfg->etcd_timeout_ms;
-        if (etcd_lock_client_create(&etcd_opts, &out->etcd) != ETCD_LOCK_OK) {
+        if (etcd_lock_client_create(&etcd_opts, &out->etcd) != QUEUE_LOCK_OK) {
             snprintf(err, errlen, "cannot create the etcd lock client");
             return -1;
         }
@@ -99,7 +99,7 @@ int core_create(const service_config *cfg, int db_pool_size, int redis_pool_size
         zk_opts.hosts = cfg->zookeeper_hosts;
         zk_opts.session_ms = cfg->lock_lease_ms > INT32_MAX ? INT32_MAX : (int)cfg->lock_lease_ms;
         zk_opts.request_timeout_ms = cfg->zookeeper_timeout_ms;
-        if (zk_lock_client_create(&zk_opts, &out->zk) != ZK_LOCK_OK) {
+        if (zk_lock_client_create(&zk_opts, &out->zk) != QUEUE_LOCK_OK) {
             snprintf(err, errlen, "cannot create the ZooKeeper lock client");
             return -1;
         }
@@ -149,8 +149,8 @@ void core_destroy(core *c)
     batch_queue_destroy(c->deduct.batch);
     guard_env_destroy(c->guards);
     redlock_destroy(c->redlock);
-    etcd_lock_client_destroy(c->etcd);
-    zk_lock_client_destroy(c->zk);
+    queue_lock_destroy(c->etcd);
+    queue_lock_destroy(c->zk);
     lock_client_destroy(c->lock);
     db_pool_destroy(c->db);
     memset(c, 0, sizeof(*c));

@@ -390,7 +390,7 @@ static guard_env *env_with_etcd(etcd_lock_client **client)
 
     etcd_lock_options_init(&eo);
     eo.endpoint = "http://127.0.0.1:9";
-    assert_int_equal(etcd_lock_client_create(&eo, client), ETCD_LOCK_OK);
+    assert_int_equal(etcd_lock_client_create(&eo, client), QUEUE_LOCK_OK);
     opts.etcd = *client;
     assert_int_equal(guard_env_create(&opts, &env), 0);
     return env;
@@ -427,7 +427,7 @@ static void test_etcd_is_served_only_with_an_etcd_client(void **state)
 
     guard_env_destroy(with);
     guard_env_destroy(without);
-    etcd_lock_client_destroy(client);
+    queue_lock_destroy(client);
 }
 
 /* zookeeper likewise, with a ZooKeeper client (ZOOKEEPER_HOSTS): it connects lazily, so no
@@ -450,7 +450,7 @@ static void test_zookeeper_is_served_only_with_a_zookeeper_client(void **state)
 
     zk_lock_options_init(&zo);
     zo.hosts = "127.0.0.1:9";
-    assert_int_equal(zk_lock_client_create(&zo, &client), ZK_LOCK_OK);
+    assert_int_equal(zk_lock_client_create(&zo, &client), QUEUE_LOCK_OK);
     opts.zk = client;
     assert_int_equal(guard_env_create(&plain, &without), 0);
     assert_int_equal(guard_env_create(&opts, &with), 0);
@@ -465,7 +465,7 @@ static void test_zookeeper_is_served_only_with_a_zookeeper_client(void **state)
 
     guard_env_destroy(with);
     guard_env_destroy(without);
-    zk_lock_client_destroy(client);
+    queue_lock_destroy(client);
 }
 
 static void test_zookeeper_guard_without_client_is_unavailable(void **state)
