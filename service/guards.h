@@ -132,14 +132,14 @@ int guard_redlock__enter(guard_env *env, int64_t goods_id, guard_hold *hold, cha
 int guard_redlock__still_held(guard_env *env, const guard_hold *hold);
 void guard_redlock__leave(guard_env *env, guard_hold *hold);
 
-/* etcd (guard_etcd.c): the etcd lock of lock/etcd/ on "goods-<id>", fenced. */
+/* etcd (modes/queue_lock.c): the queue lock of lock/queue/ on etcd, "goods-<id>", fenced. */
 int guard_etcd__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
                       size_t detail_len);
 int guard_etcd__still_held(guard_env *env, const guard_hold *hold);
 void guard_etcd__leave(guard_env *env, guard_hold *hold);
 /* Offered only by a replica with an etcd client (ETCD_ENDPOINT set). */
 
-/* zookeeper (guard_zookeeper.c): the ZooKeeper lock of lock/zookeeper/ on "goods-<id>"
+/* zookeeper (modes/queue_lock.c): the queue lock of lock/queue/ on ZooKeeper, "goods-<id>"
  * (nodes under /locks/goods-<id>), fenced by the node's czxid. Offered only by a replica
  * with a ZooKeeper client (ZOOKEEPER_HOSTS set). */
 int guard_zookeeper__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
