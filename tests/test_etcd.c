@@ -65,11 +65,11 @@ static void sleep_ms(int ms)
 
 static etcd_lock_client *new_client(const char *endpoint, int64_t lease_ms)
 {
-    etcd_lock_options opts;
+    queue_lock_options opts;
     etcd_lock_client *c = NULL;
 
-    etcd_lock_options_init(&opts);
-    opts.endpoint = endpoint;
+    queue_lock_options_init(&opts);
+    opts.servers = endpoint;
     opts.lease_ms = lease_ms;
     opts.request_timeout_ms = 1000;
     if (etcd_lock_client_create(&opts, &c) != QUEUE_LOCK_OK)
@@ -369,15 +369,15 @@ static void *hung_acquire(void *p)
  */
 static void test_hung_server_bounded(void **state)
 {
-    etcd_lock_options opts;
+    queue_lock_options opts;
     etcd_lock_client *c = NULL;
     pthread_t t[HUNG_THREADS];
     hung_arg a[HUNG_THREADS];
     int64_t worst = 0;
 
     (void)state;
-    etcd_lock_options_init(&opts);
-    opts.endpoint = etcd_server_endpoint(server);
+    queue_lock_options_init(&opts);
+    opts.servers = etcd_server_endpoint(server);
     opts.lease_ms = 3000;
     opts.request_timeout_ms = HUNG_TIMEOUT_MS;
     assert_int_equal(etcd_lock_client_create(&opts, &c), QUEUE_LOCK_OK);
@@ -536,7 +536,7 @@ static int64_t other_takes_within(const char *name, int64_t wait_ms)
  */
 static void test_lost_answers_leave_nothing(void **state)
 {
-    etcd_lock_options opts;
+    queue_lock_options opts;
     etcd_lock_client *c = NULL;
     char endpoint[64];
     int64_t took;
@@ -544,8 +544,8 @@ static void test_lost_answers_leave_nothing(void **state)
     (void)state;
     assert_int_equal(proxy_start(), 0);
     snprintf(endpoint, sizeof(endpoint), "http://127.0.0.1:%d", g_proxy_port);
-    etcd_lock_options_init(&opts);
-    opts.endpoint = endpoint;
+    queue_lock_options_init(&opts);
+    opts.servers = endpoint;
     opts.lease_ms = 2000;
     opts.request_timeout_ms = 300;
     assert_int_equal(etcd_lock_client_create(&opts, &c), QUEUE_LOCK_OK);

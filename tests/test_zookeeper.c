@@ -63,12 +63,12 @@ static void sleep_ms(int ms)
 
 static zk_lock_client *new_client(const char *hosts, int session_ms)
 {
-    zk_lock_options opts;
+    queue_lock_options opts;
     zk_lock_client *c = NULL;
 
-    zk_lock_options_init(&opts);
-    opts.hosts = hosts;
-    opts.session_ms = session_ms;
+    queue_lock_options_init(&opts);
+    opts.servers = hosts;
+    opts.lease_ms = session_ms;
     opts.request_timeout_ms = REQUEST_TIMEOUT_MS;
     if (zk_lock_client_create(&opts, &c) != QUEUE_LOCK_OK)
         return NULL;
@@ -396,16 +396,16 @@ static void *hung_acquire(void *p)
  */
 static void test_hung_server_bounded(void **state)
 {
-    zk_lock_options opts;
+    queue_lock_options opts;
     zk_lock_client *c = NULL;
     pthread_t t[HUNG_THREADS];
     hung_arg a[HUNG_THREADS];
     int64_t worst = 0, start;
 
     (void)state;
-    zk_lock_options_init(&opts);
-    opts.hosts = zk_server_hosts(server);
-    opts.session_ms = 9000;
+    queue_lock_options_init(&opts);
+    opts.servers = zk_server_hosts(server);
+    opts.lease_ms = 9000;
     opts.request_timeout_ms = HUNG_TIMEOUT_MS;
     assert_int_equal(zk_lock_client_create(&opts, &c), QUEUE_LOCK_OK);
     assert_int_equal(queue_lock_acquire(c, "hung", me(), 0, NULL), QUEUE_LOCK_OK); /* connected */

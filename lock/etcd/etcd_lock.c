@@ -537,59 +537,32 @@ static void etcd_destroy(void *be)
     curl_global_cleanup();
 }
 
-static const queue_lock__backend etcd_backend = {
-    .service = "etcd",
-    .get_session = etcd_get_session,
-    .put_session = etcd_put_session,
-    .create = etcd_create,
-    .predecessor = etcd_predecessor,
-    .watch_deletion = etcd_watch_deletion,
-    .remove = etcd_remove,
-    .end = etcd_end,
-    .alive = etcd_alive,
-    .keep_alive = etcd_keep_alive,
-    .destroy = etcd_destroy,
-};
-
-void etcd_lock_options_init(etcd_lock_options *opts)
-{
-    memset(opts, 0, sizeof(*opts));
-    opts->endpoint = "http://127.0.0.1:2379";
-    opts->lease_ms = 10000;
-    opts->request_timeout_ms = 1000;
-}
-
-int etcd_lock_client_create(const etcd_lock_options *opts, etcd_lock_client **out)
+/* The backend's open: the client's state, with no lease yet (the first acquire grants it). */
+static void *etcd_open(queue_lock *q, const char *servers, const queue_lock_options *opts)
 {
     etcd_be *c;
-    queue_lock *q = NULL;
 
-    if (opts == NULL || out == NULL || opts->endpoint == NULL || opts->endpoint[0] == '\0' ||
-        strlen(opts->endpoint) >= sizeof(c->endpoint) || opts->lease_ms <= 0 ||
-        opts->request_timeout_ms <= 0)
-        return QUEUE_LOCK_ERR_INVALID;
-    /* Thread-safe in libcurl 7.84 and later (Debian 12 has 7.88); idempotent. */
+    /* Thread-safe in libcurl 7.84 and later (Debian 12 has 7.88); idempotent, counted. */
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
-        return QUEUE_LOCK_ERR_NOMEM;
+        return NULL;
     c = calloc(1, sizeof(*c));
     if (c == NULL || lock__cond_init(&c->grants) != 0) {
         free(c);
         curl_global_cleanup();
-        return QUEUE_LOCK_ERR_NOMEM;
+        return NULL;
     }
-    snprintf(c->endpoint, sizeof(c->endpoint), "%s", opts->endpoint);
-    c->ttl_s = (opts->lease_ms + 999) / 1000;
-    c->timeout_ms = opts->request_timeout_ms;
     pthread_mutex_init(&c->mu, NULL);
-    if (queue_lock__create(&etcd_backend, c, &q) != QUEUE_LOCK_OK) {
-        etcd_destroy(c);
-        return QUEUE_LOCK_ERR_NOMEM;
-    }
     c->q = q;
-    if (queue_lock__start(q) != QUEUE_LOCK_OK) {
-        queue_lock_destroy(q);
-        return QUEUE_LOCK_ERR_NOMEM;
-    }
-    *out = q;
-    return QUEUE_LOCK_OK;
+    snprintf(c->endpoint, sizeof(c->endpoint), "%s", servers);
+    c->timeout_ms = opts->request_timeout_ms;
+    c->ttl_s = (opts->lease_ms + 999) / 1000; /* etcd's TTLs are whole seconds */
+    return c;
+}
+
+static const queue_lock__backend etcd_backend =
+    QUEUE_LOCK__BACKEND(etcd, "etcd", "http://127.0.0.1:2379");
+
+int etcd_lock_client_create(const queue_lock_options *opts, etcd_lock_client **out)
+{
+    return queue_lock__open(&etcd_backend, opts, out);
 }

@@ -30,19 +30,11 @@
 /* A queue lock whose backend is etcd: use it with queue_lock_acquire() and the rest. */
 typedef queue_lock etcd_lock_client;
 
-typedef struct etcd_lock_options {
-    const char *endpoint;   /* "http://127.0.0.1:2379"; copied */
-    int64_t lease_ms;       /* the lease's TTL (rounded up to whole seconds, >= 1 s);
-                               default 10000; kept alive every lease/3 */
-    int request_timeout_ms; /* bounds every request but the watch; default 1000 */
-} etcd_lock_options;
-
-void etcd_lock_options_init(etcd_lock_options *opts);
-
-/* Creates the client and starts its keep-alive thread. Connects lazily: succeeds while
- * etcd is down. QUEUE_LOCK_OK, QUEUE_LOCK_ERR_INVALID or QUEUE_LOCK_ERR_NOMEM. Free with
- * queue_lock_destroy(), which leaves the keys of holdings to the lease's TTL. */
-int etcd_lock_client_create(const etcd_lock_options *opts, etcd_lock_client **out);
+/* Creates the client (opts->servers: etcd's client URL, plain http://) and starts its
+ * keep-alive thread. Connects lazily: succeeds while etcd is down. QUEUE_LOCK_OK,
+ * QUEUE_LOCK_ERR_INVALID or QUEUE_LOCK_ERR_NOMEM. Free with queue_lock_destroy(), which
+ * leaves the keys of holdings to the lease's TTL. */
+int etcd_lock_client_create(const queue_lock_options *opts, etcd_lock_client **out);
 
 /* The lease id in use (0: none yet or lost), for tests that revoke it. */
 int64_t etcd_lock_lease_id(etcd_lock_client *c);

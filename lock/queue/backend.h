@@ -36,6 +36,11 @@ typedef struct queue_lock__session {
 
 typedef struct queue_lock__backend {
     const char *service; /* "etcd", "ZooKeeper": for error texts */
+    const char *default_servers; /* where the service is when the options do not say */
+
+    /* Makes the backend's state for the client q (kept for queue_lock__wake) from checked
+     * options (servers: the options' or the default). Connects lazily. NULL: no memory. */
+    void *(*open)(queue_lock *q, const char *servers, const queue_lock_options *opts);
 
     /* A live lease for one acquire, granted or connected if there is none (bounded: the
      * backend's header says by how much). Pair with put_session. */
@@ -83,15 +88,27 @@ typedef struct queue_lock__backend {
     void (*destroy)(void *be);
 } queue_lock__backend;
 
-/*
- * Creates a queue lock over backend `be` (ops must outlive it). The keeper thread is not
- * running yet: the backend records the queue_lock (for queue_lock__wake), then calls
- * queue_lock__start. Returns QUEUE_LOCK_OK and *out, or QUEUE_LOCK_ERR_NOMEM.
- */
-int queue_lock__create(const queue_lock__backend *ops, void *be, queue_lock **out);
+/* The table of a backend whose functions are named <prefix>_open ... <prefix>_destroy, in
+ * the order of queue_lock__backend: `static const queue_lock__backend etcd_backend =
+ * QUEUE_LOCK__BACKEND(etcd, "etcd", "http://127.0.0.1:2379");`. */
+#define QUEUE_LOCK__BACKEND(prefix, service_name, servers)                                     \
+    {                                                                                          \
+        .service = service_name, .default_servers = servers, .open = prefix##_open,            \
+        .get_session = prefix##_get_session,                                                   \
+        .put_session = prefix##_put_session, .create = prefix##_create,                        \
+        .predecessor = prefix##_predecessor, .watch_deletion = prefix##_watch_deletion,        \
+        .remove = prefix##_remove, .end = prefix##_end, .alive = prefix##_alive,               \
+        .keep_alive = prefix##_keep_alive, .destroy = prefix##_destroy,                        \
+    }
 
-/* Starts the keeper thread; QUEUE_LOCK_ERR_NOMEM if it cannot (then queue_lock_destroy). */
-int queue_lock__start(queue_lock *q);
+/*
+ * A client over backend ops (which must outlive it), for the backend's public create: checks
+ * opts (servers shorter than 256 bytes and not empty, a lease and a request timeout > 0),
+ * opens the backend and starts the keeper thread. QUEUE_LOCK_OK and *out,
+ * QUEUE_LOCK_ERR_INVALID or QUEUE_LOCK_ERR_NOMEM.
+ */
+int queue_lock__open(const queue_lock__backend *ops, const queue_lock_options *opts,
+                     queue_lock **out);
 
 /* Runs the keeper's next round now. Takes only a mutex of its own, which is never held
  * while anything else is taken: callable from any thread, with the backend's mutex held. */

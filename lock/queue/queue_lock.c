@@ -79,6 +79,13 @@ void queue_lock_thread_owner(char out[QUEUE_LOCK_OWNER_MAX])
     snprintf(out, QUEUE_LOCK_OWNER_MAX, "thread-%" PRIu64, lock__thread_number());
 }
 
+void queue_lock_options_init(queue_lock_options *opts)
+{
+    memset(opts, 0, sizeof(*opts));
+    opts->lease_ms = 10000;
+    opts->request_timeout_ms = 1000;
+}
+
 /* ---- the keeper thread --------------------------------------------------------------- */
 
 static void *keeper_main(void *arg)
@@ -111,29 +118,32 @@ void queue_lock__wake(queue_lock *q)
 
 /* ---- client ---------------------------------------------------------------------------- */
 
-int queue_lock__create(const queue_lock__backend *ops, void *be, queue_lock **out)
+int queue_lock__open(const queue_lock__backend *ops, const queue_lock_options *opts,
+                     queue_lock **out)
 {
-    queue_lock *q = calloc(1, sizeof(*q));
+    const char *servers;
+    queue_lock *q;
 
-    if (q == NULL)
-        return QUEUE_LOCK_ERR_NOMEM;
-    if (lock__cond_init(&q->keeper_cv) != 0) {
+    if (opts == NULL || out == NULL || opts->lease_ms <= 0 || opts->request_timeout_ms <= 0)
+        return QUEUE_LOCK_ERR_INVALID;
+    servers = opts->servers != NULL ? opts->servers : ops->default_servers;
+    if (servers[0] == '\0' || strlen(servers) >= 256)
+        return QUEUE_LOCK_ERR_INVALID;
+    q = calloc(1, sizeof(*q));
+    if (q == NULL || lock__cond_init(&q->keeper_cv) != 0) {
         free(q);
         return QUEUE_LOCK_ERR_NOMEM;
     }
     q->ops = ops;
-    q->be = be;
     pthread_mutex_init(&q->mu, NULL);
     pthread_mutex_init(&q->keeper_mu, NULL);
-    *out = q;
-    return QUEUE_LOCK_OK;
-}
-
-int queue_lock__start(queue_lock *q)
-{
-    if (pthread_create(&q->keeper, NULL, keeper_main, q) != 0)
+    q->be = ops->open(q, servers, opts);
+    if (q->be == NULL || pthread_create(&q->keeper, NULL, keeper_main, q) != 0) {
+        queue_lock_destroy(q);
         return QUEUE_LOCK_ERR_NOMEM;
+    }
     q->keeper_started = true;
+    *out = q;
     return QUEUE_LOCK_OK;
 }
 
@@ -155,7 +165,8 @@ void queue_lock_destroy(queue_lock *q)
         pthread_mutex_unlock(&q->keeper_mu);
         pthread_join(q->keeper, NULL);
     }
-    q->ops->destroy(q->be);
+    if (q->be != NULL)
+        q->ops->destroy(q->be);
     for (h = q->holdings; h != NULL; h = next) {
         next = h->next;
         free(h);

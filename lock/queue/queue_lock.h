@@ -49,6 +49,21 @@ enum {
 
 typedef struct queue_lock queue_lock;
 
+/* How a backend's client is made (etcd_lock_client_create, zk_lock_client_create). */
+typedef struct queue_lock_options {
+    const char *servers;    /* where the service is (copied; at most 255 bytes): etcd's client
+                               URL, "http://127.0.0.1:2379"; ZooKeeper's ensemble,
+                               "127.0.0.1:2181[,host:port...]"; NULL: that default */
+    int64_t lease_ms;       /* the lease: etcd's TTL (rounded up to whole seconds), ZooKeeper's
+                               session timeout asked for (the server may clamp it);
+                               default 10000; kept alive every lease/3 */
+    int request_timeout_ms; /* bound on each request but etcd's watch (and on waiting for a
+                               ZooKeeper session to connect); default 1000 */
+} queue_lock_options;
+
+/* The defaults above. */
+void queue_lock_options_init(queue_lock_options *opts);
+
 /*
  * Takes lock `name` (1 to QUEUE_LOCK_NAME_MAX bytes, no '/') for `owner` (1 to
  * QUEUE_LOCK_OWNER_MAX - 1 bytes), waiting at most wait_ms (0: try once) for the holders

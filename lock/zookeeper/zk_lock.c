@@ -768,59 +768,31 @@ static void zk_destroy(void *be)
     free(c);
 }
 
-static const queue_lock__backend zk_backend = {
-    .service = "ZooKeeper",
-    .get_session = zk_get_session,
-    .put_session = zk_put_session,
-    .create = zk_create,
-    .predecessor = zk_predecessor,
-    .watch_deletion = zk_watch_deletion,
-    .remove = zk_remove,
-    .end = zk_end,
-    .alive = zk_alive,
-    .keep_alive = zk_keep_alive,
-    .destroy = zk_destroy,
-};
-
-void zk_lock_options_init(zk_lock_options *opts)
+/* The backend's open: the client's state, with no session yet (the first acquire opens it). */
+static void *zk_open(queue_lock *q, const char *servers, const queue_lock_options *opts)
 {
-    memset(opts, 0, sizeof(*opts));
-    opts->hosts = "127.0.0.1:2181";
-    opts->session_ms = 10000;
-    opts->request_timeout_ms = 1000;
-}
+    zk_be *c = calloc(1, sizeof(*c));
 
-int zk_lock_client_create(const zk_lock_options *opts, zk_lock_client **out)
-{
-    zk_be *c;
-    queue_lock *q = NULL;
-
-    if (opts == NULL || out == NULL || opts->hosts == NULL || opts->hosts[0] == '\0' ||
-        strlen(opts->hosts) >= sizeof(c->hosts) || opts->session_ms <= 0 ||
-        opts->request_timeout_ms <= 0)
-        return QUEUE_LOCK_ERR_INVALID;
-    /* The library logs to stderr by default; this module reports through its codes. */
-    zoo_set_debug_level(0);
-    c = calloc(1, sizeof(*c));
     if (c == NULL || lock__cond_init(&c->cv) != 0) {
         free(c);
-        return QUEUE_LOCK_ERR_NOMEM;
+        return NULL;
     }
-    snprintf(c->hosts, sizeof(c->hosts), "%s", opts->hosts);
-    c->session_ms = opts->session_ms;
-    c->timeout_ms = opts->request_timeout_ms;
+    /* The library logs to stderr by default; this module reports through its codes. */
+    zoo_set_debug_level(0);
     pthread_mutex_init(&c->mu, NULL);
-    if (queue_lock__create(&zk_backend, c, &q) != QUEUE_LOCK_OK) {
-        zk_destroy(c);
-        return QUEUE_LOCK_ERR_NOMEM;
-    }
     c->q = q;
-    if (queue_lock__start(q) != QUEUE_LOCK_OK) {
-        queue_lock_destroy(q);
-        return QUEUE_LOCK_ERR_NOMEM;
-    }
-    *out = q;
-    return QUEUE_LOCK_OK;
+    snprintf(c->hosts, sizeof(c->hosts), "%s", servers);
+    c->timeout_ms = opts->request_timeout_ms;
+    c->session_ms = opts->lease_ms > INT32_MAX ? INT32_MAX : (int)opts->lease_ms; /* an int */
+    return c;
+}
+
+static const queue_lock__backend zk_backend =
+    QUEUE_LOCK__BACKEND(zk, "ZooKeeper", "127.0.0.1:2181");
+
+int zk_lock_client_create(const queue_lock_options *opts, zk_lock_client **out)
+{
+    return queue_lock__open(&zk_backend, opts, out);
 }
 
 int zk_lock_session(zk_lock_client *q, int64_t *id, char passwd[16])

@@ -34,21 +34,12 @@
 /* A queue lock whose backend is ZooKeeper: use it with queue_lock_acquire() and the rest. */
 typedef queue_lock zk_lock_client;
 
-typedef struct zk_lock_options {
-    const char *hosts;      /* "127.0.0.1:2181[,host:port...]"; copied */
-    int session_ms;         /* the session timeout asked for (the server may clamp it to its
-                               min/maxSessionTimeout); default 10000 */
-    int request_timeout_ms; /* bound on waiting for a session to connect, and on each
-                               request's answer; default 1000 */
-} zk_lock_options;
-
-void zk_lock_options_init(zk_lock_options *opts);
-
-/* Creates the client and starts its keeper thread. Connects lazily: succeeds while
- * ZooKeeper is down. QUEUE_LOCK_OK, QUEUE_LOCK_ERR_INVALID or QUEUE_LOCK_ERR_NOMEM. Free
+/* Creates the client (opts->servers: the ensemble, "host:port[,host:port...]"; a lease_ms
+ * above INT32_MAX is cut to it) and starts its keeper thread. Connects lazily: succeeds
+ * while ZooKeeper is down. QUEUE_LOCK_OK, QUEUE_LOCK_ERR_INVALID or QUEUE_LOCK_ERR_NOMEM. Free
  * with queue_lock_destroy(), which closes the session (the server deletes its nodes at
  * once). */
-int zk_lock_client_create(const zk_lock_options *opts, zk_lock_client **out);
+int zk_lock_client_create(const queue_lock_options *opts, zk_lock_client **out);
 
 /* The current session's id and password (for tests that expire it from another handle).
  * QUEUE_LOCK_ERR_NOT_HELD when there is no connected session. */

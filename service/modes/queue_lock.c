@@ -13,7 +13,8 @@
  * the other's number.
  *
  * The owner of a holding is the request's thread (queue_lock_thread_owner): enter,
- * still_held and leave run on it.
+ * still_held and leave run on it. still_held and leave serve both rungs: the holding's
+ * fence_source says which client took it.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -70,21 +71,29 @@ static int queue_enter(queue_lock *q, const queue_rung *r, guard_env *env, int64
     }
 }
 
-static int queue_still_held(queue_lock *q, const guard_hold *hold)
+/* The client a holding was taken with: its token's source names the rung. */
+static queue_lock *client_of(const guard_env *env, const guard_hold *hold)
+{
+    return hold->fence_source == etcd_rung.source ? env->etcd : env->zk;
+}
+
+int guard_queue_lock__still_held(guard_env *env, const guard_hold *hold)
 {
     char owner[QUEUE_LOCK_OWNER_MAX];
 
     queue_lock_thread_owner(owner);
-    return queue_lock_is_held(q, hold->name, owner) == QUEUE_LOCK_OK ? GUARD_OK : GUARD_ERR_LOST;
+    return queue_lock_is_held(client_of(env, hold), hold->name, owner) == QUEUE_LOCK_OK
+               ? GUARD_OK
+               : GUARD_ERR_LOST;
 }
 
-static void queue_leave(queue_lock *q, guard_hold *hold)
+void guard_queue_lock__leave(guard_env *env, guard_hold *hold)
 {
     char owner[QUEUE_LOCK_OWNER_MAX];
     int rc;
 
     queue_lock_thread_owner(owner);
-    rc = queue_lock_release(q, hold->name, owner);
+    rc = queue_lock_release(client_of(env, hold), hold->name, owner);
     /* A failed delete has ended the lease or session: the node goes with it. */
     if (rc != QUEUE_LOCK_OK) {
         char quoted[160];
@@ -99,28 +108,8 @@ int guard_etcd__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *
     return queue_enter(env->etcd, &etcd_rung, env, goods_id, hold, detail, detail_len);
 }
 
-int guard_etcd__still_held(guard_env *env, const guard_hold *hold)
-{
-    return queue_still_held(env->etcd, hold);
-}
-
-void guard_etcd__leave(guard_env *env, guard_hold *hold)
-{
-    queue_leave(env->etcd, hold);
-}
-
 int guard_zookeeper__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
                            size_t detail_len)
 {
     return queue_enter(env->zk, &zookeeper_rung, env, goods_id, hold, detail, detail_len);
-}
-
-int guard_zookeeper__still_held(guard_env *env, const guard_hold *hold)
-{
-    return queue_still_held(env->zk, hold);
-}
-
-void guard_zookeeper__leave(guard_env *env, guard_hold *hold)
-{
-    queue_leave(env->zk, hold);
 }
