@@ -191,8 +191,12 @@ static void handle_deduct(app *a, const http_request *req, http_reply *reply)
     if (fault != NULL)
         log_event(LOG_WARN, "fault_requested", "mode=%s goods_id=%lld fault=%s", m->name,
                   (long long)dr.goods_id, log_quote(quoted, sizeof(quoted), fault));
-    if (deduct_execute(&a->core.deduct, m, dr.goods_id, dr.count, key, fault != NULL ? &hook : NULL,
-                       &res) != 0) {
+    /* A request id of the API's shape goes with the order (an other is no id of ours). */
+    if (!lab_request_id_valid(request_id))
+        request_id = NULL;
+    reply->request_id = request_id; /* and, for a recorder, back with every answer */
+    if (deduct_execute_as(&a->core.deduct, m, dr.goods_id, dr.count, key, request_id,
+                          fault != NULL ? &hook : NULL, &res) != 0) {
         if (lab_used)
             lab_finish(&lab, 500, "internal");
         reply->status = 500;
