@@ -10,7 +10,8 @@
 #   1. an engine (the same choice as docker/test.sh; none -> "SKIP docker-pg-ha: <reason>");
 #   2. the images build (the patroni and etcd targets, and the plain stack's);
 #   3. `--profile pg-ha up -d pgha-etcd pg-1 pg-2 pg-3`: `patronictl list` shows one Leader
-#      and two replicas streaming;
+#      and two replicas with a known lag (Patroni 3.0 says "running" for a replica that
+#      streams; the leader's pg_stat_replication then shows both);
 #   4. the rest of the stack, told to use the three nodes (PG_HOSTS=pg-1,pg-2,pg-3,
 #      PG_TARGET=read-write: libpq finds the primary); nginx answers /readyz;
 #   5. sales through nginx (redis mode) land in `orders` on the leader;
@@ -166,18 +167,28 @@ json_field() {
     sed -n 's/.*"'"$2"'":"\{0,1\}\([^",}]*\).*/\1/p' <<<"$1" | head -n 1
 }
 
+# COMMAND... run in the container of service SERVICE (as the image's user). Through the
+# engine's own exec: docker-compose 1.29's exec on podman's API returns nothing.
+in_service() {
+    local id
+    id=$(compose ps -q "$1" 2>/dev/null | head -n 1)
+    [ -n "$id" ] || return 1
+    shift
+    timeout 20 "$ENGINE" exec "$id" "$@"
+}
 # patronictl list, asked of node N (pg-N): its table, or nothing when N does not answer.
 patroni_list() {
-    timeout 20 "${COMPOSE[@]}" -p "$PROJECT" -f "$COMPOSE_FILE" --profile pg-ha exec -T "pg-$1" \
-        patronictl -c "$PATRONI_CONF" list 2>/dev/null | tr -d '\r' || true
+    in_service "pg-$1" patronictl -c "$PATRONI_CONF" list 2>/dev/null | tr -d '\r' || true
 }
 # From a patronictl table on stdin: "LEADER REPLICAS" (the leader's name, or "-", and how
-# many members are replicas streaming from it: Replica or Sync Standby, state streaming).
+# many members are replicas following it with a lag it knows: Replica or Sync Standby,
+# state running, or streaming as later Patroni versions say, and a Lag in MB).
 patroni_roles() {
-    awk -F'|' 'NF > 5 {
-                   m = $2; r = $4; s = $5; gsub(/^ +| +$/, "", m); gsub(/^ +| +$/, "", r); gsub(/^ +| +$/, "", s)
+    awk -F'|' 'NF > 6 {
+                   m = $2; r = $4; s = $5; l = $7
+                   gsub(/^ +| +$/, "", m); gsub(/^ +| +$/, "", r); gsub(/^ +| +$/, "", s); gsub(/^ +| +$/, "", l)
                    if (r == "Leader" && s == "running") leader = m
-                   else if ((r == "Replica" || r == "Sync Standby") && s == "streaming") n++
+                   else if ((r == "Replica" || r == "Sync Standby") && (s == "running" || s == "streaming") && l ~ /^[0-9]+$/) n++
                }
                END { print (leader == "" ? "-" : leader), n + 0 }'
 }
@@ -203,8 +214,7 @@ wait_roles() {
 }
 # SQL on node LEADER's PostgreSQL as postgres, over its local socket.
 leader_sql() {
-    timeout 20 "${COMPOSE[@]}" -p "$PROJECT" -f "$COMPOSE_FILE" --profile pg-ha exec -T "$LEADER" \
-        psql -X -q -At -d stock -c "$1" | tr -d '\r'
+    in_service "$LEADER" psql -X -q -At -d stock -c "$1" | tr -d '\r'
 }
 wait_ready() {
     local deadline=$((SECONDS + $1))
@@ -244,7 +254,14 @@ main() {
         { cat "$LOG_DIR/up-pgha.log" >&2; fail "compose up of the Patroni nodes failed"; }
     wait_roles "1 2 3" 180 2 || { echo "$LIST" >&2; fail "no Leader with two replicas streaming after 180 s"; }
     echo "$LIST" | sed 's/^/    /'
-    local first_leader=$LEADER
+    local first_leader=$LEADER r i
+    for ((i = 0; i < 30; i++)); do
+        r=$(leader_sql "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'" || true)
+        [ "$r" != 2 ] || break
+        sleep 1
+    done
+    [ "$r" = 2 ] || fail "the leader's pg_stat_replication shows $r standbys streaming, not 2"
+    info "$LEADER's pg_stat_replication: 2 standbys streaming"
 
     step "4. the stack on the three nodes (PG_HOSTS=pg-1,pg-2,pg-3, target_session_attrs=read-write)"
     PG_HOSTS=pg-1,pg-2,pg-3 PG_PORTS=5432,5432,5432 PG_TARGET=read-write \
@@ -254,7 +271,7 @@ main() {
     info "ready: $(http GET /readyz)"
 
     step "5. sales through nginx land on the leader ($LEADER)"
-    local r i ok=0 before=20
+    local ok=0 before=20
     r=$(http POST /api/admin/reset -H 'Content-Type: application/json' \
         -H "Authorization: Bearer $ADMIN_TOKEN" -d "{\"goods_id\":$GOODS,\"stock\":1000}")
     [ "${r%% *}" = 200 ] || fail "reset of goods $GOODS answered: $r"
