@@ -252,7 +252,7 @@ main() {
     timeout 300 "${COMPOSE[@]}" -p "$PROJECT" -f "$COMPOSE_FILE" --profile pg-ha \
         up -d pgha-etcd pg-1 pg-2 pg-3 >"$LOG_DIR/up-pgha.log" 2>&1 ||
         { cat "$LOG_DIR/up-pgha.log" >&2; fail "compose up of the Patroni nodes failed"; }
-    wait_roles "1 2 3" 180 2 || { echo "$LIST" >&2; fail "no Leader with two replicas streaming after 180 s"; }
+    wait_roles "1 2 3" 240 2 || { echo "$LIST" >&2; fail "no Leader with two replicas streaming after 240 s"; }
     echo "$LIST" | sed 's/^/    /'
     local first_leader=$LEADER r i
     for ((i = 0; i < 30; i++)); do
