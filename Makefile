@@ -96,7 +96,7 @@ TSAN_TARGETS := build/tsan/stockd build/tsan/tests/test_lock build/tsan/tests/te
                 build/tsan/tests/test_cluster \
                 $(patsubst tests/%.c,build/tsan/tests/%,$(STACK_TEST_SRC))
 
-.PHONY: all programs tests test test-build-release test-build-san test-build-tsan test-unit test-integration test-tsan test-docker test-fresh demo ladder chaos chaos-pg scale \
+.PHONY: all programs tests test test-build-release test-build-san test-build-tsan test-unit test-integration test-tsan test-docker test-docker-pg-ha test-fresh demo ladder chaos chaos-pg scale \
         up down lab lab-down test-lab clean deps pkg-check check-includes config-doc docs docs-check
 
 all: programs
@@ -225,6 +225,11 @@ test-tsan: deps
 
 test-docker:
 	docker/test.sh
+
+# The compose profile pg-ha (PostgreSQL under Patroni): up, a sale, the leader's container
+# killed, a sale again, the node rejoined. Minutes, so not part of test-docker.
+test-docker-pg-ha:
+	docker/test-pg-ha.sh
 
 # Not part of `make test`: it installs every package twice, in containers (docker/fresh.sh).
 test-fresh:
