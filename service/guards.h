@@ -1,9 +1,14 @@
 /*
- * guards.h - the guards of the mode table, one file each (internal to service/).
+ * guards.h - the guards and transaction shapes of the mode table (internal to service/).
  *
- * A rung of the ladder is one file that the mode table (modes.c) lists. The guards share one
+ * One convention names the files: every mode's guard or transaction shape lives in
+ * service/modes/<mode>.c, the mode's name with '-' as '_' (redis-nofence:
+ * modes/redis_nofence.c). What several modes share is a helper named as one,
+ * service/guards*.c: guards.c (the environment, the guard that cannot be lost, the pause
+ * before a release), guards_poll.c (the polling modes' wait), guards_redis.c (the lock of
+ * lock/ as a guard), guards_lockrow.c (a PostgreSQL row as the lock). The guards share one
  * environment, built once at start-up: this header shows its layout to the guard files, and
- * nothing outside service/ includes it.
+ * only they and modes.c include it.
  */
 #ifndef SERVICE_GUARDS_H
 #define SERVICE_GUARDS_H
@@ -52,105 +57,112 @@ struct guard_env {
     local_stripe stripes[LOCAL_STRIPES];
 };
 
-/* still_held of a guard that cannot be lost (none, local): always GUARD_OK. */
+/* ---- helpers: guards.c ------------------------------------------------------------- */
+
+/* still_held of a guard that cannot be lost (none, local, the polling modes): GUARD_OK. */
 int guards__always_held(guard_env *env, const guard_hold *hold);
 
-/* none (guard_none.c): no guard at all. */
-int guard_none__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
-                      size_t detail_len);
-void guard_none__leave(guard_env *env, guard_hold *hold);
+/* Calls hold->before_release (the lab's hold point), then sleeps hold->release_pause_ms
+ * (fault injection; 0: at once). A guard calls it right before the command that deletes its
+ * lock. */
+void guards__pause_before_release(const guard_hold *hold);
 
-/* local (guard_local.c): a stripe of this process's mutexes. */
-void guard_local__init(guard_env *env);
-void guard_local__destroy(guard_env *env);
-int guard_local__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
-                       size_t detail_len);
-void guard_local__leave(guard_env *env, guard_hold *hold);
-/* The stripe goods_id's local lock is (its index): a cart takes each stripe once. */
-int64_t guard_local__stripe_of(int64_t goods_id);
+/* ---- helpers: guards_poll.c -------------------------------------------------------- */
 
-/* One try of a polling rung: LOCK_OK with *acquired, or a LOCK_ERR_* code. */
+/* One try of a polling mode: LOCK_OK with *acquired, or a LOCK_ERR_* code. */
 typedef int (*guards__try_fn)(guard_env *env, guard_hold *hold, bool *acquired);
 
-/* guard_poll.c: the enter of a polling rung. Empties *hold, names its key
- * "lock:<rung>:goods:<goods_id>", gives it the calling thread's owner token when
- * `with_token`, then tries it with try_once every RUNG_POLL_MS until it is had or
- * env->wait_ms has passed. GUARD_OK, GUARD_ERR_TIMEOUT or GUARD_ERR_UNAVAILABLE (detail filled). */
+/* The enter of a polling mode. Empties *hold, names its key "lock:<rung>:goods:<goods_id>",
+ * gives it the calling thread's owner token when `with_token`, then tries it with try_once
+ * every RUNG_POLL_MS until it is had or env->wait_ms has passed. GUARD_OK, GUARD_ERR_TIMEOUT
+ * or GUARD_ERR_UNAVAILABLE (detail filled). */
 int guards__poll(guard_env *env, const char *rung, int64_t goods_id, bool with_token,
                  guards__try_fn try_once, guard_hold *hold, char *detail, size_t detail_len);
 
-/* guard_poll.c: calls hold->before_release (the lab's hold point), then sleeps
- * hold->release_pause_ms (fault injection; 0: at once). A guard calls it right before the
- * command that deletes its lock. */
-void guards__pause_before_release(const guard_hold *hold);
-
-/* The ladder's Redis rungs before the lock of lock/, one file each: */
-int guard_setnx__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
-                       size_t detail_len);
-void guard_setnx__leave(guard_env *env, guard_hold *hold);
-int guard_setnx_ttl__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
-                           size_t detail_len);
-void guard_setnx_ttl__leave(guard_env *env, guard_hold *hold);
-int guard_owner_get_del__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
-                               size_t detail_len);
-void guard_owner_get_del__leave(guard_env *env, guard_hold *hold);
-/* guard_owner_get_del.c: SET name token NX PX fixed lease (owner-get-del and owner-lua). */
+/* SET name token NX PX fixed lease: the try of owner-get-del and owner-lua. */
 int guards__try_owned_set(guard_env *env, guard_hold *hold, bool *acquired);
-int guard_owner_lua__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
-                           size_t detail_len);
-void guard_owner_lua__leave(guard_env *env, guard_hold *hold);
 
-/* guard_redis.c: takes the lock of lock/ on "lock:goods:<id>" with lease_ms
- * (LOCK_LEASE_WATCHDOG: renewed by the watchdog), handing out its fencing token when
- * `fenced`. The redis rungs (redis, redis-nowatchdog, redis-nofence) differ only in these
- * two arguments, and share still_held and leave. */
+/* ---- helpers: guards_redis.c ------------------------------------------------------- */
+
+/* Takes the lock of lock/ on "lock:goods:<id>" with lease_ms (LOCK_LEASE_WATCHDOG: renewed
+ * by the watchdog), handing out its fencing token when `fenced`. The modes on this lock
+ * differ only in these two arguments, and share still_held and leave. */
 int guards__redis_enter(guard_env *env, int64_t goods_id, int64_t lease_ms, bool fenced,
                         guard_hold *hold, char *detail, size_t detail_len);
+int guards__redis_still_held(guard_env *env, const guard_hold *hold);
+void guards__redis_leave(guard_env *env, guard_hold *hold);
 
-/* redis (guard_redis.c): the lock of lock/ on "lock:goods:<id>", fenced. */
-int guard_redis__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
-                       size_t detail_len);
-int guard_redis__still_held(guard_env *env, const guard_hold *hold);
-void guard_redis__leave(guard_env *env, guard_hold *hold);
-int guard_redis_nowatchdog__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
-                                  size_t detail_len);
-int guard_redis_nofence__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
-                               size_t detail_len);
+/* ---- helpers: guards_lockrow.c ----------------------------------------------------- */
 
-/* pg-lockrow (guard_pg_lockrow.c): a row of goods_locks, inserted to take the lock and
- * deleted to release it, each in a transaction of its own; waiters poll. The plain one has
- * no expiry (a dead holder wedges the goods); -ttl's row expires after row_lease_ms. */
-int guard_pg_lockrow__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
-                            size_t detail_len);
-int guard_pg_lockrow_ttl__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
-                                size_t detail_len);
-void guard_pg_lockrow__leave(guard_env *env, guard_hold *hold);
-/* redlock (guard_redlock.c): Redlock (lock/redlock.h) on "lock:redlock:goods:<id>" with the
- * fixed lease; still_held checks the validity on this process's clock. */
-int guard_redlock__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
-                         size_t detail_len);
+/* A row of goods_locks, inserted to take the lock and deleted to release it, each in a
+ * transaction of its own; waiters poll. ttl_ms 0: the row has no expiry (pg-lockrow);
+ * otherwise it expires ttl_ms after it was taken (pg-lockrow-ttl). */
+int guards__lockrow_enter(guard_env *env, int64_t goods_id, int64_t ttl_ms, guard_hold *hold,
+                          char *detail, size_t detail_len);
+void guards__lockrow_leave(guard_env *env, guard_hold *hold);
+
+/* ---- the modes' files: service/modes/<mode>.c -------------------------------------- */
+
+#define GUARD_DECL(prefix)                                                                         \
+    int prefix##__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,          \
+                        size_t detail_len)
+
+GUARD_DECL(guard_none); /* none.c; also the PostgreSQL modes' */
+void guard_none__leave(guard_env *env, guard_hold *hold);
+GUARD_DECL(guard_local); /* local.c: a stripe of this process's mutexes */
+void guard_local__leave(guard_env *env, guard_hold *hold);
+void guard_local__init(guard_env *env);
+void guard_local__destroy(guard_env *env);
+/* The stripe goods_id's local lock is (its index): a cart takes each stripe once. */
+int64_t guard_local__stripe_of(int64_t goods_id);
+
+GUARD_DECL(guard_redis);         /* redis.c: watchdog, fenced */
+GUARD_DECL(guard_redis_batch);   /* redis_batch.c: redis's, once per batch */
+GUARD_DECL(guard_redis_sharded); /* redis_sharded.c: redis's, for the hooked path */
+GUARD_DECL(guard_setnx);         /* setnx.c */
+void guard_setnx__leave(guard_env *env, guard_hold *hold);
+GUARD_DECL(guard_setnx_ttl); /* setnx_ttl.c */
+void guard_setnx_ttl__leave(guard_env *env, guard_hold *hold);
+GUARD_DECL(guard_owner_get_del); /* owner_get_del.c */
+void guard_owner_get_del__leave(guard_env *env, guard_hold *hold);
+GUARD_DECL(guard_owner_lua); /* owner_lua.c */
+void guard_owner_lua__leave(guard_env *env, guard_hold *hold);
+GUARD_DECL(guard_redis_nowatchdog); /* redis_nowatchdog.c: fixed lease, no token */
+GUARD_DECL(guard_redis_nofence);    /* redis_nofence.c: watchdog, no token */
+GUARD_DECL(guard_tx_inside);        /* tx_inside.c: redis-nofence's, left before COMMIT */
+GUARD_DECL(guard_multi_naive);      /* multi_naive.c: redis's, a cart in listed order */
+GUARD_DECL(guard_pg_lockrow);       /* pg_lockrow.c: the lock row, no expiry */
+GUARD_DECL(guard_pg_lockrow_ttl);   /* pg_lockrow_ttl.c: the lock row with an expiry */
+
+/* redlock.c: Redlock (lock/redlock.h) on "lock:redlock:goods:<id>" with the fixed lease;
+ * still_held checks the validity on this process's clock. */
+GUARD_DECL(guard_redlock);
 int guard_redlock__still_held(guard_env *env, const guard_hold *hold);
 void guard_redlock__leave(guard_env *env, guard_hold *hold);
 
-/* etcd (guard_etcd.c): the etcd lock of lock/etcd/ on "goods-<id>", fenced. */
-int guard_etcd__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
-                      size_t detail_len);
+/* etcd.c: the etcd lock of lock/etcd/ on "goods-<id>", fenced. Offered only by a replica
+ * with an etcd client (ETCD_ENDPOINT set). */
+GUARD_DECL(guard_etcd);
 int guard_etcd__still_held(guard_env *env, const guard_hold *hold);
 void guard_etcd__leave(guard_env *env, guard_hold *hold);
-/* Offered only by a replica with an etcd client (ETCD_ENDPOINT set). */
 
-/* zookeeper (guard_zookeeper.c): the ZooKeeper lock of lock/zookeeper/ on "goods-<id>"
- * (nodes under /locks/goods-<id>), fenced by the node's czxid. Offered only by a replica
- * with a ZooKeeper client (ZOOKEEPER_HOSTS set). */
-int guard_zookeeper__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
-                           size_t detail_len);
+/* zookeeper.c: the ZooKeeper lock of lock/zookeeper/ on "goods-<id>" (nodes under
+ * /locks/goods-<id>), fenced by the node's czxid. Offered only by a replica with a ZooKeeper
+ * client (ZOOKEEPER_HOSTS set). */
+GUARD_DECL(guard_zookeeper);
 int guard_zookeeper__still_held(guard_env *env, const guard_hold *hold);
 void guard_zookeeper__leave(guard_env *env, guard_hold *hold);
 
-/* The PostgreSQL rungs: no guard (guard_none's), a transaction shape each. */
-extern const mode_tx rung_pg_for_update__tx; /* rung_pg_for_update.c */
-extern const mode_tx rung_pg_atomic__tx;     /* rung_pg_atomic.c */
-extern const mode_tx rung_pg_advisory__tx;   /* rung_pg_advisory.c */
-extern const mode_tx rung_pg_optimistic__tx; /* rung_pg_optimistic.c */
+#undef GUARD_DECL
+
+/* The PostgreSQL modes: no guard (none's), a transaction shape each. */
+extern const mode_tx pg_for_update__tx;  /* pg_for_update.c */
+extern const mode_tx pg_atomic__tx;      /* pg_atomic.c */
+extern const mode_tx pg_advisory__tx;    /* pg_advisory.c */
+extern const mode_tx pg_optimistic__tx;  /* pg_optimistic.c */
+extern const mode_tx pg_multi_naive__tx; /* pg_multi_naive.c: pg-for-update's read and write */
+/* pg_for_update.c's read (SELECT ... FOR UPDATE) and write (the stock computed in C). */
+int pg_for_update__read(db_conn *conn, int64_t goods_id, int64_t count, tx_seen *seen);
+int pg_for_update__write(db_conn *conn, int64_t goods_id, int64_t count, const tx_seen *seen);
 
 #endif

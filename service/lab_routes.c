@@ -11,6 +11,7 @@
 #include "lock/naive.h"
 
 #include "service/lab.h"
+#include "service/lock_names.h"
 #include "service/request.h"
 #include "service/response.h"
 

@@ -66,15 +66,6 @@ enum {
 
 int guard_env_create(const guard_env_options *opts, guard_env **out);
 
-/*
- * The Redis name of goods_id's lock, prefix + id ("lock:goods:" gives "lock:goods:42"), into
- * buf. When the lock client routes over a Redis Cluster (REDIS_CLUSTER_NODES), the id is a
- * hash tag instead ("lock:goods:{42}"), so that every key derived from the name (lock/keys.h:
- * "lock:goods:{42}:fence", ...) is in the id's slot, on one master. The single-instance name
- * is the one API.md shows. lock may be NULL (no client: the single-instance form).
- */
-void goods_lock_name(const lock_client *lock, const char *prefix, int64_t goods_id, char *buf,
-                     size_t len);
 void guard_env_destroy(guard_env *env);
 
 /* Outcomes of entering a guard. */

@@ -147,7 +147,7 @@ static void segment_unlock(sale *s, const char *name)
 {
     int rc = lock_unlock(s->env->guards->lock, name);
 
-    /* As guard_redis__leave: a failed unlock leaves the key to its lease. */
+    /* As guards__redis_leave: a failed unlock leaves the key to its lease. */
     if (rc != LOCK_OK) {
         char quoted[160];
         log_event(LOG_WARN, "unlock_failed", "lock=%s error=%s", name,

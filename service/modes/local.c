@@ -1,5 +1,5 @@
 /*
- * guard_local.c - the "local" rung: a mutex of this process. Requests of one replica take
+ * modes/local.c - the "local" rung: a mutex of this process. Requests of one replica take
  * turns, so one replica is right; but three replicas have three unrelated mutexes, and the
  * race is back.
  */

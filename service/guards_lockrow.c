@@ -1,6 +1,7 @@
 /*
- * guard_pg_lockrow.c - the "pg-lockrow" and "pg-lockrow-ttl" rungs: a row as the lock, the
- * "unique index as a lock" design.
+ * guards_lockrow.c - a row as the lock, the "unique index as a lock" design: the guard of
+ * the pg-lockrow and pg-lockrow-ttl modes (modes/pg_lockrow.c, modes/pg_lockrow_ttl.c), which
+ * differ only in the row's expiry. A helper of those modes, not a mode.
  *
  * goods_locks has the goods id as its primary key (migrations/004_goods_locks.sql). To take
  * the lock of goods N, insert the row N with an owner token of our own; the key lets one such
@@ -11,19 +12,6 @@
  * borrowed for that one statement, so every replica sees the lock at once and no connection
  * is held while a request waits; the deduction then runs its plain read-check-write under
  * the lock, as under the Redis one.
- *
- * pg-lockrow: the row has no expiry. Its flaw is the crash: a holder that dies between the
- * insert and the delete (the process killed, the release's connection lost) leaves the row
- * for ever, and every later request for that goods waits out its bound and answers 503
- * lock_timeout, until someone deletes the row by hand. Safe from overselling, but a wedge:
- * marked unsafe.
- *
- * pg-lockrow-ttl: the row carries an expiry (now + LOCKROW_TTL_MS, on PostgreSQL's clock),
- * and a taker may delete a row past it. The wedge is gone; what comes back is the lease
- * problem: a section that outlasts the expiry (a long pause, a slow statement) is still
- * running when the next taker deletes its row and enters, and two holders read the same
- * stock. Nothing renews the row, nothing checks it before the commit, and the goods row
- * carries no fencing token for it: unsafe.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -96,8 +84,8 @@ static int take_once(guard_env *env, int64_t goods_id, const char *owner, int64_
     return rc;
 }
 
-static int lockrow_enter(guard_env *env, int64_t goods_id, int64_t ttl_ms, guard_hold *hold,
-                         char *detail, size_t detail_len)
+int guards__lockrow_enter(guard_env *env, int64_t goods_id, int64_t ttl_ms, guard_hold *hold,
+                          char *detail, size_t detail_len)
 {
     struct timespec start;
     bool took_over = false;
@@ -139,21 +127,7 @@ static int lockrow_enter(guard_env *env, int64_t goods_id, int64_t ttl_ms, guard
     return GUARD_OK;
 }
 
-int guard_pg_lockrow__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
-                            size_t detail_len)
-{
-    return lockrow_enter(env, goods_id, 0, hold, detail, detail_len);
-}
-
-int guard_pg_lockrow_ttl__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
-                                size_t detail_len)
-{
-    /* At least 1 ms: 0 would mean "no expiry" to db_lockrow_take. */
-    return lockrow_enter(env, goods_id, env->row_lease_ms > 0 ? env->row_lease_ms : 1, hold, detail,
-                         detail_len);
-}
-
-void guard_pg_lockrow__leave(guard_env *env, guard_hold *hold)
+void guards__lockrow_leave(guard_env *env, guard_hold *hold)
 {
     db_conn *conn = NULL;
     char why[200], quoted[300];

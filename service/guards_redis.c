@@ -1,8 +1,9 @@
 /*
- * guard_redis.c - the "redis" rung: the Redis lock of lock/ on "lock:goods:<id>", with a
- * bounded wait and watchdog renewal. Every replica asks the same Redis, so it holds across
- * replicas. Its fencing token claims the goods row at the read (db_stock_claim), so a holder
- * that lost its lock mid-section cannot sell from a stock another holder also read.
+ * guards_redis.c - the Redis lock of lock/ as a guard, on "lock:goods:<id>": a bounded
+ * wait, a lease (renewed by the watchdog, or fixed), the fencing token when the mode wants
+ * it. A helper of the modes built on that lock (redis, redis-nowatchdog, redis-nofence,
+ * tx-inside, multi-naive, redis-batch, redis-sharded): each mode's file says which lease
+ * and whether it is fenced.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -10,16 +11,8 @@
 
 #include "service/clock.h"
 #include "service/guards.h"
+#include "service/lock_names.h"
 #include "service/log.h"
-
-void goods_lock_name(const lock_client *lock, const char *prefix, int64_t goods_id, char *buf,
-                     size_t len)
-{
-    if (lock_client_is_cluster(lock))
-        snprintf(buf, len, "%s{%" PRId64 "}", prefix, goods_id);
-    else
-        snprintf(buf, len, "%s%" PRId64, prefix, goods_id);
-}
 
 int guards__redis_enter(guard_env *env, int64_t goods_id, int64_t lease_ms, bool fenced,
                         guard_hold *hold, char *detail, size_t detail_len)
@@ -72,18 +65,12 @@ void guard_fence_refused(guard_env *env, const guard_hold *hold, int64_t stored)
               rc);
 }
 
-int guard_redis__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
-                       size_t detail_len)
-{
-    return guards__redis_enter(env, goods_id, env->lease_ms, true, hold, detail, detail_len);
-}
-
-int guard_redis__still_held(guard_env *env, const guard_hold *hold)
+int guards__redis_still_held(guard_env *env, const guard_hold *hold)
 {
     return lock_is_held(env->lock, hold->name) == LOCK_OK ? GUARD_OK : GUARD_ERR_LOST;
 }
 
-void guard_redis__leave(guard_env *env, guard_hold *hold)
+void guards__redis_leave(guard_env *env, guard_hold *hold)
 {
     int rc;
 
