@@ -288,8 +288,9 @@ static int sell_pending(const deduct_env *env, const mode *m, db_conn *conn, con
         int64_t stored = 0;
 
         /* As the single path: the counter past what the database has seen (deduct.c). */
-        if (db_fence_of(conn, goods_id, hold->fence_source, &stored) == DB_OK)
-            guard_fence_refused(env->guards, hold, stored);
+        if (m->fence_refused != NULL &&
+            db_fence_of(conn, goods_id, hold->fence_source, &stored) == DB_OK)
+            m->fence_refused(env->guards, hold, stored);
         snprintf(detail, sizeof(detail), "fencing token %lld is older than the stored one",
                  (long long)hold->fence);
         fail_batch(items, n, "lock_lost", detail);

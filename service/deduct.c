@@ -232,8 +232,9 @@ static int read_check_write(deduction *d)
 
         /* The counter may be behind the database (a failover): move it past what the
          * database has seen, so the next holding's token passes. */
-        if (db_fence_of(d->conn, d->goods_id, d->hold.fence_source, &stored) == DB_OK)
-            guard_fence_refused(d->env->guards, &d->hold, stored);
+        if (d->mode->fence_refused != NULL &&
+            db_fence_of(d->conn, d->goods_id, d->hold.fence_source, &stored) == DB_OK)
+            d->mode->fence_refused(d->env->guards, &d->hold, stored);
         snprintf(detail, sizeof(detail), "fencing token %lld is older than the stored one",
                  (long long)d->hold.fence);
         if (answer_503(d, "lock_lost", detail) != 0)
@@ -330,8 +331,9 @@ static int run_attempt_pipelined(deduction *d)
         char detail[128];
         int64_t stored = 0;
 
-        if (db_fence_of(d->conn, d->goods_id, d->hold.fence_source, &stored) == DB_OK)
-            guard_fence_refused(d->env->guards, &d->hold, stored);
+        if (d->mode->fence_refused != NULL &&
+            db_fence_of(d->conn, d->goods_id, d->hold.fence_source, &stored) == DB_OK)
+            d->mode->fence_refused(d->env->guards, &d->hold, stored);
         db_rollback(d->conn);
         snprintf(detail, sizeof(detail), "fencing token %lld is older than the stored one",
                  (long long)d->hold.fence);
@@ -550,7 +552,7 @@ int deduct_execute(const deduct_env *env, const mode *m, int64_t goods_id, int64
 
     if (m->batched && env->batch != NULL && hook == NULL)
         return batch_execute(env->batch, env, m, goods_id, count, idempotency_key, out);
-    if (m->sharded && hook == NULL)
+    if (m->parts != NULL && hook == NULL)
         return sharded_execute(env, m, goods_id, count, idempotency_key, out);
 
     if (idempotency_key != NULL) {

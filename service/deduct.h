@@ -108,7 +108,7 @@ typedef struct deduct_result {
  * nothing is deducted; otherwise the 200/404/409 answer is stored in the same transaction.
  * hook may be NULL; when given, hook->at is called at each deduct_point reached.
  * A batched mode (mode.batched) without a hook joins its replica's batch (batch_execute),
- * and a sharded one (mode.sharded) sells over its segments (sharded_execute): the hook's
+ * and a sharded one (mode.parts) sells over its segments (sharded_execute): the hook's
  * points belong to one request's own transaction, so a request with a hook (fault
  * injection) runs the single path, under the same lock and fence.
  * When the single path would answer 409 and segments of the goods hold stock (left by

@@ -34,7 +34,10 @@ int guard_env_create(const guard_env_options *opts, guard_env **out)
         env->has |= MODE_NEEDS_ETCD;
     if (env->zk != NULL)
         env->has |= MODE_NEEDS_ZOOKEEPER;
-    guard_local__init(env);
+    if (guard_local__init(env) != 0) {
+        free(env);
+        return -1;
+    }
     *out = env;
     return 0;
 }
@@ -50,6 +53,11 @@ void guard_env_destroy(guard_env *env)
 unsigned guard_env_has(const guard_env *env)
 {
     return env != NULL ? env->has : 0;
+}
+
+int64_t guard_env_wait_ms(const guard_env *env)
+{
+    return env->wait_ms;
 }
 
 int guards__always_held(guard_env *env, const guard_hold *hold)

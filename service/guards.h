@@ -13,31 +13,12 @@
 #ifndef SERVICE_GUARDS_H
 #define SERVICE_GUARDS_H
 
-#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <time.h>
 
 #include "service/modes.h"
-
-/*
- * The local guard keeps one lock per stripe, not per goods: goods ids range up to 2^63,
- * and a map that grew with every id a client names would be an unbounded allocation driven
- * by requests. Two goods that share a stripe merely take turns; correctness is unchanged.
- *
- * A stripe is a flag guarded by a mutex, with a condition variable to wait on, rather than a
- * bare mutex: the wait is bounded on the monotonic clock (a change of the wall clock must
- * neither cut it short nor stretch it), and pthread_cond_timedwait takes its clock from the
- * condition variable's attributes, where pthread_mutex_timedlock only knows the wall clock.
- */
-#define LOCAL_STRIPES 256
-
-typedef struct local_stripe {
-    pthread_mutex_t mu;
-    pthread_cond_t freed; /* signalled when `held` goes false */
-    bool held;
-} local_stripe;
 
 /* How long the polling rungs (setnx ... owner-lua) sleep between two tries. */
 #define RUNG_POLL_MS 20
@@ -49,13 +30,24 @@ struct guard_env {
     int64_t wait_ms;
     int64_t lease_ms;
     int64_t fixed_lease_ms;
-    db_pool *db;          /* the pg-lockrow guards' connections; may be NULL */
-    int64_t db_wait_ms;   /* their bound on waiting for one */
-    int64_t row_lease_ms; /* pg-lockrow-ttl's row lease */
-    redlock *redlock;     /* NULL unless REDLOCK_NODES is set */
-    unsigned has;         /* MODE_NEEDS_* bits this environment can serve */
-    local_stripe stripes[LOCAL_STRIPES];
+    db_pool *db;                 /* the pg-lockrow guards' connections; may be NULL */
+    int64_t db_wait_ms;          /* their bound on waiting for one */
+    int64_t row_lease_ms;        /* pg-lockrow-ttl's row lease */
+    redlock *redlock;            /* NULL unless REDLOCK_NODES is set */
+    unsigned has;                /* MODE_NEEDS_* bits this environment can serve */
+    struct local_stripes *local; /* the local guard's mutexes: its own (modes/local.c) */
 };
+
+/*
+ * A guard's own state in a holding: GUARD_STATE(struct x_state, hold) is hold->state seen as
+ * the guard's struct x_state, which only its file defines (GUARD_CSTATE: of a const
+ * holding); GUARD_STATE_FITS(struct x_state)
+ * checks, at compile time, that it fits.
+ */
+#define GUARD_STATE(type, hold) ((type *)(void *)(hold)->state.bytes)
+#define GUARD_CSTATE(type, hold) ((const type *)(const void *)(hold)->state.bytes)
+#define GUARD_STATE_FITS(type)                                                                     \
+    _Static_assert(sizeof(type) <= GUARD_STATE_BYTES, #type " does not fit guard_hold.state")
 
 /* ---- helpers: guards.c ------------------------------------------------------------- */
 
@@ -89,6 +81,12 @@ int guards__try_owned_set(guard_env *env, guard_hold *hold, bool *acquired);
  * differ only in these two arguments, and share still_held and leave. */
 int guards__redis_enter(guard_env *env, int64_t goods_id, int64_t lease_ms, bool fenced,
                         guard_hold *hold, char *detail, size_t detail_len);
+/* The same on the lock named `name`, waiting at most wait_ms; also GUARD_ERR_BUSY when no
+ * connection to Redis was free within the wait (enter answers that as unavailable). */
+int guards__redis_take(guard_env *env, const char *name, int64_t wait_ms, int64_t lease_ms,
+                       bool fenced, guard_hold *hold, char *detail, size_t detail_len);
+/* mode.fence_refused of these modes: raises the lock's counter past `stored`. */
+void guards__redis_fence_refused(guard_env *env, const guard_hold *hold, int64_t stored);
 int guards__redis_still_held(guard_env *env, const guard_hold *hold);
 void guards__redis_leave(guard_env *env, guard_hold *hold);
 
@@ -111,7 +109,8 @@ GUARD_DECL(guard_none); /* none.c; also the PostgreSQL modes' */
 void guard_none__leave(guard_env *env, guard_hold *hold);
 GUARD_DECL(guard_local); /* local.c: a stripe of this process's mutexes */
 void guard_local__leave(guard_env *env, guard_hold *hold);
-void guard_local__init(guard_env *env);
+/* Builds (0) or frees env->local; -1 when out of memory. */
+int guard_local__init(guard_env *env);
 void guard_local__destroy(guard_env *env);
 /* The stripe goods_id's local lock is (its index): a cart takes each stripe once. */
 int64_t guard_local__stripe_of(int64_t goods_id);
@@ -119,7 +118,8 @@ int64_t guard_local__stripe_of(int64_t goods_id);
 GUARD_DECL(guard_redis);         /* redis.c: watchdog, fenced */
 GUARD_DECL(guard_redis_batch);   /* redis_batch.c: redis's, once per batch */
 GUARD_DECL(guard_redis_sharded); /* redis_sharded.c: redis's, for the hooked path */
-GUARD_DECL(guard_setnx);         /* setnx.c */
+extern const mode_parts guard_redis_sharded__parts; /* redis_sharded.c: a segment's lock */
+GUARD_DECL(guard_setnx);                            /* setnx.c */
 void guard_setnx__leave(guard_env *env, guard_hold *hold);
 GUARD_DECL(guard_setnx_ttl); /* setnx_ttl.c */
 void guard_setnx_ttl__leave(guard_env *env, guard_hold *hold);

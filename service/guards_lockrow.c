@@ -29,6 +29,13 @@
  * until the next try. */
 #define LOCKROW_POLL_MS 5
 
+/* A holding's own state: the row it took. */
+typedef struct lockrow_state {
+    int64_t goods_id;
+    char owner[40]; /* the random owner token the row carries: 32 hex digits */
+} lockrow_state;
+GUARD_STATE_FITS(lockrow_state);
+
 static int64_t elapsed_ms(const struct timespec *start)
 {
     return (int64_t)(clock_seconds_since(start) * 1000.0);
@@ -87,6 +94,7 @@ static int take_once(guard_env *env, int64_t goods_id, const char *owner, int64_
 int guards__lockrow_enter(guard_env *env, int64_t goods_id, int64_t ttl_ms, guard_hold *hold,
                           char *detail, size_t detail_len)
 {
+    lockrow_state *st = GUARD_STATE(lockrow_state, hold);
     struct timespec start;
     bool took_over = false;
     int rc;
@@ -96,12 +104,12 @@ int guards__lockrow_enter(guard_env *env, int64_t goods_id, int64_t ttl_ms, guar
         snprintf(detail, detail_len, "postgresql pool not configured for the lock row");
         return GUARD_ERR_UNAVAILABLE;
     }
-    hold->goods_id = goods_id;
-    new_owner(hold->owner, sizeof(hold->owner));
+    st->goods_id = goods_id;
+    new_owner(st->owner, sizeof(st->owner));
     clock_gettime(CLOCK_MONOTONIC, &start);
     hold->waited = true;
     for (;;) {
-        rc = take_once(env, goods_id, hold->owner, ttl_ms, &took_over, detail, detail_len);
+        rc = take_once(env, goods_id, st->owner, ttl_ms, &took_over, detail, detail_len);
         if (rc == DB_OK)
             break;
         if (rc != DB_ERR_HELD) {
@@ -129,13 +137,14 @@ int guards__lockrow_enter(guard_env *env, int64_t goods_id, int64_t ttl_ms, guar
 
 void guards__lockrow_leave(guard_env *env, guard_hold *hold)
 {
+    const lockrow_state *st = GUARD_STATE(lockrow_state, hold);
     db_conn *conn = NULL;
     char why[200], quoted[300];
     int rc;
 
     rc = db_pool_acquire(env->db, (int)env->db_wait_ms, &conn);
     if (rc == DB_OK) {
-        rc = db_lockrow_release(conn, hold->goods_id, hold->owner);
+        rc = db_lockrow_release(conn, st->goods_id, st->owner);
         if (rc != DB_OK)
             db_describe_error(rc, conn, why, sizeof(why));
         db_pool_release(env->db, conn);
@@ -145,6 +154,6 @@ void guards__lockrow_leave(guard_env *env, guard_hold *hold)
     /* A row not deleted here stays: pg-lockrow's until someone deletes it (the same wedge
      * as a crash), -ttl's until it expires. A row already gone was taken over. */
     if (rc != DB_OK)
-        log_event(LOG_WARN, "lockrow_release_failed", "goods=%" PRId64 " error=%s", hold->goods_id,
+        log_event(LOG_WARN, "lockrow_release_failed", "goods=%" PRId64 " error=%s", st->goods_id,
                   log_quote(quoted, sizeof(quoted), why));
 }

@@ -14,8 +14,8 @@
 #include "service/lock_names.h"
 #include "service/log.h"
 
-int guards__redis_enter(guard_env *env, int64_t goods_id, int64_t lease_ms, bool fenced,
-                        guard_hold *hold, char *detail, size_t detail_len)
+int guards__redis_take(guard_env *env, const char *name, int64_t wait_ms, int64_t lease_ms,
+                       bool fenced, guard_hold *hold, char *detail, size_t detail_len)
 {
     struct timespec start;
     int64_t token = 0;
@@ -26,9 +26,9 @@ int guards__redis_enter(guard_env *env, int64_t goods_id, int64_t lease_ms, bool
         snprintf(detail, detail_len, "redis lock client not configured");
         return GUARD_ERR_UNAVAILABLE;
     }
-    goods_lock_name(env->lock, "lock:goods:", goods_id, hold->name, sizeof(hold->name));
+    snprintf(hold->name, sizeof(hold->name), "%s", name);
     clock_gettime(CLOCK_MONOTONIC, &start);
-    rc = lock_try_lock(env->lock, hold->name, env->wait_ms, lease_ms, &token);
+    rc = lock_try_lock(env->lock, hold->name, wait_ms, lease_ms, &token);
     hold->waited = true;
     hold->wait_seconds = clock_seconds_since(&start);
     hold->handed_off = rc == LOCK_OK && lock_last_handoff_us() >= 0;
@@ -44,7 +44,7 @@ int guards__redis_enter(guard_env *env, int64_t goods_id, int64_t lease_ms, bool
         return GUARD_ERR_TIMEOUT;
     case LOCK_ERR_BUSY:
         snprintf(detail, detail_len, "redis: no connection free within the wait bound");
-        return GUARD_ERR_UNAVAILABLE;
+        return GUARD_ERR_BUSY;
     default:
         snprintf(detail, detail_len, "redis: %s%s%s", lock_strerror(rc),
                  lock_last_error()[0] ? ": " : "", lock_last_error());
@@ -52,7 +52,18 @@ int guards__redis_enter(guard_env *env, int64_t goods_id, int64_t lease_ms, bool
     }
 }
 
-void guard_fence_refused(guard_env *env, const guard_hold *hold, int64_t stored)
+int guards__redis_enter(guard_env *env, int64_t goods_id, int64_t lease_ms, bool fenced,
+                        guard_hold *hold, char *detail, size_t detail_len)
+{
+    char name[sizeof(hold->name)];
+    int rc;
+
+    goods_lock_name(env->lock, "lock:goods:", goods_id, name, sizeof(name));
+    rc = guards__redis_take(env, name, env->wait_ms, lease_ms, fenced, hold, detail, detail_len);
+    return rc == GUARD_ERR_BUSY ? GUARD_ERR_UNAVAILABLE : rc;
+}
+
+void guards__redis_fence_refused(guard_env *env, const guard_hold *hold, int64_t stored)
 {
     int rc;
 

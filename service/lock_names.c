@@ -14,3 +14,12 @@ void goods_lock_name(const lock_client *lock, const char *prefix, int64_t goods_
     else
         snprintf(buf, len, "%s%" PRId64, prefix, goods_id);
 }
+
+void goods_segment_lock_name(const lock_client *lock, int64_t goods_id, int seg, char *buf,
+                             size_t len)
+{
+    if (lock_client_is_cluster(lock))
+        snprintf(buf, len, "lock:goods:{%" PRId64 ":seg:%d}", goods_id, seg);
+    else
+        snprintf(buf, len, "lock:goods:%" PRId64 ":seg:%d", goods_id, seg);
+}

@@ -20,4 +20,11 @@
 void goods_lock_name(const lock_client *lock, const char *prefix, int64_t goods_id, char *buf,
                      size_t len);
 
+/* The lock of segment `seg` of a goods (redis-sharded): "lock:goods:N:seg:K", or on a Redis
+ * Cluster "lock:goods:{N:seg:K}": each segment a hash tag of its own, so that the segments of
+ * one hot goods spread over the cluster's masters (a lock's own keys still share its tag's
+ * slot). */
+void goods_segment_lock_name(const lock_client *lock, int64_t goods_id, int seg, char *buf,
+                             size_t len);
+
 #endif

@@ -67,7 +67,8 @@
 #define GUARD(prefix) .enter = prefix##__enter, .leave = prefix##__leave
 #define NO_GUARD .enter = guard_none__enter, .leave = guard_none__leave
 #define REDIS_LOCK(prefix)                                                                         \
-    .enter = prefix##__enter, .leave = guards__redis_leave, .still_held = guards__redis_still_held
+    .enter = prefix##__enter, .leave = guards__redis_leave,                                        \
+    .still_held = guards__redis_still_held, .fence_refused = guards__redis_fence_refused
 
 /* clang-format off */
 static const mode mode_table[] = {
@@ -96,7 +97,7 @@ static const mode mode_table[] = {
                 "lock and fencing token of its own: a sale takes one segment and moves on "
                 "when it is busy or short; all segments at once for the last units: right "
                 "with any number of replicas",
-     REDIS_LOCK(guard_redis_sharded), .sharded = true},
+     REDIS_LOCK(guard_redis_sharded), .parts = &guard_redis_sharded__parts},
 
     /* The ladder's Redis rungs, in the order the course builds them: each fixes the flaw
      * of the one before and shows the next (loadtest/ladder provokes each). */

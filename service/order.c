@@ -212,8 +212,9 @@ static int read_all(cart_run *c)
 
             /* As a single sale does (deduct.c): move the lock's counter past what the
              * database has seen, so that the next holding's token passes. */
-            if (db_fence_of(c->conn, c->goods[i], h->fence_source, &stored) == DB_OK)
-                guard_fence_refused(c->env->guards, h, stored);
+            if (c->mode->fence_refused != NULL &&
+                db_fence_of(c->conn, c->goods[i], h->fence_source, &stored) == DB_OK)
+                c->mode->fence_refused(c->env->guards, h, stored);
             snprintf(detail, sizeof(detail),
                      "goods %" PRId64 ": fencing token %" PRId64 " is older than the stored one",
                      c->goods[i], h->fence);

@@ -191,7 +191,7 @@ static void test_cart_rows(void **state)
     assert_ptr_equal(modes_find("multi-naive")->still_held, modes_find("redis")->still_held);
     assert_ptr_equal(modes_find("multi-naive")->leave, modes_find("redis")->leave);
     for (size_t i = 0; i < n; i++)
-        if (all[i].batched || all[i].sharded)
+        if (all[i].batched || all[i].parts != NULL)
             assert_int_equal(all[i].cart, MODE_CART_NONE);
 }
 

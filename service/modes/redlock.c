@@ -20,6 +20,13 @@
 #include "service/guards.h"
 #include "service/log.h"
 
+/* A holding's own state: until when it is trusted (the token, the value written, is
+ * guard_hold.token). */
+typedef struct redlock_state {
+    int64_t valid_until_ns; /* CLOCK_MONOTONIC */
+} redlock_state;
+GUARD_STATE_FITS(redlock_state);
+
 int guard_redlock__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
                          size_t detail_len)
 {
@@ -42,7 +49,7 @@ int guard_redlock__enter(guard_env *env, int64_t goods_id, guard_hold *hold, cha
     switch (rc) {
     case LOCK_OK:
         snprintf(hold->token, sizeof(hold->token), "%s", h.value);
-        hold->valid_until_ns = h.valid_until_ns;
+        GUARD_STATE(redlock_state, hold)->valid_until_ns = h.valid_until_ns;
         return GUARD_OK;
     case LOCK_ERR_TIMEOUT:
         snprintf(detail, detail_len, "%s not had on a majority of %d nodes within %" PRId64 " ms",
@@ -62,7 +69,7 @@ static void holding_of(const guard_hold *hold, redlock_holding *h)
     snprintf(h->name, sizeof(h->name), "%s", hold->name);
     /* The token is the value redlock_lock wrote (32 hex digits): it fits. */
     snprintf(h->value, sizeof(h->value), "%.39s", hold->token);
-    h->valid_until_ns = hold->valid_until_ns;
+    h->valid_until_ns = GUARD_CSTATE(redlock_state, hold)->valid_until_ns;
 }
 
 int guard_redlock__still_held(guard_env *env, const guard_hold *hold)
