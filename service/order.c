@@ -21,6 +21,7 @@
 #include "service/cart.h"
 #include "service/clock.h"
 #include "service/response.h"
+#include "service/sale.h"
 
 /* One run of a cart, shared by the steps below. */
 typedef struct cart_run {
@@ -46,11 +47,7 @@ typedef struct cart_run {
 
 static int answer_503(cart_run *c, const char *error, const char *detail)
 {
-    c->out->status = 503;
-    c->out->outcome = error;
-    snprintf(c->out->detail, sizeof(c->out->detail), "%s", detail);
-    c->out->body = response_deduct_503(error, detail);
-    return c->out->body != NULL ? 0 : -1;
+    return sale_answer_503(c->out, error, detail);
 }
 
 /* A failed statement (rc) inside the transaction: lock_timeout when a row lock was not had
@@ -437,9 +434,10 @@ int order_execute(const deduct_env *env, const mode *m, const order_request *req
             /* The short goods' stock sits in segments: fold them back (a transaction of its
              * own, every guard still held) and run the cart once more. */
             int64_t moved = 0;
+            char failed[256] = "";
             for (size_t i = 0; i < req->n_items && rc == DB_OK; i++)
-                rc = db_segments_fold(c->conn, c->goods[i], &moved);
-            result = rc != DB_OK ? answer_db_failure(c, "fold segments", rc) : run_attempt(c);
+                rc = sale_fold(c->conn, c->goods[i], &moved, failed, sizeof(failed));
+            result = rc != DB_OK ? answer_503(c, "unavailable", failed) : run_attempt(c);
             if (result == FOLD)
                 result = -1; /* cannot happen: c->folded stops a second fold */
         }

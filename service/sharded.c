@@ -25,6 +25,7 @@
 
 #include "service/clock.h"
 #include "service/response.h"
+#include "service/sale.h"
 
 /* ---- the pure parts ------------------------------------------------------------------ */
 
@@ -75,20 +76,12 @@ enum {
 
 static int answer_503(sale *s, const char *error, const char *detail)
 {
-    s->out->status = 503;
-    s->out->outcome = error;
-    snprintf(s->out->detail, sizeof(s->out->detail), "%s", detail);
-    s->out->body = response_deduct_503(error, detail);
-    return s->out->body != NULL ? TRY_DONE : -1;
+    return sale_answer_503(s->out, error, detail) == 0 ? TRY_DONE : -1;
 }
 
 static int answer_db(sale *s, const char *what, int rc)
 {
-    char why[200], detail[256];
-
-    snprintf(detail, sizeof(detail), "postgresql: %s: %s", what,
-             db_describe_error(rc, s->conn, why, sizeof(why)));
-    return answer_503(s, rc == DB_ERR_COMMIT_UNKNOWN ? "commit_unknown" : "unavailable", detail);
+    return sale_answer_db(s->out, s->conn, what, rc) == 0 ? TRY_DONE : -1;
 }
 
 /* Inside the open transaction: rolls back and answers 503 for a failed statement. */
