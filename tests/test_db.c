@@ -515,8 +515,8 @@ static void test_read_write_and_insert(void **state)
     assert_int_equal(db_stock_write(c, 1, 7), DB_OK);
     assert_int_equal(stock_of(c, 1), 7);
 
-    assert_int_equal(db_order_insert(c, 1, 3, "none", "svc-1", NULL, NULL, &id1), DB_OK);
-    assert_int_equal(db_order_insert(c, 1, 2, "redis", "svc-2", &fence, "redis", &id2), DB_OK);
+    assert_int_equal(db_order_insert(c, 1, 3, "none", "svc-1", NULL, NULL, NULL, &id1), DB_OK);
+    assert_int_equal(db_order_insert(c, 1, 2, "redis", "svc-2", &fence, "redis", NULL, &id2), DB_OK);
     assert_true(id1 > 0 && id2 > id1);
     assert_int_equal(raw_int(f->admin,
                              "SELECT count(*) FROM orders WHERE goods = 1"
@@ -530,7 +530,7 @@ static void test_read_write_and_insert(void **state)
     assert_int_equal(db_stock_write(c, 999, 1), DB_ERR_NOT_FOUND);
 
     /* refused statements: DB_ERR_QUERY with the reason; the session stays usable */
-    assert_int_equal(db_order_insert(c, 999, 1, "none", "svc-1", NULL, NULL, &id1), DB_ERR_QUERY);
+    assert_int_equal(db_order_insert(c, 999, 1, "none", "svc-1", NULL, NULL, NULL, &id1), DB_ERR_QUERY);
     assert_non_null(strstr(db_conn_error(c), "23503")); /* foreign key */
     assert_int_equal(db_stock_write(c, 1, -1), DB_ERR_QUERY);
     assert_non_null(strstr(db_conn_error(c), "23514")); /* check constraint */
@@ -551,7 +551,7 @@ static void test_orders_insert_many(void **state)
 
     reset_ok(c, 1, 10);
     assert_int_equal(
-        db_orders_insert_many(c, 1, counts, 4, "redis-batch", "svc-1", &fence, "redis", ids),
+        db_orders_insert_many(c, 1, counts, 4, "redis-batch", "svc-1", &fence, "redis", NULL, ids),
         DB_OK);
     for (int i = 0; i < 4; i++) {
         char id_buf[24], count_buf[24];
@@ -570,13 +570,61 @@ static void test_orders_insert_many(void **state)
     }
     assert_int_equal(raw_int(f->admin, "SELECT count(*) FROM orders WHERE goods = 1", 0, NULL), 4);
 
-    assert_int_equal(db_orders_insert_many(c, 1, counts, 0, "m", "i", NULL, NULL, ids),
+    assert_int_equal(db_orders_insert_many(c, 1, counts, 0, "m", "i", NULL, NULL, NULL, ids),
                      DB_ERR_INVALID);
-    assert_int_equal(db_orders_insert_many(c, 1, bad, 2, "m", "i", NULL, NULL, ids),
+    assert_int_equal(db_orders_insert_many(c, 1, bad, 2, "m", "i", NULL, NULL, NULL, ids),
                      DB_ERR_INVALID);
-    assert_int_equal(db_orders_insert_many(c, 999, counts, 1, "m", "i", NULL, NULL, ids),
+    assert_int_equal(db_orders_insert_many(c, 999, counts, 1, "m", "i", NULL, NULL, NULL, ids),
                      DB_ERR_QUERY);
     assert_int_equal(raw_int(f->admin, "SELECT count(*) FROM orders WHERE goods = 1", 0, NULL), 4);
+    db_pool_release(f->pool, c);
+}
+
+/* The client's request id rides in the order's own INSERT, single or batched (a NULL for a
+ * request without one), and comes back out of the orders table as it went in, quotes and
+ * backslashes included: what a recorded load settles its unknown outcomes by. */
+static void test_orders_request_id(void **state)
+{
+    fixture *f = *state;
+    db_conn *c = acquire(f->pool);
+    const int64_t counts[] = {1, 2, 3};
+    const char *rids[] = {"h-1-7", NULL, "q\"b\\s"};
+    int64_t id = 0, ids[3] = {0}, fence = 4, stock = 0;
+    char id_buf[24];
+    const char *params[1] = {id_buf};
+
+    reset_ok(c, 1, 10);
+    assert_int_equal(db_order_insert(c, 1, 1, "none", "svc-1", NULL, NULL, "r-1", &id), DB_OK);
+    snprintf(id_buf, sizeof(id_buf), "%lld", (long long)id);
+    assert_int_equal(raw_int(f->admin,
+                             "SELECT count(*) FROM orders WHERE id = $1::bigint"
+                             " AND request_id = 'r-1'",
+                             1, params),
+                     1);
+    assert_int_equal(db_claim_begin(c, 1, "redis", 5, &stock), DB_OK);
+    assert_int_equal(db_sale_commit(c, 1, stock - 1, 1, "redis", "svc-1", 5, "redis", "p-2", &id),
+                     DB_OK);
+    snprintf(id_buf, sizeof(id_buf), "%lld", (long long)id);
+    assert_int_equal(raw_int(f->admin,
+                             "SELECT count(*) FROM orders WHERE id = $1::bigint"
+                             " AND request_id = 'p-2'",
+                             1, params),
+                     1);
+    assert_int_equal(db_orders_insert_many(c, 1, counts, 3, "redis-batch", "svc-1", &fence, "redis",
+                                           rids, ids),
+                     DB_OK);
+    for (int i = 0; i < 3; i++) {
+        snprintf(id_buf, sizeof(id_buf), "%lld", (long long)ids[i]);
+        assert_int_equal(raw_int(f->admin,
+                                 i == 0   ? "SELECT count(*) FROM orders WHERE id = $1::bigint"
+                                            " AND request_id = 'h-1-7'"
+                                 : i == 1 ? "SELECT count(*) FROM orders WHERE id = $1::bigint"
+                                            " AND request_id IS NULL"
+                                          : "SELECT count(*) FROM orders WHERE id = $1::bigint"
+                                            " AND request_id = E'q\"b\\\\s'",
+                                 1, params),
+                         1);
+    }
     db_pool_release(f->pool, c);
 }
 
@@ -963,13 +1011,13 @@ static void test_claim_fences_per_source(void **state)
     assert_int_equal(db_begin(c), DB_OK);
     assert_int_equal(db_stock_claim(c, 3, "redis", 10, &s), DB_OK);
     assert_int_equal(db_stock_write(c, 3, 99), DB_OK);
-    assert_int_equal(db_order_insert(c, 3, 1, "redis", "svc-1", &redis10, "redis", &id), DB_OK);
+    assert_int_equal(db_order_insert(c, 3, 1, "redis", "svc-1", &redis10, "redis", NULL, &id), DB_OK);
     assert_int_equal(db_commit(c), DB_OK);
 
     assert_int_equal(db_begin(c), DB_OK);
     assert_int_equal(db_stock_claim(c, 3, "etcd", 3, &s), DB_OK);
     assert_int_equal(db_stock_write(c, 3, 98), DB_OK);
-    assert_int_equal(db_order_insert(c, 3, 1, "etcd", "svc-2", &etcd3, "etcd", &id), DB_OK);
+    assert_int_equal(db_order_insert(c, 3, 1, "etcd", "svc-2", &etcd3, "etcd", NULL, &id), DB_OK);
     assert_int_equal(db_commit(c), DB_OK);
 
     /* the stale redis holder: refused, nothing changes */
@@ -1073,7 +1121,7 @@ static void test_pipelined_sale_commits(void **state)
     reset_ok(c, 1, 10);
     assert_int_equal(db_claim_begin(c, 1, "redis", 5, &s), DB_OK);
     assert_int_equal(s, 10);
-    assert_int_equal(db_sale_commit(c, 1, 7, 3, "redis", "svc-1", 5, "redis", &id), DB_OK);
+    assert_int_equal(db_sale_commit(c, 1, 7, 3, "redis", "svc-1", 5, "redis", NULL, &id), DB_OK);
     assert_true(id > 0);
     assert_int_equal(stock_of(c, 1), 7); /* committed: seen outside the transaction */
     assert_int_equal(fence_of(f, 1), 5);
@@ -1086,7 +1134,7 @@ static void test_pipelined_sale_commits(void **state)
     /* a second sale on the same session, then the plain statements still work */
     assert_int_equal(db_claim_begin(c, 1, "redis", 6, &s), DB_OK);
     assert_int_equal(s, 7);
-    assert_int_equal(db_sale_commit(c, 1, 6, 1, "redis", "svc-1", 6, "redis", &id), DB_OK);
+    assert_int_equal(db_sale_commit(c, 1, 6, 1, "redis", "svc-1", 6, "redis", NULL, &id), DB_OK);
     assert_int_equal(db_ping(c), DB_OK);
     assert_int_equal(stock_of(c, 1), 6);
     /* unknown goods: the claim says so; nothing to commit */
@@ -1104,7 +1152,7 @@ static void test_pipelined_claim_refuses_an_older_token(void **state)
 
     reset_ok(c, 1, 10);
     assert_int_equal(db_claim_begin(c, 1, "redis", 5, &s), DB_OK);
-    assert_int_equal(db_sale_commit(c, 1, 9, 1, "redis", "svc-1", 5, "redis", &id), DB_OK);
+    assert_int_equal(db_sale_commit(c, 1, 9, 1, "redis", "svc-1", 5, "redis", NULL, &id), DB_OK);
     assert_int_equal(db_claim_begin(c, 1, "redis", 4, &s), DB_ERR_FENCED);
     assert_non_null(strstr(db_conn_error(c), "newer"));
     assert_int_equal(db_rollback(c), DB_OK);
@@ -1125,7 +1173,7 @@ static void test_pipelined_error_leaves_nothing(void **state)
 
     reset_ok(c, 1, 10);
     assert_int_equal(db_claim_begin(c, 1, "redis", 5, &s), DB_OK);
-    assert_int_equal(db_sale_commit(c, 1, -1, 11, "redis", "svc-1", 5, "redis", &id),
+    assert_int_equal(db_sale_commit(c, 1, -1, 11, "redis", "svc-1", 5, "redis", NULL, &id),
                      DB_ERR_QUERY);
     assert_non_null(strstr(db_conn_error(c), "write stock"));
     assert_int_equal(stock_of(c, 1), 10);
@@ -1133,7 +1181,7 @@ static void test_pipelined_error_leaves_nothing(void **state)
     assert_int_equal(fence_of(f, 1), 0);
 
     assert_int_equal(db_claim_begin(c, 1, "redis", 6, &s), DB_OK);
-    assert_int_equal(db_sale_commit(c, 1, 10, 0, "redis", "svc-1", 6, "redis", &id),
+    assert_int_equal(db_sale_commit(c, 1, 10, 0, "redis", "svc-1", 6, "redis", NULL, &id),
                      DB_ERR_QUERY);
     assert_non_null(strstr(db_conn_error(c), "record order"));
     assert_int_equal(stock_of(c, 1), 10);
@@ -1142,7 +1190,7 @@ static void test_pipelined_error_leaves_nothing(void **state)
 
     /* the session is idle and out of pipeline mode: a whole sale goes through */
     assert_int_equal(db_claim_begin(c, 1, "redis", 7, &s), DB_OK);
-    assert_int_equal(db_sale_commit(c, 1, 8, 2, "redis", "svc-1", 7, "redis", &id), DB_OK);
+    assert_int_equal(db_sale_commit(c, 1, 8, 2, "redis", "svc-1", 7, "redis", NULL, &id), DB_OK);
     assert_int_equal(stock_of(c, 1), 8);
     assert_int_equal(orders_of(f, 1), 1);
     db_pool_release(f->pool, c);
@@ -1306,9 +1354,9 @@ static void test_reset_deletes_orders_and_idempotency_records(void **state)
 
     reset_ok(c, 1, 100);
     reset_ok(c, 2, 100);
-    assert_int_equal(db_order_insert(c, 1, 1, "none", "svc-1", NULL, NULL, &id), DB_OK);
-    assert_int_equal(db_order_insert(c, 1, 2, "none", "svc-1", NULL, NULL, &id), DB_OK);
-    assert_int_equal(db_order_insert(c, 2, 5, "none", "svc-1", NULL, NULL, &id), DB_OK);
+    assert_int_equal(db_order_insert(c, 1, 1, "none", "svc-1", NULL, NULL, NULL, &id), DB_OK);
+    assert_int_equal(db_order_insert(c, 1, 2, "none", "svc-1", NULL, NULL, NULL, &id), DB_OK);
+    assert_int_equal(db_order_insert(c, 2, 5, "none", "svc-1", NULL, NULL, NULL, &id), DB_OK);
     assert_int_equal(db_begin(c), DB_OK);
     assert_int_equal(db_idempotency_claim(c, 1, "k"), DB_OK);
     assert_int_equal(db_idempotency_store(c, 1, "k", 200, "{}"), DB_OK);
@@ -1354,11 +1402,11 @@ static void test_stock_report_figures(void **state)
 
     /* two sales, then a lost update: a third sale whose write is based on a stale read */
     assert_int_equal(db_stock_write(c, 1, 97), DB_OK);
-    assert_int_equal(db_order_insert(c, 1, 3, "none", "svc-1", NULL, NULL, &id), DB_OK);
+    assert_int_equal(db_order_insert(c, 1, 3, "none", "svc-1", NULL, NULL, NULL, &id), DB_OK);
     assert_int_equal(db_stock_write(c, 1, 95), DB_OK);
-    assert_int_equal(db_order_insert(c, 1, 2, "none", "svc-2", NULL, NULL, &id), DB_OK);
+    assert_int_equal(db_order_insert(c, 1, 2, "none", "svc-2", NULL, NULL, NULL, &id), DB_OK);
     assert_int_equal(db_stock_write(c, 1, 96), DB_OK); /* read 97, sold 1 */
-    assert_int_equal(db_order_insert(c, 1, 1, "none", "svc-3", NULL, NULL, &id), DB_OK);
+    assert_int_equal(db_order_insert(c, 1, 1, "none", "svc-3", NULL, NULL, NULL, &id), DB_OK);
 
     assert_int_equal(db_stock_report_read(c, 1, &r), DB_OK);
     assert_int_equal(r.initial, 100);
@@ -1392,13 +1440,13 @@ static void test_counters_follow_the_orders(void **state)
 
     reset_ok(c, 1, 100);
     reset_ok(c, 2, 100);
-    assert_int_equal(db_order_insert(c, 1, 3, "none", "svc-1", NULL, NULL, &id), DB_OK);
-    assert_int_equal(db_orders_insert_many(c, 1, counts, 3, "redis-batch", "svc-1", NULL, NULL, ids),
+    assert_int_equal(db_order_insert(c, 1, 3, "none", "svc-1", NULL, NULL, NULL, &id), DB_OK);
+    assert_int_equal(db_orders_insert_many(c, 1, counts, 3, "redis-batch", "svc-1", NULL, NULL, NULL, ids),
                      DB_OK);
-    assert_int_equal(db_order_insert(c, 2, 5, "none", "svc-1", NULL, NULL, &id), DB_OK);
+    assert_int_equal(db_order_insert(c, 2, 5, "none", "svc-1", NULL, NULL, NULL, &id), DB_OK);
     /* a rolled-back sale counts nothing */
     assert_int_equal(db_begin(c), DB_OK);
-    assert_int_equal(db_order_insert(c, 1, 10, "none", "svc-1", NULL, NULL, &id), DB_OK);
+    assert_int_equal(db_order_insert(c, 1, 10, "none", "svc-1", NULL, NULL, NULL, &id), DB_OK);
     assert_int_equal(db_rollback(c), DB_OK);
 
     assert_int_equal(db_stock_report_read(c, 1, &r), DB_OK);
@@ -1459,7 +1507,7 @@ static void *insert_orders(void *arg)
         return NULL;
     }
     for (int i = 0; i < COUNTER_ORDERS; i++)
-        if (db_order_insert(c, 1, 1 + i % 3, "none", "svc-1", NULL, NULL, &id) != DB_OK)
+        if (db_order_insert(c, 1, 1 + i % 3, "none", "svc-1", NULL, NULL, NULL, &id) != DB_OK)
             w->failures++;
     db_pool_release(w->f->pool, c);
     return NULL;
@@ -1597,7 +1645,7 @@ static void test_segments_spread_claim_write(void **state)
     assert_int_equal(s, 25);
     assert_int_equal(db_segment_write(c, 1, 2, 20, &left), DB_OK);
     assert_int_equal(left, 95); /* this segment's 20, the others' 75 */
-    assert_int_equal(db_order_insert(c, 1, 5, "redis-sharded", "svc-1", &tokens[2], "redis", &id),
+    assert_int_equal(db_order_insert(c, 1, 5, "redis-sharded", "svc-1", &tokens[2], "redis", NULL, &id),
                      DB_OK);
     assert_int_equal(db_commit(c), DB_OK);
     assert_int_equal(db_stock_report_read(c, 1, &r), DB_OK);
@@ -2121,7 +2169,7 @@ static void *timed_call_run(void *arg)
     if (t->what == 2)
         t->rc = db_claim_begin(t->conn, 1, "redis", 9, &s);
     else if (t->what == 3)
-        t->rc = db_sale_commit(t->conn, 1, 7, 3, "redis", "svc-1", 9, "redis", &id);
+        t->rc = db_sale_commit(t->conn, 1, 7, 3, "redis", "svc-1", 9, "redis", NULL, &id);
     else
         t->rc = t->what == 0 ? db_stock_read(t->conn, 1, &s) : db_commit(t->conn);
     t->ms = now_ms() - start;
@@ -2274,7 +2322,7 @@ static void test_pipelined_lost_commit_answer_is_unknown(void **state)
     /* one sale first, so that the statements are prepared on this session: a prepare is a
      * round trip of its own, before anything of the batch is sent */
     assert_int_equal(db_claim_begin(c, 1, "redis", 8, &s), DB_OK);
-    assert_int_equal(db_sale_commit(c, 1, 10, 1, "redis", "svc-1", 8, "redis", &id), DB_OK);
+    assert_int_equal(db_sale_commit(c, 1, 10, 1, "redis", "svc-1", 8, "redis", NULL, &id), DB_OK);
     assert_int_equal(db_claim_begin(c, 1, "redis", 9, &s), DB_OK);
     g_frozen_backend = pool_backend_pid(f);
     assert_true(g_frozen_backend > 0);
@@ -2332,6 +2380,7 @@ int main(int argc, char **argv)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_read_write_and_insert, setup_migrated, teardown),
         cmocka_unit_test_setup_teardown(test_orders_insert_many, setup_migrated, teardown),
+        cmocka_unit_test_setup_teardown(test_orders_request_id, setup_migrated, teardown),
         cmocka_unit_test_setup_teardown(test_cart_statements, setup_migrated, teardown),
         cmocka_unit_test_setup_teardown(test_pg_rung_statements, setup_migrated, teardown),
         cmocka_unit_test_setup_teardown(test_versioned_read_and_write, setup_migrated, teardown),
