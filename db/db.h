@@ -311,9 +311,10 @@ int db_lockrow_release(db_conn *conn, int64_t goods_id, const char *owner);
  * db_segments_spread: after db_segments_gather in the same transaction: sets goods.stock to
  *   goods_stock, segments 0..k-1 to stocks[i] (rows created as needed; the stored token
  *   becomes the larger of it and fences[i]), and empties the segments from k up.
- * db_segments_fold: its own transaction (call it outside one): moves every segment's stock
- *   back to the goods row, under the same locks. *moved gets the units moved (0: nothing to
- *   move; then only one plain read was made).
+ * db_segments_fold: inside the caller's transaction (it begins none: the service owns
+ *   transaction boundaries), before anything else of the goods: moves every segment's stock
+ *   back to the goods row, under the same locks as db_segments_gather. *moved gets the units
+ *   moved (0: nothing to move); DB_ERR_NOT_FOUND for an unknown goods.
  */
 #define DB_SEGMENTS_MAX 64
 int db_segments_read(db_conn *conn, int64_t goods_id, int k, int64_t *goods_stock, int64_t *stocks,

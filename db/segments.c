@@ -202,26 +202,17 @@ out:
 
 int db_segments_fold(db_conn *conn, int64_t goods_id, int64_t *moved)
 {
-    int64_t goods_stock = 0, total = 0, stocks[1], fences[DB_SEGMENTS_MAX], all[DB_SEGMENTS_MAX];
+    int64_t goods_stock = 0, fences[DB_SEGMENTS_MAX], all[DB_SEGMENTS_MAX];
     int64_t rest = 0, sum = 0;
-    char saved[DB__ERR_LEN];
     int rc;
 
     if (!conn || !conn->pg || !moved)
         return DB_ERR_INVALID;
     *moved = 0;
-    if (PQtransactionStatus(conn->pg) != PQTRANS_IDLE) {
-        db__set_error(conn, "db_segments_fold runs its own transaction: call it outside one");
+    if (PQtransactionStatus(conn->pg) != PQTRANS_INTRANS) {
+        db__set_error(conn, "db_segments_fold runs inside the caller's transaction: begin one");
         return DB_ERR_INVALID;
     }
-    /* Most goods have no segment stock: one plain read says so, with no transaction. */
-    rc = db_segments_read(conn, goods_id, 1, &goods_stock, stocks, &total);
-    if (rc != DB_OK || total == goods_stock)
-        return rc == DB_ERR_NOT_FOUND ? DB_OK : rc;
-
-    rc = db_begin(conn);
-    if (rc != DB_OK)
-        return rc;
     rc = db_segments_gather(conn, goods_id, DB_SEGMENTS_MAX, &goods_stock, all, fences, &rest);
     for (int i = 0; rc == DB_OK && i < DB_SEGMENTS_MAX; i++)
         sum += all[i];
@@ -233,14 +224,7 @@ int db_segments_fold(db_conn *conn, int64_t goods_id, int64_t *moved)
         if (rc == DB_OK)
             rc = db_stock_write(conn, goods_id, goods_stock + sum);
     }
-    if (rc == DB_OK) {
-        rc = db_commit(conn);
-        if (rc == DB_OK)
-            *moved = sum;
-        return rc;
-    }
-    memcpy(saved, conn->err, sizeof(saved));
-    (void)db_rollback(conn);
-    memcpy(conn->err, saved, sizeof(saved));
-    return rc == DB_ERR_NOT_FOUND ? DB_OK : rc;
+    if (rc == DB_OK)
+        *moved = sum;
+    return rc;
 }

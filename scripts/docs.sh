@@ -23,7 +23,8 @@
 #   numbering   the chapters are docs/course/NN-*.md, 01 up without a gap, each titled
 #               "# N. ..."
 #   modes       every mode of service/modes.c's table has a chapter (its name in a chapter's
-#               title) and a line of README.md's table linking to it, under that number
+#               title) and a line of README.md's table linking to it, under that number, and
+#               a file service/modes/<mode>.c ('-' as '_') that its chapter names
 #   files       every path a document names in backticks (service/..., lock/..., ...) exists
 #   names       every function, statement, setting or script name a chapter names in
 #               backticks (snake_case with an underscore, DB__*, SETTING_NAMES) is a word of
@@ -184,11 +185,17 @@ check_modes() {
         FILENAME == "-" { modes[++nm] = $0; next }
         FILENAME == "README.md" { readme[++nr] = $0; next }
         FNR == 1 { title[FILENAME] = $0 }
+        { text[FILENAME] = text[FILENAME] "\n" $0 }
         END {
             for (i = 1; i <= nm; i++) {
                 m = modes[i]; found = ""
                 for (f in title) if (index(title[f], "`" m "`")) found = f
                 if (found == "") { print "mode " m " (service/modes.c) has no chapter: no " course "NN-*.md titled with `" m "`"; continue }
+                # The file of the mode, by the one convention (docs/course/README.md#names).
+                file = "service/modes/" m ".c"; gsub(/-/, "_", file)
+                if ((getline line < file) <= 0) print "mode " m ": no file " file " (its guard or transaction shape)"
+                close(file)
+                if (!index(text[found], "`" file "`")) print found ": names no `" file "` (the file of the mode)"
                 num = found; sub(course, "", num); sub(/-.*/, "", num); num += 0
                 ok = 0
                 for (j = 1; j <= nr; j++)

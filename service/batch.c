@@ -36,6 +36,7 @@
 
 #include "service/clock.h"
 #include "service/response.h"
+#include "service/sale.h"
 
 #define BATCH_STRIPES 64
 
@@ -136,8 +137,8 @@ static void set_answer(batch_item *it, int status, const char *outcome, char *bo
  * detail goes to the log, and to the body for "unavailable" only (API.md). */
 static void set_503(batch_item *it, const char *error, const char *detail)
 {
-    snprintf(it->out->detail, sizeof(it->out->detail), "%s", detail);
-    set_answer(it, 503, error, response_deduct_503(error, detail));
+    if (sale_answer_503(it->out, error, detail) != 0)
+        it->rc = -1;
 }
 
 /* Something of the batch's transaction failed: it sells nothing, so every request not
@@ -290,13 +291,8 @@ static int sell_pending(const deduct_env *env, const mode *m, db_conn *conn, con
                       : db_stock_read(conn, goods_id, &stock);
     if (rc == DB_ERR_FENCED) {
         char detail[128];
-        int64_t stored = 0;
 
-        /* As the single path: the counter past what the database has seen (deduct.c). */
-        if (db_fence_of(conn, goods_id, hold->fence_source, &stored) == DB_OK)
-            guard_fence_refused(env->guards, hold, stored);
-        snprintf(detail, sizeof(detail), "fencing token %lld is older than the stored one",
-                 (long long)hold->fence);
+        sale_fence_refused(env->guards, m, conn, goods_id, hold, detail, sizeof(detail));
         fail_batch(items, n, "lock_lost", detail);
         return rc;
     }
@@ -375,15 +371,6 @@ static bool any_refused(batch_item **items, size_t n)
     return false;
 }
 
-/* Whether segments of the goods hold stock (redis-sharded left it there): one plain read. */
-static bool segments_hold_stock(db_conn *conn, int64_t goods_id)
-{
-    int64_t goods_stock = 0, seg[1], total = 0;
-
-    return db_segments_read(conn, goods_id, 1, &goods_stock, seg, &total) == DB_OK &&
-           total > goods_stock;
-}
-
 /* Forgets the answers of a batch whose transaction was rolled back, to run it again. */
 static void forget_answers(batch_item **items, size_t n)
 {
@@ -441,13 +428,9 @@ static bool pipelined_batch(const deduct_env *env, const mode *m, db_conn *conn,
     rc = db_claim_begin(conn, goods_id, hold->fence_source, hold->fence, &stock);
     if (rc == DB_ERR_FENCED) {
         char detail[128];
-        int64_t stored = 0;
 
-        if (db_fence_of(conn, goods_id, hold->fence_source, &stored) == DB_OK)
-            guard_fence_refused(env->guards, hold, stored);
+        sale_fence_refused(env->guards, m, conn, goods_id, hold, detail, sizeof(detail));
         db_rollback(conn);
-        snprintf(detail, sizeof(detail), "fencing token %lld is older than the stored one",
-                 (long long)hold->fence);
         fail_batch(items, n, "lock_lost", detail);
         goto out;
     }
@@ -542,15 +525,16 @@ static void run_batch(const deduct_env *env, const mode *m, int rc, guard_hold *
         }
         /* As the single path (deduct.h): no 409 while redis-sharded's segments hold stock;
          * they are folded back into the goods row, once, and the batch runs again. */
-        if (folded || !any_refused(items, n) || !segments_hold_stock(conn, items[0]->goods_id))
+        if (folded || !any_refused(items, n) || !sale_segments_hold_stock(conn, items[0]->goods_id))
             break;
         int64_t moved = 0;
+        char failed[256];
         db_rollback(conn);
         forget_answers(items, n);
         folded = true;
-        rc = db_segments_fold(conn, items[0]->goods_id, &moved);
+        rc = sale_fold(conn, items[0]->goods_id, &moved, failed, sizeof(failed));
         if (rc != DB_OK) {
-            fail_db(items, n, "fold segments", rc, conn);
+            fail_batch(items, n, "unavailable", failed);
             goto release;
         }
     }

@@ -24,6 +24,7 @@
 #include "service/batch.h"
 #include "service/clock.h"
 #include "service/response.h"
+#include "service/sale.h"
 #include "service/sharded.h"
 
 /* The pieces of one run, so that the steps below can share them. */
@@ -82,11 +83,7 @@ static void saw_stock(deduction *d, int64_t stock)
  * to the log, and to the body for "unavailable" only. */
 static int answer_503(deduction *d, const char *error, const char *detail)
 {
-    d->out->status = 503;
-    d->out->outcome = error;
-    snprintf(d->out->detail, sizeof(d->out->detail), "%s", detail);
-    d->out->body = response_deduct_503(error, detail);
-    return d->out->body != NULL ? 0 : -1;
+    return sale_answer_503(d->out, error, detail);
 }
 
 /* The hook stopped the deduction (rc, a GUARD_* code; its reason in out->detail): answers
@@ -101,11 +98,7 @@ static int answer_hook_stop(deduction *d, int rc)
 
 static int answer_db_failure(deduction *d, const char *what, int rc)
 {
-    char why[200], detail[256];
-
-    snprintf(detail, sizeof(detail), "postgresql: %s: %s", what,
-             db_describe_error(rc, d->conn, why, sizeof(why)));
-    return answer_503(d, "unavailable", detail);
+    return sale_answer_db(d->out, d->conn, what, rc);
 }
 
 /*
@@ -117,11 +110,7 @@ static int answer_db_failure(deduction *d, const char *what, int rc)
  */
 static int answer_commit_unknown(deduction *d)
 {
-    char why[200], detail[256];
-
-    snprintf(detail, sizeof(detail), "postgresql: commit: %s",
-             db_describe_error(DB_ERR_COMMIT_UNKNOWN, d->conn, why, sizeof(why)));
-    return answer_503(d, "commit_unknown", detail);
+    return sale_answer_db(d->out, d->conn, "commit", DB_ERR_COMMIT_UNKNOWN);
 }
 
 /* Answers 503 for a failed statement: lock_timeout when it waited for a lock inside
@@ -184,18 +173,8 @@ static int store_answer(deduction *d, int status, const char *body)
 /* read_check_write's answer when a hook stopped it: roll back, the answer is set. */
 #define STOPPED 1
 /* read_check_write's answer when the goods row is short but redis-sharded's segments hold
- * stock: roll back, fold the segments back into the row (db_segments_fold), run again. */
+ * stock: roll back, fold the segments back into the row (sale_fold), run again. */
 #define FOLD 2
-
-/* Whether segments of the goods hold stock: one plain read, on the way to a 409 only. */
-static bool segments_hold_stock(deduction *d)
-{
-    int64_t goods_stock = 0, seg[1], total = 0;
-
-    if (db_segments_read(d->conn, d->goods_id, 1, &goods_stock, seg, &total) != DB_OK)
-        return false; /* the fold would meet the same failure: answer what was read */
-    return total > goods_stock;
-}
 
 /*
  * Inside the open transaction: read, check, write, record. Sets the answer; returns DB_OK
@@ -229,14 +208,9 @@ static int read_check_write(deduction *d)
     }
     if (rc == DB_ERR_FENCED) {
         char detail[128];
-        int64_t stored = 0;
 
-        /* The counter may be behind the database (a failover): move it past what the
-         * database has seen, so the next holding's token passes. */
-        if (db_fence_of(d->conn, d->goods_id, d->hold.fence_source, &stored) == DB_OK)
-            guard_fence_refused(d->env->guards, &d->hold, stored);
-        snprintf(detail, sizeof(detail), "fencing token %lld is older than the stored one",
-                 (long long)d->hold.fence);
+        sale_fence_refused(d->env->guards, d->mode, d->conn, d->goods_id, &d->hold, detail,
+                           sizeof(detail));
         if (answer_503(d, "lock_lost", detail) != 0)
             return DB_ERR_NOMEM;
         return rc;
@@ -245,7 +219,7 @@ static int read_check_write(deduction *d)
         return statement_failed(d, "read stock", rc);
 
     if (rc == DB_ERR_INSUFFICIENT || stock < d->count) {
-        if (!d->folded && segments_hold_stock(d))
+        if (!d->folded && sale_segments_hold_stock(d->conn, d->goods_id))
             return FOLD;
         d->out->status = 409;
         d->out->outcome = "insufficient_stock";
@@ -329,13 +303,10 @@ static int run_attempt_pipelined(deduction *d)
     }
     if (rc == DB_ERR_FENCED) {
         char detail[128];
-        int64_t stored = 0;
 
-        if (db_fence_of(d->conn, d->goods_id, d->hold.fence_source, &stored) == DB_OK)
-            guard_fence_refused(d->env->guards, &d->hold, stored);
+        sale_fence_refused(d->env->guards, d->mode, d->conn, d->goods_id, &d->hold, detail,
+                           sizeof(detail));
         db_rollback(d->conn);
-        snprintf(detail, sizeof(detail), "fencing token %lld is older than the stored one",
-                 (long long)d->hold.fence);
         return answer_503(d, "lock_lost", detail);
     }
     if (rc != DB_OK) {
@@ -345,7 +316,7 @@ static int run_attempt_pipelined(deduction *d)
 
     /* The check, in C, between the two round trips. */
     if (stock < d->count) {
-        bool fold = !d->folded && segments_hold_stock(d);
+        bool fold = !d->folded && sale_segments_hold_stock(d->conn, d->goods_id);
         db_rollback(d->conn);
         if (fold)
             return FOLD;
@@ -540,11 +511,12 @@ static int run_transaction(deduction *d)
         int rc = run_attempt(d);
         if (rc == FOLD) {
             /* Its own transaction, outside ours; then this one runs again, once. */
+            char failed[256];
             int64_t moved = 0;
             d->folded = true;
-            rc = db_segments_fold(d->conn, d->goods_id, &moved);
+            rc = sale_fold(d->conn, d->goods_id, &moved, failed, sizeof(failed));
             if (rc != DB_OK)
-                return answer_db_failure(d, "fold segments", rc);
+                return answer_503(d, "unavailable", failed);
             attempt--;
             continue;
         }
@@ -587,7 +559,7 @@ int deduct_execute_as(const deduct_env *env, const mode *m, int64_t goods_id, in
 
     if (m->batched && env->batch != NULL && hook == NULL)
         return batch_execute(env->batch, env, m, goods_id, count, idempotency_key, request_id, out);
-    if (m->sharded && hook == NULL)
+    if (m->parts != NULL && hook == NULL)
         return sharded_execute(env, m, goods_id, count, idempotency_key, request_id, out);
 
     if (idempotency_key != NULL) {

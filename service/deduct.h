@@ -112,13 +112,13 @@ typedef struct deduct_result {
  * nothing is deducted; otherwise the 200/404/409 answer is stored in the same transaction.
  * hook may be NULL; when given, hook->at is called at each deduct_point reached.
  * A batched mode (mode.batched) without a hook joins its replica's batch (batch_execute),
- * and a sharded one (mode.sharded) sells over its segments (sharded_execute): the hook's
+ * and a sharded one (mode.parts) sells over its segments (sharded_execute): the hook's
  * points belong to one request's own transaction, so a request with a hook (fault
  * injection) runs the single path, under the same lock and fence.
  * When the single path would answer 409 and segments of the goods hold stock (left by
- * redis-sharded), they are folded back into the goods row first (db_segments_fold, its own
- * transaction) and the transaction is run once more: no mode refuses a sale while the
- * goods' stock covers it.
+ * redis-sharded), they are folded back into the goods row first (sale_fold: a transaction
+ * of its own, which the service opens and commits around db_segments_fold) and the
+ * transaction is run once more: no mode refuses a sale while the goods' stock covers it.
  * Returns 0 with *out filled (free out->body), or -1 when out of memory.
  */
 int deduct_execute(const deduct_env *env, const mode *m, int64_t goods_id, int64_t count,

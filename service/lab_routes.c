@@ -11,6 +11,7 @@
 #include "lock/naive.h"
 
 #include "service/lab.h"
+#include "service/lock_names.h"
 #include "service/request.h"
 #include "service/response.h"
 
@@ -84,7 +85,7 @@ void lab_routes_trace(app *a, const http_request *req, http_reply *reply)
         reply_body(reply, 200, body);
 }
 
-/* The rungs whose lock is a plain Redis string, lock:<rung>:goods:N (service/guard_poll.c). */
+/* The rungs whose lock is a plain Redis string, lock:<rung>:goods:N (service/guards_poll.c). */
 static bool string_lock_rung(const char *name)
 {
     static const char *const rungs[] = {"setnx", "setnx-ttl", "owner-get-del", "owner-lua"};

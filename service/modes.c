@@ -1,46 +1,59 @@
 /*
  * modes.c - the strategy table and its lookups.
  *
- * Each row of `mode_table` is one way of guarding the read-check-write of deduct.c, and each
- * guard is one file (service/guard_*.c, declared in service/guards.h):
+ * Each row of `mode_table` is one way of guarding the read-check-write of deduct.c. Every
+ * mode's guard or transaction shape lives in a file named after the mode,
+ * service/modes/<mode>.c ('-' as '_'); what several modes share is a helper,
+ * service/guards*.c (guards.h lists them):
  *
- *   none   guard_none.c   no guard at all: a lost update under load.
- *   local  guard_local.c  a mutex of this process: right with one replica only.
- *   redis  guard_redis.c  the Redis lock of lock/, fenced: right with any number of replicas.
- *   redis-batch  (redis's guard)  the same lock once per batch of a replica's requests for
- *                                 one goods (mode.batched: service/batch.c runs it).
- *   redis-sharded (redis's lock)  the goods' stock in segments, a lock per segment
- *                                 (mode.sharded: service/sharded.c runs it).
+ *   none              modes/none.c              no guard at all: a lost update under load.
+ *   local             modes/local.c             a mutex of this process: one replica only.
+ *   redis             modes/redis.c             the Redis lock of lock/, fenced: right with
+ *                                               any number of replicas (guards_redis.c).
+ *   redis-batch       modes/redis_batch.c       redis's lock once per batch of a replica's
+ *                                               requests for one goods (service/batch.c).
+ *   redis-sharded     modes/redis_sharded.c     the stock in segments, a lock per segment
+ *                                               (service/sharded.c).
  *
  * the ladder's Redis rungs, each missing one piece of `redis` (docs/course/, chapters 3 to 10):
  *
- *   setnx             guard_setnx.c             no expiry: a dead holder wedges the goods.
- *   setnx-ttl         guard_setnx_ttl.c         no owner: DEL frees another's lock.
- *   owner-get-del     guard_owner_get_del.c     a two-command release: a gap.
- *   owner-lua         guard_owner_lua.c         not reentrant, fixed lease.
- *   redis-nowatchdog  guard_redis_nowatchdog.c  fixed lease: a long section has two holders.
- *   redis-nofence     guard_redis_nofence.c     no token: a stopped process commits late.
- *   tx-inside         (redis-nofence's guard)   left before COMMIT (mode.leaves_inside_tx).
- *   multi-naive       (redis's guard)           a cart's locks in the cart's order: two carts
+ *   setnx             modes/setnx.c             no expiry: a dead holder wedges the goods.
+ *   setnx-ttl         modes/setnx_ttl.c         no owner: DEL frees another's lock.
+ *   owner-get-del     modes/owner_get_del.c     a two-command release: a gap.
+ *   owner-lua         modes/owner_lua.c         not reentrant, fixed lease.
+ *   redis-nowatchdog  modes/redis_nowatchdog.c  fixed lease: a long section has two holders.
+ *   redis-nofence     modes/redis_nofence.c     no token: a stopped process commits late.
+ *   tx-inside         modes/tx_inside.c         left before COMMIT (mode.leaves_inside_tx).
+ *   multi-naive       modes/multi_naive.c       a cart's locks in the cart's order: two carts
  *                                               deadlock (mode.cart, service/order.c).
- *   redlock           guard_redlock.c           a quorum of 5 Redis servers, no token: served
+ *   redlock           modes/redlock.c           a quorum of 5 Redis servers, no token: served
  *                                               only with REDLOCK_NODES (mode.needs).
  *
- * and the PostgreSQL rungs, which need no guard: the database closes the race, each in its
- * own transaction shape (mode_tx):
+ * the PostgreSQL rungs, which need no guard: the database closes the race, each in its own
+ * transaction shape (mode_tx):
  *
- *   pg-for-update  rung_pg_for_update.c  SELECT ... FOR UPDATE: the row's lock.
- *   pg-atomic      rung_pg_atomic.c      one conditional UPDATE: check and write at once.
- *   pg-advisory    rung_pg_advisory.c    pg_advisory_xact_lock on the goods id.
- *   pg-optimistic  rung_pg_optimistic.c  a version column: write only if unchanged, else retry.
- *   pg-multi-naive (pg-for-update's)     a cart's rows locked in the cart's order: 40P01.
+ *   pg-for-update     modes/pg_for_update.c     SELECT ... FOR UPDATE: the row's lock.
+ *   pg-optimistic     modes/pg_optimistic.c     a version column: write if unchanged, or retry.
+ *   pg-atomic         modes/pg_atomic.c         one conditional UPDATE: check and write at once.
+ *   pg-multi-naive    modes/pg_multi_naive.c    a cart's rows locked in the cart's order: 40P01.
+ *   pg-advisory       modes/pg_advisory.c       pg_advisory_xact_lock on the goods id.
  *
- * and a guard whose lock is a row of PostgreSQL's:
+ * a guard whose lock is a row of PostgreSQL's (guards_lockrow.c):
  *
- *   pg-lockrow      guard_pg_lockrow.c  a goods_locks row, no expiry: a dead holder wedges.
- *   pg-lockrow-ttl  guard_pg_lockrow.c  the row with an expiry: a long section has two holders.
+ *   pg-lockrow        modes/pg_lockrow.c        no expiry: a dead holder wedges the goods.
+ *   pg-lockrow-ttl    modes/pg_lockrow_ttl.c    an expiry: a long section has two holders.
  *
- * Adding a mode means adding a row here and one file for it; nothing else changes.
+ * and the other lock services, served only by a replica configured with one (mode.needs):
+ *
+ *   etcd              modes/etcd.c              lease, key per waiter, revision as token.
+ *   zookeeper         modes/zookeeper.c         session, node per waiter, czxid as token.
+ *
+ * Adding a mode means a row here and its file under modes/ (declared in guards.h). A mode
+ * whose guard needs a backing service of its own also touches: guard_env_options and
+ * guard_env (modes.h, guards.h: the client, handed in at start-up), config.c and core.c
+ * (the setting that names the service, the client built from it), and a MODE_NEEDS_* bit
+ * with its setting in needs_settings below (so that a replica without the service neither
+ * lists nor serves the mode).
  */
 #include "service/modes.h"
 
@@ -53,6 +66,9 @@
 
 #define GUARD(prefix) .enter = prefix##__enter, .leave = prefix##__leave
 #define NO_GUARD .enter = guard_none__enter, .leave = guard_none__leave
+#define REDIS_LOCK(prefix)                                                                         \
+    .enter = prefix##__enter, .leave = guards__redis_leave,                                        \
+    .still_held = guards__redis_still_held, .fence_refused = guards__redis_fence_refused
 
 /* clang-format off */
 static const mode mode_table[] = {
@@ -68,20 +84,20 @@ static const mode mode_table[] = {
     {.name = "redis", .safe = true,
      .summary = "the same under the Redis reentrant lock (owner, watchdog, bounded wait, "
                 "fencing): right with any number of replicas",
-     GUARD(guard_redis), .still_held = guard_redis__still_held, .cart = MODE_CART_SORTED},
+     REDIS_LOCK(guard_redis), .cart = MODE_CART_SORTED},
 
     /* Past the serial ceiling: one lock holding and one commit for many sales. */
     {.name = "redis-batch", .safe = true,
      .summary = "the redis lock taken once per batch: a replica's concurrent requests for one "
                 "goods are checked in arrival order and sold in one fenced transaction, each "
                 "answered after its commit: right with any number of replicas",
-     GUARD(guard_redis), .still_held = guard_redis__still_held, .batched = true},
+     REDIS_LOCK(guard_redis_batch), .batched = true},
     {.name = "redis-sharded", .safe = true,
      .summary = "the goods' stock split into SHARD_SEGMENTS segments, each a row with a redis "
                 "lock and fencing token of its own: a sale takes one segment and moves on "
                 "when it is busy or short; all segments at once for the last units: right "
                 "with any number of replicas",
-     GUARD(guard_redis), .still_held = guard_redis__still_held, .sharded = true},
+     REDIS_LOCK(guard_redis_sharded), .parts = &guard_redis_sharded__parts},
 
     /* The ladder's Redis rungs, in the order the course builds them: each fixes the flaw
      * of the one before and shows the next (loadtest/ladder provokes each). */
@@ -104,20 +120,17 @@ static const mode mode_table[] = {
     {.name = "redis-nowatchdog", .safe = false,
      .summary = "the reentrant lock with a fixed lease and no renewal, no fencing: a "
                 "section that outlasts the lease has a second holder beside it",
-     .enter = guard_redis_nowatchdog__enter, .leave = guard_redis__leave,
-     .still_held = guard_redis__still_held},
+     REDIS_LOCK(guard_redis_nowatchdog)},
     {.name = "redis-nofence", .safe = false,
      .summary = "the reentrant lock with its watchdog, no fencing token: a process stopped "
                 "past its lease (a GC pause) commits after the next holder read",
-     .enter = guard_redis_nofence__enter, .leave = guard_redis__leave,
-     .still_held = guard_redis__still_held},
+     REDIS_LOCK(guard_redis_nofence)},
 
     /* An application pitfall with a right lock. */
     {.name = "tx-inside", .safe = false,
      .summary = "the Redis lock (watchdog, no token) given back inside the transaction, "
                 "before COMMIT: the next holder reads the stock not yet committed",
-     .enter = guard_redis_nofence__enter, .leave = guard_redis__leave,
-     .still_held = guard_redis__still_held, .leaves_inside_tx = true},
+     REDIS_LOCK(guard_tx_inside), .leaves_inside_tx = true},
 
     /* Liveness, not safety: a cart's locks taken in the order it lists them. */
     {.name = "multi-naive", .safe = false,
@@ -125,7 +138,7 @@ static const mode mode_table[] = {
                 "lists them: never oversells, but two carts naming the same goods in opposite "
                 "orders each hold one lock and wait for the other's until both answer 503 "
                 "lock_timeout, nothing sold (a single deduct is the redis mode's)",
-     GUARD(guard_redis), .still_held = guard_redis__still_held, .cart = MODE_CART_AS_LISTED},
+     REDIS_LOCK(guard_multi_naive), .cart = MODE_CART_AS_LISTED},
 
     /* Rung 8: a quorum of independent Redis servers; listed and served only by a replica
      * started with REDLOCK_NODES. */
@@ -140,28 +153,28 @@ static const mode mode_table[] = {
     {.name = "pg-for-update", .safe = true,
      .summary = "no guard: the read is SELECT ... FOR UPDATE, so PostgreSQL's row lock keeps "
                 "the read-check-write apart: right with any number of replicas",
-     NO_GUARD, .still_held = guards__always_held, .tx = &rung_pg_for_update__tx,
+     NO_GUARD, .still_held = guards__always_held, .tx = &pg_for_update__tx,
      .cart = MODE_CART_SORTED},
     {.name = "pg-optimistic", .safe = true,
      .summary = "no lock: read the stock and its version, write only if the version is "
                 "unchanged, and run the transaction again after a lost race (up to "
                 "OPTIMISTIC_RETRIES, then 503 conflict): right with any number of replicas",
-     NO_GUARD, .still_held = guards__always_held, .tx = &rung_pg_optimistic__tx},
+     NO_GUARD, .still_held = guards__always_held, .tx = &pg_optimistic__tx},
     {.name = "pg-atomic", .safe = true,
      .summary = "no guard and no read: one conditional UPDATE ... WHERE stock >= n checks and "
                 "writes at once: right with any number of replicas",
-     NO_GUARD, .still_held = guards__always_held, .tx = &rung_pg_atomic__tx,
+     NO_GUARD, .still_held = guards__always_held, .tx = &pg_atomic__tx,
      .cart = MODE_CART_SORTED},
     {.name = "pg-multi-naive", .safe = false,
      .summary = "pg-for-update with a cart's rows locked in the order the cart lists them: two "
                 "carts in opposite orders wait for each other, PostgreSQL finds the cycle and "
                 "rolls one back (deadlock victim, 503 conflict), the other sells",
-     NO_GUARD, .still_held = guards__always_held, .tx = &rung_pg_for_update__tx,
+     NO_GUARD, .still_held = guards__always_held, .tx = &pg_multi_naive__tx,
      .cart = MODE_CART_AS_LISTED},
     {.name = "pg-advisory", .safe = true,
      .summary = "no guard: pg_advisory_xact_lock on the goods id inside the transaction, then "
                 "the same read-check-write: right with any number of replicas",
-     NO_GUARD, .still_held = guards__always_held, .tx = &rung_pg_advisory__tx},
+     NO_GUARD, .still_held = guards__always_held, .tx = &pg_advisory__tx},
 
     /* PostgreSQL as a lock service: a row whose unique key is the lock, outliving the
      * transaction, as the Redis rungs' keys do. */
@@ -169,13 +182,13 @@ static const mode mode_table[] = {
      .summary = "a row of goods_locks as the lock (insert to take, delete to release, waiters "
                 "poll): excludes across replicas, but a holder that dies leaves its row and the "
                 "goods answers lock_timeout for ever",
-     .enter = guard_pg_lockrow__enter, .leave = guard_pg_lockrow__leave,
+     .enter = guard_pg_lockrow__enter, .leave = guards__lockrow_leave,
      .still_held = guards__always_held},
     {.name = "pg-lockrow-ttl", .safe = false,
      .summary = "the lock row with an expiry that a taker may delete: no more wedge, but a "
                 "section longer than LOCKROW_TTL_MS lets a second holder in, with no fence to "
                 "stop it: oversells",
-     .enter = guard_pg_lockrow_ttl__enter, .leave = guard_pg_lockrow__leave,
+     .enter = guard_pg_lockrow_ttl__enter, .leave = guards__lockrow_leave,
      .still_held = guards__always_held},
 
     /* The other lock services: listed and served only by a replica configured with one. */
@@ -196,6 +209,7 @@ static const mode mode_table[] = {
 
 #undef GUARD
 #undef NO_GUARD
+#undef REDIS_LOCK
 
 const mode *modes_all(size_t *count)
 {

@@ -6,8 +6,9 @@
  * Every mode runs the same read-check-write (service/deduct.c); only the guard around it
  * differs. A guard is entered before the transaction begins and left after it ends, and
  * may be asked, just before the commit, whether it still holds. A new mode is one more row
- * in the table (modes.c) and one guard file (service/guard_*.c, declared in
- * service/guards.h), nothing else.
+ * in the table (modes.c) and one file named after it (service/modes/<mode>.c, declared in
+ * service/guards.h); the header of modes.c says what else a mode whose guard needs a
+ * service of its own must touch, and why.
  *
  * The table is what the build knows; a replica offers the modes its configuration can
  * serve. A mode whose guard needs a service of its own (etcd) is offered only by a replica
@@ -66,15 +67,6 @@ enum {
 
 int guard_env_create(const guard_env_options *opts, guard_env **out);
 
-/*
- * The Redis name of goods_id's lock, prefix + id ("lock:goods:" gives "lock:goods:42"), into
- * buf. When the lock client routes over a Redis Cluster (REDIS_CLUSTER_NODES), the id is a
- * hash tag instead ("lock:goods:{42}"), so that every key derived from the name (lock/keys.h:
- * "lock:goods:{42}:fence", ...) is in the id's slot, on one master. The single-instance name
- * is the one API.md shows. lock may be NULL (no client: the single-instance form).
- */
-void goods_lock_name(const lock_client *lock, const char *prefix, int64_t goods_id, char *buf,
-                     size_t len);
 void guard_env_destroy(guard_env *env);
 
 /* Outcomes of entering a guard. */
@@ -83,33 +75,46 @@ enum {
     GUARD_ERR_TIMEOUT = -1,     /* not had within the wait bound: 503 lock_timeout */
     GUARD_ERR_UNAVAILABLE = -2, /* the guard's backing service failed: 503 unavailable */
     GUARD_ERR_LOST = -3,        /* still_held: the holding was lost: 503 lock_lost */
+    GUARD_ERR_BUSY = -4,        /* mode_parts.enter only: no connection to the lock service
+                                   was free within the wait: 503 unavailable, but a short try
+                                   of one part may move on to the next */
 };
 
-/* One request's holding of its guard. Filled by enter, read by the deduction, emptied by
- * leave. */
+/* The room a guard has in a holding for state of its own (guard_hold.state). */
+#define GUARD_STATE_BYTES 64
+
+/*
+ * One request's holding of its guard. Filled by enter, read by the deduction, emptied by
+ * leave. The fields are what every holding has, and what the deduction, the lab and fault
+ * injection read or set; what only one guard needs (a stripe, a row's owner, a validity) is
+ * in `state`, which only that guard's file reads (service/guards.h: GUARD_STATE).
+ */
 typedef struct guard_hold {
     bool fenced;              /* a fencing token comes with this holding */
     int64_t fence;            /* the token, when fenced */
     const char *fence_source; /* the counter it comes from ("redis", "etcd", "zookeeper"), when
-                                 fenced: tokens
-                                 are compared only with tokens of the same source */
+                                 fenced: tokens are compared only with tokens of the same
+                                 source */
     bool waited;              /* the guard has a wait worth measuring (local, redis) */
     double wait_seconds;      /* how long enter took */
     bool handed_off;          /* the lock came from a release to the line (redis) */
     double handoff_seconds;   /* then: the gap since that release (lock_last_handoff_us) */
-    char name[64];            /* the lock's name (Redis key, etcd prefix), for the lock guards */
-    char token[80];           /* the owner token written as the key's value, for the rungs
-                                 whose lock is a plain string (owner-get-del, owner-lua) */
-    int64_t goods_id;         /* the goods locked, for the pg-lockrow guards */
-    char owner[40];           /* this holding's random token, for the pg-lockrow guards */
-    void *local;              /* the stripe taken, for the local guard */
+    char name[64];            /* the lock's name (Redis key, etcd prefix), for the lock guards:
+                                 logs and details name it */
+    char token[80];           /* the owner token the lock's value carries, for the guards
+                                 whose lock has one (owner-get-del, owner-lua, redlock): the
+                                 lab shows it; "" otherwise */
     int64_t release_pause_ms; /* fault injection only (pause-before-release): leave sleeps
                                  this long just before the command that deletes the lock
                                  (for owner-get-del: between its GET and its DEL) */
-    int64_t valid_until_ns;   /* redlock: CLOCK_MONOTONIC time the holding is trusted until */
     void (*before_release)(void *arg); /* the lab only (service/lab.h): called where
                                           release_pause_ms sleeps; NULL: nothing */
     void *before_release_arg;
+    union {
+        max_align_t align;
+        unsigned char bytes[GUARD_STATE_BYTES];
+    } state; /* the guard's own, opaque here; a holding may be copied (a batch's leader
+                copies its own), so it holds no pointer into itself */
 } guard_hold;
 
 /*
@@ -148,6 +153,22 @@ typedef enum mode_cart {
                             orders can deadlock (the multi-naive rung) */
 } mode_cart;
 
+/*
+ * A mode whose goods' stock is split in parts, each with a lock of its own (redis-sharded:
+ * service/sharded.c sells over them). A part's holding is checked with the mode's
+ * still_held and given back with its leave, as a whole goods' is.
+ */
+typedef struct mode_parts {
+    /* GUARD_OK when a part's lock can be asked for at all (the guard's client is
+     * configured); else GUARD_ERR_UNAVAILABLE with detail filled. */
+    int (*ready)(guard_env *env, char *detail, size_t detail_len);
+    /* Takes the lock of part `part` of goods_id's stock, waiting at most wait_ms (0: one
+     * try), fenced. GUARD_OK; GUARD_ERR_TIMEOUT, GUARD_ERR_BUSY or GUARD_ERR_UNAVAILABLE with
+     * detail filled (a timeout's detail names the full wait bound, LOCK_WAIT_MS). */
+    int (*enter)(guard_env *env, int64_t goods_id, int part, int64_t wait_ms, guard_hold *hold,
+                 char *detail, size_t detail_len);
+} mode_parts;
+
 typedef struct mode {
     const char *name;
     bool safe;           /* meant to be correct with any number of replicas */
@@ -170,13 +191,22 @@ typedef struct mode {
      * one holding of the guard per batch (service/batch.h); false for every other mode. */
     bool batched;
     /* The goods' stock is split into segments, each with a lock of its own, and a sale takes
-     * one (service/sharded.h); false for every other mode. */
-    bool sharded;
+     * one (service/sharded.h); NULL for every other mode. */
+    const mode_parts *parts;
     /* How the mode sells a cart; MODE_CART_NONE for the modes that do not. */
     mode_cart cart;
     /* Which lock of its guard a goods takes, when goods share locks (local's stripes), so that
      * a cart takes a shared one once; NULL: one lock per goods. */
     int64_t (*lock_of)(int64_t goods_id);
+    /*
+     * A fenced claim of `hold` was refused against `stored`, the largest token of its source
+     * the database has accepted (db_fence_of). A counter behind the database (a failover to a
+     * replica that had not received the last increments) would refuse every sale until it
+     * caught up: the modes on the Redis lock raise its counter past `stored`
+     * (lock_fence_raise), so a failover costs one refused sale per replica. NULL: nothing to
+     * do. Best effort, one round trip.
+     */
+    void (*fence_refused)(guard_env *env, const guard_hold *hold, int64_t stored);
 } mode;
 
 /* The whole table, every mode this build knows, in the order /api/modes lists them. */
@@ -192,6 +222,10 @@ const char *modes_list(char *buf, size_t len);
 /* The MODE_NEEDS_* bits the environment has. */
 unsigned guard_env_has(const guard_env *env);
 
+/* How long a request may wait for its guard (guard_env_options.wait_ms): the bound a mode
+ * that takes several locks (mode_parts) spends its waits from. */
+int64_t guard_env_wait_ms(const guard_env *env);
+
 /* Whether a replica with this environment serves mode m (its needs are all had). */
 bool modes_served(const mode *m, const guard_env *env);
 
@@ -204,14 +238,5 @@ const char *modes_missing(const mode *m, const guard_env *env, char *buf, size_t
 
 /* modes_list of the rows this environment serves. */
 const char *modes_list_served(const guard_env *env, char *buf, size_t len);
-
-/*
- * A fenced claim of `hold` was refused against `stored`, the largest token of its source the
- * database has accepted (db_fence_of). A counter behind the database (a failover to a replica
- * that had not received the last increments) would refuse every sale until it caught up: the
- * redis guard raises its lock's counter past `stored` (lock_fence_raise), so a failover costs
- * one refused sale per replica. Other sources: nothing to do. Best effort, one round trip.
- */
-void guard_fence_refused(guard_env *env, const guard_hold *hold, int64_t stored);
 
 #endif

@@ -21,6 +21,7 @@
 #include "service/cart.h"
 #include "service/clock.h"
 #include "service/response.h"
+#include "service/sale.h"
 
 /* One run of a cart, shared by the steps below. */
 typedef struct cart_run {
@@ -46,11 +47,7 @@ typedef struct cart_run {
 
 static int answer_503(cart_run *c, const char *error, const char *detail)
 {
-    c->out->status = 503;
-    c->out->outcome = error;
-    snprintf(c->out->detail, sizeof(c->out->detail), "%s", detail);
-    c->out->body = response_deduct_503(error, detail);
-    return c->out->body != NULL ? 0 : -1;
+    return sale_answer_503(c->out, error, detail);
 }
 
 /* A failed statement (rc) inside the transaction: lock_timeout when a row lock was not had
@@ -212,8 +209,9 @@ static int read_all(cart_run *c)
 
             /* As a single sale does (deduct.c): move the lock's counter past what the
              * database has seen, so that the next holding's token passes. */
-            if (db_fence_of(c->conn, c->goods[i], h->fence_source, &stored) == DB_OK)
-                guard_fence_refused(c->env->guards, h, stored);
+            if (c->mode->fence_refused != NULL &&
+                db_fence_of(c->conn, c->goods[i], h->fence_source, &stored) == DB_OK)
+                c->mode->fence_refused(c->env->guards, h, stored);
             snprintf(detail, sizeof(detail),
                      "goods %" PRId64 ": fencing token %" PRId64 " is older than the stored one",
                      c->goods[i], h->fence);
@@ -436,9 +434,10 @@ int order_execute(const deduct_env *env, const mode *m, const order_request *req
             /* The short goods' stock sits in segments: fold them back (a transaction of its
              * own, every guard still held) and run the cart once more. */
             int64_t moved = 0;
+            char failed[256] = "";
             for (size_t i = 0; i < req->n_items && rc == DB_OK; i++)
-                rc = db_segments_fold(c->conn, c->goods[i], &moved);
-            result = rc != DB_OK ? answer_db_failure(c, "fold segments", rc) : run_attempt(c);
+                rc = sale_fold(c->conn, c->goods[i], &moved, failed, sizeof(failed));
+            result = rc != DB_OK ? answer_503(c, "unavailable", failed) : run_attempt(c);
             if (result == FOLD)
                 result = -1; /* cannot happen: c->folded stops a second fold */
         }

@@ -15,6 +15,7 @@
 #include "service/faults.h"
 #include "service/lab.h"
 #include "service/lab_routes.h"
+#include "service/lock_names.h"
 #include "service/log.h"
 #include "service/order.h"
 #include "service/request.h"

@@ -11,6 +11,9 @@
  * A pooled connection is borrowed for each step (the look at the hint, each segment's
  * transaction, the slow path's) and only once the step's locks are held: a sale waiting for
  * a segment keeps no connection idle, as deduct.c takes its connection after the guard.
+ *
+ * A segment's lock is the mode's guard (mode_parts, service/modes/redis_sharded.c), entered,
+ * checked and left through the mode's row like any guard: this file knows no lock library.
  */
 #include "service/sharded.h"
 
@@ -21,9 +24,8 @@
 #include <time.h>
 
 #include "service/clock.h"
-#include "service/guards.h"
-#include "service/log.h"
 #include "service/response.h"
+#include "service/sale.h"
 
 /* ---- the pure parts ------------------------------------------------------------------ */
 
@@ -61,6 +63,7 @@ typedef struct sale {
     const char *request_id; /* the client's, written with the order, or NULL */
     int k;                  /* segments */
     db_conn *conn;
+    char busy[64]; /* the lock of the last segment found busy */
     deduct_result *out;
 } sale;
 
@@ -74,20 +77,12 @@ enum {
 
 static int answer_503(sale *s, const char *error, const char *detail)
 {
-    s->out->status = 503;
-    s->out->outcome = error;
-    snprintf(s->out->detail, sizeof(s->out->detail), "%s", detail);
-    s->out->body = response_deduct_503(error, detail);
-    return s->out->body != NULL ? TRY_DONE : -1;
+    return sale_answer_503(s->out, error, detail) == 0 ? TRY_DONE : -1;
 }
 
 static int answer_db(sale *s, const char *what, int rc)
 {
-    char why[200], detail[256];
-
-    snprintf(detail, sizeof(detail), "postgresql: %s: %s", what,
-             db_describe_error(rc, s->conn, why, sizeof(why)));
-    return answer_503(s, rc == DB_ERR_COMMIT_UNKNOWN ? "commit_unknown" : "unavailable", detail);
+    return sale_answer_db(s->out, s->conn, what, rc) == 0 ? TRY_DONE : -1;
 }
 
 /* Inside the open transaction: rolls back and answers 503 for a failed statement. */
@@ -102,58 +97,23 @@ static int rollback_db(sale *s, const char *what, int rc)
     return answer_503(s, "unavailable", detail);
 }
 
-static int answer_lock_failure(sale *s, const char *name, int rc)
+/* A segment's guard was not entered (rc, a GUARD_ERR_* code; detail from the guard). */
+static int answer_guard_failure(sale *s, int rc, const char *detail)
 {
-    char detail[256];
-
-    if (rc == LOCK_ERR_TIMEOUT) {
-        snprintf(detail, sizeof(detail), "%s not had within %" PRId64 " ms", name,
-                 s->env->guards->wait_ms);
-        return answer_503(s, "lock_timeout", detail);
-    }
-    if (rc == LOCK_ERR_BUSY)
-        snprintf(detail, sizeof(detail), "redis: no connection free within the wait bound");
-    else
-        snprintf(detail, sizeof(detail), "redis: %s%s%s", lock_strerror(rc),
-                 lock_last_error()[0] ? ": " : "", lock_last_error());
-    return answer_503(s, "unavailable", detail);
+    return answer_503(s, rc == GUARD_ERR_TIMEOUT ? "lock_timeout" : "unavailable", detail);
 }
 
-/* The lock of segment seg of a goods: "lock:goods:N:seg:K", or on a Redis Cluster
- * "lock:goods:{N:seg:K}": each segment a hash tag of its own, so that the segments of one hot
- * goods spread over the cluster's masters (a lock's own keys still share its tag's slot). */
-static void segment_name(const sale *s, char *buf, size_t len, int seg)
+/* Enters the guard of segment seg (mode_parts.enter), waiting at most wait_ms (0: one try);
+ * the wait is added to the request's. A GUARD_* code, detail filled on failure. */
+static int segment_enter(sale *s, int seg, int64_t wait_ms, guard_hold *hold, char *detail,
+                         size_t detail_len)
 {
-    if (lock_client_is_cluster(s->env->guards->lock))
-        snprintf(buf, len, "lock:goods:{%" PRId64 ":seg:%d}", s->goods_id, seg);
-    else
-        snprintf(buf, len, "lock:goods:%" PRId64 ":seg:%d", s->goods_id, seg);
-}
+    int rc =
+        s->m->parts->enter(s->env->guards, s->goods_id, seg, wait_ms, hold, detail, detail_len);
 
-/* Takes a segment's lock, waiting at most wait_ms (0: one try); the wait is added to the
- * request's. A LOCK_* code. */
-static int segment_lock(sale *s, const char *name, int64_t wait_ms, int64_t *token)
-{
-    struct timespec start;
-    int rc;
-
-    clock_gettime(CLOCK_MONOTONIC, &start);
-    rc = lock_try_lock(s->env->guards->lock, name, wait_ms, s->env->guards->lease_ms, token);
     s->out->waited = true;
-    s->out->wait_seconds += clock_seconds_since(&start);
+    s->out->wait_seconds += hold->wait_seconds;
     return rc;
-}
-
-static void segment_unlock(sale *s, const char *name)
-{
-    int rc = lock_unlock(s->env->guards->lock, name);
-
-    /* As guard_redis__leave: a failed unlock leaves the key to its lease. */
-    if (rc != LOCK_OK) {
-        char quoted[160];
-        log_event(LOG_WARN, "unlock_failed", "lock=%s error=%s", name,
-                  log_quote(quoted, sizeof(quoted), lock_strerror(rc)));
-    }
 }
 
 /* Opens a step's transaction and, first thing in it, claims the key as the single path does,
@@ -193,7 +153,7 @@ static int begin_with_key(sale *s)
 
 /* The answer (200, 404 or 409) is set in the open transaction: stores it with the key, asks
  * each lock whether it still holds, commits. TRY_DONE, or -1 when out of memory. */
-static int finish(sale *s, char (*names)[64], int n)
+static int finish(sale *s, const guard_hold *holds, int n)
 {
     int rc;
 
@@ -208,7 +168,7 @@ static int finish(sale *s, char (*names)[64], int n)
     }
     /* As in the single path: a lease lost while we worked may have a new holder already. */
     for (int i = 0; i < n; i++)
-        if (lock_is_held(s->env->guards->lock, names[i]) != LOCK_OK) {
+        if (s->m->still_held(s->env->guards, &holds[i]) != GUARD_OK) {
             db_rollback(s->conn);
             free(s->out->body);
             s->out->body = NULL;
@@ -238,10 +198,11 @@ static int answer_fenced(sale *s, int seg, int64_t token)
     return answer_503(s, "lock_lost", detail);
 }
 
-/* The fast path's transaction, under segment `seg`'s lock (token): sells from that
+/* The fast path's transaction, under segment `seg`'s lock (hold): sells from that
  * segment alone, or finds it short. */
-static int sell_segment(sale *s, int seg, int64_t token, char (*name)[64])
+static int sell_segment(sale *s, int seg, const guard_hold *hold)
 {
+    int64_t token = hold->fence;
     int64_t stock = 0, left = 0, order_id = 0;
     int rc;
 
@@ -264,14 +225,14 @@ static int sell_segment(sale *s, int seg, int64_t token, char (*name)[64])
     if (rc != DB_OK)
         return rollback_db(s, "write segment", rc);
     rc = db_order_insert(s->conn, s->goods_id, s->count, s->m->name, s->env->instance, &token,
-                         "redis", s->request_id, &order_id);
+                         hold->fence_source, s->request_id, &order_id);
     if (rc != DB_OK)
         return rollback_db(s, "record order", rc);
     s->out->status = 200;
     s->out->outcome = "deducted";
     s->out->body =
         response_deducted(s->goods_id, s->count, left, order_id, s->m->name, s->env->instance);
-    return finish(s, name, 1);
+    return finish(s, hold, 1);
 }
 
 /* Borrows a pooled connection for one step of the sale. BORROWED; otherwise the answer
@@ -296,35 +257,41 @@ static void give_back(sale *s)
 /* One fast attempt: segment `seg`'s lock within wait_ms, then its transaction. */
 static int try_segment(sale *s, int seg, int64_t wait_ms)
 {
-    char name[1][64];
-    int64_t token = 0;
+    guard_hold hold;
+    char detail[256];
     int rc;
 
-    segment_name(s, name[0], sizeof(name[0]), seg);
-    rc = segment_lock(s, name[0], wait_ms, &token);
-    /* A short try that found no free Redis connection (LOCK_ERR_BUSY: the pool is bounded
+    rc = segment_enter(s, seg, wait_ms, &hold, detail, sizeof(detail));
+    /* A short try that found no free Redis connection (GUARD_ERR_BUSY: the pool is bounded
      * and a short try does not wait for it) is busy too: the full wait comes later. */
-    if (rc == LOCK_ERR_TIMEOUT || (rc == LOCK_ERR_BUSY && wait_ms < s->env->guards->wait_ms))
+    if (rc == GUARD_ERR_TIMEOUT ||
+        (rc == GUARD_ERR_BUSY && wait_ms < guard_env_wait_ms(s->env->guards))) {
+        snprintf(s->busy, sizeof(s->busy), "%s", hold.name);
         return TRY_BUSY;
-    if (rc != LOCK_OK)
-        return answer_lock_failure(s, name[0], rc);
+    }
+    if (rc != GUARD_OK)
+        return answer_guard_failure(s, rc, detail);
     /* The connection after the lock, as deduct.c takes it after the guard: a sale waiting
      * for a segment must not keep one of the pool's few connections idle. */
     rc = borrow(s);
     if (rc == BORROWED) {
-        rc = sell_segment(s, seg, token, name);
+        rc = sell_segment(s, seg, &hold);
         give_back(s);
     }
-    segment_unlock(s, name[0]);
+    s->m->leave(s->env->guards, &hold);
     return rc;
 }
 
-/* The slow path's transaction, with every segment's lock held (tokens[i] for segment i). */
-static int sell_gathered(sale *s, const int64_t *tokens, char (*names)[64])
+/* The slow path's transaction, with every segment's lock held (holds[i] for segment i). */
+static int sell_gathered(sale *s, const guard_hold *holds)
 {
     int64_t goods_stock = 0, rest = 0, total, order_id = 0;
     int64_t stocks[DB_SEGMENTS_MAX], fences[DB_SEGMENTS_MAX], shares[DB_SEGMENTS_MAX];
+    int64_t tokens[DB_SEGMENTS_MAX];
     int rc;
+
+    for (int i = 0; i < s->k; i++)
+        tokens[i] = holds[i].fence;
 
     rc = begin_with_key(s);
     if (rc != KEY_CLAIMED)
@@ -334,7 +301,7 @@ static int sell_gathered(sale *s, const int64_t *tokens, char (*names)[64])
         s->out->status = 404;
         s->out->outcome = "unknown_goods";
         s->out->body = response_unknown_goods(s->goods_id);
-        return finish(s, names, s->k);
+        return finish(s, holds, s->k);
     }
     if (rc != DB_OK)
         return rollback_db(s, "gather segments", rc);
@@ -351,7 +318,7 @@ static int sell_gathered(sale *s, const int64_t *tokens, char (*names)[64])
         s->out->status = 409;
         s->out->outcome = "insufficient_stock";
         s->out->body = response_insufficient(s->goods_id, total);
-        return finish(s, names, s->k);
+        return finish(s, holds, s->k);
     }
 
     if (s->env->business_delay_ms > 0)
@@ -364,44 +331,44 @@ static int sell_gathered(sale *s, const int64_t *tokens, char (*names)[64])
         return rollback_db(s, "spread segments", rc);
     /* An order has one fence column: the first segment's token stands for the holding. */
     rc = db_order_insert(s->conn, s->goods_id, s->count, s->m->name, s->env->instance, &tokens[0],
-                         "redis", s->request_id, &order_id);
+                         holds[0].fence_source, s->request_id, &order_id);
     if (rc != DB_OK)
         return rollback_db(s, "record order", rc);
     s->out->status = 200;
     s->out->outcome = "deducted";
     s->out->body = response_deducted(s->goods_id, s->count, total - s->count, order_id, s->m->name,
                                      s->env->instance);
-    return finish(s, names, s->k);
+    return finish(s, holds, s->k);
 }
 
 /* The slow path: every segment's lock in ascending order, within one wait bound in all. */
 static int slow_path(sale *s)
 {
-    char names[DB_SEGMENTS_MAX][64];
-    int64_t tokens[DB_SEGMENTS_MAX];
+    guard_hold holds[DB_SEGMENTS_MAX];
+    int64_t wait_ms = guard_env_wait_ms(s->env->guards);
     struct timespec start;
-    int taken = 0, rc = LOCK_OK, result;
+    char detail[256];
+    int taken = 0, rc = GUARD_OK, result;
 
     clock_gettime(CLOCK_MONOTONIC, &start);
     for (taken = 0; taken < s->k; taken++) {
         int64_t spent = (int64_t)(clock_seconds_since(&start) * 1000.0);
-        int64_t wait = s->env->guards->wait_ms > spent ? s->env->guards->wait_ms - spent : 0;
-        segment_name(s, names[taken], sizeof(names[taken]), taken);
-        rc = segment_lock(s, names[taken], wait, &tokens[taken]);
-        if (rc != LOCK_OK)
+        rc = segment_enter(s, taken, wait_ms > spent ? wait_ms - spent : 0, &holds[taken], detail,
+                           sizeof(detail));
+        if (rc != GUARD_OK)
             break;
     }
-    if (rc != LOCK_OK) {
-        result = answer_lock_failure(s, names[taken], rc);
+    if (rc != GUARD_OK) {
+        result = answer_guard_failure(s, rc, detail);
     } else {
         result = borrow(s);
         if (result == BORROWED) {
-            result = sell_gathered(s, tokens, names);
+            result = sell_gathered(s, holds);
             give_back(s);
         }
     }
     while (taken-- > 0)
-        segment_unlock(s, names[taken]);
+        s->m->leave(s->env->guards, &holds[taken]);
     return result;
 }
 
@@ -571,9 +538,10 @@ static int fast_path(sale *s, const int *order, int n, int64_t wait_ms)
     /* Every candidate was busy or short: wait for the first busy one. */
     rc = try_segment(s, busy, wait_ms);
     if (rc == TRY_BUSY) {
-        char name[64];
-        segment_name(s, name, sizeof(name), busy);
-        return answer_lock_failure(s, name, LOCK_ERR_TIMEOUT);
+        char detail[160];
+        snprintf(detail, sizeof(detail), "%s not had within %" PRId64 " ms", s->busy,
+                 guard_env_wait_ms(s->env->guards));
+        return answer_503(s, "lock_timeout", detail);
     }
     return rc;
 }
@@ -592,20 +560,20 @@ static int fast_path(sale *s, const int *order, int n, int64_t wait_ms)
  */
 static int run(sale *s)
 {
-    int64_t hints[DB_SEGMENTS_MAX];
+    int64_t hints[DB_SEGMENTS_MAX], wait_ms = guard_env_wait_ms(s->env->guards);
     int order[DB_SEGMENTS_MAX], n, rc;
     struct timespec start;
 
     clock_gettime(CLOCK_MONOTONIC, &start);
     for (int round = 0; round < FAST_ROUNDS_MAX; round++) {
         int64_t spent = (int64_t)(clock_seconds_since(&start) * 1000.0);
-        int64_t left = s->env->guards->wait_ms > spent ? s->env->guards->wait_ms - spent : 0;
+        int64_t left = wait_ms > spent ? wait_ms - spent : 0;
 
         if (round > 0 && left == 0) {
             char detail[160];
             snprintf(detail, sizeof(detail),
                      "no segment of goods %" PRId64 " could sell within %" PRId64 " ms",
-                     s->goods_id, s->env->guards->wait_ms);
+                     s->goods_id, wait_ms);
             return answer_503(s, "lock_timeout", detail);
         }
         rc = look_once(s, hints);
@@ -632,11 +600,12 @@ int sharded_execute(const deduct_env *env, const mode *m, int64_t goods_id, int6
               .request_id = request_id,
               .k = sharded_segments(env->shard_segments),
               .out = out};
+    char detail[256];
     int rc;
 
     memset(out, 0, sizeof(*out));
-    if (env->guards->lock == NULL)
-        return answer_503(&s, "unavailable", "redis lock client not configured");
+    if (m->parts->ready(env->guards, detail, sizeof(detail)) != GUARD_OK)
+        return answer_503(&s, "unavailable", detail) < 0 ? -1 : 0;
     rc = run(&s);
     return rc < 0 ? -1 : 0;
 }

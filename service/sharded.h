@@ -35,7 +35,7 @@
  * together could still cover it.
  *
  * Other modes sell from the goods row only; when one would answer 409 it first folds the
- * segments back into the row (db_segments_fold, deduct.c) and tries once more, so that no
+ * segments back into the row (sale_fold, service/sale.h) and tries once more, so that no
  * mode refuses a sale while segments hold the stock, and the next sharded sale cuts the row
  * into segments again. Units move between the two only under PostgreSQL's locks
  * (db.h), so every mode's books stay exact, whichever mix of modes sells a goods.

@@ -1778,8 +1778,9 @@ static void test_segments_gather_rest_and_tokens(void **state)
     db_pool_release(f->pool, c);
 }
 
-/* The fold moves every segment's stock back to the goods row, in its own transaction; a
- * reset empties the segments and keeps their tokens. The total never changes. */
+/* The fold moves every segment's stock back to the goods row, inside the caller's
+ * transaction; a reset empties the segments and keeps their tokens. The total never
+ * changes. */
 static void test_segments_fold_and_reset(void **state)
 {
     fixture *f = *state;
@@ -1789,12 +1790,16 @@ static void test_segments_fold_and_reset(void **state)
     db_stock_report r;
 
     reset_ok(c, 1, 10);
+    assert_int_equal(db_begin(c), DB_OK);
     assert_int_equal(db_segments_fold(c, 1, &moved), DB_OK); /* nothing to fold */
+    assert_int_equal(db_commit(c), DB_OK);
     assert_int_equal(moved, 0);
     spread_ok(c, 3, shares, tokens);
     assert_int_equal(db_stock_write(c, 1, 2), DB_OK); /* and 2 units in the row (by hand) */
 
+    assert_int_equal(db_begin(c), DB_OK);
     assert_int_equal(db_segments_fold(c, 1, &moved), DB_OK);
+    assert_int_equal(db_commit(c), DB_OK);
     assert_int_equal(moved, 10);
     assert_int_equal(db_segments_read(c, 1, 3, &goods_stock, stocks, &total), DB_OK);
     assert_int_equal(goods_stock, 12);
@@ -1802,13 +1807,13 @@ static void test_segments_fold_and_reset(void **state)
     for (int i = 0; i < 3; i++)
         assert_int_equal(stocks[i], 0);
     assert_int_equal(segment_fence_of(f, 1, 2), 9);
-    assert_int_equal(db_segments_fold(c, 999, &moved), DB_OK); /* unknown goods: nothing */
+    assert_int_equal(db_begin(c), DB_OK);
+    assert_int_equal(db_segments_fold(c, 999, &moved), DB_ERR_NOT_FOUND); /* unknown goods */
+    assert_int_equal(db_rollback(c), DB_OK);
     assert_int_equal(moved, 0);
 
-    /* the fold is its own transaction: refused inside one */
-    assert_int_equal(db_begin(c), DB_OK);
+    /* the fold runs inside the caller's transaction: refused outside one */
     assert_int_equal(db_segments_fold(c, 1, &moved), DB_ERR_INVALID);
-    assert_int_equal(db_rollback(c), DB_OK);
 
     spread_ok(c, 3, shares, tokens);
     reset_ok(c, 1, 50);

@@ -1,10 +1,11 @@
 /*
- * guard_poll.c - how the ladder's first rungs wait: try, sleep a fixed time, try again.
+ * guards_poll.c - how the ladder's first rungs wait: try, sleep a fixed time, try again.
  *
  * This is the waiting the course starts from, before the lock of lock/ replaces it with a
  * wake-up on release: every waiter asks Redis RUNG_POLL_MS apart whether the lock is free,
  * so a release is noticed up to RUNG_POLL_MS late, and the waiters of all replicas keep
- * Redis busy asking. Also home of the pause that fault injection puts before a release.
+ * Redis busy asking. A helper of the polling modes (setnx, setnx-ttl, owner-get-del,
+ * owner-lua), not a mode.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -15,6 +16,7 @@
 
 #include "service/clock.h"
 #include "service/guards.h"
+#include "service/lock_names.h"
 
 int guards__poll(guard_env *env, const char *rung, int64_t goods_id, bool with_token,
                  guards__try_fn try_once, guard_hold *hold, char *detail, size_t detail_len)
@@ -54,10 +56,8 @@ int guards__poll(guard_env *env, const char *rung, int64_t goods_id, bool with_t
     }
 }
 
-void guards__pause_before_release(const guard_hold *hold)
+/* SET name token NX PX: the owned modes' try (owner-get-del, owner-lua). */
+int guards__try_owned_set(guard_env *env, guard_hold *hold, bool *acquired)
 {
-    if (hold->before_release != NULL)
-        hold->before_release(hold->before_release_arg);
-    if (hold->release_pause_ms > 0)
-        clock_sleep_ms(hold->release_pause_ms);
+    return naive_set_nx_px(env->lock, hold->name, hold->token, env->fixed_lease_ms, acquired);
 }

@@ -1,5 +1,5 @@
 /*
- * rung_pg_atomic.c - the "pg-atomic" rung: no lock of ours at all. The check and the write
+ * modes/pg_atomic.c - the "pg-atomic" rung: no lock of ours at all. The check and the write
  * are one statement, UPDATE goods SET stock = stock - n WHERE id = $1 AND stock >= n: no
  * value is read into the service to go stale, and PostgreSQL re-checks the condition against
  * the committed row when two updates meet. Safe with any number of replicas, and the
@@ -30,4 +30,4 @@ static int already_written(db_conn *conn, int64_t goods_id, int64_t count, const
 }
 
 /* A cart: every item's check and write in one statement (db_stock_take_cart). */
-const mode_tx rung_pg_atomic__tx = {take, already_written, db_stock_take_cart};
+const mode_tx pg_atomic__tx = {take, already_written, db_stock_take_cart};

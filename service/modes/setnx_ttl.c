@@ -1,5 +1,5 @@
 /*
- * guard_setnx_ttl.c - rung 2, "setnx-ttl": SET key 1 NX PX lease to take, DEL to give back.
+ * modes/setnx_ttl.c - rung 2, "setnx-ttl": SET key 1 NX PX lease to take, DEL to give back.
  *
  * The expiry cures rung 1's wedge: a dead holder's key expires. It brings the next flaw: a
  * section that outlasts the lease. Then a second request takes the expired lock and reads

@@ -1,5 +1,5 @@
 /*
- * rung_pg_optimistic.c - the "pg-optimistic" rung: no lock at the read. The transaction reads
+ * modes/pg_optimistic.c - the "pg-optimistic" rung: no lock at the read. The transaction reads
  * the stock and the row's version, checks in C, and writes
  *   UPDATE goods SET stock = <computed>, version = version + 1 WHERE id = $1 AND version = $v
  * If another sale committed since the read, the version has moved on, the UPDATE changes no
@@ -29,4 +29,4 @@ static int write_if_unchanged(db_conn *conn, int64_t goods_id, int64_t count, co
     return db_stock_write_versioned(conn, goods_id, seen->stock - count, seen->version);
 }
 
-const mode_tx rung_pg_optimistic__tx = {read_versioned, write_if_unchanged, NULL};
+const mode_tx pg_optimistic__tx = {read_versioned, write_if_unchanged, NULL};

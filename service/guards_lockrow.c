@@ -1,6 +1,7 @@
 /*
- * guard_pg_lockrow.c - the "pg-lockrow" and "pg-lockrow-ttl" rungs: a row as the lock, the
- * "unique index as a lock" design.
+ * guards_lockrow.c - a row as the lock, the "unique index as a lock" design: the guard of
+ * the pg-lockrow and pg-lockrow-ttl modes (modes/pg_lockrow.c, modes/pg_lockrow_ttl.c), which
+ * differ only in the row's expiry. A helper of those modes, not a mode.
  *
  * goods_locks has the goods id as its primary key (migrations/004_goods_locks.sql). To take
  * the lock of goods N, insert the row N with an owner token of our own; the key lets one such
@@ -11,19 +12,6 @@
  * borrowed for that one statement, so every replica sees the lock at once and no connection
  * is held while a request waits; the deduction then runs its plain read-check-write under
  * the lock, as under the Redis one.
- *
- * pg-lockrow: the row has no expiry. Its flaw is the crash: a holder that dies between the
- * insert and the delete (the process killed, the release's connection lost) leaves the row
- * for ever, and every later request for that goods waits out its bound and answers 503
- * lock_timeout, until someone deletes the row by hand. Safe from overselling, but a wedge:
- * marked unsafe.
- *
- * pg-lockrow-ttl: the row carries an expiry (now + LOCKROW_TTL_MS, on PostgreSQL's clock),
- * and a taker may delete a row past it. The wedge is gone; what comes back is the lease
- * problem: a section that outlasts the expiry (a long pause, a slow statement) is still
- * running when the next taker deletes its row and enters, and two holders read the same
- * stock. Nothing renews the row, nothing checks it before the commit, and the goods row
- * carries no fencing token for it: unsafe.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -40,6 +28,13 @@
  * the database more failed inserts per second, longer leaves the lock idle after a release
  * until the next try. */
 #define LOCKROW_POLL_MS 5
+
+/* A holding's own state: the row it took. */
+typedef struct lockrow_state {
+    int64_t goods_id;
+    char owner[40]; /* the random owner token the row carries: 32 hex digits */
+} lockrow_state;
+GUARD_STATE_FITS(lockrow_state);
 
 static int64_t elapsed_ms(const struct timespec *start)
 {
@@ -96,9 +91,10 @@ static int take_once(guard_env *env, int64_t goods_id, const char *owner, int64_
     return rc;
 }
 
-static int lockrow_enter(guard_env *env, int64_t goods_id, int64_t ttl_ms, guard_hold *hold,
-                         char *detail, size_t detail_len)
+int guards__lockrow_enter(guard_env *env, int64_t goods_id, int64_t ttl_ms, guard_hold *hold,
+                          char *detail, size_t detail_len)
 {
+    lockrow_state *st = GUARD_STATE(lockrow_state, hold);
     struct timespec start;
     bool took_over = false;
     int rc;
@@ -108,12 +104,12 @@ static int lockrow_enter(guard_env *env, int64_t goods_id, int64_t ttl_ms, guard
         snprintf(detail, detail_len, "postgresql pool not configured for the lock row");
         return GUARD_ERR_UNAVAILABLE;
     }
-    hold->goods_id = goods_id;
-    new_owner(hold->owner, sizeof(hold->owner));
+    st->goods_id = goods_id;
+    new_owner(st->owner, sizeof(st->owner));
     clock_gettime(CLOCK_MONOTONIC, &start);
     hold->waited = true;
     for (;;) {
-        rc = take_once(env, goods_id, hold->owner, ttl_ms, &took_over, detail, detail_len);
+        rc = take_once(env, goods_id, st->owner, ttl_ms, &took_over, detail, detail_len);
         if (rc == DB_OK)
             break;
         if (rc != DB_ERR_HELD) {
@@ -139,29 +135,16 @@ static int lockrow_enter(guard_env *env, int64_t goods_id, int64_t ttl_ms, guard
     return GUARD_OK;
 }
 
-int guard_pg_lockrow__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
-                            size_t detail_len)
+void guards__lockrow_leave(guard_env *env, guard_hold *hold)
 {
-    return lockrow_enter(env, goods_id, 0, hold, detail, detail_len);
-}
-
-int guard_pg_lockrow_ttl__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
-                                size_t detail_len)
-{
-    /* At least 1 ms: 0 would mean "no expiry" to db_lockrow_take. */
-    return lockrow_enter(env, goods_id, env->row_lease_ms > 0 ? env->row_lease_ms : 1, hold, detail,
-                         detail_len);
-}
-
-void guard_pg_lockrow__leave(guard_env *env, guard_hold *hold)
-{
+    const lockrow_state *st = GUARD_STATE(lockrow_state, hold);
     db_conn *conn = NULL;
     char why[200], quoted[300];
     int rc;
 
     rc = db_pool_acquire(env->db, (int)env->db_wait_ms, &conn);
     if (rc == DB_OK) {
-        rc = db_lockrow_release(conn, hold->goods_id, hold->owner);
+        rc = db_lockrow_release(conn, st->goods_id, st->owner);
         if (rc != DB_OK)
             db_describe_error(rc, conn, why, sizeof(why));
         db_pool_release(env->db, conn);
@@ -171,6 +154,6 @@ void guard_pg_lockrow__leave(guard_env *env, guard_hold *hold)
     /* A row not deleted here stays: pg-lockrow's until someone deletes it (the same wedge
      * as a crash), -ttl's until it expires. A row already gone was taken over. */
     if (rc != DB_OK)
-        log_event(LOG_WARN, "lockrow_release_failed", "goods=%" PRId64 " error=%s", hold->goods_id,
+        log_event(LOG_WARN, "lockrow_release_failed", "goods=%" PRId64 " error=%s", st->goods_id,
                   log_quote(quoted, sizeof(quoted), why));
 }

@@ -1,5 +1,5 @@
 /*
- * guard_owner_get_del.c - rung 3, "owner-get-del": the lock's value is the holder's token;
+ * modes/owner_get_del.c - rung 3, "owner-get-del": the lock's value is the holder's token;
  * the release reads it (GET), compares it in C, then deletes (DEL): two commands.
  *
  * The token fixes rung 2's "DEL removes another's lock", except in the gap between the GET
@@ -11,11 +11,6 @@
 
 #include "lock/naive.h"
 #include "service/guards.h"
-
-int guards__try_owned_set(guard_env *env, guard_hold *hold, bool *acquired)
-{
-    return naive_set_nx_px(env->lock, hold->name, hold->token, env->fixed_lease_ms, acquired);
-}
 
 int guard_owner_get_del__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
                                size_t detail_len)

@@ -1,8 +1,9 @@
 /*
- * guard_redis.c - the "redis" rung: the Redis lock of lock/ on "lock:goods:<id>", with a
- * bounded wait and watchdog renewal. Every replica asks the same Redis, so it holds across
- * replicas. Its fencing token claims the goods row at the read (db_stock_claim), so a holder
- * that lost its lock mid-section cannot sell from a stock another holder also read.
+ * guards_redis.c - the Redis lock of lock/ as a guard, on "lock:goods:<id>": a bounded
+ * wait, a lease (renewed by the watchdog, or fixed), the fencing token when the mode wants
+ * it. A helper of the modes built on that lock (redis, redis-nowatchdog, redis-nofence,
+ * tx-inside, multi-naive, redis-batch, redis-sharded): each mode's file says which lease
+ * and whether it is fenced.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -10,19 +11,11 @@
 
 #include "service/clock.h"
 #include "service/guards.h"
+#include "service/lock_names.h"
 #include "service/log.h"
 
-void goods_lock_name(const lock_client *lock, const char *prefix, int64_t goods_id, char *buf,
-                     size_t len)
-{
-    if (lock_client_is_cluster(lock))
-        snprintf(buf, len, "%s{%" PRId64 "}", prefix, goods_id);
-    else
-        snprintf(buf, len, "%s%" PRId64, prefix, goods_id);
-}
-
-int guards__redis_enter(guard_env *env, int64_t goods_id, int64_t lease_ms, bool fenced,
-                        guard_hold *hold, char *detail, size_t detail_len)
+int guards__redis_take(guard_env *env, const char *name, int64_t wait_ms, int64_t lease_ms,
+                       bool fenced, guard_hold *hold, char *detail, size_t detail_len)
 {
     struct timespec start;
     int64_t token = 0;
@@ -33,9 +26,9 @@ int guards__redis_enter(guard_env *env, int64_t goods_id, int64_t lease_ms, bool
         snprintf(detail, detail_len, "redis lock client not configured");
         return GUARD_ERR_UNAVAILABLE;
     }
-    goods_lock_name(env->lock, "lock:goods:", goods_id, hold->name, sizeof(hold->name));
+    snprintf(hold->name, sizeof(hold->name), "%s", name);
     clock_gettime(CLOCK_MONOTONIC, &start);
-    rc = lock_try_lock(env->lock, hold->name, env->wait_ms, lease_ms, &token);
+    rc = lock_try_lock(env->lock, hold->name, wait_ms, lease_ms, &token);
     hold->waited = true;
     hold->wait_seconds = clock_seconds_since(&start);
     hold->handed_off = rc == LOCK_OK && lock_last_handoff_us() >= 0;
@@ -51,7 +44,7 @@ int guards__redis_enter(guard_env *env, int64_t goods_id, int64_t lease_ms, bool
         return GUARD_ERR_TIMEOUT;
     case LOCK_ERR_BUSY:
         snprintf(detail, detail_len, "redis: no connection free within the wait bound");
-        return GUARD_ERR_UNAVAILABLE;
+        return GUARD_ERR_BUSY;
     default:
         snprintf(detail, detail_len, "redis: %s%s%s", lock_strerror(rc),
                  lock_last_error()[0] ? ": " : "", lock_last_error());
@@ -59,7 +52,18 @@ int guards__redis_enter(guard_env *env, int64_t goods_id, int64_t lease_ms, bool
     }
 }
 
-void guard_fence_refused(guard_env *env, const guard_hold *hold, int64_t stored)
+int guards__redis_enter(guard_env *env, int64_t goods_id, int64_t lease_ms, bool fenced,
+                        guard_hold *hold, char *detail, size_t detail_len)
+{
+    char name[sizeof(hold->name)];
+    int rc;
+
+    goods_lock_name(env->lock, "lock:goods:", goods_id, name, sizeof(name));
+    rc = guards__redis_take(env, name, env->wait_ms, lease_ms, fenced, hold, detail, detail_len);
+    return rc == GUARD_ERR_BUSY ? GUARD_ERR_UNAVAILABLE : rc;
+}
+
+void guards__redis_fence_refused(guard_env *env, const guard_hold *hold, int64_t stored)
 {
     int rc;
 
@@ -72,18 +76,12 @@ void guard_fence_refused(guard_env *env, const guard_hold *hold, int64_t stored)
               rc);
 }
 
-int guard_redis__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
-                       size_t detail_len)
-{
-    return guards__redis_enter(env, goods_id, env->lease_ms, true, hold, detail, detail_len);
-}
-
-int guard_redis__still_held(guard_env *env, const guard_hold *hold)
+int guards__redis_still_held(guard_env *env, const guard_hold *hold)
 {
     return lock_is_held(env->lock, hold->name) == LOCK_OK ? GUARD_OK : GUARD_ERR_LOST;
 }
 
-void guard_redis__leave(guard_env *env, guard_hold *hold)
+void guards__redis_leave(guard_env *env, guard_hold *hold)
 {
     int rc;
 

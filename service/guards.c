@@ -1,11 +1,12 @@
 /*
- * guard_none.c - the "none" rung: no guard at all. Two requests can both read stock 10, both
- * write 9, and both record an order: one unit sold twice (a lost update). Also home of what
- * every guard shares: the environment and the "cannot be lost" still_held.
+ * guards.c - what every guard shares: the environment built once at start-up, the
+ * still_held of a guard that cannot be lost, and the pause fault injection puts before a
+ * release. A helper of the mode files (service/modes/), not a mode.
  */
 #include <stdlib.h>
 #include <string.h>
 
+#include "service/clock.h"
 #include "service/guards.h"
 
 int guard_env_create(const guard_env_options *opts, guard_env **out)
@@ -33,7 +34,10 @@ int guard_env_create(const guard_env_options *opts, guard_env **out)
         env->has |= MODE_NEEDS_ETCD;
     if (env->zk != NULL)
         env->has |= MODE_NEEDS_ZOOKEEPER;
-    guard_local__init(env);
+    if (guard_local__init(env) != 0) {
+        free(env);
+        return -1;
+    }
     *out = env;
     return 0;
 }
@@ -51,15 +55,9 @@ unsigned guard_env_has(const guard_env *env)
     return env != NULL ? env->has : 0;
 }
 
-int guard_none__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
-                      size_t detail_len)
+int64_t guard_env_wait_ms(const guard_env *env)
 {
-    (void)env;
-    (void)goods_id;
-    (void)detail;
-    (void)detail_len;
-    memset(hold, 0, sizeof(*hold));
-    return GUARD_OK;
+    return env->wait_ms;
 }
 
 int guards__always_held(guard_env *env, const guard_hold *hold)
@@ -69,8 +67,10 @@ int guards__always_held(guard_env *env, const guard_hold *hold)
     return GUARD_OK;
 }
 
-void guard_none__leave(guard_env *env, guard_hold *hold)
+void guards__pause_before_release(const guard_hold *hold)
 {
-    (void)env;
-    (void)hold;
+    if (hold->before_release != NULL)
+        hold->before_release(hold->before_release_arg);
+    if (hold->release_pause_ms > 0)
+        clock_sleep_ms(hold->release_pause_ms);
 }

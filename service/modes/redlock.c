@@ -1,5 +1,5 @@
 /*
- * guard_redlock.c - rung 8, "redlock": the lock is had when a majority of the independent
+ * modes/redlock.c - rung 8, "redlock": the lock is had when a majority of the independent
  * Redis servers of REDLOCK_NODES granted "SET key value NX PX lease" in time (lock/redlock.h).
  *
  * What it adds: no single Redis to lose. With 5 nodes, 2 may be down (or restarted empty)
@@ -19,6 +19,13 @@
 #include "service/clock.h"
 #include "service/guards.h"
 #include "service/log.h"
+
+/* A holding's own state: until when it is trusted (the token, the value written, is
+ * guard_hold.token). */
+typedef struct redlock_state {
+    int64_t valid_until_ns; /* CLOCK_MONOTONIC */
+} redlock_state;
+GUARD_STATE_FITS(redlock_state);
 
 int guard_redlock__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
                          size_t detail_len)
@@ -42,7 +49,7 @@ int guard_redlock__enter(guard_env *env, int64_t goods_id, guard_hold *hold, cha
     switch (rc) {
     case LOCK_OK:
         snprintf(hold->token, sizeof(hold->token), "%s", h.value);
-        hold->valid_until_ns = h.valid_until_ns;
+        GUARD_STATE(redlock_state, hold)->valid_until_ns = h.valid_until_ns;
         return GUARD_OK;
     case LOCK_ERR_TIMEOUT:
         snprintf(detail, detail_len, "%s not had on a majority of %d nodes within %" PRId64 " ms",
@@ -62,7 +69,7 @@ static void holding_of(const guard_hold *hold, redlock_holding *h)
     snprintf(h->name, sizeof(h->name), "%s", hold->name);
     /* The token is the value redlock_lock wrote (32 hex digits): it fits. */
     snprintf(h->value, sizeof(h->value), "%.39s", hold->token);
-    h->valid_until_ns = hold->valid_until_ns;
+    h->valid_until_ns = GUARD_CSTATE(redlock_state, hold)->valid_until_ns;
 }
 
 int guard_redlock__still_held(guard_env *env, const guard_hold *hold)

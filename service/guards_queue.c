@@ -1,9 +1,9 @@
 /*
- * queue_lock.c - the "etcd" and "zookeeper" rungs: one guard over the queue lock of
- * lock/queue/ on "goods-<id>", its backend chosen by the mode (the client of lock/etcd/ or of
- * lock/zookeeper/). A lease or session kept alive, one node per waiter in a line ordered by
- * the service, a watch on the predecessor. Every replica asks the same etcd or ensemble, so
- * it holds across replicas.
+ * guards_queue.c - the helper of the "etcd" and "zookeeper" modes (modes/etcd.c,
+ * modes/zookeeper.c): one guard over the queue lock of lock/queue/ on "goods-<id>", its
+ * backend the mode's (the client of lock/etcd/ or of lock/zookeeper/). A lease or session
+ * kept alive, one node per waiter in a line ordered by the service, a watch on the
+ * predecessor. Every replica asks the same etcd or ensemble, so it holds across replicas.
  *
  * Like the redis guard, it claims the goods row with its fencing token (db_stock_claim):
  * here the node's order number across the service (etcd's create revision, ZooKeeper's
@@ -25,17 +25,11 @@
 #include "service/guards.h"
 #include "service/log.h"
 
-/* What tells the two rungs apart. */
-typedef struct queue_rung {
-    const char *service; /* for texts: "etcd", "ZooKeeper" */
-    const char *source;  /* the fencing token's source, and the log's prefix */
-} queue_rung;
+const guards_queue_rung guards_queue__etcd = {"etcd", "etcd"};
+const guards_queue_rung guards_queue__zookeeper = {"ZooKeeper", "zookeeper"};
 
-static const queue_rung etcd_rung = {"etcd", "etcd"};
-static const queue_rung zookeeper_rung = {"ZooKeeper", "zookeeper"};
-
-static int queue_enter(queue_lock *q, const queue_rung *r, guard_env *env, int64_t goods_id,
-                       guard_hold *hold, char *detail, size_t detail_len)
+int guards_queue__enter(queue_lock *q, const guards_queue_rung *r, guard_env *env,
+                        int64_t goods_id, guard_hold *hold, char *detail, size_t detail_len)
 {
     char owner[QUEUE_LOCK_OWNER_MAX];
     struct timespec start;
@@ -74,7 +68,7 @@ static int queue_enter(queue_lock *q, const queue_rung *r, guard_env *env, int64
 /* The client a holding was taken with: its token's source names the rung. */
 static queue_lock *client_of(const guard_env *env, const guard_hold *hold)
 {
-    return hold->fence_source == etcd_rung.source ? env->etcd : env->zk;
+    return hold->fence_source == guards_queue__etcd.source ? env->etcd : env->zk;
 }
 
 int guard_queue_lock__still_held(guard_env *env, const guard_hold *hold)
@@ -100,16 +94,4 @@ void guard_queue_lock__leave(guard_env *env, guard_hold *hold)
         log_event(LOG_WARN, "unlock_failed", "lock=%s error=%s", hold->name,
                   log_quote(quoted, sizeof(quoted), queue_lock_strerror(rc)));
     }
-}
-
-int guard_etcd__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
-                      size_t detail_len)
-{
-    return queue_enter(env->etcd, &etcd_rung, env, goods_id, hold, detail, detail_len);
-}
-
-int guard_zookeeper__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
-                           size_t detail_len)
-{
-    return queue_enter(env->zk, &zookeeper_rung, env, goods_id, hold, detail, detail_len);
 }

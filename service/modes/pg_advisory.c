@@ -1,5 +1,5 @@
 /*
- * rung_pg_advisory.c - the "pg-advisory" rung: no guard in the service; the transaction
+ * modes/pg_advisory.c - the "pg-advisory" rung: no guard in the service; the transaction
  * first takes pg_advisory_xact_lock on the goods id, then runs the plain read-check-write.
  * The lock is PostgreSQL's, so every replica meets it, and it is released by the commit or
  * the rollback, never forgotten. Safe with any number of replicas. It locks a number, not a
@@ -22,4 +22,4 @@ static int write_computed(db_conn *conn, int64_t goods_id, int64_t count, const 
     return db_stock_write(conn, goods_id, seen->stock - count);
 }
 
-const mode_tx rung_pg_advisory__tx = {lock_then_read, write_computed, NULL};
+const mode_tx pg_advisory__tx = {lock_then_read, write_computed, NULL};
