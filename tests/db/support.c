@@ -3,6 +3,7 @@
  * See support.h.
  */
 #include "tests/db/support.h"
+#include "tests/support/cases.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -233,11 +234,8 @@ int64_t orders_of(fixture *f, int64_t goods)
 int db_test_main(const char *name, const struct CMUnitTest *tests, size_t n, int argc,
                  char **argv)
 {
-    if (argc > 1 && strcmp(argv[1], "--list") == 0) {
-        for (size_t i = 0; i < n; i++)
-            printf("%s\n", tests[i].name);
+    if (support_list_cases(tests, n, argc, argv))
         return 0;
-    }
     base_url = getenv("TEST_DATABASE_URL");
     migrations_dir = getenv("TEST_MIGRATIONS_DIR");
     if (!migrations_dir || !migrations_dir[0])
@@ -250,7 +248,5 @@ int db_test_main(const char *name, const struct CMUnitTest *tests, size_t n, int
                 name);
         return 1;
     }
-    if (argc == 2) /* a pattern: run only the cases whose names match it */
-        cmocka_set_test_filter(argv[1]);
-    return _cmocka_run_group_tests(name, tests, n, NULL, NULL) == 0 ? 0 : 1;
+    return support_run_cases(name, tests, n, argc, argv, NULL, NULL);
 }

@@ -7,6 +7,7 @@
  * The environment and the fixtures: tests/db/support.h.
  */
 #include "tests/db/support.h"
+#include "tests/support/ports.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -107,23 +108,6 @@ static void test_pool_release_rolls_back(void **state)
     db_pool_destroy(pool);
 }
 
-/* A port with nothing listening: bound, read, closed. */
-static int free_port(void)
-{
-    struct sockaddr_in sa;
-    socklen_t len = sizeof(sa);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-
-    assert_true(fd >= 0);
-    memset(&sa, 0, sizeof(sa));
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
-    close(fd);
-    return ntohs(sa.sin_port);
-}
-
 static void test_unreachable_server_fails_fast(void **state)
 {
     char conninfo[128];
@@ -132,10 +116,12 @@ static void test_unreachable_server_fails_fast(void **state)
     db_conn *c = NULL;
     db_pool_stats st;
     int64_t t0, took;
+    int port;
 
     (void)state;
-    snprintf(conninfo, sizeof(conninfo), "host=127.0.0.1 port=%d user=nobody dbname=none",
-             free_port());
+    port = support_free_port(); /* nothing listens there */
+    assert_true(port > 0);
+    snprintf(conninfo, sizeof(conninfo), "host=127.0.0.1 port=%d user=nobody dbname=none", port);
     db_pool_options_init(&o);
     o.conninfo = conninfo;
     o.size = 2;

@@ -3,6 +3,7 @@
  * tests/deduct/. See support.h.
  */
 #include "tests/deduct/support.h"
+#include "tests/support/cases.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -377,11 +378,8 @@ static int teardown_database(void **state)
 int deduct_test_main(const char *name, const struct CMUnitTest *tests, size_t n, int argc,
                      char **argv)
 {
-    if (argc > 1 && strcmp(argv[1], "--list") == 0) {
-        for (size_t i = 0; i < n; i++)
-            printf("%s\n", tests[i].name);
+    if (support_list_cases(tests, n, argc, argv))
         return 0;
-    }
     g_program = name;
     g_base_url = getenv("TEST_DATABASE_URL");
     migrations_dir = getenv("TEST_MIGRATIONS_DIR");
@@ -394,8 +392,5 @@ int deduct_test_main(const char *name, const struct CMUnitTest *tests, size_t n,
                 name);
         return 1;
     }
-    if (argc == 2) /* a pattern: run only the cases whose names match it */
-        cmocka_set_test_filter(argv[1]);
-    return _cmocka_run_group_tests(name, tests, n, setup_database, teardown_database) == 0 ? 0
-                                                                                          : 1;
+    return support_run_cases(name, tests, n, argc, argv, setup_database, teardown_database);
 }

@@ -3,6 +3,7 @@
  * See support.h.
  */
 #include "tests/lock/support.h"
+#include "tests/support/cases.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -31,37 +32,36 @@ void sleep_ms(int64_t ms)
         ;
 }
 
-/* A command on the test's own connection (reconnected if Redis was restarted). */
-redisReply *redis_cmd(const char *fmt, ...)
+/* A command on the test's own connection, reconnected if Redis was restarted. */
+static redisReply *redis_vcmd(const char *fmt, va_list ap)
 {
-    redisReply *r;
-    va_list ap;
-
     if (g_state.redis == NULL || g_state.redis->err != 0) {
         if (g_state.redis != NULL)
             redisFree(g_state.redis);
         g_state.redis = redisConnect("127.0.0.1", g_state.port);
     }
+    return redisvCommand(g_state.redis, fmt, ap);
+}
+
+redisReply *redis_cmd(const char *fmt, ...)
+{
+    redisReply *r;
+    va_list ap;
+
     va_start(ap, fmt);
-    r = redisvCommand(g_state.redis, fmt, ap);
+    r = redis_vcmd(fmt, ap);
     va_end(ap);
     return r;
 }
 
-/* A command whose reply is an integer; -1000 if it was not. */
 long long redis_int(const char *fmt, ...)
 {
     redisReply *r;
     long long v = -1000;
     va_list ap;
 
-    if (g_state.redis == NULL || g_state.redis->err != 0) {
-        if (g_state.redis != NULL)
-            redisFree(g_state.redis);
-        g_state.redis = redisConnect("127.0.0.1", g_state.port);
-    }
     va_start(ap, fmt);
-    r = redisvCommand(g_state.redis, fmt, ap);
+    r = redis_vcmd(fmt, ap);
     va_end(ap);
     if (r != NULL && r->type == REDIS_REPLY_INTEGER)
         v = r->integer;
@@ -341,13 +341,8 @@ lock_client *child_client(int port)
 int lock_test_main(const char *name, const struct CMUnitTest *tests, size_t n, int argc,
                    char **argv)
 {
-    if (argc > 1 && strcmp(argv[1], "--list") == 0) {
-        for (size_t i = 0; i < n; i++)
-            printf("%s\n", tests[i].name);
+    if (support_list_cases(tests, n, argc, argv))
         return 0;
-    }
     g_program = name;
-    if (argc == 2) /* a pattern: run only the cases whose names match it */
-        cmocka_set_test_filter(argv[1]);
-    return _cmocka_run_group_tests(name, tests, n, group_setup, group_teardown) == 0 ? 0 : 1;
+    return support_run_cases(name, tests, n, argc, argv, group_setup, group_teardown);
 }
