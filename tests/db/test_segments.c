@@ -224,7 +224,15 @@ static void test_segments_gather_waits_for_a_sale(void **state)
     assert_int_equal(db_segment_write(c, 1, 1, 2, &left), DB_OK);
 
     assert_int_equal(pthread_create(&th, NULL, gather_run, &w), 0);
-    sleep_ms(300);
+    /* Until a session of this database waits for a lock (the gather, for segment 1's row),
+     * for 5 s at most: a fixed pause was too short on a loaded machine, where opening the
+     * gather's connection alone can take longer. */
+    for (int i = 0; i < 500 && raw_int(f->admin,
+                                       "SELECT count(*) FROM pg_stat_activity WHERE datname = "
+                                       "current_database() AND wait_event_type = 'Lock'",
+                                       0, NULL) == 0;
+         i++)
+        sleep_ms(10);
     assert_int_equal(atomic_load(&w.done), 0); /* waiting for segment 1's row */
     assert_int_equal(raw_int(f->admin, "SELECT pg_try_advisory_xact_lock(1)::int", 0, NULL), 0);
     assert_int_equal(db_commit(c), DB_OK);
