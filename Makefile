@@ -112,7 +112,7 @@ TSAN_TARGETS := build/tsan/stockd build/tsan/tests/test_redlock \
                 build/tsan/tests/test_cluster \
                 $(patsubst tests/%.c,build/tsan/tests/%,$(STACK_TEST_SRC))
 
-.PHONY: all programs tests test test-unit test-integration test-tsan test-docker test-fresh demo ladder chaos chaos-pg scale \
+.PHONY: all programs tests test test-build-release test-build-san test-build-tsan test-unit test-integration test-tsan test-docker test-fresh demo ladder chaos chaos-pg scale \
         up down lab lab-down test-lab clean deps pkg-check check-includes config-doc docs docs-check
 
 all: programs
@@ -216,13 +216,21 @@ ifneq ($(PKG_OK),yes)
 endif
 
 # The tests build three times: the release build (so -O2 warnings are errors too), the
-# sanitizer build they run, and the ThreadSanitizer build of what tests/tsan.sh runs.
+# sanitizer build they run, and the ThreadSanitizer build of what tests/tsan.sh runs; the three
+# side by side, with one job per core.
+TEST_JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+
 test: deps
 	@scripts/deps.sh ensure browser etcd zookeeper pg-ha
-	$(MAKE) all
-	$(MAKE) B=build/san SAN=1 programs tests
-	$(MAKE) B=build/tsan TSAN=1 $(TSAN_TARGETS)
+	$(MAKE) -j$(TEST_JOBS) test-build-release test-build-san test-build-tsan
 	WITH_DOCKER=1 TSAN_BUILD=build/tsan tests/run-all.sh build/san
+
+test-build-release:
+	$(MAKE) all
+test-build-san:
+	$(MAKE) B=build/san SAN=1 programs tests
+test-build-tsan:
+	$(MAKE) B=build/tsan TSAN=1 $(TSAN_TARGETS)
 
 test-unit: deps
 	$(MAKE) B=build/san SAN=1 tests

@@ -46,9 +46,10 @@
 #
 # Run on its own (`make test-integration`) it prints its own "N passed, N failed";
 # tests/run-all.sh sources it and calls run_integration, so its cases join the total.
-# run_integration BUILD [SUFFIX [PATTERN]]: SUFFIX (e.g. "-tsan") is added to the name of
-# each suite and log, so that two runs (the ThreadSanitizer one, tests/tsan.sh) can join one
-# total; PATTERN (cmocka's, '*' and '?': 'test_load_*') runs only the cases it matches.
+# run_integration BUILD [SUFFIX [PATTERN [SKIP]]]: SUFFIX (e.g. "-tsan") is added to the name
+# of each suite and log, so that two runs (the ThreadSanitizer one, tests/tsan.sh) can join one
+# total; PATTERN (cmocka's, '*' and '?': 'test_load_*') runs only the cases it matches, and
+# SKIP (the same kind of pattern) leaves out the cases it matches.
 set -euo pipefail
 
 # The integration stack's settings: fixed here so that a developer's own environment
@@ -360,13 +361,16 @@ it__zk_down() {
     grep -q ' 200$' <<<"$answer" && [ "$(it__stock_field $IT_ZK_GOODS stock)" = 9 ]
 }
 
-# it__program_has_case BIN PATTERN: true when one of BIN's cases (BIN --list) matches
-# PATTERN, a cmocka pattern ('*' and '?', which mean the same in the shell's [[ == ]]).
+# it__program_has_case BIN PATTERN [SKIP]: true when one of BIN's cases (BIN --list) matches
+# PATTERN and not SKIP, cmocka patterns ('*' and '?', which mean the same in the shell's
+# [[ == ]]).
 it__program_has_case() {
     local case_name
     while read -r case_name; do
-        # shellcheck disable=SC2053 # the pattern is meant as one
-        [[ $case_name == $2 ]] && return 0
+        # shellcheck disable=SC2053 # the patterns are meant as ones
+        [[ $case_name == $2 ]] || continue
+        [ -n "${3:-}" ] && [[ $case_name == $3 ]] && continue
+        return 0
     done < <("$1" --list)
     return 1
 }
@@ -374,7 +378,7 @@ it__program_has_case() {
 run_integration() {
     # shellcheck source=tests/live_page.sh
     source tests/live_page.sh
-    local build=$1 n urls="" up_log sx pattern=${3:-}
+    local build=$1 n urls="" up_log sx pattern=${3:-} skip=${4:-}
     IT_SUFFIX=${2:-}
     sx=$IT_SUFFIX
     case $build in /*) ;; *) build=$PWD/$build ;; esac
@@ -476,14 +480,14 @@ run_integration() {
         fi
         # With a pattern, only the programs with a case it matches (cmocka's '*' and '?' are
         # the shell's): one that runs no case would count as a failure.
-        if [ -n "$pattern" ] && ! it__program_has_case "$bin" "$pattern"; then
+        if ! it__program_has_case "$bin" "${pattern:-*}" "$skip"; then
             continue
         fi
         STOCK_URL=http://127.0.0.1:$HTTP_PORT REPLICA_URLS=$urls SLOW_REPLICA_URL=$slow_url \
             SLOW_REPLICA_LOG=$RUN_DIR/logs/svc-$IT_SLOW_REPLICA.log \
             SLOW_REPLICA_DELAY_MS=$IT_SLOW_DELAY_MS SLOW_REPLICA_LEASE_MS=$IT_SLOW_LEASE_MS \
             DELAYED_REPLICA_URLS=$delayed_urls DELAYED_REPLICA_DELAY_MS=$IT_DELAYED_DELAY_MS \
-            FAULT_REPLICA_URL=$fault_url \
+            FAULT_REPLICA_URL=$fault_url STACK_SKIP_CASES=$skip \
             run_suite "stack-$name$sx${pattern:+:$pattern}" "$limit" "$bin" ${pattern:+"$pattern"}
     done
 

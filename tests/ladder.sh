@@ -28,7 +28,7 @@ run_ladder() {
         LADDER_REDIS_PORT=${ports[2]} LADDER_REPLICA_PORT_BASE=$base \
         LADDER_REDLOCK_PORT_BASE=$rlbase STOCKD=$build/stockd \
         CHECK_HISTORY=$build/check-history HISTORY_CLOCK=$build/history-clock \
-        timeout --kill-after=10 240 loadtest/ladder --check --out "$out" >"$log" 2>&1 || true
+        timeout --kill-after=10 360 loadtest/ladder --check --out "$out" >"$log" 2>&1 || true
     if [ ! -s "$out/table.md" ]; then
         tail -20 "$log" >&2
         check "loadtest/ladder produced its table" false

@@ -113,7 +113,8 @@ user=postgres connect_timeout=2 target_session_attrs=read-write" 2>>"$log")" = 1
     check "pg_ha: svc-1's log holds no sanitizer report" it__no_sanitizer_report "$dir/logs/svc-1.log"
     check "pg_ha: down stopped every PostgreSQL and Patroni" pg_ha__nothing_left "$dir"
     check_group_end
-    cp "$dir"/logs/*.log "$HARNESS_LOG_DIR/" 2>/dev/null || true
+    mkdir -p "$HARNESS_LOG_DIR/pg_ha"
+    cp "$dir"/logs/*.log "$HARNESS_LOG_DIR/pg_ha/" 2>/dev/null || true
     pg_ha__down "$dir"
 }
 

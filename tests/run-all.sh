@@ -1,25 +1,32 @@
 #!/usr/bin/env bash
-# run-all.sh BUILD_DIR - every test, against real servers, as `make test` runs it:
-#   1. the pure unit tests (tests/run-unit.sh's suites), and the documents checked against
-#      the code (tests/docs.sh: make docs-check, one case per check);
-#   2. test_lock, which starts a redis-server of its own; test_redlock, five of them;
-#      test_etcd, an etcd of its own; test_zookeeper, a ZooKeeper of its own; test_sentinel, a master, a replica and three Sentinels;
-#      test_cluster, a Redis Cluster of three masters;
-#   3. test_db and test_deduct (two lock holders in every interleaving), against a
-#      throwaway PostgreSQL started here on a free port in a temporary directory
-#      (TEST_DATABASE_URL names its superuser: the tests create databases);
-#   4. the integration run (tests/integration.sh): the whole stack on free ports; then the
-#      ladder (tests/ladder.sh), the lab (tests/lab.sh: its stack, its API, its page played
-#      in headless Chromium) and the stack on PostgreSQL under Patroni through a failover
-#      (tests/pg_ha.sh), each on a stack of its own;
-#   (2 to 5 run with an open-file limit of FD_LIMIT, servers included: see below;)
-#   5. with TSAN_BUILD=DIR (as `make test` sets it: build/tsan), tests/tsan.sh's run: test_lock
-#      and the stack again, built with ThreadSanitizer;
-#   6. with WITH_DOCKER=1 (as `make test` sets it), docker/test.sh: the compose stack.
-# Prints a line per suite and, last, exactly "N passed, N failed" (test cases: cmocka's
-# counts, plus the shell checks; a suite that crashes or times out counts as a failure).
-# Exits 1 on any failure. Whatever it started is stopped at exit, on failure or Ctrl-C too.
-# Logs: BUILD_DIR/test-logs/.
+# run-all.sh BUILD_DIR - every test, against real servers, as `make test` runs it, in lanes:
+# groups of suites that run in order, each lane beside the others (tests/lib/harness.sh says
+# why: most of a run is waiting, and the lanes' servers share nothing). The lanes:
+#   servers      the pure unit tests (tests/run-unit.sh's suites) and the committed
+#                histories; the documents checked against the code (tests/docs.sh: make
+#                docs-check); test_lock, which starts a redis-server of its own; test_redlock,
+#                five of them; test_etcd, an etcd of its own; test_zookeeper, a ZooKeeper of
+#                its own; test_sentinel, a master, a replica and three Sentinels; test_cluster,
+#                a Redis Cluster of three masters; test_db and test_deduct (two lock holders in
+#                every interleaving) against a throwaway PostgreSQL started here on a free port
+#                in a temporary directory (TEST_DATABASE_URL names its superuser: the tests
+#                create databases); loadtest/lib/history.sh's checks; then, with TSAN_BUILD,
+#                the same lock-server suites built with ThreadSanitizer (tests/tsan.sh);
+#   integration  the whole stack on free ports (tests/integration.sh);
+#   stacks       the ladder (tests/ladder.sh), the stack on PostgreSQL under Patroni through
+#                a failover (tests/pg_ha.sh) and the lab (tests/lab.sh: its stack, its API,
+#                its page played in headless Chromium), each on a stack of its own;
+#   tsan         with TSAN_BUILD=DIR (as `make test` sets it: build/tsan), the whole stack
+#                again with ThreadSanitizer builds of the replicas and of tests/stack/;
+#   docker       with WITH_DOCKER=1 (as `make test` sets it), docker/test.sh: the compose
+#                stack (Docker, or podman set up by the script; where neither can run it
+#                says SKIP and counts as such).
+# Every lane but docker runs under an open-file limit of FD_LIMIT, servers included: see below.
+# Prints each lane's output when the lane ends, a line per suite and, last, exactly
+# "N passed, N failed" (test cases: cmocka's counts, plus the shell checks; a suite that
+# crashes or times out counts as a failure). Exits 1 on any failure. Whatever it started is
+# stopped at exit, on failure or Ctrl-C too. Logs: BUILD_DIR/test-logs/ (lane-NAME.out: what
+# a lane printed).
 set -euo pipefail
 
 [ $# -eq 1 ] || { echo "usage: tests/run-all.sh BUILD_DIR" >&2; exit 2; }
@@ -88,7 +95,7 @@ run_db_suite() {
 
 # --- the suites that start servers ---
 
-# They run under an open-file limit of FD_LIMIT, soft and hard (harness_with_fd_limit), the
+# They run under an open-file limit of FD_LIMIT, soft and hard (harness_lane), the
 # servers they start too, whatever the limit of the machine running them: 1024 is a common
 # default (a login shell, a container, a CI runner). What the code and the tests need must
 # fit in it; a test that depends on a higher one (a Redis that accepts `CONFIG SET maxclients
@@ -97,6 +104,7 @@ run_db_suite() {
 # maxclients to fit, and says so in its log; nginx's worker_connections is 1024.)
 FD_LIMIT=${FD_LIMIT:-1024}
 
+# The suites that start servers of their own, one after the other.
 server_suites() {
     run_program_dir "$build/tests/lock" 120
     if [ -x "$build/tests/test_redlock" ]; then
@@ -130,32 +138,31 @@ server_suites() {
         suite_broken test_cluster "$build/tests/test_cluster missing"
     fi
     run_db_suite
-    run_integration "$build"
-    harness__cleanup
     run_history_lib "$build"
+    if [ -n "${TSAN_BUILD:-}" ]; then
+        run_tsan_servers "$TSAN_BUILD"
+    fi
+}
+
+lane_servers() {
+    run_unit_suites "$build"
+    run_docs_check
+    server_suites
+}
+
+lane_stacks() {
     run_ladder "$build"
     # PostgreSQL under Patroni: start, a sale, the primary killed, a sale after the failover.
     run_pg_ha "$build"
     run_lab "$build"
-    if [ -n "${TSAN_BUILD:-}" ]; then
-        # The first stack stops before the second starts (and it__cleanup knows one only).
-        harness__cleanup
-        run_tsan "$TSAN_BUILD"
-    fi
 }
 
-# --- the run ---
-
-run_unit_suites "$build"
-run_docs_check
-harness_with_fd_limit "$FD_LIMIT" server_suites
-
-# 6. The compose stack (docker/test.sh), when asked for (`make test` asks): Docker, or
-#    podman set up by the script; where neither can run it says SKIP and counts as such.
-if [ "${WITH_DOCKER:-0}" = 1 ]; then
+# The compose stack (docker/test.sh): Docker, or podman set up by the script; where neither
+# can run it says SKIP and counts as such.
+lane_docker() {
+    local docker_log=$HARNESS_LOG_DIR/docker.log docker_start docker_rc docker_note
     echo
     echo "== docker: docker/test.sh"
-    docker_log=$HARNESS_LOG_DIR/docker.log
     docker_start=$(date +%s)
     set +e
     timeout --foreground --kill-after=30 1800 docker/test.sh 2>&1 | tee "$docker_log"
@@ -170,7 +177,21 @@ if [ "${WITH_DOCKER:-0}" = 1 ]; then
     else
         harness__record docker 1 0 "$docker_note"
     fi
+}
+
+# --- the run ---
+
+harness_lane servers "$FD_LIMIT" lane_servers
+harness_lane integration "$FD_LIMIT" run_integration "$build"
+harness_lane stacks "$FD_LIMIT" lane_stacks
+if [ -n "${TSAN_BUILD:-}" ]; then
+    harness_lane tsan "$FD_LIMIT" run_tsan_stack "$TSAN_BUILD"
 fi
+if [ "${WITH_DOCKER:-0}" = 1 ]; then
+    # Not under FD_LIMIT: the containers' limits are the container engine's.
+    harness_lane docker "$(ulimit -Hn)" lane_docker
+fi
+harness_lanes_wait
 
 echo
 echo "(all suites: $(($(date +%s) - started))s)"

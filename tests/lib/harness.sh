@@ -147,33 +147,54 @@ suite_broken() {
     harness__record "$name" 0 1 "NOT RUN: $why"
 }
 
-# harness_with_fd_limit LIMIT COMMAND...: runs COMMAND (a function that runs suites, with
-# run_suite, check... ; it may register clean-ups) in a subshell whose open-file limit, soft
-# and hard, is LIMIT, so that every server it starts inherits that limit too. The hard limit
-# matters: a program may raise its own soft limit up to it (Redis does, for maxclients), and
-# a process cannot raise its hard limit again once lowered, hence the subshell, after which
-# the run goes on with the machine's limits. Where the soft limit is LIMIT or lower already,
-# it stays, and the hard one comes down to it; where the hard limit is lower than LIMIT, it
-# stays. The line printed says which limit the suites got. Their results join the run's.
-harness_with_fd_limit() {
-    local limit=$1 soft hard state
-    shift
+# harness__fd_limit LIMIT: prints the open-file limit a run asking for LIMIT gets here, and
+# says which on stderr. Where the soft limit is LIMIT or lower already, it stays (and the hard
+# one comes down to it); where the hard limit is lower than LIMIT, it stays.
+harness__fd_limit() {
+    local limit=$1 soft hard
     soft=$(ulimit -Sn)
     hard=$(ulimit -Hn)
-    state=$(mktemp "${TMPDIR:-/tmp}/stock-harness.XXXXXX")
-    echo
     if [ "$soft" != unlimited ] && ((soft <= limit)); then
+        echo "== open-file limit $soft (soft and hard): this shell's own, already at most $limit" >&2
         limit=$soft
-        echo "== open-file limit $limit (soft and hard) for what follows: this shell's own, already at most $1"
     elif [ "$hard" != unlimited ] && ((hard < limit)); then
+        echo "== open-file limit $hard (soft and hard): the hard limit here, below the $limit wanted" >&2
         limit=$hard
-        echo "== open-file limit $limit (soft and hard) for what follows: the hard limit here, below the $1 wanted"
     else
-        echo "== open-file limit $limit (soft and hard) for what follows, servers included (here otherwise: $soft/$hard)"
+        echo "== open-file limit $limit (soft and hard), servers included (here otherwise: $soft/$hard)" >&2
     fi
+    echo "$limit"
+}
+
+# --- lanes: groups of suites that run side by side ---
+#
+# Most of a run is waiting (for a lease to run out, a failover, a server to start), not
+# computing: run one after the other, the suites leave the machine's cores idle for half the
+# time. A lane is a group of suites that runs in order, in a background subshell of its own,
+# beside the other lanes. Lanes share nothing but the log directory (each suite's log has its
+# own name) and the file of picked ports (scripts/lib/ports.sh): every server a suite starts is
+# on ports and in a directory of its own, so two lanes cannot meet.
+#
+# harness_lane NAME FD_LIMIT FUNCTION [ARGS...]: starts FUNCTION in a lane, under an open-file
+# limit of FD_LIMIT, soft and hard (harness__fd_limit), which every server it starts inherits.
+# The hard limit matters: a program may raise its own soft limit up to it (Redis does, for
+# maxclients), so a test that depends on a higher one fails here and not on a user's machine.
+# The lane's output goes to $HARNESS_LOG_DIR/lane-NAME.out; harness_lanes_wait prints it when
+# the lane ends, and adds its counts to the run's.
+HARNESS_LANE_PIDS=()
+HARNESS_LANE_NAMES=()
+
+harness_lane() {
+    local name=$1 limit=$2 out state
+    shift 2
+    out=$HARNESS_LOG_DIR/lane-$name.out
+    state=$HARNESS_LOG_DIR/lane-$name.state
+    limit=$(harness__fd_limit "$limit" 2>>"$out")
+    rm -f "$state"
     (
         ulimit -n "$limit" || exit 1
-        HARNESS_CLEANUPS=()
+        HARNESS_PASSED=0 HARNESS_FAILED=0 HARNESS_SKIPPED=0
+        HARNESS_RESULTS=() HARNESS_CLEANUPS=() HARNESS_LANE_PIDS=() HARNESS_LANE_NAMES=()
         trap harness__cleanup EXIT
         trap 'exit 130' INT
         trap 'exit 143' TERM
@@ -183,13 +204,74 @@ harness_with_fd_limit() {
             echo "$HARNESS_PASSED $HARNESS_FAILED ${HARNESS_SKIPPED:-0}"
             printf '%s\n' "${HARNESS_RESULTS[@]}"
         } >"$state"
-    ) || true
-    if [ -s "$state" ]; then
-        { read -r HARNESS_PASSED HARNESS_FAILED HARNESS_SKIPPED; mapfile -t HARNESS_RESULTS; } <"$state"
-    else
-        suite_broken "fd-limit-$limit" "the suites run under ulimit -n $limit ended without their results (see above)"
-    fi
-    rm -f "$state"
+    ) >>"$out" 2>&1 </dev/null &
+    HARNESS_LANE_PIDS+=($!)
+    HARNESS_LANE_NAMES+=("$name")
+    echo "== lane $name started: $* (output: $out)"
+}
+
+# harness__descendants PID: the PIDs of PID's children, grandchildren..., deepest first.
+harness__descendants() {
+    local child
+    for child in $(ps -o pid= --ppid "$1" 2>/dev/null); do
+        harness__descendants "$child"
+        echo "$child"
+    done
+}
+
+# harness__stop_lanes: on an early exit (Ctrl-C, a signal), ends every lane still running:
+# its suite's processes first, so that the lane's own clean-up (stopping its servers, by PID)
+# runs now rather than when the suite's time limit ends; then waits for the lanes, bounded.
+harness__stop_lanes() {
+    local pid i
+    for pid in "${HARNESS_LANE_PIDS[@]}"; do
+        kill -0 "$pid" 2>/dev/null || continue
+        kill -TERM "$pid" 2>/dev/null || true
+        # shellcheck disable=SC2046 # a list of PIDs
+        kill -TERM $(harness__descendants "$pid") 2>/dev/null || true
+    done
+    for ((i = 0; i < 60; i++)); do
+        for pid in "${HARNESS_LANE_PIDS[@]}"; do
+            kill -0 "$pid" 2>/dev/null && break
+            pid=""
+        done
+        [ -n "$pid" ] || return 0
+        sleep 1
+    done
+}
+
+# harness_lanes_wait: waits for every lane started, printing each lane's output as it ends (in
+# the order they end) and adding its counts and result lines to the run's. A lane that ended
+# without its results (killed, or its subshell failed) counts as a failed suite.
+harness_lanes_wait() {
+    local pid name i state passed failed skipped started=$SECONDS
+    local -a results
+    harness_on_exit harness__stop_lanes
+    while [ ${#HARNESS_LANE_PIDS[@]} -gt 0 ]; do
+        pid=""
+        wait -n -p pid "${HARNESS_LANE_PIDS[@]}" || true
+        [ -n "$pid" ] || break
+        for i in "${!HARNESS_LANE_PIDS[@]}"; do
+            [ "${HARNESS_LANE_PIDS[$i]}" = "$pid" ] || continue
+            name=${HARNESS_LANE_NAMES[$i]}
+            unset "HARNESS_LANE_PIDS[$i]" "HARNESS_LANE_NAMES[$i]"
+        done
+        HARNESS_LANE_PIDS=("${HARNESS_LANE_PIDS[@]}")
+        HARNESS_LANE_NAMES=("${HARNESS_LANE_NAMES[@]}")
+        echo
+        echo "==================== lane $name ended ($((SECONDS - started)) s into the lanes) ===================="
+        cat "$HARNESS_LOG_DIR/lane-$name.out"
+        state=$HARNESS_LOG_DIR/lane-$name.state
+        if [ -s "$state" ]; then
+            { read -r passed failed skipped; mapfile -t results; } <"$state"
+            HARNESS_PASSED=$((HARNESS_PASSED + passed))
+            HARNESS_FAILED=$((HARNESS_FAILED + failed))
+            HARNESS_SKIPPED=$((${HARNESS_SKIPPED:-0} + skipped))
+            HARNESS_RESULTS+=("${results[@]}")
+        else
+            suite_broken "lane-$name" "the lane ended without its results (see above)"
+        fi
+    done
 }
 
 # Runs every pure unit test binary of BUILD_DIR/tests: all test_* but those that need
