@@ -87,7 +87,7 @@ run_db_suite() {
         return 0
     fi
     TEST_DATABASE_URL="host=127.0.0.1 port=$port user=postgres dbname=postgres" \
-        TEST_MIGRATIONS_DIR=$PWD/migrations run_program_dir "$build/tests/db" 180
+        TEST_MIGRATIONS_DIR=$PWD/migrations run_program_dir "$build/tests/db" 240
     TEST_DATABASE_URL="host=127.0.0.1 port=$port user=postgres dbname=postgres" \
         TEST_MIGRATIONS_DIR=$PWD/migrations run_program_dir "$build/tests/deduct" 120
     db__stop
@@ -106,7 +106,7 @@ FD_LIMIT=${FD_LIMIT:-1024}
 
 # The suites that start servers of their own, one after the other.
 server_suites() {
-    run_program_dir "$build/tests/lock" 120
+    run_program_dir "$build/tests/lock" 180
     if [ -x "$build/tests/test_redlock" ]; then
         run_suite test_redlock 120 "$build/tests/test_redlock"
     else

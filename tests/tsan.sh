@@ -58,7 +58,7 @@ run_tsan_servers() {
         return 0
     fi
     tsan__options
-    run_program_dir "$build/tests/lock" 300 -tsan
+    run_program_dir "$build/tests/lock" 600 -tsan
     # The lab's table: held requests, steppers and the hold budget, each on its own thread.
     if [ -x "$build/tests/test_lab" ]; then
         run_suite test_lab-tsan 60 "$build/tests/test_lab"
