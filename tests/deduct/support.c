@@ -248,6 +248,27 @@ int holders_finish(void **state)
     return 0;
 }
 
+bool lock_waiter_within(int64_t wait_ms)
+{
+    PGconn *pg = PQconnectdb(g_conninfo);
+    int64_t until = now_ms() + wait_ms;
+    bool found = false;
+
+    while (!found && PQstatus(pg) == CONNECTION_OK) {
+        PGresult *res = PQexec(pg, "SELECT count(*) FROM pg_stat_activity WHERE datname = "
+                                   "current_database() AND wait_event_type = 'Lock'");
+
+        found = PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 &&
+                strtoll(PQgetvalue(res, 0, 0), NULL, 10) > 0;
+        PQclear(res);
+        if (found || now_ms() >= until)
+            break;
+        usleep(10 * 1000);
+    }
+    PQfinish(pg);
+    return found;
+}
+
 void reset_goods(int64_t goods, int64_t stock)
 {
     db_conn *c = NULL;

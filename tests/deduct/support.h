@@ -103,6 +103,11 @@ void holder_finish(int i);
 /* The teardown of a case with holders: every holder finished, joined and freed. */
 int holders_finish(void **state);
 
+/* Whether a session of the test database waits for a lock (a claim queued behind another
+ * holder's, say) within wait_ms: what a driver checks before it counts on that wait, rather
+ * than on a pause long enough for the holder's statement to reach PostgreSQL. */
+bool lock_waiter_within(int64_t wait_ms);
+
 /* The goods reset to `stock`, and its report, through the pool (both must succeed). */
 void reset_goods(int64_t goods, int64_t stock);
 db_stock_report report_of(int64_t goods);
