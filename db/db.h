@@ -150,10 +150,12 @@ int db_rollback(db_conn *conn);
  * db_stock_write: sets the stock to new_stock. After a claim the row is the caller's until
  *   its transaction ends, so no token is needed. DB_ERR_NOT_FOUND for unknown goods.
  * db_order_insert: records the order; fence (the holder's token) may be NULL, else
- *   fence_source names its counter ("redis", "etcd", ...) and is recorded with it. Sets
- *   *order_id.
+ *   fence_source names its counter ("redis", "etcd", ...) and is recorded with it.
+ *   request_id, the client's id of the request (NULL: none), is recorded with it, in the
+ *   same statement: what settles a recorded request whose answer was lost. Sets *order_id.
  * db_orders_insert_many: records n orders of goods_id (counts[i] units each, 1 <= n <=
- *   DB_ORDERS_MAX) in one statement, one round trip: the batched sale's orders. Sets
+ *   DB_ORDERS_MAX) in one statement, one round trip: the batched sale's orders, the one of
+ *   counts[i] with request_ids[i] (request_ids NULL, or an element NULL: none). Sets
  *   order_ids[i] to the id of a row of its own whose count is counts[i]. DB_ERR_INVALID for
  *   n out of range or a count < 1.
  */
@@ -166,11 +168,12 @@ int db_fence_of(db_conn *conn, int64_t goods_id, const char *source, int64_t *fe
 int db_stock_write(db_conn *conn, int64_t goods_id, int64_t new_stock);
 int db_order_insert(db_conn *conn, int64_t goods_id, int64_t count, const char *mode,
                     const char *instance, const int64_t *fence, const char *fence_source,
-                    int64_t *order_id);
+                    const char *request_id, int64_t *order_id);
 #define DB_ORDERS_MAX 4096
 int db_orders_insert_many(db_conn *conn, int64_t goods_id, const int64_t *counts, size_t n,
                           const char *mode, const char *instance, const int64_t *fence,
-                          const char *fence_source, int64_t *order_ids);
+                          const char *fence_source, const char *const *request_ids,
+                          int64_t *order_ids);
 
 /*
  * The fenced read-check-write in two round trips instead of five (libpq's pipeline mode):
@@ -183,7 +186,7 @@ int db_orders_insert_many(db_conn *conn, int64_t goods_id, const int64_t *counts
  *   open (BEGIN may have gone through): the caller rolls back, as after db_stock_claim;
  *   DB_ERR_FENCED and DB_ERR_NOT_FOUND take one more round trip, to say which.
  * db_sale_commit: the write (new_stock), the order (count, mode, instance, the holder's
- *   fence and fence_source; sets *order_id) and COMMIT. Call it only after db_claim_begin
+ *   fence and fence_source, request_id as db_order_insert's; sets *order_id) and COMMIT. Call it only after db_claim_begin
  *   (or db_stock_claim) succeeded in this transaction: the row is then the caller's, so the
  *   write cannot miss it. When it returns, the transaction is over: DB_OK, committed; a
  *   statement refused (DB_ERR_QUERY, DB_ERR_LOCK_TIMEOUT, ...): the rest of the batch was
@@ -196,7 +199,7 @@ int db_claim_begin(db_conn *conn, int64_t goods_id, const char *source, int64_t 
                    int64_t *stock);
 int db_sale_commit(db_conn *conn, int64_t goods_id, int64_t new_stock, int64_t count,
                    const char *mode, const char *instance, int64_t fence,
-                   const char *fence_source, int64_t *order_id);
+                   const char *fence_source, const char *request_id, int64_t *order_id);
 
 /*
  * The PostgreSQL rungs of the ladder: the database itself closes the race, with no guard.

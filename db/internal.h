@@ -174,6 +174,12 @@ const char *db__i64(char *buf, int64_t v);
  * malloc'd, the caller frees it; NULL when out of memory. */
 char *db__i64_array(const int64_t *v, const bool *null, size_t n);
 
+/* The n strings of v as a PostgreSQL text array literal, each element double-quoted with its
+ * '"' and '\\' escaped ({"a","b\\"c",NULL}; a NULL v[i], or v itself NULL, is a NULL
+ * element): a parameter's text, never part of the SQL. malloc'd, the caller frees it; NULL
+ * when out of memory. */
+char *db__text_array(const char *const *v, size_t n);
+
 /* Parses the text value at (row, col) as an int64; DB_ERR_QUERY if it is not one. */
 int db__get_i64(db_conn *c, const PGresult *res, int row, int col, int64_t *out);
 

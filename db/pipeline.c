@@ -225,11 +225,11 @@ int db_claim_begin(db_conn *conn, int64_t goods_id, const char *source, int64_t 
 
 int db_sale_commit(db_conn *conn, int64_t goods_id, int64_t new_stock, int64_t count,
                    const char *mode, const char *instance, int64_t fence,
-                   const char *fence_source, int64_t *order_id)
+                   const char *fence_source, const char *request_id, int64_t *order_id)
 {
     char id_buf[DB__I64_LEN], stock_buf[DB__I64_LEN], count_buf[DB__I64_LEN],
         fence_buf[DB__I64_LEN];
-    const char *write[2], *order[6];
+    const char *write[2], *order[7];
     const enum db__stmt_id ids[3] = {DB__STOCK_WRITE, DB__ORDER_INSERT, DB__COMMIT};
     const char *const *params[3] = {write, order, NULL};
     PGresult *res[3];
@@ -246,6 +246,7 @@ int db_sale_commit(db_conn *conn, int64_t goods_id, int64_t new_stock, int64_t c
     order[3] = instance;
     order[4] = db__i64(fence_buf, fence);
     order[5] = fence_source;
+    order[6] = request_id;
     rc = run_pipeline(conn, ids, params, 3, res, &out);
     /* The batch was sent, nothing in it was refused, and COMMIT's answer did not come
      * (whichever answer was the first to be lost, COMMIT was sent behind it): the server

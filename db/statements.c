@@ -182,19 +182,25 @@ static const struct statement stmts[DB__STMT_COUNT] = {
                       2, PGRES_TUPLES_OK, false},
     [DB__GOODS_EXISTS] = {"goods_exists", "SELECT 1 FROM goods WHERE id = $1", 1, PGRES_TUPLES_OK,
                           false},
+    /* $7, the client's request id (NULL: none), rides in the INSERT the sale runs anyway:
+     * what a recorded load settles its unknown outcomes by (migrations/009). */
     [DB__ORDER_INSERT] = {"order_insert",
-                          "INSERT INTO orders (goods, count, mode, instance, fence, fence_source)"
-                          " VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
-                          6, PGRES_TUPLES_OK, false},
+                          "INSERT INTO orders (goods, count, mode, instance, fence, fence_source,"
+                          " request_id)"
+                          " VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
+                          7, PGRES_TUPLES_OK, false},
     /* A batch's orders in one round trip: one row per element of the counts array ($2, an
-     * array literal of integers), inserted in the array's order. */
+     * array literal of integers), inserted in the array's order, each with the request id
+     * of the same place in $7 (a text array as long, NULL elements for requests without). */
     [DB__ORDERS_INSERT_MANY] = {"orders_insert_many",
                                 "INSERT INTO orders (goods, count, mode, instance, fence,"
-                                " fence_source)"
-                                " SELECT $1::bigint, u.c, $3::text, $4::text, $5::bigint, $6::text"
-                                " FROM unnest($2::integer[]) WITH ORDINALITY AS u (c, i)"
+                                " fence_source, request_id)"
+                                " SELECT $1::bigint, u.c, $3::text, $4::text, $5::bigint, $6::text,"
+                                " u.r"
+                                " FROM unnest($2::integer[], $7::text[]) WITH ORDINALITY"
+                                " AS u (c, r, i)"
                                 " ORDER BY u.i RETURNING id, count",
-                                6, PGRES_TUPLES_OK, false},
+                                7, PGRES_TUPLES_OK, false},
 
     /* A cart's orders: one row per item ($1 goods, $2 counts, $5 fences, arrays in the
      * request's order; a fence may be NULL, and $6 names the counter of those that are not),
@@ -482,6 +488,39 @@ char *db__i64_array(const int64_t *v, const bool *null, size_t n)
             *p++ = ',';
         memcpy(p, text, len);
         p += len;
+    }
+    *p++ = '}';
+    *p = '\0';
+    return array;
+}
+
+char *db__text_array(const char *const *v, size_t n)
+{
+    size_t len = 3, i;
+    char *array, *p;
+
+    for (i = 0; i < n; i++)
+        len += (v != NULL && v[i] != NULL ? 2 * strlen(v[i]) + 2 : 4) + 1;
+    array = malloc(len);
+    if (!array)
+        return NULL;
+    p = array;
+    *p++ = '{';
+    for (i = 0; i < n; i++) {
+        if (i > 0)
+            *p++ = ',';
+        if (v == NULL || v[i] == NULL) {
+            memcpy(p, "NULL", 4);
+            p += 4;
+            continue;
+        }
+        *p++ = '"';
+        for (const char *c = v[i]; *c != '\0'; c++) {
+            if (*c == '"' || *c == '\\')
+                *p++ = '\\';
+            *p++ = *c;
+        }
+        *p++ = '"';
     }
     *p++ = '}';
     *p = '\0';

@@ -122,10 +122,10 @@ int db_stock_write(db_conn *conn, int64_t goods_id, int64_t new_stock)
 
 int db_order_insert(db_conn *conn, int64_t goods_id, int64_t count, const char *mode,
                     const char *instance, const int64_t *fence, const char *fence_source,
-                    int64_t *order_id)
+                    const char *request_id, int64_t *order_id)
 {
     char id_buf[DB__I64_LEN], count_buf[DB__I64_LEN], fence_buf[DB__I64_LEN];
-    const char *params[6];
+    const char *params[7];
     PGresult *res = NULL;
     int rc;
 
@@ -137,6 +137,7 @@ int db_order_insert(db_conn *conn, int64_t goods_id, int64_t count, const char *
     params[3] = instance;
     params[4] = fence ? db__i64(fence_buf, *fence) : NULL;
     params[5] = fence ? fence_source : NULL;
+    params[6] = request_id;
     rc = db__run(conn, DB__ORDER_INSERT, params, &res);
     if (rc != DB_OK)
         return rc;
@@ -147,12 +148,13 @@ int db_order_insert(db_conn *conn, int64_t goods_id, int64_t count, const char *
 
 int db_orders_insert_many(db_conn *conn, int64_t goods_id, const int64_t *counts, size_t n,
                           const char *mode, const char *instance, const int64_t *fence,
-                          const char *fence_source, int64_t *order_ids)
+                          const char *fence_source, const char *const *request_ids,
+                          int64_t *order_ids)
 {
     char id_buf[DB__I64_LEN], fence_buf[DB__I64_LEN];
-    const char *params[6];
+    const char *params[7];
     PGresult *res = NULL;
-    char *array;
+    char *array, *ids;
     size_t i;
     int rc;
 
@@ -162,16 +164,22 @@ int db_orders_insert_many(db_conn *conn, int64_t goods_id, const int64_t *counts
         if (counts[i] < 1 || counts[i] > INT32_MAX)
             return DB_ERR_INVALID;
     array = db__i64_array(counts, NULL, n);
-    if (!array)
+    ids = db__text_array(request_ids, n);
+    if (!array || !ids) {
+        free(array);
+        free(ids);
         return DB_ERR_NOMEM;
+    }
     params[0] = db__i64(id_buf, goods_id);
     params[1] = array;
     params[2] = mode;
     params[3] = instance;
     params[4] = fence ? db__i64(fence_buf, *fence) : NULL;
     params[5] = fence ? fence_source : NULL;
+    params[6] = ids;
     rc = db__run(conn, DB__ORDERS_INSERT_MANY, params, &res);
     free(array);
+    free(ids);
     if (rc != DB_OK)
         return rc;
     if ((size_t)PQntuples(res) != n) {

@@ -13,7 +13,8 @@
 --   budget=N        send exactly N requests in all, then stop (default 0: run for -d)
 --   threads=N       with a budget: must equal wrk's -t (wrk does not tell the script)
 --   history=PREFIX  record the history: thread i writes PREFIX.i.jsonl (see below)
---   key_prefix=STR  what every Idempotency-Key begins with (default "k"); unique per row
+--   id_prefix=STR   what every request's X-Request-Id begins with (default: "r" and the time);
+--                   unique per row, at most 16 characters of A-Za-z0-9_-
 --
 -- How wrk runs a script (its SCRIPTING document): every wrk thread has a Lua state of its
 -- own for init/delay/request/response, and one more state, the main one, runs setup() for
@@ -67,17 +68,23 @@ end
 -- The history (history=PREFIX). Every request is one operation of HISTORY's format: its
 -- invocation when request() builds it, its completion when response() sees its answer, both
 -- stamped with CLOCK_MONOTONIC in ns. wrk's response() does not say which connection (and so
--- which request) an answer is for; the request does: each one carries an Idempotency-Key of
--- its own (KEY_PREFIX-thread-n), and the service (and nginx, for its own 502/504) sends it
--- back in the answer's header of the same name. The key also lets loadtest/lib/history.sh
--- settle afterwards, from the database, the answers that left the outcome unknown.
+-- which request) an answer is for; the request does: each one carries an X-Request-Id of its
+-- own (ID_PREFIX-thread-n), and the service (and nginx, for its own 502/504) sends it back in
+-- the answer's header of the same name. A sale writes the id into its order row, in the
+-- INSERT it runs anyway, so loadtest/lib/history.sh settles afterwards, from the orders, the
+-- answers that left the outcome unknown, and recording costs the service nothing (an
+-- Idempotency-Key would do the same, at the price of two more statements per sale).
 -- A "process" of the history is a client with at most one operation open: each thread hands
 -- out process ids from a pool of free ones, an id going back to the pool when its operation
 -- completes. A request whose answer never comes (a socket error: wrk reconnects and sends a
 -- new one) keeps its id forever, as the format wants for an operation that never ends.
--- Each thread buffers its lines and appends them to its own file every FLUSH_LINES lines;
--- done() writes what is left. The driver merges the files by time.
-local FLUSH_LINES = 4096
+-- Each thread buffers its lines and appends them to its own file every FLUSH_LINES lines, and
+-- the rest when it has spent its budget; done() writes what is left after that (a run for a
+-- duration: fewer than FLUSH_LINES lines a thread). Written by the thread itself, not handed
+-- to done() through thread:get(): a row's history copied that way once came out with a line
+-- of garbage in it (seen with wrk 4.1 and LuaJIT), and a few hundred lines a write cost
+-- nothing. The driver merges the files by time.
+local FLUSH_LINES = 256
 local now_ns
 do
     local ok, ffi = pcall(require, "ffi")
@@ -155,7 +162,7 @@ function done(summary, latency, requests)
     end
     local unmatched = sum_counter("unmatched")
     if unmatched > 0 then
-        io.write(string.format("HISTORY unmatched=%d (answers with no Idempotency-Key of ours)\n",
+        io.write(string.format("HISTORY unmatched=%d (answers with no X-Request-Id of ours)\n",
                                unmatched))
     end
 
@@ -186,9 +193,9 @@ local reserved = 0           -- requests delay() has let through
 local finished = false
 local verified = false       -- see request()
 local hist_file = nil        -- this thread's history file, open for appending
-local key_prefix = "k"
-local seq = 0                -- requests built: the key's last part
-local open_ops = {}          -- Idempotency-Key -> the open operation
+local id_prefix = nil
+local seq = 0                -- requests built: the id's last part
+local open_ops = {}          -- X-Request-Id -> the open operation
 local free_pids = {}         -- process ids whose operation completed
 local next_pid = 0           -- the next new process id (thread i: from i * 10^6)
 
@@ -217,7 +224,7 @@ function init(args)
         opts[k] = v
     end
     local known = { mode = true, goods = true, goods_count = true, count = true,
-                    budget = true, threads = true, history = true, key_prefix = true }
+                    budget = true, threads = true, history = true, id_prefix = true }
     for k in pairs(opts) do
         if not known[k] then fail("unknown argument '" .. k .. "'") end
     end
@@ -237,17 +244,18 @@ function init(args)
     -- thread_index was set by setup() before this thread started.
     if opts.history and opts.history ~= "" then
         if not now_ns then fail("history= needs LuaJIT's FFI (for CLOCK_MONOTONIC)") end
-        key_prefix = opts.key_prefix or key_prefix
-        if not key_prefix:match("^[%w_.:-]+$") or #key_prefix > 64 then
-            fail("key_prefix must be 1 to 64 characters of A-Za-z0-9_.:-")
+        id_prefix = opts.id_prefix or string.format("r%x", os.time())
+        -- "<prefix>-<thread>-<n>" must fit the API's 32 characters of A-Za-z0-9_-.
+        if not id_prefix:match("^[%w_-]+$") or #id_prefix > 16 then
+            fail("id_prefix must be 1 to 16 characters of A-Za-z0-9_-")
         end
         hist_path = string.format("%s.%d.jsonl", opts.history, thread_index)
         hist_file = io.open(hist_path, "w")
         if not hist_file then fail("cannot write " .. hist_path) end
         next_pid = thread_index * 1000000
-        -- The key changes with every request: the request is built around a placeholder,
-        -- cut in two, and each request is the two halves with its key between them.
-        headers["Idempotency-Key"] = "@KEY@"
+        -- The id changes with every request: the request is built around a placeholder,
+        -- cut in two, and each request is the two halves with its id between them.
+        headers["X-Request-Id"] = "@KEY@"
     end
     for i = 1, goods_count do
         local body = string.format('{"goods_id":%d,"count":%d%s}', goods + i - 1, count,
@@ -276,10 +284,13 @@ function init(args)
     end
 end
 
+local flush_history -- defined below, with record()
+
 -- Called when this thread has every answer of its share.
 local function finish()
     if finished then return end
     finished = true
+    if hist_file then flush_history() end
     io.stderr:write(string.format("deduct.lua: thread %d spent its budget of %d\n",
                                   thread_index, share))
     wrk.thread:stop()
@@ -294,19 +305,23 @@ function delay()
     return PARK_MS
 end
 
-local function record(line)
-    hist[#hist + 1] = line
-    if #hist >= FLUSH_LINES then
-        hist_file:write(table.concat(hist, "\n"), "\n")
-        hist_file:flush()
-        hist = {}
-    end
+-- Appends the buffered lines to this thread's file.
+flush_history = function()
+    if #hist == 0 then return end
+    hist_file:write(table.concat(hist, "\n"), "\n")
+    hist_file:flush()
+    hist = {}
 end
 
--- One request with a key of its own, its invocation recorded.
+local function record(line)
+    hist[#hist + 1] = line
+    if #hist >= FLUSH_LINES then flush_history() end
+end
+
+-- One request with an id of its own, its invocation recorded.
 local function recorded_request(r)
     seq = seq + 1
-    local key = string.format("%s-%d-%d", key_prefix, thread_index, seq)
+    local key = string.format("%s-%d-%d", id_prefix, thread_index, seq)
     local pid = table.remove(free_pids)
     if not pid then
         pid = next_pid
@@ -314,15 +329,15 @@ local function recorded_request(r)
     end
     open_ops[key] = { pid, r[3] }
     record(string.format(
-        '{"time":%s,"process":%d,"type":"invoke","f":"deduct","goods_id":%d,"count":%d,"key":"%s"}',
+        '{"time":%s,"process":%d,"type":"invoke","f":"deduct","goods_id":%d,"count":%d,"request_id":"%s"}',
         now_ns(), pid, r[3], r[4], key))
     return r[1] .. key .. r[2]
 end
 
--- The completion of the request whose key the answer carries: ok, fail or info, HISTORY's
+-- The completion of the request whose id the answer carries: ok, fail or info, HISTORY's
 -- classes (what the API promises for each status and error).
 local function record_answer(status, headers, body)
-    local key = headers["Idempotency-Key"] or headers["idempotency-key"]
+    local key = headers["X-Request-Id"] or headers["x-request-id"]
     local op = key and open_ops[key]
     if not op then
         stats.unmatched = stats.unmatched + 1
@@ -332,7 +347,7 @@ local function record_answer(status, headers, body)
     free_pids[#free_pids + 1] = op[1]
     local t = now_ns()
     local head = string.format('{"time":%s,"process":%d,', t, op[1])
-    local tail = string.format(',"f":"deduct","goods_id":%d,"key":"%s","status":%d}', op[2], key,
+    local tail = string.format(',"f":"deduct","goods_id":%d,"request_id":"%s","status":%d}', op[2], key,
                                status)
     if status == 200 then
         local remaining = body:match('"remaining":(%-?%d+)')

@@ -33,9 +33,18 @@ function request_of(instance, ms,    i, n, best) {
             best = REQ[i]
     return best
 }
-# The request that took a holding starting at ms: in flight then, not yet a holder, the
-# earliest sent of those; else any request in flight.
-function holder_of(ms,    i, r) {
+# The request that took a holding the lock lane shows from ms: by the traces, the request
+# that entered its section last by then (a few ms of slack: the sample may come first) and
+# has no holding yet; without traces, one in flight then, not yet a holder, the earliest sent
+# of those; else any request in flight.
+function holder_of(ms,    i, r, best) {
+    best = ""
+    for (i = 1; i <= NREQ; i++) {
+        r = REQ[i]
+        if ((r in ENTERED) && !(r in HELD) && ENTERED[r] <= ms + 30 && (best == "" || ENTERED[r] > ENTERED[best]))
+            best = r
+    }
+    if (best != "") return best
     for (i = 1; i <= NREQ; i++) {
         r = REQ[i]
         if (SENT[r] <= ms + 30 && (!(r in ANSWERED) || ANSWERED[r] >= ms - 30) && !(r in HELD))
@@ -57,6 +66,16 @@ function holding_open(ms, who) {
     H_END[NH] = ""
     HELD[who] = 1
 }
+
+# When a traced request stopped believing it held the lock: its release point, else its
+# answer.
+function hold_end(r) {
+    if (r in RELEASED) return RELEASED[r]
+    if (r in SERVED) return SERVED[r]
+    if (r in ANSWERED) return ANSWERED[r]
+    return T_END
+}
+function short_fence(f) { return (f != "-" && length(f) <= 8) ? f : "" }
 
 BEGIN {
     COLOR["A"] = "#1f77b4"; COLOR["B"] = "#e377c2"; COLOR["C"] = "#2ca02c"; COLOR["A2"] = "#9467bd"
@@ -85,6 +104,21 @@ $1 == "fault" {
     if ($2 + 0 > T_MAX) T_MAX = $2 + 0
 }
 $1 == "order" { O_MS[++NO] = $2 + 0; O_INST[NO] = $3; O_FENCE[NO] = $4 }
+# A replica's trace of a request (GET /api/lab/trace/ID): the points it passed, what it saw.
+$1 == "started" { TRACED[$3] = 1; T_STARTED[$3] = $2 + 0 }
+$1 == "point" {
+    r = $3; k = ++NP[r]; TRACED[r] = 1
+    P_MS[r, k] = $2 + 0; P_NAME[r, k] = $4; P_HELD[r, k] = $5 + 0
+    P_STOCK[r, k] = $6; P_FENCE[r, k] = $7; P_TOKEN[r, k] = $8
+    if ($4 == "entered" && !(r in ENTERED)) ENTERED[r] = $2 + 0
+    if ($4 == "read") READV[r] = $6
+    if ($4 == "written") WROTE[r] = $6
+    if ($4 == "checked") CHECKED[r] = $2 + 0
+    if ($4 == "committed") COMMITTED[r] = $2 + 0
+    if ($4 == "release") RELEASED[r] = $2 + 0
+    if ($2 + 0 > T_MAX) T_MAX = $2 + 0
+}
+$1 == "served" { SERVED[$3] = $2 + 0; if ($2 + 0 > T_MAX) T_MAX = $2 + 0 }
 $1 == "lock" { L_MS[++NL] = $2 + 0; L_PTTL[NL] = $3 + 0; L_HOLDER[NL] = (NF >= 4 ? $4 : "") }
 $1 == "db" {
     split($3, f, "|")
@@ -108,12 +142,12 @@ END {
         if (present) {
             # A new holding: the key appeared, its holder changed, or (an owner-less "1")
             # its lease went back up: set again by someone else.
-            renewed = (!use_row && pttl > 0 && prev_pttl > 0 && pttl > prev_pttl + 50)
+            renewed = (!use_row && pttl > 0 && prev_pttl >= 0 && pttl > prev_pttl + 50)
             if (!prev_present || holder != prev_holder || (renewed && holder == "1")) {
                 # Set again as the old lease said it would end: it ran out, and the next
                 # waiter took it at once (between two samples).
                 if (prev_present)
-                    H_END[NH] = (prev_pttl > 0 && ms >= prev_ms + prev_pttl - 40) ? "lease ran out" : "ended: next holder in"
+                    H_END[NH] = (prev_pttl >= 0 && ms >= prev_ms + prev_pttl - 40) ? "lease ran out" : "ended: next holder in"
                 holding_open(ms, holder_of(ms))
             }
             H_TO[NH] = ms
@@ -123,7 +157,7 @@ END {
         } else if (prev_present) {
             H_TO[NH] = ms
             # Gone at about the moment its lease said: it ran out; else someone deleted it.
-            if (!use_row && prev_pttl > 0 && ms >= prev_ms + prev_pttl - 40)
+            if (!use_row && prev_pttl >= 0 && ms >= prev_ms + prev_pttl - 40)
                 H_END[NH] = "lease ran out"
             else
                 H_END[NH] = "released (deleted)"
@@ -157,6 +191,46 @@ END {
         last_n = D_N[i]; last_stock = D_STOCK[i]
     }
 
+    # ---- the commits the replicas traced: they replace the probe's for traced requests ----
+    # (their moment is the replica's own "committed" point, their read and write observed,
+    # not inferred; a sale is a unit sold twice when it read a stock an earlier sale read).
+    for (i = 1; i <= NC; i++) C_OBS[i] = 0
+    ntc = 0
+    for (i = 1; i <= NREQ; i++) if (REQ[i] in COMMITTED) ntc++
+    if (ntc > 0) {
+        n2 = 0
+        for (i = 1; i <= NC; i++) if (!(C_REQ[i] in TRACED)) {
+            n2++
+            K_MS[n2] = C_MS[i]; K_REQ[n2] = C_REQ[i]; K_WROTE[n2] = C_WROTE[i]; K_READ[n2] = C_WROTE[i] + 1
+            K_TWICE[n2] = C_TWICE[i]; K_OBS[n2] = 0
+        }
+        for (i = 1; i <= NREQ; i++) {
+            r = REQ[i]
+            if (!(r in COMMITTED)) continue
+            n2++
+            K_MS[n2] = COMMITTED[r]; K_REQ[n2] = r; K_OBS[n2] = 1
+            K_WROTE[n2] = (r in WROTE) ? WROTE[r] : "?"; K_READ[n2] = (r in READV) ? READV[r] : "?"
+        }
+        for (i = 2; i <= n2; i++)
+            for (j = i; j > 1 && K_MS[j] < K_MS[j - 1]; j--) {
+                t = K_MS[j]; K_MS[j] = K_MS[j - 1]; K_MS[j - 1] = t
+                t = K_REQ[j]; K_REQ[j] = K_REQ[j - 1]; K_REQ[j - 1] = t
+                t = K_WROTE[j]; K_WROTE[j] = K_WROTE[j - 1]; K_WROTE[j - 1] = t
+                t = K_READ[j]; K_READ[j] = K_READ[j - 1]; K_READ[j - 1] = t
+                t = K_TWICE[j]; K_TWICE[j] = K_TWICE[j - 1]; K_TWICE[j - 1] = t
+                t = K_OBS[j]; K_OBS[j] = K_OBS[j - 1]; K_OBS[j - 1] = t
+            }
+        split("", seen_read)
+        for (i = 1; i <= n2; i++) {
+            if (K_OBS[i]) K_TWICE[i] = (K_READ[i] in seen_read) ? 1 : 0
+            seen_read[K_READ[i]] = 1
+            C_MS[i] = K_MS[i]; C_REQ[i] = K_REQ[i]; C_WROTE[i] = K_WROTE[i]; C_READ[i] = K_READ[i]
+            C_TWICE[i] = K_TWICE[i]; C_OBS[i] = K_OBS[i]
+            if (C_OBS[i] && C_TWICE[i]) SOLD_TWICE[C_REQ[i]] = 1
+        }
+        NC = n2
+    }
+
     # ---- the scale ----
     T_START = -100
     T_END = T_MAX + 250
@@ -170,14 +244,14 @@ END {
     nl = NREQ
     LOCK_X = X0 + nl * LANE_W
     STOCK_X = LOCK_X + 190
-    WIDTH = STOCK_X + 215
+    WIDTH = STOCK_X + 235
     BOTTOM = TOP + span * K
     HEIGHT = BOTTOM + 84
 
     printf "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" font-family=\"DejaVu Sans, Verdana, sans-serif\">\n", WIDTH, HEIGHT, WIDTH, HEIGHT
     rect(0, 0, WIDTH, HEIGHT, "#ffffff", 1, "")
     text(12, 24, MODE " / " SCENARIO, "start", 17, "#000", "bold")
-    text(12, 44, "a ladder row drawn from a real run: requests straight to the replicas, the lock and the stock row as probes saw them; lease L = " LEASE " ms", "start", 11, "#444", "")
+    text(12, 44, "a ladder row drawn from a real run: requests straight to the replicas, their points as the replicas traced them; lease L = " LEASE " ms", "start", 11, "#444", "")
 
     # The ruler: ms since A was sent.
     step = (span > 4000) ? 1000 : 500
@@ -217,9 +291,16 @@ END {
         w = H_WHO[i]
         h = (to - H_FROM[i]) * K
         rect(lcx - 40, y(H_FROM[i]), 80, h, COLOR[w], 0.35, COLOR[w])
-        text(lcx, y(H_FROM[i]) + 13, "held by " w, "middle", 10, "#000", "bold")
-        # In the holder's own lane only while it lives: a dead holder's lock outlives it.
-        for (j = 1; j <= NREQ; j++) if (REQ[j] == w) {
+        # A short holding: one label beside it, not two on top of each other.
+        short = (h < 30 && H_END[i] != "lease ran out" && !(i == NH && still_held))
+        if (short) {
+            text(lcx + 44, y(H_FROM[i]) + h / 2, "held by " w ", " int(to - H_FROM[i]) " ms", "start", 9, "#000", "bold")
+            if (H_END[i] != "") text(lcx + 44, y(H_FROM[i]) + h / 2 + 10, H_END[i], "start", 8.5, "#333", "")
+        } else
+            text(lcx, y(H_FROM[i]) + 13, "held by " w, "middle", 10, "#000", "bold")
+        # In the holder's own lane only while it lives: a dead holder's lock outlives it. A
+        # traced holder's lane shows its own view instead (below).
+        for (j = 1; j <= NREQ; j++) if (REQ[j] == w && !(w in TRACED)) {
             cx = X0 + (j - 0.5) * LANE_W
             rto = (w in ANSWERED && ANSWERED[w] < to) ? ANSWERED[w] : to
             if (rto > H_FROM[i]) rect(cx - 11, y(H_FROM[i]), 22, (rto - H_FROM[i]) * K, COLOR[w], 0.30, "")
@@ -227,14 +308,33 @@ END {
         if (H_END[i] == "lease ran out") {
             line(lcx - 60, y(H_TO[i]), lcx + 60, y(H_TO[i]), "#d62728", 2, "6,3")
             text(lcx + 2, y(H_TO[i]) - 4, "lease ran out (" w "'s)", "middle", 10, "#d62728", "bold")
-        } else if (H_END[i] != "") {
+        } else if (H_END[i] != "" && !short) {
             text(lcx, y(H_TO[i]) - 4, H_END[i], "middle", 9, "#333", "")
         } else if (i == NH && still_held) {
             text(lcx, y(H_TO[i]) + 13, "still held: no expiry", "middle", 10, "#d62728", "bold")
         }
         if (H_PTTL[i] == -1 && H_END[i] != "lease ran out" && NL > 0)
             text(lcx + 44, y(H_FROM[i]) + 26, "no TTL", "start", 9, "#d62728", "")
+        # The lease ran out while its holder, by its own trace, was still inside: mark it there.
+        if (H_END[i] == "lease ran out" && (w in ENTERED) && H_TO[i] > ENTERED[w] && H_TO[i] < hold_end(w)) {
+            for (j = 1; j <= NREQ; j++) if (REQ[j] == w) {
+                cx = X0 + (j - 0.5) * LANE_W
+                line(cx - 30, y(H_TO[i]), lcx - 60, y(H_TO[i]), "#d62728", 1, "2,3")
+                line(cx - 16, y(H_TO[i]), cx + 16, y(H_TO[i]), "#d62728", 2, "6,3")
+                text(cx - 18, y(H_TO[i]) - 3, "lease gone,", "end", 9, "#d62728", "bold")
+                text(cx - 18, y(H_TO[i]) + 8, w " still inside", "end", 9, "#d62728", "bold")
+            }
+        }
     }
+    # A traced request's own view of its holding: from its section's entry to its release
+    # (or its answer), shaded in its lane. Only where there is a lock to hold.
+    if (NL > 0 || MODE ~ /^pg-lockrow/)
+        for (j = 1; j <= NREQ; j++) {
+            w = REQ[j]
+            if (!(w in ENTERED)) continue
+            cx = X0 + (j - 0.5) * LANE_W
+            rect(cx - 11, y(ENTERED[w]), 22, (hold_end(w) - ENTERED[w]) * K, COLOR[w], 0.30, "")
+        }
 
     # The requests: from sent to answered, with their transaction's start and their sale.
     for (i = 1; i <= NREQ; i++) {
@@ -263,6 +363,20 @@ END {
             if (split(fl[k], kv, "=") != 2) continue
             what = kv[1]; p = kv[2] + 0
             pend = ""
+            # Traced: where the pause really was, between two of its points.
+            pfrom = ""
+            if ((what == "pause-before-commit" || what == "stop-before-commit") && (r in CHECKED) && (r in COMMITTED)) {
+                pfrom = CHECKED[r]; pend = COMMITTED[r]
+            } else if (what == "pause-before-release" && (r in RELEASED) && (r in SERVED)) {
+                pfrom = RELEASED[r]; pend = SERVED[r]
+            }
+            if (pfrom != "") {
+                rect(cx - 6, y(pfrom), 12, (pend - pfrom) * K, "#555555", 0.45, "")
+                lbl = (what == "stop-before-commit") ? "process stopped" : (what == "pause-before-release" ? "paused in release" : "paused")
+                text(cx - 10, y((pfrom + pend) / 2), lbl, "end", 9, "#333", "")
+                text(cx - 10, y((pfrom + pend) / 2) + 11, int(pend - pfrom) " ms", "end", 9, "#333", "")
+                continue
+            }
             if (what == "pause-before-commit" || what == "stop-before-commit") {
                 for (j = 1; j <= NC; j++) if (C_REQ[j] == r) { pend = C_MS[j]; break }
                 if (pend == "" && (r in ANSWERED)) pend = ANSWERED[r]
@@ -277,10 +391,67 @@ END {
     }
     for (i = 1; i <= NO; i++) {
         r = request_of(O_INST[i], O_MS[i])
+        if (r in TRACED) continue
         for (j = 1; j <= NREQ; j++) if (REQ[j] == r) {
             cx = X0 + (j - 0.5) * LANE_W
             printf "<circle cx=\"%s\" cy=\"%s\" r=\"3.5\" fill=\"#333\"/>\n", cx, y(O_MS[i])
             text(cx + 8, y(O_MS[i]) + 4, "BEGIN" (O_FENCE[i] != "-" ? ", token " O_FENCE[i] : ""), "start", 9, "#333", "")
+        }
+    }
+
+    # A traced request's time at its replica before its section (or its answer, when it never
+    # got in): waiting for the lock where there is one, framed by a bracket.
+    for (j = 1; j <= NREQ; j++) {
+        r = REQ[j]; cx = X0 + (j - 0.5) * LANE_W
+        if (!(r in T_STARTED)) continue
+        wend = (r in ENTERED) ? ENTERED[r] : ((r in SERVED) ? SERVED[r] : T_STARTED[r])
+        line(cx - 16, y(T_STARTED[r]), cx - 8, y(T_STARTED[r]), "#333", 1, "")
+        text(cx - 18, y(T_STARTED[r]) + 3, "at svc-" REPLICA[r], "end", 8.5, "#333", "")
+        if (wend - T_STARTED[r] >= 100) {
+            line(cx - 12, y(T_STARTED[r]), cx - 12, y(wend), "#333", 1, "2,2")
+            if (NL > 0 || MODE ~ /^pg-lockrow/) {
+                text(cx - 16, y((T_STARTED[r] + wend) / 2), "waiting for", "end", 8.5, "#333", "")
+                text(cx - 16, y((T_STARTED[r] + wend) / 2) + 10, "the lock " int(wend - T_STARTED[r]) " ms", "end", 8.5, "#333", "")
+            }
+        }
+        if ((r in SERVED) && !(r in ENTERED)) {
+            line(cx - 16, y(SERVED[r]), cx - 8, y(SERVED[r]), "#333", 1, "")
+            text(cx - 18, y(SERVED[r]) + 3, "answered", "end", 8.5, "#333", "")
+        }
+    }
+
+    # The points each traced request passed, as its replica recorded them: a dot at the true
+    # moment, its label pushed down below the one before when they come too close.
+    for (j = 1; j <= NREQ; j++) {
+        r = REQ[j]; cx = X0 + (j - 0.5) * LANE_W
+        last_label = -1000
+        for (k = 1; k <= NP[r]; k++) {
+            pn = P_NAME[r, k]; yy = y(P_MS[r, k]) + 0
+            if (pn == "entered") {
+                lbl = (NL > 0 || MODE ~ /^pg-lockrow/) ? "lock taken" : "entered"
+                fz = short_fence(P_FENCE[r, k])
+                if (fz != "") lbl = lbl ", token " fz
+            } else if (pn == "begun") lbl = "BEGIN"
+            else if (pn == "read") lbl = "read " P_STOCK[r, k]
+            else if (pn == "written") lbl = "wrote " P_STOCK[r, k]
+            else if (pn == "checked") lbl = "checked"
+            else if (pn == "committed") lbl = "COMMIT"
+            else if (pn == "release") lbl = "release"
+            else lbl = pn
+            if (P_HELD[r, k] > 0) lbl = lbl " (held " P_HELD[r, k] " ms)"
+            ty = yy + 3
+            if (ty < last_label + 10) ty = last_label + 10
+            last_label = ty
+            col = "#333"; wt = ""
+            if (pn == "read" || pn == "written" || pn == "committed") { col = "#000"; wt = "bold" }
+            # The read of a sale that sold a unit twice: a stock an earlier sale had read.
+            if ((pn == "read" || pn == "committed") && (r in SOLD_TWICE)) {
+                col = "#d62728"
+                if (pn == "read") lbl = lbl " (stale)"
+            }
+            printf "<circle cx=\"%s\" cy=\"%.1f\" r=\"2.5\" fill=\"#333\"/>\n", cx, yy
+            if (ty > yy + 4) line(cx + 3, yy, cx + 12, ty - 3, "#999", 0.6, "")
+            text(cx + 14, ty, lbl, "start", 8.5, col, wt)
         }
     }
 
@@ -300,8 +471,9 @@ END {
             cx = X0 + (j - 0.5) * LANE_W
             line(cx + 6, yy, scx - 4, yy, col, (C_TWICE[i] ? 2.5 : 1.5), "")
             printf "<polygon points=\"%s,%s %s,%s %s,%s\" fill=\"%s\"/>\n", scx - 4, yy, scx - 12, yy - 4, scx - 12, yy + 4, col
+            # A traced commit is labelled among its request's points; a probe's here.
             lbl = "COMMIT: wrote " C_WROTE[i] " (read " C_WROTE[i] + 1 ")"
-            text(cx + 10, (ty == yy ? yy - 4 : ty), lbl, "start", 9, col, (C_TWICE[i] ? "bold" : ""))
+            if (!C_OBS[i]) text(cx + 10, (ty == yy ? yy - 4 : ty), lbl, "start", 9, col, (C_TWICE[i] ? "bold" : ""))
         }
         if (C_TWICE[i]) {
             rect(scx + 4, ty - 11, 150, 30, "#d62728", 0.12, "#d62728")
@@ -320,8 +492,16 @@ END {
 
     # The books, and what the picture is made of.
     text(12, BOTTOM + 26, "the books: sold " SOLD ", the stock gave up " TAKEN ", oversold " OVERSOLD, "start", 13, (OVERSOLD > 0 ? "#d62728" : "#000"), "bold")
-    text(12, BOTTOM + 46, "Drawn by loadtest/timeline from loadtest/ladder's events: sends and answers as the driver saw them; the lock and the row sampled every few tens of ms;", "start", 9, "#555", "")
-    text(12, BOTTOM + 59, "BEGIN is the sale's transaction start (orders.created); a COMMIT is placed at the first sample showing it, its read inferred (read = written + 1);", "start", 9, "#555", "")
-    text(12, BOTTOM + 72, "grey in a lane: the pause its X-Fault asked for, drawn back from where it ends (its commit, or its answer).", "start", 9, "#555", "")
+    ntr = 0
+    for (i = 1; i <= NREQ; i++) if (REQ[i] in TRACED) ntr++
+    if (ntr > 0) {
+        text(12, BOTTOM + 46, "Drawn by loadtest/timeline: each request's points (dots), its reads and writes, and its COMMIT as its replica traced them (GET /api/lab/trace/ID, on the wall clock);", "start", 9, "#555", "")
+        text(12, BOTTOM + 59, "its lane shaded from taking the lock to its release, as it believed; sends and answers as the driver saw them; the lock lane as a probe sampled the key every 20 ms;", "start", 9, "#555", "")
+        text(12, BOTTOM + 72, "grey: the pause its X-Fault asked for, between its points. No dots: it never got in (its replica's wait, bracketed), or no trace (its replica died with it).", "start", 9, "#555", "")
+    } else {
+        text(12, BOTTOM + 46, "Drawn by loadtest/timeline from loadtest/ladder's events: sends and answers as the driver saw them; the lock and the row sampled every few tens of ms;", "start", 9, "#555", "")
+        text(12, BOTTOM + 59, "BEGIN is the sale's transaction start (orders.created); a COMMIT is placed at the first sample showing it, its read inferred (read = written + 1);", "start", 9, "#555", "")
+        text(12, BOTTOM + 72, "grey in a lane: the pause its X-Fault asked for, drawn back from where it ends (its commit, or its answer).", "start", 9, "#555", "")
+    }
     print "</svg>"
 }

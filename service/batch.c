@@ -45,7 +45,8 @@ typedef struct batch_item {
     /* the request */
     int64_t goods_id;
     int64_t count;
-    const char *key; /* Idempotency-Key or NULL */
+    const char *key;                            /* Idempotency-Key or NULL */
+    char request_id[DEDUCT_REQUEST_ID_MAX + 1]; /* the client's (a copy), "" for none */
     struct timespec arrived;
     deduct_result *out; /* &res: the caller's result is filled from it when done */
     deduct_result res;
@@ -207,14 +208,16 @@ typedef struct batch_scratch {
     batch_item **pending;
     int64_t *counts;
     int64_t *left;
-    int64_t *sold_counts; /* the counts of the sold requests, in order */
-    int64_t *order_ids;   /* their orders' ids */
+    int64_t *sold_counts;  /* the counts of the sold requests, in order */
+    int64_t *order_ids;    /* their orders' ids */
+    const char **sold_ids; /* their request ids (NULL: none) */
     bool *sold;
 } batch_scratch;
 
 static batch_scratch *scratch_new(size_t k)
 {
-    size_t bytes = sizeof(batch_scratch) + k * (sizeof(batch_item *) + 4 * sizeof(int64_t)) + k;
+    size_t bytes = sizeof(batch_scratch) +
+                   k * (sizeof(batch_item *) + 4 * sizeof(int64_t) + sizeof(char *)) + k;
     batch_scratch *sc = malloc(bytes);
     char *p;
 
@@ -231,6 +234,8 @@ static batch_scratch *scratch_new(size_t k)
     p += k * sizeof(int64_t);
     sc->order_ids = (int64_t *)(void *)p;
     p += k * sizeof(int64_t);
+    sc->sold_ids = (const char **)(void *)p;
+    p += k * sizeof(char *);
     sc->sold = (bool *)(void *)p;
     return sc;
 }
@@ -309,12 +314,15 @@ static int sell_pending(const deduct_env *env, const mode *m, db_conn *conn, con
 
     /* Every sold request's order in one statement: one round trip for the batch. */
     for (i = 0; rc == DB_OK && i < k; i++)
-        if (sold[i])
+        if (sold[i]) {
+            sc->sold_ids[n_sold] =
+                pending[i]->request_id[0] != '\0' ? pending[i]->request_id : NULL;
             sc->sold_counts[n_sold++] = counts[i];
+        }
     if (n_sold > 0) {
         int irc = db_orders_insert_many(conn, goods_id, sc->sold_counts, n_sold, m->name,
                                         env->instance, hold->fenced ? &hold->fence : NULL,
-                                        hold->fence_source, sc->order_ids);
+                                        hold->fence_source, sc->sold_ids, sc->order_ids);
         if (irc != DB_OK) {
             fail_db(items, n, "record orders", irc, conn);
             return irc;
@@ -552,7 +560,8 @@ static void answer_timeout(deduct_result *out, const struct timespec *arrived, b
 }
 
 int batch_execute(batch_queue *q, const deduct_env *env, const mode *m, int64_t goods_id,
-                  int64_t count, const char *idempotency_key, deduct_result *out)
+                  int64_t count, const char *idempotency_key, const char *request_id,
+                  deduct_result *out)
 {
     batch_stripe *s = &q->stripes[(uint64_t)goods_id % BATCH_STRIPES];
     batch_item *self;
@@ -567,6 +576,8 @@ int batch_execute(batch_queue *q, const deduct_env *env, const mode *m, int64_t 
     self->goods_id = goods_id;
     self->count = count;
     self->key = idempotency_key;
+    if (request_id != NULL)
+        snprintf(self->request_id, sizeof(self->request_id), "%s", request_id);
     self->out = &self->res;
     pthread_condattr_init(&attr);
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);

@@ -33,6 +33,7 @@ typedef struct deduction {
     int64_t goods_id;
     int64_t count;
     const char *key;         /* Idempotency-Key or NULL */
+    const char *request_id;  /* the client's X-Request-Id, written with the order, or NULL */
     const deduct_hook *hook; /* or NULL */
     db_conn *conn;
     guard_hold hold;
@@ -271,7 +272,7 @@ static int read_check_write(deduction *d)
         return statement_failed(d, "write stock", rc);
 
     rc = db_order_insert(d->conn, d->goods_id, d->count, d->mode->name, d->env->instance, fence,
-                         d->hold.fence_source, &order_id);
+                         d->hold.fence_source, d->request_id, &order_id);
     if (rc != DB_OK)
         return statement_failed(d, "record order", rc);
 
@@ -364,7 +365,8 @@ static int run_attempt_pipelined(deduction *d)
 
     /* The write, the order and COMMIT: one round trip. A refusal rolls back inside. */
     rc = db_sale_commit(d->conn, d->goods_id, stock - d->count, d->count, d->mode->name,
-                        d->env->instance, d->hold.fence, d->hold.fence_source, &order_id);
+                        d->env->instance, d->hold.fence, d->hold.fence_source, d->request_id,
+                        &order_id);
     if (rc == DB_ERR_COMMIT_UNKNOWN)
         return answer_commit_unknown(d);
     if (rc != DB_OK)
@@ -536,11 +538,19 @@ static int run_transaction(deduction *d)
 int deduct_execute(const deduct_env *env, const mode *m, int64_t goods_id, int64_t count,
                    const char *idempotency_key, const deduct_hook *hook, deduct_result *out)
 {
+    return deduct_execute_as(env, m, goods_id, count, idempotency_key, NULL, hook, out);
+}
+
+int deduct_execute_as(const deduct_env *env, const mode *m, int64_t goods_id, int64_t count,
+                      const char *idempotency_key, const char *request_id, const deduct_hook *hook,
+                      deduct_result *out)
+{
     deduction d = {.env = env,
                    .mode = m,
                    .goods_id = goods_id,
                    .count = count,
                    .key = idempotency_key,
+                   .request_id = request_id,
                    .hook = hook,
                    .out = out};
     char detail[256] = "";
@@ -549,9 +559,9 @@ int deduct_execute(const deduct_env *env, const mode *m, int64_t goods_id, int64
     memset(out, 0, sizeof(*out));
 
     if (m->batched && env->batch != NULL && hook == NULL)
-        return batch_execute(env->batch, env, m, goods_id, count, idempotency_key, out);
+        return batch_execute(env->batch, env, m, goods_id, count, idempotency_key, request_id, out);
     if (m->sharded && hook == NULL)
-        return sharded_execute(env, m, goods_id, count, idempotency_key, out);
+        return sharded_execute(env, m, goods_id, count, idempotency_key, request_id, out);
 
     if (idempotency_key != NULL) {
         rc = try_replay(&d);

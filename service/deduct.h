@@ -120,4 +120,21 @@ typedef struct deduct_result {
 int deduct_execute(const deduct_env *env, const mode *m, int64_t goods_id, int64_t count,
                    const char *idempotency_key, const deduct_hook *hook, deduct_result *out);
 
+/*
+ * The longest request id a sale records (the API's X-Request-Id: 1 to 32 of A-Za-z0-9_-).
+ */
+#define DEDUCT_REQUEST_ID_MAX 32
+
+/*
+ * deduct_execute, with the client's request id (NULL: none; else at most
+ * DEDUCT_REQUEST_ID_MAX characters, which the caller has checked) written into the sale's
+ * order row, in the INSERT the sale runs anyway: afterwards, "did request R sell?" is a
+ * question the orders table answers, for a client that never got its answer (a recorded
+ * load settles its unknown outcomes so; it costs the sale nothing the key's claim and store
+ * would). A 409 or a 503 leaves no trace of the id.
+ */
+int deduct_execute_as(const deduct_env *env, const mode *m, int64_t goods_id, int64_t count,
+                      const char *idempotency_key, const char *request_id, const deduct_hook *hook,
+                      deduct_result *out);
+
 #endif

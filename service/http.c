@@ -158,6 +158,8 @@ static enum MHD_Result send_reply(app *a, struct MHD_Connection *conn, const exc
         MHD_add_response_header(response, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     if (reply->idempotency_key != NULL)
         MHD_add_response_header(response, "Idempotency-Key", reply->idempotency_key);
+    if (reply->request_id != NULL)
+        MHD_add_response_header(response, "X-Request-Id", reply->request_id);
     if (atomic_load(&a->draining))
         MHD_add_response_header(response, MHD_HTTP_HEADER_CONNECTION, "close");
     queued = MHD_queue_response(conn, (unsigned int)reply->status, response);

@@ -173,7 +173,7 @@ int lab_split_fault(const char *value, unsigned *points, char *rest, size_t rest
 
 typedef struct lab_event {
     lab_point point;
-    int64_t at_ms;   /* since the request began */
+    int64_t at_us;   /* since the request began (monotonic) */
     int64_t held_ms; /* how long it was held there (0: it was not) */
     lab_seen seen;
 } lab_event;
@@ -187,14 +187,14 @@ typedef struct lab_slot {
     int64_t goods_id;
     unsigned points;
     int64_t start_ns;      /* CLOCK_MONOTONIC */
-    int64_t start_wall_ms; /* CLOCK_REALTIME, for lining traces of replicas up */
+    int64_t start_wall_us; /* CLOCK_REALTIME at the same moment: wall = this + monotonic since */
     int held;              /* the lab_point it holds at now, or -1 */
     int64_t held_since_ns;
     uint64_t holds; /* how many times it has held: a stepper waits for this to grow */
     bool go;        /* a step let it go on */
     int status;     /* its answer, once not in flight */
     char outcome[40];
-    int64_t done_ms;
+    int64_t done_us; /* since the request began (monotonic) */
     int events;
     lab_event event[LAB_EVENTS_MAX];
 } lab_slot;
@@ -289,7 +289,7 @@ int lab_start(lab_table *t, const char *id, const char *mode_name, int64_t goods
     s->goods_id = goods_id;
     s->points = points;
     s->start_ns = now_ns(CLOCK_MONOTONIC);
-    s->start_wall_ms = now_ns(CLOCK_REALTIME) / 1000000;
+    s->start_wall_us = now_ns(CLOCK_REALTIME) / 1000;
     s->held = -1;
     *run = (lab_run){.table = t, .slot = (int)(s - t->slot), .seq = s->seq};
     pthread_mutex_unlock(&t->mu);
@@ -307,7 +307,7 @@ void lab_reach(const lab_run *run, lab_point p, const lab_seen *seen)
     if (s->events < LAB_EVENTS_MAX) {
         e = &s->event[s->events++];
         e->point = p;
-        e->at_ms = (now - s->start_ns) / 1000000;
+        e->at_us = (now - s->start_ns) / 1000;
         e->held_ms = 0;
         if (seen != NULL)
             e->seen = *seen;
@@ -342,7 +342,7 @@ void lab_finish(const lab_run *run, int status, const char *outcome)
     s->in_flight = false;
     s->status = status;
     snprintf(s->outcome, sizeof(s->outcome), "%s", outcome != NULL ? outcome : "");
-    s->done_ms = (now_ns(CLOCK_MONOTONIC) - s->start_ns) / 1000000;
+    s->done_us = (now_ns(CLOCK_MONOTONIC) - s->start_ns) / 1000;
     pthread_cond_broadcast(&t->cv);
     pthread_mutex_unlock(&t->mu);
 }
@@ -495,14 +495,16 @@ char *lab_trace_json(lab_table *t, const char *id, bool *found)
     failed |= json_object_set_new(root, "id", json_string(s->id));
     failed |= json_object_set_new(root, "mode", json_string(s->mode));
     failed |= json_object_set_new(root, "goods_id", json_integer(s->goods_id));
-    failed |= json_object_set_new(root, "started_wall_ms", json_integer(s->start_wall_ms));
+    failed |= json_object_set_new(root, "started_wall_ms", json_integer(s->start_wall_us / 1000));
+    failed |= json_object_set_new(root, "started_wall_us", json_integer(s->start_wall_us));
     failed |= json_object_set_new(root, "started_mono_ms", json_integer(s->start_ns / 1000000));
     for (int i = 0; i < s->events && !failed; i++) {
         const lab_event *e = &s->event[i];
         json_t *o = json_object();
         failed |= o == NULL;
         failed |= json_object_set_new(o, "point", json_string(lab_point_name(e->point)));
-        failed |= json_object_set_new(o, "ms", json_integer(e->at_ms));
+        failed |= json_object_set_new(o, "ms", json_integer(e->at_us / 1000));
+        failed |= json_object_set_new(o, "wall_us", json_integer(s->start_wall_us + e->at_us));
         failed |= json_object_set_new(o, "held_ms", json_integer(e->held_ms));
         if (e->seen.has_stock)
             failed |= json_object_set_new(o, "stock", json_integer(e->seen.stock));
@@ -522,7 +524,9 @@ char *lab_trace_json(lab_table *t, const char *id, bool *found)
         failed |= json_object_set_new(root, "done", json_true());
         failed |= json_object_set_new(root, "status", json_integer(s->status));
         failed |= json_object_set_new(root, "outcome", json_string(s->outcome));
-        failed |= json_object_set_new(root, "ms", json_integer(s->done_ms));
+        failed |= json_object_set_new(root, "ms", json_integer(s->done_us / 1000));
+        failed |= json_object_set_new(root, "answered_wall_us",
+                                      json_integer(s->start_wall_us + s->done_us));
     }
     pthread_mutex_unlock(&t->mu);
     return dump(root, failed);

@@ -10,11 +10,14 @@
  * of the process stops: the lock's watchdog keeps renewing (that is why `redis` survives a
  * long hold) and a fixed lease keeps running out (that is setnx-ttl's flaw).
  *
- * The table (lab_table) has LAB_SLOTS places. A request with an id and an X-Fault takes one
- * for its whole run (a request held or not, "in flight"), and leaves its trace there when it
- * answers: the points it passed, when, and what it saw. The traces of finished requests are
- * the ring: a new request takes the place of the oldest one. A table whose every place is in
- * flight refuses the next request (503); an id already in flight is refused (400).
+ * The table (lab_table) has LAB_SLOTS places. A request with an id takes one for its whole
+ * run (a request held or not, "in flight"), and leaves its trace there when it answers: the
+ * points it passed, when (on the monotonic clock, and mapped to the wall clock so that the
+ * traces of several replicas and a driver's own events line up), and what it saw. The traces
+ * of finished requests are the ring: a new request takes the place of the oldest one. For a
+ * request with an X-Fault, a table whose every place is in flight refuses it (503) and an id
+ * already in flight is refused (400); a request with an id and no X-Fault only asks to be
+ * traced, so it is then served untraced (the caller of lab_start decides).
  *
  * The points, in the order a sale reaches them: the deduction's own (deduct.h: entered,
  * begun, read, written, checked, committed) and the release's one, "release": just before
@@ -90,8 +93,8 @@ typedef struct lab_run {
 #define LAB_ERR_DUPLICATE (-2) /* the id is in flight already */
 #define LAB_ERR_FULL (-3)      /* every place is in flight */
 
-/* Takes a place for request `id` (valid) in mode `mode` on goods_id, holding at `points`.
- * 0 with *run filled; LAB_ERR_DUPLICATE or LAB_ERR_FULL. */
+/* Takes a place for request `id` (valid) in mode `mode` on goods_id, holding at `points` (0:
+ * traced only). 0 with *run filled; LAB_ERR_DUPLICATE or LAB_ERR_FULL, the table unchanged. */
 int lab_start(lab_table *t, const char *id, const char *mode_name, int64_t goods_id, unsigned points,
               lab_run *run);
 

@@ -184,15 +184,22 @@ static void handle_deduct(app *a, const http_request *req, http_reply *reply)
     run = (fault_run){.plan = &plan, .mode = m, .guards = a->core.guards, .goods_id = dr.goods_id};
     if (fault != NULL && !lab_enter(a, request_id, m, dr.goods_id, holds, &lab, &lab_used, reply))
         return;
+    /* Without X-Fault, an id only asks for a trace (lab.h): best effort, never a refusal. */
+    if (fault == NULL && a->lab != NULL && lab_request_id_valid(request_id))
+        lab_used = lab_start(a->lab, request_id, m->name, dr.goods_id, 0, &lab) == 0;
     if (lab_used) {
-        lab.faults = &run;
+        lab.faults = fault != NULL ? &run : NULL;
         hook = (deduct_hook){lab_at, &lab, &lab.stock};
     }
     if (fault != NULL)
         log_event(LOG_WARN, "fault_requested", "mode=%s goods_id=%lld fault=%s", m->name,
                   (long long)dr.goods_id, log_quote(quoted, sizeof(quoted), fault));
-    if (deduct_execute(&a->core.deduct, m, dr.goods_id, dr.count, key, fault != NULL ? &hook : NULL,
-                       &res) != 0) {
+    /* A request id of the API's shape goes with the order (an other is no id of ours). */
+    if (!lab_request_id_valid(request_id))
+        request_id = NULL;
+    reply->request_id = request_id; /* and, for a recorder, back with every answer */
+    if (deduct_execute_as(&a->core.deduct, m, dr.goods_id, dr.count, key, request_id,
+                          fault != NULL || lab_used ? &hook : NULL, &res) != 0) {
         if (lab_used)
             lab_finish(&lab, 500, "internal");
         reply->status = 500;

@@ -37,6 +37,10 @@ typedef struct http_reply {
      * the same name, so that a client with many requests open on one connection pool (wrk)
      * can tell which one an answer is for. Points into the request; NULL: no header. */
     const char *idempotency_key;
+    /* Likewise the request's X-Request-Id, when it has the API's shape and the deduction ran:
+     * the id a recorder names its requests by (it costs the sale nothing, the key costs two
+     * statements). Points into the request; NULL: no header. */
+    const char *request_id;
 } http_reply;
 
 /*

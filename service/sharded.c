@@ -57,8 +57,9 @@ typedef struct sale {
     const mode *m;
     int64_t goods_id;
     int64_t count;
-    const char *key; /* Idempotency-Key or NULL */
-    int k;           /* segments */
+    const char *key;        /* Idempotency-Key or NULL */
+    const char *request_id; /* the client's, written with the order, or NULL */
+    int k;                  /* segments */
     db_conn *conn;
     deduct_result *out;
 } sale;
@@ -263,7 +264,7 @@ static int sell_segment(sale *s, int seg, int64_t token, char (*name)[64])
     if (rc != DB_OK)
         return rollback_db(s, "write segment", rc);
     rc = db_order_insert(s->conn, s->goods_id, s->count, s->m->name, s->env->instance, &token,
-                         "redis", &order_id);
+                         "redis", s->request_id, &order_id);
     if (rc != DB_OK)
         return rollback_db(s, "record order", rc);
     s->out->status = 200;
@@ -363,7 +364,7 @@ static int sell_gathered(sale *s, const int64_t *tokens, char (*names)[64])
         return rollback_db(s, "spread segments", rc);
     /* An order has one fence column: the first segment's token stands for the holding. */
     rc = db_order_insert(s->conn, s->goods_id, s->count, s->m->name, s->env->instance, &tokens[0],
-                         "redis", &order_id);
+                         "redis", s->request_id, &order_id);
     if (rc != DB_OK)
         return rollback_db(s, "record order", rc);
     s->out->status = 200;
@@ -621,13 +622,14 @@ static int run(sale *s)
 }
 
 int sharded_execute(const deduct_env *env, const mode *m, int64_t goods_id, int64_t count,
-                    const char *idempotency_key, deduct_result *out)
+                    const char *idempotency_key, const char *request_id, deduct_result *out)
 {
     sale s = {.env = env,
               .m = m,
               .goods_id = goods_id,
               .count = count,
               .key = idempotency_key,
+              .request_id = request_id,
               .k = sharded_segments(env->shard_segments),
               .out = out};
     int rc;

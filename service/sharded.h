@@ -59,7 +59,7 @@
  * when out of memory.
  */
 int sharded_execute(const deduct_env *env, const mode *m, int64_t goods_id, int64_t count,
-                    const char *idempotency_key, deduct_result *out);
+                    const char *idempotency_key, const char *request_id, deduct_result *out);
 
 /* The pure parts, unit-tested (tests/test_sharded.c). */
 

@@ -488,6 +488,7 @@ run_integration() {
             SLOW_REPLICA_DELAY_MS=$IT_SLOW_DELAY_MS SLOW_REPLICA_LEASE_MS=$IT_SLOW_LEASE_MS \
             DELAYED_REPLICA_URLS=$delayed_urls DELAYED_REPLICA_DELAY_MS=$IT_DELAYED_DELAY_MS \
             FAULT_REPLICA_URL=$fault_url STACK_SKIP_CASES=$skip \
+            STACK_HISTORY_DIR=$HARNESS_LOG_DIR/histories$sx \
             run_suite "stack-$name$sx${pattern:+:$pattern}" "$limit" "$bin" ${pattern:+"$pattern"}
     done
 

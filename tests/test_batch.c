@@ -158,7 +158,7 @@ static const deduct_env g_env = {.instance = "test"};
 static void *shot_thread(void *arg)
 {
     shot *s = arg;
-    s->rc = batch_execute(s->q, &g_env, &stub_mode, s->goods_id, 1, NULL, &s->res);
+    s->rc = batch_execute(s->q, &g_env, &stub_mode, s->goods_id, 1, NULL, NULL, &s->res);
     return NULL;
 }
 

@@ -197,6 +197,10 @@ static void test_hold_and_step(void **state)
     assert_non_null(strstr(json, "{\"point\":\"read\",\"ms\":"));
     assert_non_null(strstr(json, "\"stock\":10"));
     assert_non_null(strstr(json, "\"done\":true,\"status\":200,\"outcome\":\"deducted\""));
+    /* Every point, the start and the answer placed on the wall clock too. */
+    assert_non_null(strstr(json, "\"started_wall_us\":"));
+    assert_non_null(strstr(json, ",\"wall_us\":"));
+    assert_non_null(strstr(json, "\"answered_wall_us\":"));
     free(json);
     assert_null(lab_trace_json(t, "nobody", &found));
     assert_false(found);

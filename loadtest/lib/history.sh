@@ -12,8 +12,11 @@
 # upstream_failed, 504, a 500, no answer at all). A row's history opens with the `reset` of
 # its goods and may end with a `read` of the settled stock. The recorders that write it:
 # loadtest/deduct.lua (wrk), bench/chaos_load.c, tests/stack/load.c and, for the ladder's
-# few curl requests, history_answer below; each sends a unique Idempotency-Key per request
-# and writes it as "key" (the format ignores extra fields).
+# few curl requests, history_answer below. Each names every request uniquely, and writes the
+# name on its lines (the format ignores extra fields): deduct.lua and tests/stack/load.c by
+# an X-Request-Id ("request_id"), which a sale writes into its order row in the INSERT it
+# runs anyway, so recording costs the service nothing; the others by an Idempotency-Key
+# ("key"), which costs a sale two statements and settles a 409 too.
 #
 # A row's folder DIR ends up holding:
 #   history.jsonl       the raw history, every recorder's lines merged in time order
@@ -134,31 +137,42 @@ history__check() {
 }
 
 # history__scan FILE OUT: one pass over a history, its deduction and invocation lines as
-# tab-separated "f type process goods count order_id key": what settling and balancing read.
+# tab-separated "f type process goods count order_id key request_id": what settling and
+# balancing read.
 history__scan() {
     jq -r 'select(.type == "invoke" or .f == "deduct")
-           | [.f, .type, .process, .goods_id, (.count // 0), (.order_id // 0), (.key // "")]
+           | [.f, .type, .process, .goods_id, (.count // 0), (.order_id // 0), (.key // ""),
+              (.request_id // "")]
            | @tsv' "$1" >"$2"
 }
 
 # history_resolve DIR: writes DIR/resolved.jsonl from DIR/history.jsonl (and its scan,
 # DIR/.scan, from history__scan). Once the books have stopped changing (the caller waited
-# for that), every transaction of the row has ended, so an unknown outcome is settled by the
-# request's Idempotency-Key: the idempotency record is written in the sale's own transaction
-# (200, and the refusals 404/409), so a record with 200 means the sale happened (an ok, with
-# the remaining and order id its stored answer says), one with 409 a sold_out, and none
-# that it never will ("not_taken", a fail). An `info` completion is replaced; an invocation
-# that never completed gets its completion, stamped now (a moment after its effect, if it
-# had one). Prints how many were settled each way ("none": nothing was open, and
-# resolved.jsonl is the raw history).
+# for that), every transaction of the row has ended, so an unknown outcome is settled from
+# the database, by the request's name:
+#   - a request_id (X-Request-Id): a sale writes it into its order row, in its own
+#     transaction, so an order with it means the sale happened (an ok, with that order's id,
+#     and as remaining the goods' initial stock less every unit its orders up to that one
+#     sold: the stock after it in commit order, which is id order wherever the order is
+#     written while the goods' row or lock is held, every safe mode; an unsafe mode's
+#     remaining is the ledger's, not the one the client would have been told), and no order
+#     that it never will ("not_taken", a fail that constrains nothing: a 409 left no trace);
+#   - a key (Idempotency-Key): the idempotency record is written in the sale's own
+#     transaction (200, and the refusals 404/409), so a record with 200 means the sale
+#     happened (an ok, with the remaining and order id its stored answer says), one with 409
+#     a sold_out, and none that it never will ("not_taken").
+# An `info` completion is replaced; an invocation that never completed gets its completion,
+# stamped now (a moment after its effect, if it had one). Prints how many were settled each
+# way ("none": nothing was open, and resolved.jsonl is the raw history).
 history_resolve() {
     local dir=$1 now open=$1/.open res=$1/.settled
-    # The deductions left open: an info completion, or an invocation with none (by process).
+    # The deductions left open, "goods key request_id how process": an info completion, or
+    # an invocation with none (by process).
     awk -F'\t' '$1 != "deduct" { next }
-                $2 == "invoke" { inv[$3] = $4 "\t" $7 "\t" $3; next }
-                $2 == "info" { if ($7 != "") print $4 "\t" $7 "\tinfo\t" $3; delete inv[$3]; next }
+                $2 == "invoke" { inv[$3] = $4 "\t" $7 "\t" $8; next }
+                $2 == "info" { if ($7 != "" || $8 != "") print $4 "\t" $7 "\t" $8 "\tinfo\t" $3; delete inv[$3]; next }
                 { delete inv[$3] }
-                END { for (p in inv) { split(inv[p], a, "\t"); if (a[2] != "") print a[1] "\t" a[2] "\topen\t" p } }' \
+                END { for (p in inv) { split(inv[p], a, "\t"); if (a[2] != "" || a[3] != "") print inv[p] "\topen\t" p } }' \
         "$dir/.scan" >"$open"
     if [ ! -s "$open" ]; then
         cp "$dir/history.jsonl" "$dir/resolved.jsonl"
@@ -167,22 +181,36 @@ history_resolve() {
         return 0
     fi
     now=$(history_now)
-    # The records of those keys: one JSON object per line, {"key":..,"status":..,"body":..}.
+    # What the database says of each: one JSON object per line, {"name":..,"status":..,
+    # "body":..}, the name being the request id or else the key; an order found by its
+    # request id reads as the 200 its client would have been told.
     {
-        echo 'CREATE TEMP TABLE open_ops (goods bigint, key text, how text, process bigint);'
+        echo 'CREATE TEMP TABLE open_ops (goods bigint, key text, rid text, how text, process bigint);'
         echo 'COPY open_ops FROM STDIN;'
         cat "$open"
         echo '\.'
-        echo "SELECT json_build_object('key', o.key, 'how', o.how, 'process', o.process,"
-        echo "       'goods', o.goods, 'status', i.status, 'body', i.body)"
-        echo '  FROM open_ops o LEFT JOIN idempotency i ON i.goods = o.goods AND i.key = o.key;'
+        cat <<'SQL'
+SELECT json_build_object('name', CASE WHEN o.rid <> '' THEN o.rid ELSE o.key END,
+       'key', o.key, 'rid', o.rid, 'how', o.how, 'process', o.process, 'goods', o.goods,
+       'status', CASE WHEN o.rid = '' THEN i.status WHEN r.id IS NOT NULL THEN 200 END,
+       'body', CASE WHEN o.rid = '' THEN i.body WHEN r.id IS NOT NULL THEN
+                   json_build_object('remaining', r.remaining, 'order_id', r.id)::text END)
+  FROM open_ops o
+  LEFT JOIN idempotency i ON o.rid = '' AND i.goods = o.goods AND i.key = o.key
+  LEFT JOIN LATERAL (
+        SELECT x.id, g.initial - (SELECT sum(y.count) FROM orders y
+                                   WHERE y.goods = x.goods AND y.id <= x.id) AS remaining
+          FROM orders x JOIN goods g ON g.id = x.goods
+         WHERE o.rid <> '' AND x.goods = o.goods AND x.request_id = o.rid
+         LIMIT 1) r ON true;
+SQL
     } | psql -X -q -At -v ON_ERROR_STOP=1 -d "$(history__db)" >"$res" ||
         { rm -f "$open" "$res"; return 1; }
     # The settled history: the info lines replaced, the never-completed ones completed.
-    jq -c --slurpfile r <(jq -s 'map({(.key): .}) | add // {}' "$res") --arg now "$now" '
+    jq -c --slurpfile r <(jq -s 'map({(.name): .}) | add // {}' "$res") --arg now "$now" '
         def settled($o; $time):
-            { time: $time, process: $o.process, f: "deduct", goods_id: $o.goods, key: $o.key,
-              resolved: true }
+            { time: $time, process: $o.process, f: "deduct", goods_id: $o.goods, resolved: true }
+            + (if $o.rid != "" then { request_id: $o.rid } else { key: $o.key } end)
             + (if $o.status == 200 then
                    ($o.body | fromjson) as $b
                    | { type: "ok", remaining: $b.remaining, order_id: $b.order_id }
@@ -191,10 +219,11 @@ history_resolve() {
                    { type: "fail", error: (($o.body | fromjson? | .error) // "refused") }
                else { type: "fail", error: "not_taken" } end);
         ($r[0]) as $m
-        | if .f == "deduct" and .type == "info" and .key != null and $m[.key] != null
-          then settled($m[.key]; .time) else . end,
-          (if .f == "deduct" and .type == "invoke" and .key != null and $m[.key].how == "open"
-           then settled($m[.key]; ($now | tonumber)) else empty end)' \
+        | (.request_id // .key) as $name
+        | if .f == "deduct" and .type == "info" and $name != null and $m[$name] != null
+          then settled($m[$name]; .time) else . end,
+          (if .f == "deduct" and .type == "invoke" and $name != null and $m[$name].how == "open"
+           then settled($m[$name]; ($now | tonumber)) else empty end)' \
         "$dir/history.jsonl" | LC_ALL=C sort -s -t: -k2,2n >"$dir/resolved.jsonl"
     # The scan of the settled history, for the ledger.
     history__scan "$dir/resolved.jsonl" "$dir/.scan"

@@ -73,13 +73,13 @@ static void test_claim_fences_per_source(void **state)
     assert_int_equal(db_begin(c), DB_OK);
     assert_int_equal(db_stock_claim(c, 3, "redis", 10, &s), DB_OK);
     assert_int_equal(db_stock_write(c, 3, 99), DB_OK);
-    assert_int_equal(db_order_insert(c, 3, 1, "redis", "svc-1", &redis10, "redis", &id), DB_OK);
+    assert_int_equal(db_order_insert(c, 3, 1, "redis", "svc-1", &redis10, "redis", NULL, &id), DB_OK);
     assert_int_equal(db_commit(c), DB_OK);
 
     assert_int_equal(db_begin(c), DB_OK);
     assert_int_equal(db_stock_claim(c, 3, "etcd", 3, &s), DB_OK);
     assert_int_equal(db_stock_write(c, 3, 98), DB_OK);
-    assert_int_equal(db_order_insert(c, 3, 1, "etcd", "svc-2", &etcd3, "etcd", &id), DB_OK);
+    assert_int_equal(db_order_insert(c, 3, 1, "etcd", "svc-2", &etcd3, "etcd", NULL, &id), DB_OK);
     assert_int_equal(db_commit(c), DB_OK);
 
     /* the stale redis holder: refused, nothing changes */
@@ -174,7 +174,7 @@ static void test_pipelined_sale_commits(void **state)
     reset_ok(c, 1, 10);
     assert_int_equal(db_claim_begin(c, 1, "redis", 5, &s), DB_OK);
     assert_int_equal(s, 10);
-    assert_int_equal(db_sale_commit(c, 1, 7, 3, "redis", "svc-1", 5, "redis", &id), DB_OK);
+    assert_int_equal(db_sale_commit(c, 1, 7, 3, "redis", "svc-1", 5, "redis", NULL, &id), DB_OK);
     assert_true(id > 0);
     assert_int_equal(stock_of(c, 1), 7); /* committed: seen outside the transaction */
     assert_int_equal(fence_of(f, 1), 5);
@@ -187,7 +187,7 @@ static void test_pipelined_sale_commits(void **state)
     /* a second sale on the same session, then the plain statements still work */
     assert_int_equal(db_claim_begin(c, 1, "redis", 6, &s), DB_OK);
     assert_int_equal(s, 7);
-    assert_int_equal(db_sale_commit(c, 1, 6, 1, "redis", "svc-1", 6, "redis", &id), DB_OK);
+    assert_int_equal(db_sale_commit(c, 1, 6, 1, "redis", "svc-1", 6, "redis", NULL, &id), DB_OK);
     assert_int_equal(db_ping(c), DB_OK);
     assert_int_equal(stock_of(c, 1), 6);
     /* unknown goods: the claim says so; nothing to commit */
@@ -205,7 +205,7 @@ static void test_pipelined_claim_refuses_an_older_token(void **state)
 
     reset_ok(c, 1, 10);
     assert_int_equal(db_claim_begin(c, 1, "redis", 5, &s), DB_OK);
-    assert_int_equal(db_sale_commit(c, 1, 9, 1, "redis", "svc-1", 5, "redis", &id), DB_OK);
+    assert_int_equal(db_sale_commit(c, 1, 9, 1, "redis", "svc-1", 5, "redis", NULL, &id), DB_OK);
     assert_int_equal(db_claim_begin(c, 1, "redis", 4, &s), DB_ERR_FENCED);
     assert_non_null(strstr(db_conn_error(c), "newer"));
     assert_int_equal(db_rollback(c), DB_OK);
@@ -226,7 +226,7 @@ static void test_pipelined_error_leaves_nothing(void **state)
 
     reset_ok(c, 1, 10);
     assert_int_equal(db_claim_begin(c, 1, "redis", 5, &s), DB_OK);
-    assert_int_equal(db_sale_commit(c, 1, -1, 11, "redis", "svc-1", 5, "redis", &id),
+    assert_int_equal(db_sale_commit(c, 1, -1, 11, "redis", "svc-1", 5, "redis", NULL, &id),
                      DB_ERR_QUERY);
     assert_non_null(strstr(db_conn_error(c), "write stock"));
     assert_int_equal(stock_of(c, 1), 10);
@@ -234,7 +234,7 @@ static void test_pipelined_error_leaves_nothing(void **state)
     assert_int_equal(fence_of(f, 1), 0);
 
     assert_int_equal(db_claim_begin(c, 1, "redis", 6, &s), DB_OK);
-    assert_int_equal(db_sale_commit(c, 1, 10, 0, "redis", "svc-1", 6, "redis", &id),
+    assert_int_equal(db_sale_commit(c, 1, 10, 0, "redis", "svc-1", 6, "redis", NULL, &id),
                      DB_ERR_QUERY);
     assert_non_null(strstr(db_conn_error(c), "record order"));
     assert_int_equal(stock_of(c, 1), 10);
@@ -243,7 +243,7 @@ static void test_pipelined_error_leaves_nothing(void **state)
 
     /* the session is idle and out of pipeline mode: a whole sale goes through */
     assert_int_equal(db_claim_begin(c, 1, "redis", 7, &s), DB_OK);
-    assert_int_equal(db_sale_commit(c, 1, 8, 2, "redis", "svc-1", 7, "redis", &id), DB_OK);
+    assert_int_equal(db_sale_commit(c, 1, 8, 2, "redis", "svc-1", 7, "redis", NULL, &id), DB_OK);
     assert_int_equal(stock_of(c, 1), 8);
     assert_int_equal(orders_of(f, 1), 1);
     db_pool_release(f->pool, c);

@@ -172,9 +172,9 @@ static void test_reset_deletes_orders_and_idempotency_records(void **state)
 
     reset_ok(c, 1, 100);
     reset_ok(c, 2, 100);
-    assert_int_equal(db_order_insert(c, 1, 1, "none", "svc-1", NULL, NULL, &id), DB_OK);
-    assert_int_equal(db_order_insert(c, 1, 2, "none", "svc-1", NULL, NULL, &id), DB_OK);
-    assert_int_equal(db_order_insert(c, 2, 5, "none", "svc-1", NULL, NULL, &id), DB_OK);
+    assert_int_equal(db_order_insert(c, 1, 1, "none", "svc-1", NULL, NULL, NULL, &id), DB_OK);
+    assert_int_equal(db_order_insert(c, 1, 2, "none", "svc-1", NULL, NULL, NULL, &id), DB_OK);
+    assert_int_equal(db_order_insert(c, 2, 5, "none", "svc-1", NULL, NULL, NULL, &id), DB_OK);
     assert_int_equal(db_begin(c), DB_OK);
     assert_int_equal(db_idempotency_claim(c, 1, "k"), DB_OK);
     assert_int_equal(db_idempotency_store(c, 1, "k", 200, "{}"), DB_OK);
@@ -220,11 +220,11 @@ static void test_stock_report_figures(void **state)
 
     /* two sales, then a lost update: a third sale whose write is based on a stale read */
     assert_int_equal(db_stock_write(c, 1, 97), DB_OK);
-    assert_int_equal(db_order_insert(c, 1, 3, "none", "svc-1", NULL, NULL, &id), DB_OK);
+    assert_int_equal(db_order_insert(c, 1, 3, "none", "svc-1", NULL, NULL, NULL, &id), DB_OK);
     assert_int_equal(db_stock_write(c, 1, 95), DB_OK);
-    assert_int_equal(db_order_insert(c, 1, 2, "none", "svc-2", NULL, NULL, &id), DB_OK);
+    assert_int_equal(db_order_insert(c, 1, 2, "none", "svc-2", NULL, NULL, NULL, &id), DB_OK);
     assert_int_equal(db_stock_write(c, 1, 96), DB_OK); /* read 97, sold 1 */
-    assert_int_equal(db_order_insert(c, 1, 1, "none", "svc-3", NULL, NULL, &id), DB_OK);
+    assert_int_equal(db_order_insert(c, 1, 1, "none", "svc-3", NULL, NULL, NULL, &id), DB_OK);
 
     assert_int_equal(db_stock_report_read(c, 1, &r), DB_OK);
     assert_int_equal(r.initial, 100);
@@ -258,13 +258,13 @@ static void test_counters_follow_the_orders(void **state)
 
     reset_ok(c, 1, 100);
     reset_ok(c, 2, 100);
-    assert_int_equal(db_order_insert(c, 1, 3, "none", "svc-1", NULL, NULL, &id), DB_OK);
-    assert_int_equal(db_orders_insert_many(c, 1, counts, 3, "redis-batch", "svc-1", NULL, NULL, ids),
+    assert_int_equal(db_order_insert(c, 1, 3, "none", "svc-1", NULL, NULL, NULL, &id), DB_OK);
+    assert_int_equal(db_orders_insert_many(c, 1, counts, 3, "redis-batch", "svc-1", NULL, NULL, NULL, ids),
                      DB_OK);
-    assert_int_equal(db_order_insert(c, 2, 5, "none", "svc-1", NULL, NULL, &id), DB_OK);
+    assert_int_equal(db_order_insert(c, 2, 5, "none", "svc-1", NULL, NULL, NULL, &id), DB_OK);
     /* a rolled-back sale counts nothing */
     assert_int_equal(db_begin(c), DB_OK);
-    assert_int_equal(db_order_insert(c, 1, 10, "none", "svc-1", NULL, NULL, &id), DB_OK);
+    assert_int_equal(db_order_insert(c, 1, 10, "none", "svc-1", NULL, NULL, NULL, &id), DB_OK);
     assert_int_equal(db_rollback(c), DB_OK);
 
     assert_int_equal(db_stock_report_read(c, 1, &r), DB_OK);
@@ -325,7 +325,7 @@ static void *insert_orders(void *arg)
         return NULL;
     }
     for (int i = 0; i < COUNTER_ORDERS; i++)
-        if (db_order_insert(c, 1, 1 + i % 3, "none", "svc-1", NULL, NULL, &id) != DB_OK)
+        if (db_order_insert(c, 1, 1 + i % 3, "none", "svc-1", NULL, NULL, NULL, &id) != DB_OK)
             w->failures++;
     db_pool_release(w->f->pool, c);
     return NULL;

@@ -70,7 +70,7 @@ static void test_segments_spread_claim_write(void **state)
     assert_int_equal(s, 25);
     assert_int_equal(db_segment_write(c, 1, 2, 20, &left), DB_OK);
     assert_int_equal(left, 95); /* this segment's 20, the others' 75 */
-    assert_int_equal(db_order_insert(c, 1, 5, "redis-sharded", "svc-1", &tokens[2], "redis", &id),
+    assert_int_equal(db_order_insert(c, 1, 5, "redis-sharded", "svc-1", &tokens[2], "redis", NULL, &id),
                      DB_OK);
     assert_int_equal(db_commit(c), DB_OK);
     assert_int_equal(db_stock_report_read(c, 1, &r), DB_OK);

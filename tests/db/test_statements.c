@@ -27,8 +27,8 @@ static void test_read_write_and_insert(void **state)
     assert_int_equal(db_stock_write(c, 1, 7), DB_OK);
     assert_int_equal(stock_of(c, 1), 7);
 
-    assert_int_equal(db_order_insert(c, 1, 3, "none", "svc-1", NULL, NULL, &id1), DB_OK);
-    assert_int_equal(db_order_insert(c, 1, 2, "redis", "svc-2", &fence, "redis", &id2), DB_OK);
+    assert_int_equal(db_order_insert(c, 1, 3, "none", "svc-1", NULL, NULL, NULL, &id1), DB_OK);
+    assert_int_equal(db_order_insert(c, 1, 2, "redis", "svc-2", &fence, "redis", NULL, &id2), DB_OK);
     assert_true(id1 > 0 && id2 > id1);
     assert_int_equal(raw_int(f->admin,
                              "SELECT count(*) FROM orders WHERE goods = 1"
@@ -42,7 +42,7 @@ static void test_read_write_and_insert(void **state)
     assert_int_equal(db_stock_write(c, 999, 1), DB_ERR_NOT_FOUND);
 
     /* refused statements: DB_ERR_QUERY with the reason; the session stays usable */
-    assert_int_equal(db_order_insert(c, 999, 1, "none", "svc-1", NULL, NULL, &id1), DB_ERR_QUERY);
+    assert_int_equal(db_order_insert(c, 999, 1, "none", "svc-1", NULL, NULL, NULL, &id1), DB_ERR_QUERY);
     assert_non_null(strstr(db_conn_error(c), "23503")); /* foreign key */
     assert_int_equal(db_stock_write(c, 1, -1), DB_ERR_QUERY);
     assert_non_null(strstr(db_conn_error(c), "23514")); /* check constraint */
@@ -63,7 +63,7 @@ static void test_orders_insert_many(void **state)
 
     reset_ok(c, 1, 10);
     assert_int_equal(
-        db_orders_insert_many(c, 1, counts, 4, "redis-batch", "svc-1", &fence, "redis", ids),
+        db_orders_insert_many(c, 1, counts, 4, "redis-batch", "svc-1", &fence, "redis", NULL, ids),
         DB_OK);
     for (int i = 0; i < 4; i++) {
         char id_buf[24], count_buf[24];
@@ -82,13 +82,61 @@ static void test_orders_insert_many(void **state)
     }
     assert_int_equal(raw_int(f->admin, "SELECT count(*) FROM orders WHERE goods = 1", 0, NULL), 4);
 
-    assert_int_equal(db_orders_insert_many(c, 1, counts, 0, "m", "i", NULL, NULL, ids),
+    assert_int_equal(db_orders_insert_many(c, 1, counts, 0, "m", "i", NULL, NULL, NULL, ids),
                      DB_ERR_INVALID);
-    assert_int_equal(db_orders_insert_many(c, 1, bad, 2, "m", "i", NULL, NULL, ids),
+    assert_int_equal(db_orders_insert_many(c, 1, bad, 2, "m", "i", NULL, NULL, NULL, ids),
                      DB_ERR_INVALID);
-    assert_int_equal(db_orders_insert_many(c, 999, counts, 1, "m", "i", NULL, NULL, ids),
+    assert_int_equal(db_orders_insert_many(c, 999, counts, 1, "m", "i", NULL, NULL, NULL, ids),
                      DB_ERR_QUERY);
     assert_int_equal(raw_int(f->admin, "SELECT count(*) FROM orders WHERE goods = 1", 0, NULL), 4);
+    db_pool_release(f->pool, c);
+}
+
+/* The client's request id rides in the order's own INSERT, single or batched (a NULL for a
+ * request without one), and comes back out of the orders table as it went in, quotes and
+ * backslashes included: what a recorded load settles its unknown outcomes by. */
+static void test_orders_request_id(void **state)
+{
+    fixture *f = *state;
+    db_conn *c = acquire(f->pool);
+    const int64_t counts[] = {1, 2, 3};
+    const char *rids[] = {"h-1-7", NULL, "q\"b\\s"};
+    int64_t id = 0, ids[3] = {0}, fence = 4, stock = 0;
+    char id_buf[24];
+    const char *params[1] = {id_buf};
+
+    reset_ok(c, 1, 10);
+    assert_int_equal(db_order_insert(c, 1, 1, "none", "svc-1", NULL, NULL, "r-1", &id), DB_OK);
+    snprintf(id_buf, sizeof(id_buf), "%lld", (long long)id);
+    assert_int_equal(raw_int(f->admin,
+                             "SELECT count(*) FROM orders WHERE id = $1::bigint"
+                             " AND request_id = 'r-1'",
+                             1, params),
+                     1);
+    assert_int_equal(db_claim_begin(c, 1, "redis", 5, &stock), DB_OK);
+    assert_int_equal(db_sale_commit(c, 1, stock - 1, 1, "redis", "svc-1", 5, "redis", "p-2", &id),
+                     DB_OK);
+    snprintf(id_buf, sizeof(id_buf), "%lld", (long long)id);
+    assert_int_equal(raw_int(f->admin,
+                             "SELECT count(*) FROM orders WHERE id = $1::bigint"
+                             " AND request_id = 'p-2'",
+                             1, params),
+                     1);
+    assert_int_equal(db_orders_insert_many(c, 1, counts, 3, "redis-batch", "svc-1", &fence, "redis",
+                                           rids, ids),
+                     DB_OK);
+    for (int i = 0; i < 3; i++) {
+        snprintf(id_buf, sizeof(id_buf), "%lld", (long long)ids[i]);
+        assert_int_equal(raw_int(f->admin,
+                                 i == 0   ? "SELECT count(*) FROM orders WHERE id = $1::bigint"
+                                            " AND request_id = 'h-1-7'"
+                                 : i == 1 ? "SELECT count(*) FROM orders WHERE id = $1::bigint"
+                                            " AND request_id IS NULL"
+                                          : "SELECT count(*) FROM orders WHERE id = $1::bigint"
+                                            " AND request_id = E'q\"b\\\\s'",
+                                 1, params),
+                         1);
+    }
     db_pool_release(f->pool, c);
 }
 
@@ -421,6 +469,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_read_write_and_insert, setup_migrated, teardown),
         cmocka_unit_test_setup_teardown(test_orders_insert_many, setup_migrated, teardown),
+        cmocka_unit_test_setup_teardown(test_orders_request_id, setup_migrated, teardown),
         cmocka_unit_test_setup_teardown(test_cart_statements, setup_migrated, teardown),
         cmocka_unit_test_setup_teardown(test_pg_rung_statements, setup_migrated, teardown),
         cmocka_unit_test_setup_teardown(test_versioned_read_and_write, setup_migrated, teardown),

@@ -212,7 +212,7 @@ static void *batch_shot_run(void *arg)
     deduct_env env = {.db = g_pool, .db_wait_ms = 2000, .guards = g_guards, .instance = "test"};
 
     b->started_ms = now_ms();
-    batch_execute(b->q, &env, &batch_slow_mode, b->goods, 1, NULL, &b->res);
+    batch_execute(b->q, &env, &batch_slow_mode, b->goods, 1, NULL, NULL, &b->res);
     b->took_ms = now_ms() - b->started_ms;
     atomic_store(&b->answered, true);
     return NULL;

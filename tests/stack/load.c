@@ -2,13 +2,27 @@
  * load.c - the load generator of the stack's test programs: a plan's requests sent by many
  * threads, each with its own libcurl handle; the threads never assert (cmocka is not
  * thread-safe), they count what they saw, and the main thread asserts on the totals.
+ *
+ * Every load is also judged as the load tools judge theirs: what each request saw is
+ * written as a history and build/check-history says whether some order of the sales
+ * explains every answer. The books (sold, oversold) catch an oversell; the history catches
+ * what they cannot: two sales told the same `remaining`, a 409 while stock was left. Each
+ * request names itself by an X-Request-Id, which the service sends back and writes into the
+ * order of a sale: an Idempotency-Key would do too, but it adds statements to every sale (and
+ * takes the redis mode off its two-round-trip path), so the load would measure the key.
  */
 #include "tests/stack/support.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+
+#define CHECK_MAX_SECONDS "20" /* the checker's bound; past it the verdict is "unknown" */
 
 static long long mono_ns(void)
 {
@@ -56,23 +70,51 @@ static const char *op_class(const load_op *op, const char **error)
     return "info";
 }
 
-/* Writes the plan's history to STACK_HISTORY_DIR/<label>.jsonl (see load_run). */
-static void write_history(const load_plan *p, const char *dir)
+/* Where the histories go: STACK_HISTORY_DIR, else a directory made once under TMPDIR (and
+ * kept: it is what a failed case points at). NULL when neither can be had. */
+static const char *history_dir(void)
 {
-    char path[512], name[128];
+    static char made[PATH_MAX];
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    const char *dir = getenv("STACK_HISTORY_DIR");
+
+    if (dir != NULL && dir[0] != '\0') {
+        if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+            return NULL;
+        return dir;
+    }
+    pthread_mutex_lock(&mu);
+    if (made[0] == '\0') {
+        const char *tmp = getenv("TMPDIR");
+        snprintf(made, sizeof(made), "%s/stack-histories.XXXXXX",
+                 tmp != NULL && tmp[0] != '\0' ? tmp : "/tmp");
+        if (mkdtemp(made) == NULL)
+            made[0] = '\0';
+    }
+    pthread_mutex_unlock(&mu);
+    return made[0] != '\0' ? made : NULL;
+}
+
+/* Writes the plan's history to <dir>/<label>.jsonl (see load_run) and names it in
+ * p->history_path; false (and the path empty) when it could not be written. */
+static bool write_history(load_plan *p, const char *dir)
+{
+    char name[128];
     size_t i;
     FILE *f;
 
+    p->history_path[0] = '\0';
     snprintf(name, sizeof(name), "%s", p->label);
     for (i = 0; name[i] != '\0'; i++)
         if (!((name[i] >= 'a' && name[i] <= 'z') || (name[i] >= 'A' && name[i] <= 'Z') ||
               (name[i] >= '0' && name[i] <= '9') || name[i] == '_'))
             name[i] = '-';
-    snprintf(path, sizeof(path), "%s/%s.jsonl", dir, name);
-    f = fopen(path, "w");
+    int w = snprintf(p->history_path, sizeof(p->history_path), "%s/%s.jsonl", dir, name);
+    f = w > 0 && (size_t)w < sizeof(p->history_path) ? fopen(p->history_path, "w") : NULL;
     if (f == NULL) {
-        printf("    %s: cannot write its history to %s\n", p->label, path);
-        return;
+        printf("    %s: cannot write its history to %s\n", p->label, p->history_path);
+        p->history_path[0] = '\0';
+        return false;
     }
     /* The opening read, made before the first request: it gives the history its stock. */
     fprintf(f, "{\"time\":%lld,\"process\":0,\"type\":\"invoke\",\"f\":\"read\",\"goods_id\":%lld}\n",
@@ -87,25 +129,151 @@ static void write_history(const load_plan *p, const char *dir)
         type = op_class(op, &error);
         fprintf(f,
                 "{\"time\":%lld,\"process\":%d,\"type\":\"invoke\",\"f\":\"deduct\",\"goods_id\":%lld,"
-                "\"count\":1,\"key\":\"%s-%d\"}\n",
-                op->t_invoke, op->process, p->goods_id, p->key_prefix, k);
+                "\"count\":1,\"request_id\":\"%s-%d\"}\n",
+                op->t_invoke, op->process, p->goods_id, p->id_prefix, k);
         if (strcmp(type, "ok") == 0)
             fprintf(f,
                     "{\"time\":%lld,\"process\":%d,\"type\":\"ok\",\"f\":\"deduct\",\"goods_id\":%lld,"
-                    "\"remaining\":%lld,\"order_id\":%lld,\"key\":\"%s-%d\",\"status\":200}\n",
+                    "\"remaining\":%lld,\"order_id\":%lld,\"request_id\":\"%s-%d\",\"status\":200}\n",
                     op->t_done, op->process, p->goods_id, op->remaining, op->order_id,
-                    p->key_prefix, k);
+                    p->id_prefix, k);
         else
             fprintf(f,
                     "{\"time\":%lld,\"process\":%d,\"type\":\"%s\",\"f\":\"deduct\",\"goods_id\":%lld,"
-                    "\"error\":\"%s\",\"key\":\"%s-%d\",\"status\":%ld}\n",
-                    op->t_done, op->process, type, p->goods_id, error, p->key_prefix, k,
+                    "\"error\":\"%s\",\"request_id\":\"%s-%d\",\"status\":%ld}\n",
+                    op->t_done, op->process, type, p->goods_id, error, p->id_prefix, k,
                     op->status);
     }
-    if (fclose(f) != 0)
-        printf("    %s: cannot write its history to %s\n", p->label, path);
-    else
-        printf("    %s: history in %s\n", p->label, path);
+    if (fclose(f) != 0) {
+        printf("    %s: cannot write its history to %s\n", p->label, p->history_path);
+        p->history_path[0] = '\0';
+        return false;
+    }
+    return true;
+}
+
+/* The checker: CHECK_HISTORY, else <build>/check-history for this program at
+ * <build>/tests/stack/<name>. "" when neither is found. */
+static void checker_path(char *out, size_t len)
+{
+    const char *env = getenv("CHECK_HISTORY");
+    char exe[PATH_MAX];
+    ssize_t n;
+
+    out[0] = '\0';
+    if (env != NULL && env[0] != '\0') {
+        snprintf(out, len, "%s", env);
+        return;
+    }
+    n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n <= 0)
+        return;
+    exe[n] = '\0';
+    for (int up = 0; up < 3; up++) {
+        char *slash = strrchr(exe, '/');
+        if (slash == NULL)
+            return;
+        *slash = '\0';
+    }
+    int w = snprintf(out, len, "%s/check-history", exe);
+    if (w < 0 || (size_t)w >= len || access(out, X_OK) != 0)
+        out[0] = '\0';
+}
+
+/* Runs the checker on p's history, its output to <history>.check.txt; sets p->verdict (the
+ * exit status, checked against the last line it printed) and p->check_seconds. */
+static void check_history(load_plan *p)
+{
+    char checker[PATH_MAX], out_path[600], line[256], last[256] = "";
+    const char *argv[] = {checker, "--max-seconds", CHECK_MAX_SECONDS, p->history_path, NULL};
+    double t0;
+    FILE *f;
+    int fd, rc;
+
+    p->verdict = LOAD_LINEARIZABLE_ERROR;
+    checker_path(checker, sizeof(checker));
+    if (checker[0] == '\0') {
+        printf("    %s: no build/check-history to check the history with (CHECK_HISTORY)\n",
+               p->label);
+        return;
+    }
+    snprintf(out_path, sizeof(out_path), "%s.check.txt", p->history_path);
+    fd = open(out_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return;
+    t0 = now_s();
+    rc = run_program(NULL, fd, 60, argv);
+    p->check_seconds = now_s() - t0;
+    close(fd);
+    f = fopen(out_path, "r");
+    while (f != NULL && fgets(line, sizeof(line), f) != NULL)
+        snprintf(last, sizeof(last), "%s", line);
+    if (f != NULL)
+        fclose(f);
+    last[strcspn(last, "\n")] = '\0';
+    if (rc >= 0 && rc <= 3) {
+        char want[64];
+        snprintf(want, sizeof(want), "linearizable: %s", load_verdict_name(rc));
+        /* malformed: the reason is on stderr, and no verdict line */
+        if (rc == LOAD_LINEARIZABLE_MALFORMED || strcmp(last, want) == 0)
+            p->verdict = rc;
+    }
+    printf("    %s: history in %s: linearizable %s (%.2f s)\n", p->label, p->history_path,
+           load_verdict_name(p->verdict), p->check_seconds);
+}
+
+const char *load_verdict_name(int verdict)
+{
+    switch (verdict) {
+    case LOAD_LINEARIZABLE_YES:
+        return "yes";
+    case LOAD_LINEARIZABLE_NO:
+        return "no";
+    case LOAD_LINEARIZABLE_MALFORMED:
+        return "malformed";
+    case LOAD_LINEARIZABLE_UNKNOWN:
+        return "unknown";
+    case LOAD_LINEARIZABLE_UNCHECKED:
+        return "unchecked";
+    default:
+        return "error";
+    }
+}
+
+/* The checker's output on p's history (its first lines: the window no order explains),
+ * for a failure's message. */
+static const char *check_output(const load_plan *p, char *buf, size_t len)
+{
+    char path[600];
+    size_t n = 0;
+    FILE *f;
+
+    buf[0] = '\0';
+    snprintf(path, sizeof(path), "%s.check.txt", p->history_path);
+    f = fopen(path, "r");
+    if (f == NULL)
+        return buf;
+    n = fread(buf, 1, len - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+void expect_linearizable(const load_plan *p)
+{
+    char out[1500];
+
+    if (p->verdict != LOAD_LINEARIZABLE_YES)
+        fail_msg("%s: its history is not linearizable (%s): %s\n%s", p->label,
+                 load_verdict_name(p->verdict), p->history_path, check_output(p, out, sizeof(out)));
+}
+
+void expect_not_linearizable(const load_plan *p)
+{
+    if (p->verdict != LOAD_LINEARIZABLE_NO)
+        fail_msg("%s: the books show an oversell, but the checker says linearizable %s of its "
+                 "history %s",
+                 p->label, load_verdict_name(p->verdict), p->history_path);
 }
 
 static void note_once(load_counts *c, const char *fmt_what, long status, const char *body)
@@ -209,7 +377,7 @@ static void *load_thread(void *arg)
                            .body = p->body,
                            .timeout_ms = p->timeout_ms};
         http_reply r;
-        char key_line[96];
+        char id_line[64];
         load_op *op = p->ops != NULL ? &p->ops[i] : NULL;
         if (h == NULL) {
             mine.by_status[0]++;
@@ -217,8 +385,8 @@ static void *load_thread(void *arg)
             continue;
         }
         if (op != NULL) {
-            snprintf(key_line, sizeof(key_line), "Idempotency-Key: %s-%d", p->key_prefix, i);
-            rq.headers[0] = key_line;
+            snprintf(id_line, sizeof(id_line), "X-Request-Id: %s-%d", p->id_prefix, i);
+            rq.headers[0] = id_line;
             op->process = process;
             op->t_invoke = mono_ns();
         }
@@ -295,13 +463,14 @@ load_plan *load_plan_new(const char *label, const char *base, long long goods_id
     p->mode = mode;
     p->total = total;
     p->threads = threads;
-    if (getenv("STACK_HISTORY_DIR") != NULL && getenv("STACK_HISTORY_DIR")[0] != '\0') {
-        p->ops = calloc((size_t)total, sizeof(load_op));
-        if (p->ops == NULL)
-            fail_msg("out of memory");
-        /* Unique across runs on one database: the process id and the moment. */
-        snprintf(p->key_prefix, sizeof(p->key_prefix), "st%ld-%lld", (long)getpid(), mono_ns());
-    }
+    p->verdict = LOAD_LINEARIZABLE_UNCHECKED;
+    p->ops = calloc((size_t)total, sizeof(load_op));
+    if (p->ops == NULL)
+        fail_msg("out of memory");
+    /* Unique across runs on one database: the process id and the moment (in µs), in hex, so
+     * that "<prefix>-<n>" fits the API's 32 characters. */
+    snprintf(p->id_prefix, sizeof(p->id_prefix), "s%lx-%llx", (unsigned long)getpid(),
+             (unsigned long long)mono_ns() / 1000);
     atomic_init(&p->next, 0);
     atomic_init(&p->n_ok, 0);
     atomic_init(&p->n_timed, 0);
@@ -322,11 +491,9 @@ void load_run(load_plan *p)
 
     if (p->threads > LOAD_THREADS)
         fail_msg("%s: at most %d threads", p->label, LOAD_THREADS);
-    if (p->ops != NULL) {
-        p->read_invoke = mono_ns();
-        p->stock_before = stock_get(p->goods_id).stock;
-        p->read_done = mono_ns();
-    }
+    p->read_invoke = mono_ns();
+    p->stock_before = stock_get(p->goods_id).stock;
+    p->read_done = mono_ns();
     double start = now_s();
     for (; started < p->threads; started++)
         if (pthread_create(&tid[started], NULL, load_thread, p) != 0)
@@ -358,8 +525,11 @@ void load_run(load_plan *p)
     printf("\n");
     if (c->note[0] != '\0')
         printf("    %s: first surprise: %s\n", p->label, c->note);
-    if (p->ops != NULL)
-        write_history(p, getenv("STACK_HISTORY_DIR"));
+    const char *dir = history_dir();
+    if (dir == NULL)
+        printf("    %s: no directory to write its history in (STACK_HISTORY_DIR)\n", p->label);
+    else if (write_history(p, dir))
+        check_history(p);
 }
 
 int cmp_ll(const void *a, const void *b)
@@ -417,4 +587,5 @@ void expect_exact_sale(load_plan *p, long long stock)
         fail_msg("%s: initial %lld stock %lld sold %lld orders %lld oversold %lld, want %lld 0 "
                  "%lld %lld 0",
                  p->label, v.initial, v.stock, v.sold, v.orders, v.oversold, stock, stock, stock);
+    expect_linearizable(p);
 }

@@ -412,26 +412,55 @@ typedef struct load_plan {
     double *latency; /* of every answer, n_timed of them (seconds) */
     atomic_int n_timed;
     double seconds;
-    /* The history (STACK_HISTORY_DIR set): every request carries an Idempotency-Key
-     * "<key_prefix>-<n>" and is recorded in ops[n]; NULL: neither. */
+    /* The history: every request carries an X-Request-Id "<id_prefix>-<n>" (which the sale
+     * writes into its order row, at no cost: what settles an unknown outcome) and is
+     * recorded in ops[n]. */
     load_op *ops;
-    char key_prefix[48];
+    char id_prefix[24];
     long long stock_before; /* the read that opens the history, */
     long long read_invoke, read_done; /* sent and answered then (CLOCK_MONOTONIC ns) */
     int started;            /* threads that took a process number (under mu) */
+    /* The checker's verdict on the history (load_run): LOAD_LINEARIZABLE_* */
+    int verdict;
+    double check_seconds;   /* what the check took */
+    char history_path[512]; /* the history; its checker's output is beside it, ".check.txt" */
 } load_plan;
+
+/* load_plan.verdict: build/check-history's exit status, or one of the last two. */
+enum {
+    LOAD_LINEARIZABLE_YES = 0,
+    LOAD_LINEARIZABLE_NO = 1,
+    LOAD_LINEARIZABLE_MALFORMED = 2,
+    LOAD_LINEARIZABLE_UNKNOWN = 3,
+    LOAD_LINEARIZABLE_ERROR = 4,     /* the checker could not be run, or died */
+    LOAD_LINEARIZABLE_UNCHECKED = 5, /* no history written */
+};
 
 /* A plan for `total` deductions of 1 of goods_id in `mode` (in the body), sent to base by
  * `threads` threads. Owned by the case. */
 load_plan *load_plan_new(const char *label, const char *base, long long goods_id, const char *mode,
                          int total, int threads);
 
-/* Runs the plan's threads to the end and prints what they saw. With STACK_HISTORY_DIR set
- * in the environment, also writes the run's history, in the format of loadtest/lib/history.sh
- * (a read of the stock, then every request's invocation and completion), to
- * STACK_HISTORY_DIR/<label>.jsonl (the label's odd characters as '-'): each request then
- * carries an Idempotency-Key of its own, so that an unknown outcome can be settled. */
+/* Runs the plan's threads to the end and prints what they saw. Then writes the run's
+ * history, in the project's history format (docs/history.md: a read of the stock, then every
+ * request's invocation and completion, with a "request_id" each), to
+ * STACK_HISTORY_DIR/<label>.jsonl (the label's odd characters as '-'; without
+ * STACK_HISTORY_DIR, a directory of its own under TMPDIR, named once), runs build/check-history
+ * on it (CHECK_HISTORY, else the check-history beside this program's build: <build>/tests/
+ * stack/test_x -> <build>/check-history; 20 s of search at most, then "unknown"), and sets
+ * p->verdict. Asserts nothing about the verdict: the expect_ functions below do. */
 void load_run(load_plan *p);
+
+/* The verdict's word: "yes", "no", "malformed", "unknown", "error", "unchecked". */
+const char *load_verdict_name(int verdict);
+
+/* The history of a mode meant to be safe is linearizable: fails the case else, naming the
+ * history and the checker's window that no order explains. */
+void expect_linearizable(const load_plan *p);
+
+/* The history of a load whose books broke (an oversell) is not linearizable: a checker that
+ * says yes there cannot see what the books see. Fails the case else. */
+void expect_not_linearizable(const load_plan *p);
 
 /* qsort()'s comparison of two long longs. */
 int cmp_ll(const void *a, const void *b);
@@ -442,7 +471,8 @@ int count_repeats(long long *v, int n);
 /* Every answer of the plan was a 200 or a well-formed 409. */
 void expect_only_200_409(const load_plan *p);
 
-/* The exact figures of a correct mode: `stock` units sold once each, the rest refused. */
+/* The exact figures of a correct mode: `stock` units sold once each, the rest refused, and
+ * its history linearizable (expect_linearizable). */
 void expect_exact_sale(load_plan *p, long long stock);
 
 #endif

@@ -20,12 +20,14 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define GOODS_LAB_OFF 4501LL
 #define GOODS_LAB_STEP 4502LL
 #define GOODS_LAB_BAD 4503LL
 #define GOODS_LAB_OVERRUN 4504LL /* .. 4505: setnx-ttl, redis */
+#define GOODS_LAB_TRACE 4506LL
 
 static long lease_ms(void)
 {
@@ -315,6 +317,79 @@ static void test_overrun_redis(void **state)
     overrun(GOODS_LAB_OVERRUN + 1, "redis", "A3", false);
 }
 
+static long long wall_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (long long)ts.tv_sec * 1000000LL + ts.tv_nsec / 1000;
+}
+
+/* A request with X-Request-Id and no X-Fault is traced: every point it passed, on the wall
+ * clock (within the caller's own send and answer), with the stock read and written and the
+ * fence it held; its answer too. One without an id leaves no trace under any id. */
+static void test_trace_without_fault(void **state)
+{
+    (void)state;
+    begin_case("trace_without_fault");
+    const char *svc1 = g_env.replicas[0];
+    const char *want[] = {"entered", "begun", "read", "written", "checked", "committed", "release"};
+    char body[160];
+    reset_goods(GOODS_LAB_TRACE, 10);
+    deduct_body(body, sizeof(body), GOODS_LAB_TRACE, 1, "redis");
+    http_request rq = {.method = "POST",
+                       .base = svc1,
+                       .path = "/api/deduct",
+                       .body = body,
+                       .headers = {"X-Request-Id: T1"}};
+    long long sent = wall_us();
+    expect_deducted(call(&rq), GOODS_LAB_TRACE, 1, 9, "redis", "T1's answer");
+    long long answered = wall_us();
+    json_t *t = expect_json(get(svc1, "/api/lab/trace/T1"), 200, "the trace of T1 (no X-Fault)");
+    expect_field_str(t, "id", "T1", "trace");
+    expect_field_str(t, "mode", "redis", "trace");
+    expect_field_int(t, "goods_id", GOODS_LAB_TRACE, "trace");
+    if (!field_bool(t, "done", "trace"))
+        fail_msg("trace of T1: done is false after its answer");
+    expect_field_int(t, "status", 200, "trace");
+    expect_field_str(t, "outcome", "deducted", "trace");
+    json_t *points = json_object_get(t, "points");
+    if (!json_is_array(points) || json_array_size(points) != 7)
+        fail_msg("trace of T1: 7 points expected, got %zu",
+                 json_is_array(points) ? json_array_size(points) : 0);
+    long long prev = field_int(t, "started_wall_us", "trace");
+    if (prev < sent || prev > answered)
+        fail_msg("trace of T1: started_wall_us %lld not within its send %lld and answer %lld", prev,
+                 sent, answered);
+    for (size_t i = 0; i < 7; i++) {
+        json_t *p = json_array_get(points, i);
+        expect_field_str(p, "point", want[i], "trace point");
+        expect_field_int(p, "held_ms", 0, "trace point (held nowhere)");
+        long long w = field_int(p, "wall_us", "trace point");
+        if (w < prev || w > answered)
+            fail_msg("trace of T1: %s at wall_us %lld, before the point ahead (%lld) or after the "
+                     "answer (%lld)",
+                     want[i], w, prev, answered);
+        prev = w;
+        /* redis is fenced: every point of the section saw the token it writes with (the
+         * release's point is the guard's, past the section). */
+        if (i < 6 && field_int(p, "fence", "trace point") < 1)
+            fail_msg("trace of T1: %s saw no fencing token", want[i]);
+    }
+    expect_field_int(json_array_get(points, 2), "stock", 10, "the stock read");
+    expect_field_int(json_array_get(points, 3), "stock", 9, "the stock written");
+    long long done = field_int(t, "answered_wall_us", "trace");
+    if (done < prev || done > answered)
+        fail_msg("trace of T1: answered_wall_us %lld not between its last point %lld and the "
+                 "answer the caller got %lld",
+                 done, prev, answered);
+    /* The id again: its newest trace is read. */
+    expect_deducted(call(&rq), GOODS_LAB_TRACE, 1, 8, "redis", "T1's second answer");
+    t = expect_json(get(svc1, "/api/lab/trace/T1"), 200, "the second trace of T1");
+    expect_field_int(json_array_get(json_object_get(t, "points"), 2), "stock", 9,
+                     "the second run's stock read");
+    expect_stock(GOODS_LAB_TRACE, 10, 8, 2, 2, "after T1 twice");
+}
+
 /* Usage: test_lab_routes [PATTERN | --list] (stack_main in tests/stack/env.c). */
 int main(int argc, char **argv)
 {
@@ -326,6 +401,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_bad_input, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_overrun_setnx_ttl, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_overrun_redis, case_setup, case_teardown),
+        cmocka_unit_test_setup_teardown(test_trace_without_fault, case_setup, case_teardown),
     };
     const char *faults = getenv("LAB_FAULTS");
 

@@ -1,0 +1,15 @@
+-- 009_order_request_id.sql - the client's request id with each order.
+--
+-- A load tool that records what its clients saw (the history a run is judged by) must settle
+-- afterwards the requests whose answer never came or said "maybe" (a 504, a lost commit):
+-- did the sale happen? It names each request by an X-Request-Id of its own, and the sale
+-- writes that id into its order row, in the INSERT it runs anyway: no statement and no round
+-- trip more per sale. (Settling by an Idempotency-Key works too, but the key costs every
+-- sale its claim and store statements, which is not what a load test means to measure.)
+--
+-- Nullable: a request that reached a replica without an id (not through nginx, which makes
+-- one) has none. No index: the id is looked up once per run, among one goods' orders
+-- (orders_goods_idx), and an index would cost every sale an insert into it.
+-- No CHECK on its shape: the service passes only an id of the API's shape (1 to 32 of
+-- A-Za-z0-9_-), and a label must never be what makes a sale fail.
+ALTER TABLE orders ADD COLUMN request_id text;
