@@ -9,7 +9,7 @@
 #   make ladder     each lock design's flaw provoked on a stack of its own (loadtest/ladder),
 #                   each row drawn again into docs/course/timelines/
 #   make docs-check the course checked against the code (make docs: refresh its quotes)
-#   make chaos      every fault against the safe modes under load, on a stack of its own
+#   make chaos      every fault against the safe modes under load, on three stacks of its own
 #   make scale      the scaling report (loadtest/scale --check): hot goods, replicas 1-6,
 #                   where the time goes, on a stack of its own (~5 min)
 #   make up / down  start / stop the native local stack (PostgreSQL, Redis, 3 replicas, nginx)
@@ -62,9 +62,9 @@ CFLAGS += -O1 -fsanitize=thread -fno-omit-frame-pointer
 LDFLAGS += -fsanitize=thread
 endif
 
-LOCK_SRC := $(wildcard lock/*.c lock/etcd/*.c lock/zookeeper/*.c)
+LOCK_SRC := $(wildcard lock/*.c lock/queue/*.c lock/etcd/*.c lock/zookeeper/*.c)
 DB_SRC := $(wildcard db/*.c)
-SERVICE_SRC := $(filter-out service/main.c,$(wildcard service/*.c))
+SERVICE_SRC := $(filter-out service/main.c,$(wildcard service/*.c service/modes/*.c))
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_SUPPORT_SRC := $(wildcard tests/support/*.c)
 # The stack's test programs (tests/stack/test_*.c, one per concern, run against one running
@@ -112,7 +112,7 @@ TSAN_TARGETS := build/tsan/stockd build/tsan/tests/test_redlock \
                 build/tsan/tests/test_cluster \
                 $(patsubst tests/%.c,build/tsan/tests/%,$(STACK_TEST_SRC))
 
-.PHONY: all programs tests test test-build-release test-build-san test-build-tsan test-unit test-integration test-tsan test-docker test-fresh demo ladder chaos chaos-pg scale \
+.PHONY: all programs tests test test-build-release test-build-san test-build-tsan test-unit test-integration test-tsan test-docker test-docker-pg-ha test-fresh demo ladder chaos chaos-pg scale \
         up down lab lab-down test-lab clean deps pkg-check check-includes config-doc docs docs-check
 
 all: programs
@@ -253,6 +253,11 @@ test-tsan: deps
 
 test-docker:
 	docker/test.sh
+
+# The compose profile pg-ha (PostgreSQL under Patroni): up, a sale, the leader's container
+# killed, a sale again, the node rejoined. Minutes, so not part of test-docker.
+test-docker-pg-ha:
+	docker/test-pg-ha.sh
 
 # Not part of `make test`: it installs every package twice, in containers (docker/fresh.sh).
 test-fresh:

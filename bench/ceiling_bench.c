@@ -4,14 +4,24 @@
  *
  *   ceiling-bench [--modes none,local,redis] [--seconds 3] [--goods-id 1]
  *                 [--stock 1000000000] [--database-url CONNINFO] [--redis-host HOST]
- *                 [--redis-port PORT]
+ *                 [--redis-port PORT] [--pipeline on|off|both] [--repeat 1]
  *
  * For each mode, in order: the goods is reset to a stock too large to run out, a few
  * deductions warm the connections up (they are opened lazily, and each statement is
  * prepared on first use), then one thread calls deduct_execute() in a loop for the given
  * time and one line is printed:
  *
- *   CEILING mode=redis ops=3712 seconds=3.001 per_sec=1236.9 failures=0
+ *   CEILING mode=redis ops=3712 seconds=3.001 per_sec=1236.9 failures=0 pipeline=on
+ *
+ * --pipeline says how the sale talks to PostgreSQL (DB_PIPELINE: the statements in two
+ * batches, or one per round trip); `both` measures each mode both ways, one after the
+ * other in the same process, against the same servers, so that their ratio is read within
+ * one window of a shared machine rather than across two runs. --repeat runs each mode (or
+ * each pair) that many times, the pair's order swapped every time (off-on, on-off, ...) so
+ * that neither always runs first; with `both`, a last line per mode gives the medians and
+ * the ratio of each pair:
+ *
+ *   COMPARE mode=redis off_median=812.4 on_median=1290.3 ratio_median=1.59 ratios=1.61,1.52,1.66
  *
  * deduct_execute() with the table's mode is the very code a replica runs for
  * POST /api/deduct (service/deduct.c, service/modes.c): guard -> BEGIN -> SELECT ->
@@ -44,12 +54,17 @@
 
 #define WARMUP_OPS 20
 #define MAX_MODES 16
+#define MAX_REPEAT 50
+
+enum pipeline_choice { PIPE_CONFIG, PIPE_ON, PIPE_OFF, PIPE_BOTH };
 
 typedef struct bench_options {
     char modes[256]; /* comma-separated mode names */
     double seconds;  /* measured time per mode */
     int64_t goods_id;
-    int64_t stock; /* the reset stock: must outlast the run */
+    int64_t stock;                 /* the reset stock: must outlast the run */
+    enum pipeline_choice pipeline; /* PIPE_CONFIG: DB_PIPELINE as configured */
+    int repeat;                    /* measurements (or on/off pairs) per mode */
 } bench_options;
 
 static double now_seconds(void)
@@ -65,8 +80,12 @@ static void usage(FILE *to)
     fprintf(to, "usage: ceiling-bench [--modes none,local,redis] [--seconds 3] [--goods-id 1]\n"
                 "                     [--stock 1000000000] [--database-url CONNINFO]\n"
                 "                     [--redis-host HOST] [--redis-port PORT]\n"
+                "                     [--pipeline on|off|both] [--repeat 1]\n"
                 "One client runs the service's deduction (deduct_execute) in a loop per mode\n"
-                "and prints CEILING mode=.. ops=.. seconds=.. per_sec=.. failures=..\n"
+                "and prints CEILING mode=.. ops=.. seconds=.. per_sec=.. failures=.. pipeline=..\n"
+                "--pipeline both measures each mode with and without the pipelined sale, in\n"
+                "pairs whose order alternates, and ends with COMPARE mode=.. off_median=..\n"
+                "on_median=.. ratio_median=.. ratios=..\n"
                 "The service's variables (DATABASE_URL, REDIS_HOST, REDIS_PORT, LOCK_WAIT_MS,\n"
                 "...) configure it; the flags override them.\n");
 }
@@ -98,8 +117,9 @@ static int copy_field(char *dst, size_t size, const char *src)
 
 static bool known_flag(const char *flag)
 {
-    static const char *const flags[] = {"--modes",        "--seconds",    "--goods-id",  "--stock",
-                                        "--database-url", "--redis-host", "--redis-port"};
+    static const char *const flags[] = {"--modes",      "--seconds",      "--goods-id",
+                                        "--stock",      "--database-url", "--redis-host",
+                                        "--redis-port", "--pipeline",     "--repeat"};
     size_t i;
 
     for (i = 0; i < sizeof(flags) / sizeof(flags[0]); i++)
@@ -156,6 +176,19 @@ static int parse_args(int argc, char **argv, bench_options *opts, service_config
             if (parse_int64(value, 1, 65535, &n) != 0)
                 goto bad;
             cfg->redis_port = (int)n;
+        } else if (strcmp(flag, "--pipeline") == 0) {
+            if (strcmp(value, "on") == 0)
+                opts->pipeline = PIPE_ON;
+            else if (strcmp(value, "off") == 0)
+                opts->pipeline = PIPE_OFF;
+            else if (strcmp(value, "both") == 0)
+                opts->pipeline = PIPE_BOTH;
+            else
+                goto bad;
+        } else if (strcmp(flag, "--repeat") == 0) {
+            if (parse_int64(value, 1, MAX_REPEAT, &n) != 0)
+                goto bad;
+            opts->repeat = (int)n;
         } else {
             fprintf(stderr, "ceiling-bench: unknown flag %s\n", flag);
             return -1;
@@ -240,11 +273,11 @@ static int deduct_once(core *env, const mode *m, int64_t goods_id, bool *sold, b
     return 0;
 }
 
-/* Measures one mode and prints its CEILING line. Returns 0; BENCH_FAILURES when some
- * deductions did not sell (the line is printed all the same); -1 when the mode could not
- * be measured (message printed). */
+/* Measures one mode with env's current DB_PIPELINE and prints its CEILING line; *rate gets
+ * its sales per second. Returns 0; BENCH_FAILURES when some deductions did not sell (the
+ * line is printed all the same); -1 when the mode could not be measured (message printed). */
 #define BENCH_FAILURES (-2)
-static int measure_mode(core *env, const mode *m, const bench_options *opts)
+static int measure_mode(core *env, const mode *m, const bench_options *opts, double *rate)
 {
     uint64_t ops = 0, failures = 0;
     bool reported = false, sold = false;
@@ -273,16 +306,81 @@ static int measure_mode(core *env, const mode *m, const bench_options *opts)
         elapsed = now_seconds() - start;
     } while (elapsed < opts->seconds);
 
-    printf("CEILING mode=%s ops=%" PRIu64 " seconds=%.3f per_sec=%.1f failures=%" PRIu64 "\n",
-           m->name, ops, elapsed, (double)ops / elapsed, failures);
+    *rate = (double)ops / elapsed;
+    printf("CEILING mode=%s ops=%" PRIu64 " seconds=%.3f per_sec=%.1f failures=%" PRIu64
+           " pipeline=%s\n",
+           m->name, ops, elapsed, *rate, failures, env->deduct.pipeline ? "on" : "off");
     fflush(stdout);
     return failures == 0 ? 0 : BENCH_FAILURES;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+
+    return (x > y) - (x < y);
+}
+
+/* The median of v[0..n-1] (n >= 1); sorts v. */
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof(v[0]), cmp_double);
+    return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2.0;
+}
+
+/* Measures one mode opts->repeat times (or pairs) as opts->pipeline says, and prints the
+ * COMPARE line for `both`. Returns as measure_mode. */
+static int measure_repeated(core *env, const mode *m, const bench_options *opts)
+{
+    double on[MAX_REPEAT] = {0}, off[MAX_REPEAT] = {0}, ratio[MAX_REPEAT] = {0};
+    bool configured = env->deduct.pipeline;
+    int r, k, rc, status = 0;
+
+    for (r = 0; r < opts->repeat; r++) {
+        int runs = opts->pipeline == PIPE_BOTH ? 2 : 1;
+        for (k = 0; k < runs; k++) {
+            double rate = 0.0;
+            bool with = opts->pipeline == PIPE_BOTH     ? ((r + k) % 2 == 1)
+                        : opts->pipeline == PIPE_CONFIG ? configured
+                                                        : opts->pipeline == PIPE_ON;
+            env->deduct.pipeline = with;
+            rc = measure_mode(env, m, opts, &rate);
+            if (rc == BENCH_FAILURES)
+                status = rc;
+            else if (rc != 0)
+                return rc;
+            (with ? on : off)[r] = rate;
+        }
+    }
+    env->deduct.pipeline = configured;
+    if (opts->pipeline != PIPE_BOTH)
+        return status;
+    for (r = 0; r < opts->repeat; r++)
+        ratio[r] = off[r] > 0.0 ? on[r] / off[r] : 0.0;
+    printf("COMPARE mode=%s", m->name);
+    {
+        double o[MAX_REPEAT], n[MAX_REPEAT], q[MAX_REPEAT];
+        memcpy(o, off, sizeof(o));
+        memcpy(n, on, sizeof(n));
+        memcpy(q, ratio, sizeof(q));
+        printf(" off_median=%.1f on_median=%.1f ratio_median=%.2f ratios=", median(o, opts->repeat),
+               median(n, opts->repeat), median(q, opts->repeat));
+    }
+    for (r = 0; r < opts->repeat; r++)
+        printf("%s%.2f", r > 0 ? "," : "", ratio[r]);
+    printf("\n");
+    fflush(stdout);
+    return status;
+}
+
 int main(int argc, char **argv)
 {
-    bench_options opts = {
-        .modes = "none,local,redis", .seconds = 3.0, .goods_id = 1, .stock = 1000000000};
+    bench_options opts = {.modes = "none,local,redis",
+                          .seconds = 3.0,
+                          .goods_id = 1,
+                          .stock = 1000000000,
+                          .pipeline = PIPE_CONFIG,
+                          .repeat = 1};
     service_config cfg;
     core env = {0};
     const mode *modes[MAX_MODES];
@@ -316,7 +414,7 @@ int main(int argc, char **argv)
         goto out;
     status = 0;
     for (i = 0; i < n; i++) {
-        rc = measure_mode(&env, modes[i], &opts);
+        rc = measure_repeated(&env, modes[i], &opts);
         if (rc == BENCH_FAILURES) {
             status = 1; /* measured, but say so in the exit status */
         } else if (rc != 0) {

@@ -200,6 +200,15 @@ int db_claim_begin(db_conn *conn, int64_t goods_id, const char *source, int64_t 
 int db_sale_commit(db_conn *conn, int64_t goods_id, int64_t new_stock, int64_t count,
                    const char *mode, const char *instance, int64_t fence,
                    const char *fence_source, const char *request_id, int64_t *order_id);
+/* db_batch_commit: db_sale_commit for a batch of n sales (the batched mode): the write, the
+ *   n orders in one statement (as db_orders_insert_many: counts[i] units each, with
+ *   request_ids[i] (request_ids NULL, or an element NULL: none), order_ids[i] set) and COMMIT,
+ *   one round trip, with db_sale_commit's answers. DB_ERR_INVALID for n out of
+ *   1..DB_ORDERS_MAX or a count < 1 (nothing sent). */
+int db_batch_commit(db_conn *conn, int64_t goods_id, int64_t new_stock, const int64_t *counts,
+                    size_t n, const char *mode, const char *instance, int64_t fence,
+                    const char *fence_source, const char *const *request_ids,
+                    int64_t *order_ids);
 
 /*
  * The PostgreSQL rungs of the ladder: the database itself closes the race, with no guard.
@@ -230,6 +239,11 @@ int db_stock_take(db_conn *conn, int64_t goods_id, int64_t count, int64_t *stock
  *   keeps no trace of it). Must be called inside a transaction; DB_ERR_INVALID for ms < 1.
  */
 int db_set_lock_timeout(db_conn *conn, int64_t ms);
+/* BEGIN and db_set_lock_timeout(ms) in one round trip (libpq's pipeline mode): the PostgreSQL
+ * rungs' first two statements. DB_OK: the transaction is open with the bound set. On any
+ * error the transaction may be open (BEGIN may have gone through): the caller rolls back.
+ * DB_ERR_INVALID for ms < 1 (nothing sent). */
+int db_begin_lock_timeout(db_conn *conn, int64_t ms);
 
 /*
  * The pg-optimistic rung: no lock is taken at the read; the write succeeds only if the row

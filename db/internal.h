@@ -150,6 +150,12 @@ ExecStatusType db__want(enum db__stmt_id id);
  * (no such goods) or DB_ERR_FENCED (a newer token of the source), with c->err saying so. */
 int db__why_not_claimed(db_conn *c, const char *id_text);
 
+/* The order ids of DB__ORDERS_INSERT_MANY's result res (not cleared here) for counts[0..n-1]:
+ * order_ids[i] is a row of its own whose count is counts[i]. DB_ERR_QUERY (c->err says why)
+ * when the rows do not match the counts. */
+int db__order_ids(db_conn *c, const PGresult *res, const int64_t *counts, size_t n,
+                  int64_t *order_ids);
+
 /* The SQL text of a statement (for messages and tests). */
 const char *db__sql(enum db__stmt_id id);
 

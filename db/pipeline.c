@@ -16,6 +16,8 @@
  */
 #include <errno.h>
 #include <poll.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -223,30 +225,48 @@ int db_claim_begin(db_conn *conn, int64_t goods_id, const char *source, int64_t 
     return rc;
 }
 
-int db_sale_commit(db_conn *conn, int64_t goods_id, int64_t new_stock, int64_t count,
-                   const char *mode, const char *instance, int64_t fence,
-                   const char *fence_source, const char *request_id, int64_t *order_id)
+int db_begin_lock_timeout(db_conn *conn, int64_t ms)
 {
-    char id_buf[DB__I64_LEN], stock_buf[DB__I64_LEN], count_buf[DB__I64_LEN],
-        fence_buf[DB__I64_LEN];
-    const char *write[2], *order[7];
-    const enum db__stmt_id ids[3] = {DB__STOCK_WRITE, DB__ORDER_INSERT, DB__COMMIT};
-    const char *const *params[3] = {write, order, NULL};
+    char ms_buf[DB__I64_LEN];
+    const char *bound[1];
+    const enum db__stmt_id ids[2] = {DB__BEGIN, DB__SET_LOCK_TIMEOUT};
+    const char *const *params[2] = {NULL, bound};
+    PGresult *res[2];
+    pipe_out out;
+    int rc;
+
+    if (!conn || ms < 1)
+        return DB_ERR_INVALID; /* 0 would mean "no bound" to PostgreSQL */
+    bound[0] = db__i64(ms_buf, ms);
+    rc = run_pipeline(conn, ids, params, 2, res, &out);
+    if (rc != DB_OK)
+        return rc;
+    PQclear(res[0]);
+    PQclear(res[1]);
+    return DB_OK;
+}
+
+/*
+ * The second batch of a sale, shared by the single sale and the batched one: the write of
+ * new_stock to goods id_text, the order statement order_id with its parameters, and COMMIT.
+ * On DB_OK, *order_res is the order statement's result (the caller clears it). Otherwise
+ * as db_sale_commit says, c->err naming the step.
+ */
+static int write_order_commit(db_conn *conn, const char *id_text, int64_t new_stock,
+                              enum db__stmt_id order_id, const char *const *order_params,
+                              PGresult **order_res)
+{
+    char stock_buf[DB__I64_LEN];
+    const char *write[2];
+    const enum db__stmt_id ids[3] = {DB__STOCK_WRITE, order_id, DB__COMMIT};
+    const char *const *params[3] = {write, order_params, NULL};
     PGresult *res[3];
     pipe_out out;
     int rc;
 
-    if (!conn || !mode || !instance || !fence_source || !order_id)
-        return DB_ERR_INVALID;
-    write[0] = db__i64(id_buf, goods_id);
+    *order_res = NULL;
+    write[0] = id_text;
     write[1] = db__i64(stock_buf, new_stock);
-    order[0] = id_buf;
-    order[1] = db__i64(count_buf, count);
-    order[2] = mode;
-    order[3] = instance;
-    order[4] = db__i64(fence_buf, fence);
-    order[5] = fence_source;
-    order[6] = request_id;
     rc = run_pipeline(conn, ids, params, 3, res, &out);
     /* The batch was sent, nothing in it was refused, and COMMIT's answer did not come
      * (whichever answer was the first to be lost, COMMIT was sent behind it): the server
@@ -270,15 +290,85 @@ int db_sale_commit(db_conn *conn, int64_t goods_id, int64_t new_stock, int64_t c
     /* After the claim the row is the caller's: the write cannot miss it. Should it have,
      * the transaction committed an order without its write: say so loudly. */
     if (strcmp(PQcmdTuples(res[0]), "1") != 0) {
-        db__set_error(conn, "the write found no row of goods %s (was it claimed?)", id_buf);
+        db__set_error(conn, "the write found no row of goods %s (was it claimed?)", id_text);
         rc = DB_ERR_QUERY;
     } else if (strcmp(PQcmdStatus(res[2]), "COMMIT") != 0) {
         db__set_error(conn, "COMMIT rolled back: the transaction had failed");
         rc = DB_ERR_QUERY;
     } else {
-        rc = db__get_i64(conn, res[1], 0, 0, order_id);
+        *order_res = res[1];
+        res[1] = NULL;
     }
     for (int i = 0; i < 3; i++)
         PQclear(res[i]);
+    return rc;
+}
+
+int db_sale_commit(db_conn *conn, int64_t goods_id, int64_t new_stock, int64_t count,
+                   const char *mode, const char *instance, int64_t fence,
+                   const char *fence_source, const char *request_id, int64_t *order_id)
+{
+    char id_buf[DB__I64_LEN], count_buf[DB__I64_LEN], fence_buf[DB__I64_LEN];
+    const char *order[7];
+    PGresult *res = NULL;
+    int rc;
+
+    if (!conn || !mode || !instance || !fence_source || !order_id)
+        return DB_ERR_INVALID;
+    order[0] = db__i64(id_buf, goods_id);
+    order[1] = db__i64(count_buf, count);
+    order[2] = mode;
+    order[3] = instance;
+    order[4] = db__i64(fence_buf, fence);
+    order[5] = fence_source;
+    order[6] = request_id;
+    rc = write_order_commit(conn, id_buf, new_stock, DB__ORDER_INSERT, order, &res);
+    if (rc != DB_OK)
+        return rc;
+    rc = db__get_i64(conn, res, 0, 0, order_id);
+    PQclear(res);
+    return rc;
+}
+
+int db_batch_commit(db_conn *conn, int64_t goods_id, int64_t new_stock, const int64_t *counts,
+                    size_t n, const char *mode, const char *instance, int64_t fence,
+                    const char *fence_source, const char *const *request_ids,
+                    int64_t *order_ids)
+{
+    char id_buf[DB__I64_LEN], fence_buf[DB__I64_LEN];
+    const char *orders[7];
+    PGresult *res = NULL;
+    char *array, *ids;
+    size_t i;
+    int rc;
+
+    if (!conn || !counts || !mode || !instance || !fence_source || !order_ids || n < 1 ||
+        n > DB_ORDERS_MAX)
+        return DB_ERR_INVALID;
+    for (i = 0; i < n; i++)
+        if (counts[i] < 1 || counts[i] > INT32_MAX)
+            return DB_ERR_INVALID;
+    array = db__i64_array(counts, NULL, n);
+    ids = db__text_array(request_ids, n);
+    if (!array || !ids) {
+        free(array);
+        free(ids);
+        return DB_ERR_NOMEM;
+    }
+    orders[0] = db__i64(id_buf, goods_id);
+    orders[1] = array;
+    orders[2] = mode;
+    orders[3] = instance;
+    orders[4] = db__i64(fence_buf, fence);
+    orders[5] = fence_source;
+    orders[6] = ids;
+    rc = write_order_commit(conn, id_buf, new_stock, DB__ORDERS_INSERT_MANY, orders, &res);
+    free(array);
+    free(ids);
+    if (rc != DB_OK)
+        return rc;
+    /* Committed: a mismatch here is a fault of ours, reported, not a sale undone. */
+    rc = db__order_ids(conn, res, counts, n, order_ids);
+    PQclear(res);
     return rc;
 }

@@ -182,10 +182,20 @@ int db_orders_insert_many(db_conn *conn, int64_t goods_id, const int64_t *counts
     free(ids);
     if (rc != DB_OK)
         return rc;
+    rc = db__order_ids(conn, res, counts, n, order_ids);
+    PQclear(res);
+    return rc;
+}
+
+int db__order_ids(db_conn *conn, const PGresult *res, const int64_t *counts, size_t n,
+                  int64_t *order_ids)
+{
+    size_t i;
+    int rc = DB_OK;
+
     if ((size_t)PQntuples(res) != n) {
         db__set_error(conn, "orders_insert_many returned %d rows for %zu orders", PQntuples(res),
                       n);
-        PQclear(res);
         return DB_ERR_QUERY;
     }
     /* Each caller's entry gets a row with its own count: the rows come back in the order
@@ -209,7 +219,6 @@ int db_orders_insert_many(db_conn *conn, int64_t goods_id, const int64_t *counts
             rc = DB_ERR_QUERY;
         }
     }
-    PQclear(res);
     return rc;
 }
 

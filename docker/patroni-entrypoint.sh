@@ -66,6 +66,10 @@ postgresql:
   data_dir: $home/data
   bin_dir: /usr/lib/postgresql/15/bin
   pgpass: $home/pgpass
+  # A new replica copies the primary with pg_basebackup, which by default waits for a spread
+  # checkpoint (minutes: checkpoint_completion_target of checkpoint_timeout): ask for a fast one.
+  basebackup:
+  - checkpoint: fast
   authentication:
     superuser:
       username: postgres

@@ -28,6 +28,18 @@ int64_t lock__add_ns(int64_t a, int64_t b)
     return a + b;
 }
 
+int64_t lock__deadline_ns(int64_t ms)
+{
+    return lock__add_ns(lock__now_ns(), lock__ms_to_ns(ms > 0 ? ms : 0));
+}
+
+int64_t lock__ms_left(int64_t at_ns)
+{
+    int64_t left = at_ns - lock__now_ns();
+
+    return left > 0 ? left / LOCK__NS_PER_MS : 0;
+}
+
 struct timespec lock__timespec_at(int64_t at_ns)
 {
     struct timespec ts;

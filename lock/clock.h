@@ -24,6 +24,12 @@ int64_t lock__ms_to_ns(int64_t ms);
 /* a + b without overflow (both >= 0 or the result stays in range). */
 int64_t lock__add_ns(int64_t a, int64_t b);
 
+/* The deadline ms milliseconds from now (saturating: a huge ms is "forever"). */
+int64_t lock__deadline_ns(int64_t ms);
+
+/* Whole milliseconds left until the deadline at_ns; 0 once it has passed. */
+int64_t lock__ms_left(int64_t at_ns);
+
 /* The absolute deadline `at_ns` as a timespec for pthread_cond_timedwait() on a condition
  * variable made by lock__cond_init(). */
 struct timespec lock__timespec_at(int64_t at_ns);

@@ -1,6 +1,6 @@
 /*
  * error.h - the calling thread's last error text, behind lock_last_error() (and the etcd and
- * ZooKeeper backends' etcd_lock_last_error() and zk_lock_last_error(): one buffer per thread
+ * ZooKeeper queue lock's queue_lock_last_error(): one buffer per thread
  * for every lock backend).
  *
  * lock/ does not log (the service decides what to log); instead every failure that has a

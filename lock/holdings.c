@@ -1,5 +1,6 @@
 /*
- * holdings.c - this process's holdings and the watchdog's schedule (see holdings.h).
+ * holdings.c - this process's holdings, renewed on the watchdog's schedule (see holdings.h;
+ * the schedule itself is lock/watchdog.h's).
  *
  * A singly linked list under one mutex. It holds one entry per lock held by a thread of
  * this process, so it is as long as the number of threads holding locks at once: a list
@@ -12,6 +13,7 @@
 #include "lock/holdings.h"
 #include "lock/clock.h"
 #include "lock/lock.h"
+#include "lock/watchdog.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -40,8 +42,7 @@ struct lock__holdings {
     holding *list;
     uint64_t next_id;
     int64_t watchdog_lease_ms;
-    int64_t renew_every_ns;
-    int64_t max_hold_ns;    /* a holding is renewed for this long at most */
+    int64_t max_hold_ms;    /* a holding is renewed for this long at most */
     int64_t sleep_until_ns; /* the watchdog's wake-up time; INT64_MAX: none, or awake */
     bool stopped;
 };
@@ -59,8 +60,7 @@ int lock__holdings_create(int64_t watchdog_lease_ms, int64_t max_hold_ms, lock__
     if (lock__cond_init(&h->due_cv) != 0)
         goto fail_mutex;
     h->watchdog_lease_ms = watchdog_lease_ms;
-    h->renew_every_ns = lock__ms_to_ns(watchdog_lease_ms) / 3;
-    h->max_hold_ns = lock__ms_to_ns(max_hold_ms);
+    h->max_hold_ms = max_hold_ms;
     h->sleep_until_ns = INT64_MAX;
     h->next_id = 1;
     *out = h;
@@ -152,7 +152,7 @@ int lock__holdings_acquired(lock__holdings *h, const char *name, uint64_t thread
         /* Once any hold of a holding asked for the watchdog, it renews the holding (with
          * the watchdog lease) until the last hold is given back. This acquisition just set
          * the TTL to lease_ms, so the next renewal must come within a third of that. */
-        int64_t due = sent_ns + lock__ms_to_ns(lease_ms) / 3;
+        int64_t due = lock__watchdog_renewal_due(sent_ns, lease_ms);
 
         if (!e->watchdog || due < e->due_ns)
             e->due_ns = due;
@@ -251,14 +251,10 @@ int lock__holdings_next_due(lock__holdings *h, lock__renewal *out)
             continue;
         }
         if (e->due_ns <= lock__now_ns()) {
-            /*
-             * The maximum hold time: a holder stuck inside its section (a database that
-             * stopped answering, a thread that never returns) would otherwise be renewed for
-             * as long as its process lives, and every other request for the lock would wait
-             * in vain. Past max_hold the watchdog lets the lease run out; lock_is_held then
-             * answers LOST once it has, and the holder's commit is refused.
-             */
-            if (lock__now_ns() - e->since_ns >= h->max_hold_ns) {
+            /* Past the maximum hold time the watchdog lets the lease run out;
+             * lock_is_held then answers LOST once it has, and the holder's commit is
+             * refused. */
+            if (lock__watchdog_capped(e->since_ns, lock__now_ns(), h->max_hold_ms)) {
                 e->capped = true;
                 continue;
             }
@@ -273,7 +269,7 @@ int lock__holdings_next_due(lock__holdings *h, lock__renewal *out)
     out->name = strdup(e->name);
     if (out->name == NULL) {
         /* Try this one again a little later rather than spin on it. */
-        e->due_ns = lock__now_ns() + h->renew_every_ns / 3;
+        e->due_ns = lock__watchdog_retry_due(lock__now_ns(), h->watchdog_lease_ms);
         rc = LOCK_ERR_NOMEM;
         goto out;
     }
@@ -309,7 +305,7 @@ bool lock__holdings_renewed(lock__holdings *h, uint64_t id, lock__renew_outcome 
     switch (outcome) {
     case LOCK__RENEWED:
         e->expires_ns = lock__add_ns(sent_ns, lock__ms_to_ns(h->watchdog_lease_ms));
-        e->due_ns = sent_ns + h->renew_every_ns;
+        e->due_ns = lock__watchdog_renewal_due(sent_ns, h->watchdog_lease_ms);
         break;
     case LOCK__GONE:
         marked_lost = !e->lost;
@@ -318,7 +314,7 @@ bool lock__holdings_renewed(lock__holdings *h, uint64_t id, lock__renew_outcome 
     case LOCK__FAILED:
         /* Redis did not answer. The lease is still running in Redis (if Redis is up): try
          * again sooner than the regular interval, so that a blip is absorbed. */
-        e->due_ns = lock__now_ns() + h->renew_every_ns / 3;
+        e->due_ns = lock__watchdog_retry_due(lock__now_ns(), h->watchdog_lease_ms);
         break;
     }
 out:

@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-PUBLIC='lock/lock.h|lock/redlock.h|lock/naive.h|lock/etcd/etcd_lock.h|lock/zookeeper/zk_lock.h|db/db.h'
+PUBLIC='lock/lock.h|lock/redlock.h|lock/naive.h|lock/queue/queue_lock.h|lock/etcd/etcd_lock.h|lock/zookeeper/zk_lock.h|db/db.h'
 bad=0
 check() { # check WHAT FILES... : prints the matches of the include pattern in $pattern
     local what=$1 hits
@@ -23,7 +23,7 @@ check() { # check WHAT FILES... : prints the matches of the include pattern in $
 shopt -s nullglob globstar
 pattern='#include "(lock|db)/' allowed=$PUBLIC
 check "service/ and bench/ may include only the public headers of lock/ and db/" \
-    service/*.[ch] bench/*.[ch]
+    service/**/*.[ch] bench/*.[ch]
 pattern='#include "(db|service)/' allowed='^$'
 check "lock/ knows Redis, etcd and ZooKeeper, nothing of db/ or service/" lock/**/*.[ch]
 pattern='#include "(lock|service)/' allowed='^$'

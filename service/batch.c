@@ -412,6 +412,95 @@ static bool seal_batch(batch_stripe *s, batch_item **items, size_t n)
     return !any_withdrawn;
 }
 
+/*
+ * The batch in two round trips (DB_PIPELINE, db_claim_begin and db_batch_commit), for the
+ * common batch: a fenced holder, no Idempotency-Key, and every request sold. BEGIN with the
+ * fenced claim; the allocation in C; the last look at the guard and the seal; then the
+ * orders, the write and COMMIT together. Anything else (a key, a request refused, which may
+ * call for the segments' fold) takes the statement-by-statement path: pipelined_batch then
+ * returns false with the transaction rolled back and no answer set. true: the batch is
+ * over, every answer set (committed, or failed with a 503).
+ */
+static bool pipelined_batch(const deduct_env *env, const mode *m, db_conn *conn, guard_hold *hold,
+                            batch_stripe *s, batch_item **items, size_t n)
+{
+    int64_t goods_id = items[0]->goods_id, stock = 0;
+    batch_scratch *sc;
+    size_t i;
+    bool done = true;
+    int rc;
+
+    if (!env->pipeline || !hold->fenced)
+        return false;
+    for (i = 0; i < n; i++)
+        if (items[i]->key != NULL)
+            return false;
+    sc = scratch_new(n);
+    if (sc == NULL)
+        return false;
+    rc = db_claim_begin(conn, goods_id, hold->fence_source, hold->fence, &stock);
+    if (rc == DB_ERR_FENCED) {
+        char detail[128];
+        int64_t stored = 0;
+
+        if (db_fence_of(conn, goods_id, hold->fence_source, &stored) == DB_OK)
+            guard_fence_refused(env->guards, hold, stored);
+        db_rollback(conn);
+        snprintf(detail, sizeof(detail), "fencing token %lld is older than the stored one",
+                 (long long)hold->fence);
+        fail_batch(items, n, "lock_lost", detail);
+        goto out;
+    }
+    if (rc != DB_OK) {
+        db_rollback(conn);
+        if (rc == DB_ERR_NOT_FOUND)
+            done = false; /* the statement path answers 404 */
+        else
+            fail_db(items, n, "begin and read stock", rc, conn);
+        goto out;
+    }
+    if (env->business_delay_ms > 0)
+        clock_sleep_ms(env->business_delay_ms); /* the race window, once for the batch */
+    for (i = 0; i < n; i++) {
+        sc->counts[i] = items[i]->count;
+        sc->sold_ids[i] = items[i]->request_id[0] != '\0' ? items[i]->request_id : NULL;
+    }
+    stock = batch_allocate(stock, sc->counts, n, sc->sold, sc->left);
+    for (i = 0; i < n; i++)
+        if (!sc->sold[i]) {
+            db_rollback(conn);
+            done = false;
+            goto out;
+        }
+    if (m->still_held(env->guards, hold) != GUARD_OK) {
+        db_rollback(conn);
+        fail_batch(items, n, "lock_lost", "the lock's lease was lost before the commit");
+        goto out;
+    }
+    if (!seal_batch(s, items, n)) {
+        db_rollback(conn);
+        fail_batch(items, n, "lock_timeout",
+                   "redis-batch: a request of the batch passed BATCH_WAIT_MS before the "
+                   "commit; the batch was rolled back and sold nothing");
+        goto out;
+    }
+    rc = db_batch_commit(conn, goods_id, stock, sc->counts, n, m->name, env->instance, hold->fence,
+                         hold->fence_source, sc->sold_ids, sc->order_ids);
+    if (rc != DB_OK) {
+        fail_db(items, n, "write, record orders, commit", rc, conn);
+        goto out;
+    }
+    for (i = 0; i < n; i++) {
+        batch_item *it = items[i];
+        set_answer(it, 200, "deducted",
+                   response_deducted(goods_id, it->count, sc->left[i], sc->order_ids[i], m->name,
+                                     env->instance));
+    }
+out:
+    free(sc);
+    return done;
+}
+
 /* The leader's work once it entered the guard (rc, GUARD_OK or the failure, with detail):
  * one transaction for the n requests, the guard left. Sets every request's answer. */
 static void run_batch(const deduct_env *env, const mode *m, int rc, guard_hold *hold_in,
@@ -436,6 +525,8 @@ static void run_batch(const deduct_env *env, const mode *m, int rc, guard_hold *
         fail_db(items, n, "connect", rc, NULL);
         goto leave;
     }
+    if (pipelined_batch(env, m, conn, &hold, s, items, n))
+        goto release;
     for (bool folded = false;;) {
         rc = db_begin(conn);
         if (rc != DB_OK) {

@@ -144,6 +144,11 @@ static const setting settings[] = {
      "when set, POST /api/admin/reset requires 'Authorization: Bearer <token>'"},
     NUMBER("BUSINESS_DELAY_MS", KIND_INT64, business_delay_ms, "0", 0, 60000,
            "sleep between reading and writing the stock, to widen the race window"),
+    {"DB_PIPELINE", KIND_STRING, FIELD(db_pipeline), "on", 2, 3, valid_on_off, "on or off",
+     false,
+     "on: a fenced holder's sale sends its statements to PostgreSQL in two round trips "
+     "(libpq's pipeline mode), and so do the batched sale and the PostgreSQL rungs' fixed "
+     "sequences; off: one statement per round trip (the same statements, for comparison)"},
     NUMBER("DB_POOL_SIZE", KIND_INT, db_pool_size, "16", 1, 256,
            "PostgreSQL connections per replica"),
     NUMBER("REDIS_POOL_SIZE", KIND_INT, redis_pool_size, "16", 1, 256,

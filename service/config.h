@@ -43,6 +43,7 @@ typedef struct service_config {
     int64_t lockrow_ttl_ms;      /* LOCKROW_TTL_MS: pg-lockrow-ttl's row lease */
     char admin_token[256];       /* ADMIN_TOKEN: "" = admin endpoint open */
     int64_t business_delay_ms;   /* BUSINESS_DELAY_MS: sleep between the read and the write */
+    char db_pipeline[4];         /* DB_PIPELINE: "on" or "off" */
     int db_pool_size;            /* DB_POOL_SIZE: PostgreSQL connections per replica */
     int redis_pool_size;         /* REDIS_POOL_SIZE: Redis command connections per replica */
     int64_t db_wait_ms;          /* DB_WAIT_MS: bound on waiting for a pooled connection */

@@ -14,8 +14,8 @@ int core_create(const service_config *cfg, int db_pool_size, int redis_pool_size
 {
     db_pool_options db_opts;
     lock_options lock_opts;
-    etcd_lock_options etcd_opts;
-    zk_lock_options zk_opts;
+    queue_lock_options etcd_opts;
+    queue_lock_options zk_opts;
     guard_env_options guard_opts = {0};
 
     memset(out, 0, sizeof(*out));
@@ -82,11 +82,11 @@ int core_create(const service_config *cfg, int db_pool_size, int redis_pool_size
      * it, the client connects lazily: a replica starts while etcd is down, and the etcd mode
      * answers 503 until it is back. */
     if (cfg->etcd_endpoint[0] != '\0') {
-        etcd_lock_options_init(&etcd_opts);
-        etcd_opts.endpoint = cfg->etcd_endpoint;
+        queue_lock_options_init(&etcd_opts);
+        etcd_opts.servers = cfg->etcd_endpoint;
         etcd_opts.lease_ms = cfg->lock_lease_ms;
         etcd_opts.request_timeout_ms = (int)cfg->etcd_timeout_ms;
-        if (etcd_lock_client_create(&etcd_opts, &out->etcd) != ETCD_LOCK_OK) {
+        if (etcd_lock_client_create(&etcd_opts, &out->etcd) != QUEUE_LOCK_OK) {
             snprintf(err, errlen, "cannot create the etcd lock client");
             return -1;
         }
@@ -95,11 +95,11 @@ int core_create(const service_config *cfg, int db_pool_size, int redis_pool_size
     /* Likewise ZOOKEEPER_HOSTS: no client, no zookeeper mode; the client connects lazily.
      * The session timeout is the lease, as etcd's TTL is. */
     if (cfg->zookeeper_hosts[0] != '\0') {
-        zk_lock_options_init(&zk_opts);
-        zk_opts.hosts = cfg->zookeeper_hosts;
-        zk_opts.session_ms = cfg->lock_lease_ms > INT32_MAX ? INT32_MAX : (int)cfg->lock_lease_ms;
+        queue_lock_options_init(&zk_opts);
+        zk_opts.servers = cfg->zookeeper_hosts;
+        zk_opts.lease_ms = cfg->lock_lease_ms;
         zk_opts.request_timeout_ms = cfg->zookeeper_timeout_ms;
-        if (zk_lock_client_create(&zk_opts, &out->zk) != ZK_LOCK_OK) {
+        if (zk_lock_client_create(&zk_opts, &out->zk) != QUEUE_LOCK_OK) {
             snprintf(err, errlen, "cannot create the ZooKeeper lock client");
             return -1;
         }
@@ -127,6 +127,7 @@ int core_create(const service_config *cfg, int db_pool_size, int redis_pool_size
     out->deduct.guards = out->guards;
     out->deduct.instance = instance;
     out->deduct.business_delay_ms = cfg->business_delay_ms;
+    out->deduct.pipeline = strcmp(cfg->db_pipeline, "on") == 0;
     /* LOCK_WAIT_MS=0 means "do not wait"; PostgreSQL's lock_timeout=0 means "wait for ever",
      * so the smallest bound it knows stands for it. */
     out->deduct.lock_wait_ms = cfg->lock_wait_ms > 0 ? cfg->lock_wait_ms : 1;
@@ -149,8 +150,8 @@ void core_destroy(core *c)
     batch_queue_destroy(c->deduct.batch);
     guard_env_destroy(c->guards);
     redlock_destroy(c->redlock);
-    etcd_lock_client_destroy(c->etcd);
-    zk_lock_client_destroy(c->zk);
+    queue_lock_destroy(c->etcd);
+    queue_lock_destroy(c->zk);
     lock_client_destroy(c->lock);
     db_pool_destroy(c->db);
     memset(c, 0, sizeof(*c));

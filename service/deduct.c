@@ -308,8 +308,8 @@ store:
  */
 static bool pipelined(const deduction *d)
 {
-    return d->mode->tx == NULL && d->hold.fenced && d->key == NULL && d->hook == NULL &&
-           !d->mode->leaves_inside_tx;
+    return d->env->pipeline && d->mode->tx == NULL && d->hold.fenced && d->key == NULL &&
+           d->hook == NULL && !d->mode->leaves_inside_tx;
 }
 
 /* run_attempt's two-round-trip path (pipelined()): same answers, same order of steps. */
@@ -378,6 +378,50 @@ static int run_attempt_pipelined(deduction *d)
     return d->out->body != NULL ? 0 : -1;
 }
 
+/* Opens run_attempt's transaction: BEGIN, the DEDUCT_AT_BEGUN point, and for a PostgreSQL
+ * rung the bound on its lock waits. true when open; false with *answer what run_attempt
+ * returns (the answer set, the transaction rolled back). */
+static bool begin_transaction(deduction *d, int *answer)
+{
+    int rc;
+
+    /* A PostgreSQL rung's first two statements are fixed: with nobody to stop between them
+     * (no hook), they travel together, one round trip. */
+    if (d->env->pipeline && d->mode->tx != NULL && d->env->lock_wait_ms > 0 && d->hook == NULL) {
+        rc = db_begin_lock_timeout(d->conn, d->env->lock_wait_ms);
+        if (rc != DB_OK) {
+            db_rollback(d->conn);
+            *answer = answer_db_failure(d, "begin and set lock_timeout", rc);
+            return false;
+        }
+        return true;
+    }
+    rc = db_begin(d->conn);
+    if (rc != DB_OK) {
+        *answer = answer_db_failure(d, "begin", rc);
+        return false;
+    }
+    rc = reached(d, DEDUCT_AT_BEGUN);
+    if (rc != GUARD_OK) {
+        db_rollback(d->conn);
+        *answer = answer_hook_stop(d, rc);
+        return false;
+    }
+
+    /* A PostgreSQL rung's lock is the database's own (a row lock, an advisory lock), and a
+     * request waits for it inside a statement: bound that wait as a guard's wait is bound,
+     * before anything in the transaction can wait (the key's claim can, too). */
+    if (d->mode->tx != NULL && d->env->lock_wait_ms > 0) {
+        rc = db_set_lock_timeout(d->conn, d->env->lock_wait_ms);
+        if (rc != DB_OK) {
+            db_rollback(d->conn);
+            *answer = answer_db_failure(d, "set lock_timeout", rc);
+            return false;
+        }
+    }
+    return true;
+}
+
 /* Runs the transaction once on d->conn with the guard held. Sets the answer and returns 0
  * (-1 when out of memory), or returns DB_ERR_RETRY, rolled back and with no answer set, when
  * the transaction's shape lost an optimistic race, or FOLD, likewise, when the goods' stock
@@ -388,25 +432,8 @@ static int run_attempt(deduction *d)
 
     if (pipelined(d))
         return run_attempt_pipelined(d);
-    rc = db_begin(d->conn);
-    if (rc != DB_OK)
-        return answer_db_failure(d, "begin", rc);
-    rc = reached(d, DEDUCT_AT_BEGUN);
-    if (rc != GUARD_OK) {
-        db_rollback(d->conn);
-        return answer_hook_stop(d, rc);
-    }
-
-    /* A PostgreSQL rung's lock is the database's own (a row lock, an advisory lock), and a
-     * request waits for it inside a statement: bound that wait as a guard's wait is bound,
-     * before anything in the transaction can wait (the key's claim can, too). */
-    if (d->mode->tx != NULL && d->env->lock_wait_ms > 0) {
-        rc = db_set_lock_timeout(d->conn, d->env->lock_wait_ms);
-        if (rc != DB_OK) {
-            db_rollback(d->conn);
-            return answer_db_failure(d, "set lock_timeout", rc);
-        }
-    }
+    if (!begin_transaction(d, &rc))
+        return rc;
 
     if (d->key != NULL) {
         /* Claiming the key first makes a concurrent twin wait here until we commit, and

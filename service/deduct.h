@@ -33,6 +33,10 @@ typedef struct deduct_env {
     guard_env *guards;         /* not owned */
     const char *instance;      /* this replica's name, written with each order */
     int64_t business_delay_ms; /* sleep between the read and the write (teaching) */
+    /* Whether the sales that run a fixed sequence of statements send them in batches
+     * (libpq's pipeline mode: db_claim_begin, db_sale_commit) or one per round trip: the
+     * same statements and answers, fewer waits while the lock is held. DB_PIPELINE. */
+    bool pipeline;
     /* The PostgreSQL rungs (a mode with a transaction shape) wait for their locks inside
      * PostgreSQL: each of their transactions bounds those waits by this (SET LOCAL
      * lock_timeout), and a wait that runs out answers 503 lock_timeout, as a guard's does.

@@ -132,20 +132,16 @@ int guard_redlock__enter(guard_env *env, int64_t goods_id, guard_hold *hold, cha
 int guard_redlock__still_held(guard_env *env, const guard_hold *hold);
 void guard_redlock__leave(guard_env *env, guard_hold *hold);
 
-/* etcd (guard_etcd.c): the etcd lock of lock/etcd/ on "goods-<id>", fenced. */
+/* etcd and zookeeper (modes/queue_lock.c): one guard over the queue lock of lock/queue/ on
+ * "goods-<id>", fenced by the node's order number (etcd's create revision, ZooKeeper's
+ * czxid); enter picks the client by mode, still_held and leave use the one enter took.
+ * Offered only by a replica with that client (ETCD_ENDPOINT, ZOOKEEPER_HOSTS set). */
 int guard_etcd__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
                       size_t detail_len);
-int guard_etcd__still_held(guard_env *env, const guard_hold *hold);
-void guard_etcd__leave(guard_env *env, guard_hold *hold);
-/* Offered only by a replica with an etcd client (ETCD_ENDPOINT set). */
-
-/* zookeeper (guard_zookeeper.c): the ZooKeeper lock of lock/zookeeper/ on "goods-<id>"
- * (nodes under /locks/goods-<id>), fenced by the node's czxid. Offered only by a replica
- * with a ZooKeeper client (ZOOKEEPER_HOSTS set). */
 int guard_zookeeper__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
                            size_t detail_len);
-int guard_zookeeper__still_held(guard_env *env, const guard_hold *hold);
-void guard_zookeeper__leave(guard_env *env, guard_hold *hold);
+int guard_queue_lock__still_held(guard_env *env, const guard_hold *hold);
+void guard_queue_lock__leave(guard_env *env, guard_hold *hold);
 
 /* The PostgreSQL rungs: no guard (guard_none's), a transaction shape each. */
 extern const mode_tx rung_pg_for_update__tx; /* rung_pg_for_update.c */

@@ -183,13 +183,14 @@ static const mode mode_table[] = {
      .summary = "the same under an etcd lock (lease kept alive, key per waiter, watch on the "
                 "predecessor, create revision as fencing token): right with any number of "
                 "replicas",
-     GUARD(guard_etcd), .still_held = guard_etcd__still_held, .needs = MODE_NEEDS_ETCD},
+     .enter = guard_etcd__enter, .leave = guard_queue_lock__leave,
+     .still_held = guard_queue_lock__still_held, .needs = MODE_NEEDS_ETCD},
     {.name = "zookeeper", .safe = true,
      .summary = "the same under a ZooKeeper lock (ephemeral sequential node per waiter, watch "
                 "on the predecessor, session as lease, node's czxid as fencing token): right "
                 "with any number of replicas",
-     GUARD(guard_zookeeper), .still_held = guard_zookeeper__still_held,
-     .needs = MODE_NEEDS_ZOOKEEPER},
+     .enter = guard_zookeeper__enter, .leave = guard_queue_lock__leave,
+     .still_held = guard_queue_lock__still_held, .needs = MODE_NEEDS_ZOOKEEPER},
 };
 /* clang-format on */
 

@@ -89,6 +89,22 @@ char *response_deducted(int64_t goods_id, int64_t count, int64_t remaining, int6
     return finish(o, failed);
 }
 
+char *response_dry_deduct(int64_t goods_id, int64_t count, const char *mode, const char *instance)
+{
+    json_t *o = json_object();
+    int failed = o == NULL;
+
+    if (!failed) {
+        failed |= json_object_set_new(o, "ok", json_true());
+        failed |= json_object_set_new(o, "dry_run", json_true());
+        failed |= json_object_set_new(o, "goods_id", json_int(goods_id));
+        failed |= json_object_set_new(o, "count", json_int(count));
+        failed |= json_object_set_new(o, "mode", json_text(mode));
+        failed |= json_object_set_new(o, "instance", json_text(instance));
+    }
+    return finish(o, failed);
+}
+
 char *response_insufficient(int64_t goods_id, int64_t remaining)
 {
     json_t *o = json_object();

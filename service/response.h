@@ -27,6 +27,11 @@ char *response_deduct_503(const char *error, const char *detail);
 char *response_deducted(int64_t goods_id, int64_t count, int64_t remaining, int64_t order_id,
                         const char *mode, const char *instance);
 
+/* The dry run's 200 (POST /api/deduct/dry): {"ok":true,"dry_run":true,"goods_id":..,
+ * "count":..,"mode":..,"instance":..}: nothing was sold. */
+char *response_dry_deduct(int64_t goods_id, int64_t count, const char *mode,
+                          const char *instance);
+
 /* 409: {"ok":false,"error":"insufficient_stock","goods_id":..,"remaining":..} */
 char *response_insufficient(int64_t goods_id, int64_t remaining);
 

@@ -160,6 +160,7 @@ static void handle_deduct(app *a, const http_request *req, http_reply *reply)
     const char *key = req->header(req->transport, "Idempotency-Key");
     const char *fault = req->header(req->transport, "X-Fault");
     const char *request_id = req->header(req->transport, "X-Request-Id");
+    const char *trace = req->header(req->transport, "X-Trace");
     fault_plan plan = {0};
     fault_run run;
     lab_run lab = {0};
@@ -184,8 +185,12 @@ static void handle_deduct(app *a, const http_request *req, http_reply *reply)
     run = (fault_run){.plan = &plan, .mode = m, .guards = a->core.guards, .goods_id = dr.goods_id};
     if (fault != NULL && !lab_enter(a, request_id, m, dr.goods_id, holds, &lab, &lab_used, reply))
         return;
-    /* Without X-Fault, an id only asks for a trace (lab.h): best effort, never a refusal. */
-    if (fault == NULL && a->lab != NULL && lab_request_id_valid(request_id))
+    /* Without X-Fault, `X-Trace: on` with an id asks for a trace (lab.h): best effort, never
+     * a refusal. Only when asked: a traced request takes the single-request path, and an id
+     * alone (a load recorder's, or the one nginx makes) must not move a request off the
+     * batch, the segments or the pipelined statements. */
+    if (fault == NULL && a->lab != NULL && trace != NULL && strcmp(trace, "on") == 0 &&
+        lab_request_id_valid(request_id))
         lab_used = lab_start(a->lab, request_id, m->name, dr.goods_id, 0, &lab) == 0;
     if (lab_used) {
         lab.faults = fault != NULL ? &run : NULL;
@@ -210,6 +215,35 @@ static void handle_deduct(app *a, const http_request *req, http_reply *reply)
         lab_finish(&lab, res.status, res.outcome);
     record_deduction(a, m, &res);
     reply_json(reply, res.status, res.body);
+}
+
+/*
+ * POST /api/deduct/dry: the HTTP side of a sale and nothing else. The body is parsed and
+ * the mode chosen as for /api/deduct, and the answer is built and sent, but neither
+ * PostgreSQL nor Redis is touched: what a replica (and nginx in front of it) can answer
+ * per second with no lock and no transaction, the ceiling the load reports divide by
+ * (loadtest/scale). Served only with FAULTS=on, like every other tool that is not a sale.
+ */
+static void handle_deduct_dry(app *a, const http_request *req, http_reply *reply)
+{
+    deduct_request dr;
+    const mode *m;
+    char detail[256];
+
+    if (strcmp(a->config->faults, "on") != 0) {
+        reply_error(reply, 404, "not_found",
+                    "POST /api/deduct/dry is served only by a replica started with FAULTS=on");
+        return;
+    }
+    if (request_parse_deduct(req->body, req->body_len, &dr, detail, sizeof(detail)) != 0) {
+        reply_error(reply, 400, "bad_request", detail);
+        return;
+    }
+    m = choose_mode(a, req, dr.has_mode, dr.mode, reply);
+    if (m == NULL)
+        return;
+    reply_json(reply, 200,
+               response_dry_deduct(dr.goods_id, dr.count, m->name, a->config->instance));
 }
 
 /* ---- POST /api/order ------------------------------------------------------------------ */
@@ -535,6 +569,7 @@ static void handle_lock(app *a, const http_request *req, http_reply *reply)
 
 static const route route_table[] = {
     {"/api/deduct", false, "POST", true, false, ROUTE_DEDUCT, handle_deduct},
+    {"/api/deduct/dry", false, "POST", true, false, ROUTE_OTHER, handle_deduct_dry},
     {"/api/order", false, "POST", true, false, ROUTE_ORDER, handle_order},
     {"/api/stock/", true, "GET", false, false, ROUTE_STOCK, handle_stock},
     {"/api/admin/reset", false, "POST", true, true, ROUTE_RESET, handle_reset},

@@ -46,6 +46,16 @@ static int64_t now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* The calling thread's owner: the tests hold their locks per thread, as the service does. */
+static const char *me(void)
+{
+    static _Thread_local char owner[QUEUE_LOCK_OWNER_MAX];
+
+    if (owner[0] == '\0')
+        queue_lock_thread_owner(owner);
+    return owner;
+}
+
 static void sleep_ms(int ms)
 {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
@@ -55,14 +65,14 @@ static void sleep_ms(int ms)
 
 static etcd_lock_client *new_client(const char *endpoint, int64_t lease_ms)
 {
-    etcd_lock_options opts;
+    queue_lock_options opts;
     etcd_lock_client *c = NULL;
 
-    etcd_lock_options_init(&opts);
-    opts.endpoint = endpoint;
+    queue_lock_options_init(&opts);
+    opts.servers = endpoint;
     opts.lease_ms = lease_ms;
     opts.request_timeout_ms = 1000;
-    if (etcd_lock_client_create(&opts, &c) != ETCD_LOCK_OK)
+    if (etcd_lock_client_create(&opts, &c) != QUEUE_LOCK_OK)
         return NULL;
     return c;
 }
@@ -83,7 +93,7 @@ static void *mx_thread(void *p)
         long n = 0;
         FILE *f;
 
-        if (etcd_lock_acquire(a->c, "mx", 30000, NULL) != ETCD_LOCK_OK) {
+        if (queue_lock_acquire(a->c, "mx", me(), 30000, NULL) != QUEUE_LOCK_OK) {
             a->failures++;
             continue;
         }
@@ -99,7 +109,7 @@ static void *mx_thread(void *p)
             fprintf(f, "%ld\n", n + 1);
             fclose(f);
         }
-        if (etcd_lock_release(a->c, "mx") != ETCD_LOCK_OK)
+        if (queue_lock_release(a->c, "mx", me()) != QUEUE_LOCK_OK)
             a->failures++;
     }
     return NULL;
@@ -123,7 +133,7 @@ static int run_mx(const char *endpoint, const char *file)
         pthread_join(t[i], NULL);
         failures += a[i].failures;
     }
-    etcd_lock_client_destroy(c);
+    queue_lock_destroy(c);
     return failures;
 }
 
@@ -166,22 +176,22 @@ static void test_reentrancy_and_token(void **state)
 
     (void)state;
     assert_non_null(c);
-    assert_int_equal(etcd_lock_acquire(c, "re", 0, &t1), ETCD_LOCK_OK);
-    assert_int_equal(etcd_lock_acquire(c, "re", 0, &t2), ETCD_LOCK_OK);
+    assert_int_equal(queue_lock_acquire(c, "re", me(), 0, &t1), QUEUE_LOCK_OK);
+    assert_int_equal(queue_lock_acquire(c, "re", me(), 0, &t2), QUEUE_LOCK_OK);
     assert_true(t1 > 0);
     assert_int_equal(t1, t2);
-    assert_int_equal(etcd_lock_is_held(c, "re"), ETCD_LOCK_OK);
-    assert_int_equal(etcd_lock_release(c, "re"), ETCD_LOCK_OK);
-    assert_int_equal(etcd_lock_is_held(c, "re"), ETCD_LOCK_OK); /* one hold left */
-    assert_int_equal(etcd_lock_release(c, "re"), ETCD_LOCK_OK);
-    assert_int_equal(etcd_lock_is_held(c, "re"), ETCD_LOCK_ERR_NOT_HELD);
-    assert_int_equal(etcd_lock_release(c, "re"), ETCD_LOCK_ERR_NOT_HELD);
+    assert_int_equal(queue_lock_is_held(c, "re", me()), QUEUE_LOCK_OK);
+    assert_int_equal(queue_lock_release(c, "re", me()), QUEUE_LOCK_OK);
+    assert_int_equal(queue_lock_is_held(c, "re", me()), QUEUE_LOCK_OK); /* one hold left */
+    assert_int_equal(queue_lock_release(c, "re", me()), QUEUE_LOCK_OK);
+    assert_int_equal(queue_lock_is_held(c, "re", me()), QUEUE_LOCK_ERR_NOT_HELD);
+    assert_int_equal(queue_lock_release(c, "re", me()), QUEUE_LOCK_ERR_NOT_HELD);
     /* A later holding has a greater token. */
-    assert_int_equal(etcd_lock_acquire(c, "re", 0, &t3), ETCD_LOCK_OK);
+    assert_int_equal(queue_lock_acquire(c, "re", me(), 0, &t3), QUEUE_LOCK_OK);
     assert_true(t3 > t1);
-    assert_int_equal(etcd_lock_release(c, "re"), ETCD_LOCK_OK);
-    assert_int_equal(etcd_lock_acquire(c, "a/b", 0, NULL), ETCD_LOCK_ERR_INVALID);
-    etcd_lock_client_destroy(c);
+    assert_int_equal(queue_lock_release(c, "re", me()), QUEUE_LOCK_OK);
+    assert_int_equal(queue_lock_acquire(c, "a/b", me(), 0, NULL), QUEUE_LOCK_ERR_INVALID);
+    queue_lock_destroy(c);
 }
 
 /* ---- bounded wait and wake-up ---------------------------------------------------------- */
@@ -197,10 +207,10 @@ static void *wait_thread(void *p)
 {
     waiter *w = p;
 
-    w->rc = etcd_lock_acquire(w->c, "wb", w->wait_ms, NULL);
+    w->rc = queue_lock_acquire(w->c, "wb", me(), w->wait_ms, NULL);
     w->done_at = now_ms();
-    if (w->rc == ETCD_LOCK_OK)
-        etcd_lock_release(w->c, "wb");
+    if (w->rc == QUEUE_LOCK_OK)
+        queue_lock_release(w->c, "wb", me());
     return NULL;
 }
 
@@ -213,16 +223,16 @@ static void test_bounded_wait(void **state)
 
     (void)state;
     assert_non_null(c);
-    assert_int_equal(etcd_lock_acquire(c, "wb", 0, NULL), ETCD_LOCK_OK);
+    assert_int_equal(queue_lock_acquire(c, "wb", me(), 0, NULL), QUEUE_LOCK_OK);
     w = (waiter){c, 400, 1, 0};
     start = now_ms();
     pthread_create(&t, NULL, wait_thread, &w);
     pthread_join(t, NULL);
-    assert_int_equal(w.rc, ETCD_LOCK_ERR_TIMEOUT);
+    assert_int_equal(w.rc, QUEUE_LOCK_ERR_TIMEOUT);
     assert_true(w.done_at - start >= 400);
     assert_true(w.done_at - start < 400 + 2 * 1000); /* wait + two request timeouts */
-    assert_int_equal(etcd_lock_release(c, "wb"), ETCD_LOCK_OK);
-    etcd_lock_client_destroy(c);
+    assert_int_equal(queue_lock_release(c, "wb", me()), QUEUE_LOCK_OK);
+    queue_lock_destroy(c);
 }
 
 /* A waiter is woken by the watch on its predecessor, not by a poll: it gets the lock
@@ -236,17 +246,17 @@ static void test_wakeup(void **state)
 
     (void)state;
     assert_non_null(c);
-    assert_int_equal(etcd_lock_acquire(c, "wb", 0, NULL), ETCD_LOCK_OK);
+    assert_int_equal(queue_lock_acquire(c, "wb", me(), 0, NULL), QUEUE_LOCK_OK);
     w = (waiter){c, 20000, 1, 0};
     pthread_create(&t, NULL, wait_thread, &w);
     sleep_ms(500); /* the waiter is queued and watching */
     released = now_ms();
-    assert_int_equal(etcd_lock_release(c, "wb"), ETCD_LOCK_OK);
+    assert_int_equal(queue_lock_release(c, "wb", me()), QUEUE_LOCK_OK);
     pthread_join(t, NULL);
-    assert_int_equal(w.rc, ETCD_LOCK_OK);
+    assert_int_equal(w.rc, QUEUE_LOCK_OK);
     print_message("wake-up after release: %" PRId64 " ms\n", w.done_at - released);
     assert_true(w.done_at - released < 1000);
-    etcd_lock_client_destroy(c);
+    queue_lock_destroy(c);
 }
 
 /* ---- lease loss ------------------------------------------------------------------------ */
@@ -289,23 +299,23 @@ static void test_lease_lost(void **state)
     (void)state;
     assert_non_null(c);
     assert_non_null(other);
-    assert_int_equal(etcd_lock_acquire(c, "ll", 0, &t1), ETCD_LOCK_OK);
+    assert_int_equal(queue_lock_acquire(c, "ll", me(), 0, &t1), QUEUE_LOCK_OK);
     assert_int_equal(revoke_lease(etcd_server_endpoint(server), etcd_lock_lease_id(c)), 0);
     /* The keep-alive (every TTL/3 = 1 s) learns of it. */
     start = now_ms();
-    while (etcd_lock_is_held(c, "ll") == ETCD_LOCK_OK && now_ms() - start < 5000)
+    while (queue_lock_is_held(c, "ll", me()) == QUEUE_LOCK_OK && now_ms() - start < 5000)
         sleep_ms(50);
-    assert_int_equal(etcd_lock_is_held(c, "ll"), ETCD_LOCK_ERR_LOST);
+    assert_int_equal(queue_lock_is_held(c, "ll", me()), QUEUE_LOCK_ERR_LOST);
     /* The key went with the lease: another owner takes it at once, with a greater token. */
-    assert_int_equal(etcd_lock_acquire(other, "ll", 0, &t2), ETCD_LOCK_OK);
+    assert_int_equal(queue_lock_acquire(other, "ll", me(), 0, &t2), QUEUE_LOCK_OK);
     assert_true(t2 > t1);
-    assert_int_equal(etcd_lock_release(other, "ll"), ETCD_LOCK_OK);
+    assert_int_equal(queue_lock_release(other, "ll", me()), QUEUE_LOCK_OK);
     /* The lost holding is cleared by its release; the client then works on a new lease. */
-    etcd_lock_release(c, "ll");
-    assert_int_equal(etcd_lock_acquire(c, "ll", 0, NULL), ETCD_LOCK_OK);
-    assert_int_equal(etcd_lock_release(c, "ll"), ETCD_LOCK_OK);
-    etcd_lock_client_destroy(other);
-    etcd_lock_client_destroy(c);
+    queue_lock_release(c, "ll", me());
+    assert_int_equal(queue_lock_acquire(c, "ll", me(), 0, NULL), QUEUE_LOCK_OK);
+    assert_int_equal(queue_lock_release(c, "ll", me()), QUEUE_LOCK_OK);
+    queue_lock_destroy(other);
+    queue_lock_destroy(c);
 }
 
 /* ---- server down, then back ------------------------------------------------------------ */
@@ -319,13 +329,13 @@ static void test_server_down(void **state)
     assert_non_null(c);
     assert_int_equal(etcd_server_stop(server), 0);
     start = now_ms();
-    assert_int_equal(etcd_lock_acquire(c, "down", 500, NULL), ETCD_LOCK_ERR_SERVER);
+    assert_int_equal(queue_lock_acquire(c, "down", me(), 500, NULL), QUEUE_LOCK_ERR_SERVER);
     assert_true(now_ms() - start < 3000);
-    assert_true(etcd_lock_last_error()[0] != '\0');
+    assert_true(queue_lock_last_error()[0] != '\0');
     assert_int_equal(etcd_server_restart(server), 0);
-    assert_int_equal(etcd_lock_acquire(c, "down", 2000, NULL), ETCD_LOCK_OK);
-    assert_int_equal(etcd_lock_release(c, "down"), ETCD_LOCK_OK);
-    etcd_lock_client_destroy(c);
+    assert_int_equal(queue_lock_acquire(c, "down", me(), 2000, NULL), QUEUE_LOCK_OK);
+    assert_int_equal(queue_lock_release(c, "down", me()), QUEUE_LOCK_OK);
+    queue_lock_destroy(c);
 }
 
 /* ---- a hung etcd: every caller returns within its bound ------------------------------- */
@@ -345,7 +355,7 @@ static void *hung_acquire(void *p)
     hung_arg *a = p;
     int64_t start = now_ms();
 
-    a->rc = etcd_lock_acquire(a->c, "hung", HUNG_WAIT_MS, NULL);
+    a->rc = queue_lock_acquire(a->c, "hung", me(), HUNG_WAIT_MS, NULL);
     a->ms = now_ms() - start;
     return NULL;
 }
@@ -359,18 +369,18 @@ static void *hung_acquire(void *p)
  */
 static void test_hung_server_bounded(void **state)
 {
-    etcd_lock_options opts;
+    queue_lock_options opts;
     etcd_lock_client *c = NULL;
     pthread_t t[HUNG_THREADS];
     hung_arg a[HUNG_THREADS];
     int64_t worst = 0;
 
     (void)state;
-    etcd_lock_options_init(&opts);
-    opts.endpoint = etcd_server_endpoint(server);
+    queue_lock_options_init(&opts);
+    opts.servers = etcd_server_endpoint(server);
     opts.lease_ms = 3000;
     opts.request_timeout_ms = HUNG_TIMEOUT_MS;
-    assert_int_equal(etcd_lock_client_create(&opts, &c), ETCD_LOCK_OK);
+    assert_int_equal(etcd_lock_client_create(&opts, &c), QUEUE_LOCK_OK);
     assert_int_equal(etcd_server_freeze(server), 0);
     for (int i = 0; i < HUNG_THREADS; i++) {
         a[i].c = c;
@@ -380,7 +390,7 @@ static void test_hung_server_bounded(void **state)
         pthread_join(t[i], NULL);
     assert_int_equal(etcd_server_thaw(server), 0);
     for (int i = 0; i < HUNG_THREADS; i++) {
-        assert_int_equal(a[i].rc, ETCD_LOCK_ERR_SERVER);
+        assert_int_equal(a[i].rc, QUEUE_LOCK_ERR_SERVER);
         if (a[i].ms > worst)
             worst = a[i].ms;
     }
@@ -388,9 +398,9 @@ static void test_hung_server_bounded(void **state)
            worst);
     assert_true(worst <= HUNG_WAIT_MS + 8 * HUNG_TIMEOUT_MS + 200); /* + scheduling slack */
     /* Thawed, it serves again. */
-    assert_int_equal(etcd_lock_acquire(c, "hung", 2000, NULL), ETCD_LOCK_OK);
-    assert_int_equal(etcd_lock_release(c, "hung"), ETCD_LOCK_OK);
-    etcd_lock_client_destroy(c);
+    assert_int_equal(queue_lock_acquire(c, "hung", me(), 2000, NULL), QUEUE_LOCK_OK);
+    assert_int_equal(queue_lock_release(c, "hung", me()), QUEUE_LOCK_OK);
+    queue_lock_destroy(c);
 }
 
 /* ---- lost answers to writes ---------------------------------------------------------- */
@@ -509,11 +519,11 @@ static int64_t other_takes_within(const char *name, int64_t wait_ms)
 
     if (o == NULL)
         return -1;
-    if (etcd_lock_acquire(o, name, wait_ms, NULL) == ETCD_LOCK_OK) {
+    if (queue_lock_acquire(o, name, me(), wait_ms, NULL) == QUEUE_LOCK_OK) {
         took = now_ms() - start;
-        etcd_lock_release(o, name);
+        queue_lock_release(o, name, me());
     }
-    etcd_lock_client_destroy(o);
+    queue_lock_destroy(o);
     return took;
 }
 
@@ -526,7 +536,7 @@ static int64_t other_takes_within(const char *name, int64_t wait_ms)
  */
 static void test_lost_answers_leave_nothing(void **state)
 {
-    etcd_lock_options opts;
+    queue_lock_options opts;
     etcd_lock_client *c = NULL;
     char endpoint[64];
     int64_t took;
@@ -534,17 +544,17 @@ static void test_lost_answers_leave_nothing(void **state)
     (void)state;
     assert_int_equal(proxy_start(), 0);
     snprintf(endpoint, sizeof(endpoint), "http://127.0.0.1:%d", g_proxy_port);
-    etcd_lock_options_init(&opts);
-    opts.endpoint = endpoint;
+    queue_lock_options_init(&opts);
+    opts.servers = endpoint;
     opts.lease_ms = 2000;
     opts.request_timeout_ms = 300;
-    assert_int_equal(etcd_lock_client_create(&opts, &c), ETCD_LOCK_OK);
+    assert_int_equal(etcd_lock_client_create(&opts, &c), QUEUE_LOCK_OK);
     /* A lease first, so that the put is the request whose answer is lost. */
-    assert_int_equal(etcd_lock_acquire(c, "lostput", 0, NULL), ETCD_LOCK_OK);
-    assert_int_equal(etcd_lock_release(c, "lostput"), ETCD_LOCK_OK);
+    assert_int_equal(queue_lock_acquire(c, "lostput", me(), 0, NULL), QUEUE_LOCK_OK);
+    assert_int_equal(queue_lock_release(c, "lostput", me()), QUEUE_LOCK_OK);
 
     atomic_store(&g_proxy_mode, PROXY_SWALLOW);
-    assert_int_equal(etcd_lock_acquire(c, "lostput", 0, NULL), ETCD_LOCK_ERR_SERVER);
+    assert_int_equal(queue_lock_acquire(c, "lostput", me(), 0, NULL), QUEUE_LOCK_ERR_SERVER);
     atomic_store(&g_proxy_mode, PROXY_PASS);
     took = other_takes_within("lostput", 4000);
     printf("    a put whose answer was lost: another client took the lock after %" PRId64
@@ -552,16 +562,16 @@ static void test_lost_answers_leave_nothing(void **state)
            took);
     assert_true(took >= 0 && took <= 2000 + 500);
 
-    assert_int_equal(etcd_lock_acquire(c, "lostdel", 0, NULL), ETCD_LOCK_OK);
+    assert_int_equal(queue_lock_acquire(c, "lostdel", me(), 0, NULL), QUEUE_LOCK_OK);
     atomic_store(&g_proxy_mode, PROXY_BLACKHOLE);
-    assert_int_equal(etcd_lock_release(c, "lostdel"), ETCD_LOCK_ERR_SERVER);
+    assert_int_equal(queue_lock_release(c, "lostdel", me()), QUEUE_LOCK_ERR_SERVER);
     atomic_store(&g_proxy_mode, PROXY_PASS);
     took = other_takes_within("lostdel", 4000);
     printf("    a release whose delete never arrived: another client took the lock after %" PRId64
            " ms\n",
            took);
     assert_true(took >= 0 && took <= 2000 + 500);
-    etcd_lock_client_destroy(c);
+    queue_lock_destroy(c);
     proxy_stop();
 }
 

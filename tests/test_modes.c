@@ -384,13 +384,13 @@ static void test_needs_filter_the_served_rows(void **state)
  * no etcd is needed at this address (port 9, where nothing listens on loopback). */
 static guard_env *env_with_etcd(etcd_lock_client **client)
 {
-    etcd_lock_options eo;
+    queue_lock_options eo;
     guard_env_options opts = {.lock = NULL, .wait_ms = 100, .lease_ms = LOCK_LEASE_WATCHDOG};
     guard_env *env = NULL;
 
-    etcd_lock_options_init(&eo);
-    eo.endpoint = "http://127.0.0.1:9";
-    assert_int_equal(etcd_lock_client_create(&eo, client), ETCD_LOCK_OK);
+    queue_lock_options_init(&eo);
+    eo.servers = "http://127.0.0.1:9";
+    assert_int_equal(etcd_lock_client_create(&eo, client), QUEUE_LOCK_OK);
     opts.etcd = *client;
     assert_int_equal(guard_env_create(&opts, &env), 0);
     return env;
@@ -427,14 +427,14 @@ static void test_etcd_is_served_only_with_an_etcd_client(void **state)
 
     guard_env_destroy(with);
     guard_env_destroy(without);
-    etcd_lock_client_destroy(client);
+    queue_lock_destroy(client);
 }
 
 /* zookeeper likewise, with a ZooKeeper client (ZOOKEEPER_HOSTS): it connects lazily, so no
  * server is needed at this address either. */
 static void test_zookeeper_is_served_only_with_a_zookeeper_client(void **state)
 {
-    zk_lock_options zo;
+    queue_lock_options zo;
     zk_lock_client *client = NULL;
     guard_env *with = NULL, *without = NULL;
     guard_env_options plain = {.lock = NULL, .wait_ms = 100, .lease_ms = LOCK_LEASE_WATCHDOG};
@@ -448,9 +448,9 @@ static void test_zookeeper_is_served_only_with_a_zookeeper_client(void **state)
     assert_int_equal(zk->needs, MODE_NEEDS_ZOOKEEPER);
     assert_null(zk->tx);
 
-    zk_lock_options_init(&zo);
-    zo.hosts = "127.0.0.1:9";
-    assert_int_equal(zk_lock_client_create(&zo, &client), ZK_LOCK_OK);
+    queue_lock_options_init(&zo);
+    zo.servers = "127.0.0.1:9";
+    assert_int_equal(zk_lock_client_create(&zo, &client), QUEUE_LOCK_OK);
     opts.zk = client;
     assert_int_equal(guard_env_create(&plain, &without), 0);
     assert_int_equal(guard_env_create(&opts, &with), 0);
@@ -465,7 +465,7 @@ static void test_zookeeper_is_served_only_with_a_zookeeper_client(void **state)
 
     guard_env_destroy(with);
     guard_env_destroy(without);
-    zk_lock_client_destroy(client);
+    queue_lock_destroy(client);
 }
 
 static void test_zookeeper_guard_without_client_is_unavailable(void **state)

@@ -44,6 +44,16 @@ static int64_t now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* The calling thread's owner: the tests hold their locks per thread, as the service does. */
+static const char *me(void)
+{
+    static _Thread_local char owner[QUEUE_LOCK_OWNER_MAX];
+
+    if (owner[0] == '\0')
+        queue_lock_thread_owner(owner);
+    return owner;
+}
+
 static void sleep_ms(int ms)
 {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
@@ -53,14 +63,14 @@ static void sleep_ms(int ms)
 
 static zk_lock_client *new_client(const char *hosts, int session_ms)
 {
-    zk_lock_options opts;
+    queue_lock_options opts;
     zk_lock_client *c = NULL;
 
-    zk_lock_options_init(&opts);
-    opts.hosts = hosts;
-    opts.session_ms = session_ms;
+    queue_lock_options_init(&opts);
+    opts.servers = hosts;
+    opts.lease_ms = session_ms;
     opts.request_timeout_ms = REQUEST_TIMEOUT_MS;
-    if (zk_lock_client_create(&opts, &c) != ZK_LOCK_OK)
+    if (zk_lock_client_create(&opts, &c) != QUEUE_LOCK_OK)
         return NULL;
     return c;
 }
@@ -81,7 +91,7 @@ static void *mx_thread(void *p)
         long n = 0;
         FILE *f;
 
-        if (zk_lock_acquire(a->c, "mx", 30000, NULL) != ZK_LOCK_OK) {
+        if (queue_lock_acquire(a->c, "mx", me(), 30000, NULL) != QUEUE_LOCK_OK) {
             a->failures++;
             continue;
         }
@@ -97,7 +107,7 @@ static void *mx_thread(void *p)
             fprintf(f, "%ld\n", n + 1);
             fclose(f);
         }
-        if (zk_lock_release(a->c, "mx") != ZK_LOCK_OK)
+        if (queue_lock_release(a->c, "mx", me()) != QUEUE_LOCK_OK)
             a->failures++;
     }
     return NULL;
@@ -122,8 +132,8 @@ static int run_mx(const char *hosts, const char *file)
         failures += a[i].failures;
     }
     if (failures > 0)
-        fprintf(stderr, "mx: %d failed calls, last: %s\n", failures, zk_lock_last_error());
-    zk_lock_client_destroy(c);
+        fprintf(stderr, "mx: %d failed calls, last: %s\n", failures, queue_lock_last_error());
+    queue_lock_destroy(c);
     return failures;
 }
 
@@ -166,26 +176,26 @@ static void test_reentrancy_and_token(void **state)
 
     (void)state;
     assert_non_null(c);
-    assert_int_equal(zk_lock_acquire(c, "re", 0, &t1), ZK_LOCK_OK);
-    assert_int_equal(zk_lock_acquire(c, "re", 0, &t2), ZK_LOCK_OK);
+    assert_int_equal(queue_lock_acquire(c, "re", me(), 0, &t1), QUEUE_LOCK_OK);
+    assert_int_equal(queue_lock_acquire(c, "re", me(), 0, &t2), QUEUE_LOCK_OK);
     assert_true(t1 > 0);
     assert_int_equal(t1, t2);
-    assert_int_equal(zk_lock_is_held(c, "re"), ZK_LOCK_OK);
-    assert_int_equal(zk_lock_release(c, "re"), ZK_LOCK_OK);
-    assert_int_equal(zk_lock_is_held(c, "re"), ZK_LOCK_OK); /* one hold left */
-    assert_int_equal(zk_lock_release(c, "re"), ZK_LOCK_OK);
-    assert_int_equal(zk_lock_is_held(c, "re"), ZK_LOCK_ERR_NOT_HELD);
-    assert_int_equal(zk_lock_release(c, "re"), ZK_LOCK_ERR_NOT_HELD);
+    assert_int_equal(queue_lock_is_held(c, "re", me()), QUEUE_LOCK_OK);
+    assert_int_equal(queue_lock_release(c, "re", me()), QUEUE_LOCK_OK);
+    assert_int_equal(queue_lock_is_held(c, "re", me()), QUEUE_LOCK_OK); /* one hold left */
+    assert_int_equal(queue_lock_release(c, "re", me()), QUEUE_LOCK_OK);
+    assert_int_equal(queue_lock_is_held(c, "re", me()), QUEUE_LOCK_ERR_NOT_HELD);
+    assert_int_equal(queue_lock_release(c, "re", me()), QUEUE_LOCK_ERR_NOT_HELD);
     /* A later holding has a greater token, of this lock or of another (czxid is global). */
-    assert_int_equal(zk_lock_acquire(c, "re", 0, &t3), ZK_LOCK_OK);
+    assert_int_equal(queue_lock_acquire(c, "re", me(), 0, &t3), QUEUE_LOCK_OK);
     assert_true(t3 > t1);
-    assert_int_equal(zk_lock_acquire(c, "re-other", 0, &t4), ZK_LOCK_OK);
+    assert_int_equal(queue_lock_acquire(c, "re-other", me(), 0, &t4), QUEUE_LOCK_OK);
     assert_true(t4 > t3);
-    assert_int_equal(zk_lock_release(c, "re-other"), ZK_LOCK_OK);
-    assert_int_equal(zk_lock_release(c, "re"), ZK_LOCK_OK);
-    assert_int_equal(zk_lock_acquire(c, "a/b", 0, NULL), ZK_LOCK_ERR_INVALID);
-    assert_int_equal(zk_lock_acquire(c, "", 0, NULL), ZK_LOCK_ERR_INVALID);
-    zk_lock_client_destroy(c);
+    assert_int_equal(queue_lock_release(c, "re-other", me()), QUEUE_LOCK_OK);
+    assert_int_equal(queue_lock_release(c, "re", me()), QUEUE_LOCK_OK);
+    assert_int_equal(queue_lock_acquire(c, "a/b", me(), 0, NULL), QUEUE_LOCK_ERR_INVALID);
+    assert_int_equal(queue_lock_acquire(c, "", me(), 0, NULL), QUEUE_LOCK_ERR_INVALID);
+    queue_lock_destroy(c);
 }
 
 /* ---- bounded wait and wake-up ---------------------------------------------------------- */
@@ -201,10 +211,10 @@ static void *wait_thread(void *p)
 {
     waiter *w = p;
 
-    w->rc = zk_lock_acquire(w->c, "wb", w->wait_ms, NULL);
+    w->rc = queue_lock_acquire(w->c, "wb", me(), w->wait_ms, NULL);
     w->done_at = now_ms();
-    if (w->rc == ZK_LOCK_OK)
-        zk_lock_release(w->c, "wb");
+    if (w->rc == QUEUE_LOCK_OK)
+        queue_lock_release(w->c, "wb", me());
     return NULL;
 }
 
@@ -219,20 +229,20 @@ static void test_bounded_wait(void **state)
     (void)state;
     assert_non_null(c);
     assert_non_null(other);
-    assert_int_equal(zk_lock_acquire(c, "wb", 0, NULL), ZK_LOCK_OK);
+    assert_int_equal(queue_lock_acquire(c, "wb", me(), 0, NULL), QUEUE_LOCK_OK);
     w = (waiter){other, 400, 1, 0};
     start = now_ms();
     pthread_create(&t, NULL, wait_thread, &w);
     pthread_join(t, NULL);
-    assert_int_equal(w.rc, ZK_LOCK_ERR_TIMEOUT);
+    assert_int_equal(w.rc, QUEUE_LOCK_ERR_TIMEOUT);
     assert_true(w.done_at - start >= 400);
     assert_true(w.done_at - start < 400 + REQUEST_TIMEOUT_MS); /* wait + a request timeout */
     /* The waiter left the queue: a try of the other client after the release gets it. */
-    assert_int_equal(zk_lock_release(c, "wb"), ZK_LOCK_OK);
-    assert_int_equal(zk_lock_acquire(other, "wb", 0, NULL), ZK_LOCK_OK);
-    assert_int_equal(zk_lock_release(other, "wb"), ZK_LOCK_OK);
-    zk_lock_client_destroy(other);
-    zk_lock_client_destroy(c);
+    assert_int_equal(queue_lock_release(c, "wb", me()), QUEUE_LOCK_OK);
+    assert_int_equal(queue_lock_acquire(other, "wb", me(), 0, NULL), QUEUE_LOCK_OK);
+    assert_int_equal(queue_lock_release(other, "wb", me()), QUEUE_LOCK_OK);
+    queue_lock_destroy(other);
+    queue_lock_destroy(c);
 }
 
 /* A waiter is woken by the watch on its predecessor, not by a poll: it gets the lock
@@ -248,18 +258,18 @@ static void test_wakeup(void **state)
     (void)state;
     assert_non_null(c);
     assert_non_null(other);
-    assert_int_equal(zk_lock_acquire(c, "wb", 0, NULL), ZK_LOCK_OK);
+    assert_int_equal(queue_lock_acquire(c, "wb", me(), 0, NULL), QUEUE_LOCK_OK);
     w = (waiter){other, 20000, 1, 0};
     pthread_create(&t, NULL, wait_thread, &w);
     sleep_ms(500); /* the waiter is queued and watching */
     released = now_ms();
-    assert_int_equal(zk_lock_release(c, "wb"), ZK_LOCK_OK);
+    assert_int_equal(queue_lock_release(c, "wb", me()), QUEUE_LOCK_OK);
     pthread_join(t, NULL);
-    assert_int_equal(w.rc, ZK_LOCK_OK);
+    assert_int_equal(w.rc, QUEUE_LOCK_OK);
     print_message("wake-up after release: %" PRId64 " ms\n", w.done_at - released);
     assert_true(w.done_at - released < 1000);
-    zk_lock_client_destroy(other);
-    zk_lock_client_destroy(c);
+    queue_lock_destroy(other);
+    queue_lock_destroy(c);
 }
 
 /* ---- session expiry -------------------------------------------------------------------- */
@@ -296,30 +306,30 @@ static void test_session_expired_is_lost(void **state)
     (void)state;
     assert_non_null(c);
     assert_non_null(other);
-    assert_int_equal(zk_lock_acquire(c, "ll", 0, &t1), ZK_LOCK_OK);
-    assert_int_equal(zk_lock_session(c, &id, passwd), ZK_LOCK_OK);
+    assert_int_equal(queue_lock_acquire(c, "ll", me(), 0, &t1), QUEUE_LOCK_OK);
+    assert_int_equal(zk_lock_session(c, &id, passwd), QUEUE_LOCK_OK);
     assert_int_equal(expire_session(zk_server_hosts(server), id, passwd), 0);
     /* The client hears of it (the library's session event) and reports the holding lost. */
     start = now_ms();
-    while (zk_lock_is_held(c, "ll") == ZK_LOCK_OK && now_ms() - start < 5000)
+    while (queue_lock_is_held(c, "ll", me()) == QUEUE_LOCK_OK && now_ms() - start < 5000)
         sleep_ms(20);
     print_message("session expiry seen after %" PRId64 " ms\n", now_ms() - start);
-    assert_int_equal(zk_lock_is_held(c, "ll"), ZK_LOCK_ERR_LOST);
+    assert_int_equal(queue_lock_is_held(c, "ll", me()), QUEUE_LOCK_ERR_LOST);
     /* A lost holding is not reentered. */
-    assert_int_equal(zk_lock_acquire(c, "ll", 0, NULL), ZK_LOCK_ERR_LOST);
+    assert_int_equal(queue_lock_acquire(c, "ll", me(), 0, NULL), QUEUE_LOCK_ERR_LOST);
     /* The node went with the session: another owner takes it at once, with a greater token. */
-    assert_int_equal(zk_lock_acquire(other, "ll", 0, &t2), ZK_LOCK_OK);
+    assert_int_equal(queue_lock_acquire(other, "ll", me(), 0, &t2), QUEUE_LOCK_OK);
     assert_true(t2 > t1);
-    assert_int_equal(zk_lock_release(other, "ll"), ZK_LOCK_OK);
+    assert_int_equal(queue_lock_release(other, "ll", me()), QUEUE_LOCK_OK);
     /* The lost holding is cleared by its release (whose delete may fail: the session is
      * gone); the client then works on a new session. */
-    zk_lock_release(c, "ll");
-    assert_int_equal(zk_lock_release(c, "ll"), ZK_LOCK_ERR_NOT_HELD);
-    assert_int_equal(zk_lock_acquire(c, "ll", 1000, NULL), ZK_LOCK_OK);
-    assert_int_equal(zk_lock_is_held(c, "ll"), ZK_LOCK_OK);
-    assert_int_equal(zk_lock_release(c, "ll"), ZK_LOCK_OK);
-    zk_lock_client_destroy(other);
-    zk_lock_client_destroy(c);
+    queue_lock_release(c, "ll", me());
+    assert_int_equal(queue_lock_release(c, "ll", me()), QUEUE_LOCK_ERR_NOT_HELD);
+    assert_int_equal(queue_lock_acquire(c, "ll", me(), 1000, NULL), QUEUE_LOCK_OK);
+    assert_int_equal(queue_lock_is_held(c, "ll", me()), QUEUE_LOCK_OK);
+    assert_int_equal(queue_lock_release(c, "ll", me()), QUEUE_LOCK_OK);
+    queue_lock_destroy(other);
+    queue_lock_destroy(c);
 }
 
 /* ---- server down, then back ------------------------------------------------------------ */
@@ -331,28 +341,28 @@ static void test_server_down(void **state)
 
     (void)state;
     assert_non_null(c);
-    assert_int_equal(zk_lock_acquire(c, "down", 0, NULL), ZK_LOCK_OK);
+    assert_int_equal(queue_lock_acquire(c, "down", me(), 0, NULL), QUEUE_LOCK_OK);
     assert_int_equal(zk_server_stop(server), 0);
     /* Disconnected: the holding can no longer be vouched for. */
     start = now_ms();
-    while (zk_lock_is_held(c, "down") == ZK_LOCK_OK && now_ms() - start < 5000)
+    while (queue_lock_is_held(c, "down", me()) == QUEUE_LOCK_OK && now_ms() - start < 5000)
         sleep_ms(20);
-    assert_int_equal(zk_lock_is_held(c, "down"), ZK_LOCK_ERR_LOST);
+    assert_int_equal(queue_lock_is_held(c, "down", me()), QUEUE_LOCK_ERR_LOST);
     start = now_ms();
-    assert_int_equal(zk_lock_acquire(c, "down-2", 500, NULL), ZK_LOCK_ERR_SERVER);
+    assert_int_equal(queue_lock_acquire(c, "down-2", me(), 500, NULL), QUEUE_LOCK_ERR_SERVER);
     assert_true(now_ms() - start < REQUEST_TIMEOUT_MS + 500); /* a request timeout, and slack */
-    assert_true(zk_lock_last_error()[0] != '\0');
-    zk_lock_release(c, "down");
+    assert_true(queue_lock_last_error()[0] != '\0');
+    queue_lock_release(c, "down", me());
     assert_int_equal(zk_server_restart(server), 0);
     /* Back: the client reconnects by itself (the session, kept in the server's data,
      * survives a quick restart, or a new one is opened). */
     start = now_ms();
-    while (zk_lock_acquire(c, "down-2", 2000, NULL) != ZK_LOCK_OK && now_ms() - start < 10000)
+    while (queue_lock_acquire(c, "down-2", me(), 2000, NULL) != QUEUE_LOCK_OK && now_ms() - start < 10000)
         sleep_ms(100);
     print_message("back after the restart: the lock had in %" PRId64 " ms\n", now_ms() - start);
-    assert_int_equal(zk_lock_is_held(c, "down-2"), ZK_LOCK_OK);
-    assert_int_equal(zk_lock_release(c, "down-2"), ZK_LOCK_OK);
-    zk_lock_client_destroy(c);
+    assert_int_equal(queue_lock_is_held(c, "down-2", me()), QUEUE_LOCK_OK);
+    assert_int_equal(queue_lock_release(c, "down-2", me()), QUEUE_LOCK_OK);
+    queue_lock_destroy(c);
 }
 
 /* ---- a hung server: every caller returns within its bound ------------------------------ */
@@ -372,7 +382,7 @@ static void *hung_acquire(void *p)
     hung_arg *a = p;
     int64_t start = now_ms();
 
-    a->rc = zk_lock_acquire(a->c, "hung", HUNG_WAIT_MS, NULL);
+    a->rc = queue_lock_acquire(a->c, "hung", me(), HUNG_WAIT_MS, NULL);
     a->ms = now_ms() - start;
     return NULL;
 }
@@ -386,20 +396,20 @@ static void *hung_acquire(void *p)
  */
 static void test_hung_server_bounded(void **state)
 {
-    zk_lock_options opts;
+    queue_lock_options opts;
     zk_lock_client *c = NULL;
     pthread_t t[HUNG_THREADS];
     hung_arg a[HUNG_THREADS];
     int64_t worst = 0, start;
 
     (void)state;
-    zk_lock_options_init(&opts);
-    opts.hosts = zk_server_hosts(server);
-    opts.session_ms = 9000;
+    queue_lock_options_init(&opts);
+    opts.servers = zk_server_hosts(server);
+    opts.lease_ms = 9000;
     opts.request_timeout_ms = HUNG_TIMEOUT_MS;
-    assert_int_equal(zk_lock_client_create(&opts, &c), ZK_LOCK_OK);
-    assert_int_equal(zk_lock_acquire(c, "hung", 0, NULL), ZK_LOCK_OK); /* connected */
-    assert_int_equal(zk_lock_release(c, "hung"), ZK_LOCK_OK);
+    assert_int_equal(zk_lock_client_create(&opts, &c), QUEUE_LOCK_OK);
+    assert_int_equal(queue_lock_acquire(c, "hung", me(), 0, NULL), QUEUE_LOCK_OK); /* connected */
+    assert_int_equal(queue_lock_release(c, "hung", me()), QUEUE_LOCK_OK);
     assert_int_equal(zk_server_freeze(server), 0);
     for (int i = 0; i < HUNG_THREADS; i++) {
         a[i].c = c;
@@ -409,7 +419,7 @@ static void test_hung_server_bounded(void **state)
         pthread_join(t[i], NULL);
     assert_int_equal(zk_server_thaw(server), 0);
     for (int i = 0; i < HUNG_THREADS; i++) {
-        assert_int_equal(a[i].rc, ZK_LOCK_ERR_SERVER);
+        assert_int_equal(a[i].rc, QUEUE_LOCK_ERR_SERVER);
         if (a[i].ms > worst)
             worst = a[i].ms;
     }
@@ -418,11 +428,11 @@ static void test_hung_server_bounded(void **state)
     assert_true(worst <= HUNG_WAIT_MS + 3 * HUNG_TIMEOUT_MS + 200); /* + scheduling slack */
     /* Thawed, it serves again. */
     start = now_ms();
-    while (zk_lock_acquire(c, "hung", 2000, NULL) != ZK_LOCK_OK && now_ms() - start < 10000)
+    while (queue_lock_acquire(c, "hung", me(), 2000, NULL) != QUEUE_LOCK_OK && now_ms() - start < 10000)
         sleep_ms(100);
-    assert_int_equal(zk_lock_is_held(c, "hung"), ZK_LOCK_OK);
-    assert_int_equal(zk_lock_release(c, "hung"), ZK_LOCK_OK);
-    zk_lock_client_destroy(c);
+    assert_int_equal(queue_lock_is_held(c, "hung", me()), QUEUE_LOCK_OK);
+    assert_int_equal(queue_lock_release(c, "hung", me()), QUEUE_LOCK_OK);
+    queue_lock_destroy(c);
 }
 
 static int group_setup(void **state)

@@ -185,6 +185,9 @@ history_resolve() {
     # "body":..}, the name being the request id or else the key; an order found by its
     # request id reads as the 200 its client would have been told.
     {
+        # No JIT: the temporary tables have no statistics, their estimates cross the JIT's
+        # threshold, and compiling costs seconds where the query itself takes milliseconds.
+        echo 'SET jit = off;'
         echo 'CREATE TEMP TABLE open_ops (goods bigint, key text, rid text, how text, process bigint);'
         echo 'COPY open_ops FROM STDIN;'
         cat "$open"
@@ -251,7 +254,8 @@ history_ledger() {
     local dir=$1 out
     out=$({
         # (goods, order_id, count) of every ok deduction (the count from its invocation),
-        # then every goods the history names.
+        # then every goods the history names. No JIT (see history_resolve).
+        echo 'SET jit = off;'
         echo 'CREATE TEMP TABLE acked (goods bigint, order_id bigint, count bigint);'
         echo 'COPY acked FROM STDIN;'
         awk -F'\t' '$1 == "deduct" && $2 == "invoke" { n[$3] = $5; next }

@@ -1,6 +1,7 @@
 /*
- * zk_lock.c - the ZooKeeper lock of zk_lock.h: a session kept alive by the client library,
- * an ephemeral sequential node per waiter, a watch on the predecessor only.
+ * zk_lock.c - ZooKeeper's protocol for the queue lock (zk_lock.h, lock/queue/backend.h): a
+ * session kept alive by the client library, an ephemeral sequential node per waiter, a watch
+ * on one node.
  *
  * The client library (libzookeeper_mt) runs two threads per handle: one does the network
  * (connects, pings, reconnects), one runs the watchers and the completions of requests. The
@@ -9,12 +10,15 @@
  *
  * A session is one handle with a reference count: a thread that makes a request holds a
  * reference, so a handle is never closed under a call. A session found dead (expired, or
- * ended by this client) leaves the client and is closed by the confirming thread once its
- * last request has returned: never by the watcher, which runs on the library's own thread
- * and must not close its handle.
+ * ended by this client) leaves the client and is closed by the keeper thread (keep_alive)
+ * once its last request has returned: never by the watcher, which runs on the library's own
+ * thread and must not close its handle.
  */
 #include "lock/zookeeper/zk_lock.h"
+#include "lock/clock.h"
 #include "lock/error.h"
+#include "lock/queue/backend.h"
+#include "lock/watchdog.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -24,45 +28,16 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 /* The synchronous calls exist only in the multi-threaded library, which says so by THREADED. */
 #define THREADED
 #include <zookeeper/zookeeper.h>
 
-#define NAME_MAX_LEN 200
 #define PATH_MAX_LEN 256
 #define ROOT "/locks"
 
-const char *zk_lock_last_error(void)
-{
-    return lock__error_text();
-}
-
-const char *zk_lock_strerror(int code)
-{
-    switch (code) {
-    case ZK_LOCK_OK:
-        return "ok";
-    case ZK_LOCK_ERR_TIMEOUT:
-        return "lock held by another owner for the whole wait";
-    case ZK_LOCK_ERR_SERVER:
-        return "ZooKeeper unreachable, timed out or answered an error";
-    case ZK_LOCK_ERR_NOT_HELD:
-        return "lock not held by the caller";
-    case ZK_LOCK_ERR_INVALID:
-        return "invalid argument";
-    case ZK_LOCK_ERR_NOMEM:
-        return "out of memory";
-    case ZK_LOCK_ERR_LOST:
-        return "the session of the holding is gone";
-    default:
-        return "unknown error";
-    }
-}
-
 typedef struct zk_session {
     struct zk_session *next; /* in the client's list of retired sessions */
-    zk_lock_client *c;
+    struct zk_be *c;
     zhandle_t *zh;
     uint64_t id; /* this client's number for it: a holding names the session it was taken in */
     int refs;    /* threads using zh; the client's own use is not counted */
@@ -70,19 +45,8 @@ typedef struct zk_session {
     bool connected;
     bool dead;               /* expired or ended: no request is made on it any more */
     int timeout_ms;          /* the timeout the server granted */
-    int64_t confirmed_until; /* monotonic ms: the server surely keeps the session until then */
+    int64_t confirmed_until; /* monotonic ns: the server surely keeps the session until then */
 } zk_session;
-
-/* One thread's holding of one lock. */
-typedef struct holding {
-    struct holding *next;
-    char name[NAME_MAX_LEN + 1];
-    char path[PATH_MAX_LEN];
-    pthread_t thread;
-    int count;
-    int64_t token;
-    uint64_t session; /* zk_session.id it was taken in */
-} holding;
 
 /* A thread waiting for the deletion of its predecessor; on the waiter's stack. */
 typedef struct waiter {
@@ -92,7 +56,8 @@ typedef struct waiter {
     bool fired;
 } waiter;
 
-struct zk_lock_client {
+typedef struct zk_be {
+    queue_lock *q; /* the queue lock over this backend: its keeper reaps retired sessions */
     char hosts[256];
     int session_ms;
     int timeout_ms;
@@ -104,39 +69,19 @@ struct zk_lock_client {
     bool opening; /* a thread is creating the current session's handle */
     uint64_t next_session_id;
     waiter *waiters;
-    holding *holdings;
     bool stopping;
-    pthread_t confirmer;
-    bool confirmer_started;
-};
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* The monotonic clock's time at ms, for pthread_cond_timedwait on c->cv. */
-static struct timespec monotonic_at(int64_t at_ms)
-{
-    struct timespec ts;
-
-    ts.tv_sec = at_ms / 1000;
-    ts.tv_nsec = (at_ms % 1000) * 1000000L;
-    return ts;
-}
+    int64_t confirm_at; /* monotonic ns: the keeper's next confirmation */
+} zk_be;
 
 /* ---- sessions ---------------------------------------------------------------------------- */
 
 /* Takes the session out of use: its holdings are lost, the next acquire opens another, and
- * the confirming thread closes its handle once no request is in flight on it. Closing it
+ * the keeper thread closes its handle once no request is in flight on it. Closing it
  * also makes the server delete its ephemeral nodes at once (if the server can be reached;
  * otherwise they go when the session expires there). Called with c->mu held. */
 static void retire_locked(zk_session *s)
 {
-    zk_lock_client *c = s->c;
+    zk_be *c = s->c;
 
     if (s->dead)
         return;
@@ -147,6 +92,7 @@ static void retire_locked(zk_session *s)
     s->next = c->retired;
     c->retired = s;
     pthread_cond_broadcast(&c->cv);
+    queue_lock__wake(c->q); /* the keeper closes it */
 }
 
 /* The one watcher of every handle and every watch: session events and watched nodes. It
@@ -154,7 +100,7 @@ static void retire_locked(zk_session *s)
 static void watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
 {
     zk_session *s = ctx;
-    zk_lock_client *c = s->c;
+    zk_be *c = s->c;
     waiter *w;
 
     (void)zh;
@@ -175,29 +121,32 @@ static void watcher(zhandle_t *zh, int type, int state, const char *path, void *
                 w->fired = true;
     }
     pthread_cond_broadcast(&c->cv);
+    queue_lock__wake(c->q); /* connected: confirm it; expired: close it */
     pthread_mutex_unlock(&c->mu);
 }
 
 /* Records that the server heard from session s at or after `sent` (a request sent then was
  * answered): it keeps the session at least a timeout from then. */
-static void confirm(zk_lock_client *c, zk_session *s, int64_t sent)
+static void confirm(zk_be *c, zk_session *s, int64_t sent)
 {
+    int64_t until = lock__add_ns(sent, lock__ms_to_ns(s->timeout_ms));
+
     pthread_mutex_lock(&c->mu);
-    if (!s->dead && sent + s->timeout_ms > s->confirmed_until)
-        s->confirmed_until = sent + s->timeout_ms;
+    if (!s->dead && until > s->confirmed_until)
+        s->confirmed_until = until;
     pthread_mutex_unlock(&c->mu);
 }
 
-static void unref(zk_lock_client *c, zk_session *s)
+static void unref(zk_be *c, zk_session *s)
 {
     pthread_mutex_lock(&c->mu);
     if (--s->refs == 0 && s->dead)
-        pthread_cond_broadcast(&c->cv); /* the confirming thread may close it now */
+        queue_lock__wake(c->q); /* the keeper may close it now */
     pthread_mutex_unlock(&c->mu);
 }
 
 /* A library answer that says the session is over retires it. */
-static void note_answer(zk_lock_client *c, zk_session *s, int zrc)
+static void note_answer(zk_be *c, zk_session *s, int zrc)
 {
     if (zrc == ZSESSIONEXPIRED || zrc == ZINVALIDSTATE) {
         pthread_mutex_lock(&c->mu);
@@ -206,24 +155,14 @@ static void note_answer(zk_lock_client *c, zk_session *s, int zrc)
     }
 }
 
-/* Ends the session on purpose: a node of it whose fate is unknown would otherwise block its
- * lock for as long as the session lives. */
-static void end_session(zk_lock_client *c, zk_session *s)
-{
-    pthread_mutex_lock(&c->mu);
-    retire_locked(s);
-    pthread_mutex_unlock(&c->mu);
-}
-
 /*
  * A connected session with a reference taken (unref() it), opening one if there is none.
  * Waits at most one request timeout for it to connect: the library connects on its own
  * thread, and a server that is down must cost a request that bound, not more.
  */
-static int get_session(zk_lock_client *c, zk_session **out)
+static int get_session(zk_be *c, zk_session **out)
 {
-    int64_t deadline = now_ms() + c->timeout_ms;
-    struct timespec until = monotonic_at(deadline);
+    int64_t until = lock__deadline_ns(c->timeout_ms);
     zk_session *s;
 
     pthread_mutex_lock(&c->mu);
@@ -233,15 +172,15 @@ static int get_session(zk_lock_client *c, zk_session **out)
             s->refs++;
             pthread_mutex_unlock(&c->mu);
             *out = s;
-            return ZK_LOCK_OK;
+            return QUEUE_LOCK_OK;
         }
         if (s == NULL && !c->opening)
             break; /* this thread opens one */
-        if (pthread_cond_timedwait(&c->cv, &c->mu, &until) == ETIMEDOUT) {
+        if (lock__cond_wait_until(&c->cv, &c->mu, until) == ETIMEDOUT) {
             pthread_mutex_unlock(&c->mu);
             lock__error_set("no connected ZooKeeper session within %d ms (%s)", c->timeout_ms,
                             c->hosts);
-            return ZK_LOCK_ERR_SERVER;
+            return QUEUE_LOCK_ERR_SERVER;
         }
     }
     c->opening = true;
@@ -262,7 +201,7 @@ static int get_session(zk_lock_client *c, zk_session **out)
         pthread_mutex_unlock(&c->mu);
         free(s);
         lock__error_set("cannot create a ZooKeeper handle for %s", c->hosts);
-        return ZK_LOCK_ERR_NOMEM;
+        return QUEUE_LOCK_ERR_NOMEM;
     }
     s->id = ++c->next_session_id;
     c->current = s;
@@ -272,15 +211,15 @@ static int get_session(zk_lock_client *c, zk_session **out)
             s->refs++;
             pthread_mutex_unlock(&c->mu);
             *out = s;
-            return ZK_LOCK_OK;
+            return QUEUE_LOCK_OK;
         }
-        if (pthread_cond_timedwait(&c->cv, &c->mu, &until) == ETIMEDOUT || s->dead)
+        if (lock__cond_wait_until(&c->cv, &c->mu, until) == ETIMEDOUT || s->dead)
             break;
     }
     pthread_mutex_unlock(&c->mu);
     /* Not connected yet: the handle stays, and keeps trying, for the next call. */
     lock__error_set("no connected ZooKeeper session within %d ms (%s)", c->timeout_ms, c->hosts);
-    return ZK_LOCK_ERR_SERVER;
+    return QUEUE_LOCK_ERR_SERVER;
 }
 
 /* ---- requests, each bounded by the request timeout -------------------------------------- */
@@ -295,7 +234,7 @@ static int get_session(zk_lock_client *c, zk_session **out)
  */
 typedef struct zk_call {
     struct zk_call *next; /* in its session's list while the completion is pending */
-    zk_lock_client *c;
+    zk_be *c;
     zk_session *s;
     int refs; /* the caller's and the completion's; under c->mu */
     bool done;
@@ -346,7 +285,7 @@ static void call_free(zk_call *k)
 /* Drops one reference; the last frees the record. */
 static void call_unref(zk_call *k)
 {
-    zk_lock_client *c = k->c;
+    zk_be *c = k->c;
     bool last;
 
     pthread_mutex_lock(&c->mu);
@@ -359,13 +298,15 @@ static void call_unref(zk_call *k)
 /* The completion's end: records the answer, wakes the caller, lets go. */
 static void call_finish(zk_call *k, int rc)
 {
-    zk_lock_client *c = k->c;
+    zk_be *c = k->c;
 
     pthread_mutex_lock(&c->mu);
     k->rc = rc;
     k->done = true;
     call_unlist_locked(k);
-    pthread_cond_broadcast(&c->cv); /* the caller, and the reaper when it was the last */
+    pthread_cond_broadcast(&c->cv); /* the caller */
+    if (k->s->dead && k->s->calls == NULL)
+        queue_lock__wake(c->q); /* the last answer of a retired session: the keeper closes it */
     pthread_mutex_unlock(&c->mu);
     call_unref(k);
 }
@@ -418,9 +359,9 @@ static void on_children(int rc, const struct String_vector *strings, const void 
 /* Awaits the answer to a request sent (submit_rc: what the asynchronous call returned) for at
  * most the request timeout. Returns its code, or ZOPERATIONTIMEOUT when none came in time.
  * The caller reads k's results, then call_unref(k). */
-static int call_wait(zk_lock_client *c, zk_call *k, int submit_rc)
+static int call_wait(zk_be *c, zk_call *k, int submit_rc)
 {
-    struct timespec until = monotonic_at(now_ms() + c->timeout_ms);
+    int64_t until = lock__deadline_ns(c->timeout_ms);
     int rc;
 
     pthread_mutex_lock(&c->mu);
@@ -431,7 +372,7 @@ static int call_wait(zk_lock_client *c, zk_call *k, int submit_rc)
         return submit_rc;
     }
     while (!k->done)
-        if (pthread_cond_timedwait(&c->cv, &c->mu, &until) == ETIMEDOUT)
+        if (lock__cond_wait_until(&c->cv, &c->mu, until) == ETIMEDOUT)
             break;
     rc = k->done ? k->rc : ZOPERATIONTIMEOUT;
     pthread_mutex_unlock(&c->mu);
@@ -509,7 +450,7 @@ static int req_exists_watched(zk_session *s, zk_call *k, const char *path)
  * server). With force (at destroy), it is closed all the same, and the call records the
  * library did not finish are freed here: its threads are gone by then.
  */
-static void reap_locked(zk_lock_client *c, bool force)
+static void reap_locked(zk_be *c, bool force)
 {
     zk_session **p = &c->retired;
 
@@ -536,173 +477,7 @@ static void reap_locked(zk_lock_client *c, bool force)
     }
 }
 
-/* The confirming thread: every third of the session timeout, one cheap request on the
- * session (exists "/") moves confirmed_until on; between two, the library's own pings keep
- * the session alive. It also closes retired sessions. */
-static void *confirmer_main(void *arg)
-{
-    zk_lock_client *c = arg;
-    int64_t next = 0; /* when the next confirmation is due: wake-ups come more often */
-
-    pthread_mutex_lock(&c->mu);
-    while (!c->stopping) {
-        zk_session *s = c->current;
-        int period = (s != NULL ? s->timeout_ms : c->session_ms) / 3;
-        struct timespec until = monotonic_at(now_ms() + (period > 0 ? period : 1));
-        int64_t sent;
-        int zrc;
-
-        reap_locked(c, false);
-        pthread_cond_timedwait(&c->cv, &c->mu, &until);
-        reap_locked(c, false);
-        s = c->current;
-        if (c->stopping || s == NULL || !s->connected || now_ms() < next)
-            continue;
-        s->refs++;
-        pthread_mutex_unlock(&c->mu);
-        sent = now_ms();
-        next = sent + period;
-        zrc = request(s, req_exists_plain, "/");
-        if (zrc == ZOK)
-            confirm(c, s, sent);
-        note_answer(c, s, zrc);
-        unref(c, s);
-        pthread_mutex_lock(&c->mu);
-    }
-    pthread_mutex_unlock(&c->mu);
-    return NULL;
-}
-
-/* ---- client ---------------------------------------------------------------------------- */
-
-void zk_lock_options_init(zk_lock_options *opts)
-{
-    memset(opts, 0, sizeof(*opts));
-    opts->hosts = "127.0.0.1:2181";
-    opts->session_ms = 10000;
-    opts->request_timeout_ms = 1000;
-}
-
-int zk_lock_client_create(const zk_lock_options *opts, zk_lock_client **out)
-{
-    zk_lock_client *c;
-    pthread_condattr_t cattr;
-
-    if (opts == NULL || out == NULL || opts->hosts == NULL || opts->hosts[0] == '\0' ||
-        strlen(opts->hosts) >= sizeof(c->hosts) || opts->session_ms <= 0 ||
-        opts->request_timeout_ms <= 0)
-        return ZK_LOCK_ERR_INVALID;
-    /* The library logs to stderr by default; this module reports through its codes. */
-    zoo_set_debug_level(0);
-    c = calloc(1, sizeof(*c));
-    if (c == NULL)
-        return ZK_LOCK_ERR_NOMEM;
-    snprintf(c->hosts, sizeof(c->hosts), "%s", opts->hosts);
-    c->session_ms = opts->session_ms;
-    c->timeout_ms = opts->request_timeout_ms;
-    pthread_mutex_init(&c->mu, NULL);
-    pthread_condattr_init(&cattr);
-    pthread_condattr_setclock(&cattr, CLOCK_MONOTONIC); /* timed waits: monotonic_at() */
-    pthread_cond_init(&c->cv, &cattr);
-    pthread_condattr_destroy(&cattr);
-    if (pthread_create(&c->confirmer, NULL, confirmer_main, c) != 0) {
-        zk_lock_client_destroy(c);
-        return ZK_LOCK_ERR_NOMEM;
-    }
-    c->confirmer_started = true;
-    *out = c;
-    return ZK_LOCK_OK;
-}
-
-void zk_lock_client_destroy(zk_lock_client *c)
-{
-    holding *h, *next;
-
-    if (c == NULL)
-        return;
-    pthread_mutex_lock(&c->mu);
-    c->stopping = true;
-    pthread_cond_broadcast(&c->cv);
-    pthread_mutex_unlock(&c->mu);
-    if (c->confirmer_started)
-        pthread_join(c->confirmer, NULL);
-    pthread_mutex_lock(&c->mu);
-    while (c->opening) /* a thread still opening a handle: let it finish */
-        pthread_cond_wait(&c->cv, &c->mu);
-    if (c->current != NULL)
-        retire_locked(c->current);
-    /* No thread uses a session any more (the caller has stopped its threads); answers still
-     * due are awaited one request timeout, then the sessions are closed regardless. */
-    {
-        struct timespec until = monotonic_at(now_ms() + c->timeout_ms);
-        bool waiting = true;
-
-        while (waiting) {
-            zk_session *r;
-
-            waiting = false;
-            for (r = c->retired; r != NULL; r = r->next)
-                waiting = waiting || r->calls != NULL;
-            if (waiting && pthread_cond_timedwait(&c->cv, &c->mu, &until) == ETIMEDOUT)
-                break;
-        }
-    }
-    reap_locked(c, true);
-    pthread_mutex_unlock(&c->mu);
-    for (h = c->holdings; h != NULL; h = next) {
-        next = h->next;
-        free(h);
-    }
-    pthread_cond_destroy(&c->cv);
-    pthread_mutex_destroy(&c->mu);
-    free(c);
-}
-
-int zk_lock_session(zk_lock_client *c, int64_t *id, char passwd[16])
-{
-    zk_session *s;
-    const clientid_t *cid;
-    int rc;
-
-    if (get_session(c, &s) != ZK_LOCK_OK)
-        return ZK_LOCK_ERR_NOT_HELD;
-    cid = zoo_client_id(s->zh);
-    if (cid != NULL && cid->client_id != 0) {
-        *id = cid->client_id;
-        memcpy(passwd, cid->passwd, 16);
-        rc = ZK_LOCK_OK;
-    } else {
-        rc = ZK_LOCK_ERR_NOT_HELD;
-    }
-    unref(c, s);
-    return rc;
-}
-
-/* The calling thread's holding of name, or NULL. Called with c->mu held. */
-static holding *find_locked(zk_lock_client *c, const char *name, holding ***link)
-{
-    holding **p;
-
-    for (p = &c->holdings; *p != NULL; p = &(*p)->next)
-        if (pthread_equal((*p)->thread, pthread_self()) && strcmp((*p)->name, name) == 0) {
-            if (link != NULL)
-                *link = p;
-            return *p;
-        }
-    return NULL;
-}
-
-/* Whether holding h can still be vouched for: taken in the current session, which is
- * connected and which the server heard from less than a session timeout ago. Called with
- * c->mu held. */
-static bool live_locked(const zk_lock_client *c, const holding *h)
-{
-    const zk_session *s = c->current;
-
-    return s != NULL && s->id == h->session && s->connected && now_ms() < s->confirmed_until;
-}
-
-/* ---- the recipe ---------------------------------------------------------------------- */
+/* ---- the line ------------------------------------------------------------------------ */
 
 /* The sequence number the server appended to a node's name (its last ten digits). */
 static int64_t sequence_of(const char *child)
@@ -716,29 +491,32 @@ static int64_t sequence_of(const char *child)
  * the queue). The lock's parent is a container node, which the server deletes once it is
  * empty, so goods named by requests leave nothing behind; it is created on demand, and
  * again if the server reaped it between our create of it and of the child. */
-static int create_node(zk_lock_client *c, zk_session *s, const char *parent, char *path,
-                       size_t pathlen, int64_t *czxid)
+static int zk_create(void *be, const queue_lock__session *sess, const char *name, char *path,
+                     int64_t *czxid)
 {
-    char prefix[PATH_MAX_LEN + 8];
+    zk_be *c = be;
+    zk_session *s = sess->handle;
+    char parent[PATH_MAX_LEN], prefix[PATH_MAX_LEN + 8];
     int zrc = ZOK;
     int64_t sent;
 
+    snprintf(parent, sizeof(parent), ROOT "/%s", name);
     snprintf(prefix, sizeof(prefix), "%s/lock-", parent);
     for (int attempt = 0; attempt < 3; attempt++) {
         zk_call *k = call_new(s);
 
         if (k == NULL)
-            return ZK_LOCK_ERR_NOMEM;
-        sent = now_ms();
+            return QUEUE_LOCK_ERR_NOMEM;
+        sent = lock__now_ns();
         zrc = req_create(s, k, prefix, ZOO_EPHEMERAL_SEQUENTIAL);
         if (zrc == ZOK) {
-            snprintf(path, pathlen, "%s", k->path);
+            snprintf(path, QUEUE_LOCK__NODE_MAX, "%s", k->path);
             *czxid = k->czxid;
         }
         call_unref(k);
         if (zrc == ZOK) {
             confirm(c, s, sent);
-            return ZK_LOCK_OK;
+            return QUEUE_LOCK_OK;
         }
         if (zrc != ZNONODE)
             break;
@@ -752,28 +530,36 @@ static int create_node(zk_lock_client *c, zk_session *s, const char *parent, cha
     lock__error_set("create under %s: %s", parent, zerror(zrc));
     note_answer(c, s, zrc);
     if (zrc == ZCONNECTIONLOSS || zrc == ZOPERATIONTIMEOUT)
-        end_session(c, s); /* the node may exist, unknown to us: it would block the lock */
-    return ZK_LOCK_ERR_SERVER;
+        return QUEUE_LOCK__UNCLEAR; /* the node may exist, unknown to us: the session ends */
+    return QUEUE_LOCK_ERR_SERVER;
 }
 
-/* The predecessor of my node (sequence mine) under parent: the child with the greatest
- * smaller sequence. pred is "" when there is none (the lock is mine). */
-static int find_predecessor(zk_lock_client *c, zk_session *s, const char *parent, int64_t mine,
-                            char *pred, size_t predlen)
+/* The predecessor of my node under the lock's parent: the child with the greatest smaller
+ * sequence. pred is "" when there is none (the lock is mine). The watch needs no cursor: it
+ * is set with an exists, which answers ZNONODE for a node deleted meanwhile. */
+static int zk_predecessor(void *be, const queue_lock__session *sess, const char *name,
+                          const char *node, int64_t token, char *pred, int64_t *cursor)
 {
+    zk_be *c = be;
+    zk_session *s = sess->handle;
     zk_call *k = call_new(s);
-    int64_t best = -1;
-    int64_t sent = now_ms();
+    char parent[PATH_MAX_LEN];
+    const size_t predlen = QUEUE_LOCK__NODE_MAX;
+    int64_t best = -1, mine = sequence_of(node);
+    int64_t sent = lock__now_ns();
     int zrc;
 
+    (void)token;
+    *cursor = 0;
+    snprintf(parent, sizeof(parent), ROOT "/%s", name);
     if (k == NULL)
-        return ZK_LOCK_ERR_NOMEM;
+        return QUEUE_LOCK_ERR_NOMEM;
     zrc = req_children(s, k, parent);
     if (zrc != ZOK) {
         call_unref(k);
         lock__error_set("children of %s: %s", parent, zerror(zrc));
         note_answer(c, s, zrc);
-        return ZK_LOCK_ERR_SERVER;
+        return QUEUE_LOCK_ERR_SERVER;
     }
     confirm(c, s, sent);
     pred[0] = '\0';
@@ -790,19 +576,22 @@ static int find_predecessor(zk_lock_client *c, zk_session *s, const char *parent
         }
     }
     call_unref(k);
-    return ZK_LOCK_OK;
+    return QUEUE_LOCK_OK;
 }
 
-/* Waits until pred is deleted, the session dies or the deadline passes. ZK_LOCK_OK: look
- * again (deleted, or the deadline passed: the caller's check tells); ZK_LOCK_ERR_SERVER. */
-static int wait_for_deletion(zk_lock_client *c, zk_session *s, const char *pred, int64_t deadline)
+/* Waits until pred is deleted, the session dies or the deadline passes. QUEUE_LOCK_OK: look
+ * again (deleted, or the deadline passed: the caller's check tells); QUEUE_LOCK_ERR_SERVER. */
+static int zk_watch_deletion(void *be, const queue_lock__session *sess, const char *pred,
+                             int64_t cursor, int64_t until)
 {
-    struct timespec until = monotonic_at(deadline);
+    zk_be *c = be;
+    zk_session *s = sess->handle;
     waiter w = {NULL, s, "", false};
     waiter **p;
     int zrc;
     bool dead;
 
+    (void)cursor;
     snprintf(w.path, sizeof(w.path), "%s", pred);
     /* Registered before the watch is set, so a deletion that comes at once is not missed. */
     pthread_mutex_lock(&c->mu);
@@ -814,7 +603,7 @@ static int wait_for_deletion(zk_lock_client *c, zk_session *s, const char *pred,
     pthread_mutex_lock(&c->mu);
     if (zrc == ZOK)
         while (!w.fired && !s->dead && !c->stopping)
-            if (pthread_cond_timedwait(&c->cv, &c->mu, &until) == ETIMEDOUT)
+            if (lock__cond_wait_until(&c->cv, &c->mu, until) == ETIMEDOUT)
                 break;
     for (p = &c->waiters; *p != &w; p = &(*p)->next)
         ;
@@ -823,172 +612,208 @@ static int wait_for_deletion(zk_lock_client *c, zk_session *s, const char *pred,
     pthread_mutex_unlock(&c->mu);
 
     if (zrc == ZNONODE)
-        return ZK_LOCK_OK; /* gone already */
+        return QUEUE_LOCK_OK; /* gone already */
     if (zrc != ZOK) {
         lock__error_set("watch on %s: %s", pred, zerror(zrc));
         note_answer(c, s, zrc);
-        return ZK_LOCK_ERR_SERVER;
+        return QUEUE_LOCK_ERR_SERVER;
     }
     if (dead) {
         lock__error_set("the ZooKeeper session ended while waiting for %s", pred);
-        return ZK_LOCK_ERR_SERVER;
+        return QUEUE_LOCK_ERR_SERVER;
     }
-    return ZK_LOCK_OK;
+    return QUEUE_LOCK_OK;
 }
 
-/* Deletes a node of ours. If the answer is lost, the node may stay for as long as the
- * session lives, blocking its lock: then the session is ended. */
-static int delete_node(zk_lock_client *c, zk_session *s, const char *path)
+/* Deletes a node of the session numbered `session`. A node of a session that is no longer
+ * the current one went with it (or goes when the keeper closes it): nothing to do. */
+static int zk_remove(void *be, uint64_t session, const char *path)
 {
-    int zrc = request(s, req_delete, path);
-
-    if (zrc == ZOK || zrc == ZNONODE)
-        return ZK_LOCK_OK;
-    lock__error_set("delete %s: %s", path, zerror(zrc));
-    note_answer(c, s, zrc);
-    end_session(c, s);
-    return ZK_LOCK_ERR_SERVER;
-}
-
-int zk_lock_acquire(zk_lock_client *c, const char *name, int64_t wait_ms, int64_t *token)
-{
-    char parent[PATH_MAX_LEN], path[PATH_MAX_LEN], pred[PATH_MAX_LEN];
-    int64_t deadline, czxid = 0, mine;
-    zk_session *s;
-    holding *h;
-    int rc;
-
-    lock__error_clear();
-    if (c == NULL || name == NULL || name[0] == '\0' || strlen(name) > NAME_MAX_LEN ||
-        strchr(name, '/') != NULL || wait_ms < 0)
-        return ZK_LOCK_ERR_INVALID;
-    deadline = now_ms() + wait_ms;
-
-    /* Reentry: no round trip, the same token. A holding whose session is gone is not
-     * reentered: the caller must release it (and learns it is lost from is_held). */
-    pthread_mutex_lock(&c->mu);
-    h = find_locked(c, name, NULL);
-    if (h != NULL && live_locked(c, h)) {
-        h->count++;
-        if (token != NULL)
-            *token = h->token;
-        pthread_mutex_unlock(&c->mu);
-        return ZK_LOCK_OK;
-    }
-    pthread_mutex_unlock(&c->mu);
-    if (h != NULL) {
-        lock__error_set("%s: held under a lost session; release it first", name);
-        return ZK_LOCK_ERR_LOST;
-    }
-
-    rc = get_session(c, &s);
-    if (rc != ZK_LOCK_OK)
-        return rc;
-    snprintf(parent, sizeof(parent), ROOT "/%s", name);
-    rc = create_node(c, s, parent, path, sizeof(path), &czxid);
-    if (rc != ZK_LOCK_OK)
-        goto out;
-    mine = sequence_of(path);
-
-    for (;;) {
-        rc = find_predecessor(c, s, parent, mine, pred, sizeof(pred));
-        if (rc != ZK_LOCK_OK)
-            goto give_up;
-        if (pred[0] == '\0')
-            break; /* first in line: held */
-        if (now_ms() >= deadline) {
-            rc = ZK_LOCK_ERR_TIMEOUT;
-            goto give_up;
-        }
-        rc = wait_for_deletion(c, s, pred, deadline);
-        if (rc != ZK_LOCK_OK)
-            goto give_up;
-    }
-
-    h = calloc(1, sizeof(*h));
-    if (h == NULL) {
-        rc = ZK_LOCK_ERR_NOMEM;
-        goto give_up;
-    }
-    snprintf(h->name, sizeof(h->name), "%s", name);
-    snprintf(h->path, sizeof(h->path), "%s", path);
-    h->thread = pthread_self();
-    h->count = 1;
-    h->token = czxid;
-    h->session = s->id;
-    pthread_mutex_lock(&c->mu);
-    h->next = c->holdings;
-    c->holdings = h;
-    pthread_mutex_unlock(&c->mu);
-    if (token != NULL)
-        *token = czxid;
-    rc = ZK_LOCK_OK;
-    goto out;
-
-give_up:
-    /* Leave the queue; if even that fails, the session is ended and the node goes with it. */
-    {
-        char why[256];
-
-        snprintf(why, sizeof(why), "%s", lock__error_text());
-        delete_node(c, s, path);
-        lock__error_set("%s", why);
-    }
-out:
-    unref(c, s);
-    return rc;
-}
-
-int zk_lock_release(zk_lock_client *c, const char *name)
-{
-    holding *h, **link = NULL;
+    zk_be *c = be;
     zk_session *s = NULL;
-    char path[PATH_MAX_LEN];
-    int rc;
+    int zrc;
 
-    if (c == NULL || name == NULL)
-        return ZK_LOCK_ERR_INVALID;
     pthread_mutex_lock(&c->mu);
-    h = find_locked(c, name, &link);
-    if (h == NULL) {
-        pthread_mutex_unlock(&c->mu);
-        return ZK_LOCK_ERR_NOT_HELD;
-    }
-    if (--h->count > 0) {
-        pthread_mutex_unlock(&c->mu);
-        return ZK_LOCK_OK;
-    }
-    *link = h->next;
-    /* Only in the session it was taken in: a node of a dead session is gone already. */
-    if (c->current != NULL && c->current->id == h->session && !c->current->dead) {
+    if (c->current != NULL && c->current->id == session && !c->current->dead) {
         s = c->current;
         s->refs++;
     }
     pthread_mutex_unlock(&c->mu);
-    snprintf(path, sizeof(path), "%s", h->path);
-    free(h);
     if (s == NULL)
-        return ZK_LOCK_OK;
-    rc = delete_node(c, s, path);
+        return QUEUE_LOCK_OK;
+    zrc = request(s, req_delete, path);
+    if (zrc != ZOK && zrc != ZNONODE) {
+        lock__error_set("delete %s: %s", path, zerror(zrc));
+        note_answer(c, s, zrc);
+    }
     unref(c, s);
+    return zrc == ZOK || zrc == ZNONODE ? QUEUE_LOCK_OK : QUEUE_LOCK_ERR_SERVER;
+}
+
+/* ---- the session, as the recipe sees it ------------------------------------------------ */
+
+static int zk_get_session(void *be, queue_lock__session *sess)
+{
+    zk_session *s;
+    int rc = get_session(be, &s);
+
+    if (rc == QUEUE_LOCK_OK) {
+        sess->id = s->id;
+        sess->handle = s;
+    }
     return rc;
 }
 
-int zk_lock_is_held(zk_lock_client *c, const char *name)
+static void zk_put_session(void *be, queue_lock__session *sess)
 {
-    holding *h;
+    unref(be, sess->handle);
+}
+
+/* Ends the session on purpose: a node of it whose fate is unknown would otherwise block its
+ * lock for as long as the session lives. Closing it (the keeper does) deletes its nodes. */
+static void zk_end(void *be, uint64_t session)
+{
+    zk_be *c = be;
+
+    pthread_mutex_lock(&c->mu);
+    if (c->current != NULL && c->current->id == session)
+        retire_locked(c->current);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* Whether a holding of session `session` can still be vouched for: it is the current
+ * session, connected, and the server heard from it less than a session timeout ago. */
+static bool zk_alive(void *be, uint64_t session)
+{
+    zk_be *c = be;
+    const zk_session *s;
+    bool alive;
+
+    pthread_mutex_lock(&c->mu);
+    s = c->current;
+    alive = s != NULL && s->id == session && s->connected &&
+            lock__now_ns() < s->confirmed_until;
+    pthread_mutex_unlock(&c->mu);
+    return alive;
+}
+
+/* The keeper's round: closes the retired sessions it can, and every third of the session
+ * timeout (lock/watchdog.h) one cheap request on the session (exists "/") moves
+ * confirmed_until on; between two, the library's own pings keep the session alive. */
+static int64_t zk_keep_alive(void *be)
+{
+    zk_be *c = be;
+    zk_session *s;
+    int64_t now, sent, period;
+    int zrc;
+
+    pthread_mutex_lock(&c->mu);
+    reap_locked(c, false);
+    s = c->current;
+    period = lock__watchdog_period_ns(s != NULL ? s->timeout_ms : c->session_ms);
+    now = lock__now_ns();
+    if (c->stopping || s == NULL || !s->connected || now < c->confirm_at) {
+        int64_t next = s != NULL && s->connected && c->confirm_at > now ? c->confirm_at
+                                                                       : lock__add_ns(now, period);
+
+        pthread_mutex_unlock(&c->mu);
+        return next;
+    }
+    s->refs++;
+    sent = now;
+    c->confirm_at = lock__add_ns(sent, period);
+    pthread_mutex_unlock(&c->mu);
+    zrc = request(s, req_exists_plain, "/");
+    if (zrc == ZOK)
+        confirm(c, s, sent);
+    note_answer(c, s, zrc);
+    unref(c, s);
+    return lock__add_ns(sent, period);
+}
+
+/* ---- client ---------------------------------------------------------------------------- */
+
+/* Closes the session (the server deletes its nodes at once) and frees the backend. */
+static void zk_destroy(void *be)
+{
+    zk_be *c = be;
+
+    pthread_mutex_lock(&c->mu);
+    c->stopping = true;
+    pthread_cond_broadcast(&c->cv);
+    while (c->opening) /* a thread still opening a handle: let it finish */
+        pthread_cond_wait(&c->cv, &c->mu);
+    if (c->current != NULL)
+        retire_locked(c->current);
+    /* No thread uses a session any more (the caller has stopped its threads); answers still
+     * due are awaited one request timeout, then the sessions are closed regardless. */
+    {
+        int64_t until = lock__deadline_ns(c->timeout_ms);
+        bool waiting = true;
+
+        while (waiting) {
+            zk_session *r;
+
+            waiting = false;
+            for (r = c->retired; r != NULL; r = r->next)
+                waiting = waiting || r->calls != NULL;
+            if (waiting && lock__cond_wait_until(&c->cv, &c->mu, until) == ETIMEDOUT)
+                break;
+        }
+    }
+    reap_locked(c, true);
+    pthread_mutex_unlock(&c->mu);
+    pthread_cond_destroy(&c->cv);
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+}
+
+/* The backend's open: the client's state, with no session yet (the first acquire opens it). */
+static void *zk_open(queue_lock *q, const char *servers, const queue_lock_options *opts)
+{
+    zk_be *c = calloc(1, sizeof(*c));
+
+    if (c == NULL || lock__cond_init(&c->cv) != 0) {
+        free(c);
+        return NULL;
+    }
+    /* The library logs to stderr by default; this module reports through its codes. */
+    zoo_set_debug_level(0);
+    pthread_mutex_init(&c->mu, NULL);
+    c->q = q;
+    snprintf(c->hosts, sizeof(c->hosts), "%s", servers);
+    c->timeout_ms = opts->request_timeout_ms;
+    c->session_ms = opts->lease_ms > INT32_MAX ? INT32_MAX : (int)opts->lease_ms; /* an int */
+    return c;
+}
+
+static const queue_lock__backend zk_backend =
+    QUEUE_LOCK__BACKEND(zk, "ZooKeeper", "127.0.0.1:2181");
+
+int zk_lock_client_create(const queue_lock_options *opts, zk_lock_client **out)
+{
+    return queue_lock__open(&zk_backend, opts, out);
+}
+
+int zk_lock_session(zk_lock_client *q, int64_t *id, char passwd[16])
+{
+    zk_be *c = queue_lock__backend_of(q, &zk_backend);
+    zk_session *s;
+    const clientid_t *cid;
     int rc;
 
-    if (c == NULL || name == NULL)
-        return ZK_LOCK_ERR_INVALID;
-    pthread_mutex_lock(&c->mu);
-    h = find_locked(c, name, NULL);
-    if (h == NULL)
-        rc = ZK_LOCK_ERR_NOT_HELD;
-    else if (!live_locked(c, h))
-        rc = ZK_LOCK_ERR_LOST;
-    else
-        rc = ZK_LOCK_OK;
-    pthread_mutex_unlock(&c->mu);
+    if (c == NULL)
+        return QUEUE_LOCK_ERR_INVALID;
+    if (get_session(c, &s) != QUEUE_LOCK_OK)
+        return QUEUE_LOCK_ERR_NOT_HELD;
+    cid = zoo_client_id(s->zh);
+    if (cid != NULL && cid->client_id != 0) {
+        *id = cid->client_id;
+        memcpy(passwd, cid->passwd, 16);
+        rc = QUEUE_LOCK_OK;
+    } else {
+        rc = QUEUE_LOCK_ERR_NOT_HELD;
+    }
+    unref(c, s);
     return rc;
 }

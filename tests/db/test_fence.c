@@ -249,6 +249,66 @@ static void test_pipelined_error_leaves_nothing(void **state)
     db_pool_release(f->pool, c);
 }
 
+/* The batched sale's second round trip: the write, n orders in one statement and COMMIT.
+ * Each count gets an order of its own with that count, token and source; a refused write
+ * leaves nothing; bad arguments send nothing. */
+static void test_pipelined_batch_commits(void **state)
+{
+    fixture *f = *state;
+    db_conn *c = acquire(f->pool);
+    const int64_t counts[3] = {2, 1, 2};
+    int64_t s = 0, ids[3] = {0, 0, 0};
+
+    reset_ok(c, 1, 10);
+    assert_int_equal(db_claim_begin(c, 1, "redis", 5, &s), DB_OK);
+    const char *rids[3] = {"b-1", NULL, "b-3"};
+    assert_int_equal(db_batch_commit(c, 1, 5, counts, 3, "redis-batch", "svc-1", 5, "redis",
+                                     rids, ids),
+                     DB_OK);
+    assert_int_equal(raw_int(f->admin,
+                             "SELECT count(*) FROM orders WHERE goods = 1"
+                             " AND request_id IN ('b-1', 'b-3')",
+                             0, NULL),
+                     2);
+    assert_true(ids[0] > 0 && ids[1] > 0 && ids[2] > 0);
+    assert_true(ids[0] != ids[1] && ids[1] != ids[2] && ids[0] != ids[2]);
+    assert_int_equal(stock_of(c, 1), 5);
+    assert_int_equal(fence_of(f, 1), 5);
+    assert_int_equal(orders_of(f, 1), 3);
+    for (int i = 0; i < 3; i++) {
+        char id[24], count[24];
+        const char *params[2] = {id, count};
+        snprintf(id, sizeof(id), "%lld", (long long)ids[i]);
+        snprintf(count, sizeof(count), "%lld", (long long)counts[i]);
+        assert_int_equal(raw_int(f->admin,
+                                 "SELECT count(*) FROM orders WHERE id = $1 AND count = $2"
+                                 " AND goods = 1 AND fence = 5 AND fence_source = 'redis'"
+                                 " AND mode = 'redis-batch'",
+                                 2, params),
+                         1);
+    }
+
+    /* the write refused (below zero): the orders and COMMIT skipped, rolled back */
+    assert_int_equal(db_claim_begin(c, 1, "redis", 6, &s), DB_OK);
+    assert_int_equal(db_batch_commit(c, 1, -1, counts, 3, "redis-batch", "svc-1", 6, "redis",
+                                     NULL, ids),
+                     DB_ERR_QUERY);
+    assert_non_null(strstr(db_conn_error(c), "write stock"));
+    assert_int_equal(stock_of(c, 1), 5);
+    assert_int_equal(orders_of(f, 1), 3);
+    assert_int_equal(fence_of(f, 1), 5);
+
+    /* nothing to send: no orders, or a count below one */
+    assert_int_equal(db_batch_commit(c, 1, 5, counts, 0, "redis-batch", "svc-1", 6, "redis",
+                                     NULL, ids),
+                     DB_ERR_INVALID);
+    assert_int_equal(db_batch_commit(c, 1, 5, (const int64_t[]){1, 0}, 2, "redis-batch",
+                                     "svc-1", 6, "redis", NULL, ids),
+                     DB_ERR_INVALID);
+    assert_int_equal(db_ping(c), DB_OK);
+    db_pool_release(f->pool, c);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -264,6 +324,7 @@ int main(int argc, char **argv)
                                         setup_migrated, teardown),
         cmocka_unit_test_setup_teardown(test_pipelined_error_leaves_nothing,
                                         setup_migrated, teardown),
+        cmocka_unit_test_setup_teardown(test_pipelined_batch_commits, setup_migrated, teardown),
     };
 
     return db_test_main("test_fence", tests, sizeof(tests) / sizeof(tests[0]), argc, argv);

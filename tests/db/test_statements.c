@@ -429,6 +429,13 @@ static void test_lock_waits_end_at_lock_timeout(void **state)
     start = now_ms();
     expect_lock_timeout(f, c, "the conditional UPDATE", db_stock_take(c, 1, 1, &s), start);
 
+    /* BEGIN and the bound in one round trip: the same bound holds */
+    assert_int_equal(db_begin_lock_timeout(c, 0), DB_ERR_INVALID);
+    assert_int_equal(db_begin_lock_timeout(c, 200), DB_OK);
+    start = now_ms();
+    expect_lock_timeout(f, c, "the conditional UPDATE (pipelined BEGIN)",
+                        db_stock_take(c, 1, 1, &s), start);
+
     assert_int_equal(db_begin(c), DB_OK);
     assert_int_equal(db_set_lock_timeout(c, 200), DB_OK);
     assert_int_equal(db_stock_read_versioned(c, 1, &s, &v), DB_OK); /* no lock to wait for */

@@ -328,7 +328,8 @@ static void test_fence_counter_behind_after_failover(void **state)
                                .db = g_pool,
                                .db_wait_ms = 2000};
     assert_int_equal(guard_env_create(&gopts, &guards), 0);
-    deduct_env env = {.db = g_pool, .db_wait_ms = 2000, .guards = guards, .instance = "test"};
+    deduct_env env = {.db = g_pool, .db_wait_ms = 2000, .guards = guards, .instance = "test",
+                      .pipeline = true};
     reset_goods(goods, 100);
 
     assert_int_equal(deduct_execute(&env, m, goods, 1, NULL, NULL, &res), 0);

@@ -97,7 +97,7 @@ run_suite() {
 
 # run_program_dir DIR SECONDS [SUFFIX]: runs each program DIR/test_* (a folder of programs
 # by concern, BUILD_DIR/tests/lock/ say) as a suite of its own, named FOLDER/PROGRAM (then
-# SUFFIX: lock/test_watchdog-tsan), each with a limit of SECONDS. A folder without a program
+# SUFFIX: lock/test_lease-tsan), each with a limit of SECONDS. A folder without a program
 # is a broken suite: a run that finds nothing to run must not look like a pass.
 run_program_dir() {
     local dir=$1 seconds=$2 suffix=${3:-} bin found=0

@@ -5,7 +5,7 @@
  *
  * Each program starts its own redis-server on a free loopback port in a temporary directory
  * (tests/support/redis_server.c), once for all its cases (lock_test_main's group setup), and
- * stops it at the end, so it runs by itself: build/san/tests/lock/test_watchdog
+ * stops it at the end, so it runs by itself: build/san/tests/lock/test_lease
  * Each case gets an empty Redis (FLUSHALL) and a fresh lock_client with default options
  * (g_state.client); cases that need a short watchdog lease make their own client.
  *

@@ -71,6 +71,7 @@
  * never reset by anyone, so it stays unknown. */
 #define GOODS_DEDUCT 3101LL
 #define GOODS_MODES 3102LL
+#define GOODS_DRY 3103LL
 #define GOODS_LIMITS 3201LL
 #define GOODS_MEDIA 3202LL
 #define GOODS_LOCK 3301LL

@@ -75,6 +75,36 @@ static void test_deduct_outcomes(void **state)
     expect_stock(GOODS_DEDUCT, 5, 5, 0, 0, "after two 400s");
 }
 
+/* POST /api/deduct/dry: 404 on a replica without FAULTS=on; on one with it, the body checked
+ * as a sale's and a 200 that says dry_run, and nothing sold either way. */
+static void test_deduct_dry(void **state)
+{
+    const char *fault_url = getenv("FAULT_REPLICA_URL");
+    stock_view before;
+    json_t *j;
+
+    (void)state;
+    begin_case("deduct_dry");
+    reset_goods(GOODS_DRY, 5);
+    before = stock_settled(GOODS_DRY);
+    expect_error(deduct_at(g_env.stock_url, "/api/deduct/dry", GOODS_DRY, 1, "redis", NULL), 404,
+                 "not_found", "dry run without FAULTS=on");
+    if (fault_url == NULL || fault_url[0] == '\0')
+        fail_msg("FAULT_REPLICA_URL is not set: the dry run needs a replica with FAULTS=on");
+    j = expect_json(deduct_at(fault_url, "/api/deduct/dry", GOODS_DRY, 2, "redis", NULL), 200,
+                    "dry run");
+    if (!field_bool(j, "ok", "dry run") || !field_bool(j, "dry_run", "dry run"))
+        fail_msg("dry run: ok and dry_run should both be true");
+    expect_field_int(j, "goods_id", GOODS_DRY, "dry run");
+    expect_field_int(j, "count", 2, "dry run");
+    expect_field_str(j, "mode", "redis", "dry run");
+    expect_error(deduct_at(fault_url, "/api/deduct/dry", GOODS_DRY, 0, NULL, NULL), 400,
+                 "bad_request", "dry run, count 0");
+    expect_error(deduct_at(fault_url, "/api/deduct/dry", GOODS_DRY, 1, "no-such-mode", NULL), 400,
+                 "unknown_mode", "dry run, unknown mode");
+    expect_unchanged(GOODS_DRY, &before, "after dry runs");
+}
+
 /* The mode: from the body, from the query, the body's winning, the default, and unknown. */
 static void test_deduct_modes(void **state)
 {
@@ -435,6 +465,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_deduct_outcomes, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_deduct_modes, case_setup, case_teardown),
+        cmocka_unit_test_setup_teardown(test_deduct_dry, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_lock_timeout, case_setup, lock_case_teardown),
         cmocka_unit_test_setup_teardown(test_stock_endpoint, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_admin_reset, case_setup, case_teardown),

@@ -324,9 +324,10 @@ static long long wall_us(void)
     return (long long)ts.tv_sec * 1000000LL + ts.tv_nsec / 1000;
 }
 
-/* A request with X-Request-Id and no X-Fault is traced: every point it passed, on the wall
- * clock (within the caller's own send and answer), with the stock read and written and the
- * fence it held; its answer too. One without an id leaves no trace under any id. */
+/* A request with X-Request-Id and `X-Trace: on`, and no X-Fault, is traced: every point it
+ * passed, on the wall clock (within the caller's own send and answer), with the stock read
+ * and written and the fence it held; its answer too. An id without `X-Trace: on` asks for
+ * nothing (a load recorder's ids must not move requests off their fast paths): no trace. */
 static void test_trace_without_fault(void **state)
 {
     (void)state;
@@ -340,7 +341,7 @@ static void test_trace_without_fault(void **state)
                        .base = svc1,
                        .path = "/api/deduct",
                        .body = body,
-                       .headers = {"X-Request-Id: T1"}};
+                       .headers = {"X-Request-Id: T1", "X-Trace: on"}};
     long long sent = wall_us();
     expect_deducted(call(&rq), GOODS_LAB_TRACE, 1, 9, "redis", "T1's answer");
     long long answered = wall_us();
@@ -388,6 +389,14 @@ static void test_trace_without_fault(void **state)
     expect_field_int(json_array_get(json_object_get(t, "points"), 2), "stock", 9,
                      "the second run's stock read");
     expect_stock(GOODS_LAB_TRACE, 10, 8, 2, 2, "after T1 twice");
+    /* An id alone: sold, and no trace of it. */
+    http_request untraced = {.method = "POST",
+                             .base = svc1,
+                             .path = "/api/deduct",
+                             .body = body,
+                             .headers = {"X-Request-Id: U1"}};
+    expect_deducted(call(&untraced), GOODS_LAB_TRACE, 1, 7, "redis", "U1's answer");
+    expect_error(get(svc1, "/api/lab/trace/U1"), 404, "not_found", "an id without X-Trace: on");
 }
 
 /* Usage: test_lab_routes [PATTERN | --list] (stack_main in tests/stack/env.c). */

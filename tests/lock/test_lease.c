@@ -1,5 +1,5 @@
 /*
- * test_watchdog.c - the Redis lock's lease, against a real redis-server:
+ * test_lease.c - the Redis lock's lease, against a real redis-server:
  *   lease expiry        a child takes a 300 ms lease and dies: free after it, not before
  *   watchdog            3 x the lease held while others fail; after unlock, nothing renewed
  *   lost lock           the key deleted and retaken behind the holder: is_held says lost
@@ -220,5 +220,5 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_max_hold, case_setup, case_teardown),
     };
 
-    return lock_test_main("test_watchdog", tests, sizeof(tests) / sizeof(tests[0]), argc, argv);
+    return lock_test_main("test_lease", tests, sizeof(tests) / sizeof(tests[0]), argc, argv);
 }

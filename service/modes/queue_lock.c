@@ -1,0 +1,115 @@
+/*
+ * queue_lock.c - the "etcd" and "zookeeper" rungs: one guard over the queue lock of
+ * lock/queue/ on "goods-<id>", its backend chosen by the mode (the client of lock/etcd/ or of
+ * lock/zookeeper/). A lease or session kept alive, one node per waiter in a line ordered by
+ * the service, a watch on the predecessor. Every replica asks the same etcd or ensemble, so
+ * it holds across replicas.
+ *
+ * Like the redis guard, it claims the goods row with its fencing token (db_stock_claim):
+ * here the node's order number across the service (etcd's create revision, ZooKeeper's
+ * czxid), which grows with every later write. Those counters and Redis's are unrelated, so
+ * the token names its source ("etcd", "zookeeper"): db_stock_claim compares a token only
+ * with tokens of the same source, and a row sold by two modes in turn is not refused for
+ * the other's number.
+ *
+ * The owner of a holding is the request's thread (queue_lock_thread_owner): enter,
+ * still_held and leave run on it. still_held and leave serve both rungs: the holding's
+ * fence_source says which client took it.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "lock/queue/queue_lock.h"
+#include "service/clock.h"
+#include "service/guards.h"
+#include "service/log.h"
+
+/* What tells the two rungs apart. */
+typedef struct queue_rung {
+    const char *service; /* for texts: "etcd", "ZooKeeper" */
+    const char *source;  /* the fencing token's source, and the log's prefix */
+} queue_rung;
+
+static const queue_rung etcd_rung = {"etcd", "etcd"};
+static const queue_rung zookeeper_rung = {"ZooKeeper", "zookeeper"};
+
+static int queue_enter(queue_lock *q, const queue_rung *r, guard_env *env, int64_t goods_id,
+                       guard_hold *hold, char *detail, size_t detail_len)
+{
+    char owner[QUEUE_LOCK_OWNER_MAX];
+    struct timespec start;
+    int64_t token = 0;
+    int rc;
+
+    memset(hold, 0, sizeof(*hold));
+    if (q == NULL) {
+        snprintf(detail, detail_len, "%s lock client not configured", r->service);
+        return GUARD_ERR_UNAVAILABLE;
+    }
+    /* The name is an etcd key prefix or a znode under /locks: it has no '/'. */
+    snprintf(hold->name, sizeof(hold->name), "goods-%" PRId64, goods_id);
+    queue_lock_thread_owner(owner);
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    rc = queue_lock_acquire(q, hold->name, owner, env->wait_ms, &token);
+    hold->waited = true;
+    hold->wait_seconds = clock_seconds_since(&start);
+    switch (rc) {
+    case QUEUE_LOCK_OK:
+        hold->fenced = true;
+        hold->fence = token;
+        hold->fence_source = r->source;
+        return GUARD_OK;
+    case QUEUE_LOCK_ERR_TIMEOUT:
+        snprintf(detail, detail_len, "%s lock %s not had within %" PRId64 " ms", r->service,
+                 hold->name, env->wait_ms);
+        return GUARD_ERR_TIMEOUT;
+    default:
+        snprintf(detail, detail_len, "%s: %s%s%s", r->source, queue_lock_strerror(rc),
+                 queue_lock_last_error()[0] ? ": " : "", queue_lock_last_error());
+        return GUARD_ERR_UNAVAILABLE;
+    }
+}
+
+/* The client a holding was taken with: its token's source names the rung. */
+static queue_lock *client_of(const guard_env *env, const guard_hold *hold)
+{
+    return hold->fence_source == etcd_rung.source ? env->etcd : env->zk;
+}
+
+int guard_queue_lock__still_held(guard_env *env, const guard_hold *hold)
+{
+    char owner[QUEUE_LOCK_OWNER_MAX];
+
+    queue_lock_thread_owner(owner);
+    return queue_lock_is_held(client_of(env, hold), hold->name, owner) == QUEUE_LOCK_OK
+               ? GUARD_OK
+               : GUARD_ERR_LOST;
+}
+
+void guard_queue_lock__leave(guard_env *env, guard_hold *hold)
+{
+    char owner[QUEUE_LOCK_OWNER_MAX];
+    int rc;
+
+    queue_lock_thread_owner(owner);
+    rc = queue_lock_release(client_of(env, hold), hold->name, owner);
+    /* A failed delete has ended the lease or session: the node goes with it. */
+    if (rc != QUEUE_LOCK_OK) {
+        char quoted[160];
+        log_event(LOG_WARN, "unlock_failed", "lock=%s error=%s", hold->name,
+                  log_quote(quoted, sizeof(quoted), queue_lock_strerror(rc)));
+    }
+}
+
+int guard_etcd__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
+                      size_t detail_len)
+{
+    return queue_enter(env->etcd, &etcd_rung, env, goods_id, hold, detail, detail_len);
+}
+
+int guard_zookeeper__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
+                           size_t detail_len)
+{
+    return queue_enter(env->zk, &zookeeper_rung, env, goods_id, hold, detail, detail_len);
+}
