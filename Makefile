@@ -71,6 +71,15 @@ TEST_SUPPORT_SRC := $(wildcard tests/support/*.c)
 # stack by tests/integration.sh) and the support library they share (tests/stack/*.c).
 STACK_TEST_SRC := $(wildcard tests/stack/test_*.c)
 STACK_SUPPORT_SRC := $(filter-out $(STACK_TEST_SRC),$(wildcard tests/stack/*.c))
+# The programs that need a server, one per concern, each linked with the support library of
+# its folder: the db/ module against PostgreSQL (tests/db/), the read-check-write with
+# exactly ordered lock holders against PostgreSQL (tests/deduct/), the Redis lock (tests/lock/).
+DB_TEST_SRC := $(wildcard tests/db/test_*.c)
+DB_SUPPORT_SRC := $(filter-out $(DB_TEST_SRC),$(wildcard tests/db/*.c))
+DEDUCT_TEST_SRC := $(wildcard tests/deduct/test_*.c)
+DEDUCT_SUPPORT_SRC := $(filter-out $(DEDUCT_TEST_SRC),$(wildcard tests/deduct/*.c))
+LOCK_TEST_SRC := $(wildcard tests/lock/test_*.c)
+LOCK_SUPPORT_SRC := $(filter-out $(LOCK_TEST_SRC),$(wildcard tests/lock/*.c))
 # The history checker (history/, docs/history.md): pure C and jansson, no other module.
 HISTORY_SRC := $(filter-out history/main.c,$(wildcard history/*.c))
 
@@ -81,14 +90,21 @@ SERVICE_OBJ := $(call obj,$(SERVICE_SRC))
 MODULE_OBJ := $(SERVICE_OBJ) $(DB_OBJ) $(LOCK_OBJ)
 TEST_SUPPORT_OBJ := $(call obj,$(TEST_SUPPORT_SRC))
 STACK_SUPPORT_OBJ := $(call obj,$(STACK_SUPPORT_SRC))
+DB_SUPPORT_OBJ := $(call obj,$(DB_SUPPORT_SRC))
+DEDUCT_SUPPORT_OBJ := $(call obj,$(DEDUCT_SUPPORT_SRC))
+LOCK_SUPPORT_OBJ := $(call obj,$(LOCK_SUPPORT_SRC))
 HISTORY_OBJ := $(call obj,$(HISTORY_SRC))
 
 PROGRAMS := $(B)/stockd $(B)/lock-bench $(B)/ceiling-bench $(B)/check-history \
             $(B)/history-clock
 TESTS := $(patsubst tests/%.c,$(B)/tests/%,$(TEST_SRC))
 STACK_TESTS := $(patsubst tests/%.c,$(B)/tests/%,$(STACK_TEST_SRC))
+DB_TESTS := $(patsubst tests/%.c,$(B)/tests/%,$(DB_TEST_SRC))
+DEDUCT_TESTS := $(patsubst tests/%.c,$(B)/tests/%,$(DEDUCT_TEST_SRC))
+LOCK_TESTS := $(patsubst tests/%.c,$(B)/tests/%,$(LOCK_TEST_SRC))
 # What tests/tsan.sh runs: the service, and the tests with threads of their own to race.
-TSAN_TARGETS := build/tsan/stockd build/tsan/tests/test_lock build/tsan/tests/test_redlock \
+TSAN_TARGETS := build/tsan/stockd build/tsan/tests/test_redlock \
+                $(patsubst tests/%.c,build/tsan/tests/%,$(LOCK_TEST_SRC)) \
                 build/tsan/tests/test_lab \
                 build/tsan/tests/test_etcd \
                 build/tsan/tests/test_zookeeper \
@@ -102,7 +118,7 @@ TSAN_TARGETS := build/tsan/stockd build/tsan/tests/test_lock build/tsan/tests/te
 all: programs
 programs: $(PROGRAMS)
 # check-history too: tests/histories/run.sh (a unit suite) runs it on every committed history.
-tests: $(TESTS) $(STACK_TESTS) $(B)/check-history $(B)/history-gen
+tests: $(TESTS) $(STACK_TESTS) $(DB_TESTS) $(DEDUCT_TESTS) $(LOCK_TESTS) $(B)/check-history $(B)/history-gen
 
 # pkg-check and check-includes are order-only: they run before the first compile but never
 # make an object stale.
@@ -140,6 +156,18 @@ $(B)/chaos-load: $(B)/obj/bench/chaos_load.o
 # The stack's programs talk to the stack over HTTP, redis-cli and libpq: none of the modules.
 # (GNU make takes the pattern rule with the shortest stem: this one for tests/stack/.)
 $(B)/tests/stack/%: $(B)/obj/tests/stack/%.o $(STACK_SUPPORT_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(TEST_LDLIBS)
+
+$(B)/tests/db/%: $(B)/obj/tests/db/%.o $(DB_SUPPORT_OBJ) $(TEST_SUPPORT_OBJ) $(MODULE_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(TEST_LDLIBS)
+
+$(B)/tests/deduct/%: $(B)/obj/tests/deduct/%.o $(DEDUCT_SUPPORT_OBJ) $(TEST_SUPPORT_OBJ) $(MODULE_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(TEST_LDLIBS)
+
+$(B)/tests/lock/%: $(B)/obj/tests/lock/%.o $(LOCK_SUPPORT_OBJ) $(TEST_SUPPORT_OBJ) $(MODULE_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(TEST_LDLIBS)
 

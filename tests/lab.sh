@@ -3,7 +3,7 @@
 # run_lab BUILD_DIR starts the lab's own stack (scripts/lab.sh up: FAULTS=on, the ladder's
 # short leases, nginx with /lab/ and /replica/N/api/) from BUILD_DIR's stockd (the sanitizer
 # build under make test) on a run directory and free ports of its own, then:
-#   1. BUILD_DIR/tests/stack/test_lab with LAB_FAULTS=on: the lab's contract through the API
+#   1. BUILD_DIR/tests/stack/test_lab_routes with LAB_FAULTS=on: the lab's contract through the API
 #      alone (hold, list, step, trace, bad input; A held at checked past its lease on
 #      setnx-ttl oversells 1, on redis the books stay exact);
 #   2. tests/lab_page.mjs: headless Chromium plays every level of web/lab/ through its own
@@ -43,13 +43,13 @@ run_lab() {
     check "the lab's stack started" true
     check_group_end
 
-    if [ -x "$build/tests/stack/test_lab" ]; then
+    if [ -x "$build/tests/stack/test_lab_routes" ]; then
         LAB_FAULTS=on LAB_LEASE_MS=1500 LOCK_WAIT_MS=1000 STOCK_URL=http://127.0.0.1:$base \
             REPLICA_URLS=http://127.0.0.1:$((base + 1)),http://127.0.0.1:$((base + 2)),http://127.0.0.1:$((base + 3)) \
             ADMIN_TOKEN=unused REDIS_PORT=$redis PG_PORT=$pg RUN_DIR=$dir \
-            run_suite test_lab-on 120 "$build/tests/stack/test_lab"
+            run_suite test_lab_routes-on 120 "$build/tests/stack/test_lab_routes"
     else
-        suite_broken test_lab-on "$build/tests/stack/test_lab missing"
+        suite_broken test_lab_routes-on "$build/tests/stack/test_lab_routes missing"
     fi
 
     check_group_begin "lab-page"

@@ -69,8 +69,8 @@ db__stop() {
 }
 
 run_db_suite() {
-    local bin=$build/tests/test_db port
-    [ -x "$bin" ] || { suite_broken test_db "$bin missing"; return 0; }
+    local port
+    [ -d "$build/tests/db" ] || { suite_broken db "$build/tests/db missing"; return 0; }
     DB_TMP=$(mktemp -d "${TMPDIR:-/tmp}/stock-db.XXXXXX")
     chmod 755 "$DB_TMP" # the postgres user must reach its data directory
     harness_on_exit db__stop
@@ -87,13 +87,9 @@ run_db_suite() {
         return 0
     fi
     TEST_DATABASE_URL="host=127.0.0.1 port=$port user=postgres dbname=postgres" \
-        TEST_MIGRATIONS_DIR=$PWD/migrations run_suite test_db 240 "$bin"
-    if [ -x "$build/tests/test_deduct" ]; then
-        TEST_DATABASE_URL="host=127.0.0.1 port=$port user=postgres dbname=postgres" \
-            TEST_MIGRATIONS_DIR=$PWD/migrations run_suite test_deduct 120 "$build/tests/test_deduct"
-    else
-        suite_broken test_deduct "$build/tests/test_deduct missing"
-    fi
+        TEST_MIGRATIONS_DIR=$PWD/migrations run_program_dir "$build/tests/db" 240
+    TEST_DATABASE_URL="host=127.0.0.1 port=$port user=postgres dbname=postgres" \
+        TEST_MIGRATIONS_DIR=$PWD/migrations run_program_dir "$build/tests/deduct" 120
     db__stop
 }
 
@@ -110,11 +106,7 @@ FD_LIMIT=${FD_LIMIT:-1024}
 
 # The suites that start servers of their own, one after the other.
 server_suites() {
-    if [ -x "$build/tests/test_lock" ]; then
-        run_suite test_lock 180 "$build/tests/test_lock"
-    else
-        suite_broken test_lock "$build/tests/test_lock missing"
-    fi
+    run_program_dir "$build/tests/lock" 180
     if [ -x "$build/tests/test_redlock" ]; then
         run_suite test_redlock 120 "$build/tests/test_redlock"
     else

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # run-unit.sh BUILD_DIR - runs every pure unit test binary of BUILD_DIR/tests (all test_*
-# but test_lock, test_redlock, test_etcd, test_zookeeper, test_sentinel, test_cluster, test_db
-# and test_deduct, which need servers, and the programs of tests/stack/, which need the whole
-# stack; tests/run-all.sh runs those), and the documents checked against the code
+# but test_redlock, test_etcd, test_zookeeper, test_sentinel and test_cluster, which need
+# servers, and the programs of tests/lock/, tests/db/ and tests/deduct/, which need Redis or
+# PostgreSQL, and of tests/stack/, which need the whole stack; tests/run-all.sh runs those),
+# and the documents checked against the code
 # (tests/docs.sh).
 # Prints a line per suite and, last, "N passed, N failed" (test cases); exits 1 on any
 # failure. `make test-unit` builds the sanitizer binaries and calls this on build/san.

@@ -2,7 +2,7 @@
  * test_lab.c - the lab's pure parts (service/lab.c, and the step body of service/request.c):
  * the hold-at parser, the request id's shape, and the table of held requests with real
  * threads: a request held at its points and stepped, its hold budget, a duplicate id, a full
- * table, the ring of traces. The routes act on a real stack (tests/stack/test_lab.c).
+ * table, the ring of traces. The routes act on a real stack (tests/stack/test_lab_routes.c).
  */
 #include <setjmp.h>
 #include <stdarg.h>

@@ -3,8 +3,8 @@
  * stock into K segments, the choice of a sale's segments and their fall-over order, and the
  * bound on the segment count.
  *
- * The mode itself, against real Redis, PostgreSQL and nginx, is tested by test_stack (the
- * sharded_* cases); its statements by test_db (segments_*).
+ * The mode itself, against real Redis, PostgreSQL and nginx, is tested by
+ * tests/stack/test_sharded_sales.c; its statements by tests/db/test_segments.c.
  */
 #include <setjmp.h>
 #include <stdarg.h>

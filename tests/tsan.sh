@@ -7,10 +7,11 @@
 # (waiters, the watchdog that renews leases, the subscriber that wakes waiters on a release)
 # and a replica's (one thread per HTTP connection, sharing the pools, the lock client, the
 # local guard and the metrics). It sees only what runs, so it runs what is most concurrent:
-#   1. test_lock, every case, on the TSan build of lock/, and test_redlock (8 threads sharing
-#      one redlock over five servers); test_etcd, every case, on the TSan build of lock/etcd/
-#      (its keep-alive thread against 2 x 8 contending threads); test_zookeeper likewise on
-#      lock/zookeeper/ (its confirming thread and the client library's watcher thread);
+#   1. the programs of tests/lock/, every case, on the TSan build of lock/, and test_redlock
+#      (8 threads sharing one redlock over five servers); test_etcd, every case, on the TSan
+#      build of lock/etcd/ (its keep-alive thread against 2 x 8 contending threads);
+#      test_zookeeper likewise on lock/zookeeper/ (its confirming thread and the client
+#      library's watcher thread);
 #      test_sentinel (a client that follows a failover: its follower thread moves the address
 #      under the pool, the watchdog and the subscriber); test_cluster (eight threads of two
 #      clients sharing the cluster router's map and per-master pools, the watchdog renewing
@@ -52,12 +53,12 @@ run_tsan() {
 run_tsan_servers() {
     local build=$1
     case $build in /*) ;; *) build=$PWD/$build ;; esac
-    if [ ! -x "$build/tests/test_lock" ]; then
-        suite_broken tsan "$build/tests/test_lock missing (make B=$build TSAN=1 programs tests)"
+    if [ ! -d "$build/tests/lock" ]; then
+        suite_broken tsan "$build/tests/lock missing (make B=$build TSAN=1 programs tests)"
         return 0
     fi
     tsan__options
-    run_suite test_lock-tsan 600 "$build/tests/test_lock"
+    run_program_dir "$build/tests/lock" 600 -tsan
     # The lab's table: held requests, steppers and the hold budget, each on its own thread.
     if [ -x "$build/tests/test_lab" ]; then
         run_suite test_lab-tsan 60 "$build/tests/test_lab"

@@ -95,6 +95,20 @@ run_suite() {
     harness__record "$name" "$passed" "$failed" "$note"
 }
 
+# run_program_dir DIR SECONDS [SUFFIX]: runs each program DIR/test_* (a folder of programs
+# by concern, BUILD_DIR/tests/lock/ say) as a suite of its own, named FOLDER/PROGRAM (then
+# SUFFIX: lock/test_lease-tsan), each with a limit of SECONDS. A folder without a program
+# is a broken suite: a run that finds nothing to run must not look like a pass.
+run_program_dir() {
+    local dir=$1 seconds=$2 suffix=${3:-} bin found=0
+    for bin in "$dir"/test_*; do
+        if [ ! -f "$bin" ] || [ ! -x "$bin" ]; then continue; fi
+        found=1
+        run_suite "${dir##*/}/${bin##*/}$suffix" "$seconds" "$bin"
+    done
+    [ $found -eq 1 ] || suite_broken "${dir##*/}$suffix" "no test programs in $dir (make B=... tests)"
+}
+
 # check NAME COMMAND...: one shell-level case (a static check, an assertion on a log).
 # Counted in the current check group (check_group_begin/end).
 HARNESS_GROUP=""
@@ -261,17 +275,19 @@ harness_lanes_wait() {
 }
 
 # Runs every pure unit test binary of BUILD_DIR/tests: all test_* but those that need
-# servers (test_lock: Redis; test_etcd: etcd; test_db, test_deduct: PostgreSQL; the programs
-# of tests/stack/, in BUILD_DIR/tests/stack/ and so not matched here: the whole stack).
+# servers (test_redlock: Redis; test_etcd: etcd; ...; the programs of tests/lock/ (Redis),
+# tests/db/ and tests/deduct/ (PostgreSQL) and tests/stack/ (the whole stack) are in folders
+# of their own and so not matched here).
 run_unit_suites() {
     local build=$1 bin name found=0
     for bin in "$build"/tests/test_*; do
         if [ ! -f "$bin" ] || [ ! -x "$bin" ]; then continue; fi
         name=${bin##*/}
         case $name in
-        test_lock | test_redlock | test_etcd | test_zookeeper | test_sentinel | test_cluster | test_db | test_deduct) continue ;;
-        # The one program tests/stack/ replaced: a build directory made before may keep it.
-        test_stack) continue ;;
+        test_redlock | test_etcd | test_zookeeper | test_sentinel | test_cluster) continue ;;
+        # The programs the folders replaced (tests/stack/, tests/lock/, tests/db/ and
+        # tests/deduct/): a build directory made before may keep them.
+        test_stack | test_lock | test_db | test_deduct) continue ;;
         esac
         found=1
         run_suite "$name" 120 "$bin"

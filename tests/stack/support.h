@@ -63,7 +63,7 @@
 #define LOAD_THREADS 64 /* at most, per load plan (load.c) */
 
 /* The load cases' size: requests sent, and the stock they sell out (test_oversell,
- * test_sharded). */
+ * test_sharded_sales). */
 #define LOAD_REQUESTS 3000
 #define LOAD_STOCK 2000
 

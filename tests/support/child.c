@@ -49,7 +49,9 @@ pid_t child_spawn(const char *path, const char *const *argv, const char *log)
     int fd = -1;
     pid_t pid;
 
-    if (log != NULL && (fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644)) < 0) {
+    if (log == NULL)
+        log = "/dev/null";
+    if ((fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644)) < 0) {
         fprintf(stderr, "%s: %s\n", log, strerror(errno));
         return -1;
     }

@@ -1,11 +1,11 @@
 /*
- * test_sharded.c - redis-sharded through the running stack: one goods' stock in segments, each
+ * test_sharded_sales.c - redis-sharded through the running stack: one goods' stock in segments, each
  * with a lock of its own. 64 threads over the three replicas sell exactly the stock; a count
  * larger than any segment still sells; sold out (409) only at zero; four modes at once on one
  * goods keep the books exact. (Its Idempotency-Key case is in test_idempotency.c, with the
  * others.)
  *
- * Run alone as tests/stack/test_contract.c says: STACK_PROGRAMS=sharded make test-integration.
+ * Run alone as tests/stack/test_contract.c says: STACK_PROGRAMS=sharded_sales make test-integration.
  */
 #include "tests/stack/support.h"
 
@@ -295,5 +295,5 @@ int main(int argc, char **argv)
                                         case_teardown),
         cmocka_unit_test_setup_teardown(test_sharded_mixed_modes, case_setup, case_teardown),
     };
-    return stack_main("sharded", tests, sizeof(tests) / sizeof(tests[0]), argc, argv);
+    return stack_main("sharded_sales", tests, sizeof(tests) / sizeof(tests[0]), argc, argv);
 }

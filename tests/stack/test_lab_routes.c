@@ -1,5 +1,5 @@
 /*
- * test_lab.c - the lab's contract (docs/API.md, "The lab"), through a running stack.
+ * test_lab_routes.c - the lab's contract (docs/API.md, "The lab"), through a running stack.
  *
  * Two stacks, two sets of cases, chosen by LAB_FAULTS:
  *   unset   the integration stack (tests/integration.sh), whose replicas run without fault
@@ -13,7 +13,7 @@
  * A held request blocks its caller until stepped: it is sent from a thread of its own (its
  * own libcurl handle; threads never assert, the main thread reads what they got).
  *
- * Run alone: STACK_PROGRAMS=lab make test-integration (the first set); tests/lab.sh (both).
+ * Run alone: STACK_PROGRAMS=lab_routes make test-integration (the first set); tests/lab.sh (both).
  */
 #include "tests/stack/support.h"
 
@@ -399,7 +399,7 @@ static void test_trace_without_fault(void **state)
     expect_error(get(svc1, "/api/lab/trace/U1"), 404, "not_found", "an id without X-Trace: on");
 }
 
-/* Usage: test_lab [PATTERN | --list] (stack_main in tests/stack/env.c). */
+/* Usage: test_lab_routes [PATTERN | --list] (stack_main in tests/stack/env.c). */
 int main(int argc, char **argv)
 {
     const struct CMUnitTest off[] = {
@@ -415,6 +415,6 @@ int main(int argc, char **argv)
     const char *faults = getenv("LAB_FAULTS");
 
     if (faults != NULL && strcmp(faults, "on") == 0)
-        return stack_main("test_lab", on, sizeof(on) / sizeof(on[0]), argc, argv);
-    return stack_main("test_lab", off, sizeof(off) / sizeof(off[0]), argc, argv);
+        return stack_main("test_lab_routes", on, sizeof(on) / sizeof(on[0]), argc, argv);
+    return stack_main("test_lab_routes", off, sizeof(off) / sizeof(off[0]), argc, argv);
 }

@@ -1,0 +1,375 @@
+/*
+ * test_takeovers.c - a holder stuck or gone while another comes: pg-lockrow excludes, and
+ * after the row's lease expires two holders are told apart; the PostgreSQL rungs' lock wait
+ * bounded by a transaction that holds the row; redis-batch's leader stuck in PostgreSQL;
+ * the fencing counter behind after a failover of Redis.
+ *
+ * The holders, the scripted guard, the database: tests/deduct/support.h.
+ */
+#include "tests/deduct/support.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <hiredis/hiredis.h>
+
+#include "lock/lock.h"
+#include "service/batch.h"
+#include "tests/support/redis_server.h"
+
+/*
+ * pg-lockrow excludes: while one holder is inside its section (stopped before its write),
+ * a second deduction of the same goods waits its bound and answers 503 lock_timeout, having
+ * sold nothing; once the first has committed and left, the lock row is gone and a deduction
+ * enters at once.
+ */
+static void test_pg_lockrow_excludes(void **state)
+{
+    const mode *m = modes_find("pg-lockrow");
+    const int64_t goods = 5101;
+
+    (void)state;
+    assert_non_null(m);
+    reset_goods(goods, 10);
+    holder *a = holder_start(0, 'O', 0, goods, m);
+    assert_true(holder_settle(a, STEP_LIMIT_MS)); /* entered: the row is a's */
+    assert_true(holder_step(a, STEP_LIMIT_MS));   /* a has read; it stops before writing */
+
+    holder *b = holder_start(1, 'N', 0, goods, m);
+    int64_t start = now_ms();
+    holder_finish(1); /* b never gets past its guard: it must end by itself */
+    int64_t took = now_ms() - start;
+    printf("    a second taker while the row is held: %d %s after %lld ms (bound 300 ms)\n",
+           b->res.status, b->res.outcome, (long long)took);
+    assert_int_equal(b->res.status, 503);
+    assert_string_equal(b->res.outcome, "lock_timeout");
+    assert_true(took >= 290 && took < 3000);
+    free(b->res.body);
+    b->res.body = NULL;
+
+    holder_finish(0);
+    assert_int_equal(a->res.status, 200);
+    db_stock_report r = report_of(goods);
+    assert_int_equal(r.stock, 9);
+    assert_int_equal(r.sold, 1);
+
+    /* released: the next taker enters without waiting */
+    holder *c = holder_start(1, 'N', 0, goods, m);
+    holder_finish(1);
+    assert_int_equal(c->res.status, 200);
+    assert_true(c->res.wait_seconds < 0.25);
+    r = report_of(goods);
+    assert_int_equal(r.stock, 8);
+    assert_int_equal(r.sold - (r.initial - r.stock), 0);
+    free(a->res.body);
+    a->res.body = NULL;
+    free(c->res.body);
+    c->res.body = NULL;
+}
+
+/*
+ * pg-lockrow-ttl's flaw, made exact: holder A takes the row (lease 300 ms here) and reads
+ * the stock, then is held up past the lease before its write (a pause, a slow statement).
+ * Holder B finds the row expired, deletes it, takes the lock, and reads the same stock. Both
+ * write the value they computed and both commit: one unit sold twice. Nothing in this rung
+ * can notice: no renewal, no check before the commit, no fencing token on the goods row.
+ */
+static void test_pg_lockrow_ttl_two_holders_after_expiry(void **state)
+{
+    const mode *m = modes_find("pg-lockrow-ttl");
+    const int64_t goods = 5102;
+
+    (void)state;
+    assert_non_null(m);
+    reset_goods(goods, 10);
+    holder *a = holder_start(0, 'O', 0, goods, m);
+    assert_true(holder_settle(a, STEP_LIMIT_MS));
+    assert_true(holder_step(a, STEP_LIMIT_MS)); /* A read 10 and stops before its write */
+    usleep(400 * 1000);                         /* past A's lease of 300 ms */
+
+    holder *b = holder_start(1, 'N', 0, goods, m);
+    assert_true(holder_settle(b, STEP_LIMIT_MS)); /* B took the expired row over */
+    assert_true(holder_step(b, STEP_LIMIT_MS));   /* B read 10 too */
+    assert_true(holder_step(a, STEP_LIMIT_MS));   /* A writes 9 */
+    holder_finish(0);                             /* A commits, releases (its row is gone) */
+    assert_true(holder_step(b, STEP_LIMIT_MS));   /* B writes 9 */
+    holder_finish(1);                             /* B commits */
+
+    assert_int_equal(a->res.status, 200);
+    assert_int_equal(b->res.status, 200);
+    db_stock_report r = report_of(goods);
+    int64_t oversold = r.sold - (r.initial - r.stock);
+    printf("    pg-lockrow-ttl, A paused past its lease: both sold, stock %lld, sold %lld, "
+           "oversold %lld\n",
+           (long long)r.stock, (long long)r.sold, (long long)oversold);
+    assert_int_equal(r.stock, 9);
+    assert_int_equal(r.sold, 2);
+    assert_int_equal(oversold, 1);
+    free(a->res.body);
+    a->res.body = NULL;
+    free(b->res.body);
+    b->res.body = NULL;
+}
+
+/*
+ * The PostgreSQL rungs wait for their locks inside PostgreSQL, and that wait is bounded like
+ * a guard's: with the goods row locked by another transaction (and its advisory lock held),
+ * each rung answers 503 lock_timeout after its lock wait bound (here 300 ms), having sold
+ * nothing, rather than waiting until statement_timeout and answering "unavailable".
+ */
+static void test_pg_rungs_lock_wait_is_bounded(void **state)
+{
+    const char *names[] = {"pg-for-update", "pg-atomic", "pg-advisory", "pg-optimistic"};
+    const int64_t goods = 5201;
+    char sql[160];
+
+    (void)state;
+    reset_goods(goods, 10);
+    g_holder_conn = PQconnectdb(g_conninfo);
+    assert_int_equal(PQstatus(g_holder_conn), CONNECTION_OK);
+    holder_conn_exec("BEGIN");
+    snprintf(sql, sizeof(sql), "UPDATE goods SET updated = now() WHERE id = %lld",
+             (long long)goods);
+    holder_conn_exec(sql);
+    snprintf(sql, sizeof(sql), "SELECT pg_advisory_xact_lock(%lld)", (long long)goods);
+    holder_conn_exec(sql);
+
+    g_lock_wait_ms = 300;
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        const mode *m = modes_find(names[i]);
+        assert_non_null(m);
+        holder *h = holder_start(0, 'O', 0, goods, m);
+        int64_t start = now_ms();
+        holder_finish(0);
+        int64_t took = now_ms() - start;
+        printf("    %s with the row and its advisory lock held elsewhere: %d %s after %lld ms\n",
+               names[i], h->res.status, h->res.outcome, (long long)took);
+        if (h->res.status != 503 || strcmp(h->res.outcome, "lock_timeout") != 0)
+            fail_msg("%s: answered %d %s (%s), want 503 lock_timeout", names[i], h->res.status,
+                     h->res.outcome, h->res.detail);
+        assert_true(took >= 290 && took < 3000);
+        free(h->res.body);
+        h->res.body = NULL;
+    }
+    db_stock_report r = report_of(goods);
+    assert_int_equal(r.stock, 10);
+    assert_int_equal(r.sold, 0);
+
+    holder_conn_exec("ROLLBACK"); /* the locks go: every rung sells again */
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        holder *h = holder_start(0, 'O', 0, goods, modes_find(names[i]));
+        holder_finish(0);
+        assert_int_equal(h->res.status, 200);
+        free(h->res.body);
+        h->res.body = NULL;
+    }
+    assert_int_equal(report_of(goods).stock, 6);
+}
+
+/* ---- redis-batch: a leader stuck in PostgreSQL --------------------------------------- */
+
+/* A guard that takes a while (so that the followers queue behind the leader) and hands out a
+ * fixed token of a source of its own. */
+static int batch_slow_enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
+                            size_t detail_len)
+{
+    (void)env;
+    (void)goods_id;
+    (void)detail;
+    (void)detail_len;
+    usleep(150 * 1000);
+    memset(hold, 0, sizeof(*hold));
+    hold->fenced = true;
+    hold->fence = 100;
+    hold->fence_source = "batch-test";
+    return GUARD_OK;
+}
+
+static const mode batch_slow_mode = {.name = "batch-slow",
+                                     .safe = true,
+                                     .summary = "a slow guard for the batch's bounds",
+                                     .enter = batch_slow_enter,
+                                     .still_held = scripted_still_held,
+                                     .leave = scripted_leave,
+                                     .batched = true};
+
+typedef struct batch_shot {
+    pthread_t thread;
+    batch_queue *q;
+    int64_t goods;
+    int64_t started_ms, took_ms; /* took_ms: -1 until answered */
+    _Atomic bool answered;
+    deduct_result res;
+} batch_shot;
+
+static void *batch_shot_run(void *arg)
+{
+    batch_shot *b = arg;
+    deduct_env env = {.db = g_pool, .db_wait_ms = 2000, .guards = g_guards, .instance = "test"};
+
+    b->started_ms = now_ms();
+    batch_execute(b->q, &env, &batch_slow_mode, b->goods, 1, NULL, NULL, &b->res);
+    b->took_ms = now_ms() - b->started_ms;
+    atomic_store(&b->answered, true);
+    return NULL;
+}
+
+/*
+ * A batch whose leader is stuck in PostgreSQL (the goods row locked by another session, so
+ * its fenced read waits): every follower it took answers within its own deadline
+ * (BATCH_WAIT_MS, 400 ms here), 503 lock_timeout, and that 503 sold nothing: once the row is
+ * free the leader finds them gone and rolls the batch back. Before, the followers waited
+ * untimed for the leader, and were sold once the row lock went.
+ */
+static void test_batch_leader_stuck_in_postgresql(void **state)
+{
+    enum { FOLLOWERS = 5 };
+    const int64_t goods = 5301, wait_ms = 400;
+    batch_shot leader = {0}, followers[FOLLOWERS];
+    batch_queue *q = NULL;
+    char sql[160];
+    int64_t until;
+    bool all;
+
+    (void)state;
+    reset_goods(goods, 10);
+    assert_int_equal(batch_queue_create(&(batch_options){64, 1024, wait_ms}, &q), 0);
+    g_holder_conn = PQconnectdb(g_conninfo);
+    assert_int_equal(PQstatus(g_holder_conn), CONNECTION_OK);
+    holder_conn_exec("BEGIN");
+    snprintf(sql, sizeof(sql), "UPDATE goods SET updated = now() WHERE id = %lld",
+             (long long)goods);
+    holder_conn_exec(sql);
+
+    leader = (batch_shot){.q = q, .goods = goods, .took_ms = -1};
+    assert_int_equal(pthread_create(&leader.thread, NULL, batch_shot_run, &leader), 0);
+    usleep(30 * 1000); /* the leader is in its (slow) guard: the others queue behind it */
+    for (int i = 0; i < FOLLOWERS; i++) {
+        followers[i] = (batch_shot){.q = q, .goods = goods, .took_ms = -1};
+        assert_int_equal(pthread_create(&followers[i].thread, NULL, batch_shot_run, &followers[i]),
+                         0);
+    }
+    /* Every follower should answer by its deadline; give them 3 s before the row is freed
+     * (on a follower that waits for its leader, that is when it would answer). */
+    until = now_ms() + 3000;
+    do {
+        usleep(10 * 1000);
+        all = true;
+        for (int i = 0; i < FOLLOWERS; i++)
+            all = all && atomic_load(&followers[i].answered);
+    } while (!all && now_ms() < until);
+    holder_conn_exec("ROLLBACK"); /* the row is free: the leader goes on */
+    pthread_join(leader.thread, NULL);
+    for (int i = 0; i < FOLLOWERS; i++)
+        pthread_join(followers[i].thread, NULL);
+
+    for (int i = 0; i < FOLLOWERS; i++) {
+        batch_shot *f = &followers[i];
+        printf("    follower %d: %d %s after %lld ms\n", i, f->res.status,
+               f->res.outcome != NULL ? f->res.outcome : "-", (long long)f->took_ms);
+        assert_int_equal(f->res.status, 503);
+        assert_string_equal(f->res.outcome, "lock_timeout");
+        assert_true(f->took_ms >= wait_ms - 10 && f->took_ms < wait_ms + 300);
+        free(f->res.body);
+    }
+    printf("    leader: %d %s after %lld ms\n", leader.res.status, leader.res.outcome,
+           (long long)leader.took_ms);
+    assert_int_equal(leader.res.status, 503);
+    free(leader.res.body);
+    /* No 503 sold anything: the batch was rolled back. */
+    db_stock_report r = report_of(goods);
+    assert_int_equal(r.stock, 10);
+    assert_int_equal(r.sold, 0);
+
+    /* The queue is whole again: the next request leads a batch of its own and sells. */
+    leader = (batch_shot){.q = q, .goods = goods, .took_ms = -1};
+    batch_shot_run(&leader);
+    assert_int_equal(leader.res.status, 200);
+    free(leader.res.body);
+    assert_int_equal(report_of(goods).stock, 9);
+    batch_queue_destroy(q);
+}
+
+/* ---- the fencing counter after a failover --------------------------------------------- */
+
+/*
+ * A failover to a replica whose fencing counter is behind the database (it had not received
+ * the last increments) is made by setting the counter back by 5 after a sale. Each sale
+ * after it under the real `redis` mode is refused (lock_lost) while its token is at or below
+ * the stored one; the refusal must move the counter past the stored token, so it costs one
+ * refused sale, not five. Before, every sale was refused until INCR caught up.
+ */
+static void test_fence_counter_behind_after_failover(void **state)
+{
+    const int64_t goods = 5401;
+    redis_server *srv = NULL;
+    lock_options lo;
+    lock_client *lock = NULL;
+    guard_env *guards = NULL;
+    const mode *m = modes_find("redis");
+    deduct_result res;
+    redisContext *raw;
+    redisReply *r;
+    int refused = 0, sold = 0;
+
+    (void)state;
+    assert_non_null(m);
+    assert_int_equal(redis_server_start(&srv), 0);
+    lock_options_init(&lo);
+    lo.redis_port = redis_server_port(srv);
+    assert_int_equal(lock_client_create(&lo, &lock), LOCK_OK);
+    guard_env_options gopts = {.lock = lock,
+                               .wait_ms = 1000,
+                               .lease_ms = LOCK_LEASE_WATCHDOG,
+                               .db = g_pool,
+                               .db_wait_ms = 2000};
+    assert_int_equal(guard_env_create(&gopts, &guards), 0);
+    deduct_env env = {.db = g_pool, .db_wait_ms = 2000, .guards = guards, .instance = "test",
+                      .pipeline = true};
+    reset_goods(goods, 100);
+
+    assert_int_equal(deduct_execute(&env, m, goods, 1, NULL, NULL, &res), 0);
+    assert_int_equal(res.status, 200);
+    free(res.body);
+    raw = redisConnect("127.0.0.1", redis_server_port(srv));
+    assert_non_null(raw);
+    r = redisCommand(raw, "DECRBY lock:goods:%lld:fence 5", (long long)goods);
+    assert_non_null(r);
+    freeReplyObject(r);
+
+    for (int i = 0; i < 8; i++) {
+        assert_int_equal(deduct_execute(&env, m, goods, 1, NULL, NULL, &res), 0);
+        if (res.status == 200)
+            sold++;
+        else if (res.status == 503 && strcmp(res.outcome, "lock_lost") == 0)
+            refused++;
+        free(res.body);
+    }
+    printf("    counter 5 behind the stored fence: %d of 8 sales refused, %d sold\n", refused,
+           sold);
+    assert_int_equal(refused, 1);
+    assert_int_equal(sold, 7);
+    assert_int_equal(report_of(goods).stock, 100 - 1 - 7);
+
+    redisFree(raw);
+    guard_env_destroy(guards);
+    lock_client_destroy(lock);
+    redis_server_destroy(srv);
+}
+
+int main(int argc, char **argv)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(test_pg_lockrow_excludes, holders_finish),
+        cmocka_unit_test_teardown(test_pg_lockrow_ttl_two_holders_after_expiry, holders_finish),
+        cmocka_unit_test_teardown(test_pg_rungs_lock_wait_is_bounded, holder_conn_teardown),
+        cmocka_unit_test_teardown(test_batch_leader_stuck_in_postgresql, holder_conn_teardown),
+        cmocka_unit_test(test_fence_counter_behind_after_failover),
+    };
+
+    return deduct_test_main("test_takeovers", tests, sizeof(tests) / sizeof(tests[0]), argc, argv);
+}
