@@ -4,23 +4,26 @@
 # why: most of a run is waiting, and the lanes' servers share nothing). The lanes:
 #   servers      the pure unit tests (tests/run-unit.sh's suites) and the committed
 #                histories; the documents checked against the code (tests/docs.sh: make
-#                docs-check); test_lock, which starts a redis-server of its own; test_redlock,
-#                five of them; test_etcd, an etcd of its own; test_zookeeper, a ZooKeeper of
-#                its own; test_sentinel, a master, a replica and three Sentinels; test_cluster,
-#                a Redis Cluster of three masters; test_db and test_deduct (two lock holders in
-#                every interleaving) against a throwaway PostgreSQL started here on a free port
-#                in a temporary directory (TEST_DATABASE_URL names its superuser: the tests
+#                docs-check); the programs of tests/lock/, each starting a redis-server of
+#                its own; test_redlock, five of them; test_etcd, an etcd of its own;
+#                test_zookeeper, a ZooKeeper of its own; test_sentinel, a master, a replica
+#                and three Sentinels; test_cluster, a Redis Cluster of three masters; the
+#                programs of tests/db/ and tests/deduct/ (two lock holders in every
+#                interleaving) against a throwaway PostgreSQL started here on a free port in
+#                a temporary directory (TEST_DATABASE_URL names its superuser: the tests
 #                create databases); loadtest/lib/history.sh's checks; then, with TSAN_BUILD,
 #                the same lock-server suites built with ThreadSanitizer (tests/tsan.sh);
-#   integration  the whole stack on free ports (tests/integration.sh);
-#   stacks       the ladder (tests/ladder.sh), the stack on PostgreSQL under Patroni through
+#   stacks       the whole stack on free ports (tests/integration.sh); then, with
+#                TSAN_BUILD=DIR (as `make test` sets it: build/tsan), the whole stack again
+#                with ThreadSanitizer builds of the replicas and of tests/stack/ (tests/tsan.sh).
+#                One after the other: each drives 64 connections of load, and two loads at
+#                once would only make each slower;
+#   rungs        the ladder (tests/ladder.sh), the stack on PostgreSQL under Patroni through
 #                a failover (tests/pg_ha.sh) and the lab (tests/lab.sh: its stack, its API,
 #                its page played in headless Chromium), each on a stack of its own;
-#   tsan         with TSAN_BUILD=DIR (as `make test` sets it: build/tsan), the whole stack
-#                again with ThreadSanitizer builds of the replicas and of tests/stack/;
-#   docker       with WITH_DOCKER=1 (as `make test` sets it), docker/test.sh: the compose
-#                stack (Docker, or podman set up by the script; where neither can run it
-#                says SKIP and counts as such).
+#   docker       with WITH_DOCKER=1 (as `make test` sets it), once the rungs are done,
+#                docker/test.sh: the compose stack (Docker, or podman set up by the script;
+#                where neither can run it says SKIP and counts as such).
 # Every lane but docker runs under an open-file limit of FD_LIMIT, servers included: see below.
 # Prints each lane's output when the lane ends, a line per suite and, last, exactly
 # "N passed, N failed" (test cases: cmocka's counts, plus the shell checks; a suite that
@@ -52,7 +55,8 @@ rm -rf "$HARNESS_LOG_DIR"
 harness_init
 started=$(date +%s)
 
-# --- test_db's PostgreSQL: pg.sh's functions, with their own directory and port ---
+# --- the PostgreSQL of tests/db/ and tests/deduct/: pg.sh's functions, with their own
+# directory and port ---
 
 DB_TMP=""
 
@@ -62,8 +66,8 @@ db__stop() {
         PG_DIR=$DB_TMP/pg
         source scripts/lib/pg.sh
         pg_stop
-    ) >>"$HARNESS_LOG_DIR/test_db-postgres.log" 2>&1 || true
-    cp "$DB_TMP/pg/log/postgres.log" "$HARNESS_LOG_DIR/test_db-postgres-server.log" 2>/dev/null || true
+    ) >>"$HARNESS_LOG_DIR/db-postgres.log" 2>&1 || true
+    cp "$DB_TMP/pg/log/postgres.log" "$HARNESS_LOG_DIR/db-postgres-server.log" 2>/dev/null || true
     rm -rf "$DB_TMP"
     DB_TMP=""
 }
@@ -80,9 +84,9 @@ run_db_suite() {
         PG_DIR=$DB_TMP/pg PG_PORT=$port REPLICAS=1
         source scripts/lib/pg.sh
         pg_start
-    ) >"$HARNESS_LOG_DIR/test_db-postgres.log" 2>&1; then
-        cat "$HARNESS_LOG_DIR/test_db-postgres.log" >&2
-        suite_broken test_db "the throwaway PostgreSQL did not start"
+    ) >"$HARNESS_LOG_DIR/db-postgres.log" 2>&1; then
+        cat "$HARNESS_LOG_DIR/db-postgres.log" >&2
+        suite_broken db "the throwaway PostgreSQL did not start"
         db__stop
         return 0
     fi
@@ -151,10 +155,33 @@ lane_servers() {
 }
 
 lane_stacks() {
+    run_integration "$build"
+    if [ -n "${TSAN_BUILD:-}" ]; then
+        # The first stack stops before the second starts (and it__cleanup knows one only).
+        harness__cleanup
+        run_tsan_stack "$TSAN_BUILD"
+    fi
+}
+
+lane_rungs() {
     run_ladder "$build"
     # PostgreSQL under Patroni: start, a sale, the primary killed, a sale after the failover.
     run_pg_ha "$build"
     run_lab "$build"
+    : >"$HARNESS_LOG_DIR/rungs.done"
+}
+
+# The compose stack after the rungs (its image builds are the heaviest work of the run, and
+# would slow every timed scenario of the ladder), in a lane of its own only for its open-file
+# limit: the containers' are the engine's. It waits for the rungs' lane to say it is done, at
+# most 20 minutes (a lane that died says nothing).
+lane_docker_after_rungs() {
+    local i
+    for ((i = 0; i < 1200; i++)); do
+        [ ! -e "$HARNESS_LOG_DIR/rungs.done" ] || break
+        sleep 1
+    done
+    lane_docker
 }
 
 # The compose stack (docker/test.sh): Docker, or podman set up by the script; where neither
@@ -182,14 +209,10 @@ lane_docker() {
 # --- the run ---
 
 harness_lane servers "$FD_LIMIT" lane_servers
-harness_lane integration "$FD_LIMIT" run_integration "$build"
 harness_lane stacks "$FD_LIMIT" lane_stacks
-if [ -n "${TSAN_BUILD:-}" ]; then
-    harness_lane tsan "$FD_LIMIT" run_tsan_stack "$TSAN_BUILD"
-fi
+harness_lane rungs "$FD_LIMIT" lane_rungs
 if [ "${WITH_DOCKER:-0}" = 1 ]; then
-    # Not under FD_LIMIT: the containers' limits are the container engine's.
-    harness_lane docker "$(ulimit -Hn)" lane_docker
+    harness_lane docker "$(ulimit -Hn)" lane_docker_after_rungs
 fi
 harness_lanes_wait
 

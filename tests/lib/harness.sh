@@ -223,7 +223,8 @@ harness__descendants() {
 # its suite's processes first, so that the lane's own clean-up (stopping its servers, by PID)
 # runs now rather than when the suite's time limit ends; then waits for the lanes, bounded.
 harness__stop_lanes() {
-    local pid i
+    local pid="" i
+    [ ${#HARNESS_LANE_PIDS[@]} -gt 0 ] || return 0
     for pid in "${HARNESS_LANE_PIDS[@]}"; do
         kill -0 "$pid" 2>/dev/null || continue
         kill -TERM "$pid" 2>/dev/null || true
