@@ -103,6 +103,7 @@ DB_TESTS := $(patsubst tests/%.c,$(B)/tests/%,$(DB_TEST_SRC))
 DEDUCT_TESTS := $(patsubst tests/%.c,$(B)/tests/%,$(DEDUCT_TEST_SRC))
 LOCK_TESTS := $(patsubst tests/%.c,$(B)/tests/%,$(LOCK_TEST_SRC))
 # What tests/tsan.sh runs: the service, and the tests with threads of their own to race.
+# check-history: the stack programs judge each load's history with their own build's.
 TSAN_TARGETS := build/tsan/stockd build/tsan/tests/test_redlock \
                 $(patsubst tests/%.c,build/tsan/tests/%,$(LOCK_TEST_SRC)) \
                 build/tsan/tests/test_lab \
@@ -110,7 +111,8 @@ TSAN_TARGETS := build/tsan/stockd build/tsan/tests/test_redlock \
                 build/tsan/tests/test_zookeeper \
                 build/tsan/tests/test_sentinel \
                 build/tsan/tests/test_cluster \
-                $(patsubst tests/%.c,build/tsan/tests/%,$(STACK_TEST_SRC))
+                $(patsubst tests/%.c,build/tsan/tests/%,$(STACK_TEST_SRC)) \
+                build/tsan/check-history
 
 .PHONY: all programs tests test test-build-release test-build-san test-build-tsan test-unit test-integration test-tsan test-docker test-docker-pg-ha test-fresh demo ladder chaos chaos-pg scale \
         up down lab lab-down test-lab clean deps pkg-check check-includes config-doc docs docs-check
