@@ -186,6 +186,23 @@ char *db__i64_array(const int64_t *v, const bool *null, size_t n);
  * when out of memory. */
 char *db__text_array(const char *const *v, size_t n);
 
+/* DB__ORDERS_INSERT_MANY's parameters for n orders of goods_id (the single statement path
+ * and the pipelined batch both insert with it). */
+typedef struct db__orders_params {
+    char id[DB__I64_LEN], fence[DB__I64_LEN];
+    char *counts, *ids; /* the two arrays, malloc'd */
+    const char *v[7];   /* the statement's parameters, in its order */
+} db__orders_params;
+
+/* Checks n (1..DB_ORDERS_MAX) and every count (1..INT32_MAX) and fills p; fence NULL: an
+ * unfenced order (fence_source ignored). DB_OK (free with db__orders_params_free),
+ * DB_ERR_INVALID or DB_ERR_NOMEM (nothing to free). */
+int db__orders_params_make(db__orders_params *p, int64_t goods_id, const int64_t *counts,
+                           size_t n, const char *mode, const char *instance,
+                           const int64_t *fence, const char *fence_source,
+                           const char *const *request_ids);
+void db__orders_params_free(db__orders_params *p);
+
 /* Parses the text value at (row, col) as an int64; DB_ERR_QUERY if it is not one. */
 int db__get_i64(db_conn *c, const PGresult *res, int row, int col, int64_t *out);
 

@@ -335,36 +335,18 @@ int db_batch_commit(db_conn *conn, int64_t goods_id, int64_t new_stock, const in
                     const char *fence_source, const char *const *request_ids,
                     int64_t *order_ids)
 {
-    char id_buf[DB__I64_LEN], fence_buf[DB__I64_LEN];
-    const char *orders[7];
+    db__orders_params op;
     PGresult *res = NULL;
-    char *array, *ids;
-    size_t i;
     int rc;
 
-    if (!conn || !counts || !mode || !instance || !fence_source || !order_ids || n < 1 ||
-        n > DB_ORDERS_MAX)
+    if (!conn || !fence_source || !order_ids)
         return DB_ERR_INVALID;
-    for (i = 0; i < n; i++)
-        if (counts[i] < 1 || counts[i] > INT32_MAX)
-            return DB_ERR_INVALID;
-    array = db__i64_array(counts, NULL, n);
-    ids = db__text_array(request_ids, n);
-    if (!array || !ids) {
-        free(array);
-        free(ids);
-        return DB_ERR_NOMEM;
-    }
-    orders[0] = db__i64(id_buf, goods_id);
-    orders[1] = array;
-    orders[2] = mode;
-    orders[3] = instance;
-    orders[4] = db__i64(fence_buf, fence);
-    orders[5] = fence_source;
-    orders[6] = ids;
-    rc = write_order_commit(conn, id_buf, new_stock, DB__ORDERS_INSERT_MANY, orders, &res);
-    free(array);
-    free(ids);
+    rc = db__orders_params_make(&op, goods_id, counts, n, mode, instance, &fence, fence_source,
+                                request_ids);
+    if (rc != DB_OK)
+        return rc;
+    rc = write_order_commit(conn, op.id, new_stock, DB__ORDERS_INSERT_MANY, op.v, &res);
+    db__orders_params_free(&op);
     if (rc != DB_OK)
         return rc;
     /* Committed: a mismatch here is a fault of ours, reported, not a sale undone. */

@@ -146,40 +146,58 @@ int db_order_insert(db_conn *conn, int64_t goods_id, int64_t count, const char *
     return rc;
 }
 
+int db__orders_params_make(db__orders_params *p, int64_t goods_id, const int64_t *counts,
+                           size_t n, const char *mode, const char *instance,
+                           const int64_t *fence, const char *fence_source,
+                           const char *const *request_ids)
+{
+    size_t i;
+
+    if (!counts || !mode || !instance || n < 1 || n > DB_ORDERS_MAX)
+        return DB_ERR_INVALID;
+    for (i = 0; i < n; i++)
+        if (counts[i] < 1 || counts[i] > INT32_MAX)
+            return DB_ERR_INVALID;
+    p->counts = db__i64_array(counts, NULL, n);
+    p->ids = db__text_array(request_ids, n);
+    if (!p->counts || !p->ids) {
+        db__orders_params_free(p);
+        return DB_ERR_NOMEM;
+    }
+    p->v[0] = db__i64(p->id, goods_id);
+    p->v[1] = p->counts;
+    p->v[2] = mode;
+    p->v[3] = instance;
+    p->v[4] = fence ? db__i64(p->fence, *fence) : NULL;
+    p->v[5] = fence ? fence_source : NULL;
+    p->v[6] = p->ids;
+    return DB_OK;
+}
+
+void db__orders_params_free(db__orders_params *p)
+{
+    free(p->counts);
+    free(p->ids);
+    p->counts = p->ids = NULL;
+}
+
 int db_orders_insert_many(db_conn *conn, int64_t goods_id, const int64_t *counts, size_t n,
                           const char *mode, const char *instance, const int64_t *fence,
                           const char *fence_source, const char *const *request_ids,
                           int64_t *order_ids)
 {
-    char id_buf[DB__I64_LEN], fence_buf[DB__I64_LEN];
-    const char *params[7];
+    db__orders_params op;
     PGresult *res = NULL;
-    char *array, *ids;
-    size_t i;
     int rc;
 
-    if (!conn || !counts || !mode || !instance || !order_ids || n < 1 || n > DB_ORDERS_MAX)
+    if (!conn || !order_ids)
         return DB_ERR_INVALID;
-    for (i = 0; i < n; i++)
-        if (counts[i] < 1 || counts[i] > INT32_MAX)
-            return DB_ERR_INVALID;
-    array = db__i64_array(counts, NULL, n);
-    ids = db__text_array(request_ids, n);
-    if (!array || !ids) {
-        free(array);
-        free(ids);
-        return DB_ERR_NOMEM;
-    }
-    params[0] = db__i64(id_buf, goods_id);
-    params[1] = array;
-    params[2] = mode;
-    params[3] = instance;
-    params[4] = fence ? db__i64(fence_buf, *fence) : NULL;
-    params[5] = fence ? fence_source : NULL;
-    params[6] = ids;
-    rc = db__run(conn, DB__ORDERS_INSERT_MANY, params, &res);
-    free(array);
-    free(ids);
+    rc = db__orders_params_make(&op, goods_id, counts, n, mode, instance, fence, fence_source,
+                                request_ids);
+    if (rc != DB_OK)
+        return rc;
+    rc = db__run(conn, DB__ORDERS_INSERT_MANY, op.v, &res);
+    db__orders_params_free(&op);
     if (rc != DB_OK)
         return rc;
     rc = db__order_ids(conn, res, counts, n, order_ids);
