@@ -114,11 +114,13 @@ run_program_dir() {
 HARNESS_GROUP=""
 HARNESS_GROUP_PASSED=0
 HARNESS_GROUP_FAILED=0
+HARNESS_GROUP_STARTED=0
 
 check_group_begin() {
     HARNESS_GROUP=$1
     HARNESS_GROUP_PASSED=0
     HARNESS_GROUP_FAILED=0
+    HARNESS_GROUP_STARTED=$(date +%s)
     echo
     echo "== $HARNESS_GROUP"
 }
@@ -136,7 +138,8 @@ check() {
 }
 
 check_group_end() {
-    harness__record "$HARNESS_GROUP" "$HARNESS_GROUP_PASSED" "$HARNESS_GROUP_FAILED" ""
+    harness__record "$HARNESS_GROUP" "$HARNESS_GROUP_PASSED" "$HARNESS_GROUP_FAILED" \
+        "($(($(date +%s) - HARNESS_GROUP_STARTED))s)"
 }
 
 # A suite that could not even run (its binary missing, its server not starting).
