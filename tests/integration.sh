@@ -365,14 +365,18 @@ it__zk_down() {
 }
 
 # it__program_has_case BIN PATTERN [SKIP]: true when one of BIN's cases (BIN --list) matches
-# PATTERN and not SKIP, cmocka patterns ('*' and '?', which mean the same in the shell's
-# [[ == ]]).
+# PATTERN and none of SKIP's comma-separated patterns (cmocka's '*' and '?', which mean the
+# same in the shell's [[ == ]]; tests/stack/env.c reads STACK_SKIP_CASES the same way).
 it__program_has_case() {
-    local case_name
+    local case_name skip
+    local -a skips=()
+    [ -z "${3:-}" ] || IFS=, read -r -a skips <<<"$3"
     while read -r case_name; do
         # shellcheck disable=SC2053 # the patterns are meant as ones
         [[ $case_name == $2 ]] || continue
-        [ -n "${3:-}" ] && [[ $case_name == $3 ]] && continue
+        for skip in "${skips[@]}"; do
+            [[ $case_name == $skip ]] && continue 2
+        done
         return 0
     done < <("$1" --list)
     return 1

@@ -145,9 +145,9 @@ static void test_load_unsafe_three(void **state)
     for (size_t m = 0; m < 2; m++) {
         char label[64];
         snprintf(label, sizeof(label), "%s via nginx", modes[m]);
-        reset_goods(goods[m], LOAD_STOCK);
+        reset_goods(goods[m], LOAD_SMALL_STOCK);
         load_plan *p = load_plan_new(m == 0 ? "none via nginx" : "local via nginx", g_env.stock_url,
-                                     goods[m], modes[m], LOAD_REQUESTS, LOAD_THREADS);
+                                     goods[m], modes[m], LOAD_SMALL_REQUESTS, LOAD_THREADS);
         load_run(p);
         expect_only_200_409(p);
         int n_ok = atomic_load(&p->n_ok);
@@ -161,7 +161,8 @@ static void test_load_unsafe_three(void **state)
         if (v.sold != p->counts.by_status[200] || v.orders != p->counts.by_status[200])
             fail_msg("%s: sold %lld orders %lld, but %d answers were 200", label, v.sold, v.orders,
                      p->counts.by_status[200]);
-        if (v.initial != LOAD_STOCK || v.stock < 0 || v.stock > LOAD_STOCK || v.oversold < 0)
+        if (v.initial != LOAD_SMALL_STOCK || v.stock < 0 || v.stock > LOAD_SMALL_STOCK ||
+            v.oversold < 0)
             fail_msg("%s: initial %lld stock %lld oversold %lld: stock out of bounds or lost",
                      label, v.initial, v.stock, v.oversold);
         if (v.oversold > 0)
@@ -253,16 +254,16 @@ static void test_load_pg_optimistic_three(void **state)
 {
     (void)state;
     begin_case("load_pg_optimistic_three");
-    reset_goods(GOODS_LOAD_OPTIMISTIC, LOAD_POLL_STOCK);
+    reset_goods(GOODS_LOAD_OPTIMISTIC, LOAD_SMALL_STOCK);
     double retries = metric_sum("stock_optimistic_retries_total");
     load_plan *p = load_plan_new("pg-optimistic via nginx", g_env.stock_url, GOODS_LOAD_OPTIMISTIC,
-                                 "pg-optimistic", LOAD_POLL_REQUESTS, LOAD_THREADS);
+                                 "pg-optimistic", LOAD_SMALL_REQUESTS, LOAD_THREADS);
     p->allowed_503 = "conflict";
     load_run(p);
-    expect_exact_sale_allowing_503(p, LOAD_POLL_STOCK);
+    expect_exact_sale_allowing_503(p, LOAD_SMALL_STOCK);
     retries = metric_sum("stock_optimistic_retries_total") - retries;
     printf("    pg-optimistic via nginx: %.0f transactions run again, %.2f per sale\n", retries,
-           retries / LOAD_POLL_STOCK);
+           retries / LOAD_SMALL_STOCK);
     for (size_t k = 0; k < g_env.n_replicas; k++)
         if (p->counts.per_instance[k] == 0)
             fail_msg("pg-optimistic: replica %s sold nothing", g_env.instances[k]);
@@ -278,12 +279,12 @@ static void test_load_pg_lockrow_three(void **state)
 {
     (void)state;
     begin_case("load_pg_lockrow_three");
-    reset_goods(GOODS_LOAD_LOCKROW, LOAD_POLL_STOCK);
+    reset_goods(GOODS_LOAD_LOCKROW, LOAD_SMALL_STOCK);
     load_plan *p = load_plan_new("pg-lockrow via nginx", g_env.stock_url, GOODS_LOAD_LOCKROW,
-                                 "pg-lockrow", LOAD_POLL_REQUESTS, LOAD_THREADS);
+                                 "pg-lockrow", LOAD_SMALL_REQUESTS, LOAD_THREADS);
     p->allowed_503 = "lock_timeout";
     load_run(p);
-    expect_exact_sale_allowing_503(p, LOAD_POLL_STOCK);
+    expect_exact_sale_allowing_503(p, LOAD_SMALL_STOCK);
     for (size_t k = 0; k < g_env.n_replicas; k++)
         if (p->counts.per_instance[k] == 0)
             fail_msg("pg-lockrow: replica %s sold nothing", g_env.instances[k]);
