@@ -48,7 +48,7 @@ typedef struct batch_item {
     int64_t count;
     const char *key;                            /* Idempotency-Key or NULL */
     char request_id[DEDUCT_REQUEST_ID_MAX + 1]; /* the client's (a copy), "" for none */
-    int64_t arrived_ns; /* clock_now_ns() */
+    int64_t arrived_ns;                         /* clock_now_ns() */
     deduct_result *out; /* &res: the caller's result is filled from it when done */
     deduct_result res;
     int rc; /* -1: out of memory building the answer */

@@ -42,8 +42,7 @@ const char *deduct_point_name(deduct_point point)
 
 /* Looks for a stored answer on a connection of its own, before any guard is taken, so that
  * a retry does not queue for the lock. true when answered. */
-static bool try_replay(const deduct_env *env, int64_t goods_id, const char *key,
-                       deduct_result *out)
+static bool try_replay(const deduct_env *env, int64_t goods_id, const char *key, deduct_result *out)
 {
     db_conn *conn = NULL;
     bool answered;
@@ -65,8 +64,7 @@ int deduct_execute_as(const deduct_env *env, const mode *m, int64_t goods_id, in
                       const char *idempotency_key, const char *request_id, const deduct_hook *hook,
                       deduct_result *out)
 {
-    sale_line line = {
-        .count = count, .key = idempotency_key, .request_id = request_id, .out = out};
+    sale_line line = {.count = count, .key = idempotency_key, .request_id = request_id, .out = out};
     guard_hold hold;
     sale s = {.env = env,
               .mode = m,
@@ -104,8 +102,8 @@ int deduct_execute_as(const deduct_env *env, const mode *m, int64_t goods_id, in
              ? hook->at(hook->arg, DEDUCT_AT_ENTERED, &hold, detail, sizeof(detail))
              : GUARD_OK;
     if (rc != GUARD_OK) {
-        result = sale_answer_503(out, rc == GUARD_ERR_TIMEOUT ? "lock_timeout" : "unavailable",
-                                 detail);
+        result =
+            sale_answer_503(out, rc == GUARD_ERR_TIMEOUT ? "lock_timeout" : "unavailable", detail);
         m->leave(env->guards, &hold);
         return result;
     }

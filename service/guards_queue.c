@@ -28,8 +28,8 @@
 const guards_queue_rung guards_queue__etcd = {"etcd", "etcd"};
 const guards_queue_rung guards_queue__zookeeper = {"ZooKeeper", "zookeeper"};
 
-int guards_queue__enter(queue_lock *q, const guards_queue_rung *r, guard_env *env,
-                        int64_t goods_id, guard_hold *hold, char *detail, size_t detail_len)
+int guards_queue__enter(queue_lock *q, const guards_queue_rung *r, guard_env *env, int64_t goods_id,
+                        guard_hold *hold, char *detail, size_t detail_len)
 {
     char owner[QUEUE_LOCK_OWNER_MAX];
     int64_t start;

@@ -144,14 +144,13 @@ int lab_split_fault(const char *value, unsigned *points, char *rest, size_t rest
         }
         if (in_hold && pt >= 0) {
             if (*points & (1u << pt)) {
-                snprintf(detail, detail_len, "X-Fault: hold-at names '%s' twice",
-                         point_names[pt]);
+                snprintf(detail, detail_len, "X-Fault: hold-at names '%s' twice", point_names[pt]);
                 return -1;
             }
             *points |= 1u << pt;
         } else {
             if (in_hold && *points == 0)
-                break; /* "hold-at=nested": no point at all */
+                break;       /* "hold-at=nested": no point at all */
             in_hold = false; /* the first item that is not a point ends the list */
             if (append_item(rest, rest_len, item, len) != 0) {
                 snprintf(detail, detail_len, "X-Fault: too long");
@@ -242,8 +241,8 @@ void lab_table_close(lab_table *t)
     pthread_mutex_unlock(&t->mu);
 }
 
-int lab_start(lab_table *t, const char *id, const char *mode_name, int64_t goods_id, unsigned points,
-              lab_run *run)
+int lab_start(lab_table *t, const char *id, const char *mode_name, int64_t goods_id,
+              unsigned points, lab_run *run)
 {
     lab_slot *s = NULL;
 
@@ -448,7 +447,8 @@ char *lab_requests_json(lab_table *t)
         failed |= json_object_set_new(r, "mode", json_string(s->mode));
         failed |= json_object_set_new(r, "goods_id", json_integer(s->goods_id));
         failed |= json_object_set_new(r, "point", json_string(lab_point_name((lab_point)s->held)));
-        failed |= json_object_set_new(r, "held_ms", json_integer((now - s->held_since_ns) / 1000000));
+        failed |=
+            json_object_set_new(r, "held_ms", json_integer((now - s->held_since_ns) / 1000000));
         failed |= json_array_append_new(list, r);
     }
     pthread_mutex_unlock(&t->mu);
@@ -501,9 +501,9 @@ char *lab_trace_json(lab_table *t, const char *id, bool *found)
     failed |= json_object_set_new(root, "points", points);
     if (s->in_flight) {
         failed |= json_object_set_new(root, "done", json_false());
-        failed |= json_object_set_new(root, "held_at", s->held >= 0
-                                                           ? json_string(lab_point_name((lab_point)s->held))
-                                                           : json_null());
+        failed |= json_object_set_new(root, "held_at",
+                                      s->held >= 0 ? json_string(lab_point_name((lab_point)s->held))
+                                                   : json_null());
     } else {
         failed |= json_object_set_new(root, "done", json_true());
         failed |= json_object_set_new(root, "status", json_integer(s->status));

@@ -37,7 +37,7 @@ typedef struct tally {
     int64_t asked; /* the pending lines' counts together */
     int64_t after; /* what is left once the sold lines took theirs */
     size_t pending, n_sold;
-    size_t *line;          /* pending line j is s->lines[line[j]] */
+    size_t *line;           /* pending line j is s->lines[line[j]] */
     int64_t *counts, *left; /* per pending line */
     bool *sold;
     int64_t *sold_counts, *order_ids; /* per sold line, in order */
@@ -673,9 +673,8 @@ static step in_two_round_trips(sale *s, tally *t, bool *folded)
                              s->mode->name, s->env->instance, h->fence, h->fence_source,
                              t->sold_ids, t->order_ids);
     if (rc != DB_OK) {
-        sale_fail_db(s, t->n_sold == 1 ? "write, record order, commit"
-                                       : "write, record orders, commit",
-                     rc);
+        sale_fail_db(
+            s, t->n_sold == 1 ? "write, record order, commit" : "write, record orders, commit", rc);
         return STEP_ANSWERED;
     }
     (void)answer_lines(s, t, false, 0); /* committed: a NULL body is out of memory (sale_run) */

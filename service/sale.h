@@ -37,7 +37,7 @@ typedef struct sale_line {
     const char *request_id; /* the client's X-Request-Id, written with its order, or NULL */
     deduct_result *out;     /* its answer: status, body (malloc'd), outcome, detail */
     /* the sale's own, while it runs */
-    bool answered; /* the answer is final already (replayed from the store) */
+    bool answered;                /* the answer is final already (replayed from the store) */
     const struct sale_line *twin; /* NULL, or an earlier line of the sale with the same key,
                                      whose answer this one gets, as a replay would give it
                                      after the commit */
@@ -60,12 +60,12 @@ typedef enum sale_source {
 
 typedef struct sale {
     const deduct_env *env;
-    const mode *mode;  /* its still_held asks the holdings; its name goes with each order */
+    const mode *mode; /* its still_held asks the holdings; its name goes with each order */
     int64_t goods_id;
-    sale_line *lines;  /* in arrival order: the first to come is the first served */
-    size_t n;          /* 1..DB_ORDERS_MAX; more than one with SALE_FROM_GOODS only */
+    sale_line *lines; /* in arrival order: the first to come is the first served */
+    size_t n;         /* 1..DB_ORDERS_MAX; more than one with SALE_FROM_GOODS only */
     sale_source source;
-    int segment;       /* SALE_FROM_SEGMENT: which; SEGMENTS and HINT: how many (1..DB_SEGMENTS_MAX) */
+    int segment; /* SALE_FROM_SEGMENT: which; SEGMENTS and HINT: how many (1..DB_SEGMENTS_MAX) */
     guard_hold *holds; /* what the sale runs under, each asked still_held before COMMIT: one;
                           SALE_FROM_SEGMENTS: segment i's in holds[i]; HINT: none */
     size_t n_holds;

@@ -121,8 +121,7 @@ static void give_back(shard_sale *s)
 static shard_step sell_from(shard_sale *s, sale_source source, int segment, guard_hold *holds,
                             size_t n_holds)
 {
-    sale_line line = {
-        .count = s->count, .key = s->key, .request_id = s->request_id, .out = s->out};
+    sale_line line = {.count = s->count, .key = s->key, .request_id = s->request_id, .out = s->out};
     sale one = {.env = s->env,
                 .mode = s->m,
                 .goods_id = s->goods_id,
@@ -372,13 +371,13 @@ int sharded_execute(const deduct_env *env, const mode *m, int64_t goods_id, int6
                     const char *idempotency_key, const char *request_id, deduct_result *out)
 {
     shard_sale s = {.env = env,
-              .m = m,
-              .goods_id = goods_id,
-              .count = count,
-              .key = idempotency_key,
-              .request_id = request_id,
-              .k = sharded_segments(env->shard_segments),
-              .out = out};
+                    .m = m,
+                    .goods_id = goods_id,
+                    .count = count,
+                    .key = idempotency_key,
+                    .request_id = request_id,
+                    .k = sharded_segments(env->shard_segments),
+                    .out = out};
     char detail[256];
 
     memset(out, 0, sizeof(*out));
