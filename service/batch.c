@@ -181,7 +181,9 @@ static void run_batch(const deduct_env *env, const mode *m, int rc, guard_hold *
         if (rc != DB_OK) {
             sale_fail_db(&s, "connect", rc);
         } else {
-            (void)sale_run(&s); /* a NULL body below: out of memory */
+            /* The read-check-write every mode runs (sale.c's read_check_write), once for
+             * the whole batch; a NULL body below: out of memory. */
+            (void)sale_run(&s);
             db_pool_release(env->db, s.conn);
         }
         m->leave(env->guards, &hold);

@@ -114,6 +114,7 @@ int deduct_execute_as(const deduct_env *env, const mode *m, int64_t goods_id, in
     if (rc != DB_OK) {
         result = sale_answer_db(out, NULL, "connect", rc);
     } else {
+        /* The read-check-write every mode runs (sale.c's read_check_write), once. */
         result = sale_run(&s) < 0 ? -1 : 0;
         db_pool_release(env->db, s.conn);
     }

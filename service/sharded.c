@@ -116,8 +116,9 @@ static void give_back(shard_sale *s)
     s->conn = NULL;
 }
 
-/* The read-check-write (sale_run) of this request from `source` on the borrowed connection,
- * under holds[0..n_holds). STEP_ANSWERED or STEP_SHORT. */
+/* The read-check-write every mode runs (sale.c's read_check_write, through sale_run), once per
+ * segment: this request from `source` on the borrowed connection, under holds[0..n_holds).
+ * STEP_ANSWERED or STEP_SHORT. */
 static shard_step sell_from(shard_sale *s, sale_source source, int segment, guard_hold *holds,
                             size_t n_holds)
 {
