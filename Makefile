@@ -102,15 +102,18 @@ STACK_TESTS := $(patsubst tests/%.c,$(B)/tests/%,$(STACK_TEST_SRC))
 DB_TESTS := $(patsubst tests/%.c,$(B)/tests/%,$(DB_TEST_SRC))
 DEDUCT_TESTS := $(patsubst tests/%.c,$(B)/tests/%,$(DEDUCT_TEST_SRC))
 LOCK_TESTS := $(patsubst tests/%.c,$(B)/tests/%,$(LOCK_TEST_SRC))
-# What tests/tsan.sh runs: the service, and the tests with threads of their own to race.
+# What tests/tsan.sh runs: the service, and the tests with threads of their own to race
+# (TSAN_SERVICE_TARGETS: what `make test` runs under TSan, its stack driven by the ASan build
+# of tests/stack/); `make test-tsan` drives the stack with TSan builds of tests/stack/ too.
 # check-history: the stack programs judge each load's history with their own build's.
-TSAN_TARGETS := build/tsan/stockd build/tsan/tests/test_redlock \
+TSAN_SERVICE_TARGETS := build/tsan/stockd build/tsan/tests/test_redlock \
                 $(patsubst tests/%.c,build/tsan/tests/%,$(LOCK_TEST_SRC)) \
                 build/tsan/tests/test_lab \
                 build/tsan/tests/test_etcd \
                 build/tsan/tests/test_zookeeper \
                 build/tsan/tests/test_sentinel \
-                build/tsan/tests/test_cluster \
+                build/tsan/tests/test_cluster
+TSAN_TARGETS := $(TSAN_SERVICE_TARGETS) \
                 $(patsubst tests/%.c,build/tsan/tests/%,$(STACK_TEST_SRC)) \
                 build/tsan/check-history
 
@@ -225,14 +228,14 @@ TEST_JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 test: deps
 	@scripts/deps.sh ensure browser etcd zookeeper pg-ha
 	$(MAKE) -j$(TEST_JOBS) test-build-release test-build-san test-build-tsan
-	WITH_DOCKER=1 TSAN_BUILD=build/tsan tests/run-all.sh build/san
+	TSAN_BUILD=build/tsan tests/run-all.sh build/san
 
 test-build-release:
 	$(MAKE) all
 test-build-san:
 	$(MAKE) B=build/san SAN=1 programs tests
 test-build-tsan:
-	$(MAKE) B=build/tsan TSAN=1 $(TSAN_TARGETS)
+	$(MAKE) B=build/tsan TSAN=1 $(TSAN_SERVICE_TARGETS)
 
 test-unit: deps
 	$(MAKE) B=build/san SAN=1 tests

@@ -46,10 +46,13 @@
 #
 # Run on its own (`make test-integration`) it prints its own "N passed, N failed";
 # tests/run-all.sh sources it and calls run_integration, so its cases join the total.
-# run_integration BUILD [SUFFIX [PATTERN [SKIP]]]: SUFFIX (e.g. "-tsan") is added to the name
-# of each suite and log, so that two runs (the ThreadSanitizer one, tests/tsan.sh) can join one
-# total; PATTERN (cmocka's, '*' and '?': 'test_load_*') runs only the cases it matches, and
-# SKIP (the same kind of pattern) leaves out the cases it matches.
+# run_integration BUILD [SUFFIX [PATTERN [SKIP [CLIENT_BUILD]]]]: SUFFIX (e.g. "-tsan") is
+# added to the name of each suite and log, so that two runs (the ThreadSanitizer one,
+# tests/tsan.sh) can join one total; PATTERN (cmocka's, '*' and '?': 'test_load_*') runs only
+# the cases it matches, and SKIP (the same kind of pattern) leaves out the cases it matches.
+# The replicas are BUILD's stockd; the programs of tests/stack/ are CLIENT_BUILD's (BUILD's
+# by default): the ThreadSanitizer pass of `make test` drives its TSan replicas with the ASan
+# build of the clients, whose 64 load threads are test code, not what TSan is there to check.
 set -euo pipefail
 
 # The integration stack's settings: fixed here so that a developer's own environment
@@ -378,12 +381,13 @@ it__program_has_case() {
 run_integration() {
     # shellcheck source=tests/live_page.sh
     source tests/live_page.sh
-    local build=$1 n urls="" up_log sx pattern=${3:-} skip=${4:-}
+    local build=$1 n urls="" up_log sx pattern=${3:-} skip=${4:-} client=${5:-$1}
     IT_SUFFIX=${2:-}
     sx=$IT_SUFFIX
     case $build in /*) ;; *) build=$PWD/$build ;; esac
-    if [ ! -x "$build/stockd" ] || [ ! -x "$build/tests/stack/test_contract" ]; then
-        suite_broken "integration$sx" "$build/stockd or $build/tests/stack/test_contract missing (make B=$build ... programs tests)"
+    case $client in /*) ;; *) client=$PWD/$client ;; esac
+    if [ ! -x "$build/stockd" ] || [ ! -x "$client/tests/stack/test_contract" ]; then
+        suite_broken "integration$sx" "$build/stockd or $client/tests/stack/test_contract missing (make B=... programs tests)"
         return 0
     fi
 
@@ -470,7 +474,7 @@ run_integration() {
 
     local prog name limit bin
     for prog in $IT_STACK_PROGRAMS; do
-        name=${prog%%:*} limit=${prog##*:} bin=$build/tests/stack/test_${prog%%:*}
+        name=${prog%%:*} limit=${prog##*:} bin=$client/tests/stack/test_${prog%%:*}
         if [ ! -x "$bin" ]; then
             suite_broken "stack-$name$sx" "$bin missing (make B=$build ... tests)"
             continue

@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
-# run-all.sh BUILD_DIR - every test, against real servers, as `make test` runs it, in lanes:
-# groups of suites that run in order, each lane beside the others (tests/lib/harness.sh says
-# why: most of a run is waiting, and the lanes' servers share nothing). The lanes:
+# run-all.sh BUILD_DIR - every test, against real servers, as `make test` runs it, in two
+# lanes that run side by side (tests/lib/harness.sh says how; TEST_LANES=serial runs them one
+# after the other). Each lane runs its suites in order:
+#   stacks       the whole stack on free ports (tests/integration.sh); then, with
+#                TSAN_BUILD=DIR (as `make test` sets it: build/tsan), the whole stack again
+#                with ThreadSanitizer builds of the replicas, driven by BUILD_DIR's programs
+#                of tests/stack/ (tests/tsan.sh); then the ladder (tests/ladder.sh), each rung's
+#                flaw provoked at fixed moments on a stack of its own. Nearly all of this
+#                lane is computing: 64 connections of load against sanitizer builds;
 #   servers      the pure unit tests (tests/run-unit.sh's suites) and the committed
 #                histories; the documents checked against the code (tests/docs.sh: make
 #                docs-check); the programs of tests/lock/, each starting a redis-server of
@@ -11,25 +17,20 @@
 #                programs of tests/db/ and tests/deduct/ (two lock holders in every
 #                interleaving) against a throwaway PostgreSQL started here on a free port in
 #                a temporary directory (TEST_DATABASE_URL names its superuser: the tests
-#                create databases); loadtest/lib/history.sh's checks; then, with TSAN_BUILD,
-#                the same lock-server suites built with ThreadSanitizer (tests/tsan.sh);
-#   stacks       the whole stack on free ports (tests/integration.sh); then, with
-#                TSAN_BUILD=DIR (as `make test` sets it: build/tsan), the whole stack again
-#                with ThreadSanitizer builds of the replicas and of tests/stack/ (tests/tsan.sh).
-#                One after the other: each drives 64 connections of load, and two loads at
-#                once would only make each slower;
-#   rungs        the ladder (tests/ladder.sh), the stack on PostgreSQL under Patroni through
-#                a failover (tests/pg_ha.sh) and the lab (tests/lab.sh: its stack, its API,
-#                its page played in headless Chromium), each on a stack of its own;
-#   docker       with WITH_DOCKER=1 (as `make test` sets it), once the rungs are done,
-#                docker/test.sh: the compose stack (Docker, or podman set up by the script;
+#                create databases); loadtest/lib/history.sh's checks; with TSAN_BUILD, the
+#                same lock-server suites built with ThreadSanitizer (tests/tsan.sh); the stack
+#                on PostgreSQL under Patroni through a failover (tests/pg_ha.sh); the lab
+#                (tests/lab.sh: its stack, its API, its page played in headless Chromium).
+#                Most of this lane is waiting: for a lease to run out, a failover, a server.
+#   docker       only with WITH_DOCKER=1, after both (`make test-docker` runs it alone):
+#                docker/test.sh, the compose stack (Docker, or podman set up by the script;
 #                where neither can run it says SKIP and counts as such).
 # Every lane but docker runs under an open-file limit of FD_LIMIT, servers included: see below.
 # Prints each lane's output when the lane ends, a line per suite and, last, exactly
 # "N passed, N failed" (test cases: cmocka's counts, plus the shell checks; a suite that
 # crashes or times out counts as a failure). Exits 1 on any failure. Whatever it started is
 # stopped at exit, on failure or Ctrl-C too. Logs: BUILD_DIR/test-logs/ (lane-NAME.out: what
-# a lane printed).
+# a lane printed). HARNESS_CPU=1 adds each suite's CPU-seconds to its line (tests/lib/harness.sh).
 set -euo pipefail
 
 [ $# -eq 1 ] || { echo "usage: tests/run-all.sh BUILD_DIR" >&2; exit 2; }
@@ -148,10 +149,19 @@ server_suites() {
     fi
 }
 
+# The lanes. Most of the servers lane is waiting (leases running out, failovers, servers
+# starting), and most of the stacks lane is computing (64 connections of load against
+# sanitizer builds): measured with HARNESS_CPU=1, the first keeps about a tenth of the two
+# cores busy, the second nearly all of them. So they run side by side, and the quiet work
+# (Patroni's failover, the lab's stepped requests) follows the servers, while the ladder, whose
+# rows are timed, follows the stacks, when the loads are over.
 lane_servers() {
     run_unit_suites "$build"
     run_docs_check
     server_suites
+    # PostgreSQL under Patroni: start, a sale, the primary killed, a sale after the failover.
+    run_pg_ha "$build"
+    run_lab "$build"
 }
 
 lane_stacks() {
@@ -159,29 +169,10 @@ lane_stacks() {
     if [ -n "${TSAN_BUILD:-}" ]; then
         # The first stack stops before the second starts (and it__cleanup knows one only).
         harness__cleanup
-        run_tsan_stack "$TSAN_BUILD"
+        TSAN_CLIENT_BUILD=$build run_tsan_stack "$TSAN_BUILD"
     fi
-}
-
-lane_rungs() {
+    harness__cleanup
     run_ladder "$build"
-    # PostgreSQL under Patroni: start, a sale, the primary killed, a sale after the failover.
-    run_pg_ha "$build"
-    run_lab "$build"
-    : >"$HARNESS_LOG_DIR/rungs.done"
-}
-
-# The compose stack after the rungs (its image builds are the heaviest work of the run, and
-# would slow every timed scenario of the ladder), in a lane of its own only for its open-file
-# limit: the containers' are the engine's. It waits for the rungs' lane to say it is done, at
-# most 20 minutes (a lane that died says nothing).
-lane_docker_after_rungs() {
-    local i
-    for ((i = 0; i < 1200; i++)); do
-        [ ! -e "$HARNESS_LOG_DIR/rungs.done" ] || break
-        sleep 1
-    done
-    lane_docker
 }
 
 # The compose stack (docker/test.sh): Docker, or podman set up by the script; where neither
@@ -208,29 +199,25 @@ lane_docker() {
 
 # --- the run ---
 
-# TEST_LANES=parallel runs the lanes side by side; the default runs them one after the other.
-# Side by side, the run took 12 minutes instead of 16 on the project's 2-core machine, but the
-# timed scenarios (the ladder's rows, the lock tests' wait bounds, 64 connections against a
-# 2 s lock wait) then share the cores with two loads and a ZooKeeper JVM, and some of them
-# missed their moment: a test that passes only when the machine is quiet is not one to run
-# there by default.
-case ${TEST_LANES:-serial} in
+# TEST_LANES=serial runs the lanes one after the other (a machine where the waiting suites'
+# bounds do not hold beside a load, say); the default runs them side by side.
+case ${TEST_LANES:-parallel} in
 parallel | serial) ;;
 *) die "TEST_LANES: parallel or serial, not '${TEST_LANES}'" ;;
 esac
 lanes__next() {
-    [ "${TEST_LANES:-serial}" = parallel ] || harness_lanes_wait
+    [ "${TEST_LANES:-parallel}" = parallel ] || harness_lanes_wait
 }
-harness_lane servers "$FD_LIMIT" lane_servers
-lanes__next
 harness_lane stacks "$FD_LIMIT" lane_stacks
 lanes__next
-harness_lane rungs "$FD_LIMIT" lane_rungs
+harness_lane servers "$FD_LIMIT" lane_servers
 lanes__next
-if [ "${WITH_DOCKER:-0}" = 1 ]; then
-    harness_lane docker "$(ulimit -Hn)" lane_docker_after_rungs
-fi
 harness_lanes_wait
+# The compose stack last, alone: its image builds would slow every timed scenario.
+if [ "${WITH_DOCKER:-0}" = 1 ]; then
+    harness_lane docker "$(ulimit -Hn)" lane_docker
+    harness_lanes_wait
+fi
 
 echo
 echo "(all suites: $(($(date +%s) - started))s)"

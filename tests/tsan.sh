@@ -17,7 +17,9 @@
 #      clients sharing the cluster router's map and per-master pools, the watchdog renewing
 #      through it, migrations followed);
 #   2. the whole stack (tests/integration.sh) with TSan builds of stockd as its replicas, and
-#      the programs of tests/stack/ (TSan builds too) against it: its load cases (64 clients through nginx, and
+#      the programs of tests/stack/ against it (TSan builds too; TSAN_CLIENT_BUILD=DIR takes
+#      them from another build: `make test` drives the TSan replicas with its ASan clients,
+#      as the clients' own threads are test code and TSan would only make them slower): its load cases (64 clients through nginx, and
 #      on one replica), the same Idempotency-Key 20 times at once, the lock_lost cases (the
 #      watchdog against a holder that pauses past its lease), Redis and PostgreSQL stopped
 #      and started under the replicas (their reconnecting threads) and the rest, all of it
@@ -100,7 +102,7 @@ run_tsan_stack() {
         return 0
     fi
     tsan__options
-    run_integration "$build" -tsan "$TSAN_CASES" "$TSAN_SKIP_CASES"
+    run_integration "$build" -tsan "$TSAN_CASES" "$TSAN_SKIP_CASES" "${TSAN_CLIENT_BUILD:-$build}"
 }
 
 # Run on its own: set up the harness, run, summarise.

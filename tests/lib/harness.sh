@@ -59,15 +59,54 @@ harness__record() {
     echo "== $line"
 }
 
+# --- CPU accounting (HARNESS_CPU=1, root on a machine with cgroup v1's cpuacct) ---
+#
+# The run's time budget is set by CPU, not by waiting: on two cores, the suites that drive
+# load keep both busy. To see which suite costs what, each lane can run in a cpuacct cgroup
+# of its own, whose counter takes in every process the lane starts (its servers too, as
+# they stay in their parent's group), and each suite's line then says the CPU-seconds it
+# used beside its wall-clock seconds. Off by default: it needs root and cgroup v1, and it is
+# a measuring aid, not a test.
+HARNESS_CPU_GROUP=""
+
+harness__cpu_join() {
+    local root=/sys/fs/cgroup/cpuacct group
+    [ "${HARNESS_CPU:-0}" = 1 ] && [ -w "$root/cgroup.procs" ] || return 0
+    group=$root/stock-tests-$BASHPID
+    mkdir -p "$group" && echo "$BASHPID" >"$group/cgroup.procs" || return 0
+    HARNESS_CPU_GROUP=$group
+}
+
+# The lane's CPU-seconds so far (with one decimal), or nothing when not accounted.
+harness__cpu_now() {
+    [ -n "$HARNESS_CPU_GROUP" ] || return 0
+    awk '{ printf "%.1f", $1 / 1e9 }' "$HARNESS_CPU_GROUP/cpuacct.usage"
+}
+
+# harness__cpu_note START: ", N cpu-s" since START (harness__cpu_now's), or nothing.
+harness__cpu_note() {
+    [ -n "$HARNESS_CPU_GROUP" ] && [ -n "$1" ] || return 0
+    awk -v a="$1" -v b="$(harness__cpu_now)" 'BEGIN { printf ", %.1f cpu-s", b - a }'
+}
+
+harness__cpu_leave() {
+    [ -n "$HARNESS_CPU_GROUP" ] || return 0
+    echo "== lane CPU: $(harness__cpu_now) cpu-s"
+    echo "$BASHPID" >/sys/fs/cgroup/cpuacct/cgroup.procs 2>/dev/null || true
+    rmdir "$HARNESS_CPU_GROUP" 2>/dev/null || true
+    HARNESS_CPU_GROUP=""
+}
+
 # run_suite NAME SECONDS COMMAND...: runs a cmocka binary (or any command printing cmocka's
 # summary lines) with a time limit, and records its counts.
 run_suite() {
-    local name=$1 seconds=$2 log rc passed failed start elapsed note
+    local name=$1 seconds=$2 log rc passed failed start elapsed note cpu0
     shift 2
     log=$HARNESS_LOG_DIR/${name//[^A-Za-z0-9_.+-]/_}.log # a pattern in the name: no * in file names
     echo
     echo "== $name: $*"
     start=$(date +%s)
+    cpu0=$(harness__cpu_now)
     set +e
     # --kill-after: a suite that ignores SIGTERM still ends. --foreground keeps the suite in
     # our process group, so a Ctrl-C reaches it (and then our INT trap cleans up) instead of
@@ -80,7 +119,7 @@ run_suite() {
         awk '{ s += $1 } END { print s + 0 }')
     failed=$(sed -n 's/^\[  FAILED  \] \([0-9][0-9]*\) test(s).*/\1/p' "$log" |
         awk '{ s += $1 } END { print s + 0 }')
-    note="(${elapsed}s)"
+    note="(${elapsed}s$(harness__cpu_note "$cpu0"))"
     if [ "$rc" -ne 0 ] && [ "$failed" -eq 0 ]; then
         failed=1
         case $rc in
@@ -115,12 +154,14 @@ HARNESS_GROUP=""
 HARNESS_GROUP_PASSED=0
 HARNESS_GROUP_FAILED=0
 HARNESS_GROUP_STARTED=0
+HARNESS_GROUP_CPU=""
 
 check_group_begin() {
     HARNESS_GROUP=$1
     HARNESS_GROUP_PASSED=0
     HARNESS_GROUP_FAILED=0
     HARNESS_GROUP_STARTED=$(date +%s)
+    HARNESS_GROUP_CPU=$(harness__cpu_now)
     echo
     echo "== $HARNESS_GROUP"
 }
@@ -139,7 +180,7 @@ check() {
 
 check_group_end() {
     harness__record "$HARNESS_GROUP" "$HARNESS_GROUP_PASSED" "$HARNESS_GROUP_FAILED" \
-        "($(($(date +%s) - HARNESS_GROUP_STARTED))s)"
+        "($(($(date +%s) - HARNESS_GROUP_STARTED))s$(harness__cpu_note "$HARNESS_GROUP_CPU"))"
 }
 
 # A suite that could not even run (its binary missing, its server not starting).
@@ -196,13 +237,15 @@ harness_lane() {
     rm -f "$state"
     (
         ulimit -n "$limit" || exit 1
+        harness__cpu_join
         HARNESS_PASSED=0 HARNESS_FAILED=0 HARNESS_SKIPPED=0
         HARNESS_RESULTS=() HARNESS_CLEANUPS=() HARNESS_LANE_PIDS=() HARNESS_LANE_NAMES=()
-        trap harness__cleanup EXIT
+        trap 'harness__cleanup; harness__cpu_leave' EXIT
         trap 'exit 130' INT
         trap 'exit 143' TERM
         "$@"
         harness__cleanup
+        harness__cpu_leave
         {
             echo "$HARNESS_PASSED $HARNESS_FAILED ${HARNESS_SKIPPED:-0}"
             printf '%s\n' "${HARNESS_RESULTS[@]}"

@@ -253,16 +253,16 @@ static void test_load_pg_optimistic_three(void **state)
 {
     (void)state;
     begin_case("load_pg_optimistic_three");
-    reset_goods(GOODS_LOAD_OPTIMISTIC, LOAD_STOCK);
+    reset_goods(GOODS_LOAD_OPTIMISTIC, LOAD_POLL_STOCK);
     double retries = metric_sum("stock_optimistic_retries_total");
     load_plan *p = load_plan_new("pg-optimistic via nginx", g_env.stock_url, GOODS_LOAD_OPTIMISTIC,
-                                 "pg-optimistic", LOAD_REQUESTS, LOAD_THREADS);
+                                 "pg-optimistic", LOAD_POLL_REQUESTS, LOAD_THREADS);
     p->allowed_503 = "conflict";
     load_run(p);
-    expect_exact_sale_allowing_503(p, LOAD_STOCK);
+    expect_exact_sale_allowing_503(p, LOAD_POLL_STOCK);
     retries = metric_sum("stock_optimistic_retries_total") - retries;
     printf("    pg-optimistic via nginx: %.0f transactions run again, %.2f per sale\n", retries,
-           retries / LOAD_STOCK);
+           retries / LOAD_POLL_STOCK);
     for (size_t k = 0; k < g_env.n_replicas; k++)
         if (p->counts.per_instance[k] == 0)
             fail_msg("pg-optimistic: replica %s sold nothing", g_env.instances[k]);
@@ -278,12 +278,12 @@ static void test_load_pg_lockrow_three(void **state)
 {
     (void)state;
     begin_case("load_pg_lockrow_three");
-    reset_goods(GOODS_LOAD_LOCKROW, LOAD_STOCK);
+    reset_goods(GOODS_LOAD_LOCKROW, LOAD_POLL_STOCK);
     load_plan *p = load_plan_new("pg-lockrow via nginx", g_env.stock_url, GOODS_LOAD_LOCKROW,
-                                 "pg-lockrow", LOAD_REQUESTS, LOAD_THREADS);
+                                 "pg-lockrow", LOAD_POLL_REQUESTS, LOAD_THREADS);
     p->allowed_503 = "lock_timeout";
     load_run(p);
-    expect_exact_sale_allowing_503(p, LOAD_STOCK);
+    expect_exact_sale_allowing_503(p, LOAD_POLL_STOCK);
     for (size_t k = 0; k < g_env.n_replicas; k++)
         if (p->counts.per_instance[k] == 0)
             fail_msg("pg-lockrow: replica %s sold nothing", g_env.instances[k]);
