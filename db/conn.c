@@ -85,14 +85,6 @@ void db__set_error(db_conn *c, const char *fmt, ...)
     va_end(ap);
 }
 
-int64_t db__now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 int db__wait_socket(PGconn *pg, short events, int64_t deadline)
 {
     struct pollfd pfd;

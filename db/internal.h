@@ -22,6 +22,7 @@
 
 #include <libpq-fe.h>
 #include <pthread.h>
+#include <time.h>
 
 #include "db/db.h"
 
@@ -123,8 +124,12 @@ enum db__stmt_id {
     DB__STMT_COUNT
 };
 
-/* CLOCK_MONOTONIC in milliseconds: the one clock every deadline of db/ is built on. */
+/* db/'s clock (db/clock.c). db__now_ms: CLOCK_MONOTONIC in milliseconds, the one clock every
+ * deadline of db/ is built on. db__timespec_after: the monotonic time ms from now, for
+ * pthread_cond_timedwait on a condition made by db__cond_init (0, or -1 on failure). */
 int64_t db__now_ms(void);
+struct timespec db__timespec_after(int64_t ms);
+int db__cond_init(pthread_cond_t *cond);
 /* Waits until pg's socket is ready for `events` (POLLIN, POLLOUT), or until deadline (from
  * db__now_ms). 1 when ready, 0 on timeout, -1 on a poll error; an interrupted poll is resumed. */
 int db__wait_socket(PGconn *pg, short events, int64_t deadline);
@@ -197,10 +202,9 @@ typedef struct db__orders_params {
 /* Checks n (1..DB_ORDERS_MAX) and every count (1..INT32_MAX) and fills p; fence NULL: an
  * unfenced order (fence_source ignored). DB_OK (free with db__orders_params_free),
  * DB_ERR_INVALID or DB_ERR_NOMEM (nothing to free). */
-int db__orders_params_make(db__orders_params *p, int64_t goods_id, const int64_t *counts,
-                           size_t n, const char *mode, const char *instance,
-                           const int64_t *fence, const char *fence_source,
-                           const char *const *request_ids);
+int db__orders_params_make(db__orders_params *p, int64_t goods_id, const int64_t *counts, size_t n,
+                           const char *mode, const char *instance, const int64_t *fence,
+                           const char *fence_source, const char *const *request_ids);
 void db__orders_params_free(db__orders_params *p);
 
 /* Parses the text value at (row, col) as an int64; DB_ERR_QUERY if it is not one. */

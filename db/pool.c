@@ -16,7 +16,8 @@
  * session the next time it is borrowed. A slot returned in the middle of a transaction is
  * rolled back first, so the next borrower starts clean and no row stays locked.
  *
- * Waiting uses CLOCK_MONOTONIC so that a change of the wall clock cannot stretch a bound.
+ * Waiting uses the module's monotonic clock (db/clock.c) so that a change of the wall clock cannot
+ * stretch a bound.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -65,7 +66,6 @@ static int options_valid(const db_pool_options *opts)
 
 int db_pool_create(const db_pool_options *opts, db_pool **out)
 {
-    pthread_condattr_t attr;
     db_pool *pool = NULL;
     int i;
 
@@ -91,14 +91,8 @@ int db_pool_create(const db_pool_options *opts, db_pool **out)
 
     if (pthread_mutex_init(&pool->mu, NULL) != 0)
         goto fail_alloc;
-    if (pthread_condattr_init(&attr) != 0)
+    if (db__cond_init(&pool->freed) != 0)
         goto fail_mutex;
-    if (pthread_condattr_setclock(&attr, CLOCK_MONOTONIC) != 0 ||
-        pthread_cond_init(&pool->freed, &attr) != 0) {
-        pthread_condattr_destroy(&attr);
-        goto fail_mutex;
-    }
-    pthread_condattr_destroy(&attr);
     *out = pool;
     return DB_OK;
 
@@ -126,21 +120,6 @@ void db_pool_destroy(db_pool *pool)
     free(pool);
 }
 
-/* The absolute CLOCK_MONOTONIC time timeout_ms from now. */
-static struct timespec deadline_after(int timeout_ms)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += timeout_ms / 1000;
-    ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    return ts;
-}
-
 /* A free slot, preferring one with an open session (so sessions are opened only when all
  * the open ones are busy). Called with the mutex held. */
 static db_conn *pick_free(db_pool *pool)
@@ -163,7 +142,7 @@ static db_conn *pick_free(db_pool *pool)
 /* Takes a free slot, waiting until the deadline. NULL when none came free in time. */
 static db_conn *take_slot(db_pool *pool, int timeout_ms)
 {
-    struct timespec deadline = deadline_after(timeout_ms);
+    struct timespec deadline = db__timespec_after(timeout_ms);
     db_conn *c;
     int rc = 0;
 

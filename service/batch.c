@@ -48,7 +48,7 @@ typedef struct batch_item {
     int64_t count;
     const char *key;                            /* Idempotency-Key or NULL */
     char request_id[DEDUCT_REQUEST_ID_MAX + 1]; /* the client's (a copy), "" for none */
-    struct timespec arrived;
+    int64_t arrived_ns;                         /* clock_now_ns() */
     deduct_result *out; /* &res: the caller's result is filled from it when done */
     deduct_result res;
     int rc; /* -1: out of memory building the answer */
@@ -61,10 +61,6 @@ typedef struct batch_item {
     bool lead;           /* handed the queue: this thread runs the next batch */
     bool sealed;         /* the batch is committing: only its outcome is awaited now */
     bool withdrawn;      /* answered 503 at its deadline and gone: the leader frees it */
-
-    /* the leader's working state, while the batch runs */
-    bool answered;           /* the answer is final already (replayed from the store) */
-    struct batch_item *twin; /* an earlier request of the batch with the same key */
 } batch_item;
 
 typedef struct batch_stripe {
@@ -78,19 +74,6 @@ struct batch_queue {
     batch_options opts;
     batch_stripe stripes[BATCH_STRIPES];
 };
-
-int64_t batch_allocate(int64_t stock, const int64_t *counts, size_t n, bool *sold, int64_t *left)
-{
-    size_t i;
-
-    for (i = 0; i < n; i++) {
-        sold[i] = counts[i] <= stock;
-        if (sold[i])
-            stock -= counts[i];
-        left[i] = stock;
-    }
-    return stock;
-}
 
 int batch_queue_create(const batch_options *opts, batch_queue **out)
 {
@@ -123,457 +106,90 @@ void batch_queue_destroy(batch_queue *q)
 
 /* ---- answers ------------------------------------------------------------------------- */
 
-static void set_answer(batch_item *it, int status, const char *outcome, char *body)
-{
-    free(it->out->body);
-    it->out->status = status;
-    it->out->outcome = outcome;
-    it->out->body = body;
-    if (body == NULL)
-        it->rc = -1;
-}
-
-/* A 503 as deduct.c answers it: `error` is the body's error and the metrics outcome; the
- * detail goes to the log, and to the body for "unavailable" only (API.md). */
+/* A 503 as every sale answers it (sale_answer_503). */
 static void set_503(batch_item *it, const char *error, const char *detail)
 {
     if (sale_answer_503(it->out, error, detail) != 0)
         it->rc = -1;
 }
 
-/* Something of the batch's transaction failed: it sells nothing, so every request not
- * answered from the store gets the same 503. */
-static void fail_batch(batch_item **items, size_t n, const char *error, const char *detail)
-{
-    size_t i;
-
-    for (i = 0; i < n; i++)
-        if (!items[i]->answered && items[i]->twin == NULL)
-            set_503(items[i], error, detail);
-}
-
-static void fail_db(batch_item **items, size_t n, const char *what, int rc, const db_conn *conn)
-{
-    char why[200], detail[256];
-
-    snprintf(detail, sizeof(detail), "postgresql: %s: %s", what,
-             db_describe_error(rc, conn, why, sizeof(why)));
-    fail_batch(items, n, rc == DB_ERR_COMMIT_UNKNOWN ? "commit_unknown" : "unavailable", detail);
-}
-
 /* ---- the transaction ----------------------------------------------------------------- */
 
-/* Claims the key of every keyed request (the first of twins only), as the single path does
- * before it reads the stock; a key a committed request already holds is answered from the
- * store. DB_OK, or the failing call's code with the batch failed. */
-static int claim_keys(db_conn *conn, batch_item **items, size_t n)
+/* What the batch's sale asks just before its commit (sale.may_commit). */
+typedef struct batch_run {
+    batch_stripe *stripe;
+    batch_item **items;
+    size_t n;
+} batch_run;
+
+/* Seals the batch for the commit unless one of its followers withdrew: true when sealed.
+ * A follower that passed its deadline has answered 503 already: its order must not be
+ * committed, so neither is the batch. Otherwise its followers now wait for the commit's
+ * outcome (one reply bound) rather than leave. */
+static bool seal_batch(void *arg)
 {
-    size_t i, j;
-    int rc;
-
-    for (i = 0; i < n; i++) {
-        batch_item *it = items[i];
-        char *body = NULL;
-        int status = 0;
-
-        if (it->key == NULL)
-            continue;
-        for (j = 0; j < i && it->twin == NULL; j++)
-            if (items[j]->key != NULL && strcmp(items[j]->key, it->key) == 0)
-                it->twin = items[j]->twin != NULL ? items[j]->twin : items[j];
-        if (it->twin != NULL)
-            continue; /* answered as its twin is, below */
-        rc = db_idempotency_claim(conn, it->goods_id, it->key);
-        if (rc == DB_OK)
-            continue;
-        if (rc == DB_ERR_CONFLICT) {
-            /* The claim inserted nothing and the transaction goes on; under READ COMMITTED
-             * the fetch sees the committed answer. */
-            rc = db_idempotency_fetch(conn, it->goods_id, it->key, &status, &body);
-            if (rc == DB_OK) {
-                set_answer(it, status, "replayed", body);
-                it->answered = true;
-                continue;
-            }
-            fail_db(items, n, "fetch idempotent answer", rc, conn);
-            return rc;
-        }
-        fail_db(items, n, "claim idempotency key", rc, conn);
-        return rc;
-    }
-    return DB_OK;
-}
-
-/* The arrays of one batch's allocation, in one allocation: n is at most BATCH_MAX. */
-typedef struct batch_scratch {
-    batch_item **pending;
-    int64_t *counts;
-    int64_t *left;
-    int64_t *sold_counts;  /* the counts of the sold requests, in order */
-    int64_t *order_ids;    /* their orders' ids */
-    const char **sold_ids; /* their request ids (NULL: none) */
-    bool *sold;
-} batch_scratch;
-
-static batch_scratch *scratch_new(size_t k)
-{
-    size_t bytes = sizeof(batch_scratch) +
-                   k * (sizeof(batch_item *) + 4 * sizeof(int64_t) + sizeof(char *)) + k;
-    batch_scratch *sc = malloc(bytes);
-    char *p;
-
-    if (sc == NULL)
-        return NULL;
-    p = (char *)(sc + 1);
-    sc->pending = (batch_item **)(void *)p;
-    p += k * sizeof(batch_item *);
-    sc->counts = (int64_t *)(void *)p;
-    p += k * sizeof(int64_t);
-    sc->left = (int64_t *)(void *)p;
-    p += k * sizeof(int64_t);
-    sc->sold_counts = (int64_t *)(void *)p;
-    p += k * sizeof(int64_t);
-    sc->order_ids = (int64_t *)(void *)p;
-    p += k * sizeof(int64_t);
-    sc->sold_ids = (const char **)(void *)p;
-    p += k * sizeof(char *);
-    sc->sold = (bool *)(void *)p;
-    return sc;
-}
-
-static int sell_pending(const deduct_env *env, const mode *m, db_conn *conn, const guard_hold *hold,
-                        batch_item **items, size_t n, batch_scratch *sc, size_t k,
-                        int64_t *stock_out);
-
-/* Inside the open transaction: the fenced read, the allocation, the orders and the stored
- * answers, the stock write. DB_OK when the transaction should commit (answers set); else
- * the batch is failed and the caller rolls back. */
-static int sell(const deduct_env *env, const mode *m, db_conn *conn, const guard_hold *hold,
-                batch_item **items, size_t n)
-{
-    int64_t stock = 0;
-    batch_scratch *sc;
-    size_t i, k = 0;
-    int rc;
-
-    for (i = 0; i < n; i++)
-        if (!items[i]->answered && items[i]->twin == NULL)
-            k++;
-    if (k == 0)
-        return DB_OK; /* every request was a replay: nothing to read or write */
-    sc = scratch_new(k);
-    if (sc == NULL) {
-        fail_batch(items, n, "unavailable", "out of memory");
-        return DB_ERR_NOMEM;
-    }
-    k = 0;
-    for (i = 0; i < n; i++)
-        if (!items[i]->answered && items[i]->twin == NULL)
-            sc->pending[k++] = items[i];
-    rc = sell_pending(env, m, conn, hold, items, n, sc, k, &stock);
-    free(sc);
-    return rc;
-}
-
-/* sell()'s body, with its scratch arrays: the k requests still to answer. */
-static int sell_pending(const deduct_env *env, const mode *m, db_conn *conn, const guard_hold *hold,
-                        batch_item **items, size_t n, batch_scratch *sc, size_t k,
-                        int64_t *stock_out)
-{
-    int64_t goods_id = items[0]->goods_id, stock = 0;
-    batch_item **pending = sc->pending;
-    int64_t *counts = sc->counts, *left = sc->left;
-    bool *sold = sc->sold;
-    size_t i, n_sold = 0;
-    int rc;
-
-    rc = hold->fenced ? db_stock_claim(conn, goods_id, hold->fence_source, hold->fence, &stock)
-                      : db_stock_read(conn, goods_id, &stock);
-    if (rc == DB_ERR_FENCED) {
-        char detail[128];
-
-        sale_fence_refused(env->guards, m, conn, goods_id, hold, detail, sizeof(detail));
-        fail_batch(items, n, "lock_lost", detail);
-        return rc;
-    }
-    if (rc != DB_OK && rc != DB_ERR_NOT_FOUND) {
-        fail_db(items, n, "read stock", rc, conn);
-        return rc;
-    }
-    if (rc == DB_OK && env->business_delay_ms > 0)
-        clock_sleep_ms(env->business_delay_ms); /* the race window, once for the batch */
-
-    for (i = 0; i < k; i++)
-        counts[i] = pending[i]->count;
-    if (rc == DB_OK)
-        stock = batch_allocate(stock, counts, k, sold, left);
-
-    /* Every sold request's order in one statement: one round trip for the batch. */
-    for (i = 0; rc == DB_OK && i < k; i++)
-        if (sold[i]) {
-            sc->sold_ids[n_sold] =
-                pending[i]->request_id[0] != '\0' ? pending[i]->request_id : NULL;
-            sc->sold_counts[n_sold++] = counts[i];
-        }
-    if (n_sold > 0) {
-        int irc = db_orders_insert_many(conn, goods_id, sc->sold_counts, n_sold, m->name,
-                                        env->instance, hold->fenced ? &hold->fence : NULL,
-                                        hold->fence_source, sc->sold_ids, sc->order_ids);
-        if (irc != DB_OK) {
-            fail_db(items, n, "record orders", irc, conn);
-            return irc;
-        }
-    }
-
-    for (i = 0, n_sold = 0; i < k; i++) {
-        batch_item *it = pending[i];
-
-        if (rc == DB_ERR_NOT_FOUND) {
-            set_answer(it, 404, "unknown_goods", response_unknown_goods(goods_id));
-        } else if (!sold[i]) {
-            set_answer(it, 409, "insufficient_stock", response_insufficient(goods_id, left[i]));
-        } else {
-            int64_t order_id = sc->order_ids[n_sold++];
-            set_answer(
-                it, 200, "deducted",
-                response_deducted(goods_id, it->count, left[i], order_id, m->name, env->instance));
-        }
-        if (it->out->body == NULL) {
-            fail_batch(items, n, "unavailable", "out of memory");
-            return DB_ERR_NOMEM;
-        }
-        if (it->key != NULL) {
-            int src = db_idempotency_store(conn, goods_id, it->key, it->out->status, it->out->body);
-            if (src != DB_OK) {
-                fail_db(items, n, "store idempotent answer", src, conn);
-                return src;
-            }
-        }
-    }
-
-    if (n_sold > 0) {
-        rc = db_stock_write(conn, goods_id, stock);
-        if (rc != DB_OK) {
-            fail_db(items, n, "write stock", rc, conn);
-            return rc;
-        }
-    }
-    *stock_out = stock;
-    return DB_OK;
-}
-
-/* Whether a request of the batch was refused for want of stock. */
-static bool any_refused(batch_item **items, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (!items[i]->answered && items[i]->twin == NULL && items[i]->out->status == 409)
-            return true;
-    return false;
-}
-
-/* Forgets the answers of a batch whose transaction was rolled back, to run it again. */
-static void forget_answers(batch_item **items, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        free(items[i]->out->body);
-        items[i]->out->body = NULL;
-        items[i]->out->status = 0;
-        items[i]->out->outcome = NULL;
-        items[i]->answered = false;
-        items[i]->twin = NULL;
-    }
-}
-
-/* Seals the batch for the commit unless one of its followers withdrew: true when sealed. */
-static bool seal_batch(batch_stripe *s, batch_item **items, size_t n)
-{
+    batch_run *r = arg;
     bool any_withdrawn = false;
     size_t i;
 
-    pthread_mutex_lock(&s->mu);
-    for (i = 0; i < n; i++)
-        any_withdrawn = any_withdrawn || items[i]->withdrawn;
-    for (i = 0; i < n && !any_withdrawn; i++)
-        items[i]->sealed = true;
-    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_lock(&r->stripe->mu);
+    for (i = 0; i < r->n; i++)
+        any_withdrawn = any_withdrawn || r->items[i]->withdrawn;
+    for (i = 0; i < r->n && !any_withdrawn; i++)
+        r->items[i]->sealed = true;
+    pthread_mutex_unlock(&r->stripe->mu);
     return !any_withdrawn;
 }
 
-/*
- * The batch in two round trips (DB_PIPELINE, db_claim_begin and db_batch_commit), for the
- * common batch: a fenced holder, no Idempotency-Key, and every request sold. BEGIN with the
- * fenced claim; the allocation in C; the last look at the guard and the seal; then the
- * orders, the write and COMMIT together. Anything else (a key, a request refused, which may
- * call for the segments' fold) takes the statement-by-statement path: pipelined_batch then
- * returns false with the transaction rolled back and no answer set. true: the batch is
- * over, every answer set (committed, or failed with a 503).
- */
-static bool pipelined_batch(const deduct_env *env, const mode *m, db_conn *conn, guard_hold *hold,
-                            batch_stripe *s, batch_item **items, size_t n)
-{
-    int64_t goods_id = items[0]->goods_id, stock = 0;
-    batch_scratch *sc;
-    size_t i;
-    bool done = true;
-    int rc;
-
-    if (!env->pipeline || !hold->fenced)
-        return false;
-    for (i = 0; i < n; i++)
-        if (items[i]->key != NULL)
-            return false;
-    sc = scratch_new(n);
-    if (sc == NULL)
-        return false;
-    rc = db_claim_begin(conn, goods_id, hold->fence_source, hold->fence, &stock);
-    if (rc == DB_ERR_FENCED) {
-        char detail[128];
-
-        sale_fence_refused(env->guards, m, conn, goods_id, hold, detail, sizeof(detail));
-        db_rollback(conn);
-        fail_batch(items, n, "lock_lost", detail);
-        goto out;
-    }
-    if (rc != DB_OK) {
-        db_rollback(conn);
-        if (rc == DB_ERR_NOT_FOUND)
-            done = false; /* the statement path answers 404 */
-        else
-            fail_db(items, n, "begin and read stock", rc, conn);
-        goto out;
-    }
-    if (env->business_delay_ms > 0)
-        clock_sleep_ms(env->business_delay_ms); /* the race window, once for the batch */
-    for (i = 0; i < n; i++) {
-        sc->counts[i] = items[i]->count;
-        sc->sold_ids[i] = items[i]->request_id[0] != '\0' ? items[i]->request_id : NULL;
-    }
-    stock = batch_allocate(stock, sc->counts, n, sc->sold, sc->left);
-    for (i = 0; i < n; i++)
-        if (!sc->sold[i]) {
-            db_rollback(conn);
-            done = false;
-            goto out;
-        }
-    if (m->still_held(env->guards, hold) != GUARD_OK) {
-        db_rollback(conn);
-        fail_batch(items, n, "lock_lost", "the lock's lease was lost before the commit");
-        goto out;
-    }
-    if (!seal_batch(s, items, n)) {
-        db_rollback(conn);
-        fail_batch(items, n, "lock_timeout",
-                   "redis-batch: a request of the batch passed BATCH_WAIT_MS before the "
-                   "commit; the batch was rolled back and sold nothing");
-        goto out;
-    }
-    rc = db_batch_commit(conn, goods_id, stock, sc->counts, n, m->name, env->instance, hold->fence,
-                         hold->fence_source, sc->sold_ids, sc->order_ids);
-    if (rc != DB_OK) {
-        fail_db(items, n, "write, record orders, commit", rc, conn);
-        goto out;
-    }
-    for (i = 0; i < n; i++) {
-        batch_item *it = items[i];
-        set_answer(it, 200, "deducted",
-                   response_deducted(goods_id, it->count, sc->left[i], sc->order_ids[i], m->name,
-                                     env->instance));
-    }
-out:
-    free(sc);
-    return done;
-}
-
 /* The leader's work once it entered the guard (rc, GUARD_OK or the failure, with detail):
- * one transaction for the n requests, the guard left. Sets every request's answer. */
+ * the read-check-write once for the n requests (sale_run, its lines[] one per request), the
+ * guard left. Sets every request's answer. */
 static void run_batch(const deduct_env *env, const mode *m, int rc, guard_hold *hold_in,
-                      const char *detail, batch_stripe *s, batch_item **items, size_t n)
+                      const char *detail, batch_stripe *st, batch_item **items, sale_line *lines,
+                      size_t n)
 {
     guard_hold hold = *hold_in;
-    db_conn *conn = NULL;
+    batch_run run = {.stripe = st, .items = items, .n = n};
+    sale s = {.env = env,
+              .mode = m,
+              .goods_id = items[0]->goods_id,
+              .lines = lines,
+              .n = n,
+              .source = SALE_FROM_GOODS,
+              .holds = &hold,
+              .n_holds = 1,
+              .may_commit = seal_batch,
+              .may_commit_arg = &run,
+              .commit_refused = "redis-batch: a request of the batch passed BATCH_WAIT_MS before "
+                                "the commit; the batch was rolled back and sold nothing"};
     size_t i;
 
     for (i = 0; i < n; i++) {
+        batch_item *it = items[i];
+        lines[i] = (sale_line){.count = it->count,
+                               .key = it->key,
+                               .request_id = it->request_id[0] != '\0' ? it->request_id : NULL,
+                               .out = it->out};
         /* The wait a request measures is from its arrival to the lock: queue and lock. */
-        items[i]->out->waited = hold.waited;
-        items[i]->out->wait_seconds = clock_seconds_since(&items[i]->arrived);
+        it->out->waited = hold.waited;
+        it->out->wait_seconds = clock_seconds_since(it->arrived_ns);
     }
     if (rc != GUARD_OK) {
-        fail_batch(items, n, rc == GUARD_ERR_TIMEOUT ? "lock_timeout" : "unavailable", detail);
-        goto twins;
-    }
-
-    rc = db_pool_acquire(env->db, (int)env->db_wait_ms, &conn);
-    if (rc != DB_OK) {
-        fail_db(items, n, "connect", rc, NULL);
-        goto leave;
-    }
-    if (pipelined_batch(env, m, conn, &hold, s, items, n))
-        goto release;
-    for (bool folded = false;;) {
-        rc = db_begin(conn);
+        sale_fail(&s, rc == GUARD_ERR_TIMEOUT ? "lock_timeout" : "unavailable", detail);
+    } else {
+        rc = db_pool_acquire(env->db, (int)env->db_wait_ms, &s.conn);
         if (rc != DB_OK) {
-            fail_db(items, n, "begin", rc, conn);
-            goto release;
+            sale_fail_db(&s, "connect", rc);
+        } else {
+            /* The read-check-write every mode runs (sale.c's read_check_write), once for
+             * the whole batch; a NULL body below: out of memory. */
+            (void)sale_run(&s);
+            db_pool_release(env->db, s.conn);
         }
-        rc = claim_keys(conn, items, n);
-        if (rc == DB_OK)
-            rc = sell(env, m, conn, &hold, items, n);
-        if (rc != DB_OK) {
-            db_rollback(conn);
-            goto release;
-        }
-        /* As the single path (deduct.h): no 409 while redis-sharded's segments hold stock;
-         * they are folded back into the goods row, once, and the batch runs again. */
-        if (folded || !any_refused(items, n) || !sale_segments_hold_stock(conn, items[0]->goods_id))
-            break;
-        int64_t moved = 0;
-        char failed[256];
-        db_rollback(conn);
-        forget_answers(items, n);
-        folded = true;
-        rc = sale_fold(conn, items[0]->goods_id, &moved, failed, sizeof(failed));
-        if (rc != DB_OK) {
-            fail_batch(items, n, "unavailable", failed);
-            goto release;
-        }
+        m->leave(env->guards, &hold);
     }
-    /* As in the single path: a lease lost while we worked may have a new holder already. */
-    if (m->still_held(env->guards, &hold) != GUARD_OK) {
-        db_rollback(conn);
-        fail_batch(items, n, "lock_lost", "the lock's lease was lost before the commit");
-        goto release;
-    }
-    /* A follower that passed its deadline has answered 503 already: its order must not
-     * be committed, so neither is the batch. Otherwise the batch is sealed: its followers
-     * wait for the commit's outcome (one reply bound) rather than leave. */
-    if (!seal_batch(s, items, n)) {
-        db_rollback(conn);
-        fail_batch(items, n, "lock_timeout",
-                   "redis-batch: a request of the batch passed BATCH_WAIT_MS before the "
-                   "commit; the batch was rolled back and sold nothing");
-        goto release;
-    }
-    rc = db_commit(conn);
-    if (rc != DB_OK)
-        fail_db(items, n, "commit", rc, conn);
-
-release:
-    db_pool_release(env->db, conn);
-leave:
-    m->leave(env->guards, &hold);
-twins:
-    /* A request whose key an earlier one of the batch carries gets that one's answer, as a
-     * replay would give it after the commit (or its 503 when the batch failed). */
-    for (i = 0; i < n; i++) {
-        batch_item *it = items[i], *first = it->twin;
-        if (first == NULL)
-            continue;
-        snprintf(it->out->detail, sizeof(it->out->detail), "%s", first->out->detail);
-        set_answer(it, first->out->status,
-                   first->out->status < 500 ? "replayed" : first->out->outcome,
-                   first->out->body != NULL ? strdup(first->out->body) : NULL);
-    }
+    for (i = 0; i < n; i++)
+        items[i]->rc = items[i]->out->body != NULL ? 0 : -1;
 }
 
 /* ---- the queue ----------------------------------------------------------------------- */
@@ -623,7 +239,7 @@ static void item_free(batch_item *it)
 
 /* A follower's deadline passed: 503 lock_timeout into the caller's result, nothing sold (in
  * the queue nothing was begun; in an unsealed batch the leader will roll back). */
-static void answer_timeout(deduct_result *out, const struct timespec *arrived, bool in_batch)
+static void answer_timeout(deduct_result *out, int64_t arrived_ns, bool in_batch)
 {
     batch_item tmp = {.out = out};
 
@@ -631,7 +247,7 @@ static void answer_timeout(deduct_result *out, const struct timespec *arrived, b
             in_batch ? "redis-batch: the batch did not reach its commit within BATCH_WAIT_MS"
                      : "redis-batch: not taken into a batch within BATCH_WAIT_MS");
     out->waited = true;
-    out->wait_seconds = clock_seconds_since(arrived);
+    out->wait_seconds = clock_seconds_since(arrived_ns);
 }
 
 int batch_execute(batch_queue *q, const deduct_env *env, const mode *m, int64_t goods_id,
@@ -640,7 +256,6 @@ int batch_execute(batch_queue *q, const deduct_env *env, const mode *m, int64_t 
 {
     batch_stripe *s = &q->stripes[(uint64_t)goods_id % BATCH_STRIPES];
     batch_item *self;
-    pthread_condattr_t attr;
     struct timespec deadline;
     int rc, ret;
 
@@ -654,18 +269,9 @@ int batch_execute(batch_queue *q, const deduct_env *env, const mode *m, int64_t 
     if (request_id != NULL)
         snprintf(self->request_id, sizeof(self->request_id), "%s", request_id);
     self->out = &self->res;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(&self->wake, &attr);
-    pthread_condattr_destroy(&attr);
-    clock_gettime(CLOCK_MONOTONIC, &self->arrived);
-    deadline = self->arrived;
-    deadline.tv_sec += q->opts.wait_ms / 1000;
-    deadline.tv_nsec += (q->opts.wait_ms % 1000) * 1000000L;
-    if (deadline.tv_nsec >= 1000000000L) {
-        deadline.tv_sec++;
-        deadline.tv_nsec -= 1000000000L;
-    }
+    clock_cond_init(&self->wake);
+    self->arrived_ns = clock_now_ns();
+    deadline = clock_timespec(self->arrived_ns + q->opts.wait_ms * 1000000LL);
 
     pthread_mutex_lock(&s->mu);
     if (s->queued >= q->opts.max_queued) {
@@ -702,26 +308,31 @@ int batch_execute(batch_queue *q, const deduct_env *env, const mode *m, int64_t 
              * roll back, and frees the item. */
             self->withdrawn = true;
             pthread_mutex_unlock(&s->mu);
-            answer_timeout(out, &self->arrived, true);
+            answer_timeout(out, self->arrived_ns, true);
             return out->body == NULL ? -1 : 0;
         }
         unlink_item(s, self);
         pthread_mutex_unlock(&s->mu);
         set_503(self, "lock_timeout", "redis-batch: not taken into a batch within BATCH_WAIT_MS");
         self->res.waited = true;
-        self->res.wait_seconds = clock_seconds_since(&self->arrived);
+        self->res.wait_seconds = clock_seconds_since(self->arrived_ns);
         goto out;
     }
 
     if (self->lead && !self->done) {
         batch_item *one[1], **items = malloc((size_t)q->opts.max_batch * sizeof(*items));
+        sale_line one_line[1], *lines = malloc((size_t)q->opts.max_batch * sizeof(*lines));
         int max = q->opts.max_batch, grc;
         guard_hold hold;
         char detail[256] = "";
         size_t n, i;
 
-        if (items == NULL) { /* out of memory: a batch of this request alone still works */
+        if (items == NULL || lines == NULL) { /* out of memory: a batch of this request
+                                                 alone still works */
+            free(items);
+            free(lines);
             items = one;
+            lines = one_line;
             max = 1;
         }
         /* The lock first, then the queue: every request that came while the lock was awaited
@@ -733,7 +344,7 @@ int batch_execute(batch_queue *q, const deduct_env *env, const mode *m, int64_t 
         pthread_mutex_lock(&s->mu);
         n = take_batch(s, goods_id, max, items);
         pthread_mutex_unlock(&s->mu);
-        run_batch(env, m, grc, &hold, detail, s, items, n);
+        run_batch(env, m, grc, &hold, detail, s, items, lines, n);
         pthread_mutex_lock(&s->mu);
         for (i = 0; i < n; i++) {
             items[i]->done = true;
@@ -753,8 +364,10 @@ int batch_execute(batch_queue *q, const deduct_env *env, const mode *m, int64_t 
         } else {
             s->running = false;
         }
-        if (items != one)
+        if (items != one) {
             free(items);
+            free(lines);
+        }
     }
     pthread_mutex_unlock(&s->mu);
 

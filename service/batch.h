@@ -7,13 +7,14 @@
  * joins its replica's queue for the goods. One thread at a time per goods (the leader, the
  * request at the head of the queue) takes the `redis` lock with its fencing token, and only
  * then takes up to `max_batch` queued requests, in arrival order (itself first), so that all
- * that came while the lock was awaited join; it runs ONE transaction for all of them:
+ * that came while the lock was awaited join; it runs ONE transaction for all of them, the
+ * read-check-write every mode runs (service/sale.h), with one line per request:
  *
  *   BEGIN -> claim each Idempotency-Key (a stored answer is replayed) -> one fenced row read
  *   (db_stock_claim) -> each request checked in arrival order against what is left (the
- *   pure batch_allocate below) -> one order row per sold request, all in one statement
- *   (db_orders_insert_many) -> each answer stored with its key -> one stock write -> the
- *   lock still held? -> COMMIT -> the lock is left
+ *   pure sale_allocate) -> one stock write -> one order row per sold request, all in one
+ *   statement (db_orders_insert_many) -> each answer stored with its key -> the lock still
+ *   held? -> the batch sealed -> COMMIT -> the lock is left
  *
  * and only then are the answers given: 200 to the sold, 409 to those the stock could not
  * cover. A request is never answered before the commit that contains it; when anything of
@@ -67,14 +68,5 @@ void batch_queue_destroy(batch_queue *q);
 int batch_execute(batch_queue *q, const deduct_env *env, const mode *m, int64_t goods_id,
                   int64_t count, const char *idempotency_key, const char *request_id,
                   deduct_result *out);
-
-/*
- * The arrival-order allocation, pure: `stock` units are left; request i asks counts[i].
- * Each request in turn is sold when what is left covers it, and then takes it; a request
- * that is not covered is refused and takes nothing (a later, smaller one may still be sold).
- * Sets sold[i] and left[i] (what is left after request i's turn: for a refused one, the
- * stock it was refused against). Returns the stock left after all n.
- */
-int64_t batch_allocate(int64_t stock, const int64_t *counts, size_t n, bool *sold, int64_t *left);
 
 #endif

@@ -1,5 +1,7 @@
 /*
- * deduct.h - the read-check-write every mode runs, under the mode's guard:
+ * deduct.h - one deduction: the read-check-write every mode runs (service/sale.h runs it, for
+ * one request here, once per batch in batch.h, once per segment in sharded.h), under the
+ * mode's guard:
  *
  *   guard.enter -> BEGIN -> [claim the idempotency key] -> read the stock -> if short, 409
  *   -> UPDATE goods SET stock = <new value computed here> -> INSERT the order

@@ -36,11 +36,6 @@ typedef struct lockrow_state {
 } lockrow_state;
 GUARD_STATE_FITS(lockrow_state);
 
-static int64_t elapsed_ms(const struct timespec *start)
-{
-    return (int64_t)(clock_seconds_since(start) * 1000.0);
-}
-
 /* A random owner token, 32 hex digits: the release deletes only the row that carries it. */
 static void new_owner(char *buf, size_t len)
 {
@@ -56,8 +51,7 @@ static void new_owner(char *buf, size_t len)
             got += (size_t)n;
     }
     if (got < sizeof(raw)) { /* no entropy (not seen on Linux >= 3.17): time and address */
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
+        struct timespec ts = clock_wall();
         snprintf(buf, len, "%016llx%016llx", (unsigned long long)ts.tv_nsec ^ (uintptr_t)buf,
                  (unsigned long long)ts.tv_sec);
         return;
@@ -95,7 +89,7 @@ int guards__lockrow_enter(guard_env *env, int64_t goods_id, int64_t ttl_ms, guar
                           char *detail, size_t detail_len)
 {
     lockrow_state *st = GUARD_STATE(lockrow_state, hold);
-    struct timespec start;
+    int64_t start;
     bool took_over = false;
     int rc;
 
@@ -106,19 +100,19 @@ int guards__lockrow_enter(guard_env *env, int64_t goods_id, int64_t ttl_ms, guar
     }
     st->goods_id = goods_id;
     new_owner(st->owner, sizeof(st->owner));
-    clock_gettime(CLOCK_MONOTONIC, &start);
+    start = clock_now_ns();
     hold->waited = true;
     for (;;) {
         rc = take_once(env, goods_id, st->owner, ttl_ms, &took_over, detail, detail_len);
         if (rc == DB_OK)
             break;
         if (rc != DB_ERR_HELD) {
-            hold->wait_seconds = clock_seconds_since(&start);
+            hold->wait_seconds = clock_seconds_since(start);
             return GUARD_ERR_UNAVAILABLE;
         }
-        int64_t left = env->wait_ms - elapsed_ms(&start);
+        int64_t left = env->wait_ms - clock_ms_since(start);
         if (left <= 0) {
-            hold->wait_seconds = clock_seconds_since(&start);
+            hold->wait_seconds = clock_seconds_since(start);
             snprintf(detail, detail_len,
                      "lock row of goods %" PRId64 " not had within %" PRId64 " ms", goods_id,
                      env->wait_ms);
@@ -126,7 +120,7 @@ int guards__lockrow_enter(guard_env *env, int64_t goods_id, int64_t ttl_ms, guar
         }
         clock_sleep_ms(left < LOCKROW_POLL_MS ? left : LOCKROW_POLL_MS);
     }
-    hold->wait_seconds = clock_seconds_since(&start);
+    hold->wait_seconds = clock_seconds_since(start);
     /* Worth a line: the previous holder outlived its lease (or died), and may still be in
      * its section. */
     if (took_over)

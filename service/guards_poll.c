@@ -21,7 +21,7 @@
 int guards__poll(guard_env *env, const char *rung, int64_t goods_id, bool with_token,
                  guards__try_fn try_once, guard_hold *hold, char *detail, size_t detail_len)
 {
-    struct timespec start;
+    int64_t start;
     bool acquired = false;
     char prefix[48];
     int rc;
@@ -29,7 +29,7 @@ int guards__poll(guard_env *env, const char *rung, int64_t goods_id, bool with_t
     memset(hold, 0, sizeof(*hold));
     snprintf(prefix, sizeof(prefix), "lock:%s:goods:", rung);
     goods_lock_name(env->lock, prefix, goods_id, hold->name, sizeof(hold->name));
-    clock_gettime(CLOCK_MONOTONIC, &start);
+    start = clock_now_ns();
     hold->waited = true;
     if (env->lock == NULL) {
         snprintf(detail, detail_len, "redis lock client not configured");
@@ -39,7 +39,7 @@ int guards__poll(guard_env *env, const char *rung, int64_t goods_id, bool with_t
         naive_owner(env->lock, hold->token, sizeof(hold->token));
     for (;;) {
         rc = try_once(env, hold, &acquired);
-        hold->wait_seconds = clock_seconds_since(&start);
+        hold->wait_seconds = clock_seconds_since(start);
         if (rc != LOCK_OK) {
             snprintf(detail, detail_len, "redis: %s%s%s", lock_strerror(rc),
                      lock_last_error()[0] ? ": " : "", lock_last_error());

@@ -28,11 +28,11 @@
 const guards_queue_rung guards_queue__etcd = {"etcd", "etcd"};
 const guards_queue_rung guards_queue__zookeeper = {"ZooKeeper", "zookeeper"};
 
-int guards_queue__enter(queue_lock *q, const guards_queue_rung *r, guard_env *env,
-                        int64_t goods_id, guard_hold *hold, char *detail, size_t detail_len)
+int guards_queue__enter(queue_lock *q, const guards_queue_rung *r, guard_env *env, int64_t goods_id,
+                        guard_hold *hold, char *detail, size_t detail_len)
 {
     char owner[QUEUE_LOCK_OWNER_MAX];
-    struct timespec start;
+    int64_t start;
     int64_t token = 0;
     int rc;
 
@@ -44,10 +44,10 @@ int guards_queue__enter(queue_lock *q, const guards_queue_rung *r, guard_env *en
     /* The name is an etcd key prefix or a znode under /locks: it has no '/'. */
     snprintf(hold->name, sizeof(hold->name), "goods-%" PRId64, goods_id);
     queue_lock_thread_owner(owner);
-    clock_gettime(CLOCK_MONOTONIC, &start);
+    start = clock_now_ns();
     rc = queue_lock_acquire(q, hold->name, owner, env->wait_ms, &token);
     hold->waited = true;
-    hold->wait_seconds = clock_seconds_since(&start);
+    hold->wait_seconds = clock_seconds_since(start);
     switch (rc) {
     case QUEUE_LOCK_OK:
         hold->fenced = true;

@@ -17,7 +17,7 @@
 int guards__redis_take(guard_env *env, const char *name, int64_t wait_ms, int64_t lease_ms,
                        bool fenced, guard_hold *hold, char *detail, size_t detail_len)
 {
-    struct timespec start;
+    int64_t start;
     int64_t token = 0;
     int rc;
 
@@ -27,10 +27,10 @@ int guards__redis_take(guard_env *env, const char *name, int64_t wait_ms, int64_
         return GUARD_ERR_UNAVAILABLE;
     }
     snprintf(hold->name, sizeof(hold->name), "%s", name);
-    clock_gettime(CLOCK_MONOTONIC, &start);
+    start = clock_now_ns();
     rc = lock_try_lock(env->lock, hold->name, wait_ms, lease_ms, &token);
     hold->waited = true;
-    hold->wait_seconds = clock_seconds_since(&start);
+    hold->wait_seconds = clock_seconds_since(start);
     hold->handed_off = rc == LOCK_OK && lock_last_handoff_us() >= 0;
     hold->handoff_seconds = hold->handed_off ? (double)lock_last_handoff_us() / 1e6 : 0;
     switch (rc) {

@@ -22,6 +22,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "service/clock.h"
+
 static const char *const point_names[LAB_POINTS_] = {
     "entered", "begun", "read", "written", "checked", "committed", "release",
 };
@@ -142,14 +144,13 @@ int lab_split_fault(const char *value, unsigned *points, char *rest, size_t rest
         }
         if (in_hold && pt >= 0) {
             if (*points & (1u << pt)) {
-                snprintf(detail, detail_len, "X-Fault: hold-at names '%s' twice",
-                         point_names[pt]);
+                snprintf(detail, detail_len, "X-Fault: hold-at names '%s' twice", point_names[pt]);
                 return -1;
             }
             *points |= 1u << pt;
         } else {
             if (in_hold && *points == 0)
-                break; /* "hold-at=nested": no point at all */
+                break;       /* "hold-at=nested": no point at all */
             in_hold = false; /* the first item that is not a point ends the list */
             if (append_item(rest, rest_len, item, len) != 0) {
                 snprintf(detail, detail_len, "X-Fault: too long");
@@ -209,34 +210,15 @@ struct lab_table {
     lab_slot slot[LAB_SLOTS];
 };
 
-static int64_t now_ns(clockid_t clock)
-{
-    struct timespec ts;
-
-    clock_gettime(clock, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
-static struct timespec to_timespec(int64_t ns)
-{
-    struct timespec ts = {.tv_sec = ns / 1000000000LL, .tv_nsec = ns % 1000000000LL};
-    return ts;
-}
-
 lab_table *lab_table_create(int64_t hold_ms, int64_t step_ms)
 {
     lab_table *t = calloc(1, sizeof(*t));
-    pthread_condattr_t attr;
-
     if (t == NULL)
         return NULL;
     t->hold_ms = hold_ms;
     t->step_ms = step_ms;
     pthread_mutex_init(&t->mu, NULL);
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(&t->cv, &attr);
-    pthread_condattr_destroy(&attr);
+    clock_cond_init(&t->cv);
     return t;
 }
 
@@ -259,8 +241,8 @@ void lab_table_close(lab_table *t)
     pthread_mutex_unlock(&t->mu);
 }
 
-int lab_start(lab_table *t, const char *id, const char *mode_name, int64_t goods_id, unsigned points,
-              lab_run *run)
+int lab_start(lab_table *t, const char *id, const char *mode_name, int64_t goods_id,
+              unsigned points, lab_run *run)
 {
     lab_slot *s = NULL;
 
@@ -288,8 +270,9 @@ int lab_start(lab_table *t, const char *id, const char *mode_name, int64_t goods
     snprintf(s->mode, sizeof(s->mode), "%s", mode_name);
     s->goods_id = goods_id;
     s->points = points;
-    s->start_ns = now_ns(CLOCK_MONOTONIC);
-    s->start_wall_us = now_ns(CLOCK_REALTIME) / 1000;
+    s->start_ns = clock_now_ns();
+    struct timespec wall = clock_wall();
+    s->start_wall_us = (int64_t)wall.tv_sec * 1000000 + wall.tv_nsec / 1000;
     s->held = -1;
     *run = (lab_run){.table = t, .slot = (int)(s - t->slot), .seq = s->seq};
     pthread_mutex_unlock(&t->mu);
@@ -301,7 +284,7 @@ void lab_reach(const lab_run *run, lab_point p, const lab_seen *seen)
     lab_table *t = run->table;
     lab_slot *s = &t->slot[run->slot];
     lab_event *e = NULL;
-    int64_t now = now_ns(CLOCK_MONOTONIC), deadline;
+    int64_t now = clock_now_ns(), deadline;
 
     pthread_mutex_lock(&t->mu);
     if (s->events < LAB_EVENTS_MAX) {
@@ -316,7 +299,7 @@ void lab_reach(const lab_run *run, lab_point p, const lab_seen *seen)
     }
     deadline = s->start_ns + t->hold_ms * 1000000LL;
     if ((s->points & (1u << p)) != 0 && !t->closed && now < deadline) {
-        struct timespec until = to_timespec(deadline);
+        struct timespec until = clock_timespec(deadline);
         s->held = (int)p;
         s->held_since_ns = now;
         s->holds++;
@@ -328,7 +311,7 @@ void lab_reach(const lab_run *run, lab_point p, const lab_seen *seen)
         }
         s->held = -1;
         if (e != NULL)
-            e->held_ms = (now_ns(CLOCK_MONOTONIC) - now) / 1000000;
+            e->held_ms = (clock_now_ns() - now) / 1000000;
     }
     pthread_mutex_unlock(&t->mu);
 }
@@ -342,7 +325,7 @@ void lab_finish(const lab_run *run, int status, const char *outcome)
     s->in_flight = false;
     s->status = status;
     snprintf(s->outcome, sizeof(s->outcome), "%s", outcome != NULL ? outcome : "");
-    s->done_us = (now_ns(CLOCK_MONOTONIC) - s->start_ns) / 1000;
+    s->done_us = (clock_now_ns() - s->start_ns) / 1000;
     pthread_cond_broadcast(&t->cv);
     pthread_mutex_unlock(&t->mu);
 }
@@ -392,7 +375,7 @@ int lab_step(lab_table *t, const char *id, char *point, size_t point_len)
 {
     lab_slot *s;
     uint64_t seq, holds;
-    struct timespec until = to_timespec(now_ns(CLOCK_MONOTONIC) + t->step_ms * 1000000LL);
+    struct timespec until = clock_timespec(clock_now_ns() + t->step_ms * 1000000LL);
     const char *where = "running";
 
     pthread_mutex_lock(&t->mu);
@@ -440,7 +423,7 @@ char *lab_requests_json(lab_table *t)
     int failed = root == NULL || list == NULL;
     const lab_slot *order[LAB_SLOTS];
     int n = 0;
-    int64_t now = now_ns(CLOCK_MONOTONIC);
+    int64_t now = clock_now_ns();
 
     pthread_mutex_lock(&t->mu);
     for (int i = 0; i < LAB_SLOTS; i++) {
@@ -464,7 +447,8 @@ char *lab_requests_json(lab_table *t)
         failed |= json_object_set_new(r, "mode", json_string(s->mode));
         failed |= json_object_set_new(r, "goods_id", json_integer(s->goods_id));
         failed |= json_object_set_new(r, "point", json_string(lab_point_name((lab_point)s->held)));
-        failed |= json_object_set_new(r, "held_ms", json_integer((now - s->held_since_ns) / 1000000));
+        failed |=
+            json_object_set_new(r, "held_ms", json_integer((now - s->held_since_ns) / 1000000));
         failed |= json_array_append_new(list, r);
     }
     pthread_mutex_unlock(&t->mu);
@@ -517,9 +501,9 @@ char *lab_trace_json(lab_table *t, const char *id, bool *found)
     failed |= json_object_set_new(root, "points", points);
     if (s->in_flight) {
         failed |= json_object_set_new(root, "done", json_false());
-        failed |= json_object_set_new(root, "held_at", s->held >= 0
-                                                           ? json_string(lab_point_name((lab_point)s->held))
-                                                           : json_null());
+        failed |= json_object_set_new(root, "held_at",
+                                      s->held >= 0 ? json_string(lab_point_name((lab_point)s->held))
+                                                   : json_null());
     } else {
         failed |= json_object_set_new(root, "done", json_true());
         failed |= json_object_set_new(root, "status", json_integer(s->status));

@@ -25,6 +25,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "service/clock.h"
+
 #define LOG__LINE_MAX 4096 /* bytes, newline included */
 
 int log_min_level = LOG_INFO;
@@ -53,11 +55,10 @@ const char *log_level_name(int level)
 /* Writes "2026-11-21T10:00:00.123Z" (24 characters) into buf; returns its length. */
 static size_t timestamp(char *buf, size_t len)
 {
-    struct timespec now;
+    struct timespec now = clock_wall();
     struct tm tm;
     size_t n;
 
-    clock_gettime(CLOCK_REALTIME, &now);
     gmtime_r(&now.tv_sec, &tm);
     n = strftime(buf, len, "%Y-%m-%dT%H:%M:%S", &tm);
     if (n == 0)

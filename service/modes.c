@@ -1,7 +1,7 @@
 /*
  * modes.c - the strategy table and its lookups.
  *
- * Each row of `mode_table` is one way of guarding the read-check-write of deduct.c. Every
+ * Each row of `mode_table` is one way of guarding the read-check-write of sale.c. Every
  * mode's guard or transaction shape lives in a file named after the mode,
  * service/modes/<mode>.c ('-' as '_'); what several modes share is a helper,
  * service/guards*.c (guards.h lists them):

@@ -3,7 +3,7 @@
  * replicas, a one-line summary, its guard and, for the PostgreSQL rungs, its transaction
  * shape.
  *
- * Every mode runs the same read-check-write (service/deduct.c); only the guard around it
+ * Every mode runs the same read-check-write (service/sale.c); only the guard around it
  * differs. A guard is entered before the transaction begins and left after it ends, and
  * may be asked, just before the commit, whether it still holds. A new mode is one more row
  * in the table (modes.c) and one file named after it (service/modes/<mode>.c, declared in

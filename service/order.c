@@ -207,7 +207,7 @@ static int read_all(cart_run *c)
             char detail[128];
             int64_t stored = 0;
 
-            /* As a single sale does (deduct.c): move the lock's counter past what the
+            /* As a single sale does (sale.c): move the lock's counter past what the
              * database has seen, so that the next holding's token passes. */
             if (c->mode->fence_refused != NULL &&
                 db_fence_of(c->conn, c->goods[i], h->fence_source, &stored) == DB_OK)

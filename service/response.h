@@ -20,7 +20,7 @@ char *response_error(const char *error, const char *detail);
 /* A deduction's 503 body for `error` (lock_timeout, lock_lost, unavailable, conflict,
  * commit_unknown), by API.md's rule: "unavailable" and "conflict" say why (`detail`),
  * "commit_unknown" says how to find out, lock_timeout and lock_lost carry no detail.
- * The single path (deduct.c) and the batch (batch.c) both answer with it. malloc'd or NULL. */
+ * Every sale (sale.c) answers with it. malloc'd or NULL. */
 char *response_deduct_503(const char *error, const char *detail);
 
 /* {"ok":true,"goods_id":..,"count":..,"remaining":..,"order_id":..,"mode":..,"instance":..} */

@@ -14,6 +14,10 @@
  *
  * A segment's lock is the mode's guard (mode_parts, service/modes/redis_sharded.c), entered,
  * checked and left through the mode's row like any guard: this file knows no lock library.
+ * Each transaction that sells (or refuses with a key) is the read-check-write every mode
+ * runs (sale_run, service/sale.h), from one segment, from all of them, or from the hint:
+ * this file chooses the segments and takes their locks, in the order that keeps deadlocks
+ * out.
  */
 #include "service/sharded.h"
 
@@ -21,19 +25,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "service/clock.h"
 #include "service/response.h"
 #include "service/sale.h"
 
 /* ---- the pure parts ------------------------------------------------------------------ */
-
-void sharded_split(int64_t total, int k, int64_t *shares)
-{
-    for (int i = 0; i < k; i++)
-        shares[i] = total / k + (i < total % k ? 1 : 0);
-}
 
 int sharded_candidates(const int64_t *hints, int k, int64_t count, unsigned draw, int *order)
 {
@@ -54,7 +51,7 @@ int sharded_segments(int configured)
 
 /* ---- one sale ------------------------------------------------------------------------ */
 
-typedef struct sale {
+typedef struct shard_sale {
     const deduct_env *env;
     const mode *m;
     int64_t goods_id;
@@ -65,47 +62,31 @@ typedef struct sale {
     db_conn *conn;
     char busy[64]; /* the lock of the last segment found busy */
     deduct_result *out;
-} sale;
+} shard_sale;
 
-/* What an attempt on one segment came to. */
-enum {
-    TRY_DONE = 10, /* the answer is set (not 0, DB_OK: "answered" must never read as
-                      "go on" where a DB_* code is tested) */
-    TRY_SHORT = 1, /* the segment does not cover the count: rolled back, lock given back */
-    TRY_BUSY = 2,  /* the segment's lock was not had within the wait */
-};
+/* What a step of the sale came to: this file's own answers, never mixed with a DB_* code. */
+typedef enum shard_step {
+    STEP_ANSWERED, /* the answer is set (out->body NULL: out of memory) */
+    STEP_SHORT,    /* the segment, or the hint, does not cover the count: no answer set */
+    STEP_BUSY,     /* the segment's lock was not had within the wait */
+    STEP_GO,       /* look(): the hint is read, on to the segments */
+} shard_step;
 
-static int answer_503(sale *s, const char *error, const char *detail)
+static shard_step answer_503(shard_sale *s, const char *error, const char *detail)
 {
-    return sale_answer_503(s->out, error, detail) == 0 ? TRY_DONE : -1;
-}
-
-static int answer_db(sale *s, const char *what, int rc)
-{
-    return sale_answer_db(s->out, s->conn, what, rc) == 0 ? TRY_DONE : -1;
-}
-
-/* Inside the open transaction: rolls back and answers 503 for a failed statement. */
-static int rollback_db(sale *s, const char *what, int rc)
-{
-    char why[200], detail[256];
-
-    /* The statement's error first: the rollback would replace the connection's text. */
-    snprintf(detail, sizeof(detail), "postgresql: %s: %s", what,
-             db_describe_error(rc, s->conn, why, sizeof(why)));
-    db_rollback(s->conn);
-    return answer_503(s, "unavailable", detail);
+    (void)sale_answer_503(s->out, error, detail);
+    return STEP_ANSWERED;
 }
 
 /* A segment's guard was not entered (rc, a GUARD_ERR_* code; detail from the guard). */
-static int answer_guard_failure(sale *s, int rc, const char *detail)
+static shard_step answer_guard_failure(shard_sale *s, int rc, const char *detail)
 {
     return answer_503(s, rc == GUARD_ERR_TIMEOUT ? "lock_timeout" : "unavailable", detail);
 }
 
 /* Enters the guard of segment seg (mode_parts.enter), waiting at most wait_ms (0: one try);
  * the wait is added to the request's. A GUARD_* code, detail filled on failure. */
-static int segment_enter(sale *s, int seg, int64_t wait_ms, guard_hold *hold, char *detail,
+static int segment_enter(shard_sale *s, int seg, int64_t wait_ms, guard_hold *hold, char *detail,
                          size_t detail_len)
 {
     int rc =
@@ -116,149 +97,52 @@ static int segment_enter(sale *s, int seg, int64_t wait_ms, guard_hold *hold, ch
     return rc;
 }
 
-/* Opens a step's transaction and, first thing in it, claims the key as the single path does,
- * so that a twin waits for this transaction and then replays its answer. KEY_CLAIMED to go on
- * in the transaction; TRY_DONE when there is none and the answer is set (a replay, or a 503);
- * -1 when out of memory. */
-#define KEY_CLAIMED 20 /* apart from the TRY_* codes a step returns */
-static int begin_with_key(sale *s)
-{
-    char *body = NULL;
-    int status = 0, rc;
-
-    rc = db_begin(s->conn);
-    if (rc != DB_OK)
-        return answer_db(s, "begin", rc);
-    if (s->key == NULL)
-        return KEY_CLAIMED;
-    rc = db_idempotency_claim(s->conn, s->goods_id, s->key);
-    if (rc == DB_OK)
-        return KEY_CLAIMED;
-    if (rc != DB_ERR_CONFLICT)
-        rc = rollback_db(s, "claim idempotency key", rc);
-    else {
-        db_rollback(s->conn);
-        rc = db_idempotency_fetch(s->conn, s->goods_id, s->key, &status, &body);
-        if (rc != DB_OK) {
-            rc = answer_db(s, "fetch idempotent answer", rc);
-        } else {
-            s->out->status = status;
-            s->out->body = body;
-            s->out->outcome = "replayed";
-            rc = TRY_DONE;
-        }
-    }
-    return rc == TRY_DONE ? TRY_DONE : -1;
-}
-
-/* The answer (200, 404 or 409) is set in the open transaction: stores it with the key, asks
- * each lock whether it still holds, commits. TRY_DONE, or -1 when out of memory. */
-static int finish(sale *s, const guard_hold *holds, int n)
-{
-    int rc;
-
-    if (s->out->body == NULL) {
-        db_rollback(s->conn);
-        return -1;
-    }
-    if (s->key != NULL) {
-        rc = db_idempotency_store(s->conn, s->goods_id, s->key, s->out->status, s->out->body);
-        if (rc != DB_OK)
-            goto failed;
-    }
-    /* As in the single path: a lease lost while we worked may have a new holder already. */
-    for (int i = 0; i < n; i++)
-        if (s->m->still_held(s->env->guards, &holds[i]) != GUARD_OK) {
-            db_rollback(s->conn);
-            free(s->out->body);
-            s->out->body = NULL;
-            return answer_503(s, "lock_lost", "the lock's lease was lost before the commit");
-        }
-    rc = db_commit(s->conn);
-    if (rc != DB_OK) {
-        free(s->out->body);
-        s->out->body = NULL;
-        return answer_db(s, "commit", rc);
-    }
-    return TRY_DONE;
-
-failed:
-    free(s->out->body);
-    s->out->body = NULL;
-    return rollback_db(s, "store idempotent answer", rc);
-}
-
-static int answer_fenced(sale *s, int seg, int64_t token)
-{
-    char detail[160];
-
-    db_rollback(s->conn);
-    snprintf(detail, sizeof(detail),
-             "fencing token %" PRId64 " of segment %d is older than the stored one", token, seg);
-    return answer_503(s, "lock_lost", detail);
-}
-
-/* The fast path's transaction, under segment `seg`'s lock (hold): sells from that
- * segment alone, or finds it short. */
-static int sell_segment(sale *s, int seg, const guard_hold *hold)
-{
-    int64_t token = hold->fence;
-    int64_t stock = 0, left = 0, order_id = 0;
-    int rc;
-
-    rc = begin_with_key(s);
-    if (rc != KEY_CLAIMED)
-        return rc;
-    rc = db_segment_claim(s->conn, s->goods_id, seg, token, &stock);
-    if (rc == DB_ERR_NOT_FOUND || (rc == DB_OK && stock < s->count)) {
-        db_rollback(s->conn); /* the hint was stale: the next segment */
-        return TRY_SHORT;
-    }
-    if (rc == DB_ERR_FENCED)
-        return answer_fenced(s, seg, token);
-    if (rc != DB_OK)
-        return rollback_db(s, "claim segment", rc);
-
-    if (s->env->business_delay_ms > 0)
-        clock_sleep_ms(s->env->business_delay_ms); /* the race window, as in the single path */
-    rc = db_segment_write(s->conn, s->goods_id, seg, stock - s->count, &left);
-    if (rc != DB_OK)
-        return rollback_db(s, "write segment", rc);
-    rc = db_order_insert(s->conn, s->goods_id, s->count, s->m->name, s->env->instance, &token,
-                         hold->fence_source, s->request_id, &order_id);
-    if (rc != DB_OK)
-        return rollback_db(s, "record order", rc);
-    s->out->status = 200;
-    s->out->outcome = "deducted";
-    s->out->body =
-        response_deducted(s->goods_id, s->count, left, order_id, s->m->name, s->env->instance);
-    return finish(s, hold, 1);
-}
-
-/* Borrows a pooled connection for one step of the sale. BORROWED; otherwise the answer
- * (503) is set and the result is TRY_DONE, or -1 when out of memory. */
-#define BORROWED 4
-static int borrow(sale *s)
+/* Borrows a pooled connection for one step of the sale: true; false with the answer (503)
+ * set. */
+static bool borrow(shard_sale *s)
 {
     int rc = db_pool_acquire(s->env->db, (int)s->env->db_wait_ms, &s->conn);
 
     if (rc == DB_OK)
-        return BORROWED;
+        return true;
     s->conn = NULL;
-    return answer_db(s, "connect", rc) == TRY_DONE ? TRY_DONE : -1;
+    (void)sale_answer_db(s->out, NULL, "connect", rc);
+    return false;
 }
 
-static void give_back(sale *s)
+static void give_back(shard_sale *s)
 {
     db_pool_release(s->env->db, s->conn);
     s->conn = NULL;
 }
 
+/* The read-check-write every mode runs (sale.c's read_check_write, through sale_run), once per
+ * segment: this request from `source` on the borrowed connection, under holds[0..n_holds).
+ * STEP_ANSWERED or STEP_SHORT. */
+static shard_step sell_from(shard_sale *s, sale_source source, int segment, guard_hold *holds,
+                            size_t n_holds)
+{
+    sale_line line = {.count = s->count, .key = s->key, .request_id = s->request_id, .out = s->out};
+    sale one = {.env = s->env,
+                .mode = s->m,
+                .goods_id = s->goods_id,
+                .lines = &line,
+                .n = 1,
+                .source = source,
+                .segment = segment,
+                .holds = holds,
+                .n_holds = n_holds,
+                .conn = s->conn};
+
+    return sale_run(&one) == SALE_SHORT ? STEP_SHORT : STEP_ANSWERED;
+}
+
 /* One fast attempt: segment `seg`'s lock within wait_ms, then its transaction. */
-static int try_segment(sale *s, int seg, int64_t wait_ms)
+static shard_step try_segment(shard_sale *s, int seg, int64_t wait_ms)
 {
     guard_hold hold;
     char detail[256];
+    shard_step step = STEP_ANSWERED;
     int rc;
 
     rc = segment_enter(s, seg, wait_ms, &hold, detail, sizeof(detail));
@@ -267,109 +151,46 @@ static int try_segment(sale *s, int seg, int64_t wait_ms)
     if (rc == GUARD_ERR_TIMEOUT ||
         (rc == GUARD_ERR_BUSY && wait_ms < guard_env_wait_ms(s->env->guards))) {
         snprintf(s->busy, sizeof(s->busy), "%s", hold.name);
-        return TRY_BUSY;
+        return STEP_BUSY;
     }
     if (rc != GUARD_OK)
         return answer_guard_failure(s, rc, detail);
     /* The connection after the lock, as deduct.c takes it after the guard: a sale waiting
      * for a segment must not keep one of the pool's few connections idle. */
-    rc = borrow(s);
-    if (rc == BORROWED) {
-        rc = sell_segment(s, seg, &hold);
+    if (borrow(s)) {
+        step = sell_from(s, SALE_FROM_SEGMENT, seg, &hold, 1);
         give_back(s);
     }
     s->m->leave(s->env->guards, &hold);
-    return rc;
+    return step;
 }
 
-/* The slow path's transaction, with every segment's lock held (holds[i] for segment i). */
-static int sell_gathered(sale *s, const guard_hold *holds)
-{
-    int64_t goods_stock = 0, rest = 0, total, order_id = 0;
-    int64_t stocks[DB_SEGMENTS_MAX], fences[DB_SEGMENTS_MAX], shares[DB_SEGMENTS_MAX];
-    int64_t tokens[DB_SEGMENTS_MAX];
-    int rc;
-
-    for (int i = 0; i < s->k; i++)
-        tokens[i] = holds[i].fence;
-
-    rc = begin_with_key(s);
-    if (rc != KEY_CLAIMED)
-        return rc;
-    rc = db_segments_gather(s->conn, s->goods_id, s->k, &goods_stock, stocks, fences, &rest);
-    if (rc == DB_ERR_NOT_FOUND) {
-        s->out->status = 404;
-        s->out->outcome = "unknown_goods";
-        s->out->body = response_unknown_goods(s->goods_id);
-        return finish(s, holds, s->k);
-    }
-    if (rc != DB_OK)
-        return rollback_db(s, "gather segments", rc);
-    /* Each segment's fence, as a claim checks it: a newer token on any segment means one of
-     * our locks was superseded, and this sale must sell nothing. */
-    for (int i = 0; i < s->k; i++)
-        if (fences[i] > tokens[i])
-            return answer_fenced(s, i, tokens[i]);
-
-    total = goods_stock + rest;
-    for (int i = 0; i < s->k; i++)
-        total += stocks[i];
-    if (total < s->count) {
-        s->out->status = 409;
-        s->out->outcome = "insufficient_stock";
-        s->out->body = response_insufficient(s->goods_id, total);
-        return finish(s, holds, s->k);
-    }
-
-    if (s->env->business_delay_ms > 0)
-        clock_sleep_ms(s->env->business_delay_ms);
-    /* What is left, spread evenly: the goods row's stock and any segment beyond k join the
-     * K segments; the next sales find every segment able to sell again. */
-    sharded_split(total - s->count, s->k, shares);
-    rc = db_segments_spread(s->conn, s->goods_id, 0, s->k, shares, tokens);
-    if (rc != DB_OK)
-        return rollback_db(s, "spread segments", rc);
-    /* An order has one fence column: the first segment's token stands for the holding. */
-    rc = db_order_insert(s->conn, s->goods_id, s->count, s->m->name, s->env->instance, &tokens[0],
-                         holds[0].fence_source, s->request_id, &order_id);
-    if (rc != DB_OK)
-        return rollback_db(s, "record order", rc);
-    s->out->status = 200;
-    s->out->outcome = "deducted";
-    s->out->body = response_deducted(s->goods_id, s->count, total - s->count, order_id, s->m->name,
-                                     s->env->instance);
-    return finish(s, holds, s->k);
-}
-
-/* The slow path: every segment's lock in ascending order, within one wait bound in all. */
-static int slow_path(sale *s)
+/* The slow path: every segment's lock in ascending order, within one wait bound in all;
+ * then the sale from all of them, gathered and spread again. */
+static shard_step slow_path(shard_sale *s)
 {
     guard_hold holds[DB_SEGMENTS_MAX];
-    int64_t wait_ms = guard_env_wait_ms(s->env->guards);
-    struct timespec start;
+    int64_t wait_ms = guard_env_wait_ms(s->env->guards), start = clock_now_ns();
     char detail[256];
-    int taken = 0, rc = GUARD_OK, result;
+    int taken = 0, rc = GUARD_OK;
+    shard_step step = STEP_ANSWERED;
 
-    clock_gettime(CLOCK_MONOTONIC, &start);
     for (taken = 0; taken < s->k; taken++) {
-        int64_t spent = (int64_t)(clock_seconds_since(&start) * 1000.0);
+        int64_t spent = clock_ms_since(start);
         rc = segment_enter(s, taken, wait_ms > spent ? wait_ms - spent : 0, &holds[taken], detail,
                            sizeof(detail));
         if (rc != GUARD_OK)
             break;
     }
     if (rc != GUARD_OK) {
-        result = answer_guard_failure(s, rc, detail);
-    } else {
-        result = borrow(s);
-        if (result == BORROWED) {
-            result = sell_gathered(s, holds);
-            give_back(s);
-        }
+        step = answer_guard_failure(s, rc, detail);
+    } else if (borrow(s)) {
+        step = sell_from(s, SALE_FROM_SEGMENTS, s->k, holds, (size_t)s->k);
+        give_back(s);
     }
     while (taken-- > 0)
         s->m->leave(s->env->guards, &holds[taken]);
-    return result;
+    return step;
 }
 
 /*
@@ -381,7 +202,7 @@ static int slow_path(sale *s)
  * the first of them cuts, the others find nothing left to cut. Sets hints[] to the segments'
  * stocks after it. DB_OK or a DB_ERR_* code (nothing moved).
  */
-static int cut_goods_row(sale *s, int64_t *hints)
+static int cut_goods_row(shard_sale *s, int64_t *hints)
 {
     int64_t goods_stock = 0, rest = 0, fences[DB_SEGMENTS_MAX], shares[DB_SEGMENTS_MAX];
     int rc;
@@ -391,7 +212,7 @@ static int cut_goods_row(sale *s, int64_t *hints)
         return rc;
     rc = db_segments_gather(s->conn, s->goods_id, s->k, &goods_stock, hints, fences, &rest);
     if (rc == DB_OK && goods_stock + rest > 0) {
-        sharded_split(goods_stock + rest, s->k, shares);
+        sale_split(goods_stock + rest, s->k, shares);
         for (int i = 0; i < s->k; i++)
             hints[i] += shares[i];
         rc = db_segments_spread(s->conn, s->goods_id, 0, s->k, hints, fences);
@@ -409,93 +230,51 @@ static unsigned draw(void)
     static _Thread_local int seeded;
 
     if (!seeded) {
-        struct timespec now;
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        seed = (unsigned)now.tv_nsec ^ (unsigned)(uintptr_t)&seed;
+        seed = (unsigned)clock_now_ns() ^ (unsigned)(uintptr_t)&seed;
         seeded = 1;
     }
     return (unsigned)rand_r(&seed);
 }
 
-/* look()'s answer when the sale goes on to the segments. */
-#define LOOK_GO 3
-
-/*
- * A refusal (404 or 409) for a request with an Idempotency-Key, stored with it: in a
- * transaction that claims the key and reads the hint again; no segment lock is needed, as
- * a refusal sells nothing and the hint's one snapshot is a moment the goods was unknown or
- * short. TRY_DONE with the answer set (the refusal, a replay or a 503); TRY_SHORT, rolled
- * back, when the stock now covers the count after all (a reset came between); -1 when out of
- * memory.
- */
-static int refuse_stored(sale *s)
-{
-    int64_t goods_stock = 0, total = 0, hints[DB_SEGMENTS_MAX];
-    int rc;
-
-    rc = begin_with_key(s);
-    if (rc != KEY_CLAIMED)
-        return rc;
-    rc = db_segments_read(s->conn, s->goods_id, s->k, &goods_stock, hints, &total);
-    if (rc == DB_ERR_NOT_FOUND) {
-        s->out->status = 404;
-        s->out->outcome = "unknown_goods";
-        s->out->body = response_unknown_goods(s->goods_id);
-    } else if (rc != DB_OK) {
-        return rollback_db(s, "read segments", rc);
-    } else if (total < s->count) {
-        s->out->status = 409;
-        s->out->outcome = "insufficient_stock";
-        s->out->body = response_insufficient(s->goods_id, total);
-    } else {
-        db_rollback(s->conn);
-        return TRY_SHORT;
-    }
-    return finish(s, NULL, 0);
-}
-
 /* The first step of each round, on a borrowed connection: the replay, the hint (and the 404
- * or 409 it answers), the cut of the goods row. LOOK_GO with hints[] set; TRY_DONE with the
- * answer set; -1 when out of memory. */
-static int look(sale *s, int64_t *hints)
+ * or 409 it answers), the cut of the goods row. STEP_GO with hints[] set, or STEP_ANSWERED. */
+static shard_step look(shard_sale *s, int64_t *hints)
 {
     int64_t goods_stock = 0, total = 0;
     int rc;
 
-    if (s->key != NULL) {
-        char *body = NULL;
-        int status = 0;
-        if (db_idempotency_fetch(s->conn, s->goods_id, s->key, &status, &body) == DB_OK) {
-            s->out->status = status;
-            s->out->body = body;
-            s->out->outcome = "replayed";
-            return TRY_DONE;
-        }
-    }
+    if (s->key != NULL && sale_replay(s->conn, s->goods_id, s->key, s->out))
+        return STEP_ANSWERED;
 
     rc = db_segments_read(s->conn, s->goods_id, s->k, &goods_stock, hints, &total);
-    if (rc != DB_OK && rc != DB_ERR_NOT_FOUND)
-        return answer_db(s, "read segments", rc);
+    if (rc != DB_OK && rc != DB_ERR_NOT_FOUND) {
+        (void)sale_answer_db(s->out, s->conn, "read segments", rc);
+        return STEP_ANSWERED;
+    }
     /* The hint's snapshot answers a 404 or a 409 by itself: at that moment the goods did not
-     * exist, or its whole stock was below the count. With a key the refusal is stored. */
+     * exist, or its whole stock was below the count. With a key, the refusal is stored: in
+     * a sale from the hint, which claims the key and reads the hint again (no segment lock
+     * is needed: a refusal sells nothing); a stock that covers the count after all (a reset
+     * came between) sends the sale on to the segments. */
     if (rc == DB_ERR_NOT_FOUND || total < s->count) {
         if (s->key != NULL) {
-            rc = refuse_stored(s);
-            if (rc != TRY_SHORT)
-                return rc;
+            if (sell_from(s, SALE_FROM_HINT, s->k, NULL, 0) != STEP_SHORT)
+                return STEP_ANSWERED;
             rc = db_segments_read(s->conn, s->goods_id, s->k, &goods_stock, hints, &total);
-            if (rc != DB_OK)
-                return answer_db(s, "read segments", rc);
+            if (rc != DB_OK) {
+                (void)sale_answer_db(s->out, s->conn, "read segments", rc);
+                return STEP_ANSWERED;
+            }
         } else if (rc == DB_ERR_NOT_FOUND) {
             s->out->status = 404;
             s->out->outcome = "unknown_goods";
             s->out->body = response_unknown_goods(s->goods_id);
-            return s->out->body != NULL ? TRY_DONE : -1;
+            return STEP_ANSWERED;
         } else {
             s->out->status = 409;
             s->out->outcome = "insufficient_stock";
             s->out->body = response_insufficient(s->goods_id, total);
-            return s->out->body != NULL ? TRY_DONE : -1;
+            return STEP_ANSWERED;
         }
     }
 
@@ -504,48 +283,48 @@ static int look(sale *s, int64_t *hints)
         for (int i = 0; i < s->k; i++)
             hints[i] = 0;
     }
-    return LOOK_GO;
+    return STEP_GO;
 }
 
-/* One look at the hint on a connection of its own: LOOK_GO, or the answer (TRY_DONE, -1). */
-static int look_once(sale *s, int64_t *hints)
+/* One look at the hint on a connection of its own: STEP_GO, or STEP_ANSWERED. */
+static shard_step look_once(shard_sale *s, int64_t *hints)
 {
-    int rc = borrow(s);
+    shard_step step;
 
-    if (rc != BORROWED)
-        return rc;
-    rc = look(s, hints);
+    if (!borrow(s))
+        return STEP_ANSWERED;
+    step = look(s, hints);
     give_back(s);
-    return rc;
+    return step;
 }
 
 /* The fast path over the candidates order[0..n): each tried with the short wait; then the
- * first busy one with `wait_ms`. TRY_SHORT when none could sell (no answer set), else the
- * attempt's result (a timeout of the wait: 503 lock_timeout). */
-static int fast_path(sale *s, const int *order, int n, int64_t wait_ms)
+ * first busy one with `wait_ms`. STEP_SHORT when none could sell (no answer set), else
+ * STEP_ANSWERED (a timeout of the wait: 503 lock_timeout). */
+static shard_step fast_path(shard_sale *s, const int *order, int n, int64_t wait_ms)
 {
-    int busy = -1, rc;
+    shard_step step;
+    int busy = -1;
 
     for (int i = 0; i < n; i++) {
-        rc = try_segment(s, order[i], s->env->shard_try_ms);
-        if (rc == TRY_BUSY && busy < 0)
+        step = try_segment(s, order[i], s->env->shard_try_ms);
+        if (step == STEP_BUSY && busy < 0)
             busy = order[i];
-        else if (rc != TRY_SHORT && rc != TRY_BUSY)
-            return rc;
+        else if (step == STEP_ANSWERED)
+            return step;
     }
     if (busy < 0)
-        return TRY_SHORT;
+        return STEP_SHORT;
     /* Every candidate was busy or short: wait for the first busy one. */
-    rc = try_segment(s, busy, wait_ms);
-    if (rc == TRY_BUSY) {
+    step = try_segment(s, busy, wait_ms);
+    if (step == STEP_BUSY) {
         char detail[160];
         snprintf(detail, sizeof(detail), "%s not had within %" PRId64 " ms", s->busy,
                  guard_env_wait_ms(s->env->guards));
         return answer_503(s, "lock_timeout", detail);
     }
-    return rc;
+    return step;
 }
-
 /* Rounds of the fast path at most before the slow path is taken all the same. */
 #define FAST_ROUNDS_MAX 32
 
@@ -558,15 +337,15 @@ static int fast_path(sale *s, const int *order, int n, int64_t wait_ms)
  * the last units are fought over one segment lock at a time, as in `redis`, and only a
  * fragmented stock queues for all the locks.
  */
-static int run(sale *s)
+static shard_step run(shard_sale *s)
 {
     int64_t hints[DB_SEGMENTS_MAX], wait_ms = guard_env_wait_ms(s->env->guards);
-    int order[DB_SEGMENTS_MAX], n, rc;
-    struct timespec start;
+    int64_t start = clock_now_ns();
+    int order[DB_SEGMENTS_MAX], n;
+    shard_step step;
 
-    clock_gettime(CLOCK_MONOTONIC, &start);
     for (int round = 0; round < FAST_ROUNDS_MAX; round++) {
-        int64_t spent = (int64_t)(clock_seconds_since(&start) * 1000.0);
+        int64_t spent = clock_ms_since(start);
         int64_t left = wait_ms > spent ? wait_ms - spent : 0;
 
         if (round > 0 && left == 0) {
@@ -576,15 +355,15 @@ static int run(sale *s)
                      s->goods_id, wait_ms);
             return answer_503(s, "lock_timeout", detail);
         }
-        rc = look_once(s, hints);
-        if (rc != LOOK_GO)
-            return rc;
+        step = look_once(s, hints);
+        if (step != STEP_GO)
+            return step;
         n = sharded_candidates(hints, s->k, s->count, draw(), order);
         if (n == 0)
             break;
-        rc = fast_path(s, order, n, left);
-        if (rc != TRY_SHORT)
-            return rc;
+        step = fast_path(s, order, n, left);
+        if (step != STEP_SHORT)
+            return step;
     }
     return slow_path(s);
 }
@@ -592,20 +371,20 @@ static int run(sale *s)
 int sharded_execute(const deduct_env *env, const mode *m, int64_t goods_id, int64_t count,
                     const char *idempotency_key, const char *request_id, deduct_result *out)
 {
-    sale s = {.env = env,
-              .m = m,
-              .goods_id = goods_id,
-              .count = count,
-              .key = idempotency_key,
-              .request_id = request_id,
-              .k = sharded_segments(env->shard_segments),
-              .out = out};
+    shard_sale s = {.env = env,
+                    .m = m,
+                    .goods_id = goods_id,
+                    .count = count,
+                    .key = idempotency_key,
+                    .request_id = request_id,
+                    .k = sharded_segments(env->shard_segments),
+                    .out = out};
     char detail[256];
-    int rc;
 
     memset(out, 0, sizeof(*out));
-    if (m->parts->ready(env->guards, detail, sizeof(detail)) != GUARD_OK)
-        return answer_503(&s, "unavailable", detail) < 0 ? -1 : 0;
-    rc = run(&s);
-    return rc < 0 ? -1 : 0;
+    if (m->parts->ready(env->guards, detail, sizeof(detail)) == GUARD_OK)
+        (void)run(&s);
+    else
+        (void)answer_503(&s, "unavailable", detail);
+    return out->body != NULL ? 0 : -1;
 }

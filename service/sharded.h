@@ -28,7 +28,7 @@
  *      order (so that two slow sales never wait for each other in a cycle), then one
  *      transaction that gathers the goods row and every segment (db_segments_gather),
  *      sells from the total, and spreads what is left evenly over the K segments again
- *      (sharded_split): the multi-segment sale and the rebalancing are one path.
+ *      (sale_split): the multi-segment sale and the rebalancing are one path.
  *
  * A 409 is answered only when the goods' whole stock, every segment and the goods row,
  * is below the count: in one snapshot (2) or under every lock (5); never while the segments
@@ -62,10 +62,6 @@ int sharded_execute(const deduct_env *env, const mode *m, int64_t goods_id, int6
                     const char *idempotency_key, const char *request_id, deduct_result *out);
 
 /* The pure parts, unit-tested (tests/test_sharded.c). */
-
-/* Cuts `total` (>= 0) units into k (>= 1) shares as even as can be: the first total % k
- * shares get one unit more than the rest. */
-void sharded_split(int64_t total, int k, int64_t *shares);
 
 /*
  * The fall-over order of a sale of `count` units over k segments whose hinted stocks are

@@ -22,8 +22,9 @@
 #include <cmocka.h>
 
 #include "service/batch.h"
+#include "service/sale.h"
 
-/* ---- batch_allocate ------------------------------------------------------------------ */
+/* ---- sale_allocate ------------------------------------------------------------------ */
 
 static void test_allocate_in_arrival_order(void **state)
 {
@@ -33,7 +34,7 @@ static void test_allocate_in_arrival_order(void **state)
 
     (void)state;
     /* 7 units: 3 sold (4 left), 2 sold (2 left), 4 refused, 1 sold, 1 sold. */
-    assert_int_equal(batch_allocate(7, counts, 5, sold, left), 0);
+    assert_int_equal(sale_allocate(7, counts, 5, sold, left), 0);
     assert_true(sold[0]);
     assert_int_equal(left[0], 4);
     assert_true(sold[1]);
@@ -54,7 +55,7 @@ static void test_allocate_first_come_first_served(void **state)
 
     (void)state;
     /* 2 units for 4 requests of 1: the first two, not any two. */
-    assert_int_equal(batch_allocate(2, counts, 4, sold, left), 0);
+    assert_int_equal(sale_allocate(2, counts, 4, sold, left), 0);
     assert_true(sold[0] && sold[1]);
     assert_false(sold[2] || sold[3]);
     assert_int_equal(left[2], 0);
@@ -68,13 +69,13 @@ static void test_allocate_exact_and_empty(void **state)
     int64_t left[2];
 
     (void)state;
-    assert_int_equal(batch_allocate(5, counts, 2, sold, left), 0); /* exactly the stock */
+    assert_int_equal(sale_allocate(5, counts, 2, sold, left), 0); /* exactly the stock */
     assert_true(sold[0]);
     assert_false(sold[1]);
-    assert_int_equal(batch_allocate(0, counts, 2, sold, left), 0); /* sold out: all refused */
+    assert_int_equal(sale_allocate(0, counts, 2, sold, left), 0); /* sold out: all refused */
     assert_false(sold[0] || sold[1]);
     assert_int_equal(left[0], 0);
-    assert_int_equal(batch_allocate(9, counts, 0, sold, left), 9); /* nobody: nothing taken */
+    assert_int_equal(sale_allocate(9, counts, 0, sold, left), 9); /* nobody: nothing taken */
 }
 
 static void test_allocate_never_goes_negative(void **state)
@@ -88,7 +89,7 @@ static void test_allocate_never_goes_negative(void **state)
         for (int i = 0; i < 64; i++)
             counts[i] = 1 + (int64_t)(rand_r(&seed) % 7);
         stock = rand_r(&seed) % 120;
-        int64_t end = batch_allocate(stock, counts, 64, sold, left), taken = 0, prev = stock;
+        int64_t end = sale_allocate(stock, counts, 64, sold, left), taken = 0, prev = stock;
         for (int i = 0; i < 64; i++) {
             assert_true(left[i] >= 0);
             if (sold[i]) {

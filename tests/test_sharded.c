@@ -15,21 +15,22 @@
 
 #include <cmocka.h>
 
+#include "service/sale.h"
 #include "service/sharded.h"
 
-/* ---- sharded_split ------------------------------------------------------------------- */
+/* ---- sale_split ------------------------------------------------------------------- */
 
 static void test_split_even_and_uneven(void **state)
 {
     int64_t shares[8];
 
     (void)state;
-    sharded_split(80, 8, shares);
+    sale_split(80, 8, shares);
     for (int i = 0; i < 8; i++)
         assert_int_equal(shares[i], 10);
 
     /* 83 over 8: the first 3 get 11, the other 5 get 10. */
-    sharded_split(83, 8, shares);
+    sale_split(83, 8, shares);
     for (int i = 0; i < 8; i++)
         assert_int_equal(shares[i], i < 3 ? 11 : 10);
 }
@@ -43,7 +44,7 @@ static void test_split_keeps_every_unit(void **state)
     for (size_t t = 0; t < sizeof(totals) / sizeof(totals[0]); t++)
         for (int k = 1; k <= DB_SEGMENTS_MAX; k++) {
             int64_t sum = 0, lo = INT64_MAX, hi = 0;
-            sharded_split(totals[t], k, shares);
+            sale_split(totals[t], k, shares);
             for (int i = 0; i < k; i++) {
                 assert_true(shares[i] >= 0);
                 sum += shares[i];
@@ -61,7 +62,7 @@ static void test_split_fewer_units_than_segments(void **state)
 
     (void)state;
     /* The last units: 3 over 8 leaves 5 segments empty, and only those 3 can sell. */
-    sharded_split(3, 8, shares);
+    sale_split(3, 8, shares);
     for (int i = 0; i < 8; i++)
         assert_int_equal(shares[i], i < 3 ? 1 : 0);
 }

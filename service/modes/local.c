@@ -49,13 +49,8 @@ int guard_local__init(guard_env *env)
     if (env->local == NULL)
         return -1;
     for (i = 0; i < LOCAL_STRIPES; i++) {
-        pthread_condattr_t attr;
-
         pthread_mutex_init(&env->local->stripe[i].mu, NULL);
-        pthread_condattr_init(&attr);
-        pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-        pthread_cond_init(&env->local->stripe[i].freed, &attr);
-        pthread_condattr_destroy(&attr);
+        clock_cond_init(&env->local->stripe[i].freed);
     }
     return 0;
 }
@@ -83,18 +78,13 @@ int guard_local__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char 
                        size_t detail_len)
 {
     local_stripe *stripe = &env->local->stripe[guard_local__stripe_of(goods_id)];
-    struct timespec start, deadline;
+    int64_t start;
+    struct timespec deadline;
     int rc = 0;
 
     memset(hold, 0, sizeof(*hold));
-    clock_gettime(CLOCK_MONOTONIC, &start);
-    deadline = start;
-    deadline.tv_sec += env->wait_ms / 1000;
-    deadline.tv_nsec += (env->wait_ms % 1000) * 1000000L;
-    if (deadline.tv_nsec >= 1000000000L) {
-        deadline.tv_sec++;
-        deadline.tv_nsec -= 1000000000L;
-    }
+    start = clock_now_ns();
+    deadline = clock_timespec(start + env->wait_ms * 1000000LL);
     pthread_mutex_lock(&stripe->mu);
     while (stripe->held && rc == 0)
         rc = env->wait_ms == 0 ? ETIMEDOUT
@@ -105,7 +95,7 @@ int guard_local__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char 
     }
     pthread_mutex_unlock(&stripe->mu);
     hold->waited = true;
-    hold->wait_seconds = clock_seconds_since(&start);
+    hold->wait_seconds = clock_seconds_since(start);
     if (rc == ETIMEDOUT) {
         snprintf(detail, detail_len, "local lock not had within %" PRId64 " ms", env->wait_ms);
         return GUARD_ERR_TIMEOUT;

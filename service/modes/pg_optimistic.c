@@ -3,7 +3,7 @@
  * the stock and the row's version, checks in C, and writes
  *   UPDATE goods SET stock = <computed>, version = version + 1 WHERE id = $1 AND version = $v
  * If another sale committed since the read, the version has moved on, the UPDATE changes no
- * row, and this write reports DB_ERR_RETRY: deduct.c rolls the transaction back (the order
+ * row, and this write reports DB_ERR_RETRY: sale.c rolls the transaction back (the order
  * and the idempotency claim with it) and runs it again from BEGIN, up to OPTIMISTIC_RETRIES
  * times with a short random pause, then answers 503 conflict.
  *

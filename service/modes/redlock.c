@@ -30,7 +30,7 @@ GUARD_STATE_FITS(redlock_state);
 int guard_redlock__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
                          size_t detail_len)
 {
-    struct timespec start;
+    int64_t start;
     redlock_holding h;
     int rc;
 
@@ -42,10 +42,10 @@ int guard_redlock__enter(guard_env *env, int64_t goods_id, guard_hold *hold, cha
         return GUARD_ERR_UNAVAILABLE;
     }
     snprintf(hold->name, sizeof(hold->name), "lock:redlock:goods:%" PRId64, goods_id);
-    clock_gettime(CLOCK_MONOTONIC, &start);
+    start = clock_now_ns();
     rc = redlock_lock(env->redlock, hold->name, env->wait_ms, env->fixed_lease_ms, &h);
     hold->waited = true;
-    hold->wait_seconds = clock_seconds_since(&start);
+    hold->wait_seconds = clock_seconds_since(start);
     switch (rc) {
     case LOCK_OK:
         snprintf(hold->token, sizeof(hold->token), "%s", h.value);

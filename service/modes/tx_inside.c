@@ -2,7 +2,7 @@
  * modes/tx_inside.c - the "tx-inside" mode: an application pitfall with a right lock. The
  * guard is redis-nofence's (the lock of lock/ with its watchdog, no fencing token), and the
  * deduction gives it back inside the transaction, just before COMMIT (mode.leaves_inside_tx,
- * service/deduct.c), instead of after it.
+ * service/sale.c), instead of after it.
  *
  * Between that release and the commit, the next holder takes the lock and reads the stock
  * this transaction has written but not yet committed: it reads the old value, and both

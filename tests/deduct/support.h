@@ -1,7 +1,7 @@
 /*
  * support.h - what the programs of tests/deduct/ share: the read-check-write of
- * service/deduct.c run by lock holders whose steps a driver orders exactly, against a real
- * PostgreSQL.
+ * service/sale.c (through deduct_execute) run by lock holders whose steps a driver orders
+ * exactly, against a real PostgreSQL.
  *
  * The case the fencing token exists for: two requests both believe they hold the lock for
  * the same goods (the older one's lease ran out, or Redis lost the key, while it was inside

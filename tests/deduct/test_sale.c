@@ -1,0 +1,258 @@
+/*
+ * test_sale.c - the one read-check-write (service/sale.h, sale_run) run directly, against a
+ * real PostgreSQL, in the shapes its three callers give it: several lines at once (the
+ * batch), from the goods row with segments that hold stock (a mode after redis-sharded), from
+ * one segment (redis-sharded's fast path). Each case that takes the goods row runs twice:
+ * statement by statement and in two round trips (deduct_env.pipeline): the answers must be
+ * the same.
+ *
+ * The holding is a fenced one made here (source "test", as the scripted guard's): the sale
+ * asks it still_held through scripted_mode, which never finds a loss.
+ */
+#include "tests/deduct/support.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "service/sale.h"
+
+#define LINES_MAX 4
+
+/* One sale's lines and their answers. */
+typedef struct lines {
+    sale_line line[LINES_MAX];
+    deduct_result out[LINES_MAX];
+    size_t n;
+} lines;
+
+static void lines_init(lines *l, const int64_t *counts, const char *const *keys, size_t n)
+{
+    memset(l, 0, sizeof(*l));
+    l->n = n;
+    for (size_t i = 0; i < n; i++)
+        l->line[i] = (sale_line){
+            .count = counts[i], .key = keys != NULL ? keys[i] : NULL, .out = &l->out[i]};
+}
+
+static void lines_free(lines *l)
+{
+    for (size_t i = 0; i < l->n; i++) {
+        free(l->out[i].body);
+        l->out[i].body = NULL;
+    }
+}
+
+/* Runs one sale of l's lines of goods from `source` (segment: which, or how many) under a
+ * fenced holding with `token`. Returns sale_run's answer. */
+static int run_sale(bool pipeline, int64_t goods, sale_source source, int segment, lines *l,
+                    int64_t token)
+{
+    deduct_env env = {.db = g_pool,
+                      .db_wait_ms = 2000,
+                      .guards = g_guards,
+                      .instance = "test",
+                      .pipeline = pipeline,
+                      .optimistic_retries = 16};
+    guard_hold hold = {.fenced = true, .fence = token, .fence_source = "test"};
+    sale s = {.env = &env,
+              .mode = &scripted_mode,
+              .goods_id = goods,
+              .lines = l->line,
+              .n = l->n,
+              .source = source,
+              .segment = segment,
+              .holds = &hold,
+              .n_holds = 1};
+    int rc;
+
+    assert_int_equal(db_pool_acquire(g_pool, 2000, &s.conn), DB_OK);
+    rc = sale_run(&s);
+    db_pool_release(g_pool, s.conn);
+    return rc;
+}
+
+static void expect_answer(const deduct_result *out, int status, const char *outcome,
+                          const char *in_body)
+{
+    assert_int_equal(out->status, status);
+    assert_non_null(out->body);
+    assert_string_equal(out->outcome, outcome);
+    if (in_body != NULL && strstr(out->body, in_body) == NULL)
+        fail_msg("body %s lacks %s", out->body, in_body);
+}
+
+/* Cuts goods' row into k segments (shares), as redis-sharded leaves a goods: the goods row 0. */
+static void cut_into_segments(int64_t goods, int k, const int64_t *shares)
+{
+    int64_t goods_stock = 0, rest = 0, stocks[DB_SEGMENTS_MAX], fences[DB_SEGMENTS_MAX];
+    db_conn *c = NULL;
+
+    assert_int_equal(db_pool_acquire(g_pool, 2000, &c), DB_OK);
+    assert_int_equal(db_begin(c), DB_OK);
+    assert_int_equal(db_segments_gather(c, goods, k, &goods_stock, stocks, fences, &rest), DB_OK);
+    assert_int_equal(db_segments_spread(c, goods, 0, k, shares, fences), DB_OK);
+    assert_int_equal(db_commit(c), DB_OK);
+    db_pool_release(g_pool, c);
+}
+
+/* ---- the cases ------------------------------------------------------------------------ */
+
+/* Four lines against a stock of 5, in arrival order: 3 sold (2 left), 4 refused against 2,
+ * 2 sold (0 left), 1 refused against 0. One order per sold line; the books balance. */
+static void test_lines_in_arrival_order(void **state)
+{
+    static const int64_t counts[] = {3, 4, 2, 1};
+    (void)state;
+
+    for (int pipeline = 0; pipeline <= 1; pipeline++) {
+        int64_t goods = 6101 + pipeline;
+        lines l;
+
+        reset_goods(goods, 5);
+        lines_init(&l, counts, NULL, 4);
+        assert_int_equal(run_sale(pipeline, goods, SALE_FROM_GOODS, 0, &l, 10), SALE_DONE);
+        expect_answer(&l.out[0], 200, "deducted", "\"remaining\":2");
+        expect_answer(&l.out[1], 409, "insufficient_stock", "\"remaining\":2");
+        expect_answer(&l.out[2], 200, "deducted", "\"remaining\":0");
+        expect_answer(&l.out[3], 409, "insufficient_stock", "\"remaining\":0");
+        db_stock_report r = report_of(goods);
+        assert_int_equal(r.stock, 0);
+        assert_int_equal(r.sold, 5);
+        assert_int_equal(r.orders, 2);
+        lines_free(&l);
+    }
+}
+
+/* Keys: two lines with one key are one sale (the second gets the first's answer, replayed);
+ * a later sale with a stored key replays it and sells only for the new key. */
+static void test_keys_twins_and_replays(void **state)
+{
+    static const int64_t counts[] = {1, 1, 1}, later_counts[] = {5, 1};
+    static const char *const keys[] = {"key-a", "key-b", "key-a"},
+                             *later_keys[] = {"key-b", "key-c"};
+    const int64_t goods = 6111;
+    lines l, later;
+
+    (void)state;
+    reset_goods(goods, 10);
+    lines_init(&l, counts, keys, 3);
+    assert_int_equal(run_sale(true, goods, SALE_FROM_GOODS, 0, &l, 10), SALE_DONE);
+    expect_answer(&l.out[0], 200, "deducted", "\"remaining\":9");
+    expect_answer(&l.out[1], 200, "deducted", "\"remaining\":8");
+    expect_answer(&l.out[2], 200, "replayed", NULL);
+    assert_string_equal(l.out[2].body, l.out[0].body);
+
+    lines_init(&later, later_counts, later_keys, 2);
+    assert_int_equal(run_sale(true, goods, SALE_FROM_GOODS, 0, &later, 11), SALE_DONE);
+    expect_answer(&later.out[0], 200, "replayed", NULL);
+    assert_string_equal(later.out[0].body, l.out[1].body);
+    expect_answer(&later.out[1], 200, "deducted", "\"remaining\":7");
+    db_stock_report r = report_of(goods);
+    assert_int_equal(r.stock, 7);
+    assert_int_equal(r.orders, 3);
+    lines_free(&l);
+    lines_free(&later);
+}
+
+/* An unknown goods: every line 404, nothing written. */
+static void test_unknown_goods(void **state)
+{
+    static const int64_t counts[] = {1, 2};
+    (void)state;
+
+    for (int pipeline = 0; pipeline <= 1; pipeline++) {
+        lines l;
+        lines_init(&l, counts, NULL, 2);
+        assert_int_equal(run_sale(pipeline, 987654, SALE_FROM_GOODS, 0, &l, 10), SALE_DONE);
+        expect_answer(&l.out[0], 404, "unknown_goods", NULL);
+        expect_answer(&l.out[1], 404, "unknown_goods", NULL);
+        lines_free(&l);
+    }
+}
+
+/* The goods row is empty but redis-sharded's segments hold 10: the sale folds them back into
+ * the row and sells from it; no 409 while the goods' stock covers the count. */
+static void test_goods_row_short_folds_segments(void **state)
+{
+    static const int64_t shares[] = {3, 3, 2, 2}, counts[] = {4};
+    (void)state;
+
+    for (int pipeline = 0; pipeline <= 1; pipeline++) {
+        int64_t goods = 6121 + pipeline;
+        lines l;
+
+        reset_goods(goods, 10);
+        cut_into_segments(goods, 4, shares);
+        lines_init(&l, counts, NULL, 1);
+        assert_int_equal(run_sale(pipeline, goods, SALE_FROM_GOODS, 0, &l, 10), SALE_DONE);
+        expect_answer(&l.out[0], 200, "deducted", "\"remaining\":6");
+        db_stock_report r = report_of(goods);
+        assert_int_equal(r.stock, 6);
+        assert_int_equal(r.sold, 4);
+        lines_free(&l);
+    }
+}
+
+/* A segment that does not cover the count is SALE_SHORT: no answer, nothing written; one that
+ * does sells, and the answer names the goods' whole stock left. */
+static void test_segment_short_then_sold(void **state)
+{
+    static const int64_t shares[] = {1, 1, 1, 1}, two[] = {2}, one[] = {1};
+    const int64_t goods = 6131;
+    lines l;
+
+    (void)state;
+    reset_goods(goods, 4);
+    cut_into_segments(goods, 4, shares);
+    lines_init(&l, two, NULL, 1);
+    assert_int_equal(run_sale(false, goods, SALE_FROM_SEGMENT, 0, &l, 10), SALE_SHORT);
+    assert_int_equal(l.out[0].status, 0);
+    assert_null(l.out[0].body);
+    assert_int_equal(report_of(goods).stock, 4);
+
+    lines_init(&l, one, NULL, 1);
+    assert_int_equal(run_sale(false, goods, SALE_FROM_SEGMENT, 2, &l, 10), SALE_DONE);
+    expect_answer(&l.out[0], 200, "deducted", "\"remaining\":3");
+    db_stock_report r = report_of(goods);
+    assert_int_equal(r.stock, 3);
+    assert_int_equal(r.sold, 1);
+    lines_free(&l);
+}
+
+/* A holding whose token is older than one the row has seen sells nothing: 503 lock_lost. */
+static void test_stale_token_sells_nothing(void **state)
+{
+    static const int64_t counts[] = {1, 1};
+    (void)state;
+
+    for (int pipeline = 0; pipeline <= 1; pipeline++) {
+        int64_t goods = 6141 + pipeline;
+        lines l;
+
+        reset_goods(goods, 10);
+        lines_init(&l, counts, NULL, 1);
+        assert_int_equal(run_sale(pipeline, goods, SALE_FROM_GOODS, 0, &l, 50), SALE_DONE);
+        expect_answer(&l.out[0], 200, "deducted", "\"remaining\":9");
+        lines_free(&l);
+        lines_init(&l, counts, NULL, 2);
+        assert_int_equal(run_sale(pipeline, goods, SALE_FROM_GOODS, 0, &l, 40), SALE_DONE);
+        expect_answer(&l.out[0], 503, "lock_lost", NULL);
+        expect_answer(&l.out[1], 503, "lock_lost", NULL);
+        assert_int_equal(report_of(goods).stock, 9);
+        lines_free(&l);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_lines_in_arrival_order),
+        cmocka_unit_test(test_keys_twins_and_replays),
+        cmocka_unit_test(test_unknown_goods),
+        cmocka_unit_test(test_goods_row_short_folds_segments),
+        cmocka_unit_test(test_segment_short_then_sold),
+        cmocka_unit_test(test_stale_token_sells_nothing),
+    };
+    return deduct_test_main("test_sale", tests, sizeof(tests) / sizeof(tests[0]), argc, argv);
+}
