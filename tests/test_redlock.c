@@ -334,7 +334,12 @@ static void test_majority_down_fails_within_bound(void **state)
     assert_int_equal(redlock_lock(g.rl, "rl:down3", 500, 10000, &h), LOCK_ERR_REDIS);
     took = now_ms() - start;
     assert_true(took <= 500 + NODES * 2 * NODE_TIMEOUT_MS);
-    assert_non_null(strstr(lock_last_error(), "2 of 5 nodes answered, 3 needed"));
+    /* At most the two live nodes answered (on a busy machine one of them can miss its
+     * 100 ms too, and then "1 of 5" is as true): never the quorum. */
+    int answered = -1;
+    print_message("redlock, 3 of 5 nodes down: %s\n", lock_last_error());
+    assert_int_equal(sscanf(lock_last_error(), "%d of 5 nodes answered, 3 needed", &answered), 1);
+    assert_in_range(answered, 0, 2);
     /* The two that answered hold nothing: each failed attempt released them. */
     assert_int_equal(count_nodes_with("rl:down3", ""), NODES);
     for (int i = 0; i < 3; i++)
