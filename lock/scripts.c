@@ -176,13 +176,9 @@ int lock__script_run(lock__conn *conn, lock__script s, int64_t deadline_ns, int 
         return rc;
     if (r->type == REDIS_REPLY_ERROR) {
         lock__error_set("EVALSHA %s: %s", scripts[s].file, r->str);
-        rc = LOCK_ERR_REDIS;
-        goto out;
+        freeReplyObject(r);
+        return LOCK_ERR_REDIS;
     }
     *out = r;
-    r = NULL;
-out:
-    if (r != NULL)
-        freeReplyObject(r);
-    return rc;
+    return LOCK_OK;
 }
