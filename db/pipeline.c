@@ -200,25 +200,22 @@ lost:
 int db_claim_begin(db_conn *conn, int64_t goods_id, const char *source, int64_t token,
                    int64_t *stock)
 {
-    char id_buf[DB__I64_LEN], token_buf[DB__I64_LEN];
-    const char *claim[3];
+    db__claim_params claim;
     const enum db__stmt_id ids[2] = {DB__BEGIN, DB__STOCK_CLAIM};
-    const char *const *params[2] = {NULL, claim};
+    const char *const *params[2] = {NULL, claim.v};
     PGresult *res[2];
     pipe_out out;
     int rc;
 
     if (!conn || !source || !stock)
         return DB_ERR_INVALID;
-    claim[0] = db__i64(id_buf, goods_id);
-    claim[1] = db__i64(token_buf, token);
-    claim[2] = source;
+    db__claim_params_make(&claim, goods_id, token, source);
     rc = run_pipeline(conn, ids, params, 2, res, &out);
     if (rc != DB_OK)
         return rc;
     PQclear(res[0]);
     if (PQntuples(res[1]) == 0)
-        rc = db__why_not_claimed(conn, id_buf);
+        rc = db__why_not_claimed(conn, claim.id);
     else
         rc = db__get_i64(conn, res[1], 0, 0, stock);
     PQclear(res[1]);
