@@ -40,115 +40,21 @@ PATRONI_CONF=/var/lib/postgresql/patroni.yml
 GOODS=2
 T0=$SECONDS
 
-COMPOSE=()
-ENGINE=""
-STARTED_PODMAN=0
-STACK_CREATED=0
-SKIPPED=0
+ME=docker/test-pg-ha.sh
+SKIP_NAME=docker-pg-ha
+PROFILES=(--profile pg-ha) # every compose command names it: the Patroni services are in it
+DOWN_ALSO=()
 
-STEP_T=$SECONDS
-STEP_OPEN=0
-step_done() {
-    [ "$STEP_OPEN" = 0 ] || printf '    (took %d s)\n' $((SECONDS - STEP_T))
-    STEP_OPEN=0
-}
-step() {
-    step_done
-    STEP_OPEN=1
-    STEP_T=$SECONDS
-    printf '==> [%3ds] %s\n' $((SECONDS - T0)) "$1"
-}
-info() { printf '    %s\n' "$*"; }
-fail() {
-    echo "docker/test-pg-ha.sh: FAIL: $*" >&2
-    exit 1
-}
-skip() {
-    [ "${DOCKER_TEST_REQUIRED:-0}" != 1 ] || fail "would skip ($*) but DOCKER_TEST_REQUIRED=1"
-    echo "SKIP docker-pg-ha: $*"
-    SKIPPED=1
-    exit 0
-}
+# The steps and messages, the engine, the environment and the teardown, as docker/test.sh
+# has them.
+# shellcheck source=docker/lib.sh
+source "$ROOT/docker/lib.sh"
 
-# Every compose command names the profile, so that the Patroni services are part of it.
-compose() {
-    "${COMPOSE[@]}" -p "$PROJECT" -f "$COMPOSE_FILE" --profile pg-ha "$@"
-}
-
-on_exit() {
-    local rc=$?
-    trap - EXIT INT TERM
-    if [ "$STACK_CREATED" = 1 ] && [ $rc -eq 0 ] && [ "${DOCKER_TEST_KEEP:-0}" = 1 ]; then
-        step_done
-        echo "DOCKER_TEST_KEEP=1: the stack stays up on $BASE. To stop it:"
-        [ "$ENGINE" != podman ] || echo "  eval \"\$(docker/podman.sh env)\""
-        echo "  ${COMPOSE[*]} -p $PROJECT -f docker/compose.yml --profile pg-ha down -v"
-        [ "$STARTED_PODMAN" = 0 ] || echo "  docker/podman.sh stop"
-        exit 0
-    fi
-    if [ "$STACK_CREATED" = 1 ]; then
-        if [ $rc -ne 0 ]; then
-            echo "---- compose ps, and the last log lines of each service ----" >&2
-            compose ps >&2 || true
-            compose logs --no-color --tail=25 >&2 || true
-        fi
-        step "teardown: down -v"
-        timeout 180 "${COMPOSE[@]}" -p "$PROJECT" -f "$COMPOSE_FILE" --profile pg-ha \
-            down -v --remove-orphans -t 10 >"$LOG_DIR/down.log" 2>&1 ||
-            { info "down failed (log: $LOG_DIR/down.log)"; [ $rc -ne 0 ] || rc=1; }
-    fi
-    if [ "$STARTED_PODMAN" = 1 ]; then
-        "$ROOT/docker/podman.sh" stop || true
-    fi
-    step_done
-    if [ "$SKIPPED" = 1 ]; then
-        :
-    elif [ $rc -eq 0 ]; then
-        echo "docker/test-pg-ha.sh: OK in $((SECONDS - T0)) s"
-    else
-        echo "docker/test-pg-ha.sh: FAILED (exit $rc) after $((SECONDS - T0)) s; logs in $LOG_DIR" >&2
-    fi
-    exit $rc
-}
-
-# The engine, as docker/test.sh chooses it: Docker when one answers, else podman.
-choose_engine() {
-    if command -v docker >/dev/null && timeout 20 docker info >/dev/null 2>&1; then
-        ENGINE=docker
-        if docker compose version >/dev/null 2>&1; then
-            COMPOSE=(docker compose)
-        elif command -v docker-compose >/dev/null; then
-            COMPOSE=(docker-compose)
-        else
-            skip "a Docker engine runs but neither 'docker compose' nor docker-compose is installed"
-        fi
-        docker image inspect debian:bookworm-slim >/dev/null 2>&1 ||
-            timeout 300 docker pull -q debian:bookworm-slim >/dev/null 2>&1 ||
-            skip "a Docker engine runs, but debian:bookworm-slim is neither here nor pullable"
-        return 0
-    fi
-    local why rc=0
-    "$ROOT/docker/podman.sh" status >/dev/null 2>&1 || STARTED_PODMAN=1
-    why=$("$ROOT/docker/podman.sh" start 2>&1) || rc=$?
-    case $rc in
-    0) ;;
-    3) STARTED_PODMAN=0; skip "no Docker engine, and $(printf '%s\n' "$why" | tail -n 1 | sed 's/^podman.sh: //')" ;;
-    *) fail "docker/podman.sh start failed: $why" ;;
-    esac
-    eval "$("$ROOT/docker/podman.sh" env)"
-    ENGINE=podman
-    COMPOSE=(docker-compose)
-}
-
-# docker/.env's variables from that file only (as docker/test.sh); then ours.
-clean_environment() {
-    local name
-    for name in $(sed -n 's/^\([A-Z_][A-Z0-9_]*\)=.*/\1/p' "$ROOT/docker/.env"); do
-        unset "$name"
-    done
+# docker/.env's variables from that file only (lib.sh), and the PostgreSQL ones ours.
+clean_pgha_environment() {
+    clean_environment
     unset PG_HOSTS PG_PORTS PG_TARGET PG_REPLICATION
-    export HTTP_PORT=$TEST_PORT PG_REPLICATION=$REPLICATION
-    export ADMIN_TOKEN=docker-test-$RANDOM$RANDOM
+    export PG_REPLICATION=$REPLICATION
 }
 
 # HTTP through nginx: prints "STATUS BODY" on one line.
@@ -236,7 +142,7 @@ main() {
     choose_engine
     step "1. engine: $ENGINE"
     STEP_T=$T0
-    clean_environment
+    clean_pgha_environment
     if (exec 3<>"/dev/tcp/127.0.0.1/$TEST_PORT") 2>/dev/null; then
         fail "127.0.0.1:$TEST_PORT is taken; set DOCKER_PGHA_HTTP_PORT to a free port"
     fi
