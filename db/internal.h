@@ -202,6 +202,13 @@ int db__orders_params_make(db__orders_params *p, int64_t goods_id, const int64_t
                            const int64_t *fence, const char *fence_source,
                            const char *const *request_ids);
 void db__orders_params_free(db__orders_params *p);
+
+/* The end of a many-orders insert run with p's parameters, rc its outcome and, on DB_OK, res
+ * its result: frees p and then, on DB_OK, reads the order ids (db__order_ids) and clears res.
+ * Returns rc when it is not DB_OK, else db__order_ids's. */
+int db__orders_done(db_conn *c, int rc, db__orders_params *p, PGresult *res,
+                    const int64_t *counts, size_t n, int64_t *order_ids);
+
 /* DB__STOCK_CLAIM's parameters (the single claim and the pipelined BEGIN + claim both send
  * it); id is the goods id as text, for db__why_not_claimed. */
 typedef struct db__claim_params {

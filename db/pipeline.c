@@ -343,11 +343,6 @@ int db_batch_commit(db_conn *conn, int64_t goods_id, int64_t new_stock, const in
     if (rc != DB_OK)
         return rc;
     rc = write_order_commit(conn, op.id, new_stock, DB__ORDERS_INSERT_MANY, op.v, &res);
-    db__orders_params_free(&op);
-    if (rc != DB_OK)
-        return rc;
-    /* Committed: a mismatch here is a fault of ours, reported, not a sale undone. */
-    rc = db__order_ids(conn, res, counts, n, order_ids);
-    PQclear(res);
-    return rc;
+    /* Committed: a mismatch of the ids is a fault of ours, reported, not a sale undone. */
+    return db__orders_done(conn, rc, &op, res, counts, n, order_ids);
 }

@@ -218,7 +218,13 @@ int db_orders_insert_many(db_conn *conn, int64_t goods_id, const int64_t *counts
     if (rc != DB_OK)
         return rc;
     rc = db__run(conn, DB__ORDERS_INSERT_MANY, op.v, &res);
-    db__orders_params_free(&op);
+    return db__orders_done(conn, rc, &op, res, counts, n, order_ids);
+}
+
+int db__orders_done(db_conn *conn, int rc, db__orders_params *p, PGresult *res,
+                    const int64_t *counts, size_t n, int64_t *order_ids)
+{
+    db__orders_params_free(p);
     if (rc != DB_OK)
         return rc;
     rc = db__order_ids(conn, res, counts, n, order_ids);
@@ -375,17 +381,11 @@ int db_goods_lock(db_conn *conn, int64_t goods_id)
 {
     char id_buf[DB__I64_LEN];
     const char *params[1];
-    PGresult *res = NULL;
-    int rc;
 
     if (!conn)
         return DB_ERR_INVALID;
     params[0] = db__i64(id_buf, goods_id);
-    rc = db__run(conn, DB__GOODS_ADVISORY_LOCK, params, &res);
-    if (rc != DB_OK)
-        return rc;
-    PQclear(res);
-    return DB_OK;
+    return db__run(conn, DB__GOODS_ADVISORY_LOCK, params, NULL); /* the row says nothing */
 }
 
 int db_stock_take(db_conn *conn, int64_t goods_id, int64_t count, int64_t *stock)

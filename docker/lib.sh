@@ -124,6 +124,7 @@ choose_engine() {
     eval "$("$ROOT/docker/podman.sh" env)"
     ENGINE=podman
     COMPOSE=(docker-compose)
+    # shellcheck disable=SC2034 # docker/test.sh prints it
     ENGINE_INFO="${why:+$why
 }podman $(podman version -f '{{.Client.Version}}'), docker-compose $(docker-compose version --short) on $DOCKER_HOST"
 }
@@ -138,4 +139,15 @@ clean_environment() {
     export HTTP_PORT=$TEST_PORT
     # A token, so the test also proves the admin endpoint's check through the stack.
     export ADMIN_TOKEN=docker-test-$RANDOM$RANDOM
+}
+
+# wait_ready SECONDS: until nginx answers /readyz with 200 (the script's own `http`, which
+# prints the status first); 1 when SECONDS pass without one.
+wait_ready() {
+    local deadline=$((SECONDS + $1))
+    while [ $SECONDS -lt $deadline ]; do
+        [ "$(http GET /readyz | cut -d' ' -f1)" = 200 ] && return 0
+        sleep 1
+    done
+    return 1
 }

@@ -122,13 +122,25 @@ wait_roles() {
 leader_sql() {
     in_service "$LEADER" psql -X -q -At -d stock -c "$1" | tr -d '\r'
 }
-wait_ready() {
-    local deadline=$((SECONDS + $1))
-    while [ $SECONDS -lt $deadline ]; do
-        [ "$(http GET /readyz | cut -d' ' -f1)" = 200 ] && return 0
-        sleep 1
+
+SOLD=0 # the sales of the test that answered 200
+# sell N WHAT: N sales through nginx, each of which must answer 200 (else fail, naming the
+# sale "WHAT i"); SOLD counts them.
+sell() {
+    local i r
+    for ((i = 0; i < $1; i++)); do
+        r=$(deduct)
+        [ "${r%% *}" = 200 ] || fail "$2 $i answered: $r"
+        SOLD=$((SOLD + 1))
     done
-    return 1
+}
+# orders_match SAID WHO: the orders of goods GOODS on the leader are the SOLD sales, one
+# each; info prints "SAID: <the count>", and a failure names the leader as WHO.
+orders_match() {
+    local r
+    r=$(leader_sql "SELECT count(*) FROM orders WHERE goods = $GOODS")
+    info "$1: $r"
+    [ "$r" = "$SOLD" ] || fail "$2 holds $r orders of goods $GOODS, not $SOLD"
 }
 
 main() {
@@ -177,18 +189,11 @@ main() {
     info "ready: $(http GET /readyz)"
 
     step "5. sales through nginx land on the leader ($LEADER)"
-    local ok=0 before=20
     r=$(http POST /api/admin/reset -H 'Content-Type: application/json' \
         -H "Authorization: Bearer $ADMIN_TOKEN" -d "{\"goods_id\":$GOODS,\"stock\":1000}")
     [ "${r%% *}" = 200 ] || fail "reset of goods $GOODS answered: $r"
-    for ((i = 0; i < before; i++)); do
-        r=$(deduct)
-        [ "${r%% *}" = 200 ] || fail "sale $i answered: $r"
-        ok=$((ok + 1))
-    done
-    r=$(leader_sql "SELECT count(*) FROM orders WHERE goods = $GOODS")
-    info "$ok sales answered 200; orders of goods $GOODS on $LEADER: $r"
-    [ "$r" = "$ok" ] || fail "the leader holds $r orders of goods $GOODS, not $ok"
+    sell 20 sale
+    orders_match "$SOLD sales answered 200; orders of goods $GOODS on $LEADER" "the leader"
 
     step "6. the leader's container ($LEADER) killed: a new leader, and sales again"
     local t_kill survivors n first_ms=""
@@ -199,7 +204,7 @@ main() {
     while [ $(($(date +%s%3N) - t_kill)) -lt 90000 ]; do
         r=$(deduct)
         if [ "${r%% *}" = 200 ]; then
-            ok=$((ok + 1))
+            SOLD=$((SOLD + 1))
             first_ms=$(($(date +%s%3N) - t_kill))
             break
         fi
@@ -210,14 +215,9 @@ main() {
     wait_roles "$survivors" 60 1 "$first_leader" ||
         { echo "$LIST" >&2; fail "no new Leader with one replica streaming among pg-${survivors// /, pg-}"; }
     echo "$LIST" | sed 's/^/    /'
-    for ((i = 0; i < 10; i++)); do
-        r=$(deduct)
-        [ "${r%% *}" = 200 ] || fail "sale $i after the failover answered: $r"
-        ok=$((ok + 1))
-    done
-    r=$(leader_sql "SELECT count(*) FROM orders WHERE goods = $GOODS")
-    info "new leader $LEADER; $ok sales answered 200 in all; orders of goods $GOODS there: $r"
-    [ "$r" = "$ok" ] || fail "the new leader holds $r orders of goods $GOODS, not $ok"
+    sell 10 "sale after the failover"
+    orders_match "new leader $LEADER; $SOLD sales answered 200 in all; orders of goods $GOODS there" \
+        "the new leader"
 
     step "7. $first_leader started again: it rejoins as a replica"
     compose start "$first_leader" >"$LOG_DIR/restart.log" 2>&1 || fail "compose start $first_leader failed"

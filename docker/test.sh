@@ -105,15 +105,6 @@ all_200() {
     [ "$(grep -o '[0-9]*:' <<<"$SEEN" | sort -u | tr -d '\n')" = "200:" ]
 }
 
-wait_ready() {
-    local deadline=$((SECONDS + $1))
-    while [ $SECONDS -lt $deadline ]; do
-        [ "$(http GET /readyz | cut -d' ' -f1)" = 200 ] && return 0
-        sleep 1
-    done
-    return 1
-}
-
 # ---- the test -------------------------------------------------------------------------------
 
 main() {
