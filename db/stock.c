@@ -276,22 +276,20 @@ int db__order_ids(db_conn *conn, const PGresult *res, const int64_t *counts, siz
  * counters that count them (migrations/008_goods_sales.sql) are emptied together, exactly. */
 static int reset_statements(db_conn *conn, const char *const *params)
 {
+    /* In their order; `seg`: run with (goods, 0), the stock a segment is emptied to. */
+    static const struct {
+        enum db__stmt_id id;
+        bool seg;
+    } steps[] = {
+        {DB__GOODS_UPSERT, false}, {DB__SEGMENTS_LOCK_ALL, false}, {DB__SEGMENTS_EMPTY, true},
+        {DB__ORDERS_DELETE, false}, {DB__SALES_DELETE, false},     {DB__IDEM_DELETE, false},
+        {DB__ORDER_IDEM_DELETE, false},
+    };
     const char *seg_params[2] = {params[0], "0"};
-    int rc;
+    int rc = DB_OK;
 
-    rc = db__run(conn, DB__GOODS_UPSERT, params, NULL);
-    if (rc == DB_OK)
-        rc = db__run(conn, DB__SEGMENTS_LOCK_ALL, params, NULL);
-    if (rc == DB_OK)
-        rc = db__run(conn, DB__SEGMENTS_EMPTY, seg_params, NULL);
-    if (rc == DB_OK)
-        rc = db__run(conn, DB__ORDERS_DELETE, params, NULL);
-    if (rc == DB_OK)
-        rc = db__run(conn, DB__SALES_DELETE, params, NULL);
-    if (rc == DB_OK)
-        rc = db__run(conn, DB__IDEM_DELETE, params, NULL);
-    if (rc == DB_OK)
-        rc = db__run(conn, DB__ORDER_IDEM_DELETE, params, NULL);
+    for (size_t i = 0; rc == DB_OK && i < sizeof(steps) / sizeof(steps[0]); i++)
+        rc = db__run(conn, steps[i].id, steps[i].seg ? seg_params : params, NULL);
     return rc;
 }
 
