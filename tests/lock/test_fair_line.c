@@ -124,7 +124,10 @@ static void test_fair_dead_waiter(void **state)
     assert_int_equal(lock_try_lock(c, "t:ghost", 3000, 10000, NULL), LOCK_OK);
     waited_ms = (now_ns() - start) / MS;
     print_message("line: a dead waiter held a free lock up for %lld ms\n", (long long)waited_ms);
-    assert_true(waited_ms >= 250); /* it did wait for the ghost's place to lapse */
+    /* It did wait for the ghost's place to lapse: by Redis' clock, which is the one the line
+     * is judged by (on a busy machine the calls above may use up part of the 400 ms, so the
+     * wait measured here can be shorter). */
+    assert_true(redis_now_ms() >= now_ms + 400);
     assert_true(waited_ms < 1500); /* and no longer than the lapse plus a keep-place period */
     assert_int_equal(redis_int("EXISTS t:ghost:waiters"), 0);
     assert_int_equal(lock_unlock(c, "t:ghost"), LOCK_OK);

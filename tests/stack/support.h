@@ -477,6 +477,9 @@ int count_repeats(long long *v, int n);
 /* Every answer of the plan was a 200 or a well-formed 409. */
 void expect_only_200_409(const load_plan *p);
 
+/* The same, with the plan's allowed_503 answers (counted in counts.allowed_503) besides. */
+void expect_only_200_409_or_allowed(const load_plan *p);
+
 /* The exact figures of a correct mode: `stock` units sold once each, the rest refused, and
  * its history linearizable (expect_linearizable). */
 void expect_exact_sale(load_plan *p, long long stock);

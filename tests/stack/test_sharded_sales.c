@@ -239,7 +239,11 @@ static void test_sharded_sold_out_only_at_zero(void **state)
 /* Mixing modes on one goods stays exact: redis-sharded, redis, redis-batch and pg-atomic at
  * once, 16 threads each through nginx, on a stock that runs out: units move between the
  * goods row and the segments as each mode needs them, and the books still say exactly the
- * stock was sold, once per order. */
+ * stock was sold, once per order. The three lock modes may answer 503 lock_timeout: 48 of
+ * the 64 requests wait in one line, and on a busy 2-core machine the last of them can reach
+ * the lock wait's bound; such an answer sells nothing (the books below count every unit), so
+ * it is counted, not failed. What must hold is the books: every 200 one unit sold, every 409
+ * a refusal at zero, nothing sold twice. */
 static void *mixed_run(void *arg)
 {
     load_run(arg);
@@ -254,26 +258,33 @@ static void test_sharded_mixed_modes(void **state)
     const long long g = GOODS_SHARD_MIXED, stock = 600;
     load_plan *plans[4];
     pthread_t tid[4];
-    int sold = 0, refused = 0;
+    int sold = 0, refused = 0, timed_out = 0;
 
     reset_goods(g, stock);
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 4; i++) {
         plans[i] = load_plan_new(modes[i], g_env.stock_url, g, modes[i], 200, 16);
+        if (i < 3)
+            plans[i]->allowed_503 = "lock_timeout";
+    }
     for (int i = 0; i < 4; i++)
         if (pthread_create(&tid[i], NULL, mixed_run, plans[i]) != 0)
             abort();
     for (int i = 0; i < 4; i++)
         pthread_join(tid[i], NULL);
     for (int i = 0; i < 4; i++) {
-        expect_only_200_409(plans[i]);
+        expect_only_200_409_or_allowed(plans[i]);
         sold += plans[i]->counts.by_status[200];
         refused += plans[i]->counts.by_status[409];
+        timed_out += plans[i]->counts.allowed_503;
     }
-    printf("    4 modes at once on %lld units: %d sold, %d refused\n", stock, sold, refused);
-    if (sold != stock || refused != 800 - stock)
-        fail_msg("4 modes at once on %lld units: %d sold and %d refused, want %lld and %lld", stock,
-                 sold, refused, stock, 800 - stock);
-    expect_stock(g, stock, 0, stock, stock, "4 modes at once on one goods");
+    printf("    4 modes at once on %lld units: %d sold, %d refused, %d lock_timeout\n", stock,
+           sold, refused, timed_out);
+    /* A 409 is a refusal at zero: once one came, the whole stock was sold. */
+    if ((refused > 0 && sold != stock) || sold > stock || sold + refused + timed_out != 800)
+        fail_msg("4 modes at once on %lld units: %d sold, %d refused, %d lock_timeout: want the "
+                 "stock sold once a request was refused, and 800 answers",
+                 stock, sold, refused, timed_out);
+    expect_stock(g, stock, stock - sold, sold, sold, "4 modes at once on one goods");
 
     /* After the mix, each mode still sells what another left behind. */
     reset_goods(g, 10);
