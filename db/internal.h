@@ -207,6 +207,24 @@ int db__orders_params_make(db__orders_params *p, int64_t goods_id, const int64_t
                            const char *fence_source, const char *const *request_ids);
 void db__orders_params_free(db__orders_params *p);
 
+/* The end of a many-orders insert run with p's parameters, rc its outcome and, on DB_OK, res
+ * its result: frees p and then, on DB_OK, reads the order ids (db__order_ids) and clears res.
+ * Returns rc when it is not DB_OK, else db__order_ids's. */
+int db__orders_done(db_conn *c, int rc, db__orders_params *p, PGresult *res,
+                    const int64_t *counts, size_t n, int64_t *order_ids);
+
+/* DB__STOCK_CLAIM's parameters (the single claim and the pipelined BEGIN + claim both send
+ * it); id is the goods id as text, for db__why_not_claimed. */
+typedef struct db__claim_params {
+    char id[DB__I64_LEN], token[DB__I64_LEN];
+    const char *v[3]; /* the statement's parameters, in its order; v[2] is source itself */
+} db__claim_params;
+
+/* Fills p for a claim of goods_id by token of source (not copied: it must outlive p). */
+void db__claim_params_make(db__claim_params *p, int64_t goods_id, int64_t token,
+                           const char *source);
+
+
 /* Parses the text value at (row, col) as an int64; DB_ERR_QUERY if it is not one. */
 int db__get_i64(db_conn *c, const PGresult *res, int row, int col, int64_t *out);
 

@@ -200,25 +200,22 @@ lost:
 int db_claim_begin(db_conn *conn, int64_t goods_id, const char *source, int64_t token,
                    int64_t *stock)
 {
-    char id_buf[DB__I64_LEN], token_buf[DB__I64_LEN];
-    const char *claim[3];
+    db__claim_params claim;
     const enum db__stmt_id ids[2] = {DB__BEGIN, DB__STOCK_CLAIM};
-    const char *const *params[2] = {NULL, claim};
+    const char *const *params[2] = {NULL, claim.v};
     PGresult *res[2];
     pipe_out out;
     int rc;
 
     if (!conn || !source || !stock)
         return DB_ERR_INVALID;
-    claim[0] = db__i64(id_buf, goods_id);
-    claim[1] = db__i64(token_buf, token);
-    claim[2] = source;
+    db__claim_params_make(&claim, goods_id, token, source);
     rc = run_pipeline(conn, ids, params, 2, res, &out);
     if (rc != DB_OK)
         return rc;
     PQclear(res[0]);
     if (PQntuples(res[1]) == 0)
-        rc = db__why_not_claimed(conn, id_buf);
+        rc = db__why_not_claimed(conn, claim.id);
     else
         rc = db__get_i64(conn, res[1], 0, 0, stock);
     PQclear(res[1]);
@@ -346,11 +343,6 @@ int db_batch_commit(db_conn *conn, int64_t goods_id, int64_t new_stock, const in
     if (rc != DB_OK)
         return rc;
     rc = write_order_commit(conn, op.id, new_stock, DB__ORDERS_INSERT_MANY, op.v, &res);
-    db__orders_params_free(&op);
-    if (rc != DB_OK)
-        return rc;
-    /* Committed: a mismatch here is a fault of ours, reported, not a sale undone. */
-    rc = db__order_ids(conn, res, counts, n, order_ids);
-    PQclear(res);
-    return rc;
+    /* Committed: a mismatch of the ids is a fault of ours, reported, not a sale undone. */
+    return db__orders_done(conn, rc, &op, res, counts, n, order_ids);
 }

@@ -72,20 +72,24 @@ int db__why_not_claimed(db_conn *c, const char *id_text)
     return why_not_written(c, id_text, true);
 }
 
+void db__claim_params_make(db__claim_params *p, int64_t goods_id, int64_t token, const char *source)
+{
+    p->v[0] = db__i64(p->id, goods_id);
+    p->v[1] = db__i64(p->token, token);
+    p->v[2] = source;
+}
+
 int db_stock_claim(db_conn *conn, int64_t goods_id, const char *source, int64_t token,
                    int64_t *stock)
 {
-    char id_buf[DB__I64_LEN], token_buf[DB__I64_LEN];
-    const char *params[3];
+    db__claim_params p;
     int rc;
 
     if (!conn || !source || !stock)
         return DB_ERR_INVALID;
-    params[0] = db__i64(id_buf, goods_id);
-    params[1] = db__i64(token_buf, token);
-    params[2] = source;
-    rc = db__run_i64(conn, DB__STOCK_CLAIM, params, stock);
-    return rc == DB_ERR_NOT_FOUND ? why_not_written(conn, id_buf, true) : rc;
+    db__claim_params_make(&p, goods_id, token, source);
+    rc = db__run_i64(conn, DB__STOCK_CLAIM, p.v, stock);
+    return rc == DB_ERR_NOT_FOUND ? why_not_written(conn, p.id, true) : rc;
 }
 
 int db_fence_of(db_conn *conn, int64_t goods_id, const char *source, int64_t *fence)
@@ -100,10 +104,14 @@ int db_fence_of(db_conn *conn, int64_t goods_id, const char *source, int64_t *fe
     return db__run_i64(conn, DB__FENCE_OF, params, fence);
 }
 
-int db_stock_write(db_conn *conn, int64_t goods_id, int64_t new_stock)
+/* Runs a change of the stock of goods_id to new_stock: with `version` NULL the plain write,
+ * else the versioned one, which changes the row only while it is at *version. The two differ
+ * in their SQL and in what a row left unchanged means: a missing goods, or a newer version. */
+static int write_stock_with(db_conn *conn, int64_t goods_id, int64_t new_stock,
+                            const int64_t *version)
 {
-    char id_buf[DB__I64_LEN], stock_buf[DB__I64_LEN];
-    const char *params[2];
+    char id_buf[DB__I64_LEN], stock_buf[DB__I64_LEN], version_buf[DB__I64_LEN];
+    const char *params[3];
     PGresult *res = NULL;
     int rc;
 
@@ -111,13 +119,26 @@ int db_stock_write(db_conn *conn, int64_t goods_id, int64_t new_stock)
         return DB_ERR_INVALID;
     params[0] = db__i64(id_buf, goods_id);
     params[1] = db__i64(stock_buf, new_stock);
-    rc = db__run(conn, DB__STOCK_WRITE, params, &res);
+    params[2] = version ? db__i64(version_buf, *version) : NULL;
+    rc = db__run(conn, version ? DB__STOCK_WRITE_VERSIONED : DB__STOCK_WRITE, params, &res);
     if (rc != DB_OK)
         return rc;
-    if (strcmp(PQcmdTuples(res), "1") != 0)
+    if (strcmp(PQcmdTuples(res), "1") == 0)
+        rc = DB_OK;
+    else if (!version)
         rc = why_not_written(conn, id_buf, false);
+    else {
+        db__set_error(conn, "goods %s is no longer at version %s: another writer committed first",
+                      id_buf, version_buf);
+        rc = DB_ERR_RETRY;
+    }
     PQclear(res);
     return rc;
+}
+
+int db_stock_write(db_conn *conn, int64_t goods_id, int64_t new_stock)
+{
+    return write_stock_with(conn, goods_id, new_stock, NULL);
 }
 
 int db_order_insert(db_conn *conn, int64_t goods_id, int64_t count, const char *mode,
@@ -197,7 +218,13 @@ int db_orders_insert_many(db_conn *conn, int64_t goods_id, const int64_t *counts
     if (rc != DB_OK)
         return rc;
     rc = db__run(conn, DB__ORDERS_INSERT_MANY, op.v, &res);
-    db__orders_params_free(&op);
+    return db__orders_done(conn, rc, &op, res, counts, n, order_ids);
+}
+
+int db__orders_done(db_conn *conn, int rc, db__orders_params *p, PGresult *res,
+                    const int64_t *counts, size_t n, int64_t *order_ids)
+{
+    db__orders_params_free(p);
     if (rc != DB_OK)
         return rc;
     rc = db__order_ids(conn, res, counts, n, order_ids);
@@ -249,22 +276,20 @@ int db__order_ids(db_conn *conn, const PGresult *res, const int64_t *counts, siz
  * counters that count them (migrations/008_goods_sales.sql) are emptied together, exactly. */
 static int reset_statements(db_conn *conn, const char *const *params)
 {
+    /* In their order; `seg`: run with (goods, 0), the stock a segment is emptied to. */
+    static const struct {
+        enum db__stmt_id id;
+        bool seg;
+    } steps[] = {
+        {DB__GOODS_UPSERT, false}, {DB__SEGMENTS_LOCK_ALL, false}, {DB__SEGMENTS_EMPTY, true},
+        {DB__ORDERS_DELETE, false}, {DB__SALES_DELETE, false},     {DB__IDEM_DELETE, false},
+        {DB__ORDER_IDEM_DELETE, false},
+    };
     const char *seg_params[2] = {params[0], "0"};
-    int rc;
+    int rc = DB_OK;
 
-    rc = db__run(conn, DB__GOODS_UPSERT, params, NULL);
-    if (rc == DB_OK)
-        rc = db__run(conn, DB__SEGMENTS_LOCK_ALL, params, NULL);
-    if (rc == DB_OK)
-        rc = db__run(conn, DB__SEGMENTS_EMPTY, seg_params, NULL);
-    if (rc == DB_OK)
-        rc = db__run(conn, DB__ORDERS_DELETE, params, NULL);
-    if (rc == DB_OK)
-        rc = db__run(conn, DB__SALES_DELETE, params, NULL);
-    if (rc == DB_OK)
-        rc = db__run(conn, DB__IDEM_DELETE, params, NULL);
-    if (rc == DB_OK)
-        rc = db__run(conn, DB__ORDER_IDEM_DELETE, params, NULL);
+    for (size_t i = 0; rc == DB_OK && i < sizeof(steps) / sizeof(steps[0]); i++)
+        rc = db__run(conn, steps[i].id, steps[i].seg ? seg_params : params, NULL);
     return rc;
 }
 
@@ -354,17 +379,11 @@ int db_goods_lock(db_conn *conn, int64_t goods_id)
 {
     char id_buf[DB__I64_LEN];
     const char *params[1];
-    PGresult *res = NULL;
-    int rc;
 
     if (!conn)
         return DB_ERR_INVALID;
     params[0] = db__i64(id_buf, goods_id);
-    rc = db__run(conn, DB__GOODS_ADVISORY_LOCK, params, &res);
-    if (rc != DB_OK)
-        return rc;
-    PQclear(res);
-    return DB_OK;
+    return db__run(conn, DB__GOODS_ADVISORY_LOCK, params, NULL); /* the row says nothing */
 }
 
 int db_stock_take(db_conn *conn, int64_t goods_id, int64_t count, int64_t *stock)
@@ -397,26 +416,7 @@ int db_stock_read_versioned(db_conn *conn, int64_t goods_id, int64_t *stock, int
 
 int db_stock_write_versioned(db_conn *conn, int64_t goods_id, int64_t new_stock, int64_t version)
 {
-    char id_buf[DB__I64_LEN], stock_buf[DB__I64_LEN], version_buf[DB__I64_LEN];
-    const char *params[3];
-    PGresult *res = NULL;
-    int rc;
-
-    if (!conn)
-        return DB_ERR_INVALID;
-    params[0] = db__i64(id_buf, goods_id);
-    params[1] = db__i64(stock_buf, new_stock);
-    params[2] = db__i64(version_buf, version);
-    rc = db__run(conn, DB__STOCK_WRITE_VERSIONED, params, &res);
-    if (rc != DB_OK)
-        return rc;
-    if (strcmp(PQcmdTuples(res), "1") != 0) {
-        db__set_error(conn, "goods %s is no longer at version %s: another writer committed first",
-                      id_buf, version_buf);
-        rc = DB_ERR_RETRY;
-    }
-    PQclear(res);
-    return rc;
+    return write_stock_with(conn, goods_id, new_stock, &version);
 }
 
 /* ---- pg-lockrow: a row as the lock ----------------------------------------------------- */

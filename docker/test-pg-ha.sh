@@ -40,115 +40,21 @@ PATRONI_CONF=/var/lib/postgresql/patroni.yml
 GOODS=2
 T0=$SECONDS
 
-COMPOSE=()
-ENGINE=""
-STARTED_PODMAN=0
-STACK_CREATED=0
-SKIPPED=0
+ME=docker/test-pg-ha.sh
+SKIP_NAME=docker-pg-ha
+PROFILES=(--profile pg-ha) # every compose command names it: the Patroni services are in it
+DOWN_ALSO=()
 
-STEP_T=$SECONDS
-STEP_OPEN=0
-step_done() {
-    [ "$STEP_OPEN" = 0 ] || printf '    (took %d s)\n' $((SECONDS - STEP_T))
-    STEP_OPEN=0
-}
-step() {
-    step_done
-    STEP_OPEN=1
-    STEP_T=$SECONDS
-    printf '==> [%3ds] %s\n' $((SECONDS - T0)) "$1"
-}
-info() { printf '    %s\n' "$*"; }
-fail() {
-    echo "docker/test-pg-ha.sh: FAIL: $*" >&2
-    exit 1
-}
-skip() {
-    [ "${DOCKER_TEST_REQUIRED:-0}" != 1 ] || fail "would skip ($*) but DOCKER_TEST_REQUIRED=1"
-    echo "SKIP docker-pg-ha: $*"
-    SKIPPED=1
-    exit 0
-}
+# The steps and messages, the engine, the environment and the teardown, as docker/test.sh
+# has them.
+# shellcheck source=docker/lib.sh
+source "$ROOT/docker/lib.sh"
 
-# Every compose command names the profile, so that the Patroni services are part of it.
-compose() {
-    "${COMPOSE[@]}" -p "$PROJECT" -f "$COMPOSE_FILE" --profile pg-ha "$@"
-}
-
-on_exit() {
-    local rc=$?
-    trap - EXIT INT TERM
-    if [ "$STACK_CREATED" = 1 ] && [ $rc -eq 0 ] && [ "${DOCKER_TEST_KEEP:-0}" = 1 ]; then
-        step_done
-        echo "DOCKER_TEST_KEEP=1: the stack stays up on $BASE. To stop it:"
-        [ "$ENGINE" != podman ] || echo "  eval \"\$(docker/podman.sh env)\""
-        echo "  ${COMPOSE[*]} -p $PROJECT -f docker/compose.yml --profile pg-ha down -v"
-        [ "$STARTED_PODMAN" = 0 ] || echo "  docker/podman.sh stop"
-        exit 0
-    fi
-    if [ "$STACK_CREATED" = 1 ]; then
-        if [ $rc -ne 0 ]; then
-            echo "---- compose ps, and the last log lines of each service ----" >&2
-            compose ps >&2 || true
-            compose logs --no-color --tail=25 >&2 || true
-        fi
-        step "teardown: down -v"
-        timeout 180 "${COMPOSE[@]}" -p "$PROJECT" -f "$COMPOSE_FILE" --profile pg-ha \
-            down -v --remove-orphans -t 10 >"$LOG_DIR/down.log" 2>&1 ||
-            { info "down failed (log: $LOG_DIR/down.log)"; [ $rc -ne 0 ] || rc=1; }
-    fi
-    if [ "$STARTED_PODMAN" = 1 ]; then
-        "$ROOT/docker/podman.sh" stop || true
-    fi
-    step_done
-    if [ "$SKIPPED" = 1 ]; then
-        :
-    elif [ $rc -eq 0 ]; then
-        echo "docker/test-pg-ha.sh: OK in $((SECONDS - T0)) s"
-    else
-        echo "docker/test-pg-ha.sh: FAILED (exit $rc) after $((SECONDS - T0)) s; logs in $LOG_DIR" >&2
-    fi
-    exit $rc
-}
-
-# The engine, as docker/test.sh chooses it: Docker when one answers, else podman.
-choose_engine() {
-    if command -v docker >/dev/null && timeout 20 docker info >/dev/null 2>&1; then
-        ENGINE=docker
-        if docker compose version >/dev/null 2>&1; then
-            COMPOSE=(docker compose)
-        elif command -v docker-compose >/dev/null; then
-            COMPOSE=(docker-compose)
-        else
-            skip "a Docker engine runs but neither 'docker compose' nor docker-compose is installed"
-        fi
-        docker image inspect debian:bookworm-slim >/dev/null 2>&1 ||
-            timeout 300 docker pull -q debian:bookworm-slim >/dev/null 2>&1 ||
-            skip "a Docker engine runs, but debian:bookworm-slim is neither here nor pullable"
-        return 0
-    fi
-    local why rc=0
-    "$ROOT/docker/podman.sh" status >/dev/null 2>&1 || STARTED_PODMAN=1
-    why=$("$ROOT/docker/podman.sh" start 2>&1) || rc=$?
-    case $rc in
-    0) ;;
-    3) STARTED_PODMAN=0; skip "no Docker engine, and $(printf '%s\n' "$why" | tail -n 1 | sed 's/^podman.sh: //')" ;;
-    *) fail "docker/podman.sh start failed: $why" ;;
-    esac
-    eval "$("$ROOT/docker/podman.sh" env)"
-    ENGINE=podman
-    COMPOSE=(docker-compose)
-}
-
-# docker/.env's variables from that file only (as docker/test.sh); then ours.
-clean_environment() {
-    local name
-    for name in $(sed -n 's/^\([A-Z_][A-Z0-9_]*\)=.*/\1/p' "$ROOT/docker/.env"); do
-        unset "$name"
-    done
+# docker/.env's variables from that file only (lib.sh), and the PostgreSQL ones ours.
+clean_pgha_environment() {
+    clean_environment
     unset PG_HOSTS PG_PORTS PG_TARGET PG_REPLICATION
-    export HTTP_PORT=$TEST_PORT PG_REPLICATION=$REPLICATION
-    export ADMIN_TOKEN=docker-test-$RANDOM$RANDOM
+    export PG_REPLICATION=$REPLICATION
 }
 
 # HTTP through nginx: prints "STATUS BODY" on one line.
@@ -216,13 +122,25 @@ wait_roles() {
 leader_sql() {
     in_service "$LEADER" psql -X -q -At -d stock -c "$1" | tr -d '\r'
 }
-wait_ready() {
-    local deadline=$((SECONDS + $1))
-    while [ $SECONDS -lt $deadline ]; do
-        [ "$(http GET /readyz | cut -d' ' -f1)" = 200 ] && return 0
-        sleep 1
+
+SOLD=0 # the sales of the test that answered 200
+# sell N WHAT: N sales through nginx, each of which must answer 200 (else fail, naming the
+# sale "WHAT i"); SOLD counts them.
+sell() {
+    local i r
+    for ((i = 0; i < $1; i++)); do
+        r=$(deduct)
+        [ "${r%% *}" = 200 ] || fail "$2 $i answered: $r"
+        SOLD=$((SOLD + 1))
     done
-    return 1
+}
+# orders_match SAID WHO: the orders of goods GOODS on the leader are the SOLD sales, one
+# each; info prints "SAID: <the count>", and a failure names the leader as WHO.
+orders_match() {
+    local r
+    r=$(leader_sql "SELECT count(*) FROM orders WHERE goods = $GOODS")
+    info "$1: $r"
+    [ "$r" = "$SOLD" ] || fail "$2 holds $r orders of goods $GOODS, not $SOLD"
 }
 
 main() {
@@ -236,7 +154,7 @@ main() {
     choose_engine
     step "1. engine: $ENGINE"
     STEP_T=$T0
-    clean_environment
+    clean_pgha_environment
     if (exec 3<>"/dev/tcp/127.0.0.1/$TEST_PORT") 2>/dev/null; then
         fail "127.0.0.1:$TEST_PORT is taken; set DOCKER_PGHA_HTTP_PORT to a free port"
     fi
@@ -271,18 +189,11 @@ main() {
     info "ready: $(http GET /readyz)"
 
     step "5. sales through nginx land on the leader ($LEADER)"
-    local ok=0 before=20
     r=$(http POST /api/admin/reset -H 'Content-Type: application/json' \
         -H "Authorization: Bearer $ADMIN_TOKEN" -d "{\"goods_id\":$GOODS,\"stock\":1000}")
     [ "${r%% *}" = 200 ] || fail "reset of goods $GOODS answered: $r"
-    for ((i = 0; i < before; i++)); do
-        r=$(deduct)
-        [ "${r%% *}" = 200 ] || fail "sale $i answered: $r"
-        ok=$((ok + 1))
-    done
-    r=$(leader_sql "SELECT count(*) FROM orders WHERE goods = $GOODS")
-    info "$ok sales answered 200; orders of goods $GOODS on $LEADER: $r"
-    [ "$r" = "$ok" ] || fail "the leader holds $r orders of goods $GOODS, not $ok"
+    sell 20 sale
+    orders_match "$SOLD sales answered 200; orders of goods $GOODS on $LEADER" "the leader"
 
     step "6. the leader's container ($LEADER) killed: a new leader, and sales again"
     local t_kill survivors n first_ms=""
@@ -293,7 +204,7 @@ main() {
     while [ $(($(date +%s%3N) - t_kill)) -lt 90000 ]; do
         r=$(deduct)
         if [ "${r%% *}" = 200 ]; then
-            ok=$((ok + 1))
+            SOLD=$((SOLD + 1))
             first_ms=$(($(date +%s%3N) - t_kill))
             break
         fi
@@ -304,14 +215,9 @@ main() {
     wait_roles "$survivors" 60 1 "$first_leader" ||
         { echo "$LIST" >&2; fail "no new Leader with one replica streaming among pg-${survivors// /, pg-}"; }
     echo "$LIST" | sed 's/^/    /'
-    for ((i = 0; i < 10; i++)); do
-        r=$(deduct)
-        [ "${r%% *}" = 200 ] || fail "sale $i after the failover answered: $r"
-        ok=$((ok + 1))
-    done
-    r=$(leader_sql "SELECT count(*) FROM orders WHERE goods = $GOODS")
-    info "new leader $LEADER; $ok sales answered 200 in all; orders of goods $GOODS there: $r"
-    [ "$r" = "$ok" ] || fail "the new leader holds $r orders of goods $GOODS, not $ok"
+    sell 10 "sale after the failover"
+    orders_match "new leader $LEADER; $SOLD sales answered 200 in all; orders of goods $GOODS there" \
+        "the new leader"
 
     step "7. $first_leader started again: it rejoins as a replica"
     compose start "$first_leader" >"$LOG_DIR/restart.log" 2>&1 || fail "compose start $first_leader failed"

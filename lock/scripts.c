@@ -106,16 +106,14 @@ static int script_load(lock__conn *conn, lock__script s, int64_t deadline_ns)
 
     rc = lock__conn_command(conn, deadline_ns, 3, argv, lens, &r);
     if (rc != LOCK_OK)
-        goto out;
+        return rc;
     if (r->type != REDIS_REPLY_STRING || strcmp(r->str, scripts[s].sha) != 0) {
         /* An error reply, or a SHA-1 other than ours: EVALSHA would never find it. */
         lock__error_set("SCRIPT LOAD: %s",
                         r->type == REDIS_REPLY_ERROR ? r->str : "unexpected SHA-1");
         rc = LOCK_ERR_REDIS;
     }
-out:
-    if (r != NULL)
-        freeReplyObject(r);
+    freeReplyObject(r);
     return rc;
 }
 
@@ -126,7 +124,6 @@ int lock__script_run_reply(lock__conn *conn, lock__script s, int64_t deadline_ns
     const char *argv[3 + SCRIPT_MAX_KEYS + SCRIPT_MAX_ARGS];
     size_t lens[3 + SCRIPT_MAX_KEYS + SCRIPT_MAX_ARGS];
     char numkeys[12];
-    redisReply *r = NULL;
     int argc = 0;
     int rc;
 
@@ -142,26 +139,17 @@ int lock__script_run_reply(lock__conn *conn, lock__script s, int64_t deadline_ns
     for (int i = 0; i < argc; i++)
         lens[i] = strlen(argv[i]);
 
-    rc = lock__conn_command(conn, deadline_ns, argc, argv, lens, &r);
-    if (rc != LOCK_OK)
-        goto out;
-    if (reply_is_noscript(r)) {
+    /* lock__conn_command leaves *out NULL whenever it fails. */
+    rc = lock__conn_command(conn, deadline_ns, argc, argv, lens, out);
+    if (rc == LOCK_OK && reply_is_noscript(*out)) {
         /* Redis restarted, failed over or flushed its scripts: teach it and try once more.
          * The script did not run, so running it now is not running it twice. */
-        freeReplyObject(r);
-        r = NULL;
+        freeReplyObject(*out);
+        *out = NULL;
         rc = script_load(conn, s, deadline_ns);
-        if (rc != LOCK_OK)
-            goto out;
-        rc = lock__conn_command(conn, deadline_ns, argc, argv, lens, &r);
-        if (rc != LOCK_OK)
-            goto out;
+        if (rc == LOCK_OK)
+            rc = lock__conn_command(conn, deadline_ns, argc, argv, lens, out);
     }
-    *out = r;
-    r = NULL;
-out:
-    if (r != NULL)
-        freeReplyObject(r);
     return rc;
 }
 
@@ -176,13 +164,9 @@ int lock__script_run(lock__conn *conn, lock__script s, int64_t deadline_ns, int 
         return rc;
     if (r->type == REDIS_REPLY_ERROR) {
         lock__error_set("EVALSHA %s: %s", scripts[s].file, r->str);
-        rc = LOCK_ERR_REDIS;
-        goto out;
+        freeReplyObject(r);
+        return LOCK_ERR_REDIS;
     }
     *out = r;
-    r = NULL;
-out:
-    if (r != NULL)
-        freeReplyObject(r);
-    return rc;
+    return LOCK_OK;
 }

@@ -137,24 +137,18 @@ static bool safe_char(unsigned char c)
 /* The escaped form of byte c inside quotes, written into out (at most 5 bytes). */
 static size_t escape(unsigned char c, char out[5])
 {
-    switch (c) {
-    case '"':
-        memcpy(out, "\\\"", 2);
-        return 2;
-    case '\\':
-        memcpy(out, "\\\\", 2);
-        return 2;
-    case '\n':
-        memcpy(out, "\\n", 2);
-        return 2;
-    case '\r':
-        memcpy(out, "\\r", 2);
-        return 2;
-    case '\t':
-        memcpy(out, "\\t", 2);
-        return 2;
-    default:
-        break;
+    /* The bytes with a one-letter escape, as in JSON and C. */
+    static const struct {
+        unsigned char byte;
+        char letter;
+    } named[] = {{'"', '"'}, {'\\', '\\'}, {'\n', 'n'}, {'\r', 'r'}, {'\t', 't'}};
+
+    for (size_t i = 0; i < sizeof(named) / sizeof(named[0]); i++) {
+        if (c == named[i].byte) {
+            out[0] = '\\';
+            out[1] = named[i].letter;
+            return 2;
+        }
     }
     if (c < 0x20 || c >= 0x7f) {
         /* Control characters and non-ASCII bytes: the line stays plain ASCII, whatever a

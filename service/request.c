@@ -51,8 +51,9 @@ static const char *const reset_keys[] = {"goods_id", "stock", NULL};
 static const char *const order_keys[] = {"items", "mode", NULL};
 static const char *const order_item_keys[] = {"goods_id", "count", NULL};
 
-/* The integer fields of one body kind, for naming the field of an out-of-range integer
- * that jansson itself refused (see overflow_detail). */
+/* The integer fields of one body kind (deduct_ints also an order item's), in the order they
+ * are read (get_ints), and for naming the field of an out-of-range integer that jansson
+ * itself refused (see overflow_detail). */
 static const int_field *const deduct_ints[] = {&goods_id_field, &count_field, NULL};
 static const int_field *const reset_ints[] = {&goods_id_field, &stock_field, NULL};
 
@@ -331,6 +332,43 @@ bad:
     return -1;
 }
 
+/* Reads the required integer fields fields[] (NULL-terminated) of obj into *out[i], in order:
+ * the first fault is the one reported. Returns 0, or -1 with detail filled. */
+static int get_ints(json_t *obj, const int_field *const *fields, int64_t *const *out, char *detail,
+                    size_t dlen)
+{
+    for (size_t i = 0; fields[i] != NULL; i++)
+        if (get_int(obj, fields[i], out[i], detail, dlen) < 0)
+            return -1;
+    return 0;
+}
+
+/* The start of every body's parse: the object (load_object, `ints` naming the integer fields
+ * for an overflow) whose every key is one of `keys`. Returns it (the caller passes it to
+ * close_body), or NULL with detail filled. */
+static json_t *open_body(const char *body, size_t len, const char *const *keys,
+                         const int_field *const *ints, char *detail, size_t dlen)
+{
+    json_t *root = load_object(body, len, ints, detail, dlen);
+
+    if (root != NULL && check_keys(root, keys, detail, dlen) < 0) {
+        json_decref(root);
+        return NULL;
+    }
+    return root;
+}
+
+/* The end of every body's parse: frees root (NULL is fine) and, when rc < 0, clears
+ * out[0..size) so that nothing half-parsed leaks to a caller that forgets to check.
+ * Returns rc. */
+static int close_body(json_t *root, int rc, void *out, size_t size)
+{
+    json_decref(root);
+    if (rc < 0 && out != NULL)
+        memset(out, 0, size);
+    return rc;
+}
+
 /* Reads the optional "mode" string of obj into mode (REQUEST_MODE_MAX bytes). Returns 0, or
  * -1 with detail filled when it is not a string. */
 static int get_mode(json_t *obj, bool *has_mode, char *mode, char *detail, size_t dlen)
@@ -355,30 +393,16 @@ static int get_mode(json_t *obj, bool *has_mode, char *mode, char *detail, size_
 int request_parse_deduct(const char *body, size_t len, deduct_request *out, char *detail,
                          size_t detail_len)
 {
-    json_t *root = NULL;
+    int64_t *const ints[] = {&out->goods_id, &out->count};
+    json_t *root;
     int rc = -1;
 
     memset(out, 0, sizeof(*out));
-    root = load_object(body, len, deduct_ints, detail, detail_len);
-    if (root == NULL)
-        goto out;
-    if (check_keys(root, deduct_keys, detail, detail_len) < 0)
-        goto out;
-    if (get_int(root, &goods_id_field, &out->goods_id, detail, detail_len) < 0)
-        goto out;
-    if (get_int(root, &count_field, &out->count, detail, detail_len) < 0)
-        goto out;
-
-    if (get_mode(root, &out->has_mode, out->mode, detail, detail_len) < 0)
-        goto out;
-    rc = 0;
-out:
-    json_decref(root);
-    if (rc < 0) {
-        /* Nothing half-parsed leaks to a caller that forgets to check. */
-        memset(out, 0, sizeof(*out));
-    }
-    return rc;
+    root = open_body(body, len, deduct_keys, deduct_ints, detail, detail_len);
+    if (root != NULL && get_ints(root, deduct_ints, ints, detail, detail_len) == 0 &&
+        get_mode(root, &out->has_mode, out->mode, detail, detail_len) == 0)
+        rc = 0;
+    return close_body(root, rc, out, sizeof(*out));
 }
 
 /* Prefixes detail with "items[i]: ", for a fault found inside one item. */
@@ -394,13 +418,14 @@ static void item_detail(size_t i, char *detail, size_t dlen)
  * Returns 0, or -1 with detail filled. */
 static int get_item(json_t *v, size_t i, order_item *out, char *detail, size_t dlen)
 {
+    int64_t *const ints[] = {&out->goods_id, &out->count};
+
     if (!json_is_object(v)) {
         set_detail(detail, dlen, "items[%zu] must be an object {\"goods_id\":..,\"count\":..}", i);
         return -1;
     }
     if (check_keys(v, order_item_keys, detail, dlen) < 0 ||
-        get_int(v, &goods_id_field, &out->goods_id, detail, dlen) < 0 ||
-        get_int(v, &count_field, &out->count, detail, dlen) < 0) {
+        get_ints(v, deduct_ints, ints, detail, dlen) < 0) {
         item_detail(i, detail, dlen);
         return -1;
     }
@@ -410,15 +435,14 @@ static int get_item(json_t *v, size_t i, order_item *out, char *detail, size_t d
 int request_parse_order(const char *body, size_t len, order_request *out, char *detail,
                         size_t detail_len)
 {
-    json_t *root = NULL, *items, *v;
+    json_t *root, *items, *v;
     size_t i;
     int rc = -1;
 
     memset(out, 0, sizeof(*out));
-    root = load_object(body, len, deduct_ints, detail, detail_len);
+    /* deduct_ints: an items[i] field that overflows is named as its own rule. */
+    root = open_body(body, len, order_keys, deduct_ints, detail, detail_len);
     if (root == NULL)
-        goto out;
-    if (check_keys(root, order_keys, detail, detail_len) < 0)
         goto out;
     items = json_object_get(root, "items");
     if (items == NULL) {
@@ -450,34 +474,21 @@ int request_parse_order(const char *body, size_t len, order_request *out, char *
         goto out;
     rc = 0;
 out:
-    json_decref(root);
-    if (rc < 0)
-        memset(out, 0, sizeof(*out));
-    return rc;
+    return close_body(root, rc, out, sizeof(*out));
 }
 
 int request_parse_reset(const char *body, size_t len, reset_request *out, char *detail,
                         size_t detail_len)
 {
-    json_t *root = NULL;
+    int64_t *const ints[] = {&out->goods_id, &out->stock};
+    json_t *root;
     int rc = -1;
 
     memset(out, 0, sizeof(*out));
-    root = load_object(body, len, reset_ints, detail, detail_len);
-    if (root == NULL)
-        goto out;
-    if (check_keys(root, reset_keys, detail, detail_len) < 0)
-        goto out;
-    if (get_int(root, &goods_id_field, &out->goods_id, detail, detail_len) < 0)
-        goto out;
-    if (get_int(root, &stock_field, &out->stock, detail, detail_len) < 0)
-        goto out;
-    rc = 0;
-out:
-    json_decref(root);
-    if (rc < 0)
-        memset(out, 0, sizeof(*out));
-    return rc;
+    root = open_body(body, len, reset_keys, reset_ints, detail, detail_len);
+    if (root != NULL && get_ints(root, reset_ints, ints, detail, detail_len) == 0)
+        rc = 0;
+    return close_body(root, rc, out, sizeof(*out));
 }
 
 int request_parse_goods_id(const char *text, int64_t *out)
@@ -576,11 +587,9 @@ int request_parse_lab_step(const char *body, size_t len, char *id, size_t id_len
     int rc = -1;
 
     id[0] = '\0';
-    root = load_object(body, len, no_ints, detail, detail_len);
+    root = open_body(body, len, step_keys, no_ints, detail, detail_len);
     if (root == NULL)
         return -1;
-    if (check_keys(root, step_keys, detail, detail_len) < 0)
-        goto out;
     v = json_object_get(root, "id");
     if (v == NULL) {
         set_detail(detail, detail_len, "missing field 'id'");
@@ -606,6 +615,5 @@ int request_parse_lab_step(const char *body, size_t len, char *id, size_t id_len
     snprintf(id, id_len, "%s", json_string_value(v));
     rc = 0;
 out:
-    json_decref(root);
-    return rc;
+    return close_body(root, rc, NULL, 0);
 }

@@ -21,21 +21,9 @@ const state = {
   holders: [],     /* {t, who} */
   seen: new Set(), /* every holder named so far (for the browser test, and the curious) */
   replicas: [],    /* {n, name, pid, last: {t, answers}, rate} */
-  errors: 0,
 };
 
-function $(id) { return document.getElementById(id); }
-
-function countError() {
-  state.errors++;
-  $("errors").dataset.errors = String(state.errors);
-  $("errors").textContent = state.errors + " error(s) on this page";
-}
-window.addEventListener("error", countError);
-window.addEventListener("unhandledrejection", countError);
-/* What the page itself reports to the console counts too. */
-const consoleError = console.error.bind(console);
-console.error = (...args) => { countError(); consoleError(...args); };
+/* $, the page's error count and the lock's figures: common.js. */
 
 async function getJSON(path) {
   const r = await fetch(path, { cache: "no-store" });

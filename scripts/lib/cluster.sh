@@ -25,9 +25,6 @@ cluster_pid() {
     pidfile_alive "$(cluster__dir "$1")/redis.pid" "$(cluster__pattern "$1")"
 }
 
-cluster__ping() {
-    [ "$(redis-cli -h 127.0.0.1 -p "$1" ping 2>/dev/null)" = PONG ]
-}
 
 # True when every node says cluster_state:ok.
 cluster__ok() {
@@ -39,27 +36,15 @@ cluster__ok() {
 }
 
 cluster__start_node() {
-    local n=$1 port dir pid
+    local n=$1 port dir
     port=$(cluster_port "$n")
     dir=$(cluster__dir "$n")
     require_port_free "$port" "cluster node $n" CLUSTER_PORT_BASE
     require_port_free $((CLUSTER_BUS_PORT_BASE + n - 1)) "cluster node $n's bus" CLUSTER_BUS_PORT_BASE
-    mkdir -p "$dir" "$LOG_DIR"
-    rm -f "$dir/redis.pid" "$dir/nodes.conf" "$dir/dump.rdb" # a new cluster, empty
-    echo "$port" >"$dir/redis.port"
-    "$REDIS_SERVER" --bind 127.0.0.1 --port "$port" \
+    rm -f "$dir/nodes.conf" # a new cluster, empty
+    redis__launch "cluster node $n" "$port" "$dir" "$LOG_DIR/cluster-$n.log" \
         --cluster-enabled yes --cluster-config-file "$dir/nodes.conf" \
-        --cluster-port $((CLUSTER_BUS_PORT_BASE + n - 1)) --cluster-node-timeout 2000 \
-        --daemonize yes --pidfile "$dir/redis.pid" \
-        --logfile "$LOG_DIR/cluster-$n.log" --dir "$dir" \
-        --save "" --appendonly no ||
-        die "cluster node $n did not start (see $LOG_DIR/cluster-$n.log)"
-    if ! wait_until 10 cluster__ping "$port" || ! pid=$(wait_until 5 cluster_pid "$n"); then
-        log_tail "$LOG_DIR/cluster-$n.log"
-        port_explain "$port"
-        die "cluster node $n did not answer PING on port $port"
-    fi
-    log "cluster node $n started (pid $pid, 127.0.0.1:$port)"
+        --cluster-port $((CLUSTER_BUS_PORT_BASE + n - 1)) --cluster-node-timeout 2000
 }
 
 # Starts the three nodes and joins them, unless the cluster runs and is ok already.
@@ -89,26 +74,17 @@ cluster_start() {
 
 # Stops every node this run directory has started, by PID.
 cluster_stop() {
-    local d n pid failed=0
-    for d in "$RUN_DIR"/cluster/*/; do
-        [ -d "$d" ] || continue
-        d=${d%/}
-        n=${d##*/}
-        [[ $n =~ ^[0-9]+$ ]] || continue
-        pid=$(cluster_pid "$n") || continue
-        log "stopping cluster node $n (pid $pid)"
-        stop_pid "cluster node $n" "$pid" "$(cluster__pattern "$n")" TERM:10 KILL:5 || failed=1
+    local n failed=0
+    for n in $(numbered_dirs "$RUN_DIR/cluster"); do
+        stop_server "cluster node $n" "$(cluster_pid "$n")" "$(cluster__pattern "$n")" \
+            TERM:10 KILL:5 || failed=1
     done
     return $failed
 }
 
 cluster_status() {
-    local n pid
+    local n
     for n in 1 2 3; do
-        if pid=$(cluster_pid "$n"); then
-            echo "cluster-$n  running  pid $pid  127.0.0.1:$(cluster_port "$n")"
-        else
-            echo "cluster-$n  stopped"
-        fi
+        status_row "cluster-$n" "$(cluster_pid "$n")" "127.0.0.1:$(cluster_port "$n")"
     done
 }

@@ -78,6 +78,38 @@ stop_pid() {
     return 1
 }
 
+# stop_server NAME PID PATTERN SIGNAL:SECONDS...: stop_pid, said in the log, for a server whose
+# PID function printed PID; an empty PID (it printed none: the server is not running) is
+# nothing to stop. Every server's `_stop` is this with its own signals.
+stop_server() {
+    [ -n "$2" ] || return 0
+    log "stopping $1 (pid $2)"
+    stop_pid "$@"
+}
+
+# status_row NAME PID WHERE [NOTE]: the line of `stack.sh status` for one server: running,
+# with PID and WHERE (its address), when PID is not empty; stopped, with NOTE, otherwise.
+status_row() {
+    if [ -n "$2" ]; then
+        printf '%-10s running  pid %s  %s\n' "$1" "$2" "$3"
+    else
+        printf '%-10s stopped%s\n' "$1" "${4:+  $4}"
+    fi
+}
+
+# numbered_dirs DIR: the names of DIR's subdirectories named by a number (1, 2, ...), one a
+# line: the nodes a run directory has started, whatever the settings say now.
+numbered_dirs() {
+    local d
+    for d in "$1"/*/; do
+        [ -d "$d" ] || continue
+        d=${d%/}
+        d=${d##*/}
+        [[ $d =~ ^[0-9]+$ ]] && echo "$d"
+    done
+    return 0
+}
+
 # wait_until SECONDS COMMAND...: runs COMMAND every 0.2 s until it succeeds; 1 on timeout.
 wait_until() {
     local seconds=$1 i

@@ -62,10 +62,7 @@ etcd__start_in() {
 
 # etcd__stop_in DIR PORT WHAT: by its PID; SIGTERM is its clean shutdown.
 etcd__stop_in() {
-    local pid
-    pid=$(etcd__pid_in "$1" "$2") || return 0
-    log "stopping $3 (pid $pid)"
-    stop_pid "$3" "$pid" "$(etcd__pattern_in "$1" "$2")" TERM:10 KILL:5
+    stop_server "$3" "$(etcd__pid_in "$1" "$2")" "$(etcd__pattern_in "$1" "$2")" TERM:10 KILL:5
 }
 
 # Prints etcd's PID when it runs, else returns 1.
@@ -83,10 +80,5 @@ etcd_stop() {
 }
 
 etcd_status() {
-    local pid
-    if pid=$(etcd_pid); then
-        echo "etcd       running  pid $pid  127.0.0.1:$ETCD_PORT"
-    else
-        echo "etcd       stopped"
-    fi
+    status_row etcd "$(etcd_pid)" "127.0.0.1:$ETCD_PORT"
 }

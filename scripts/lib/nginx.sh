@@ -115,17 +115,9 @@ nginx_start() {
 # Stops nginx by the master's PID: SIGQUIT is the graceful stop (finish the requests in
 # flight), SIGTERM the fast one, SIGKILL last.
 nginx_stop() {
-    local pid
-    pid=$(nginx_pid) || return 0
-    log "stopping nginx (pid $pid)"
-    stop_pid nginx "$pid" "$(nginx__pattern)" QUIT:10 TERM:5 KILL:5
+    stop_server nginx "$(nginx_pid)" "$(nginx__pattern)" QUIT:10 TERM:5 KILL:5
 }
 
 nginx_status() {
-    local pid
-    if pid=$(nginx_pid); then
-        echo "nginx      running  pid $pid  http://127.0.0.1:$HTTP_PORT"
-    else
-        echo "nginx      stopped"
-    fi
+    status_row nginx "$(nginx_pid)" "http://127.0.0.1:$HTTP_PORT"
 }

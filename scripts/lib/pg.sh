@@ -145,10 +145,7 @@ pg_start() {
 # checkpoints, exits), SIGQUIT the immediate one (crash recovery at next start), SIGKILL
 # last. SIGTERM would be "smart": wait for every client to leave, possibly forever.
 pg_stop() {
-    local pid
-    pid=$(pg_pid) || return 0
-    log "stopping postgres (pid $pid)"
-    stop_pid postgres "$pid" "$(pg__pattern)" INT:60 QUIT:10 KILL:5
+    stop_server postgres "$(pg_pid)" "$(pg__pattern)" INT:60 QUIT:10 KILL:5
 }
 
 # The PIDs of the processes PID started (its children), from /proc: by PID, never by name.
@@ -185,10 +182,6 @@ pg_thaw() {
 }
 
 pg_status() {
-    local pid
-    if pid=$(pg_pid); then
-        echo "postgres   running  pid $pid  127.0.0.1:$PG_PORT  data $PG_DIR/data"
-    else
-        echo "postgres   stopped  (data $([ -s "$PG_DIR/data/PG_VERSION" ] && echo kept in "$PG_DIR/data" || echo none))"
-    fi
+    status_row postgres "$(pg_pid)" "127.0.0.1:$PG_PORT  data $PG_DIR/data" \
+        "(data $([ -s "$PG_DIR/data/PG_VERSION" ] && echo kept in "$PG_DIR/data" || echo none))"
 }

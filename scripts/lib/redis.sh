@@ -22,8 +22,38 @@ redis_pid() {
     pidfile_alive "$REDIS_DIR/redis.pid" "$(redis__pattern)"
 }
 
-redis__ping() {
-    [ "$(redis-cli -h 127.0.0.1 -p "$REDIS_PORT" ping 2>/dev/null)" = PONG ]
+# True when the redis-server (or Sentinel) on 127.0.0.1:PORT answers PING.
+redis__answers() {
+    [ "$(redis-cli -h 127.0.0.1 -p "$1" ping 2>/dev/null)" = PONG ]
+}
+
+# redis__launch NAME PORT DIR LOG [ARG...]: starts a redis-server for NAME ("redlock node 2")
+# on 127.0.0.1:PORT with the extra ARGs (a cluster node's, ...), daemonized, empty and keeping
+# nothing on disk (see the top of this file), its PID and port files in DIR and its log LOG.
+# Returns once it answers PING and its PID file names it, and says so; dies otherwise, with
+# the log's last lines and what holds the port. The caller has checked the port is free.
+redis__launch() {
+    local name=$1 port=$2 dir=$3 logfile=$4 pid
+    shift 4
+    [ -x "$REDIS_SERVER" ] || die "redis-server not found (scripts/deps.sh ensure)"
+    mkdir -p "$dir" "$LOG_DIR"
+    # Starts empty, always: --save "" keeps Redis from writing a snapshot, but a server that
+    # was once a replica (HA=1, after a failover) was sent one and kept it as dump.rdb, which
+    # it would load now: locks and fencing counters from an earlier run.
+    rm -f "$dir/redis.pid" "$dir/dump.rdb"
+    echo "$port" >"$dir/redis.port"
+    # --daemonize: redis forks, starts a session of its own and writes its PID file.
+    "$REDIS_SERVER" --bind 127.0.0.1 --port "$port" "$@" \
+        --daemonize yes --pidfile "$dir/redis.pid" --logfile "$logfile" --dir "$dir" \
+        --save "" --appendonly no ||
+        die "$name did not start (see $logfile)"
+    if ! wait_until 10 redis__answers "$port" ||
+        ! pid=$(wait_until 5 pidfile_alive "$dir/redis.pid" "redis-server 127.0.0.1:$port"); then
+        log_tail "$logfile"
+        port_explain "$port"
+        die "$name did not answer PING on port $port"
+    fi
+    log "$name started (pid $pid, 127.0.0.1:$port)"
 }
 
 # Starts Redis unless it runs already; returns once it answers PING.
@@ -33,45 +63,19 @@ redis_start() {
         log "redis already running (pid $pid, port $REDIS_PORT)"
         return 0
     fi
-    [ -x "$REDIS_SERVER" ] || die "redis-server not found (scripts/deps.sh ensure)"
     require_port_free "$REDIS_PORT" redis REDIS_PORT
-    mkdir -p "$REDIS_DIR" "$LOG_DIR"
-    rm -f "$REDIS_DIR/redis.pid"
-    # Starts empty, always: --save "" keeps Redis from writing a snapshot, but a server that
-    # was once a replica (HA=1, after a failover) was sent one and kept it as dump.rdb, which
-    # it would load now: locks and fencing counters from an earlier run.
-    rm -f "$REDIS_DIR/dump.rdb"
-    echo "$REDIS_PORT" >"$REDIS_DIR/redis.port"
-    # --daemonize: redis forks, starts a session of its own and writes its PID file.
     # --repl-diskless-sync-delay 0: with HA=1, a replica (the HA one, or this server come back
     # after a failover) is sent its first copy at once, not after the default 5 s wait for
     # more replicas to share it; until then LOCK_SYNC_REPLICAS refuses every grant.
-    "$REDIS_SERVER" --bind 127.0.0.1 --port "$REDIS_PORT" \
-        --daemonize yes --pidfile "$REDIS_DIR/redis.pid" \
-        --logfile "$LOG_DIR/redis.log" --dir "$REDIS_DIR" \
-        --save "" --appendonly no --repl-diskless-sync-delay 0 ||
-        die "redis-server did not start (see $LOG_DIR/redis.log)"
-    if ! wait_until 10 redis__ping || ! pid=$(wait_until 5 redis_pid); then
-        log_tail "$LOG_DIR/redis.log"
-        port_explain "$REDIS_PORT"
-        die "redis did not answer PING on port $REDIS_PORT"
-    fi
-    log "redis started (pid $pid, 127.0.0.1:$REDIS_PORT)"
+    redis__launch redis "$REDIS_PORT" "$REDIS_DIR" "$LOG_DIR/redis.log" \
+        --repl-diskless-sync-delay 0
 }
 
 # Stops Redis by its PID: SIGTERM is its clean shutdown (nothing to save here).
 redis_stop() {
-    local pid
-    pid=$(redis_pid) || return 0
-    log "stopping redis (pid $pid)"
-    stop_pid redis "$pid" "$(redis__pattern)" TERM:10 KILL:5
+    stop_server redis "$(redis_pid)" "$(redis__pattern)" TERM:10 KILL:5
 }
 
 redis_status() {
-    local pid
-    if pid=$(redis_pid); then
-        echo "redis      running  pid $pid  $(redis__pattern | sed "s/^redis-server //")"
-    else
-        echo "redis      stopped"
-    fi
+    status_row redis "$(redis_pid)" "$(redis__pattern | sed "s/^redis-server //")"
 }

@@ -26,63 +26,31 @@ redlock_pid() {
     pidfile_alive "$(redlock__dir "$1")/redis.pid" "$(redlock__pattern "$1")"
 }
 
-redlock__ping() {
-    [ "$(redis-cli -h 127.0.0.1 -p "$1" ping 2>/dev/null)" = PONG ]
-}
-
 # Starts node N unless it runs; returns once it answers PING.
 redlock_start() {
-    local n=$1 pid port dir
+    local n=$1 pid port
     port=$(redlock_port "$n")
-    dir=$(redlock__dir "$n")
     if pid=$(redlock_pid "$n"); then
         log "redlock node $n already running (pid $pid, port $port)"
         return 0
     fi
-    [ -x "$REDIS_SERVER" ] || die "redis-server not found (scripts/deps.sh ensure)"
     require_port_free "$port" "redlock node $n" REDLOCK_PORT_BASE
-    mkdir -p "$dir" "$LOG_DIR"
-    rm -f "$dir/redis.pid"
-    echo "$port" >"$dir/redis.port"
-    "$REDIS_SERVER" --bind 127.0.0.1 --port "$port" \
-        --daemonize yes --pidfile "$dir/redis.pid" \
-        --logfile "$LOG_DIR/redlock-$n.log" --dir "$dir" \
-        --save "" --appendonly no ||
-        die "redlock node $n did not start (see $LOG_DIR/redlock-$n.log)"
-    if ! wait_until 10 redlock__ping "$port" || ! pid=$(wait_until 5 redlock_pid "$n"); then
-        log_tail "$LOG_DIR/redlock-$n.log"
-        port_explain "$port"
-        die "redlock node $n did not answer PING on port $port"
-    fi
-    log "redlock node $n started (pid $pid, 127.0.0.1:$port)"
+    redis__launch "redlock node $n" "$port" "$(redlock__dir "$n")" "$LOG_DIR/redlock-$n.log"
 }
 
 # Stops node N by its PID (SIGTERM; nothing to save).
 redlock_stop() {
-    local pid
-    pid=$(redlock_pid "$1") || return 0
-    log "stopping redlock node $1 (pid $pid)"
-    stop_pid "redlock node $1" "$pid" "$(redlock__pattern "$1")" TERM:10 KILL:5
+    stop_server "redlock node $1" "$(redlock_pid "$1")" "$(redlock__pattern "$1")" TERM:10 KILL:5
 }
 
 # The nodes this run directory has started (1..N), whatever REDLOCK_SERVERS says now.
 redlock_known() {
-    local d
-    for d in "$RUN_DIR"/redlock/*/; do
-        [ -d "$d" ] || continue
-        d=${d%/}
-        d=${d##*/}
-        [[ $d =~ ^[0-9]+$ ]] && echo "$d"
-    done
+    numbered_dirs "$RUN_DIR/redlock"
 }
 
 redlock_status() {
-    local n pid
+    local n
     for ((n = 1; n <= REDLOCK_SERVERS; n++)); do
-        if pid=$(redlock_pid "$n"); then
-            echo "redlock-$n  running  pid $pid  127.0.0.1:$(redlock_port "$n")"
-        else
-            echo "redlock-$n  stopped"
-        fi
+        status_row "redlock-$n" "$(redlock_pid "$n")" "127.0.0.1:$(redlock_port "$n")"
     done
 }

@@ -43,10 +43,6 @@ ha__replica_online() {
         grep -q "port=$REDIS_REPLICA_PORT,state=online"
 }
 
-ha__answers() {
-    [ "$(redis-cli -h 127.0.0.1 -p "$1" ping 2>/dev/null)" = PONG ]
-}
-
 # True when Sentinel on port $1 knows the master and one connected replica.
 ha__sentinel_ready() {
     redis-cli -h 127.0.0.1 -p "$1" sentinel replicas "$REDIS_MASTER_NAME" 2>/dev/null |
@@ -69,7 +65,7 @@ ha__start_replica() {
         --daemonize yes --pidfile "$dir/pid" --logfile "$LOG_DIR/redis-replica.log" \
         --dir "$dir" --save "" --appendonly no --repl-diskless-sync-delay 0 ||
         die "the redis replica did not start (see $LOG_DIR/redis-replica.log)"
-    wait_until 10 ha__answers "$REDIS_REPLICA_PORT" || die "the redis replica does not answer"
+    wait_until 10 redis__answers "$REDIS_REPLICA_PORT" || die "the redis replica does not answer"
     # In sync before `up` returns: until the master counts it online, a WAIT (LOCK_SYNC_REPLICAS)
     # has no replica to count, and a failover would promote an empty server.
     wait_until 20 ha__replica_online ||
@@ -100,7 +96,7 @@ CONF
     "$REDIS_SENTINEL" "$dir/sentinel.conf" --bind 127.0.0.1 --port "$port" \
         --daemonize yes --pidfile "$dir/pid" --logfile "$LOG_DIR/sentinel-$n.log" \
         --dir "$dir" || die "sentinel $n did not start (see $LOG_DIR/sentinel-$n.log)"
-    wait_until 10 ha__answers "$port" || die "sentinel $n does not answer on port $port"
+    wait_until 10 redis__answers "$port" || die "sentinel $n does not answer on port $port"
     log "sentinel $n started (pid $(wait_until 5 ha_sentinel_pid "$n"), 127.0.0.1:$port)"
 }
 
@@ -122,33 +118,20 @@ ha_start() {
 # Stops the Sentinels first (so they do not fail over a master being stopped), then the
 # replica.
 ha_stop() {
-    local n pid dir failed=0
+    local n failed=0
     for ((n = 1; n <= SENTINELS; n++)); do
-        pid=$(ha_sentinel_pid "$n") || continue
-        dir=$(ha__sentinel_dir "$n")
-        log "stopping sentinel $n (pid $pid)"
-        stop_pid "sentinel $n" "$pid" "$(ha__pattern redis-sentinel "$dir")" TERM:10 KILL:5 || failed=1
+        stop_server "sentinel $n" "$(ha_sentinel_pid "$n")" \
+            "$(ha__pattern redis-sentinel "$(ha__sentinel_dir "$n")")" TERM:10 KILL:5 || failed=1
     done
-    if pid=$(ha_replica_pid); then
-        dir=$(ha__replica_dir)
-        log "stopping redis replica (pid $pid)"
-        stop_pid "redis replica" "$pid" "$(ha__pattern redis-server "$dir")" TERM:10 KILL:5 || failed=1
-    fi
+    stop_server "redis replica" "$(ha_replica_pid)" \
+        "$(ha__pattern redis-server "$(ha__replica_dir)")" TERM:10 KILL:5 || failed=1
     return $failed
 }
 
 ha_status() {
-    local n pid
-    if pid=$(ha_replica_pid); then
-        echo "redis-rep  running  pid $pid  127.0.0.1:$REDIS_REPLICA_PORT"
-    else
-        echo "redis-rep  stopped"
-    fi
+    local n
+    status_row redis-rep "$(ha_replica_pid)" "127.0.0.1:$REDIS_REPLICA_PORT"
     for ((n = 1; n <= SENTINELS; n++)); do
-        if pid=$(ha_sentinel_pid "$n"); then
-            echo "sentinel-$n running  pid $pid  127.0.0.1:$((SENTINEL_PORT_BASE + n - 1))"
-        else
-            echo "sentinel-$n stopped"
-        fi
+        status_row "sentinel-$n" "$(ha_sentinel_pid "$n")" "127.0.0.1:$((SENTINEL_PORT_BASE + n - 1))"
     done
 }

@@ -68,17 +68,9 @@ CFG
 
 # Stops ZooKeeper by its PID: SIGTERM is its clean shutdown.
 zookeeper_stop() {
-    local pid
-    pid=$(zookeeper_pid) || return 0
-    log "stopping zookeeper (pid $pid)"
-    stop_pid zookeeper "$pid" "$(zookeeper__pattern)" TERM:10 KILL:5
+    stop_server zookeeper "$(zookeeper_pid)" "$(zookeeper__pattern)" TERM:10 KILL:5
 }
 
 zookeeper_status() {
-    local pid
-    if pid=$(zookeeper_pid); then
-        echo "zookeeper  running  pid $pid  127.0.0.1:$ZK_PORT"
-    else
-        echo "zookeeper  stopped"
-    fi
+    status_row zookeeper "$(zookeeper_pid)" "127.0.0.1:$ZK_PORT"
 }

@@ -106,22 +106,11 @@ const LANES = { A: 1, B: 2, C: 3 };
 
 const state = {
   level: LEVELS[0], rung: LEVELS[0].rung, goods: 0, t0: 0, playing: false, run: 0,
-  lanes: {}, events: [], leases: [], books: null, books2: null, holders: {}, busy: 0, errors: 0,
+  lanes: {}, events: [], leases: [], books: null, books2: null, holders: {}, busy: 0,
   verdict: "idle",
 };
 
-function $(id) { return document.getElementById(id); }
-
-function countError() {
-  state.errors++;
-  document.body.dataset.errors = String(state.errors);
-  $("errors").dataset.errors = String(state.errors);
-  $("errors").textContent = state.errors + " error(s) on this page";
-}
-window.addEventListener("error", countError);
-window.addEventListener("unhandledrejection", countError);
-const consoleError = console.error.bind(console);
-console.error = (...args) => { countError(); consoleError(...args); };
+/* $, the page's error count and the lock's figures: common.js (web/, served at /live/). */
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const now = () => Date.now() - state.t0;
