@@ -382,6 +382,48 @@ it__program_has_case() {
     return 1
 }
 
+# it__lock_services SLOW_URL UP_LOG: the etcd and ZooKeeper modes on the stack's own etcd and
+# ZooKeeper (run_integration's, which sets all_replicas, IT_NO_ETCD_REPLICA, sx and the rest).
+it__lock_services() {
+    local slow_url=$1 up_log=$2
+    # A replica told no ETCD_ENDPOINT, beside the others, for the case that it offers no etcd.
+    local no_etcd_port no_etcd_url=""
+    no_etcd_port=$(pick_free_ports 1)
+    if ETCD_ENDPOINT="" scripts/stack.sh replica-start-extra "$IT_NO_ETCD_REPLICA" \
+        "$no_etcd_port" 2>&1 | tee -a "$up_log"; then
+        no_etcd_url=http://127.0.0.1:$no_etcd_port
+        all_replicas+=" $IT_NO_ETCD_REPLICA"
+    else
+        suite_broken "no-etcd-replica$sx" "scripts/stack.sh replica-start-extra failed (see $up_log)"
+    fi
+
+    check_group_begin "etcd$sx"
+    check "etcd mode: 64 connections over $REPLICAS replicas sell exactly the stock" it__etcd_exact
+    check "etcd and redis modes sell one goods in turn (tokens compared per source)" \
+        it__etcd_and_redis_on_one_goods
+    if [ -n "$no_etcd_url" ]; then
+        check "a replica without ETCD_ENDPOINT neither lists nor serves etcd (400 unknown_mode)" \
+            it__etcd_offered_only_with_endpoint "$no_etcd_url"
+    fi
+    check "MODE=etcd without ETCD_ENDPOINT stops the start-up (exit 2)" it__etcd_mode_refused_at_start
+    if [ -n "$slow_url" ]; then
+        check "etcd mode: a holder whose lease is revoked answers 503 lock_lost, sells nothing" \
+            it__etcd_lease_lost "$slow_url"
+    fi
+    check "etcd mode: etcd down gives 503 unavailable, and back, deductions resume" it__etcd_down
+    check_group_end
+
+    check_group_begin "zookeeper$sx"
+    check "zookeeper mode: 64 connections over $REPLICAS replicas sell exactly the stock" it__zk_exact
+    if [ -n "$slow_url" ]; then
+        check "zookeeper mode: a holder frozen past its session answers 503 lock_lost, sells nothing" \
+            it__zk_paused_replica "$slow_url" "$IT_SLOW_REPLICA"
+    fi
+    check "zookeeper mode: ZooKeeper down gives 503 unavailable, and back, deductions resume" \
+        it__zk_down
+    check_group_end
+}
+
 run_integration() {
     # shellcheck source=tests/live_page.sh
     source tests/live_page.sh
@@ -403,8 +445,11 @@ run_integration() {
     local -a ports
     mapfile -t ports < <(pick_free_ports 6)
     HTTP_PORT=${ports[0]} PG_PORT=${ports[1]} REDIS_PORT=${ports[2]}
-    ETCD_PORT=${ports[3]} ETCD_PEER_PORT=${ports[4]} WITH_ETCD=1
-    ZK_PORT=${ports[5]} WITH_ZOOKEEPER=1
+    # The etcd and ZooKeeper modes' servers, unless IT_LOCK_SERVICES=0 (the ThreadSanitizer
+    # pass: their clients' threads are raced by test_etcd-tsan and test_zookeeper-tsan).
+    local services=${IT_LOCK_SERVICES:-1}
+    ETCD_PORT=${ports[3]} ETCD_PEER_PORT=${ports[4]} WITH_ETCD=$services
+    ZK_PORT=${ports[5]} WITH_ZOOKEEPER=$services
     REPLICA_PORT_BASE=$(pick_port_block $IT_REPLICAS)
     REDLOCK_SERVERS=5 # the redlock mode's servers, so the stack runs as `make up` does
     REDLOCK_PORT_BASE=$(pick_port_block $REDLOCK_SERVERS)
@@ -517,42 +562,9 @@ run_integration() {
         check_group_end
     fi
 
-    # A replica told no ETCD_ENDPOINT, beside the others, for the case that it offers no etcd.
-    local no_etcd_port no_etcd_url=""
-    no_etcd_port=$(pick_free_ports 1)
-    if ETCD_ENDPOINT="" scripts/stack.sh replica-start-extra "$IT_NO_ETCD_REPLICA" \
-        "$no_etcd_port" 2>&1 | tee -a "$up_log"; then
-        no_etcd_url=http://127.0.0.1:$no_etcd_port
-        all_replicas+=" $IT_NO_ETCD_REPLICA"
-    else
-        suite_broken "no-etcd-replica$sx" "scripts/stack.sh replica-start-extra failed (see $up_log)"
+    if [ "$services" = 1 ]; then
+        it__lock_services "$slow_url" "$up_log"
     fi
-
-    check_group_begin "etcd$sx"
-    check "etcd mode: 64 connections over $REPLICAS replicas sell exactly the stock" it__etcd_exact
-    check "etcd and redis modes sell one goods in turn (tokens compared per source)" \
-        it__etcd_and_redis_on_one_goods
-    if [ -n "$no_etcd_url" ]; then
-        check "a replica without ETCD_ENDPOINT neither lists nor serves etcd (400 unknown_mode)" \
-            it__etcd_offered_only_with_endpoint "$no_etcd_url"
-    fi
-    check "MODE=etcd without ETCD_ENDPOINT stops the start-up (exit 2)" it__etcd_mode_refused_at_start
-    if [ -n "$slow_url" ]; then
-        check "etcd mode: a holder whose lease is revoked answers 503 lock_lost, sells nothing" \
-            it__etcd_lease_lost "$slow_url"
-    fi
-    check "etcd mode: etcd down gives 503 unavailable, and back, deductions resume" it__etcd_down
-    check_group_end
-
-    check_group_begin "zookeeper$sx"
-    check "zookeeper mode: 64 connections over $REPLICAS replicas sell exactly the stock" it__zk_exact
-    if [ -n "$slow_url" ]; then
-        check "zookeeper mode: a holder frozen past its session answers 503 lock_lost, sells nothing" \
-            it__zk_paused_replica "$slow_url" "$IT_SLOW_REPLICA"
-    fi
-    check "zookeeper mode: ZooKeeper down gives 503 unavailable, and back, deductions resume" \
-        it__zk_down
-    check_group_end
 
     check_group_begin "nginx-errors+shutdown$sx"
     check "nginx refuses a 20 KiB body with its JSON 413" it__413
