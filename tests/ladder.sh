@@ -8,52 +8,70 @@
 # books, `yes` for every other, and the orders must match the answers (ledger ok). The
 # checker build/check-history must be there for that: its absence is a failed case. Then: the
 # replicas stopped with status 0 and their logs hold no sanitizer report. The report itself
-# is kept in the test logs (ladder/table.md).
+# is kept in the test logs (ladder/part-K/table.md).
+
+# LADDER_PARTS (2): the ladder runs as that many parts side by side (loadtest/ladder --part
+# K/N), each on a stack of its own: a row spends most of its time waiting for a lease or a
+# pause to run out, so two parts take about half the time of one, on two cores. Each part's
+# table and log are kept (ladder/part-K/table.md, ladder-K.log).
+LADDER_PARTS=${LADDER_PARTS:-2}
 
 run_ladder() {
-    local build=$1 dir out base rlbase row log
-    local -a ports
+    local build=$1 k dir out base rlbase row log rows=0 want
+    local -a ports dirs=() pids=()
     case $build in /*) ;; *) build=$PWD/$build ;; esac
-    dir=$(mktemp -d "${TMPDIR:-/tmp}/stock-ladder.XXXXXX")
-    chmod 755 "$dir" # the postgres user must reach its data directory
     out=$HARNESS_LOG_DIR/ladder
-    log=$HARNESS_LOG_DIR/ladder.log
-    mapfile -t ports < <(pick_free_ports 3)
-    base=$(pick_port_block 3)
-    rlbase=$(pick_port_block 5) # the 5 Redlock nodes
-
     check_group_begin "ladder"
-    echo "(loadtest/ladder --check: RUN_DIR=$dir, replicas :$base.., log $log)"
-    LADDER_RUN_DIR=$dir LADDER_HTTP_PORT=${ports[0]} LADDER_PG_PORT=${ports[1]} \
-        LADDER_REDIS_PORT=${ports[2]} LADDER_REPLICA_PORT_BASE=$base \
-        LADDER_REDLOCK_PORT_BASE=$rlbase STOCKD=$build/stockd \
-        CHECK_HISTORY=$build/check-history HISTORY_CLOCK=$build/history-clock \
-        timeout --kill-after=10 360 loadtest/ladder --check --out "$out" >"$log" 2>&1 || true
-    if [ ! -s "$out/table.md" ]; then
-        tail -20 "$log" >&2
-        check "loadtest/ladder produced its table" false
-    else
-        check "a replica with FAULTS=on refuses an unknown fault with 400 and sells nothing" \
-            grep -q '^ladder: contract: unknown fault refused' "$log"
-        check "the rows' histories were checked (build/check-history is built)" \
-            ladder__checked "$out/table.md"
+    for ((k = 1; k <= LADDER_PARTS; k++)); do
+        dir=$(mktemp -d "${TMPDIR:-/tmp}/stock-ladder.XXXXXX")
+        chmod 755 "$dir" # the postgres user must reach its data directory
+        dirs+=("$dir")
+        log=$HARNESS_LOG_DIR/ladder-$k.log
+        mapfile -t ports < <(pick_free_ports 3)
+        base=$(pick_port_block 3)
+        rlbase=$(pick_port_block 5) # the 5 Redlock nodes
+        echo "(loadtest/ladder --check --part $k/$LADDER_PARTS: RUN_DIR=$dir, replicas :$base.., log $log)"
+        LADDER_RUN_DIR=$dir LADDER_HTTP_PORT=${ports[0]} LADDER_PG_PORT=${ports[1]} \
+            LADDER_REDIS_PORT=${ports[2]} LADDER_REPLICA_PORT_BASE=$base \
+            LADDER_REDLOCK_PORT_BASE=$rlbase STOCKD=$build/stockd \
+            CHECK_HISTORY=$build/check-history HISTORY_CLOCK=$build/history-clock \
+            timeout --kill-after=10 360 loadtest/ladder --check --part "$k/$LADDER_PARTS" \
+            --out "$out/part-$k" >"$log" 2>&1 &
+        pids+=($!)
+    done
+    wait "${pids[@]}" || true
+    check "a replica with FAULTS=on refuses an unknown fault with 400 and sells nothing" \
+        grep -q '^ladder: contract: unknown fault refused' "$HARNESS_LOG_DIR/ladder-1.log"
+    for ((k = 1; k <= LADDER_PARTS; k++)); do
+        if [ ! -s "$out/part-$k/table.md" ]; then
+            tail -20 "$HARNESS_LOG_DIR/ladder-$k.log" >&2
+            check "loadtest/ladder --part $k/$LADDER_PARTS produced its table" false
+            continue
+        fi
+        check "part $k: the rows' histories were checked (build/check-history is built)" \
+            ladder__checked "$out/part-$k/table.md"
         while IFS= read -r row; do
             # | `rung` | scenario | answers | sold | taken | **oversold** | linearizable |
             #   ledger | expect, linearizable yes: yes |
             local rung scenario
             rung=$(echo "$row" | cut -d'|' -f2 | tr -d ' `')
             scenario=$(echo "$row" | cut -d'|' -f3 | sed 's/^ *//; s/ *$//')
+            rows=$((rows + 1))
             check "$rung, $scenario: $(echo "$row" | awk -F'|' '{ print $(NF - 1) }' | sed 's/^ *//; s/ *$//')" \
                 ladder__row_shown "$row"
-        done < <(grep '^| `' "$out/table.md")
-    fi
-    for n in 1 2 3; do
-        check "ladder svc-$n stopped with status 0" ladder__exit_zero "$dir" "$n"
-        check "ladder svc-$n log holds no sanitizer report" \
-            it__no_sanitizer_report "$dir/logs/svc-$n.log"
+        done < <(grep '^| `' "$out/part-$k/table.md")
+    done
+    want=$(grep -c '^rung scenario_' loadtest/ladder)
+    check "the parts ran every row of the ladder ($rows of $want)" test "$rows" = "$want"
+    for ((k = 1; k <= LADDER_PARTS; k++)); do
+        for n in 1 2 3; do
+            check "ladder part $k: svc-$n stopped with status 0" ladder__exit_zero "${dirs[k - 1]}" "$n"
+            check "ladder part $k: svc-$n log holds no sanitizer report" \
+                it__no_sanitizer_report "${dirs[k - 1]}/logs/svc-$n.log"
+        done
+        rm -rf "${dirs[k - 1]}"
     done
     check_group_end
-    rm -rf "$dir"
 }
 
 ladder__row_shown() {

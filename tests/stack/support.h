@@ -66,11 +66,12 @@
  * test_sharded_sales). */
 #define LOAD_REQUESTS 3000
 #define LOAD_STOCK 2000
-/* A third of it, for the loads whose point is not exactness under the most sales: the two
- * rungs whose waiters poll or retry (pg-optimistic, pg-lockrow), where a sale costs several
- * round trips per waiter, and the unsafe modes (none, local over three replicas), whose
- * books must only balance. Their 64 connections contend from the first request on, as the
- * others' do. */
+/* A third of it, for the loads that do not test this project's own exclusion under the most
+ * sales: the PostgreSQL rungs (the row lock, the advisory lock, the conditional UPDATE are
+ * PostgreSQL's; pg-optimistic's and pg-lockrow's waiters also retry or poll, several round
+ * trips per sale), and the unsafe modes (none, local over three replicas), whose books must
+ * only balance. The Redis lock, the batch and the local mutex take the full load. Their 64
+ * connections contend from the first request on, as the others' do. */
 #define LOAD_SMALL_REQUESTS 1000
 #define LOAD_SMALL_STOCK 700
 
