@@ -2,7 +2,7 @@
  * chaos_load.c - a load generator that remembers every request, for loadtest/chaos.
  *
  *   chaos-load --url http://127.0.0.1:8080 --mode redis --goods 7 [--threads 16]
- *              [--seconds 10] [--timeout-ms 10000] --out FILE
+ *              [--seconds 10] [--end-file FILE] [--timeout-ms 10000] --out FILE
  *              [--history FILE --key-prefix STR]
  *
  * wrk measures throughput and latency percentiles, but a fault report needs to know what
@@ -17,6 +17,10 @@
  *
  * sent_ms counts from the start of the run (the moment written to stdout as
  * "START <unix ms>", so that the caller can place its faults on the same time line).
+ * With --end-file, --seconds is the longest the run may last, and it ends earlier at the
+ * moment (unix ms) the caller writes into FILE once it knows it: a fault whose end cannot be
+ * known in advance (a server whose restart takes as long as it takes) is then followed by
+ * the same stretch of load every time.
  * Memory is bounded: at most MAX_RECORDS requests per thread are recorded; more are
  * counted as "unrecorded" in the summary line on stdout.
  *
@@ -32,6 +36,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -55,7 +60,6 @@ typedef struct worker {
     pthread_t thread;
     const char *url;
     const char *payload;
-    int64_t end_ms;
     long timeout_ms;
     const char *key_prefix; /* NULL: no history, no keys */
     long index;
@@ -70,6 +74,8 @@ typedef struct body_buffer {
 } body_buffer;
 
 static int64_t g_start_ms;
+/* When the workers stop (now_ms()'s scale): start + --seconds, or earlier by --end-file. */
+static _Atomic int64_t g_end_ms;
 
 static int64_t now_ns(void)
 {
@@ -204,7 +210,7 @@ static void *run(void *arg)
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, collect);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &body);
 
-    while (now_ms() < w->end_ms) {
+    while (now_ms() < atomic_load(&g_end_ms)) {
         int64_t sent = now_ms(), sent_ns;
         long status = 0;
         CURLcode rc;
@@ -261,7 +267,8 @@ static void *run(void *arg)
 static void usage(void)
 {
     fprintf(stderr, "usage: chaos-load --url URL --mode MODE --goods N [--threads N] "
-                    "[--seconds S] [--timeout-ms MS] --out FILE [--history FILE --key-prefix STR]\n");
+                    "[--seconds S] [--end-file FILE] [--timeout-ms MS] --out FILE\n"
+                    "                  [--history FILE --key-prefix STR]\n");
     exit(2);
 }
 
@@ -277,10 +284,33 @@ static long number(const char *text, long lo, long hi)
     return v;
 }
 
+/* Until the run's end: polls PATH every 20 ms; once it holds a moment (unix ms), the run
+ * ends then, if that is before the end it had. */
+static void follow_end_file(const char *path, int64_t start_wall_ms)
+{
+    while (now_ms() < atomic_load(&g_end_ms)) {
+        FILE *f = fopen(path, "r");
+        long long at = 0;
+        if (f != NULL) {
+            int got = fscanf(f, "%lld", &at);
+            fclose(f);
+            if (got == 1 && at > 0) {
+                int64_t end = g_start_ms + ((int64_t)at - start_wall_ms);
+                if (end < atomic_load(&g_end_ms))
+                    atomic_store(&g_end_ms, end);
+                return;
+            }
+        }
+        struct timespec pause = {0, 20 * 1000000};
+        nanosleep(&pause, NULL);
+    }
+}
+
 int main(int argc, char **argv)
 {
     const char *url = NULL, *mode = NULL, *out_path = NULL, *history_path = NULL,
-               *key_prefix = NULL;
+               *key_prefix = NULL, *end_path = NULL;
+    int64_t start_wall_ms;
     FILE *history = NULL;
     long goods = 0, threads = 16, seconds = 10, timeout_ms = 10000;
     char payload[256];
@@ -300,6 +330,8 @@ int main(int argc, char **argv)
             threads = number(argv[i + 1], 1, 256);
         else if (strcmp(argv[i], "--seconds") == 0)
             seconds = number(argv[i + 1], 1, 3600);
+        else if (strcmp(argv[i], "--end-file") == 0)
+            end_path = argv[i + 1];
         else if (strcmp(argv[i], "--timeout-ms") == 0)
             timeout_ms = number(argv[i + 1], 100, 600000);
         else if (strcmp(argv[i], "--out") == 0)
@@ -329,13 +361,14 @@ int main(int argc, char **argv)
         return 1;
     clock_gettime(CLOCK_REALTIME, &wall);
     g_start_ms = now_ms();
+    atomic_store(&g_end_ms, g_start_ms + seconds * 1000);
+    start_wall_ms = (int64_t)wall.tv_sec * 1000 + wall.tv_nsec / 1000000;
     printf("START %" PRId64 "\n", (int64_t)wall.tv_sec * 1000 + wall.tv_nsec / 1000000);
     fflush(stdout);
     for (long i = 0; i < threads; i++) {
         worker *w = &workers[i];
         w->url = url;
         w->payload = payload;
-        w->end_ms = g_start_ms + seconds * 1000;
         w->timeout_ms = timeout_ms;
         w->key_prefix = key_prefix;
         w->index = i + 1;
@@ -345,6 +378,8 @@ int main(int argc, char **argv)
             return 1;
         }
     }
+    if (end_path != NULL)
+        follow_end_file(end_path, start_wall_ms);
     out = fopen(out_path, "w");
     if (history_path != NULL)
         history = fopen(history_path, "w");
