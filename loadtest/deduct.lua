@@ -78,13 +78,13 @@ end
 -- out process ids from a pool of free ones, an id going back to the pool when its operation
 -- completes. A request whose answer never comes (a socket error: wrk reconnects and sends a
 -- new one) keeps its id forever, as the format wants for an operation that never ends.
--- Each thread buffers its lines and appends them to its own file every FLUSH_LINES lines, and
--- the rest when it has spent its budget; done() writes what is left after that (a run for a
--- duration: fewer than FLUSH_LINES lines a thread). Written by the thread itself, not handed
--- to done() through thread:get(): a row's history copied that way once came out with a line
--- of garbage in it (seen with wrk 4.1 and LuaJIT), and a few hundred lines a write cost
--- nothing. The driver merges the files by time.
-local FLUSH_LINES = 256
+-- Each thread writes its lines to its own file, through the C library's buffer (64 KiB):
+-- flushed when it has spent its budget, and by the process's exit otherwise (a run for a
+-- duration, which no thread sees end). Nothing goes to done() through thread:get(): a table
+-- copied that way between wrk's Lua states came out with a line of garbage in it, several
+-- times (wrk 4.1 with LuaJIT: a heap pointer in the middle of a string). The driver merges
+-- the files by time.
+local HIST_BUFFER = 65536
 local now_ns
 do
     local ok, ffi = pcall(require, "ffi")
@@ -151,15 +151,7 @@ function done(summary, latency, requests)
         ms(latency.max),
         e.connect, e.read, e.write, e.timeout, #threads))
 
-    -- The history lines each thread still holds, appended to its own file.
-    for _, t in ipairs(threads) do
-        local path = t:get("hist_path")
-        if path then
-            local f = assert(io.open(path, "a"))
-            for _, line in ipairs(t:get("hist")) do f:write(line, "\n") end
-            f:close()
-        end
-    end
+    -- The history lines each thread still buffers reach its file when the process exits.
     local unmatched = sum_counter("unmatched")
     if unmatched > 0 then
         io.write(string.format("HISTORY unmatched=%d (answers with no X-Request-Id of ours)\n",
@@ -183,7 +175,6 @@ stats = {
     sent = 0, answers = 0, s200 = 0, s409 = 0, s503 = 0, other = 0,
     e503_lock_timeout = 0, e503_lock_lost = 0, e503_unavailable = 0, unmatched = 0,
 }
-hist = {}         -- history lines not yet written (done() takes them)
 hist_path = nil   -- this thread's history file; nil: no history
 others = {} -- status -> count, for the statuses outside 200/409/503
 
@@ -251,6 +242,7 @@ function init(args)
         end
         hist_path = string.format("%s.%d.jsonl", opts.history, thread_index)
         hist_file = io.open(hist_path, "w")
+        if hist_file then hist_file:setvbuf("full", HIST_BUFFER) end
         if not hist_file then fail("cannot write " .. hist_path) end
         next_pid = thread_index * 1000000
         -- The id changes with every request: the request is built around a placeholder,
@@ -305,17 +297,13 @@ function delay()
     return PARK_MS
 end
 
--- Appends the buffered lines to this thread's file.
+-- Writes out what this thread's file still buffers.
 flush_history = function()
-    if #hist == 0 then return end
-    hist_file:write(table.concat(hist, "\n"), "\n")
     hist_file:flush()
-    hist = {}
 end
 
 local function record(line)
-    hist[#hist + 1] = line
-    if #hist >= FLUSH_LINES then flush_history() end
+    hist_file:write(line, "\n")
 end
 
 -- One request with an id of its own, its invocation recorded.
