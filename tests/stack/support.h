@@ -73,7 +73,7 @@
  * only balance. The Redis lock, the batch and the local mutex take the full load. Their 64
  * connections contend from the first request on, as the others' do. */
 #define LOAD_SMALL_REQUESTS 1000
-#define LOAD_SMALL_STOCK 700
+#define LOAD_SMALL_STOCK 400 /* room for pg-lockrow's lock_timeouts, as 3000 leave 2000 */
 
 /* Goods ids, distinct per case, over every program (they share the database). GOODS_UNKNOWN is
  * never reset by anyone, so it stays unknown. */
