@@ -233,6 +233,12 @@ int db__get_i64(db_conn *c, const PGresult *res, int row, int col, int64_t *out)
  * statement's own error. For the statements that answer one number or nothing. */
 int db__run_i64(db_conn *c, enum db__stmt_id id, const char *const *params, int64_t *out);
 
+/* After a fenced claim or write changed no row: runs statement id (an existence check of the
+ * row, db__run) and tells why. DB_ERR_NOT_FOUND when the row is missing, DB_ERR_FENCED when it
+ * is there (so its fence is newer than the holder's token: the caller sets the message), or
+ * the statement's own error. */
+int db__missing_or_fenced(db_conn *c, enum db__stmt_id id, const char *const *params);
+
 /*
  * Opens c's session: connects within connect_timeout_ms (the whole handshake, not only the
  * TCP connect) and sets statement_timeout. On failure c stays closed and err gets one

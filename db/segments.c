@@ -56,7 +56,6 @@ int db_segment_claim(db_conn *conn, int64_t goods_id, int seg, int64_t token, in
 {
     char id_buf[DB__I64_LEN], seg_buf[DB__I64_LEN], token_buf[DB__I64_LEN];
     const char *params[3];
-    PGresult *res = NULL;
     int rc;
 
     if (!conn || !stock || seg < 0 || seg >= DB_SEGMENTS_MAX)
@@ -68,11 +67,7 @@ int db_segment_claim(db_conn *conn, int64_t goods_id, int seg, int64_t token, in
     if (rc != DB_ERR_NOT_FOUND)
         return rc;
     /* No row changed: no such segment, or a newer token. Off the path of a sale. */
-    rc = db__run(conn, DB__SEGMENT_EXISTS, params, &res);
-    if (rc != DB_OK)
-        return rc;
-    rc = PQntuples(res) == 0 ? DB_ERR_NOT_FOUND : DB_ERR_FENCED;
-    PQclear(res);
+    rc = db__missing_or_fenced(conn, DB__SEGMENT_EXISTS, params);
     if (rc == DB_ERR_FENCED)
         db__set_error(conn,
                       "segment %s of goods %s carries a fencing token newer than the holder's",

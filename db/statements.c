@@ -539,6 +539,18 @@ int db__run_i64(db_conn *c, enum db__stmt_id id, const char *const *params, int6
     return rc;
 }
 
+int db__missing_or_fenced(db_conn *c, enum db__stmt_id id, const char *const *params)
+{
+    PGresult *res = NULL;
+    int rc = db__run(c, id, params, &res);
+
+    if (rc != DB_OK)
+        return rc;
+    rc = PQntuples(res) == 0 ? DB_ERR_NOT_FOUND : DB_ERR_FENCED;
+    PQclear(res);
+    return rc;
+}
+
 int db__get_i64(db_conn *c, const PGresult *res, int row, int col, int64_t *out)
 {
     const char *s;

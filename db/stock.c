@@ -52,16 +52,11 @@ int db_stock_read(db_conn *conn, int64_t goods_id, int64_t *stock)
 static int why_not_written(db_conn *conn, const char *id_text, bool fenced)
 {
     const char *params[1] = {id_text};
-    PGresult *res = NULL;
     int rc;
 
     if (!fenced)
         return DB_ERR_NOT_FOUND; /* without a fence, only a missing row stops the write */
-    rc = db__run(conn, DB__GOODS_EXISTS, params, &res);
-    if (rc != DB_OK)
-        return rc;
-    rc = PQntuples(res) == 0 ? DB_ERR_NOT_FOUND : DB_ERR_FENCED;
-    PQclear(res);
+    rc = db__missing_or_fenced(conn, DB__GOODS_EXISTS, params);
     if (rc == DB_ERR_FENCED)
         db__set_error(conn, "goods %s carries a fencing token newer than the holder's", id_text);
     return rc;
