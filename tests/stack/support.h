@@ -477,11 +477,9 @@ int cmp_ll(const void *a, const void *b);
 /* How many values of v[0..n) are repeats of another (v is sorted in place). */
 int count_repeats(long long *v, int n);
 
-/* Every answer of the plan was a 200 or a well-formed 409. */
+/* Every answer of the plan was a 200, a well-formed 409, or a 503 with the plan's allowed_503
+ * error (counted in counts.allowed_503; a plan without one allows none). */
 void expect_only_200_409(const load_plan *p);
-
-/* The same, with the plan's allowed_503 answers (counted in counts.allowed_503) besides. */
-void expect_only_200_409_or_allowed(const load_plan *p);
 
 /* The exact figures of a correct mode: `stock` units sold once each, the rest refused, and
  * its history linearizable (expect_linearizable). */
