@@ -15,6 +15,10 @@
 --   history=PREFIX  record the history: thread i writes PREFIX.i.jsonl (see below)
 --   id_prefix=STR   what every request's X-Request-Id begins with (default: "r" and the time);
 --                   unique per row, at most 16 characters of A-Za-z0-9_-
+--   process_base=N  the history's process ids of thread i start at N + i * 10^6 (default
+--                   0): several wrk runs recorded into one history (the repetitions of
+--                   one row) each take a base of their own, N a multiple of 10^8, so that
+--                   no process of one run opens an operation while another run's is open
 --
 -- How wrk runs a script (its SCRIPTING document): every wrk thread has a Lua state of its
 -- own for init/delay/request/response, and one more state, the main one, runs setup() for
@@ -215,7 +219,8 @@ function init(args)
         opts[k] = v
     end
     local known = { mode = true, goods = true, goods_count = true, count = true,
-                    budget = true, threads = true, history = true, id_prefix = true }
+                    budget = true, threads = true, history = true, id_prefix = true,
+                    process_base = true }
     for k in pairs(opts) do
         if not known[k] then fail("unknown argument '" .. k .. "'") end
     end
@@ -227,6 +232,7 @@ function init(args)
     local count = integer_arg(opts, "count", 1, 1, 10000)
     local budget = integer_arg(opts, "budget", 0, 0, 2 ^ 53)
     local nthreads = integer_arg(opts, "threads", 1, 1, 10000)
+    local process_base = integer_arg(opts, "process_base", 0, 0, 2 ^ 50)
 
     local path = wrk.path
     if path == nil or path == "/" then path = "/api/deduct" end
@@ -244,7 +250,7 @@ function init(args)
         hist_file = io.open(hist_path, "w")
         if hist_file then hist_file:setvbuf("full", HIST_BUFFER) end
         if not hist_file then fail("cannot write " .. hist_path) end
-        next_pid = thread_index * 1000000
+        next_pid = process_base + thread_index * 1000000
         -- The id changes with every request: the request is built around a placeholder,
         -- cut in two, and each request is the two halves with its id between them.
         headers["X-Request-Id"] = "@KEY@"

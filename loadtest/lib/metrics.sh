@@ -1,0 +1,51 @@
+# metrics.sh - what the replicas' /metrics say about a row (sourced, bash).
+# shellcheck shell=bash
+#
+# Each reading is taken just before a row's load and just after it; the row's figure is the
+# difference. A replica that does not answer reads as zero, so a row still gets its other
+# figures (its column then says "-").
+
+# metrics_lock_waits URL...: prints "sum_seconds count" of stock_lock_wait_seconds for each
+# replica base URL given, one line each, in the order given ("0 0" for one that does not
+# answer).
+metrics_lock_waits() {
+    local url
+    for url in "$@"; do
+        { curl -s --max-time 5 "$url/metrics" || true; } |
+            awk '/^stock_lock_wait_seconds_sum / { s = $2 } /^stock_lock_wait_seconds_count / { c = $2 }
+                 END { printf "%s %s\n", s + 0, c + 0 }'
+    done
+}
+
+# metrics_lock_wait_means BEFORE AFTER: the mean lock wait of each replica between two
+# metrics_lock_waits readings, in ms, printed as "a/b/c" ("-" for a replica that waited for
+# no lock).
+metrics_lock_wait_means() {
+    paste -d' ' <(echo "$1") <(echo "$2") |
+        awk '{ n = $4 - $2; printf "%s%s", (NR > 1 ? "/" : ""), (n > 0 ? sprintf("%.1f", 1000 * ($3 - $1) / n) : "-") }'
+}
+
+# metrics_handoffs URL...: the stock_lock_handoff_seconds histogram summed over the replicas
+# given, one "le count" line per bucket (cumulative) and "sum S": the gap from a release to
+# the take by the head of the line.
+metrics_handoffs() {
+    local url
+    for url in "$@"; do
+        { curl -s --max-time 5 "$url/metrics" || true; } |
+            sed -n 's/^stock_lock_handoff_seconds_bucket{le="\([^"]*\)"} /\1 /p; s/^stock_lock_handoff_seconds_sum /sum /p'
+    done | awk '{ if (!($1 in s)) o[n++] = $1; s[$1] += $2 } END { for (i = 0; i < n; i++) print o[i], s[o[i]] }'
+}
+
+# metrics_handoff_summary BEFORE AFTER: "N hand-offs, median <= X ms, mean Y ms" between two
+# metrics_handoffs readings ("-" when there was none).
+metrics_handoff_summary() {
+    paste -d' ' <(echo "$1") <(echo "$2") | awk '
+        $1 == "sum" { sum = $4 - $2; next }
+        { le[n] = $1; c[n] = $4 - $2; n++ }
+        END {
+            total = n ? c[n - 1] : 0
+            if (total <= 0) { print "-"; exit }
+            for (i = 0; i < n && c[i] < total / 2; i++) ;
+            printf "%d hand-offs, median <= %s ms, mean %.2f ms", total,
+                (le[i] == "+Inf" ? "+Inf" : sprintf("%g", le[i] * 1000)), 1000 * sum / total }'
+}
