@@ -6,9 +6,10 @@
 # the machine's busy share of its cores while the load ran. These read both one way.
 
 # machine_ticks: prints "BUSY TOTAL", the machine's CPU ticks since boot over every core
-# (/proc/stat's first line): busy is every state but idle and iowait.
+# (/proc/stat's first line, user .. steal; guest time is counted in user already): busy is
+# every state but idle and iowait.
 machine_ticks() {
-    awk '$1 == "cpu" { t = 0; for (i = 2; i <= NF; i++) t += $i; print t - $5 - $6, t; exit }' /proc/stat
+    awk '$1 == "cpu" { t = 0; for (i = 2; i <= 9 && i <= NF; i++) t += $i; print t - $5 - $6, t; exit }' /proc/stat
 }
 
 # machine_busy BEFORE AFTER: prints the busy share of the cores between two machine_ticks

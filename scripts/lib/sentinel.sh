@@ -37,10 +37,17 @@ ha_sentinel_pid() {
     pidfile_alive "$dir/pid" "$(ha__pattern redis-sentinel "$dir")"
 }
 
-# Whether the master counts the replica in sync (state=online in INFO replication).
+# ha_online_replicas PORT: prints the port of every replica the Redis on PORT counts in sync
+# (INFO replication: slaveN:...,port=P,state=online), one a line; nothing when it does not
+# answer. (loadtest/chaos waits on it for a new master's replicas.)
+ha_online_replicas() {
+    redis-cli -h 127.0.0.1 -p "$1" info replication 2>/dev/null |
+        sed -n 's/^slave[0-9]*:.*port=\([0-9]*\),state=online.*/\1/p'
+}
+
+# Whether the master counts the replica in sync.
 ha__replica_online() {
-    redis-cli -h 127.0.0.1 -p "$REDIS_PORT" info replication 2>/dev/null |
-        grep -q "port=$REDIS_REPLICA_PORT,state=online"
+    ha_online_replicas "$REDIS_PORT" | grep -qx "$REDIS_REPLICA_PORT"
 }
 
 # True when Sentinel on port $1 knows the master and one connected replica.
