@@ -127,7 +127,7 @@ measure_median() {
 measure_row() {
     local prefix=$1 base=$2 path=$3 mode=$4 goods=$5 count=$6 k t0 t1 load1 busy
     shift 6
-    local lua=(mode="$mode" goods="$goods" goods_count="$count" "$@") rep_args rps=() f
+    local lua=(mode="$mode" goods="$goods" goods_count="$count" "$@") rep_args
     local script=${MEASURE_SCRIPT:-$(dirname "${BASH_SOURCE[0]}")/../deduct.lua}
     books_reset "$base" "$MEASURE_STOCK" "$goods" "$count" || return 1
     if [ "$MEASURE_WARMUP_S" -gt 0 ]; then
@@ -150,13 +150,25 @@ measure_row() {
     t1=$(machine_ticks)
     busy=$(machine_busy "$t0" "$t1")
     [ -z "${MEASURE_ON_STOP:-}" ] || $MEASURE_ON_STOP "$prefix" || return 1
-    for ((k = 1; k <= MEASURE_REPS; k++)); do
+    measure_combine "$prefix" "$MEASURE_REPS" "$load1" "$busy"
+}
+
+# measure_combine PREFIX REPS LOAD1 BUSY: PREFIX.out from the RESULT lines of PREFIX.r1.out ..
+# PREFIX.rREPS.out (measure_row's last step; no process but awk and sort): one RESULT line
+# in deduct.lua's format for the whole row (the counts summed, seconds summed, rps the
+# median of the runs' rps, each pNN_ms the median of the runs', max_ms the highest) and the
+# MEASURE line measure_row's header describes (LOAD1 and BUSY as given). Returns 1 when a
+# run's RESULT line is missing.
+measure_combine() {
+    local prefix=$1 reps=$2 load1=$3 busy=$4 k rps=()
+    for ((k = 1; k <= reps; k++)); do
+        grep -q '^RESULT ' "$prefix.r$k.out" 2>/dev/null ||
+            { echo "no RESULT line in $prefix.r$k.out" >&2; return 1; }
         measure_result "$prefix.r$k.out"
         rps+=("${MEASURE_R[rps]}")
     done
     {
-        # One RESULT line for the row: sums, medians and the highest, as its header says.
-        for ((k = 1; k <= MEASURE_REPS; k++)); do grep -m 1 '^RESULT ' "$prefix.r$k.out"; done |
+        for ((k = 1; k <= reps; k++)); do grep -m 1 '^RESULT ' "$prefix.r$k.out"; done |
             awk -v median_rps="$(measure_median "${rps[@]}")" '
             function median(a, n,    i, j, t) {
                 for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j - 1] > a[j]; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
@@ -169,12 +181,12 @@ measure_row() {
                     k = keys[i]
                     if (k == "rps") { line = line sprintf(" rps=%.1f", median_rps); continue }
                     if (k ~ /^p[0-9]+_ms$/) {
-                        for (r = 1; r <= n; r++) a[r] = v[k, r]
+                        for (r = 1; r <= n; r++) a[r] = v[k, r] + 0
                         line = line sprintf(" %s=%.3f", k, median(a, n)); continue
                     }
                     s = 0
                     for (r = 1; r <= n; r++) {
-                        if (k == "max_ms" || k == "threads") { if (v[k, r] > s) s = v[k, r] }
+                        if (k == "max_ms" || k == "threads") { if (v[k, r] + 0 > s) s = v[k, r] + 0 }
                         else s += v[k, r]
                     }
                     line = line (k == "seconds" || k == "max_ms" ? sprintf(" %s=%.3f", k, s) : sprintf(" %s=%d", k, s))
@@ -182,12 +194,10 @@ measure_row() {
                 print line
             }'
         printf 'MEASURE reps=%d rep_seconds=%d warmup_s=%d connections=%d threads=%d rps_min=%.1f rps_max=%.1f load1=%s busy=%s\n' \
-            "$MEASURE_REPS" "$MEASURE_SECONDS" "$MEASURE_WARMUP_S" "$MEASURE_CONNECTIONS" \
+            "$reps" "$MEASURE_SECONDS" "$MEASURE_WARMUP_S" "$MEASURE_CONNECTIONS" \
             "$MEASURE_THREADS" "$(printf '%s\n' "${rps[@]}" | sort -g | head -n 1)" \
             "$(printf '%s\n' "${rps[@]}" | sort -g | tail -n 1)" "$load1" "$busy"
     } >"$prefix.out"
-    f=$(grep -c '^RESULT ' "$prefix.out")
-    [ "$f" = 1 ] || { echo "the repetitions' RESULT lines could not be summed" >&2; return 1; }
 }
 
 # measure_how: one sentence saying how measure_row measured, for a report's header.
