@@ -10,15 +10,25 @@
 # never better. It runs on a goods of its own (CEILING_GOODS, 999999), so that the books of
 # the rows stay there to be looked at.
 #
+# A load tool reads each row against the ceiling measured just before and just after that
+# row's own runs (measure_row, MEASURE_CEILING_MODE): the machine is shared, and its load
+# moves within minutes (measured: the same ceiling at 100 and at 747 req/s three minutes
+# apart), so a ceiling taken at the start and the end of a whole run pairs a row with
+# whatever the machine did then, and two tools whose rows sit differently in their runs
+# would read the same throughput against different ceilings.
+#
 # The benchmark reads the service's own variables (DATABASE_URL, REDIS_HOST, REDIS_PORT,
 # ETCD_ENDPOINT, ZOOKEEPER_HOSTS); the caller exports them for its stack.
 
-declare -gA CEILING=() # mode -> the higher req/s measured so far
+: "${CEILING_SECONDS:=3}" # each measurement, per mode
+declare -gA CEILING=()      # mode -> the higher req/s measured so far
+declare -gA CEILING_LAST=() # mode -> the req/s of the last measurement
 CEILING_NOTE=''        # why the benchmark exited non-zero, when it did (its figures stand)
 
 # ceiling_measure PREFIX MODES SECONDS: runs CEILING_BENCH (build/ceiling-bench) for the
-# comma-separated MODES, SECONDS each, its output in PREFIX.out and PREFIX.err, and keeps in
-# CEILING[mode] the higher of that mode's figure and the one it held. Exit status 1 with
+# comma-separated MODES, SECONDS each, its output in PREFIX.out and PREFIX.err, sets
+# CEILING_LAST[mode] to each mode's figure and keeps in CEILING[mode] the higher of that
+# figure and the one it held. Exit status 1 with
 # CEILING lines means some deductions failed: the figures stand, and CEILING_NOTE says why.
 # Returns 1 (and prints why on stderr) when it measured nothing.
 ceiling_measure() {
@@ -33,6 +43,7 @@ ceiling_measure() {
     fi
     while read -r _ m _ _ rate _; do
         m=${m#mode=} rate=${rate#per_sec=}
+        CEILING_LAST[$m]=$rate
         if [ -z "${CEILING[$m]:-}" ] || awk "BEGIN { exit !($rate > ${CEILING[$m]}) }"; then
             CEILING[$m]=$rate
         fi

@@ -15,9 +15,10 @@
 #   4. the row's figure is the median of the repetitions' req/s, reported with their spread
 #      (min and max); its latencies are the median of the repetitions' p50, p90 and p99;
 #   5. the machine's load average before the repetitions and its busy share of the cores
-#      while they ran (loadtest/lib/machine.sh), because the machine is shared.
-# The serial ceiling a figure is read against is measured in the same window
-# (loadtest/lib/ceiling.sh, before the rows and after them).
+#      while they ran (loadtest/lib/machine.sh), because the machine is shared;
+#   6. the serial ceiling the figure is read against (loadtest/lib/ceiling.sh) measured just
+#      before the repetitions and just after them, the higher of the two: the row's own
+#      window, whatever else the tool runs before or after it.
 #
 # The defaults live here and nowhere else; a tool may let its user override them (the
 # environment variables of the same names, or its options), never restate them.
@@ -90,11 +91,13 @@ measure_wrk() {
 
 # measure_result FILE: sets the associative array MEASURE_R from the first RESULT line of
 # FILE (deduct.lua's summary: requests, s200, rps, p50_ms, ... see its header), and from its
-# MEASURE line when there is one (measure_row's: rps_min, rps_max, reps, ...).
+# MEASURE and CEILING_ROW lines when it has them (measure_row's: rps_min, rps_max, reps, ...,
+# ceiling).
 measure_result() {
     local kv
     declare -gA MEASURE_R=()
-    for kv in $(grep -m 1 '^RESULT ' "$1") $(grep -m 1 '^MEASURE ' "$1" || true); do
+    for kv in $(grep -m 1 '^RESULT ' "$1") $(grep -m 1 '^MEASURE ' "$1" || true) \
+        $(grep -m 1 '^CEILING_ROW ' "$1" || true); do
         [[ $kv == *=* ]] && MEASURE_R[${kv%%=*}]=${kv#*=}
     done
 }
@@ -120,6 +123,11 @@ measure_median() {
 #                             tool that records a history resets the goods again there and
 #                             opens its history; loadtest/scale samples its counters);
 #   MEASURE_ON_STOP PREFIX    just after the last repetition, before the books settle;
+#   MEASURE_CEILING_MODE M    measure the serial ceiling of mode M (ceiling_measure,
+#                             CEILING_SECONDS) just before the repetitions (before
+#                             MEASURE_ON_START) and just after them (after MEASURE_ON_STOP);
+#                             the MEASURE line then has ceiling= (the higher),
+#                             ceiling_before= and ceiling_after=;
 #   MEASURE_HISTORY DIR       record every repetition's history into DIR/wrk-rK.<thread>.jsonl
 #                             (deduct.lua history=), ids from MEASURE_ID_PREFIX and K, each
 #                             repetition's processes from K * 10^8 (process_base=).
@@ -137,6 +145,11 @@ measure_row() {
         books_settle 0.3 100 "$base" "$goods" "$count" ||
             { echo "the books were still changing after the warm-up" >&2; return 1; }
     fi
+    local cmode=${MEASURE_CEILING_MODE:-} c_before='' c_after=''
+    if [ -n "$cmode" ]; then
+        ceiling_measure "$prefix.ceiling-before" "$cmode" "$CEILING_SECONDS" || return 1
+        c_before=${CEILING_LAST[$cmode]:-}
+    fi
     [ -z "${MEASURE_ON_START:-}" ] || $MEASURE_ON_START "$prefix" || return 1
     load1=$(machine_load1)
     t0=$(machine_ticks)
@@ -150,7 +163,13 @@ measure_row() {
     t1=$(machine_ticks)
     busy=$(machine_busy "$t0" "$t1")
     [ -z "${MEASURE_ON_STOP:-}" ] || $MEASURE_ON_STOP "$prefix" || return 1
-    measure_combine "$prefix" "$MEASURE_REPS" "$load1" "$busy"
+    if [ -n "$cmode" ]; then
+        ceiling_measure "$prefix.ceiling-after" "$cmode" "$CEILING_SECONDS" || return 1
+        c_after=${CEILING_LAST[$cmode]:-}
+    fi
+    measure_combine "$prefix" "$MEASURE_REPS" "$load1" "$busy" || return 1
+    [ -z "$cmode" ] || awk -v a="$c_before" -v b="$c_after" 'BEGIN {
+        printf "CEILING_ROW ceiling=%.1f ceiling_before=%.1f ceiling_after=%.1f\n", (a > b ? a : b), a, b }' >>"$prefix.out"
 }
 
 # measure_combine PREFIX REPS LOAD1 BUSY: PREFIX.out from the RESULT lines of PREFIX.r1.out ..
