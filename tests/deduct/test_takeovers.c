@@ -4,9 +4,9 @@
  * bounded by a transaction that holds the row; redis-batch's leader stuck in PostgreSQL;
  * the fencing counter behind after a failover of Redis.
  *
- * The holders, the scripted guard, the database: tests/deduct/support.h.
+ * The holders, the scripted guard, the database: tests/deduct/deduct_support.h.
  */
-#include "tests/deduct/support.h"
+#include "tests/deduct/deduct_support.h"
 
 #include <errno.h>
 #include <stdatomic.h>

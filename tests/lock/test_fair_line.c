@@ -3,9 +3,9 @@
  * processes), against a real redis-server: arrival order whatever the client, a dead
  * waiter skipped, a waiter that leaves, the gap of a hand-off.
  *
- * The server, the fixtures and the tools: tests/lock/support.h.
+ * The server, the fixtures and the tools: tests/lock/lock_support.h.
  */
-#include "tests/lock/support.h"
+#include "tests/lock/lock_support.h"
 
 #include <errno.h>
 #include <signal.h>

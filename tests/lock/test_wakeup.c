@@ -5,9 +5,9 @@
  *   fair order          16 queued waiters and a thread barging in: they still acquire in
  *                       the order they queued (the oldest waiter is woken, keeps its place)
  *
- * The server, the fixtures and the tools: tests/lock/support.h.
+ * The server, the fixtures and the tools: tests/lock/lock_support.h.
  */
-#include "tests/lock/support.h"
+#include "tests/lock/lock_support.h"
 
 #include <errno.h>
 #include <signal.h>

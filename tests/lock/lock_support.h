@@ -1,5 +1,5 @@
 /*
- * support.h - what the Redis lock's test programs (tests/lock/test_*.c, one per concern)
+ * lock_support.h - what the Redis lock's test programs (tests/lock/test_*.c, one per concern)
  * share: one redis-server per program run, a fresh lock client per case, the test's own
  * look at Redis, and other owners.
  *

@@ -1,8 +1,8 @@
 /*
- * support.c - the scripted guard, the holders, the database and the main of the programs of
- * tests/deduct/. See support.h.
+ * deduct_support.c - the scripted guard, the holders, the database and the main of the programs of
+ * tests/deduct/. See deduct_support.h.
  */
-#include "tests/deduct/support.h"
+#include "tests/deduct/deduct_support.h"
 #include "tests/support/cases.h"
 
 #include <errno.h>

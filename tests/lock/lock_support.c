@@ -1,8 +1,8 @@
 /*
- * support.c - the server, the fixtures and the tools of the Redis lock's test programs.
- * See support.h.
+ * lock_support.c - the server, the fixtures and the tools of the Redis lock's test programs.
+ * See lock_support.h.
  */
-#include "tests/lock/support.h"
+#include "tests/lock/lock_support.h"
 #include "tests/support/cases.h"
 
 #include <errno.h>
@@ -188,7 +188,7 @@ int64_t percentile(int64_t *v, size_t n, int pct)
     return v[i < n ? i : n - 1];
 }
 
-/* Another owner's call, on a thread of its own (support.h). */
+/* Another owner's call, on a thread of its own (lock_support.h). */
 static void *bg_main(void *arg)
 {
     bg_call *b = arg;

@@ -1,5 +1,5 @@
 /*
- * support.h - what the programs of tests/deduct/ share: the read-check-write of
+ * deduct_support.h - what the programs of tests/deduct/ share: the read-check-write of
  * service/sale.c (through deduct_execute) run by lock holders whose steps a driver orders
  * exactly, against a real PostgreSQL.
  *
