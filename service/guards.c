@@ -19,8 +19,6 @@ int guard_env_create(const guard_env_options *opts, guard_env **out)
     if (env == NULL)
         return -1;
     env->lock = opts->lock;
-    env->etcd = opts->etcd;
-    env->zk = opts->zk;
     env->wait_ms = opts->wait_ms;
     env->lease_ms = opts->lease_ms;
     env->fixed_lease_ms = opts->fixed_lease_ms;
@@ -30,12 +28,9 @@ int guard_env_create(const guard_env_options *opts, guard_env **out)
     env->redlock = opts->redlock;
     if (env->redlock != NULL)
         env->has |= MODE_NEEDS_REDLOCK;
-    if (env->etcd != NULL)
-        env->has |= MODE_NEEDS_ETCD;
-    if (env->zk != NULL)
-        env->has |= MODE_NEEDS_ZOOKEEPER;
-    if (guard_local__init(env) != 0) {
-        free(env);
+    if (guard_local__init(env) != 0 || guard_etcd__init(env, opts) != 0 ||
+        guard_zookeeper__init(env, opts) != 0) {
+        guard_env_destroy(env);
         return -1;
     }
     *out = env;
@@ -46,6 +41,8 @@ void guard_env_destroy(guard_env *env)
 {
     if (env == NULL)
         return;
+    guard_zookeeper__destroy(env);
+    guard_etcd__destroy(env);
     guard_local__destroy(env);
     free(env);
 }

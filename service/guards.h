@@ -19,6 +19,7 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "lock/queue/queue_lock.h"
 #include "service/modes.h"
 
 /* How long the polling rungs (setnx ... owner-lua) sleep between two tries. */
@@ -26,8 +27,8 @@
 
 struct guard_env {
     lock_client *lock;
-    etcd_lock_client *etcd;
-    zk_lock_client *zk;
+    queue_lock *etcd; /* modes/etcd.c's client, built and destroyed there; NULL: none */
+    queue_lock *zk;   /* modes/zookeeper.c's client, likewise */
     int64_t wait_ms;
     int64_t lease_ms;
     int64_t fixed_lease_ms;
@@ -146,6 +147,13 @@ void guard_redlock__leave(guard_env *env, guard_hold *hold);
  * Offered only by a replica with that client (ETCD_ENDPOINT, ZOOKEEPER_HOSTS set). */
 GUARD_DECL(guard_etcd);
 GUARD_DECL(guard_zookeeper);
+/* Each builds its client into env (env->etcd, env->zk) when opts names the service, and
+ * then adds its MODE_NEEDS_* bit to env->has: 0, or -1 when the client cannot be made.
+ * Nothing connects yet. The destroys free it (safe when there is none). */
+int guard_etcd__init(guard_env *env, const guard_env_options *opts);
+void guard_etcd__destroy(guard_env *env);
+int guard_zookeeper__init(guard_env *env, const guard_env_options *opts);
+void guard_zookeeper__destroy(guard_env *env);
 
 /* ---- helper: guards_queue.c ------------------------------------------------------- */
 
@@ -160,6 +168,11 @@ extern const guards_queue_rung guards_queue__zookeeper;
 /* Takes goods_id's queue lock on q (NULL: the mode's client is not configured, 503) within
  * env->wait_ms, for the calling thread: GUARD_OK with hold fenced by the node's order number
  * and fence_source r->source; GUARD_ERR_TIMEOUT, GUARD_ERR_UNAVAILABLE with detail set. */
+/* Makes *out with `create` (etcd_lock_client_create, zk_lock_client_create) on `servers`,
+ * the lease lease_ms and the request bound timeout_ms (each 0: the queue lock's default).
+ * 0, or -1 when it cannot be made. */
+int guards_queue__client(int (*create)(const queue_lock_options *, queue_lock **),
+                         const char *servers, int64_t lease_ms, int timeout_ms, queue_lock **out);
 int guards_queue__enter(queue_lock *q, const guards_queue_rung *r, guard_env *env,
                         int64_t goods_id, guard_hold *hold, char *detail, size_t detail_len);
 /* Both modes' still_held and leave: the holding's fence_source names the client it took. */

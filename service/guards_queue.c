@@ -28,6 +28,20 @@
 const guards_queue_rung guards_queue__etcd = {"etcd", "etcd"};
 const guards_queue_rung guards_queue__zookeeper = {"ZooKeeper", "zookeeper"};
 
+int guards_queue__client(int (*create)(const queue_lock_options *, queue_lock **),
+                         const char *servers, int64_t lease_ms, int timeout_ms, queue_lock **out)
+{
+    queue_lock_options o;
+
+    queue_lock_options_init(&o);
+    o.servers = servers;
+    if (lease_ms > 0)
+        o.lease_ms = lease_ms;
+    if (timeout_ms > 0)
+        o.request_timeout_ms = timeout_ms;
+    return create(&o, out) == QUEUE_LOCK_OK ? 0 : -1;
+}
+
 int guards_queue__enter(queue_lock *q, const guards_queue_rung *r, guard_env *env, int64_t goods_id,
                         guard_hold *hold, char *detail, size_t detail_len)
 {

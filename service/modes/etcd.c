@@ -6,7 +6,25 @@
  * later write of the cluster; it is named by its source ("etcd"), as Redis's counter is
  * unrelated to it. Offered only by a replica with an etcd client (ETCD_ENDPOINT set).
  */
+#include "lock/etcd/etcd_lock.h"
 #include "service/guards.h"
+
+int guard_etcd__init(guard_env *env, const guard_env_options *opts)
+{
+    if (opts->etcd_endpoint == NULL || opts->etcd_endpoint[0] == '\0')
+        return 0;
+    if (guards_queue__client(etcd_lock_client_create, opts->etcd_endpoint, opts->queue_lease_ms,
+                             (int)opts->etcd_timeout_ms, &env->etcd) != 0)
+        return -1;
+    env->has |= MODE_NEEDS_ETCD;
+    return 0;
+}
+
+void guard_etcd__destroy(guard_env *env)
+{
+    queue_lock_destroy(env->etcd);
+    env->etcd = NULL;
+}
 
 int guard_etcd__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
                       size_t detail_len)
