@@ -55,6 +55,7 @@ end
 -- died, or lost Redis) leaves the line once it reaches the head, so that a dead waiter cannot
 -- keep a free lock from everyone else for long; one behind the head harms nobody until then
 -- (and the line's keys expire when nobody calls). A place with no end at all counts as lapsed.
+-- Written again in release.lua, on purpose (lock/README.md, "Why the line's head is found twice").
 local function first_alive()
     local dropped = false
     while true do

@@ -36,6 +36,7 @@ redis.call('DEL', KEYS[1])
 -- nobody else tries in vain. A dead waiter is not named: it would never come.
 -- Lapsed places at the head are dropped first (as in acquire.lua); the clock is read only
 -- when someone is in line.
+-- Written again in acquire.lua, on purpose (lock/README.md, "Why the line's head is found twice").
 local first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
 if first ~= nil then
     local now = redis.call('TIME')

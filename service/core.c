@@ -95,7 +95,8 @@ int core_create(const service_config *cfg, int db_pool_size, int redis_pool_size
     guard_opts.db_wait_ms = cfg->db_wait_ms;
     guard_opts.row_lease_ms = cfg->lockrow_ttl_ms;
     if (guard_env_create(&guard_opts, &out->guards) != 0) {
-        snprintf(err, errlen, "cannot build the guards: out of memory, or no etcd or ZooKeeper client");
+        snprintf(err, errlen,
+                 "cannot build the guards: out of memory, or no etcd or ZooKeeper client");
         return -1;
     }
 
