@@ -168,11 +168,14 @@ extern const guards_queue_rung guards_queue__zookeeper;
 /* Takes goods_id's queue lock on q (NULL: the mode's client is not configured, 503) within
  * env->wait_ms, for the calling thread: GUARD_OK with hold fenced by the node's order number
  * and fence_source r->source; GUARD_ERR_TIMEOUT, GUARD_ERR_UNAVAILABLE with detail set. */
-/* Makes *out with `create` (etcd_lock_client_create, zk_lock_client_create) on `servers`,
- * the lease lease_ms and the request bound timeout_ms (each 0: the queue lock's default).
- * 0, or -1 when it cannot be made. */
-int guards_queue__client(int (*create)(const queue_lock_options *, queue_lock **),
-                         const char *servers, int64_t lease_ms, int timeout_ms, queue_lock **out);
+/* A queue-lock mode's init: when `servers` is set (not NULL, not ""), makes *client with
+ * `create` (etcd_lock_client_create, zk_lock_client_create) on servers, the lease lease_ms
+ * and the request bound timeout_ms (each 0: the queue lock's default), and adds `need` (a
+ * MODE_NEEDS_* bit) to env->has. 0 (also when servers is not set), or -1 when the client
+ * cannot be made. */
+int guards_queue__client(guard_env *env, queue_lock **client, unsigned need,
+                         int (*create)(const queue_lock_options *, queue_lock **),
+                         const char *servers, int64_t lease_ms, int timeout_ms);
 int guards_queue__enter(queue_lock *q, const guards_queue_rung *r, guard_env *env,
                         int64_t goods_id, guard_hold *hold, char *detail, size_t detail_len);
 /* Both modes' still_held and leave: the holding's fence_source names the client it took. */

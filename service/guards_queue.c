@@ -28,18 +28,24 @@
 const guards_queue_rung guards_queue__etcd = {"etcd", "etcd"};
 const guards_queue_rung guards_queue__zookeeper = {"ZooKeeper", "zookeeper"};
 
-int guards_queue__client(int (*create)(const queue_lock_options *, queue_lock **),
-                         const char *servers, int64_t lease_ms, int timeout_ms, queue_lock **out)
+int guards_queue__client(guard_env *env, queue_lock **client, unsigned need,
+                         int (*create)(const queue_lock_options *, queue_lock **),
+                         const char *servers, int64_t lease_ms, int timeout_ms)
 {
     queue_lock_options o;
 
+    if (servers == NULL || servers[0] == '\0')
+        return 0; /* not configured: the mode is not served */
     queue_lock_options_init(&o);
     o.servers = servers;
     if (lease_ms > 0)
         o.lease_ms = lease_ms;
     if (timeout_ms > 0)
         o.request_timeout_ms = timeout_ms;
-    return create(&o, out) == QUEUE_LOCK_OK ? 0 : -1;
+    if (create(&o, client) != QUEUE_LOCK_OK)
+        return -1;
+    env->has |= need;
+    return 0;
 }
 
 int guards_queue__enter(queue_lock *q, const guards_queue_rung *r, guard_env *env, int64_t goods_id,

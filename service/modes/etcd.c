@@ -11,13 +11,9 @@
 
 int guard_etcd__init(guard_env *env, const guard_env_options *opts)
 {
-    if (opts->etcd_endpoint == NULL || opts->etcd_endpoint[0] == '\0')
-        return 0;
-    if (guards_queue__client(etcd_lock_client_create, opts->etcd_endpoint, opts->queue_lease_ms,
-                             (int)opts->etcd_timeout_ms, &env->etcd) != 0)
-        return -1;
-    env->has |= MODE_NEEDS_ETCD;
-    return 0;
+    return guards_queue__client(env, &env->etcd, MODE_NEEDS_ETCD, etcd_lock_client_create,
+                                opts->etcd_endpoint, opts->queue_lease_ms,
+                                (int)opts->etcd_timeout_ms);
 }
 
 void guard_etcd__destroy(guard_env *env)
@@ -29,5 +25,6 @@ void guard_etcd__destroy(guard_env *env)
 int guard_etcd__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
                       size_t detail_len)
 {
-    return guards_queue__enter(env->etcd, &guards_queue__etcd, env, goods_id, hold, detail, detail_len);
+    return guards_queue__enter(env->etcd, &guards_queue__etcd, env, goods_id, hold, detail,
+                               detail_len);
 }

@@ -11,13 +11,9 @@
 
 int guard_zookeeper__init(guard_env *env, const guard_env_options *opts)
 {
-    if (opts->zookeeper_hosts == NULL || opts->zookeeper_hosts[0] == '\0')
-        return 0;
-    if (guards_queue__client(zk_lock_client_create, opts->zookeeper_hosts, opts->queue_lease_ms,
-                             opts->zookeeper_timeout_ms, &env->zk) != 0)
-        return -1;
-    env->has |= MODE_NEEDS_ZOOKEEPER;
-    return 0;
+    return guards_queue__client(env, &env->zk, MODE_NEEDS_ZOOKEEPER, zk_lock_client_create,
+                                opts->zookeeper_hosts, opts->queue_lease_ms,
+                                opts->zookeeper_timeout_ms);
 }
 
 void guard_zookeeper__destroy(guard_env *env)
@@ -27,7 +23,8 @@ void guard_zookeeper__destroy(guard_env *env)
 }
 
 int guard_zookeeper__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
-                      size_t detail_len)
+                           size_t detail_len)
 {
-    return guards_queue__enter(env->zk, &guards_queue__zookeeper, env, goods_id, hold, detail, detail_len);
+    return guards_queue__enter(env->zk, &guards_queue__zookeeper, env, goods_id, hold, detail,
+                               detail_len);
 }
