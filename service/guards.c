@@ -28,8 +28,7 @@ int guard_env_create(const guard_env_options *opts, guard_env **out)
     env->redlock = opts->redlock;
     if (env->redlock != NULL)
         env->has |= MODE_NEEDS_REDLOCK;
-    if (guard_local__init(env) != 0 || guard_etcd__init(env, opts) != 0 ||
-        guard_zookeeper__init(env, opts) != 0) {
+    if (guard_local__init(env) != 0 || guards_queue__init(env, opts) != 0) {
         guard_env_destroy(env);
         return -1;
     }
@@ -41,8 +40,7 @@ void guard_env_destroy(guard_env *env)
 {
     if (env == NULL)
         return;
-    guard_zookeeper__destroy(env);
-    guard_etcd__destroy(env);
+    guards_queue__destroy(env);
     guard_local__destroy(env);
     free(env);
 }

@@ -27,8 +27,8 @@
 
 struct guard_env {
     lock_client *lock;
-    queue_lock *etcd; /* modes/etcd.c's client, built and destroyed there; NULL: none */
-    queue_lock *zk;   /* modes/zookeeper.c's client, likewise */
+    queue_lock *etcd; /* the etcd mode's client, built and freed by guards_queue.c; NULL: none */
+    queue_lock *zk;   /* the zookeeper mode's client, likewise */
     int64_t wait_ms;
     int64_t lease_ms;
     int64_t fixed_lease_ms;
@@ -147,13 +147,6 @@ void guard_redlock__leave(guard_env *env, guard_hold *hold);
  * Offered only by a replica with that client (ETCD_ENDPOINT, ZOOKEEPER_HOSTS set). */
 GUARD_DECL(guard_etcd);
 GUARD_DECL(guard_zookeeper);
-/* Each builds its client into env (env->etcd, env->zk) when opts names the service, and
- * then adds its MODE_NEEDS_* bit to env->has: 0, or -1 when the client cannot be made.
- * Nothing connects yet. The destroys free it (safe when there is none). */
-int guard_etcd__init(guard_env *env, const guard_env_options *opts);
-void guard_etcd__destroy(guard_env *env);
-int guard_zookeeper__init(guard_env *env, const guard_env_options *opts);
-void guard_zookeeper__destroy(guard_env *env);
 
 /* ---- helper: guards_queue.c ------------------------------------------------------- */
 
@@ -168,14 +161,12 @@ extern const guards_queue_rung guards_queue__zookeeper;
 /* Takes goods_id's queue lock on q (NULL: the mode's client is not configured, 503) within
  * env->wait_ms, for the calling thread: GUARD_OK with hold fenced by the node's order number
  * and fence_source r->source; GUARD_ERR_TIMEOUT, GUARD_ERR_UNAVAILABLE with detail set. */
-/* A queue-lock mode's init: when `servers` is set (not NULL, not ""), makes *client with
- * `create` (etcd_lock_client_create, zk_lock_client_create) on servers, the lease lease_ms
- * and the request bound timeout_ms (each 0: the queue lock's default), and adds `need` (a
- * MODE_NEEDS_* bit) to env->has. 0 (also when servers is not set), or -1 when the client
- * cannot be made. */
-int guards_queue__client(guard_env *env, queue_lock **client, unsigned need,
-                         int (*create)(const queue_lock_options *, queue_lock **),
-                         const char *servers, int64_t lease_ms, int timeout_ms);
+/* The two modes' clients, built into env at start-up: the etcd client (env->etcd) when
+ * opts->etcd_endpoint is set, the ZooKeeper client (env->zk) when opts->zookeeper_hosts is,
+ * each then adding its MODE_NEEDS_* bit to env->has. Nothing connects yet. 0, or -1 when a
+ * client cannot be made. guards_queue__destroy frees them (safe when there are none). */
+int guards_queue__init(guard_env *env, const guard_env_options *opts);
+void guards_queue__destroy(guard_env *env);
 int guards_queue__enter(queue_lock *q, const guards_queue_rung *r, guard_env *env,
                         int64_t goods_id, guard_hold *hold, char *detail, size_t detail_len);
 /* Both modes' still_held and leave: the holding's fence_source names the client it took. */

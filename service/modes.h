@@ -44,9 +44,9 @@ typedef struct guard_env_options {
     int64_t row_lease_ms;   /* pg-lockrow-ttl: how long a lock row lives (LOCKROW_TTL_MS) */
     redlock *redlock;       /* the Redlock nodes (REDLOCK_NODES); NULL: not configured, and
                                the redlock mode is not served; not owned */
-    /* The queue-lock modes build and own their clients (modes/etcd.c, modes/zookeeper.c),
-     * which connect lazily: a replica starts while the service is down, and the mode
-     * answers 503 until it is back. */
+    /* The queue-lock modes' guard builds and owns their clients (guards_queue.c), which
+     * connect lazily: a replica starts while the service is down, and the mode answers 503
+     * until it is back. */
     const char *etcd_endpoint;    /* ETCD_ENDPOINT; NULL or "": no etcd client, and the etcd
                                      mode is not served */
     int64_t etcd_timeout_ms;      /* ETCD_TIMEOUT_MS: bound on each etcd request */

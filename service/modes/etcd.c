@@ -6,25 +6,10 @@
  * later write of the cluster; it is named by its source ("etcd"), as Redis's counter is
  * unrelated to it. Offered only by a replica with an etcd client (ETCD_ENDPOINT set).
  */
-#include "lock/etcd/etcd_lock.h"
 #include "service/guards.h"
-
-int guard_etcd__init(guard_env *env, const guard_env_options *opts)
-{
-    return guards_queue__client(env, &env->etcd, MODE_NEEDS_ETCD, etcd_lock_client_create,
-                                opts->etcd_endpoint, opts->queue_lease_ms,
-                                (int)opts->etcd_timeout_ms);
-}
-
-void guard_etcd__destroy(guard_env *env)
-{
-    queue_lock_destroy(env->etcd);
-    env->etcd = NULL;
-}
 
 int guard_etcd__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
                       size_t detail_len)
 {
-    return guards_queue__enter(env->etcd, &guards_queue__etcd, env, goods_id, hold, detail,
-                               detail_len);
+    return guards_queue__enter(env->etcd, &guards_queue__etcd, env, goods_id, hold, detail, detail_len);
 }

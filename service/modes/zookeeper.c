@@ -6,25 +6,10 @@
  * transaction that created it), named by its source ("zookeeper"). Offered only by a
  * replica with a ZooKeeper client (ZOOKEEPER_HOSTS set).
  */
-#include "lock/zookeeper/zk_lock.h"
 #include "service/guards.h"
 
-int guard_zookeeper__init(guard_env *env, const guard_env_options *opts)
-{
-    return guards_queue__client(env, &env->zk, MODE_NEEDS_ZOOKEEPER, zk_lock_client_create,
-                                opts->zookeeper_hosts, opts->queue_lease_ms,
-                                opts->zookeeper_timeout_ms);
-}
-
-void guard_zookeeper__destroy(guard_env *env)
-{
-    queue_lock_destroy(env->zk);
-    env->zk = NULL;
-}
-
 int guard_zookeeper__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
-                           size_t detail_len)
+                      size_t detail_len)
 {
-    return guards_queue__enter(env->zk, &guards_queue__zookeeper, env, goods_id, hold, detail,
-                               detail_len);
+    return guards_queue__enter(env->zk, &guards_queue__zookeeper, env, goods_id, hold, detail, detail_len);
 }
