@@ -57,27 +57,11 @@ int core_create(const service_config *cfg, int db_pool_size, int redis_pool_size
         return -1;
     }
 
-    if (cfg->redlock_nodes[0] != '\0') {
-        redlock_node nodes[REDLOCK_MAX_NODES];
-        redlock_options rl_opts;
-        char why[128];
-
-        redlock_options_init(&rl_opts);
-        if (redlock_parse_nodes(cfg->redlock_nodes, nodes, REDLOCK_MAX_NODES, &rl_opts.n_nodes, why,
-                                sizeof(why)) != 0) {
-            snprintf(err, errlen, "REDLOCK_NODES: %s", why);
-            return -1;
-        }
-        rl_opts.nodes = nodes;
-        rl_opts.node_timeout_ms = cfg->redlock_timeout_ms;
-        if (redlock_create(&rl_opts, &out->redlock) != LOCK_OK) {
-            snprintf(err, errlen, "cannot create the Redlock clients");
-            return -1;
-        }
-    }
-
     guard_opts.lock = out->lock;
-    guard_opts.redlock = out->redlock;
+    /* Without REDLOCK_NODES no Redlock, and so no redlock mode; with it, the mode's own file
+     * builds the clients, which connect lazily. */
+    guard_opts.redlock_nodes = cfg->redlock_nodes;
+    guard_opts.redlock_timeout_ms = cfg->redlock_timeout_ms;
     /* Without ETCD_ENDPOINT (ZOOKEEPER_HOSTS) no client, and so no etcd (zookeeper) mode;
      * with it, the mode's own file builds a client that connects lazily. The session
      * timeout is the lease, as etcd's TTL is. */
@@ -96,7 +80,7 @@ int core_create(const service_config *cfg, int db_pool_size, int redis_pool_size
     guard_opts.row_lease_ms = cfg->lockrow_ttl_ms;
     if (guard_env_create(&guard_opts, &out->guards) != 0) {
         snprintf(err, errlen,
-                 "cannot build the guards: out of memory, or no etcd or ZooKeeper client");
+                 "cannot build the guards: out of memory, or no Redlock, etcd or ZooKeeper client");
         return -1;
     }
 
@@ -127,7 +111,6 @@ void core_destroy(core *c)
 {
     batch_queue_destroy(c->deduct.batch);
     guard_env_destroy(c->guards);
-    redlock_destroy(c->redlock);
     lock_client_destroy(c->lock);
     db_pool_destroy(c->db);
     memset(c, 0, sizeof(*c));

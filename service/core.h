@@ -19,7 +19,6 @@
 typedef struct core {
     db_pool *db;
     lock_client *lock;
-    redlock *redlock;       /* NULL without REDLOCK_NODES */
     guard_env *guards;
     deduct_env deduct; /* points at the three above */
 } core;

@@ -25,7 +25,6 @@
 
 #include "db/db.h"
 #include "lock/lock.h"
-#include "lock/redlock.h"
 
 /* What the guards share: built once at start-up, used by every request thread. */
 typedef struct guard_env guard_env;
@@ -42,8 +41,10 @@ typedef struct guard_env_options {
                                GUARD_ERR_UNAVAILABLE */
     int64_t db_wait_ms;     /* bound on waiting for a pooled connection (DB_WAIT_MS) */
     int64_t row_lease_ms;   /* pg-lockrow-ttl: how long a lock row lives (LOCKROW_TTL_MS) */
-    redlock *redlock;       /* the Redlock nodes (REDLOCK_NODES); NULL: not configured, and
-                               the redlock mode is not served; not owned */
+    const char *redlock_nodes; /* REDLOCK_NODES (valid: the configuration checked it); NULL or
+                                  "": no Redlock, and the redlock mode is not served. Its
+                                  guard builds and owns the clients (modes/redlock.c) */
+    int redlock_timeout_ms;    /* REDLOCK_TIMEOUT_MS; 0: Redlock's default */
     /* The queue-lock modes' guard builds and owns their clients (guards_queue.c), which
      * connect lazily: a replica starts while the service is down, and the mode answers 503
      * until it is back. */
