@@ -141,6 +141,25 @@ long long info_number(const char *section, const char *prefix)
     return n;
 }
 
+/* EVALSHA commands Redis has run since it started (INFO commandstats); -1 if unknown. */
+long long evalsha_calls(void)
+{
+    return info_number("commandstats", "cmdstat_evalsha:calls=");
+}
+
+/* Polls until evalsha_calls() >= want (5 s at most); returns whether it got there. */
+bool wait_evalsha(long long want)
+{
+    int64_t until = now_ns() + 5000 * MS;
+
+    while (evalsha_calls() < want) {
+        if (now_ns() >= until)
+            return false;
+        sleep_ms(1);
+    }
+    return true;
+}
+
 /* Client connections Redis has open now. */
 long long connected_clients(void)
 {

@@ -223,25 +223,6 @@ static void *fair_barger_main(void *arg)
     return NULL;
 }
 
-/* EVALSHA commands Redis has run since it started (INFO commandstats); -1 if unknown. */
-static long long evalsha_calls(void)
-{
-    return info_number("commandstats", "cmdstat_evalsha:calls=");
-}
-
-/* Polls until evalsha_calls() >= want (5 s at most); returns whether it got there. */
-static bool wait_evalsha(long long want)
-{
-    int64_t until = now_ns() + 5000 * MS;
-
-    while (evalsha_calls() < want) {
-        if (now_ns() >= until)
-            return false;
-        sleep_ms(1);
-    }
-    return true;
-}
-
 /* One round; returns how many waiters acquired out of their queue order. */
 static int fair_round(fair_shared *sh, fair_waiter *w, int64_t *max_wait_ns)
 {
