@@ -10,9 +10,9 @@
  *     yet heard) takes the lock, by its last try or as it leaves the line, rather than
  *     leave it to lapse.
  *
- * The server, the fixtures and the tools: tests/lock/support.h.
+ * The server, the fixtures and the tools: tests/lock/lock_support.h.
  */
-#include "tests/lock/support.h"
+#include "tests/lock/lock_support.h"
 #include "lock/scripts.h"
 
 #include <stdio.h>
