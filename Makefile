@@ -137,10 +137,10 @@ $(B)/obj/lock/scripts.o: $(wildcard lock/*.lua)
 $(B)/stockd: $(B)/obj/service/main.o $(MODULE_OBJ)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(B)/lock-bench: $(B)/obj/bench/lock_bench.o $(LOCK_OBJ)
+$(B)/lock-bench: $(B)/obj/bench/lock_bench.o $(B)/obj/bench/clock.o $(LOCK_OBJ)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(B)/ceiling-bench: $(B)/obj/bench/ceiling_bench.o $(SERVICE_OBJ) $(DB_OBJ) $(LOCK_OBJ)
+$(B)/ceiling-bench: $(B)/obj/bench/ceiling_bench.o $(B)/obj/bench/clock.o $(SERVICE_OBJ) $(DB_OBJ) $(LOCK_OBJ)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(B)/check-history: $(B)/obj/history/main.o $(HISTORY_OBJ)
@@ -155,7 +155,7 @@ $(B)/history-clock: $(B)/obj/loadtest/lib/history_clock.o
 	$(CC) $(LDFLAGS) -o $@ $^
 
 # Not in `programs`: it links libcurl, whose headers come with the test packages.
-$(B)/chaos-load: $(B)/obj/bench/chaos_load.o
+$(B)/chaos-load: $(B)/obj/bench/chaos_load.o $(B)/obj/bench/clock.o
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) -lcurl
 
 # The stack's programs talk to the stack over HTTP, redis-cli and libpq: none of the modules.

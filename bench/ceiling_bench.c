@@ -43,8 +43,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "bench/clock.h"
 #include "db/db.h"
 #include "lock/lock.h"
 #include "service/config.h"
@@ -66,14 +66,6 @@ typedef struct bench_options {
     enum pipeline_choice pipeline; /* PIPE_CONFIG: DB_PIPELINE as configured */
     int repeat;                    /* measurements (or on/off pairs) per mode */
 } bench_options;
-
-static double now_seconds(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static void usage(FILE *to)
 {
@@ -295,7 +287,7 @@ static int measure_mode(core *env, const mode *m, const bench_options *opts, dou
         }
     }
 
-    start = now_seconds();
+    start = bench_now_s();
     do {
         if (deduct_once(env, m, opts->goods_id, &sold, &reported) != 0)
             return -1;
@@ -303,7 +295,7 @@ static int measure_mode(core *env, const mode *m, const bench_options *opts, dou
             ops++;
         else
             failures++;
-        elapsed = now_seconds() - start;
+        elapsed = bench_now_s() - start;
     } while (elapsed < opts->seconds);
 
     *rate = (double)ops / elapsed;

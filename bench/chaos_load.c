@@ -31,6 +31,8 @@
  * deduct.lua's record_answer does (classify() below). A thread whose records are full then
  * stops, so that the history holds every request sent.
  */
+#include "bench/clock.h"
+
 #include <curl/curl.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -74,24 +76,8 @@ typedef struct body_buffer {
 } body_buffer;
 
 static int64_t g_start_ms;
-/* When the workers stop (now_ms()'s scale): start + --seconds, or earlier by --end-file. */
+/* When the workers stop (bench_now_ms()'s scale): start + --seconds, or earlier by --end-file. */
 static _Atomic int64_t g_end_ms;
-
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static size_t collect(char *ptr, size_t size, size_t nmemb, void *userdata)
 {
@@ -210,8 +196,8 @@ static void *run(void *arg)
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, collect);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &body);
 
-    while (now_ms() < atomic_load(&g_end_ms)) {
-        int64_t sent = now_ms(), sent_ns;
+    while (bench_now_ms() < atomic_load(&g_end_ms)) {
+        int64_t sent = bench_now_ms(), sent_ns;
         long status = 0;
         CURLcode rc;
         struct curl_slist *with_key = NULL;
@@ -229,16 +215,16 @@ static void *run(void *arg)
         }
         body.len = 0;
         body.data[0] = '\0';
-        sent_ns = now_ns();
+        sent_ns = bench_now_ns();
         rc = curl_easy_perform(h);
         if (rc == CURLE_OK)
             curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
         if (w->count < MAX_RECORDS) {
             record *r = &w->records[w->count++];
-            r->done_ns = now_ns();
+            r->done_ns = bench_now_ns();
             r->sent_ns = sent_ns;
             r->sent_ms = sent - g_start_ms;
-            r->took_ms = (int32_t)(now_ms() - sent);
+            r->took_ms = (int32_t)(bench_now_ms() - sent);
             r->status = (int16_t)status;
             r->remaining = status == 200 ? int_field(body.data, "remaining") : -1;
             r->order_id = status == 200 ? int_field(body.data, "order_id") : -1;
@@ -288,7 +274,7 @@ static long number(const char *text, long lo, long hi)
  * ends then, if that is before the end it had. */
 static void follow_end_file(const char *path, int64_t start_wall_ms)
 {
-    while (now_ms() < atomic_load(&g_end_ms)) {
+    while (bench_now_ms() < atomic_load(&g_end_ms)) {
         FILE *f = fopen(path, "r");
         long long at = 0;
         if (f != NULL) {
@@ -317,7 +303,6 @@ int main(int argc, char **argv)
     worker *workers;
     FILE *out;
     size_t total = 0, unrecorded = 0;
-    struct timespec wall;
 
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--url") == 0)
@@ -359,11 +344,10 @@ int main(int argc, char **argv)
     workers = calloc((size_t)threads, sizeof(*workers));
     if (workers == NULL)
         return 1;
-    clock_gettime(CLOCK_REALTIME, &wall);
-    g_start_ms = now_ms();
+    g_start_ms = bench_now_ms();
     atomic_store(&g_end_ms, g_start_ms + seconds * 1000);
-    start_wall_ms = (int64_t)wall.tv_sec * 1000 + wall.tv_nsec / 1000000;
-    printf("START %" PRId64 "\n", (int64_t)wall.tv_sec * 1000 + wall.tv_nsec / 1000000);
+    start_wall_ms = bench_wall_ms();
+    printf("START %" PRId64 "\n", start_wall_ms);
     fflush(stdout);
     for (long i = 0; i < threads; i++) {
         worker *w = &workers[i];

@@ -25,6 +25,7 @@
  *
  * The lock is taken in watchdog mode, as the service takes it.
  */
+#include "bench/clock.h"
 #include "lock/lock.h"
 
 #include <errno.h>
@@ -36,20 +37,17 @@
 #include <stdlib.h>
 #include <string.h>
 #include <pthread.h>
-#include <time.h>
 
 #define BENCH_KEY_SOLO "bench:lock:solo"
 #define BENCH_KEY_SHARED "bench:lock:shared"
 #define MAX_THREADS 256
 
 typedef struct bench_opts {
-    const char *host;
-    int port;
+    lock_options lock; /* lock_options_init()'s defaults, then --host, --port, --sync-replicas
+                          (LOCK_SYNC_REPLICAS) and --fair (LOCK_FAIR) */
     int seconds;
     int threads;
-    int clients;       /* lock_clients the contended threads are spread over, second run */
-    int sync_replicas; /* --sync-replicas: lock_options.sync_replicas */
-    bool fair;         /* --fair: lock_options.fair */
+    int clients; /* lock_clients the contended threads are spread over, second run */
 } bench_opts;
 
 /* A growable array of durations in ns, owned by one thread. */
@@ -77,14 +75,6 @@ typedef struct worker {
     samples waits; /* every try_lock call -> acquired */
     pthread_t thread;
 } worker;
-
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 static int samples_add(samples *s, int64_t x)
 {
@@ -131,20 +121,18 @@ static double percentile_ms(samples *s, int pct)
 
 static int parse_args(int argc, char **argv, bench_opts *o)
 {
-    o->host = "127.0.0.1";
-    o->port = 0;
+    lock_options_init(&o->lock);
+    o->lock.redis_port = 0; /* --port is required: never a developer's Redis by default */
     o->seconds = 3;
     o->threads = 16;
     o->clients = 3;
-    o->sync_replicas = 0;
-    o->fair = true;
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
 
         if (v != NULL && strcmp(argv[i], "--host") == 0)
-            o->host = v;
+            o->lock.redis_host = v;
         else if (v != NULL && strcmp(argv[i], "--port") == 0)
-            o->port = atoi(v);
+            o->lock.redis_port = atoi(v);
         else if (v != NULL && strcmp(argv[i], "--seconds") == 0)
             o->seconds = atoi(v);
         else if (v != NULL && strcmp(argv[i], "--threads") == 0)
@@ -152,17 +140,17 @@ static int parse_args(int argc, char **argv, bench_opts *o)
         else if (v != NULL && strcmp(argv[i], "--clients") == 0)
             o->clients = atoi(v);
         else if (v != NULL && strcmp(argv[i], "--sync-replicas") == 0)
-            o->sync_replicas = atoi(v);
+            o->lock.sync_replicas = atoi(v);
         else if (v != NULL && strcmp(argv[i], "--fair") == 0 &&
                  (strcmp(v, "on") == 0 || strcmp(v, "off") == 0))
-            o->fair = strcmp(v, "on") == 0;
+            o->lock.fair = strcmp(v, "on") == 0;
         else
             return -1;
         i++;
     }
-    if (o->port < 1 || o->port > 65535 || o->seconds < 1 || o->threads < 2 ||
+    if (o->lock.redis_port < 1 || o->lock.redis_port > 65535 || o->seconds < 1 || o->threads < 2 ||
         o->threads > MAX_THREADS || o->clients < 1 || o->clients > o->threads ||
-        o->sync_replicas < 0)
+        o->lock.sync_replicas < 0)
         return -1;
     return 0;
 }
@@ -180,25 +168,25 @@ typedef struct rate {
 /* PINGs for one slice on c, added to *r; returns 0 or -1. */
 static int ping_slice(lock_client *c, rate *r)
 {
-    int64_t start = now_ns(), until = start + SLICE_NS;
+    int64_t start = bench_now_ns(), until = start + SLICE_NS;
 
-    while (now_ns() < until) {
+    while (bench_now_ns() < until) {
         if (lock_ping(c) != LOCK_OK) {
             fprintf(stderr, "lock-bench: PING: %s\n", lock_last_error());
             return -1;
         }
         r->n++;
     }
-    r->ns += now_ns() - start;
+    r->ns += bench_now_ns() - start;
     return 0;
 }
 
 /* lock+unlock pairs on one key for one slice, added to *r; returns 0 or -1. */
 static int pair_slice(lock_client *c, rate *r)
 {
-    int64_t start = now_ns(), until = start + SLICE_NS;
+    int64_t start = bench_now_ns(), until = start + SLICE_NS;
 
-    while (now_ns() < until) {
+    while (bench_now_ns() < until) {
         int rc = lock_try_lock(c, BENCH_KEY_SOLO, 0, LOCK_LEASE_WATCHDOG, NULL);
 
         if (rc == LOCK_OK)
@@ -210,7 +198,7 @@ static int pair_slice(lock_client *c, rate *r)
         }
         r->n++;
     }
-    r->ns += now_ns() - start;
+    r->ns += bench_now_ns() - start;
     return 0;
 }
 
@@ -248,16 +236,16 @@ static void *worker_main(void *arg)
 
     lock_client *c = sh->clients[w->id % sh->nclients];
 
-    while (now_ns() < sh->until_ns) {
+    while (bench_now_ns() < sh->until_ns) {
         int64_t got, prev;
-        int64_t called = now_ns();
+        int64_t called = bench_now_ns();
         int rc = lock_try_lock(c, BENCH_KEY_SHARED, 10000, LOCK_LEASE_WATCHDOG, NULL);
 
         if (rc != LOCK_OK) {
             atomic_fetch_add(&sh->errors, 1);
             continue;
         }
-        got = now_ns();
+        got = bench_now_ns();
         w->acquisitions++;
         if (samples_add(&w->waits, got - called) != 0)
             atomic_fetch_add(&sh->errors, 1);
@@ -274,7 +262,7 @@ static void *worker_main(void *arg)
             }
         }
         atomic_store(&sh->last_holder, w->id);
-        atomic_store(&sh->last_release_ns, now_ns());
+        atomic_store(&sh->last_release_ns, bench_now_ns());
         if (lock_unlock(c, BENCH_KEY_SHARED) != LOCK_OK)
             atomic_fetch_add(&sh->errors, 1);
     }
@@ -303,7 +291,7 @@ static int run_contended(lock_client **clients, int nclients, const bench_opts *
     atomic_init(&sh.last_release_ns, 0);
     atomic_init(&sh.last_holder, -1);
     atomic_init(&sh.errors, 0);
-    start = now_ns();
+    start = bench_now_ns();
     sh.until_ns = start + (int64_t)o->seconds * 1000000000;
     for (; started < o->threads; started++) {
         w[started] = (worker){.shared = &sh, .id = started};
@@ -312,7 +300,7 @@ static int run_contended(lock_client **clients, int nclients, const bench_opts *
     }
     for (int i = 0; i < started; i++)
         pthread_join(w[i].thread, NULL);
-    secs = (double)(now_ns() - start) / 1e9;
+    secs = (double)(bench_now_ns() - start) / 1e9;
     if (started < o->threads) {
         fprintf(stderr, "lock-bench: cannot start %d threads\n", o->threads);
         goto out;
@@ -385,20 +373,16 @@ int main(int argc, char **argv)
     }
     /* hiredis writes with write(2): a closed connection must give EPIPE, not kill us. */
     signal(SIGPIPE, SIG_IGN);
-    lock_options_init(&lo);
-    lo.redis_host = o.host;
-    lo.redis_port = o.port;
+    lo = o.lock;
     lo.pool_size = o.threads;
-    lo.sync_replicas = o.sync_replicas; /* LOCK_SYNC_REPLICAS: WAIT after each acquisition */
-    lo.fair = o.fair;                   /* LOCK_FAIR */
     for (; created < o.clients; created++) {
         if (lock_client_create(&lo, &c[created]) != LOCK_OK) {
             fprintf(stderr, "lock-bench: cannot create the lock clients\n");
             goto out;
         }
     }
-    printf("lock-bench: redis %s:%d, sync replicas %d, fair %s\n", o.host, o.port, o.sync_replicas,
-           o.fair ? "on" : "off");
+    printf("lock-bench: redis %s:%d, sync replicas %d, fair %s\n", lo.redis_host, lo.redis_port,
+           lo.sync_replicas, lo.fair ? "on" : "off");
     if (run_uncontended(c[0], &o) != 0 || run_contended(c, 1, &o) != 0)
         goto out;
     if (o.clients > 1 && run_contended(c, o.clients, &o) != 0)

@@ -46,23 +46,18 @@ static int why_not_taken(db_conn *conn, const int64_t *goods_ids, const int64_t 
 int db_stock_take_cart(db_conn *conn, const int64_t *goods_ids, const int64_t *counts, size_t n,
                        int64_t *left, size_t *failed)
 {
-    const char *params[2];
+    char *arrays[2];
     PGresult *res = NULL;
-    char *ids = NULL, *cnts = NULL;
     size_t sold;
-    int rc = DB_ERR_NOMEM;
+    int rc;
 
     if (!conn || !goods_ids || !counts || !left || !failed || n < 1 || n > DB_CART_MAX)
         return DB_ERR_INVALID;
-    ids = db__i64_array(goods_ids, NULL, n);
-    cnts = db__i64_array(counts, NULL, n);
-    if (!ids || !cnts)
-        goto out;
-    params[0] = ids;
-    params[1] = cnts;
-    rc = db__run(conn, DB__STOCK_TAKE_CART, params, &res);
+    arrays[0] = db__i64_array(goods_ids, NULL, n);
+    arrays[1] = db__i64_array(counts, NULL, n);
+    rc = db__run_arrays(conn, DB__STOCK_TAKE_CART, (const char *const *)arrays, arrays, 2, &res);
     if (rc != DB_OK)
-        goto out;
+        return rc;
     /* Each returned row is one goods sold: its id and the stock it keeps. The cart holds
      * each goods once, so an id names one item. */
     sold = (size_t)PQntuples(res);
@@ -82,9 +77,6 @@ int db_stock_take_cart(db_conn *conn, const int64_t *goods_ids, const int64_t *c
         db__set_error(conn, "stock_take_cart sold %zu of %zu items", sold, n);
         rc = DB_ERR_QUERY; /* cannot happen: the statement writes all rows or none */
     }
-out:
-    free(ids);
-    free(cnts);
     return rc;
 }
 
@@ -94,8 +86,9 @@ int db_orders_insert_cart(db_conn *conn, const int64_t *goods_ids, const int64_t
 {
     const char *params[6];
     bool no_fence[DB_CART_MAX];
-    char *ids = NULL, *cnts = NULL, *fns = NULL;
-    int rc = DB_ERR_NOMEM;
+    char *arrays[3];
+    PGresult *res = NULL;
+    int rc;
 
     if (!conn || !goods_ids || !counts || !mode || !instance || !cart_id || n < 1 ||
         n > DB_CART_MAX)
@@ -105,21 +98,15 @@ int db_orders_insert_cart(db_conn *conn, const int64_t *goods_ids, const int64_t
             return DB_ERR_INVALID;
         no_fence[i] = fences == NULL || has_fence == NULL || !has_fence[i];
     }
-    ids = db__i64_array(goods_ids, NULL, n);
-    cnts = db__i64_array(counts, NULL, n);
-    fns = db__i64_array(fences != NULL ? fences : counts, no_fence, n);
-    if (!ids || !cnts || !fns)
-        goto out;
-    params[0] = ids;
-    params[1] = cnts;
+    arrays[0] = db__i64_array(goods_ids, NULL, n);
+    arrays[1] = db__i64_array(counts, NULL, n);
+    arrays[2] = db__i64_array(fences != NULL ? fences : counts, no_fence, n);
+    params[0] = arrays[0];
+    params[1] = arrays[1];
     params[2] = mode;
     params[3] = instance;
-    params[4] = fns;
+    params[4] = arrays[2];
     params[5] = fence_source;
-    rc = db__run_i64(conn, DB__ORDERS_INSERT_CART, params, cart_id);
-out:
-    free(ids);
-    free(cnts);
-    free(fns);
-    return rc;
+    rc = db__run_arrays(conn, DB__ORDERS_INSERT_CART, params, arrays, 3, &res);
+    return rc != DB_OK ? rc : db__first_i64(conn, res, cart_id);
 }

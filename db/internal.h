@@ -180,6 +180,18 @@ void db__set_error(db_conn *c, const char *fmt, ...) __attribute__((format(print
 /* Writes v in decimal into buf (DB__I64_LEN bytes) and returns buf. */
 const char *db__i64(char *buf, int64_t v);
 
+/* The parameters of a statement that takes only numbers (up to DB__NUMS_MAX): text[i] is
+ * the decimal text of the i-th, params[i] points at it. */
+#define DB__NUMS_MAX 3
+typedef struct db__nums {
+    char text[DB__NUMS_MAX][DB__I64_LEN];
+    const char *params[DB__NUMS_MAX];
+} db__nums;
+
+/* Fills *p with the n (1 to DB__NUMS_MAX) numbers v and returns p->params:
+ * db__run_i64(c, id, db__nums_of(&p, 2, (int64_t[]){goods_id, count}), &out). */
+const char *const *db__nums_of(db__nums *p, size_t n, const int64_t *v);
+
 /* The n values of v as a PostgreSQL array literal, "{3,NULL,2}" (an element i with null[i]
  * true is NULL; null may be NULL: none is): a parameter's text, never part of the SQL.
  * malloc'd, the caller frees it; NULL when out of memory. */
@@ -232,6 +244,17 @@ int db__get_i64(db_conn *c, const PGresult *res, int row, int col, int64_t *out)
  * DB_OK; DB_ERR_NOT_FOUND when it returned no row (*out untouched: the caller says why); or the
  * statement's own error. For the statements that answer one number or nothing. */
 int db__run_i64(db_conn *c, enum db__stmt_id id, const char *const *params, int64_t *out);
+
+/* db__run_i64's reading of a result: the integer in column 0 of res's first row into *out
+ * (DB_OK), DB_ERR_NOT_FOUND when it has no row, DB_ERR_QUERY when it is not one. Clears res. */
+int db__first_i64(db_conn *c, PGresult *res, int64_t *out);
+
+/* Runs statement id (db__run; res may be NULL) whose params include the n array literals
+ * `arrays` (db__i64_array(), db__text_array(): malloc'd, each NULL when its allocation
+ * failed), and frees those arrays, run or not: DB_ERR_NOMEM without running when one is
+ * NULL. One place for the build-run-free of every statement that takes arrays. */
+int db__run_arrays(db_conn *c, enum db__stmt_id id, const char *const *params, char *const *arrays,
+                   size_t n, PGresult **res);
 
 /* After a fenced claim or write changed no row: runs statement id (an existence check of the
  * row, db__run) and tells why. DB_ERR_NOT_FOUND when the row is missing, DB_ERR_FENCED when it

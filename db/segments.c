@@ -54,42 +54,36 @@ int db_segments_read(db_conn *conn, int64_t goods_id, int k, int64_t *goods_stoc
 
 int db_segment_claim(db_conn *conn, int64_t goods_id, int seg, int64_t token, int64_t *stock)
 {
-    char id_buf[DB__I64_LEN], seg_buf[DB__I64_LEN], token_buf[DB__I64_LEN];
-    const char *params[3];
+    db__nums p;
     int rc;
 
     if (!conn || !stock || seg < 0 || seg >= DB_SEGMENTS_MAX)
         return DB_ERR_INVALID;
-    params[0] = db__i64(id_buf, goods_id);
-    params[1] = db__i64(seg_buf, seg);
-    params[2] = db__i64(token_buf, token);
-    rc = db__run_i64(conn, DB__SEGMENT_CLAIM, params, stock);
+    db__nums_of(&p, 3, (const int64_t[]){goods_id, seg, token});
+    rc = db__run_i64(conn, DB__SEGMENT_CLAIM, p.params, stock);
     if (rc != DB_ERR_NOT_FOUND)
         return rc;
     /* No row changed: no such segment, or a newer token. Off the path of a sale. */
-    rc = db__missing_or_fenced(conn, DB__SEGMENT_EXISTS, params);
+    rc = db__missing_or_fenced(conn, DB__SEGMENT_EXISTS, p.params);
     if (rc == DB_ERR_FENCED)
         db__set_error(conn,
                       "segment %s of goods %s carries a fencing token newer than the holder's",
-                      seg_buf, id_buf);
+                      p.text[1], p.text[0]);
     return rc;
 }
 
 int db_segment_write(db_conn *conn, int64_t goods_id, int seg, int64_t new_stock,
                      int64_t *total_left)
 {
-    char id_buf[DB__I64_LEN], seg_buf[DB__I64_LEN], stock_buf[DB__I64_LEN];
-    const char *params[3];
+    db__nums p;
     int rc;
 
     if (!conn || !total_left || seg < 0 || seg >= DB_SEGMENTS_MAX || new_stock < 0)
         return DB_ERR_INVALID;
-    params[0] = db__i64(id_buf, goods_id);
-    params[1] = db__i64(seg_buf, seg);
-    params[2] = db__i64(stock_buf, new_stock);
-    rc = db__run_i64(conn, DB__SEGMENT_WRITE, params, total_left);
+    db__nums_of(&p, 3, (const int64_t[]){goods_id, seg, new_stock});
+    rc = db__run_i64(conn, DB__SEGMENT_WRITE, p.params, total_left);
     if (rc == DB_ERR_NOT_FOUND)
-        db__set_error(conn, "segment %s of goods %s has no row", seg_buf, id_buf);
+        db__set_error(conn, "segment %s of goods %s has no row", p.text[1], p.text[0]);
     return rc;
 }
 
@@ -137,34 +131,12 @@ int db_segments_gather(db_conn *conn, int64_t goods_id, int k, int64_t *goods_st
     return rc;
 }
 
-/* Writes n int64 as an array literal "{1,2,3}" (a parameter's text, never SQL). malloc'd. */
-static char *array_literal(const int64_t *v, int n)
-{
-    char *text = malloc((size_t)n * DB__I64_LEN + 3), *p;
-
-    if (!text)
-        return NULL;
-    p = text;
-    *p++ = '{';
-    for (int i = 0; i < n; i++) {
-        char num[DB__I64_LEN];
-        size_t len = strlen(db__i64(num, v[i]));
-        if (i > 0)
-            *p++ = ',';
-        memcpy(p, num, len);
-        p += len;
-    }
-    *p++ = '}';
-    *p = '\0';
-    return text;
-}
-
 int db_segments_spread(db_conn *conn, int64_t goods_id, int64_t goods_stock, int k,
                        const int64_t *stocks, const int64_t *fences)
 {
     char id_buf[DB__I64_LEN], k_buf[DB__I64_LEN];
     const char *params[3];
-    char *stock_text = NULL, *fence_text = NULL;
+    char *arrays[2];
     int rc;
 
     if (!conn || !stocks || !fences || k < 1 || k > DB_SEGMENTS_MAX || goods_stock < 0)
@@ -180,19 +152,11 @@ int db_segments_spread(db_conn *conn, int64_t goods_id, int64_t goods_stock, int
     rc = db__run(conn, DB__SEGMENTS_EMPTY, params, NULL);
     if (rc != DB_OK)
         return rc;
-    stock_text = array_literal(stocks, k);
-    fence_text = array_literal(fences, k);
-    if (!stock_text || !fence_text) {
-        rc = DB_ERR_NOMEM;
-        goto out;
-    }
-    params[1] = stock_text;
-    params[2] = fence_text;
-    rc = db__run(conn, DB__SEGMENTS_SPREAD, params, NULL);
-out:
-    free(stock_text);
-    free(fence_text);
-    return rc;
+    arrays[0] = db__i64_array(stocks, NULL, (size_t)k);
+    arrays[1] = db__i64_array(fences, NULL, (size_t)k);
+    params[1] = arrays[0];
+    params[2] = arrays[1];
+    return db__run_arrays(conn, DB__SEGMENTS_SPREAD, params, arrays, 2, NULL);
 }
 
 int db_segments_fold(db_conn *conn, int64_t goods_id, int64_t *moved)

@@ -472,6 +472,13 @@ const char *db__i64(char *buf, int64_t v)
     return buf;
 }
 
+const char *const *db__nums_of(db__nums *p, size_t n, const int64_t *v)
+{
+    for (size_t i = 0; i < n && i < DB__NUMS_MAX; i++)
+        p->params[i] = db__i64(p->text[i], v[i]);
+    return p->params;
+}
+
 char *db__i64_array(const int64_t *v, const bool *null, size_t n)
 {
     char *array = malloc(n * DB__I64_LEN + 3), *p;
@@ -527,15 +534,34 @@ char *db__text_array(const char *const *v, size_t n)
     return array;
 }
 
+int db__first_i64(db_conn *c, PGresult *res, int64_t *out)
+{
+    int rc = PQntuples(res) == 0 ? DB_ERR_NOT_FOUND : db__get_i64(c, res, 0, 0, out);
+
+    PQclear(res);
+    return rc;
+}
+
 int db__run_i64(db_conn *c, enum db__stmt_id id, const char *const *params, int64_t *out)
 {
     PGresult *res = NULL;
     int rc = db__run(c, id, params, &res);
 
-    if (rc != DB_OK)
-        return rc;
-    rc = PQntuples(res) == 0 ? DB_ERR_NOT_FOUND : db__get_i64(c, res, 0, 0, out);
-    PQclear(res);
+    return rc != DB_OK ? rc : db__first_i64(c, res, out);
+}
+
+int db__run_arrays(db_conn *c, enum db__stmt_id id, const char *const *params, char *const *arrays,
+                   size_t n, PGresult **res)
+{
+    int rc = DB_OK;
+
+    for (size_t i = 0; i < n; i++)
+        if (arrays[i] == NULL)
+            rc = DB_ERR_NOMEM;
+    if (rc == DB_OK)
+        rc = db__run(c, id, params, res);
+    for (size_t i = 0; i < n; i++)
+        free(arrays[i]);
     return rc;
 }
 

@@ -290,9 +290,8 @@ static int reset_statements(db_conn *conn, const char *const *params)
 
 int db_goods_reset(db_conn *conn, int64_t goods_id, int64_t stock)
 {
-    char id_buf[DB__I64_LEN], stock_buf[DB__I64_LEN];
     char saved[DB__ERR_LEN];
-    const char *params[2];
+    db__nums p;
     int rc;
 
     if (!conn || !conn->pg)
@@ -301,13 +300,12 @@ int db_goods_reset(db_conn *conn, int64_t goods_id, int64_t stock)
         db__set_error(conn, "db_goods_reset runs its own transaction: call it outside one");
         return DB_ERR_INVALID;
     }
-    params[0] = db__i64(id_buf, goods_id);
-    params[1] = db__i64(stock_buf, stock);
+    db__nums_of(&p, 2, (const int64_t[]){goods_id, stock});
 
     rc = db_begin(conn);
     if (rc != DB_OK)
         return rc;
-    rc = reset_statements(conn, params);
+    rc = reset_statements(conn, p.params);
     if (rc == DB_OK)
         return db_commit(conn);
     /* The first error is the one to report: keep its text over the rollback's. */
@@ -383,15 +381,13 @@ int db_goods_lock(db_conn *conn, int64_t goods_id)
 
 int db_stock_take(db_conn *conn, int64_t goods_id, int64_t count, int64_t *stock)
 {
-    char id_buf[DB__I64_LEN], count_buf[DB__I64_LEN];
-    const char *params[2];
+    db__nums p;
     int rc;
 
     if (!conn || !stock || count < 1)
         return DB_ERR_INVALID;
-    params[0] = db__i64(id_buf, goods_id);
-    params[1] = db__i64(count_buf, count);
-    rc = db__run_i64(conn, DB__STOCK_TAKE, params, stock);
+    rc = db__run_i64(conn, DB__STOCK_TAKE, db__nums_of(&p, 2, (const int64_t[]){goods_id, count}),
+                     stock);
     if (rc != DB_ERR_NOT_FOUND)
         return rc;
     /* No row changed: the goods is unknown, or short. A second statement, off the path of a

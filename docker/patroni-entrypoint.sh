@@ -14,12 +14,14 @@ set -euo pipefail
 : "${POSTGRES_PASSWORD:?POSTGRES_PASSWORD must be set (docker/.env)}"
 : "${PG_REPLICATION:=async}" "${PGHA_TTL:=8}" "${PGHA_LOOP_WAIT:=1}" "${PGHA_RETRY_TIMEOUT:=3}"
 
-case $PG_REPLICATION in
-async) sync=false strict=false ;;
-sync) sync=true strict=false ;;
-strict) sync=true strict=true ;;
-*) echo "patroni-entrypoint: PG_REPLICATION must be async, sync or strict" >&2; exit 1 ;;
-esac
+# The bootstrap section, the same as the native cluster's (scripts/lib/patroni_bootstrap.sh).
+# shellcheck source=scripts/lib/patroni_bootstrap.sh
+source /usr/local/lib/stock/patroni_bootstrap.sh
+bootstrap=$(patroni_bootstrap_yaml "$PG_REPLICATION" "$PGHA_TTL" "$PGHA_LOOP_WAIT" \
+    "$PGHA_RETRY_TIMEOUT" 1048576) || {
+    echo "patroni-entrypoint: PG_REPLICATION must be async, sync or strict" >&2
+    exit 1
+}
 
 home=/var/lib/postgresql
 cat >"$home/post-bootstrap.sh" <<SCRIPT
@@ -40,25 +42,7 @@ restapi:
   connect_address: $PATRONI_NAME:8008
 etcd3:
   host: pgha-etcd:2379
-bootstrap:
-  dcs:
-    ttl: $PGHA_TTL
-    loop_wait: $PGHA_LOOP_WAIT
-    retry_timeout: $PGHA_RETRY_TIMEOUT
-    maximum_lag_on_failover: 1048576
-    synchronous_mode: $sync
-    synchronous_mode_strict: $strict
-    postgresql:
-      use_pg_rewind: true
-      use_slots: true
-      parameters:
-        wal_log_hints: 'on'
-        max_wal_senders: 10
-        max_replication_slots: 10
-        wal_keep_size: 128MB
-  initdb:
-  - encoding: UTF8
-  - locale: C
+$bootstrap
   post_bootstrap: $home/post-bootstrap.sh
 postgresql:
   listen: 0.0.0.0:5432

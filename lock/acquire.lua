@@ -14,11 +14,11 @@
 --          queue (a single try, or a client that does not wait in line)
 -- ARGV[5]  the release channel, told who is first in line when this call drops dead waiters
 --
--- Returns {hold count, fencing token, hand-off gap in us or -1} when ARGV[1] now holds the
--- lock (the reentrant take: {hold count, fencing token}). Otherwise how many ms
--- the caller may sleep before it tries again (-1: no bound but its own deadline): the
--- holder's TTL, or, when the lock is free but another waiter is first in line, how long
--- that waiter has to come and take it.
+-- Returns {hold count, fencing token} when ARGV[1] now holds the lock: a take, a reentrant
+-- take, or the take of a lock release.lua granted it while it waited. Otherwise
+-- {0, fencing counter, ms}: how many ms the caller may sleep before it tries again (-1: no
+-- bound but its own deadline): the holder's TTL, or, when the lock is free but another
+-- waiter is first in line, how long that waiter has to come and take it.
 --
 -- Idempotent: the count is set, not incremented. When a reply is lost (a timeout, a dropped
 -- connection) the client cannot know whether the script ran; running it again, or running
@@ -55,6 +55,7 @@ end
 -- died, or lost Redis) leaves the line once it reaches the head, so that a dead waiter cannot
 -- keep a free lock from everyone else for long; one behind the head harms nobody until then
 -- (and the line's keys expire when nobody calls). A place with no end at all counts as lapsed.
+-- Written again in release.lua, on purpose (lock/README.md, "Why the line's head is found twice").
 local function first_alive()
     local dropped = false
     while true do
@@ -88,6 +89,13 @@ local function stay_in_line()
     end
 end
 
+-- Not taken: {0, the fencing counter now, ms the caller may sleep}. The counter lets the
+-- caller tell a grant made for this wait (release.lua: a larger token) from a message about
+-- an earlier one that arrives late.
+local function waiting(ms)
+    return {0, tonumber(redis.call('GET', KEYS[2]) or '0'), ms}
+end
+
 if redis.call('EXISTS', KEYS[1]) == 0 then
     local first, dropped, until_ms = first_alive()
     if first ~= nil and first ~= owner then
@@ -97,20 +105,11 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
         if dropped then
             redis.call('PUBLISH', ARGV[5], first)
         end
-        return math.max(until_ms - now_ms(), 1)
+        return waiting(math.max(until_ms - now_ms(), 1))
     end
-    -- The head of the line takes the lock a release left it: the hand-off's gap, from that
-    -- release (release.lua stamps it) to now, in microseconds of Redis' clock; -1 for any
-    -- other take. The stamp is used once.
-    local gap_us = -1
     if first == owner then
         redis.call('ZREM', KEYS[3], owner)
         redis.call('ZREM', KEYS[4], owner)
-        local released = redis.call('ZSCORE', KEYS[4], '~released')
-        if released then
-            gap_us = math.max(now()[1] * 1000000 + now()[2] - tonumber(released), 0)
-            redis.call('ZREM', KEYS[4], '~released')
-        end
     end
     -- A new holding. Its token is the next value of the counter, so every holding ever
     -- made of this lock has a larger token than the one before.
@@ -125,12 +124,13 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
     local token = redis.call('INCR', KEYS[2])
     redis.call('HSET', KEYS[1], owner, ARGV[3])
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    return {tonumber(ARGV[3]), token, gap_us}
+    return {tonumber(ARGV[3]), token}
 end
 
 if redis.call('HEXISTS', KEYS[1], owner) == 1 then
-    -- Ours already (a reentrant take, or this very call run again after its reply was lost):
-    -- set the count and restart the lease. Nobody else can have moved the counter while we
+    -- Ours already (a reentrant take, this very call run again after its reply was lost, or
+    -- a grant from release.lua that the owner takes this way: a lease it chose itself, a
+    -- grant it did not hear of): set the count and restart the lease. Nobody else can have moved the counter while we
     -- hold the lock, so its value is still our holding's token.
     redis.call('HSET', KEYS[1], owner, ARGV[3])
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -140,4 +140,4 @@ end
 
 -- Someone else's: wait in line; the caller may sleep until the lease runs out.
 stay_in_line()
-return redis.call('PTTL', KEYS[1])
+return waiting(redis.call('PTTL', KEYS[1]))

@@ -1,5 +1,5 @@
 /*
- * clock.c - monotonic time for deadlines (see clock.h).
+ * clock.c - monotonic time for deadlines, and the wall clock for figures (see clock.h).
  */
 #include "lock/clock.h"
 
@@ -12,6 +12,14 @@ int64_t lock__now_ns(void)
     /* CLOCK_MONOTONIC cannot fail on Linux with a valid pointer. */
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+int64_t lock__wall_us(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
 int64_t lock__ms_to_ns(int64_t ms)

@@ -18,6 +18,12 @@
 /* Now, on CLOCK_MONOTONIC, in nanoseconds. */
 int64_t lock__now_ns(void);
 
+/* Now, on the wall clock (CLOCK_REALTIME), in microseconds since the epoch: the clock Redis'
+ * TIME reads, so that a moment Redis stamped can be compared with it on the same host (on
+ * two hosts, the difference includes their clocks' offset). For figures only, never for a
+ * deadline. */
+int64_t lock__wall_us(void);
+
 /* ms milliseconds in nanoseconds, saturating instead of overflowing for huge ms. */
 int64_t lock__ms_to_ns(int64_t ms);
 

@@ -21,9 +21,11 @@
  *   3. run acquire.lua again (the lock may have been released before we subscribed);
  *   4. sleep until a release message calls us, or until the holder's TTL runs out (plus
  *      jitter), or until our place in line needs keeping (a third of the liveness), or
- *      until the deadline, whichever is first; then go to 3, until acquired or the
- *      deadline has passed;
- *   5. leaving without the lock, give up the place in line (leave.lua).
+ *      until the deadline, whichever is first; a message that grants us the lock ends the
+ *      wait (grant_is_taken_as_is says when no round trip is needed); otherwise go to 3,
+ *      until acquired or the deadline has passed;
+ *   5. leaving without the lock, give up the place in line (leave.lua), or take the lock a
+ *      release granted us since our last try.
  * An acquire whose answer is lost (a timeout, a dropped reply) may still have run, leaving a
  * hold nobody owns for a whole lease: its give-back (release.lua, which checks the owner and
  * sets the count to the caller's own) is written behind it on the same connection, which
@@ -80,6 +82,8 @@ typedef struct attempt {
     int64_t count;     /* acquired: hold count now */
     int64_t token;     /* acquired: fencing token */
     int64_t ttl_ms;    /* not acquired: the holder's remaining TTL (-1: none) */
+    int64_t fence;     /* not acquired: the fencing counter then; a grant with a larger token
+                          was made after this call, so it is for the caller's current wait */
     int64_t sent_ns;   /* when the command was sent: the lease started no earlier; 0: not sent */
     bool undo_written; /* no answer, and the give-back followed on the same connection */
 } attempt;
@@ -290,21 +294,36 @@ int64_t lock_last_handoff_us(void)
     return last_handoff_us;
 }
 
-/* Reads acquire.lua's answer: {count, token[, hand-off gap]} or a TTL. */
+/* Whether a reply of acquire.lua (or leave.lua) is an array of n integers. */
+static bool integers(const redisReply *r, size_t n)
+{
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != n)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (r->element[i]->type != REDIS_REPLY_INTEGER)
+            return false;
+    return true;
+}
+
+/* Whether acquire.lua's reply says the lock was taken: {count >= 1, token}. */
+static bool reply_acquired(const redisReply *r)
+{
+    return integers(r, 2) && r->element[0]->integer >= 1;
+}
+
+/* Reads acquire.lua's answer: {count, token}, or {0, fencing counter, ms to wait}. */
 static int attempt_parse(const redisReply *r, attempt *a)
 {
-    if (r->type == REDIS_REPLY_ARRAY && (r->elements == 2 || r->elements == 3) &&
-        r->element[0]->type == REDIS_REPLY_INTEGER && r->element[1]->type == REDIS_REPLY_INTEGER) {
+    if (reply_acquired(r)) {
         a->acquired = true;
         a->count = r->element[0]->integer;
         a->token = r->element[1]->integer;
-        if (r->elements == 3 && r->element[2]->type == REDIS_REPLY_INTEGER)
-            last_handoff_us = r->element[2]->integer;
         return LOCK_OK;
     }
-    if (r->type == REDIS_REPLY_INTEGER) {
+    if (integers(r, 3) && r->element[0]->integer == 0) {
         a->acquired = false;
-        a->ttl_ms = r->integer;
+        a->fence = r->element[1]->integer;
+        a->ttl_ms = r->element[2]->integer;
         return LOCK_OK;
     }
     lock__error_set("acquire.lua: unexpected reply type %d", r->type);
@@ -409,7 +428,7 @@ static int pooled_script(lock_client *c, lock__script script, const lock__keys *
     if (undo_written != NULL)
         *undo_written = rc != LOCK_OK && script == LOCK__SCRIPT_ACQUIRE && conn->follow_written;
     if (rc == LOCK_OK && script == LOCK__SCRIPT_ACQUIRE && c->opts.sync_replicas > 0 &&
-        (*reply)->type == REDIS_REPLY_ARRAY)
+        reply_acquired(*reply))
         rc = sync_or_undo(c, conn, k, args, reply);
     lock__pool_return(c->pool, conn);
     return rc;
@@ -472,26 +491,64 @@ out:
 /*
  * Gives up the owner's place in the lock's line (leave.lua), by hard_by at the latest. Best
  * effort: if it fails, the place lapses by itself within the liveness, and until then the
- * waiters behind it wait that much longer.
+ * waiters behind it wait that much longer. Returns true when a release had granted the lock
+ * to the owner after its last try: leave.lua then gave it `count` holds and `lease` ms, and
+ * *a says so (acquired, count, token; sent_ns the moment leave.lua was sent).
  */
-static void leave_line(lock_client *c, const lock__keys *k, const char *owner, int64_t hard_by)
+static bool leave_line(lock_client *c, const lock__keys *k, const char *owner, const char *count,
+                       const char *lease, int64_t hard_by, attempt *a)
 {
-    const char *keys[3] = {k->name, k->waiters, k->waiters_until};
-    const char *args[2] = {owner, k->channel};
+    const char *keys[4] = {k->name, k->waiters, k->waiters_until, k->fence};
+    const char *args[4] = {owner, k->channel, count, lease};
     lock__conn *conn = NULL;
     redisReply *r = NULL;
+    int64_t sent_ns = lock__now_ns();
+    int rc;
 
     if (c->cluster != NULL) {
-        if (lock__cluster_script(c->cluster, LOCK__SCRIPT_LEAVE, false, hard_by, hard_by, 3, keys,
-                                 2, args, NULL, &r) == LOCK_OK)
-            freeReplyObject(r);
-        return;
+        rc = lock__cluster_script(c->cluster, LOCK__SCRIPT_LEAVE, false, hard_by, hard_by, 4, keys,
+                                  4, args, &sent_ns, &r);
+    } else {
+        if (lock__pool_borrow(c->pool, hard_by, &conn) != LOCK_OK)
+            return false;
+        rc = lock__script_run(conn, LOCK__SCRIPT_LEAVE, hard_by, 4, keys, 4, args, &r);
+        lock__pool_return(c->pool, conn);
     }
-    if (lock__pool_borrow(c->pool, hard_by, &conn) != LOCK_OK)
-        return;
-    if (lock__script_run(conn, LOCK__SCRIPT_LEAVE, hard_by, 3, keys, 2, args, &r) == LOCK_OK)
-        freeReplyObject(r);
-    lock__pool_return(c->pool, conn);
+    if (rc != LOCK_OK)
+        return false;
+    if (reply_acquired(r)) {
+        a->acquired = true;
+        a->count = r->element[0]->integer;
+        a->token = r->element[1]->integer;
+        a->sent_ns = sent_ns;
+    }
+    freeReplyObject(r);
+    return a->acquired;
+}
+
+/*
+ * Whether a call that brought `grant` hands the waiter the lock without a round trip: the
+ * grant is for this wait (its token is past the counter the waiter's last try saw: a message
+ * left over from an earlier call of the same thread has a smaller one), the holding is one
+ * the watchdog renews (the grant's lease is only the rest of the waiter's place in line,
+ * which the watchdog then extends), it is the thread's first hold (Redis counts 1), and no
+ * replica must acknowledge it first (sync_replicas: the waiter's own acquire.lua and WAIT
+ * do that). Otherwise the waiter takes its granted lock with acquire.lua, as a reentrant
+ * take that sets its own count and lease.
+ */
+static bool grant_is_taken_as_is(const lock_client *c, const lock__grant *grant,
+                                 const attempt *last_try, bool watchdog, const char *count)
+{
+    return grant->token > last_try->fence && watchdog && strcmp(count, "1") == 0 &&
+           c->opts.sync_replicas == 0;
+}
+
+/* The hand-off's gap, from a grant's release (Redis' clock) to now (this host's clock). */
+static int64_t handoff_gap_us(const lock__grant *grant)
+{
+    int64_t gap = lock__wall_us() - grant->released_us;
+
+    return gap > 0 ? gap : 0;
 }
 
 int lock_try_lock(lock_client *c, const char *name, int64_t wait_ms, int64_t lease_ms,
@@ -502,12 +559,15 @@ int lock_try_lock(lock_client *c, const char *name, int64_t wait_ms, int64_t lea
     char lease[24], count[24], line[24];
     lock__waiter *w = NULL;
     attempt a = {0};
+    lock__grant grant = {0};
     bool woken = false, in_line = false;
     bool watchdog = lease_ms == LOCK_LEASE_WATCHDOG;
     /* A caller that waits stands in the line; a single try does not (it would only block
      * the others until its place lapsed). */
     bool queue = c != NULL && c->opts.fair && wait_ms > 0;
     int64_t start, deadline, hard_deadline, now, ready_by, keep_place_by;
+    int64_t place_sent_ns = 0;    /* when the last try that kept our place in line was sent */
+    int64_t granted_lease_ms = 0; /* a grant taken as is: its lease; 0: lease_ms */
     int rc;
 
     lock__error_clear();
@@ -531,6 +591,7 @@ int lock_try_lock(lock_client *c, const char *name, int64_t wait_ms, int64_t lea
     hard_deadline = lock__add_ns(deadline, lock__ms_to_ns(c->opts.command_timeout_ms));
 
     rc = attempt_once(c, &k, owner, lease, count, line, deadline, hard_deadline, &a);
+    place_sent_ns = a.sent_ns;
     while (rc == LOCK_OK && !a.acquired) {
         a.sent_ns = 0;
         in_line = queue;
@@ -556,14 +617,42 @@ int lock_try_lock(lock_client *c, const char *name, int64_t wait_ms, int64_t lea
                                 : deadline;
             woken = lock__subscriber_wait_release(
                 c->subscriber, w,
-                wake_time(now, a.ttl_ms, keep_place_by < deadline ? keep_place_by : deadline));
+                wake_time(now, a.ttl_ms, keep_place_by < deadline ? keep_place_by : deadline),
+                &grant);
+            if (woken && grant.token > a.fence) {
+                /* A release gave us the lock (release.lua). */
+                if (grant_is_taken_as_is(c, &grant, &a, watchdog, count)) {
+                    /* Its lease ends where our place in line would have, which our last try
+                     * set: counted from that try's sending, the local end is no later than
+                     * Redis' (holdings.h). The watchdog extends it within a third. */
+                    a = (attempt){.acquired = true, .count = 1, .token = grant.token,
+                                  .sent_ns = place_sent_ns};
+                    granted_lease_ms = c->opts.waiter_liveness_ms;
+                    last_handoff_us = handoff_gap_us(&grant);
+                    break;
+                }
+            } else {
+                grant.token = 0;
+            }
         }
         rc = attempt_once(c, &k, owner, lease, count, line, deadline, hard_deadline, &a);
+        if (rc == LOCK_OK && !a.acquired)
+            place_sent_ns = a.sent_ns;
+        else if (rc == LOCK_OK && grant.token > 0)
+            last_handoff_us = handoff_gap_us(&grant); /* the granted lock, taken by acquire.lua */
     }
 
+    /* Leaving without the lock: out of the line at once, so that the waiters behind do not
+     * wait for the place to lapse. Only after a clean "not yours" (after an error, Redis is
+     * likely unreachable, and the call's time bound has no room for another timeout). A
+     * release may have granted us the lock since our last try: leave.lua then hands it
+     * over, and the wait ends with the lock after all (within the hard deadline). */
+    if (in_line && rc == LOCK_ERR_TIMEOUT && leave_line(c, &k, owner, count, lease, hard_deadline, &a))
+        rc = LOCK_OK;
     if (rc == LOCK_OK) {
         rc = lock__holdings_acquired(c->holdings, k.name, lock__thread_number(), owner, a.count,
-                                     a.token, lease_ms, watchdog, a.sent_ns);
+                                     a.token, granted_lease_ms > 0 ? granted_lease_ms : lease_ms,
+                                     watchdog, a.sent_ns);
         if (rc != LOCK_OK) {
             /* Out of memory for the record: give the hold back (best effort) rather than
              * keep a lock that nobody would renew or know to release. */
@@ -594,11 +683,6 @@ int lock_try_lock(lock_client *c, const char *name, int64_t wait_ms, int64_t lea
         atomic_fetch_add(&c->timeouts, 1);
     if (rc == LOCK_ERR_REDIS)
         lock__sentinel_follower_nudge(c->follower); /* a failover looks like this from here */
-    /* Leaving without the lock: out of the line at once, so that the waiters behind do not
-     * wait for the place to lapse. Only after a clean "not yours" (after an error, Redis is
-     * likely unreachable, and the call's time bound has no room for another timeout). */
-    if (in_line && rc == LOCK_ERR_TIMEOUT)
-        leave_line(c, &k, owner, hard_deadline);
     if (w != NULL) {
         /* A wake-up used for a try that failed on an error (not on another holder) is
          * passed to another waiter: the lock may well be free. */

@@ -131,7 +131,9 @@ void lock_client_destroy(lock_client *c);
  * remaining TTL (or the wait) runs out, plus a little jitter. With opts.fair it stands in
  * line: it wakes every third of the liveness to keep its place, and the lock is its own
  * only when every waiter that came before it has had the lock or left the line; a try
- * with wait_ms 0 takes a free lock only when nobody is in line.
+ * with wait_ms 0 takes a free lock only when nobody is in line. A release hands the lock
+ * to the first in line itself (the grant, lock/README.md): a LOCK_LEASE_WATCHDOG waiter
+ * then returns without a round trip of its own.
  * Returns LOCK_OK and sets *fence_token (if not NULL) to the token of this holding;
  * LOCK_ERR_TIMEOUT; LOCK_ERR_REDIS (never "acquired" on a lost connection; with sync_replicas,
  * also a grant that too few replicas acknowledged, released again); LOCK_ERR_BUSY;
@@ -193,12 +195,13 @@ const char *lock_last_error(void);
  */
 int lock_fence_raise(lock_client *c, const char *name, int64_t at_least);
 
-/* The hand-off gap of the calling thread's last lock_try_lock, in microseconds of Redis'
- * clock: from the release that named this caller as the head of the line (release.lua) to
- * the moment its acquire.lua took the lock, which is the moment before its first statement
- * as holder (plus the reply's way back). -1 when that call did not take the lock from a
- * release to the line (a free lock, a reentrant take, a failure). Time the lock was free
- * while nobody held it: what the holders' serial order loses between two sections. */
+/* The hand-off gap of the calling thread's last lock_try_lock, in microseconds: from the
+ * release that granted this caller the lock as the head of the line (release.lua, by Redis'
+ * clock) to the moment the call returned it (by this host's wall clock; on another host
+ * the figure includes the clocks' offset), which is the moment before its first statement
+ * as holder. -1 when that call did not take the lock from a release to the line (a free
+ * lock, a reentrant take, a failure). Time between two sections in which the lock served
+ * nobody: what the holders' serial order loses per hand-off. */
 int64_t lock_last_handoff_us(void);
 
 /* Who holds a lock, as Redis says now (lock_inspect). */

@@ -1,15 +1,22 @@
--- release.lua: give back one hold of the lock; at zero delete it and tell the first waiter.
+-- release.lua: give back one hold of the lock; at zero hand it to the first waiter in line.
 --
 -- KEYS[1]  the lock: a hash {owner -> hold count} with a TTL
--- KEYS[2]  the fencing counter (not used; the lock's keys travel together)
+-- KEYS[2]  the fencing counter (the grant's token)
 -- KEYS[3]  the waiters' line, KEYS[4] their liveness (see acquire.lua)
 -- ARGV[1]  the owner, "<process id>:<thread number>"
 -- ARGV[2]  the release channel, "<lock>:released"
 -- ARGV[3]  the hold count the owner keeps after this call: its own count, kept by the
 --          client, minus one (0: give the lock back)
 --
--- Returns the owner's remaining hold count (0: the lock is free now), or -1 when ARGV[1]
--- does not hold the lock; then nothing at all is changed.
+-- Returns the owner's remaining hold count (0: the owner gave it back: the lock is free, or
+-- granted to the first live waiter in line), or -1 when ARGV[1] does not hold the lock; then
+-- nothing at all is changed.
+--
+-- The grant: the first waiter becomes the holder inside this script (hold count 1, a new
+-- fencing token, a lease as long as its place in line had left) and the message on ARGV[2]
+-- says so: "<owner> <token> <release time in us>". The head of acquire.lua's line is found
+-- here a second time, in a loop of four lines: a script run by EVALSHA cannot call another
+-- script's functions (lock/README.md, "Fair hand-off").
 --
 -- Idempotent, like acquire.lua: the count is set to what the client keeps, so a release
 -- whose reply was lost, or an acquire that ran without the client knowing, cannot leave a
@@ -32,27 +39,45 @@ if count > 0 then
 end
 
 redis.call('DEL', KEYS[1])
--- The message names the waiter whose turn it is, so that only its process wakes it and
--- nobody else tries in vain. A dead waiter is not named: it would never come.
--- Lapsed places at the head are dropped first (as in acquire.lua); the clock is read only
--- when someone is in line.
+-- The lock is free. If someone is in line, it goes to the first of them at once (a grant):
+-- the waiter then starts its section as soon as the message reaches it, without a round
+-- trip of its own to take the lock, so the serial order loses one round trip per hand-off.
+-- Lapsed places at the head are dropped first (as in acquire.lua): a dead waiter is not
+-- granted anything. The clock is read only when someone is in line.
+-- Written again in acquire.lua, on purpose (lock/README.md, "Why the line's head is found twice").
 local first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+local now, until_ms
 if first ~= nil then
-    local now = redis.call('TIME')
+    now = redis.call('TIME')
     local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-    while first ~= nil and tonumber(redis.call('ZSCORE', KEYS[4], first) or '0') <= now_ms do
+    while first ~= nil do
+        until_ms = tonumber(redis.call('ZSCORE', KEYS[4], first) or '0')
+        if until_ms > now_ms then
+            break
+        end
         redis.call('ZREM', KEYS[3], first)
         redis.call('ZREM', KEYS[4], first)
         first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
     end
-    -- The moment of the hand-off's start, for the next holder to measure the gap by
-    -- (acquire.lua): a member of the liveness set that is never in the line itself, so no
-    -- script takes it for a waiter, and it expires with the set.
-    if first ~= nil then
-        redis.call('ZADD', KEYS[4], tonumber(now[1]) * 1000000 + tonumber(now[2]), '~released')
+    -- The grant lasts only as long as the waiter's place would have: a waiter that died
+    -- costs the others at most that (the liveness period), not a lease. A waiter that takes
+    -- it renews it to a full lease at once (its watchdog, or its own acquire.lua). Its
+    -- token is the counter's next value, as for any holding. No counter (Redis lost its
+    -- data): no grant; the waiter is only named, and its acquire.lua starts the counter.
+    if first ~= nil and redis.call('EXISTS', KEYS[2]) == 1 then
+        redis.call('ZREM', KEYS[3], first)
+        redis.call('ZREM', KEYS[4], first)
+        local token = redis.call('INCR', KEYS[2])
+        redis.call('HSET', KEYS[1], first, 1)
+        redis.call('PEXPIRE', KEYS[1], until_ms - now_ms)
+        -- "<owner> <token> <release time in us>": the waiter measures the hand-off from it.
+        -- (%d: a token of 16 digits would print as 1.7e+15 with Lua's own conversion.)
+        redis.call('PUBLISH', ARGV[2], string.format('%s %d %s%06d', first, token, now[1],
+                                                     tonumber(now[2])))
+        return 0
     end
 end
--- "" when nobody is in line: each process then wakes its oldest waiter, if any (one that
--- does not wait in line, or whose place Redis lost).
+-- Nobody in line: "", and each process then wakes its oldest waiter, if any (one that does
+-- not wait in line, or whose place Redis lost). Or a waiter named without a grant.
 redis.call('PUBLISH', ARGV[2], first or '')
 return 0

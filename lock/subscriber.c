@@ -367,9 +367,14 @@ static bool link_handle(lock__subscriber *s, const redisReply *r)
     ch = *link;
 
     if (reply_is(r->element[0], "message")) {
-        if (ch != NULL && r->element[2]->type == REDIS_REPLY_STRING)
-            lock__queue_call_named(&ch->queue, r->element[2]->str, r->element[2]->len);
-        else if (ch != NULL)
+        if (ch != NULL && r->element[2]->type == REDIS_REPLY_STRING) {
+            size_t name_len;
+            lock__grant grant;
+
+            lock__release_message_parse(r->element[2]->str, r->element[2]->len, &name_len,
+                                        &grant);
+            lock__queue_call_named(&ch->queue, r->element[2]->str, name_len, &grant);
+        } else if (ch != NULL)
             lock__queue_call_oldest(&ch->queue);
         return true;
     }
@@ -615,12 +620,13 @@ bool lock__subscriber_wait_ready(lock__subscriber *s, lock__waiter *w, int64_t d
     return ready;
 }
 
-bool lock__subscriber_wait_release(lock__subscriber *s, lock__waiter *w, int64_t deadline_ns)
+bool lock__subscriber_wait_release(lock__subscriber *s, lock__waiter *w, int64_t deadline_ns,
+                                   lock__grant *grant)
 {
     bool woken;
 
     pthread_mutex_lock(&s->mu);
-    woken = lock__waiter_await_call(w, &s->mu, deadline_ns);
+    woken = lock__waiter_await_call(w, &s->mu, deadline_ns, grant);
     pthread_mutex_unlock(&s->mu);
     return woken;
 }

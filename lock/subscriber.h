@@ -19,6 +19,9 @@
  * Who is called: one thread per release, the one whose turn it is; waiters.h says how, and
  * keeps each lock's queue of this process's waiters.
  *
+ * A release that granted the lock to the first waiter in line (release.lua) says so in its
+ * message, and the call carries the grant to that waiter, which then needs no round trip.
+ *
  * When the connection is down, waiters are not told about releases. They do not wait for
  * the subscription then, and sleep until the holder's TTL or their deadline, whichever is
  * first (they always do; the message only cuts it short). The subscriber reconnects with
@@ -72,8 +75,10 @@ bool lock__subscriber_wait_ready(lock__subscriber *s, lock__waiter *w, int64_t d
 
 /* Sleeps until w is called (a release named it, or named nobody and w is the oldest) since
  * its last wake-up (returns true, having used up that call; at once if one is pending
- * already), or until deadline_ns (returns false). */
-bool lock__subscriber_wait_release(lock__subscriber *s, lock__waiter *w, int64_t deadline_ns);
+ * already), or until deadline_ns (returns false). *grant gets the grant the call brought
+ * (token 0: none; waiters.h says when one can be stale). */
+bool lock__subscriber_wait_release(lock__subscriber *s, lock__waiter *w, int64_t deadline_ns,
+                                   lock__grant *grant);
 
 /*
  * The caller stops waiting and w is freed. acquired: the caller got the lock (a call

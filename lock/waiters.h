@@ -35,6 +35,23 @@
 
 struct lock__channel;
 
+/* A grant, as a release message tells it (release.lua): the lock already belongs to the
+ * named waiter, which may start its section without a round trip of its own. */
+typedef struct lock__grant {
+    int64_t token;       /* the holding's fencing token; 0: the message granted nothing */
+    int64_t released_us; /* the release's moment on Redis' clock, us since the epoch */
+} lock__grant;
+
+/*
+ * Splits a release message (text, len bytes; not NUL-terminated): "" names nobody,
+ * "<owner>" names a waiter, "<owner> <token> <release time in us>" names it and grants it
+ * the lock. Sets *name_len to the owner's length (0: nobody) and *grant (token 0: none).
+ * A message whose grant part does not parse names its owner without a grant, so that the
+ * waiter still wakes and takes the lock its own way.
+ */
+void lock__release_message_parse(const char *text, size_t len, size_t *name_len,
+                                 lock__grant *grant);
+
 /* One thread waiting in lock_try_lock, from the subscriber's join to its leave. */
 typedef struct lock__waiter {
     struct lock__waiter *next;   /* the next younger waiter (larger ticket) of the queue */
@@ -42,6 +59,7 @@ typedef struct lock__waiter {
     uint64_t ticket;             /* its place in this process's queue: its seniority */
     char owner[LOCK__OWNER_MAX]; /* as release.lua names it when it is its turn */
     bool called;                 /* a call it has not acted on yet */
+    lock__grant grant;           /* the grant that came with a call (token 0: none) */
     pthread_cond_t cv;           /* signalled when it is called */
 } lock__waiter;
 
@@ -68,15 +86,20 @@ void lock__queue_join(lock__queue *q, lock__waiter *w);
 
 /* A release named `name` (len bytes; 0: nobody): calls that waiter if it is in q, the oldest
  * if the name is empty, nobody otherwise (the named waiter lives in another process, or has
- * just left: leave.lua then calls the next one). */
-void lock__queue_call_named(lock__queue *q, const char *name, size_t len);
+ * just left: leave.lua then calls the next one). A grant (token > 0) goes with the call to
+ * the named waiter. */
+void lock__queue_call_named(lock__queue *q, const char *name, size_t len, const lock__grant *grant);
 
 /* A release may have gone unheard: calls the oldest waiter, if any. */
 void lock__queue_call_oldest(lock__queue *q);
 
 /* Sleeps on w's condition variable (mu held, and released while asleep) until w is called
- * (returns true, having used up the call; at once if one is pending) or deadline_ns (false). */
-bool lock__waiter_await_call(lock__waiter *w, pthread_mutex_t *mu, int64_t deadline_ns);
+ * (returns true, having used up the call; at once if one is pending) or deadline_ns (false).
+ * *grant gets the grant that came with the call, and is cleared otherwise. A grant may be
+ * stale (a message about an earlier call of the same thread): lock_try_lock checks its
+ * token before it believes it. */
+bool lock__waiter_await_call(lock__waiter *w, pthread_mutex_t *mu, int64_t deadline_ns,
+                             lock__grant *grant);
 
 /*
  * w leaves q. acquired: it got the lock, and a call pending for it is spent (it stood for

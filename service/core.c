@@ -14,8 +14,6 @@ int core_create(const service_config *cfg, int db_pool_size, int redis_pool_size
 {
     db_pool_options db_opts;
     lock_options lock_opts;
-    queue_lock_options etcd_opts;
-    queue_lock_options zk_opts;
     guard_env_options guard_opts = {0};
 
     memset(out, 0, sizeof(*out));
@@ -59,56 +57,19 @@ int core_create(const service_config *cfg, int db_pool_size, int redis_pool_size
         return -1;
     }
 
-    if (cfg->redlock_nodes[0] != '\0') {
-        redlock_node nodes[REDLOCK_MAX_NODES];
-        redlock_options rl_opts;
-        char why[128];
-
-        redlock_options_init(&rl_opts);
-        if (redlock_parse_nodes(cfg->redlock_nodes, nodes, REDLOCK_MAX_NODES, &rl_opts.n_nodes, why,
-                                sizeof(why)) != 0) {
-            snprintf(err, errlen, "REDLOCK_NODES: %s", why);
-            return -1;
-        }
-        rl_opts.nodes = nodes;
-        rl_opts.node_timeout_ms = cfg->redlock_timeout_ms;
-        if (redlock_create(&rl_opts, &out->redlock) != LOCK_OK) {
-            snprintf(err, errlen, "cannot create the Redlock clients");
-            return -1;
-        }
-    }
-
-    /* Without ETCD_ENDPOINT there is no etcd client, and so no etcd mode (modes.h). With
-     * it, the client connects lazily: a replica starts while etcd is down, and the etcd mode
-     * answers 503 until it is back. */
-    if (cfg->etcd_endpoint[0] != '\0') {
-        queue_lock_options_init(&etcd_opts);
-        etcd_opts.servers = cfg->etcd_endpoint;
-        etcd_opts.lease_ms = cfg->lock_lease_ms;
-        etcd_opts.request_timeout_ms = (int)cfg->etcd_timeout_ms;
-        if (etcd_lock_client_create(&etcd_opts, &out->etcd) != QUEUE_LOCK_OK) {
-            snprintf(err, errlen, "cannot create the etcd lock client");
-            return -1;
-        }
-    }
-
-    /* Likewise ZOOKEEPER_HOSTS: no client, no zookeeper mode; the client connects lazily.
-     * The session timeout is the lease, as etcd's TTL is. */
-    if (cfg->zookeeper_hosts[0] != '\0') {
-        queue_lock_options_init(&zk_opts);
-        zk_opts.servers = cfg->zookeeper_hosts;
-        zk_opts.lease_ms = cfg->lock_lease_ms;
-        zk_opts.request_timeout_ms = cfg->zookeeper_timeout_ms;
-        if (zk_lock_client_create(&zk_opts, &out->zk) != QUEUE_LOCK_OK) {
-            snprintf(err, errlen, "cannot create the ZooKeeper lock client");
-            return -1;
-        }
-    }
-
     guard_opts.lock = out->lock;
-    guard_opts.redlock = out->redlock;
-    guard_opts.etcd = out->etcd;
-    guard_opts.zk = out->zk;
+    /* Without REDLOCK_NODES no Redlock, and so no redlock mode; with it, the mode's own file
+     * builds the clients, which connect lazily. */
+    guard_opts.redlock_nodes = cfg->redlock_nodes;
+    guard_opts.redlock_timeout_ms = cfg->redlock_timeout_ms;
+    /* Without ETCD_ENDPOINT (ZOOKEEPER_HOSTS) no client, and so no etcd (zookeeper) mode;
+     * with it, the mode's own file builds a client that connects lazily. The session
+     * timeout is the lease, as etcd's TTL is. */
+    guard_opts.etcd_endpoint = cfg->etcd_endpoint;
+    guard_opts.etcd_timeout_ms = cfg->etcd_timeout_ms;
+    guard_opts.zookeeper_hosts = cfg->zookeeper_hosts;
+    guard_opts.zookeeper_timeout_ms = cfg->zookeeper_timeout_ms;
+    guard_opts.queue_lease_ms = cfg->lock_lease_ms;
     guard_opts.wait_ms = cfg->lock_wait_ms;
     /* Watchdog mode: the lease is renewed for as long as the transaction runs, however
      * long that is, and runs out within LOCK_LEASE_MS if the replica dies. */
@@ -118,7 +79,8 @@ int core_create(const service_config *cfg, int db_pool_size, int redis_pool_size
     guard_opts.db_wait_ms = cfg->db_wait_ms;
     guard_opts.row_lease_ms = cfg->lockrow_ttl_ms;
     if (guard_env_create(&guard_opts, &out->guards) != 0) {
-        snprintf(err, errlen, "out of memory");
+        snprintf(err, errlen,
+                 "cannot build the guards: out of memory, or no Redlock, etcd or ZooKeeper client");
         return -1;
     }
 
@@ -149,9 +111,6 @@ void core_destroy(core *c)
 {
     batch_queue_destroy(c->deduct.batch);
     guard_env_destroy(c->guards);
-    redlock_destroy(c->redlock);
-    queue_lock_destroy(c->etcd);
-    queue_lock_destroy(c->zk);
     lock_client_destroy(c->lock);
     db_pool_destroy(c->db);
     memset(c, 0, sizeof(*c));

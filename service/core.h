@@ -11,9 +11,7 @@
 #include <stddef.h>
 
 #include "db/db.h"
-#include "lock/etcd/etcd_lock.h"
 #include "lock/lock.h"
-#include "lock/zookeeper/zk_lock.h"
 #include "service/config.h"
 #include "service/deduct.h"
 #include "service/modes.h"
@@ -21,11 +19,6 @@
 typedef struct core {
     db_pool *db;
     lock_client *lock;
-    redlock *redlock;       /* NULL without REDLOCK_NODES */
-    etcd_lock_client *etcd; /* the etcd mode's client (lock/etcd/); NULL without
-                               ETCD_ENDPOINT */
-    zk_lock_client *zk;     /* the zookeeper mode's client (lock/zookeeper/); NULL without
-                               ZOOKEEPER_HOSTS */
     guard_env *guards;
     deduct_env deduct; /* points at the three above */
 } core;

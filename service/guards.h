@@ -4,12 +4,13 @@
  * One convention names the files: every mode's guard or transaction shape lives in
  * service/modes/<mode>.c, the mode's name with '-' as '_' (redis-nofence:
  * modes/redis_nofence.c). What several modes share is a helper named as one,
- * service/guards*.c: guards.c (the environment, the guard that cannot be lost, the pause
- * before a release), guards_poll.c (the polling modes' wait), guards_redis.c (the lock of
+ * service/guards*.c: guards_env.c (the environment, which builds and frees the state of the
+ * guards that have their own), guards.c (the guard that cannot be lost, the pause before a
+ * release), guards_poll.c (the polling modes' wait), guards_redis.c (the lock of
  * lock/ as a guard), guards_lockrow.c (a PostgreSQL row as the lock), guards_queue.c (the
- * queue lock of lock/queue/ as a guard, for etcd and zookeeper). The guards share one
- * environment, built once at start-up: this header shows its layout to the guard files, and
- * only they and modes.c include it.
+ * queue lock of lock/queue/ as a guard, for etcd and zookeeper, and its clients). The guards
+ * share one environment, built once at start-up: this header shows its layout to the guard
+ * files, and only they and modes.c include it.
  */
 #ifndef SERVICE_GUARDS_H
 #define SERVICE_GUARDS_H
@@ -19,6 +20,8 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "lock/queue/queue_lock.h"
+#include "lock/redlock.h"
 #include "service/modes.h"
 
 /* How long the polling rungs (setnx ... owner-lua) sleep between two tries. */
@@ -26,15 +29,15 @@
 
 struct guard_env {
     lock_client *lock;
-    etcd_lock_client *etcd;
-    zk_lock_client *zk;
+    queue_lock *etcd; /* the etcd mode's client, built and freed by guards_queue.c; NULL: none */
+    queue_lock *zk;   /* the zookeeper mode's client, likewise */
     int64_t wait_ms;
     int64_t lease_ms;
     int64_t fixed_lease_ms;
     db_pool *db;                 /* the pg-lockrow guards' connections; may be NULL */
     int64_t db_wait_ms;          /* their bound on waiting for one */
     int64_t row_lease_ms;        /* pg-lockrow-ttl's row lease */
-    redlock *redlock;            /* NULL unless REDLOCK_NODES is set */
+    redlock *redlock;            /* built and freed by modes/redlock.c; NULL: no REDLOCK_NODES */
     unsigned has;                /* MODE_NEEDS_* bits this environment can serve */
     struct local_stripes *local; /* the local guard's mutexes: its own (modes/local.c) */
 };
@@ -50,7 +53,7 @@ struct guard_env {
 #define GUARD_STATE_FITS(type)                                                                     \
     _Static_assert(sizeof(type) <= GUARD_STATE_BYTES, #type " does not fit guard_hold.state")
 
-/* ---- helpers: guards.c ------------------------------------------------------------- */
+/* ---- helpers: guards.c (guards_env.c: modes.h's guard_env_*) ----------------------- */
 
 /* still_held of a guard that cannot be lost (none, local, the polling modes): GUARD_OK. */
 int guards__always_held(guard_env *env, const guard_hold *hold);
@@ -140,6 +143,11 @@ GUARD_DECL(guard_pg_lockrow_ttl);   /* pg_lockrow_ttl.c: the lock row with an ex
 GUARD_DECL(guard_redlock);
 int guard_redlock__still_held(guard_env *env, const guard_hold *hold);
 void guard_redlock__leave(guard_env *env, guard_hold *hold);
+/* Builds env->redlock when opts->redlock_nodes is set, and adds MODE_NEEDS_REDLOCK to
+ * env->has: 0, or -1 when the clients cannot be made. Nothing connects yet. The destroy
+ * frees them (safe when there are none). */
+int guard_redlock__init(guard_env *env, const guard_env_options *opts);
+void guard_redlock__destroy(guard_env *env);
 
 /* etcd.c and zookeeper.c: the queue lock of lock/queue/ on "goods-<id>", through the helper
  * below, fenced by the node's order number (etcd's create revision, ZooKeeper's czxid).
@@ -160,6 +168,12 @@ extern const guards_queue_rung guards_queue__zookeeper;
 /* Takes goods_id's queue lock on q (NULL: the mode's client is not configured, 503) within
  * env->wait_ms, for the calling thread: GUARD_OK with hold fenced by the node's order number
  * and fence_source r->source; GUARD_ERR_TIMEOUT, GUARD_ERR_UNAVAILABLE with detail set. */
+/* The two modes' clients, built into env at start-up: the etcd client (env->etcd) when
+ * opts->etcd_endpoint is set, the ZooKeeper client (env->zk) when opts->zookeeper_hosts is,
+ * each then adding its MODE_NEEDS_* bit to env->has. Nothing connects yet. 0, or -1 when a
+ * client cannot be made. guards_queue__destroy frees them (safe when there are none). */
+int guards_queue__init(guard_env *env, const guard_env_options *opts);
+void guards_queue__destroy(guard_env *env);
 int guards_queue__enter(queue_lock *q, const guards_queue_rung *r, guard_env *env,
                         int64_t goods_id, guard_hold *hold, char *detail, size_t detail_len);
 /* Both modes' still_held and leave: the holding's fence_source names the client it took. */

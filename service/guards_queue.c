@@ -15,18 +15,64 @@
  * The owner of a holding is the request's thread (queue_lock_thread_owner): enter,
  * still_held and leave run on it. still_held and leave serve both rungs: the holding's
  * fence_source says which client took it.
+ *
+ * The two clients are this file's too: built from the settings at start-up
+ * (guards_queue__init, from guard_env_create), freed with the guards, so that no other
+ * file of service/ calls lock/etcd/ or lock/zookeeper/.
  */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "lock/etcd/etcd_lock.h"
 #include "lock/queue/queue_lock.h"
+#include "lock/zookeeper/zk_lock.h"
 #include "service/clock.h"
 #include "service/guards.h"
 #include "service/log.h"
 
 const guards_queue_rung guards_queue__etcd = {"etcd", "etcd"};
 const guards_queue_rung guards_queue__zookeeper = {"ZooKeeper", "zookeeper"};
+
+/* Makes *client with `create` when `servers` is set (not NULL, not ""), on servers, the lease
+ * lease_ms and the request bound timeout_ms (each 0: the queue lock's default), and adds
+ * `need` to env->has. 0 (also when servers is not set), or -1. */
+static int make_client(guard_env *env, queue_lock **client, unsigned need,
+                       int (*create)(const queue_lock_options *, queue_lock **),
+                       const char *servers, int64_t lease_ms, int timeout_ms)
+{
+    queue_lock_options o;
+
+    if (servers == NULL || servers[0] == '\0')
+        return 0; /* not configured: the mode is not served */
+    queue_lock_options_init(&o);
+    o.servers = servers;
+    if (lease_ms > 0)
+        o.lease_ms = lease_ms;
+    if (timeout_ms > 0)
+        o.request_timeout_ms = timeout_ms;
+    if (create(&o, client) != QUEUE_LOCK_OK)
+        return -1;
+    env->has |= need;
+    return 0;
+}
+
+int guards_queue__init(guard_env *env, const guard_env_options *opts)
+{
+    if (make_client(env, &env->etcd, MODE_NEEDS_ETCD, etcd_lock_client_create, opts->etcd_endpoint,
+                    opts->queue_lease_ms, (int)opts->etcd_timeout_ms) != 0)
+        return -1;
+    return make_client(env, &env->zk, MODE_NEEDS_ZOOKEEPER, zk_lock_client_create,
+                       opts->zookeeper_hosts, opts->queue_lease_ms, opts->zookeeper_timeout_ms);
+}
+
+void guards_queue__destroy(guard_env *env)
+{
+    queue_lock_destroy(env->etcd);
+    queue_lock_destroy(env->zk);
+    env->etcd = NULL;
+    env->zk = NULL;
+}
 
 int guards_queue__enter(queue_lock *q, const guards_queue_rung *r, guard_env *env, int64_t goods_id,
                         guard_hold *hold, char *detail, size_t detail_len)

@@ -325,8 +325,8 @@ static void render_lock_wait(metrics *m, text_buf *b)
                      "Time spent waiting to take a lock, taken or not.", m->lock_wait,
                      &m->lock_wait_sum_ns, wait_buckets, METRICS__N_BUCKETS);
     render_histogram(b, "stock_lock_handoff_seconds",
-                     "From a lock's release to the take by the head of its line (Redis' clock): "
-                     "time the lock served nobody.",
+                     "From a lock's release (Redis' clock) to the take by the head of its line "
+                     "(this host's clock): time the lock served nobody.",
                      m->handoff, &m->handoff_sum_ns, handoff_buckets, METRICS__N_HANDOFF);
 }
 

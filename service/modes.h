@@ -24,10 +24,7 @@
 #include <stdint.h>
 
 #include "db/db.h"
-#include "lock/etcd/etcd_lock.h"
 #include "lock/lock.h"
-#include "lock/redlock.h"
-#include "lock/zookeeper/zk_lock.h"
 
 /* What the guards share: built once at start-up, used by every request thread. */
 typedef struct guard_env guard_env;
@@ -44,12 +41,21 @@ typedef struct guard_env_options {
                                GUARD_ERR_UNAVAILABLE */
     int64_t db_wait_ms;     /* bound on waiting for a pooled connection (DB_WAIT_MS) */
     int64_t row_lease_ms;   /* pg-lockrow-ttl: how long a lock row lives (LOCKROW_TTL_MS) */
-    redlock *redlock;       /* the Redlock nodes (REDLOCK_NODES); NULL: not configured, and
-                               the redlock mode is not served; not owned */
-    etcd_lock_client *etcd; /* the etcd lock client (ETCD_ENDPOINT); NULL: not configured,
-                               and the etcd mode is not served; not owned */
-    zk_lock_client *zk;     /* the ZooKeeper lock client (ZOOKEEPER_HOSTS); NULL: not
-                               configured, and the zookeeper mode is not served; not owned */
+    const char *redlock_nodes; /* REDLOCK_NODES (valid: the configuration checked it); NULL or
+                                  "": no Redlock, and the redlock mode is not served. Its
+                                  guard builds and owns the clients (modes/redlock.c) */
+    int redlock_timeout_ms;    /* REDLOCK_TIMEOUT_MS; 0: Redlock's default */
+    /* The queue-lock modes' guard builds and owns their clients (guards_queue.c), which
+     * connect lazily: a replica starts while the service is down, and the mode answers 503
+     * until it is back. */
+    const char *etcd_endpoint;    /* ETCD_ENDPOINT; NULL or "": no etcd client, and the etcd
+                                     mode is not served */
+    int64_t etcd_timeout_ms;      /* ETCD_TIMEOUT_MS: bound on each etcd request */
+    const char *zookeeper_hosts;  /* ZOOKEEPER_HOSTS; NULL or "": no ZooKeeper client, and the
+                                     zookeeper mode is not served */
+    int zookeeper_timeout_ms;     /* ZOOKEEPER_TIMEOUT_MS: bound on waiting for a session */
+    int64_t queue_lease_ms;       /* LOCK_LEASE_MS: etcd's lease TTL and ZooKeeper's session
+                                     timeout; 0: the queue lock's default */
 } guard_env_options;
 
 /*

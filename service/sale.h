@@ -18,6 +18,12 @@
  * It also holds the steps around it that every way of selling shares: one 503 answer and one
  * database-failure answer, and the fold of redis-sharded's segments back into the goods row
  * (a transaction of its own, which the service opens and commits around db_segments_fold).
+ *
+ * This header is the whole sale's interface; its code is cut by job: the transaction and
+ * its steps (sale.c), the check's working state and arithmetic (sale_tally.c: sale_allocate,
+ * sale_split), the answers (sale_answer.c: sale_answer_503, sale_answer_db, sale_fail,
+ * sale_fail_db), the sources of the stock (sale_source.c: sale_fold), the stored answers
+ * (sale_store.c: sale_replay). Their own headers are internal to the sale.
  */
 #ifndef SERVICE_SALE_H
 #define SERVICE_SALE_H

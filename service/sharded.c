@@ -55,13 +55,11 @@ typedef struct shard_sale {
     const deduct_env *env;
     const mode *m;
     int64_t goods_id;
-    int64_t count;
-    const char *key;        /* Idempotency-Key or NULL */
-    const char *request_id; /* the client's, written with the order, or NULL */
-    int k;                  /* segments */
+    sale_line line; /* the request (count, Idempotency-Key, request id) and its answer, as each
+                       of its sales sells it: a fresh copy per sale_run */
+    int k;          /* segments */
     db_conn *conn;
     char busy[64]; /* the lock of the last segment found busy */
-    deduct_result *out;
 } shard_sale;
 
 /* What a step of the sale came to: this file's own answers, never mixed with a DB_* code. */
@@ -74,7 +72,7 @@ typedef enum shard_step {
 
 static shard_step answer_503(shard_sale *s, const char *error, const char *detail)
 {
-    (void)sale_answer_503(s->out, error, detail);
+    (void)sale_answer_503(s->line.out, error, detail);
     return STEP_ANSWERED;
 }
 
@@ -92,8 +90,8 @@ static int segment_enter(shard_sale *s, int seg, int64_t wait_ms, guard_hold *ho
     int rc =
         s->m->parts->enter(s->env->guards, s->goods_id, seg, wait_ms, hold, detail, detail_len);
 
-    s->out->waited = true;
-    s->out->wait_seconds += hold->wait_seconds;
+    s->line.out->waited = true;
+    s->line.out->wait_seconds += hold->wait_seconds;
     return rc;
 }
 
@@ -106,7 +104,7 @@ static bool borrow(shard_sale *s)
     if (rc == DB_OK)
         return true;
     s->conn = NULL;
-    (void)sale_answer_db(s->out, NULL, "connect", rc);
+    (void)sale_answer_db(s->line.out, NULL, "connect", rc);
     return false;
 }
 
@@ -122,7 +120,7 @@ static void give_back(shard_sale *s)
 static shard_step sell_from(shard_sale *s, sale_source source, int segment, guard_hold *holds,
                             size_t n_holds)
 {
-    sale_line line = {.count = s->count, .key = s->key, .request_id = s->request_id, .out = s->out};
+    sale_line line = s->line;
     sale one = {.env = s->env,
                 .mode = s->m,
                 .goods_id = s->goods_id,
@@ -243,12 +241,12 @@ static shard_step look(shard_sale *s, int64_t *hints)
     int64_t goods_stock = 0, total = 0;
     int rc;
 
-    if (s->key != NULL && sale_replay(s->conn, s->goods_id, s->key, s->out))
+    if (s->line.key != NULL && sale_replay(s->conn, s->goods_id, s->line.key, s->line.out))
         return STEP_ANSWERED;
 
     rc = db_segments_read(s->conn, s->goods_id, s->k, &goods_stock, hints, &total);
     if (rc != DB_OK && rc != DB_ERR_NOT_FOUND) {
-        (void)sale_answer_db(s->out, s->conn, "read segments", rc);
+        (void)sale_answer_db(s->line.out, s->conn, "read segments", rc);
         return STEP_ANSWERED;
     }
     /* The hint's snapshot answers a 404 or a 409 by itself: at that moment the goods did not
@@ -256,24 +254,24 @@ static shard_step look(shard_sale *s, int64_t *hints)
      * a sale from the hint, which claims the key and reads the hint again (no segment lock
      * is needed: a refusal sells nothing); a stock that covers the count after all (a reset
      * came between) sends the sale on to the segments. */
-    if (rc == DB_ERR_NOT_FOUND || total < s->count) {
-        if (s->key != NULL) {
+    if (rc == DB_ERR_NOT_FOUND || total < s->line.count) {
+        if (s->line.key != NULL) {
             if (sell_from(s, SALE_FROM_HINT, s->k, NULL, 0) != STEP_SHORT)
                 return STEP_ANSWERED;
             rc = db_segments_read(s->conn, s->goods_id, s->k, &goods_stock, hints, &total);
             if (rc != DB_OK) {
-                (void)sale_answer_db(s->out, s->conn, "read segments", rc);
+                (void)sale_answer_db(s->line.out, s->conn, "read segments", rc);
                 return STEP_ANSWERED;
             }
         } else if (rc == DB_ERR_NOT_FOUND) {
-            s->out->status = 404;
-            s->out->outcome = "unknown_goods";
-            s->out->body = response_unknown_goods(s->goods_id);
+            s->line.out->status = 404;
+            s->line.out->outcome = "unknown_goods";
+            s->line.out->body = response_unknown_goods(s->goods_id);
             return STEP_ANSWERED;
         } else {
-            s->out->status = 409;
-            s->out->outcome = "insufficient_stock";
-            s->out->body = response_insufficient(s->goods_id, total);
+            s->line.out->status = 409;
+            s->line.out->outcome = "insufficient_stock";
+            s->line.out->body = response_insufficient(s->goods_id, total);
             return STEP_ANSWERED;
         }
     }
@@ -358,7 +356,7 @@ static shard_step run(shard_sale *s)
         step = look_once(s, hints);
         if (step != STEP_GO)
             return step;
-        n = sharded_candidates(hints, s->k, s->count, draw(), order);
+        n = sharded_candidates(hints, s->k, s->line.count, draw(), order);
         if (n == 0)
             break;
         step = fast_path(s, order, n, left);
@@ -371,14 +369,12 @@ static shard_step run(shard_sale *s)
 int sharded_execute(const deduct_env *env, const mode *m, int64_t goods_id, int64_t count,
                     const char *idempotency_key, const char *request_id, deduct_result *out)
 {
+    sale_line line = {.count = count, .key = idempotency_key, .request_id = request_id, .out = out};
     shard_sale s = {.env = env,
                     .m = m,
                     .goods_id = goods_id,
-                    .count = count,
-                    .key = idempotency_key,
-                    .request_id = request_id,
-                    .k = sharded_segments(env->shard_segments),
-                    .out = out};
+                    .line = line,
+                    .k = sharded_segments(env->shard_segments)};
     char detail[256];
 
     memset(out, 0, sizeof(*out));

@@ -5,7 +5,7 @@
 #   1. nginx -t on the generated configuration (static check);
 #   2. BUILD_DIR/tests/stack/test_*, the cmocka integration programs, one per concern (see
 #      IT_STACK_PROGRAMS below), each run in turn against this one stack, told where things
-#      listen (tests/stack/support.h):
+#      listen (tests/stack/stack_support.h):
 #        STOCK_URL     http://127.0.0.1:HTTP_PORT (nginx)
 #        REPLICA_URLS  http://127.0.0.1:PORT of each replica, comma-separated
 #        ADMIN_TOKEN   the token the stack runs with

@@ -14,8 +14,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "lock/etcd/etcd_lock.h"
-#include "lock/zookeeper/zk_lock.h"
 #include "service/modes.h"
 
 static double now_s(void)
@@ -336,9 +334,6 @@ static void test_redis_guard_without_client_is_unavailable(void **state)
 static void test_needs_filter_the_served_rows(void **state)
 {
     guard_env_options opts = {.wait_ms = 100, .lease_ms = LOCK_LEASE_WATCHDOG};
-    redlock_node node = {"127.0.0.1", 1}; /* never contacted: clients connect lazily */
-    redlock_options ro;
-    redlock *rl = NULL;
     guard_env *without = NULL, *with = NULL;
     char list[1024];
     size_t n = 0;
@@ -359,11 +354,7 @@ static void test_needs_filter_the_served_rows(void **state)
                         "REDLOCK_NODES");
     assert_string_equal(modes_missing(modes_find("redis"), without, list, sizeof(list)), "");
 
-    redlock_options_init(&ro);
-    ro.nodes = &node;
-    ro.n_nodes = 1;
-    assert_int_equal(redlock_create(&ro, &rl), LOCK_OK);
-    opts.redlock = rl;
+    opts.redlock_nodes = "127.0.0.1:1"; /* never contacted: clients connect lazily */
     assert_int_equal(guard_env_create(&opts, &with), 0);
     assert_int_equal(guard_env_has(with), MODE_NEEDS_REDLOCK);
     assert_ptr_equal(modes_find_served(with, "redlock"), modes_find("redlock"));
@@ -379,21 +370,16 @@ static void test_needs_filter_the_served_rows(void **state)
     }
     guard_env_destroy(with);
     guard_env_destroy(without);
-    redlock_destroy(rl);
 }
 
 /* Guards with an etcd client: a replica told ETCD_ENDPOINT. The client connects lazily, so
  * no etcd is needed at this address (port 9, where nothing listens on loopback). */
-static guard_env *env_with_etcd(etcd_lock_client **client)
+static guard_env *env_with_etcd(void)
 {
-    queue_lock_options eo;
     guard_env_options opts = {.lock = NULL, .wait_ms = 100, .lease_ms = LOCK_LEASE_WATCHDOG};
     guard_env *env = NULL;
 
-    queue_lock_options_init(&eo);
-    eo.servers = "http://127.0.0.1:9";
-    assert_int_equal(etcd_lock_client_create(&eo, client), QUEUE_LOCK_OK);
-    opts.etcd = *client;
+    opts.etcd_endpoint = "http://127.0.0.1:9";
     assert_int_equal(guard_env_create(&opts, &env), 0);
     return env;
 }
@@ -401,7 +387,6 @@ static guard_env *env_with_etcd(etcd_lock_client **client)
 /* etcd is served only by a replica with an etcd client (ETCD_ENDPOINT), like redlock. */
 static void test_etcd_is_served_only_with_an_etcd_client(void **state)
 {
-    etcd_lock_client *client = NULL;
     guard_env *with = NULL, *without = NULL;
     guard_env_options plain = {.lock = NULL, .wait_ms = 100, .lease_ms = LOCK_LEASE_WATCHDOG};
     const mode *etcd = modes_find("etcd");
@@ -414,7 +399,7 @@ static void test_etcd_is_served_only_with_an_etcd_client(void **state)
     assert_null(etcd->tx);
 
     assert_int_equal(guard_env_create(&plain, &without), 0);
-    with = env_with_etcd(&client);
+    with = env_with_etcd();
 
     assert_null(modes_find_served(without, "etcd"));
     assert_false(modes_served(etcd, without));
@@ -429,15 +414,12 @@ static void test_etcd_is_served_only_with_an_etcd_client(void **state)
 
     guard_env_destroy(with);
     guard_env_destroy(without);
-    queue_lock_destroy(client);
 }
 
 /* zookeeper likewise, with a ZooKeeper client (ZOOKEEPER_HOSTS): it connects lazily, so no
  * server is needed at this address either. */
 static void test_zookeeper_is_served_only_with_a_zookeeper_client(void **state)
 {
-    queue_lock_options zo;
-    zk_lock_client *client = NULL;
     guard_env *with = NULL, *without = NULL;
     guard_env_options plain = {.lock = NULL, .wait_ms = 100, .lease_ms = LOCK_LEASE_WATCHDOG};
     guard_env_options opts = plain;
@@ -450,10 +432,7 @@ static void test_zookeeper_is_served_only_with_a_zookeeper_client(void **state)
     assert_int_equal(zk->needs, MODE_NEEDS_ZOOKEEPER);
     assert_null(zk->tx);
 
-    queue_lock_options_init(&zo);
-    zo.servers = "127.0.0.1:9";
-    assert_int_equal(zk_lock_client_create(&zo, &client), QUEUE_LOCK_OK);
-    opts.zk = client;
+    opts.zookeeper_hosts = "127.0.0.1:9";
     assert_int_equal(guard_env_create(&plain, &without), 0);
     assert_int_equal(guard_env_create(&opts, &with), 0);
 
@@ -467,7 +446,6 @@ static void test_zookeeper_is_served_only_with_a_zookeeper_client(void **state)
 
     guard_env_destroy(with);
     guard_env_destroy(without);
-    queue_lock_destroy(client);
 }
 
 static void test_zookeeper_guard_without_client_is_unavailable(void **state)

@@ -30,6 +30,10 @@
 # flushed it too, and only that standby may be promoted), strict (synchronous_mode_strict:
 # also when no standby is left, where plain sync degrades to async so as to keep writing).
 
+# The bootstrap section of patroni.yml, shared with the compose profile's nodes.
+# shellcheck source=scripts/lib/patroni_bootstrap.sh
+source "$(dirname "${BASH_SOURCE[0]}")/patroni_bootstrap.sh"
+
 PATRONI=${PATRONI:-/usr/bin/patroni}
 PATRONICTL=${PATRONICTL:-/usr/bin/patronictl}
 PGHA_NODES=3
@@ -70,14 +74,6 @@ pgha_postmaster_pid() {
     pidfile_alive "$data/postmaster.pid" "-D $data"
 }
 
-pgha__sync_settings() {
-    case $PG_REPLICATION in
-    async) echo "synchronous_mode: false" ;;
-    sync) printf 'synchronous_mode: true\n    synchronous_mode_strict: false\n' ;;
-    strict) printf 'synchronous_mode: true\n    synchronous_mode_strict: true\n' ;;
-    esac
-}
-
 # The configuration of node N. bootstrap.dcs is read only by the node that initialises the
 # cluster, and kept in etcd afterwards; pgha_start changes it there for a running cluster
 # (patronictl edit-config), so that PG_REPLICATION takes effect at every `up`.
@@ -96,30 +92,13 @@ restapi:
   connect_address: 127.0.0.1:$api
 etcd3:
   host: 127.0.0.1:$PGHA_ETCD_PORT
-bootstrap:
-  dcs:
-    ttl: $PGHA_TTL
-    loop_wait: $PGHA_LOOP_WAIT
-    retry_timeout: $PGHA_RETRY_TIMEOUT
-    maximum_lag_on_failover: $PGHA_MAX_LAG
-    $(pgha__sync_settings)
-    postgresql:
-      use_pg_rewind: true
-      use_slots: true
-      parameters:
-        max_connections: $(pg__max_connections)
+$(patroni_bootstrap_yaml "$PG_REPLICATION" "$PGHA_TTL" "$PGHA_LOOP_WAIT" "$PGHA_RETRY_TIMEOUT" \
+    "$PGHA_MAX_LAG" "        max_connections: $(pg__max_connections)
         # Durability as in pg.sh: PostgreSQL's defaults, spelled out.
         fsync: 'on'
         synchronous_commit: 'on'
         full_page_writes: 'on'
-        wal_log_hints: 'on'
-        hot_standby: 'on'
-        max_wal_senders: 10
-        max_replication_slots: 10
-        wal_keep_size: 128MB
-  initdb:
-  - encoding: UTF8
-  - locale: C
+        hot_standby: 'on'")
 postgresql:
   listen: 127.0.0.1:$port
   connect_address: 127.0.0.1:$port

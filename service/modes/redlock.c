@@ -27,6 +27,34 @@ typedef struct redlock_state {
 } redlock_state;
 GUARD_STATE_FITS(redlock_state);
 
+int guard_redlock__init(guard_env *env, const guard_env_options *opts)
+{
+    redlock_node nodes[REDLOCK_MAX_NODES];
+    redlock_options ro;
+    char why[128];
+
+    if (opts->redlock_nodes == NULL || opts->redlock_nodes[0] == '\0')
+        return 0; /* not configured: the mode is not served */
+    /* The configuration checked REDLOCK_NODES: a parse error comes from another caller. */
+    redlock_options_init(&ro);
+    if (redlock_parse_nodes(opts->redlock_nodes, nodes, REDLOCK_MAX_NODES, &ro.n_nodes, why,
+                            sizeof(why)) != 0)
+        return -1;
+    ro.nodes = nodes; /* copied */
+    if (opts->redlock_timeout_ms > 0)
+        ro.node_timeout_ms = opts->redlock_timeout_ms;
+    if (redlock_create(&ro, &env->redlock) != LOCK_OK)
+        return -1;
+    env->has |= MODE_NEEDS_REDLOCK;
+    return 0;
+}
+
+void guard_redlock__destroy(guard_env *env)
+{
+    redlock_destroy(env->redlock);
+    env->redlock = NULL;
+}
+
 int guard_redlock__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
                          size_t detail_len)
 {

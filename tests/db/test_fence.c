@@ -4,9 +4,9 @@
  * that holder's write, or is refused when the holder is newer); and the sale in two round
  * trips (pipeline mode): committed, fenced, or leaving nothing on an error.
  *
- * The environment and the fixtures: tests/db/support.h.
+ * The environment and the fixtures: tests/db/db_support.h.
  */
-#include "tests/db/support.h"
+#include "tests/db/db_support.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

@@ -4,9 +4,9 @@
  * "unknown", and the same for the sale in two round trips (pipeline mode), a claim behind a
  * held row bounded too.
  *
- * The environment and the fixtures: tests/db/support.h.
+ * The environment and the fixtures: tests/db/db_support.h.
  */
-#include "tests/db/support.h"
+#include "tests/db/db_support.h"
 
 #include <pthread.h>
 #include <signal.h>

@@ -3,9 +3,9 @@
  * applied once, then nothing; two migrators at once apply each file once; a pending file
  * found by the schema check; a failing migration changes nothing.
  *
- * The environment and the fixtures: tests/db/support.h.
+ * The environment and the fixtures: tests/db/db_support.h.
  */
-#include "tests/db/support.h"
+#include "tests/db/db_support.h"
 
 #include <dirent.h>
 #include <pthread.h>

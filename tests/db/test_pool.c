@@ -4,9 +4,9 @@
  * reopened, a read-only session dropped, a statement timeout as a query error; and every
  * error code with a name.
  *
- * The environment and the fixtures: tests/db/support.h.
+ * The environment and the fixtures: tests/db/db_support.h.
  */
-#include "tests/db/support.h"
+#include "tests/db/db_support.h"
 #include "tests/support/ports.h"
 
 #include <arpa/inet.h>

@@ -4,9 +4,9 @@
  * rollback), the reset that deletes orders and records, the stock report's figures, and the
  * counters of sold and orders (exact, under concurrent inserts too, with no hot row).
  *
- * The environment and the fixtures: tests/db/support.h.
+ * The environment and the fixtures: tests/db/db_support.h.
  */
-#include "tests/db/support.h"
+#include "tests/db/db_support.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

@@ -2,9 +2,9 @@
  * test_segments.c - redis-sharded's segments in PostgreSQL: spread, claim and write; gather
  * the rest with its tokens; fold and reset; a gather that waits for a sale in flight.
  *
- * The environment and the fixtures: tests/db/support.h.
+ * The environment and the fixtures: tests/db/db_support.h.
  */
-#include "tests/db/support.h"
+#include "tests/db/db_support.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

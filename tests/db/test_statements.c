@@ -4,9 +4,9 @@
  * (FOR UPDATE, atomic, advisory, versioned, the lock row), lock waits ended by lock_timeout,
  * and a failed transaction that commits nothing.
  *
- * The environment and the fixtures: tests/db/support.h.
+ * The environment and the fixtures: tests/db/db_support.h.
  */
-#include "tests/db/support.h"
+#include "tests/db/db_support.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

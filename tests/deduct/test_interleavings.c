@@ -4,9 +4,9 @@
  * scripted guard and for the PostgreSQL rungs; the five steps named; pg-optimistic's retries
  * (out of retries, the Idempotency-Key kept across a retry).
  *
- * The holders, the scripted guard, the database: tests/deduct/support.h.
+ * The holders, the scripted guard, the database: tests/deduct/deduct_support.h.
  */
-#include "tests/deduct/support.h"
+#include "tests/deduct/deduct_support.h"
 
 #include <errno.h>
 #include <stdatomic.h>

@@ -9,7 +9,7 @@
  * The holding is a fenced one made here (source "test", as the scripted guard's): the sale
  * asks it still_held through scripted_mode, which never finds a loss.
  */
-#include "tests/deduct/support.h"
+#include "tests/deduct/deduct_support.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -4,9 +4,9 @@
  * bounded by a transaction that holds the row; redis-batch's leader stuck in PostgreSQL;
  * the fencing counter behind after a failover of Redis.
  *
- * The holders, the scripted guard, the database: tests/deduct/support.h.
+ * The holders, the scripted guard, the database: tests/deduct/deduct_support.h.
  */
-#include "tests/deduct/support.h"
+#include "tests/deduct/deduct_support.h"
 
 #include <errno.h>
 #include <stdatomic.h>
@@ -19,6 +19,7 @@
 
 #include "lock/lock.h"
 #include "service/batch.h"
+#include "service/guards.h"
 #include "tests/support/redis_server.h"
 
 /*
@@ -194,7 +195,7 @@ static const mode batch_slow_mode = {.name = "batch-slow",
                                      .summary = "a slow guard for the batch's bounds",
                                      .enter = batch_slow_enter,
                                      .still_held = scripted_still_held,
-                                     .leave = scripted_leave,
+                                     .leave = guard_none__leave,
                                      .batched = true};
 
 typedef struct batch_shot {

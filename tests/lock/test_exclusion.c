@@ -5,9 +5,9 @@
  *   reentrancy          3 takes, 2 releases: still held and exclusive; 1 more: free
  *   owner check         another thread's unlock fails and leaves the lock alone
  *
- * The server, the fixtures and the tools: tests/lock/support.h.
+ * The server, the fixtures and the tools: tests/lock/lock_support.h.
  */
-#include "tests/lock/support.h"
+#include "tests/lock/lock_support.h"
 
 #include <errno.h>
 #include <signal.h>

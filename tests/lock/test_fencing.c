@@ -4,9 +4,9 @@
  *                       across a lease that expired in the middle
  *   NOSCRIPT            SCRIPT FLUSH between every step, the watchdog included
  *
- * The server, the fixtures and the tools: tests/lock/support.h.
+ * The server, the fixtures and the tools: tests/lock/lock_support.h.
  */
-#include "tests/lock/support.h"
+#include "tests/lock/lock_support.h"
 
 #include <errno.h>
 #include <signal.h>

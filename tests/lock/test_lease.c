@@ -5,9 +5,9 @@
  *   lost lock           the key deleted and retaken behind the holder: is_held says lost
  *   max hold            renewed up to max_hold_ms only; then lost, and another owner takes it
  *
- * The server, the fixtures and the tools: tests/lock/support.h.
+ * The server, the fixtures and the tools: tests/lock/lock_support.h.
  */
-#include "tests/lock/support.h"
+#include "tests/lock/lock_support.h"
 
 #include <errno.h>
 #include <signal.h>

@@ -4,9 +4,9 @@
  *   subscriber idle     one connection kept through quiet times (PING), reused later
  *   Redis down          try_lock errs within the timeout; after a restart all works again
  *
- * The server, the fixtures and the tools: tests/lock/support.h.
+ * The server, the fixtures and the tools: tests/lock/lock_support.h.
  */
-#include "tests/lock/support.h"
+#include "tests/lock/lock_support.h"
 
 #include <errno.h>
 #include <signal.h>

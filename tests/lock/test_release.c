@@ -4,9 +4,9 @@
  * take, on a first take, on a release; a release with the pool exhausted (the reserved
  * release connection).
  *
- * The server, the fixtures and the tools: tests/lock/support.h.
+ * The server, the fixtures and the tools: tests/lock/lock_support.h.
  */
-#include "tests/lock/support.h"
+#include "tests/lock/lock_support.h"
 
 #include "lock/pool.h" /* white-box: the reserved release connection */
 

@@ -5,9 +5,9 @@
  *   fair order          16 queued waiters and a thread barging in: they still acquire in
  *                       the order they queued (the oldest waiter is woken, keeps its place)
  *
- * The server, the fixtures and the tools: tests/lock/support.h.
+ * The server, the fixtures and the tools: tests/lock/lock_support.h.
  */
-#include "tests/lock/support.h"
+#include "tests/lock/lock_support.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -221,25 +221,6 @@ static void *fair_barger_main(void *arg)
         sleep_ms(FAIR_HOLD_MS);
     }
     return NULL;
-}
-
-/* EVALSHA commands Redis has run since it started (INFO commandstats); -1 if unknown. */
-static long long evalsha_calls(void)
-{
-    return info_number("commandstats", "cmdstat_evalsha:calls=");
-}
-
-/* Polls until evalsha_calls() >= want (5 s at most); returns whether it got there. */
-static bool wait_evalsha(long long want)
-{
-    int64_t until = now_ns() + 5000 * MS;
-
-    while (evalsha_calls() < want) {
-        if (now_ns() >= until)
-            return false;
-        sleep_ms(1);
-    }
-    return true;
 }
 
 /* One round; returns how many waiters acquired out of their queue order. */

@@ -2,7 +2,7 @@
  * api.c - the service's answers checked against ../shared/API.md (status, Content-Type, the
  * JSON body), and the calls every case makes: stock, admin reset, deduct, /metrics.
  */
-#include "tests/stack/support.h"
+#include "tests/stack/stack_support.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -3,7 +3,7 @@
  * (stop, start, freeze a server of this stack, and no other), and SQL on the stack's
  * database behind the service's back.
  */
-#include "tests/stack/support.h"
+#include "tests/stack/stack_support.h"
 
 #include <libpq-fe.h>
 #include <signal.h>

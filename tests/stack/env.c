@@ -1,9 +1,9 @@
 /*
  * env.c - the environment tests/integration.sh gives the stack's test programs, what a case
  * owns (freed by its teardown, so a failed assertion leaks nothing), the case bookkeeping,
- * and stack_main(), the run every program shares. See support.h.
+ * and stack_main(), the run every program shares. See stack_support.h.
  */
-#include "tests/stack/support.h"
+#include "tests/stack/stack_support.h"
 
 #include <fnmatch.h>
 #include <stdbool.h>

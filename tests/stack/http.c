@@ -5,7 +5,7 @@
  * own, since an easy handle must never be used by two threads at once). What libcurl will not
  * send (a request line in HTTP/2.0 over plain TCP), raw_call() writes on a socket of its own.
  */
-#include "tests/stack/support.h"
+#include "tests/stack/stack_support.h"
 
 #include <errno.h>
 #include <netdb.h>

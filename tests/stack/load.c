@@ -11,7 +11,7 @@
  * order of a sale: an Idempotency-Key would do too, but it adds statements to every sale (and
  * takes the redis mode off its two-round-trip path), so the load would measure the key.
  */
-#include "tests/stack/support.h"
+#include "tests/stack/stack_support.h"
 
 #include <errno.h>
 #include <fcntl.h>

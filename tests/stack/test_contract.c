@@ -9,10 +9,10 @@
  * Run alone: `STACK_PROGRAMS=contract make test-integration` starts a stack on free ports,
  * runs this program only against it (then the shell checks that follow it), and stops it.
  * Against a stack already up, from the project root, with the variables of
- * tests/stack/support.h set: build/san/tests/stack/test_contract [PATTERN | --list].
+ * tests/stack/stack_support.h set: build/san/tests/stack/test_contract [PATTERN | --list].
  * `make test-integration` runs every program of tests/stack/ against one stack.
  */
-#include "tests/stack/support.h"
+#include "tests/stack/stack_support.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -11,7 +11,7 @@
  * test-integration. It stops and starts the stack's own servers with scripts/stack.sh
  * (RUN_DIR and the ports).
  */
-#include "tests/stack/support.h"
+#include "tests/stack/stack_support.h"
 
 #include <stdlib.h>
 #include <string.h>

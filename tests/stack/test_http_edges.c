@@ -10,7 +10,7 @@
  * Run alone as tests/stack/test_contract.c says: STACK_PROGRAMS=http_edges make
  * test-integration.
  */
-#include "tests/stack/support.h"
+#include "tests/stack/stack_support.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -7,7 +7,7 @@
  * Run alone as tests/stack/test_contract.c says: STACK_PROGRAMS=idempotency make
  * test-integration.
  */
-#include "tests/stack/support.h"
+#include "tests/stack/stack_support.h"
 
 #include <stdlib.h>
 #include <string.h>

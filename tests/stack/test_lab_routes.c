@@ -15,7 +15,7 @@
  *
  * Run alone: STACK_PROGRAMS=lab_routes make test-integration (the first set); tests/lab.sh (both).
  */
-#include "tests/stack/support.h"
+#include "tests/stack/stack_support.h"
 
 #include <pthread.h>
 #include <stdlib.h>

@@ -28,9 +28,9 @@
  *
  * Run alone as tests/stack/test_contract.c says: STACK_PROGRAMS=lock_lost make
  * test-integration. It needs the slow and delayed replicas tests/integration.sh starts
- * (SLOW_REPLICA_*, DELAYED_REPLICA_*: see tests/stack/support.h).
+ * (SLOW_REPLICA_*, DELAYED_REPLICA_*: see tests/stack/stack_support.h).
  */
-#include "tests/stack/support.h"
+#include "tests/stack/stack_support.h"
 
 #include <stdlib.h>
 #include <string.h>

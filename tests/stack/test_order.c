@@ -11,7 +11,7 @@
  * pause-between-locks): FAULT_REPLICA_URL, which tests/integration.sh starts beside the
  * others. Run alone: STACK_PROGRAMS=order make test-integration.
  */
-#include "tests/stack/support.h"
+#include "tests/stack/stack_support.h"
 
 #include <stdlib.h>
 #include <string.h>

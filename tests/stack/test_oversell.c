@@ -11,7 +11,7 @@
  * Run alone as tests/stack/test_contract.c says: STACK_PROGRAMS=oversell make
  * test-integration.
  */
-#include "tests/stack/support.h"
+#include "tests/stack/stack_support.h"
 
 #include <libpq-fe.h>
 #include <stdlib.h>

@@ -1,8 +1,8 @@
 /*
- * support.c - the database, the fixtures and the main of the db/ module's test programs.
- * See support.h.
+ * db_support.c - the database, the fixtures and the main of the db/ module's test programs.
+ * See db_support.h.
  */
-#include "tests/db/support.h"
+#include "tests/db/db_support.h"
 #include "tests/support/cases.h"
 
 #include <signal.h>

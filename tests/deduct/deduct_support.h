@@ -1,5 +1,5 @@
 /*
- * support.h - what the programs of tests/deduct/ share: the read-check-write of
+ * deduct_support.h - what the programs of tests/deduct/ share: the read-check-write of
  * service/sale.c (through deduct_execute) run by lock holders whose steps a driver orders
  * exactly, against a real PostgreSQL.
  *
@@ -53,11 +53,10 @@ extern guard_env *g_guards; /* the real guards */
 extern int64_t g_lock_wait_ms; /* deduct_env.lock_wait_ms (0: no lock_timeout) */
 extern int g_optimistic_retries; /* deduct_env.optimistic_retries (16) */
 
-/* The scripted guard: the token of the holder's thread, a loss it never notices. Its
- * still_held and leave are public for modes built on it. */
+/* The scripted guard: the token of the holder's thread, a loss it never notices; none's
+ * leave (nothing to give back). Its still_held is public for modes built on it. */
 extern const mode scripted_mode;
 int scripted_still_held(guard_env *env, const guard_hold *hold);
-void scripted_leave(guard_env *env, guard_hold *hold);
 
 /* A holder: a thread that runs one deduction and stops at each step until told to go on. */
 enum { STEP_R, STEP_W, STEP_C, STEPS };

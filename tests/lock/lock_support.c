@@ -1,8 +1,8 @@
 /*
- * support.c - the server, the fixtures and the tools of the Redis lock's test programs.
- * See support.h.
+ * lock_support.c - the server, the fixtures and the tools of the Redis lock's test programs.
+ * See lock_support.h.
  */
-#include "tests/lock/support.h"
+#include "tests/lock/lock_support.h"
 #include "tests/support/cases.h"
 
 #include <errno.h>
@@ -141,6 +141,25 @@ long long info_number(const char *section, const char *prefix)
     return n;
 }
 
+/* EVALSHA commands Redis has run since it started (INFO commandstats); -1 if unknown. */
+long long evalsha_calls(void)
+{
+    return info_number("commandstats", "cmdstat_evalsha:calls=");
+}
+
+/* Polls until evalsha_calls() >= want (5 s at most); returns whether it got there. */
+bool wait_evalsha(long long want)
+{
+    int64_t until = now_ns() + 5000 * MS;
+
+    while (evalsha_calls() < want) {
+        if (now_ns() >= until)
+            return false;
+        sleep_ms(1);
+    }
+    return true;
+}
+
 /* Client connections Redis has open now. */
 long long connected_clients(void)
 {
@@ -188,7 +207,7 @@ int64_t percentile(int64_t *v, size_t n, int pct)
     return v[i < n ? i : n - 1];
 }
 
-/* Another owner's call, on a thread of its own (support.h). */
+/* Another owner's call, on a thread of its own (lock_support.h). */
 static void *bg_main(void *arg)
 {
     bg_call *b = arg;

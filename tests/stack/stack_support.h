@@ -1,5 +1,5 @@
 /*
- * support.h - what the stack's test programs (tests/stack/test_*.c) share: one running stack
+ * stack_support.h - what the stack's test programs (tests/stack/test_*.c) share: one running stack
  * (nginx in front of three replicas of stockd, with PostgreSQL and Redis behind them, all
  * real processes) and the tools to talk to it. tests/integration.sh starts the stack once on
  * free ports and runs each program against it, telling them where things listen:

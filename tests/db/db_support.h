@@ -1,5 +1,5 @@
 /*
- * support.h - what the db/ module's test programs (tests/db/test_*.c, one per concern)
+ * db_support.h - what the db/ module's test programs (tests/db/test_*.c, one per concern)
  * share: a PostgreSQL to create databases on, a database of its own for each case, and the
  * test's own view of it.
  *

@@ -1,8 +1,10 @@
 /*
- * support.c - the scripted guard, the holders, the database and the main of the programs of
- * tests/deduct/. See support.h.
+ * deduct_support.c - the scripted guard, the holders, the database and the main of the programs of
+ * tests/deduct/. See deduct_support.h.
  */
-#include "tests/deduct/support.h"
+#include "tests/deduct/deduct_support.h"
+#include "service/clock.h"
+#include "service/guards.h"
 #include "tests/support/cases.h"
 
 #include <errno.h>
@@ -24,18 +26,16 @@ const char step_names[STEPS] = {'R', 'W', 'C'};
 
 static _Thread_local int64_t t_token;
 
+/* none's guard (nothing to take), with the holder's token. */
 static int scripted_enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
                           size_t detail_len)
 {
-    (void)env;
-    (void)goods_id;
-    (void)detail;
-    (void)detail_len;
-    memset(hold, 0, sizeof(*hold));
+    int rc = guard_none__enter(env, goods_id, hold, detail, detail_len);
+
     hold->fenced = true;
     hold->fence = t_token;
     hold->fence_source = "test";
-    return GUARD_OK;
+    return rc;
 }
 
 int scripted_still_held(guard_env *env, const guard_hold *hold)
@@ -45,39 +45,21 @@ int scripted_still_held(guard_env *env, const guard_hold *hold)
     return GUARD_OK; /* the holder has not found out: its watchdog has not looked yet */
 }
 
-void scripted_leave(guard_env *env, guard_hold *hold)
-{
-    (void)env;
-    (void)hold;
-}
-
 const mode scripted_mode = {.name = "scripted",
                                    .safe = true,
                                    .summary = "a fixed token, a loss never noticed",
                                    .enter = scripted_enter,
                                    .still_held = scripted_still_held,
-                                   .leave = scripted_leave};
+                                   .leave = guard_none__leave};
 
 int64_t now_ms(void)
 {
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return clock_now_ns() / 1000000;
 }
 
 struct timespec deadline_in(int64_t ms)
 {
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    return ts;
+    return clock_timespec(clock_now_ns() + ms * 1000000);
 }
 
 /* The gates: before R (the transaction is open), before W (the stock was read), before C
@@ -194,7 +176,6 @@ holder *holder_start_keyed(int i, char name, int64_t token, int64_t goods, const
                                   const char *key)
 {
     holder *h = &g_holders[i];
-    pthread_condattr_t attr;
 
     memset(h, 0, sizeof(*h));
     h->name = name;
@@ -204,10 +185,7 @@ holder *holder_start_keyed(int i, char name, int64_t token, int64_t goods, const
     h->key = key;
     pthread_mutex_init(&h->mu, NULL);
     /* The deadlines are on the monotonic clock (deadline_in). */
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(&h->cv, &attr);
-    pthread_condattr_destroy(&attr);
+    clock_cond_init(&h->cv);
     assert_int_equal(pthread_create(&h->thread, NULL, holder_run, h), 0);
     g_started[i] = true;
     return h;

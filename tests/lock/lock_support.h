@@ -1,5 +1,5 @@
 /*
- * support.h - what the Redis lock's test programs (tests/lock/test_*.c, one per concern)
+ * lock_support.h - what the Redis lock's test programs (tests/lock/test_*.c, one per concern)
  * share: one redis-server per program run, a fresh lock client per case, the test's own
  * look at Redis, and other owners.
  *
@@ -67,6 +67,12 @@ bool wait_numsub(const char *channel, long long want, int64_t timeout_ms);
 long long info_number(const char *section, const char *prefix);
 /* Client connections Redis has open now. */
 long long connected_clients(void);
+/* EVALSHA commands Redis has run since it started (INFO commandstats); -1 if unknown. A
+ * waiter that must wait runs acquire.lua twice before it sleeps (lock.c's steps 1 and 3):
+ * the count tells a test when it is asleep. */
+long long evalsha_calls(void);
+/* Polls until evalsha_calls() >= want (5 s at most); returns whether it got there. */
+bool wait_evalsha(long long want);
 /* The id of the (first) client in pub/sub mode, from CLIENT LIST; -1 if none. */
 long long pubsub_client_id(void);
 /* Whether CLIENT LIST mentions `needle`. */
