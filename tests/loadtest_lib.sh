@@ -14,7 +14,6 @@
 run_loadtest_lib() {
     local dir
     dir=$(mktemp -d "${TMPDIR:-/tmp}/stock-loadtest-lib.XXXXXX")
-    LOADTEST_LIB__DIR=$dir
     check_group_begin "loadtest-lib"
     # shellcheck source=loadtest/lib/books.sh
     source loadtest/lib/books.sh
@@ -36,10 +35,10 @@ run_loadtest_lib() {
 }
 
 loadtest_lib__num() {
-    local j='{"ok":false,"error":"lock_timeout","stock":-3,"done":true,"x":1.5}'
+    local j='{"ok":false,"error":"lock_timeout","stock":-3,"sold_out":true,"x":1.5}'
     books_num "$j" error && [ "$REPLY" = lock_timeout ] &&
         books_num "$j" stock && [ "$REPLY" = -3 ] &&
-        books_num "$j" done && [ "$REPLY" = true ] &&
+        books_num "$j" sold_out && [ "$REPLY" = true ] &&
         books_num "$j" x && [ "$REPLY" = 1.5 ] &&
         books_num "$j" missing && [ -z "$REPLY" ]
 }

@@ -12,7 +12,7 @@
 #
 # A load tool reads each row against the ceiling measured just before and just after that
 # row's own runs (measure_row, MEASURE_CEILING_MODE): the machine is shared, and its load
-# moves within minutes (measured: the same ceiling at 100 and at 747 req/s three minutes
+# moves within minutes (measured: the same ceiling at 100 and at 747 req/s four minutes
 # apart), so a ceiling taken at the start and the end of a whole run pairs a row with
 # whatever the machine did then, and two tools whose rows sit differently in their runs
 # would read the same throughput against different ceilings.
