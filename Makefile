@@ -124,6 +124,11 @@ all: programs
 programs: $(PROGRAMS)
 # check-history too: tests/histories/run.sh (a unit suite) runs it on every committed history.
 tests: $(TESTS) $(STACK_TESTS) $(DB_TESTS) $(DEDUCT_TESTS) $(LOCK_TESTS) $(B)/check-history $(B)/history-gen
+# Named here, the folders' support objects are files that "ought to exist" for make: without
+# this, a test program whose support object is missing while the modules' objects are built
+# (a support file renamed, say) would match the generic $(B)/tests/% rule before its folder's.
+$(TESTS) $(STACK_TESTS) $(DB_TESTS) $(DEDUCT_TESTS) $(LOCK_TESTS): | $(STACK_SUPPORT_OBJ) \
+	$(DB_SUPPORT_OBJ) $(DEDUCT_SUPPORT_OBJ) $(LOCK_SUPPORT_OBJ)
 
 # pkg-check and check-includes are order-only: they run before the first compile but never
 # make an object stale.
