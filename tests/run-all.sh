@@ -46,6 +46,7 @@ source tests/lib/harness.sh
 source tests/integration.sh
 source tests/ladder.sh
 source tests/history.sh
+source tests/loadtest_lib.sh
 source tests/lab.sh
 source tests/tsan.sh
 source tests/pg_ha.sh
@@ -144,6 +145,7 @@ server_suites() {
     fi
     run_db_suite
     run_history_lib "$build"
+    run_loadtest_lib
     if [ -n "${TSAN_BUILD:-}" ]; then
         run_tsan_servers "$TSAN_BUILD"
     fi
