@@ -647,7 +647,8 @@ int lock_try_lock(lock_client *c, const char *name, int64_t wait_ms, int64_t lea
      * likely unreachable, and the call's time bound has no room for another timeout). A
      * release may have granted us the lock since our last try: leave.lua then hands it
      * over, and the wait ends with the lock after all (within the hard deadline). */
-    if (in_line && rc == LOCK_ERR_TIMEOUT && leave_line(c, &k, owner, count, lease, hard_deadline, &a))
+    if (in_line && rc == LOCK_ERR_TIMEOUT &&
+        leave_line(c, &k, owner, count, lease, hard_deadline, &a))
         rc = LOCK_OK;
     if (rc == LOCK_OK) {
         rc = lock__holdings_acquired(c->holdings, k.name, lock__thread_number(), owner, a.count,

@@ -168,7 +168,8 @@ static void test_unheard_grant_taken_by_last_try(void **state)
     assert_int_equal(redis_int("HSET t:late %s 1", owner), 1);
     assert_int_equal(redis_int("PEXPIRE t:late 5000"), 1);
     bg_join(&b);
-    print_message("unheard grant: rc %d after %.0f ms\n", b.rc, (double)(b.done_ns - b.started_ns) / 1e6);
+    print_message("unheard grant: rc %d after %.0f ms\n", b.rc,
+                  (double)(b.done_ns - b.started_ns) / 1e6);
     assert_int_equal(b.rc, LOCK_OK);
     assert_true(b.token == token + 1);
     assert_true(b.done_ns - b.started_ns < 1000 * MS + 600 * MS); /* wait + one command timeout */
