@@ -186,6 +186,11 @@ static void run_batch(const deduct_env *env, const mode *m, int rc, guard_hold *
     if (rc != GUARD_OK) {
         sale_fail(&s, rc == GUARD_ERR_TIMEOUT ? "lock_timeout" : "unavailable", detail);
     } else {
+        /* Once per holding, on the leader's result (the head of the queue, taken first):
+         * how the lock came to it, and how many requests it carried. */
+        items[0]->out->handed_off = hold.handed_off;
+        items[0]->out->handoff_seconds = hold.handoff_seconds;
+        items[0]->out->batch_size = (int)n;
         rc = db_pool_acquire(env->db, (int)env->db_wait_ms, &s.conn);
         if (rc != DB_OK) {
             sale_fail_db(&s, "connect", rc);
