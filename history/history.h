@@ -22,7 +22,8 @@
 /* +infinity, as a completion time: an operation that may take effect at any later time. */
 #define HIST_TIME_INF INT64_MAX
 
-enum hist_model_kind { HIST_MODEL_STOCK, HIST_MODEL_REGISTER };
+/* STOCK and UNITS read the same events (a stock per goods); REGISTER reads Knossos's. */
+enum hist_model_kind { HIST_MODEL_STOCK, HIST_MODEL_REGISTER, HIST_MODEL_UNITS };
 
 enum hist_f {
     HIST_F_DEDUCT, /* stock: a = count; ok: b = remaining */

@@ -149,7 +149,7 @@ static int parse_f(struct loader *l, json_t *ev, enum hist_f *f)
     const char *s = json_string_value(x);
     if (!s)
         return fail_at(l, "\"f\" must be a string");
-    if (l->model == HIST_MODEL_STOCK) {
+    if (l->model != HIST_MODEL_REGISTER) {
         if (strcmp(s, "deduct") == 0)
             *f = HIST_F_DEDUCT;
         else if (strcmp(s, "read") == 0)
@@ -262,7 +262,7 @@ static int on_ok(struct loader *l, json_t *ev, struct pending *p)
         snprintf(op->answer, sizeof op->answer, "ok remaining=%" PRId64, op->b);
         return 0;
     case HIST_F_READ:
-        if (l->model == HIST_MODEL_STOCK) {
+        if (l->model != HIST_MODEL_REGISTER) {
             if (need_int(l, ev, "stock", &op->a, 0) != 0)
                 return -1;
             snprintf(op->answer, sizeof op->answer, "ok stock=%" PRId64, op->a);
@@ -334,7 +334,7 @@ static int on_line(struct loader *l, const char *text, size_t len)
     int64_t process, time, goods = 0;
     if (need_int(l, ev, "process", &process, 0) != 0 || need_int(l, ev, "time", &time, INT64_MIN) != 0)
         goto out;
-    if (l->model == HIST_MODEL_STOCK && need_int(l, ev, "goods_id", &goods, 1) != 0)
+    if (l->model != HIST_MODEL_REGISTER && need_int(l, ev, "goods_id", &goods, 1) != 0)
         goto out;
     json_t *t = json_object_get(ev, "type");
     const char *type = json_string_value(t);
@@ -532,7 +532,7 @@ static int load(const char *const *files, const char *const *texts, size_t nfile
         if (lrc != 0)
             goto done;
     }
-    if (model == HIST_MODEL_STOCK && check_starts(&l, files) != 0)
+    if (model != HIST_MODEL_REGISTER && check_starts(&l, files) != 0)
         goto done;
     out->model = model;
     out->ops = malloc((l.n ? l.n : 1) * sizeof *out->ops);

@@ -1,6 +1,6 @@
 /* main.c - check-history: is a recorded history linearizable (docs/history.md).
  *
- *   check-history [--model stock|register] [--max-states N] [--max-seconds S] FILE...
+ *   check-history [--model stock|register|units] [--max-states N] [--max-seconds S] FILE...
  *
  * Loads the files as one history, splits it by goods (each goods is checked alone: the
  * stock of one never constrains another's), runs the search on each, and for a goods that
@@ -28,10 +28,11 @@
 static void usage(FILE *fp)
 {
     fprintf(fp,
-            "usage: check-history [--model stock|register] [--max-states N] [--max-seconds S] FILE...\n"
+            "usage: check-history [--model stock|register|units] [--max-states N] [--max-seconds S] FILE...\n"
             "  FILE        a history in JSON Lines (- is standard input); several make one history\n"
             "  --model     stock (default): a stock counter per goods; register: one\n"
-            "              read/write/cas register starting at 0 (Knossos's cas-register)\n"
+            "              read/write/cas register starting at 0 (Knossos's cas-register);\n"
+            "              units: the stock counter, its deductions' `remaining` not judged\n"
             "  --max-states N   memoized (set, state) pairs per goods before giving up (default %llu)\n"
             "  --max-seconds S  seconds of search in all before giving up (default %.0f)\n"
             "  --each      check each FILE as a history of its own: a line \"FILE: verdict\" each\n"
@@ -108,7 +109,7 @@ static int check(const char *const *files, size_t nfiles, enum hist_model_kind m
     }
 
     const struct hist_model *m = hist_model(model);
-    if (model == HIST_MODEL_STOCK)
+    if (model != HIST_MODEL_REGISTER)
         qsort(h.ops, h.n, sizeof *h.ops, cmp_goods);
     double start = hist_now();
     struct hist_search_limits lim = {max_states, start + max_seconds};
@@ -121,7 +122,7 @@ static int check(const char *const *files, size_t nfiles, enum hist_model_kind m
         const struct hist_op *ops = h.ops + lo;
         size_t n = hi - lo;
         char what[48];
-        if (model == HIST_MODEL_STOCK)
+        if (model != HIST_MODEL_REGISTER)
             snprintf(what, sizeof what, "goods %" PRId64, ops[0].goods);
         else
             snprintf(what, sizeof what, "register");
@@ -194,6 +195,8 @@ int main(int argc, char **argv)
                 model = HIST_MODEL_STOCK;
             else if (strcmp(v, "register") == 0)
                 model = HIST_MODEL_REGISTER;
+            else if (strcmp(v, "units") == 0)
+                model = HIST_MODEL_UNITS;
             else
                 goto bad_usage;
         } else if (strcmp(a, "--max-states") == 0 && i + 1 < argc) {

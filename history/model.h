@@ -2,7 +2,7 @@
  *
  * A model is a state and a step: step(state, op) says whether op, taking effect at one
  * instant in that state, gives the answer the history recorded, and what the state is after.
- * Both models here keep their whole state in one integer (the stock; the register's value),
+ * Every model here keeps its whole state in one integer (the stock; the register's value),
  * so two states are equal when the integers are, and the search hashes them as they are.
  *
  * HIST_STATE_ANY stands for "any state" (every state at once): a window of a history is

@@ -117,6 +117,31 @@ static void test_search_tiny(void **state)
                      HIST_NO);
 }
 
+/* The units model: the told `remaining` is not judged, every unit still is. */
+static void test_units_model(void **state)
+{
+    (void)state;
+    /* Two overlapping sales told the same remaining: no for the stock, yes for the units. */
+    assert_int_equal(check(RESET2 INV(1, 10) INV(2, 11) OK(1, 20, 1) OK(2, 21, 1), HIST_MODEL_STOCK), HIST_NO);
+    assert_int_equal(check(RESET2 INV(1, 10) INV(2, 11) OK(1, 20, 1) OK(2, 21, 1), HIST_MODEL_UNITS), HIST_YES);
+    /* Three sales of a stock of two: no model explains the third unit. */
+    assert_int_equal(check(RESET2 INV(1, 10) INV(2, 11) INV(3, 12) OK(1, 20, 1) OK(2, 21, 1)
+                           OK(3, 22, 0), HIST_MODEL_UNITS),
+                     HIST_NO);
+    /* A sold_out while a unit was certainly left (both sales came after it) is no. */
+    assert_int_equal(check(RESET2
+                           "{\"process\":3,\"type\":\"invoke\",\"f\":\"deduct\",\"goods_id\":1,\"count\":1,\"time\":2}\n"
+                           "{\"process\":3,\"type\":\"fail\",\"f\":\"deduct\",\"goods_id\":1,\"error\":\"sold_out\",\"time\":3}\n"
+                           INV(1, 10) OK(1, 11, 1), HIST_MODEL_UNITS),
+                     HIST_NO);
+    /* A read still needs the exact stock: after both sales, 0, whatever they told. */
+    assert_int_equal(check(RESET2 INV(1, 10) INV(2, 11) OK(1, 20, 1) OK(2, 21, 1)
+                           "{\"process\":3,\"type\":\"invoke\",\"f\":\"read\",\"goods_id\":1,\"time\":30}\n"
+                           "{\"process\":3,\"type\":\"ok\",\"f\":\"read\",\"goods_id\":1,\"stock\":1,\"time\":31}\n",
+                           HIST_MODEL_UNITS),
+                     HIST_NO);
+}
+
 static void test_window(void **state)
 {
     (void)state;
@@ -198,7 +223,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_malformed_lines), cmocka_unit_test(test_stock_steps),
-        cmocka_unit_test(test_register_steps),  cmocka_unit_test(test_search_tiny),
+        cmocka_unit_test(test_register_steps),  cmocka_unit_test(test_search_tiny), cmocka_unit_test(test_units_model),
         cmocka_unit_test(test_window),          cmocka_unit_test(test_bound),
         cmocka_unit_test(test_load_cost),
     };
