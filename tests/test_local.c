@@ -72,6 +72,7 @@ struct waiter {
     guard_env *env;
     struct turns *turns;
     int id;
+    pthread_mutex_t *gate; /* NULL, or held by the test for as long as it must keep the stripe */
     int rc;
     double seconds;
 };
@@ -87,6 +88,10 @@ static void *take_turn(void *arg)
     w->seconds = hold.wait_seconds;
     if (w->rc == GUARD_OK) {
         turns_record(w->turns, w->id);
+        if (w->gate != NULL) {
+            pthread_mutex_lock(w->gate);
+            pthread_mutex_unlock(w->gate);
+        }
         guard_local__leave(w->env, &hold);
     }
     return NULL;
@@ -144,20 +149,23 @@ static void test_serves_the_line_in_arrival_order(void **state)
 }
 
 /*
- * A try-once (a wait bound of 0) just after a leave, with someone in line: busy. The stripe
- * is the waiter's already, and the waiter then gets it.
+ * A try-once (a wait bound of 0) just after a leave, with someone in line: busy, though the
+ * waiter may not have run yet. The stripe is the waiter's already (it keeps it until the
+ * try is over, so that a try after its turn cannot pass for one before it).
  */
 static void test_try_once_does_not_barge_past_the_line(void **state)
 {
     guard_env *env = *state;
     guard_env at_once = *env; /* the same stripes, no wait */
     struct turns turns = {.mu = PTHREAD_MUTEX_INITIALIZER};
-    struct waiter w = {.env = env, .turns = &turns, .id = 0};
+    pthread_mutex_t gate = PTHREAD_MUTEX_INITIALIZER;
+    struct waiter w = {.env = env, .turns = &turns, .id = 0, .gate = &gate};
     guard_hold hold, barger;
     pthread_t thread;
     char detail[64];
 
     at_once.wait_ms = 0;
+    pthread_mutex_lock(&gate);
     assert_int_equal(guard_local__enter(env, GOODS, &hold, detail, sizeof(detail)), GUARD_OK);
     pthread_create(&thread, NULL, take_turn, &w);
     await_line(env, 1);
@@ -165,6 +173,7 @@ static void test_try_once_does_not_barge_past_the_line(void **state)
     int rc = guard_local__enter(&at_once, GOODS, &barger, detail, sizeof(detail));
     if (rc == GUARD_OK)
         guard_local__leave(&at_once, &barger);
+    pthread_mutex_unlock(&gate);
     pthread_join(thread, NULL);
     assert_int_equal(rc, GUARD_ERR_TIMEOUT);
     assert_int_equal(w.rc, GUARD_OK);
@@ -211,7 +220,7 @@ static void test_a_waiter_timing_out_mid_line_leaves_it(void **state)
 }
 
 #define RACERS 6
-#define ROUNDS 3000
+#define ROUNDS 2000
 
 struct racer {
     guard_env *env;
@@ -234,8 +243,10 @@ static void *race(void *arg)
         if (rc == GUARD_OK) {
             (*r->inside)++;
             r->entered++;
-            if (i % 4 == 0)
-                sched_yield(); /* now and then, hold across a reschedule */
+            if (i % 8 == 0) /* now and then, hold long enough for the line's bounds to pass */
+                nanosleep(&(struct timespec){.tv_nsec = 200 * 1000}, NULL);
+            else if (i % 2 == 0)
+                sched_yield(); /* or across a reschedule */
             guard_local__leave(r->env, &hold);
         } else if (rc == GUARD_ERR_TIMEOUT) {
             r->timed_out++;
