@@ -22,13 +22,19 @@
  * (The other choice, waiting for the outcome whenever the batch holds the request, keeps
  * the 503-sold-nothing rule too, but its bound is the lock's wait plus one database reply
  * bound per statement of the batch, 64 key claims included: not the request's own.)
- * A follower that withdraws cannot free its item, which the leader still reaches: items
- * live on the heap, and whichever of the two lets go last frees it (`withdrawn` tells).
+ * Items live on the heap, and each has two holders while it is in a batch: its own thread
+ * and the leader. Whichever of the two lets go last frees it (`refs`). That is what lets a
+ * follower withdraw and leave while the leader still reaches its item, and it is what lets
+ * the leader wake the requests it answered after it has let go of the stripe's mutex: a
+ * follower woken while the leader still held the mutex would wake only to wait for it, and
+ * with a batch of dozens those waits (a futex sleep and wake-up each, on every request) cost
+ * more CPU than the batch's own work.
  */
 #include "service/batch.h"
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,7 +47,7 @@
 #define BATCH_STRIPES 64
 
 /* One request, from its arrival in the queue to its answer. Lives on the request thread's
- * stack; the leader reaches it only while the request waits. */
+ * heap; the leader reaches it only while the request waits, and while it wakes it. */
 typedef struct batch_item {
     /* the request */
     int64_t goods_id;
@@ -60,7 +66,10 @@ typedef struct batch_item {
     bool done;           /* the answer is set */
     bool lead;           /* handed the queue: this thread runs the next batch */
     bool sealed;         /* the batch is committing: only its outcome is awaited now */
-    bool withdrawn;      /* answered 503 at its deadline and gone: the leader frees it */
+    bool withdrawn;      /* answered 503 at its deadline and gone: the leader's answer is
+                            nobody's, and is freed with the item */
+
+    atomic_int refs; /* its holders: its thread, and the leader of the batch that took it */
 } batch_item;
 
 typedef struct batch_stripe {
@@ -177,6 +186,11 @@ static void run_batch(const deduct_env *env, const mode *m, int rc, guard_hold *
     if (rc != GUARD_OK) {
         sale_fail(&s, rc == GUARD_ERR_TIMEOUT ? "lock_timeout" : "unavailable", detail);
     } else {
+        /* Once per holding, on the leader's result (the head of the queue, taken first):
+         * how the lock came to it, and how many requests it carried. */
+        items[0]->out->handed_off = hold.handed_off;
+        items[0]->out->handoff_seconds = hold.handoff_seconds;
+        items[0]->out->batch_size = (int)n;
         rc = db_pool_acquire(env->db, (int)env->db_wait_ms, &s.conn);
         if (rc != DB_OK) {
             sale_fail_db(&s, "connect", rc);
@@ -223,6 +237,7 @@ static size_t take_batch(batch_stripe *s, int64_t goods_id, int max, batch_item 
         if (it->goods_id == goods_id) {
             unlink_item(s, it);
             it->taken = true;
+            atomic_fetch_add_explicit(&it->refs, 1, memory_order_relaxed); /* the leader's */
             items[n++] = it;
         }
         it = next;
@@ -230,9 +245,15 @@ static size_t take_batch(batch_stripe *s, int64_t goods_id, int max, batch_item 
     return n;
 }
 
-/* Frees an item whose thread has let go of it (its answer copied out, or withdrawn). */
-static void item_free(batch_item *it)
+/* Lets go of an item: its thread once its answer is copied out (or it withdrew), the leader
+ * once it has woken it. The last of the two frees it, and with it the answer of a request
+ * that withdrew (its thread answered from elsewhere and never read this one). */
+static void item_release(batch_item *it)
 {
+    if (atomic_fetch_sub_explicit(&it->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    if (it->withdrawn)
+        free(it->res.body);
     pthread_cond_destroy(&it->wake);
     free(it);
 }
@@ -269,6 +290,7 @@ int batch_execute(batch_queue *q, const deduct_env *env, const mode *m, int64_t 
     if (request_id != NULL)
         snprintf(self->request_id, sizeof(self->request_id), "%s", request_id);
     self->out = &self->res;
+    atomic_init(&self->refs, 1);
     clock_cond_init(&self->wake);
     self->arrived_ns = clock_now_ns();
     deadline = clock_timespec(self->arrived_ns + q->opts.wait_ms * 1000000LL);
@@ -309,6 +331,7 @@ int batch_execute(batch_queue *q, const deduct_env *env, const mode *m, int64_t 
             self->withdrawn = true;
             pthread_mutex_unlock(&s->mu);
             answer_timeout(out, self->arrived_ns, true);
+            item_release(self);
             return out->body == NULL ? -1 : 0;
         }
         unlink_item(s, self);
@@ -346,17 +369,8 @@ int batch_execute(batch_queue *q, const deduct_env *env, const mode *m, int64_t 
         pthread_mutex_unlock(&s->mu);
         run_batch(env, m, grc, &hold, detail, s, items, lines, n);
         pthread_mutex_lock(&s->mu);
-        for (i = 0; i < n; i++) {
+        for (i = 0; i < n; i++)
             items[i]->done = true;
-            if (items[i] == self)
-                continue;
-            if (items[i]->withdrawn) {
-                free(items[i]->res.body); /* answered by its own thread; gone */
-                item_free(items[i]);
-            } else {
-                pthread_cond_signal(&items[i]->wake);
-            }
-        }
         /* Hand the queue on: the next waiting request's thread runs the next batch. */
         if (s->head != NULL) {
             s->head->lead = true;
@@ -364,16 +378,27 @@ int batch_execute(batch_queue *q, const deduct_env *env, const mode *m, int64_t 
         } else {
             s->running = false;
         }
+        pthread_mutex_unlock(&s->mu);
+        /* Wake the answered once the mutex is free for them to take (the header says why);
+         * an item is still ours until we let go of it, so its condition variable is there.
+         * `withdrawn` is read without the mutex, but it can no longer change: a request
+         * withdraws only while it is not done, and it was made done above, under it. */
+        for (i = 0; i < n; i++) {
+            if (items[i] != self && !items[i]->withdrawn)
+                pthread_cond_signal(&items[i]->wake);
+            item_release(items[i]);
+        }
         if (items != one) {
             free(items);
             free(lines);
         }
+        goto out;
     }
     pthread_mutex_unlock(&s->mu);
 
 out:
     *out = self->res;
     ret = self->rc;
-    item_free(self);
+    item_release(self);
     return ret;
 }

@@ -99,6 +99,8 @@ typedef struct deduct_result {
     double wait_seconds;    /* how long the guard took to enter */
     bool handed_off;        /* the lock came from a release to the line (redis) */
     double handoff_seconds; /* then: the gap since that release, the serial order's idle time */
+    int batch_size;         /* redis-batch, on its leader's result only: the requests of the
+                               batch it ran under its holding of the lock (0 otherwise) */
     char detail[256];       /* why, for a 503 ("" otherwise): logged by the caller */
 } deduct_result;
 

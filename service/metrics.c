@@ -56,6 +56,10 @@ static const double handoff_buckets[] = {0.00005, 0.0001, 0.00025, 0.0005, 0.001
                                          0.1,     0.25,   0.5,     1,      2.5};
 #define METRICS__N_HANDOFF (sizeof(handoff_buckets) / sizeof(handoff_buckets[0]))
 
+/* A batch's size, in requests: powers of two up to BATCH_MAX's largest allowed value. */
+static const double batch_buckets[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024};
+#define METRICS__N_BATCH (sizeof(batch_buckets) / sizeof(batch_buckets[0]))
+
 static const char *const route_names[ROUTE_COUNT_] = {
     [ROUTE_DEDUCT] = "/api/deduct",
     [ROUTE_STOCK] = "/api/stock/{goods_id}",
@@ -79,6 +83,8 @@ struct metrics {
     _Atomic uint64_t lock_wait_sum_ns;
     _Atomic uint64_t handoff[METRICS__N_HANDOFF + 1]; /* the last one is +Inf */
     _Atomic uint64_t handoff_sum_ns;
+    _Atomic uint64_t batch[METRICS__N_BATCH + 1]; /* the last one is +Inf */
+    _Atomic uint64_t batch_sum;                   /* in units of 10^-9 requests (observe) */
     _Atomic uint64_t lock_timeouts;
     _Atomic uint64_t optimistic_retries;
 };
@@ -185,6 +191,14 @@ void metrics_observe_lock_handoff(metrics *m, double seconds)
 {
     if (m != NULL)
         observe(m->handoff, &m->handoff_sum_ns, handoff_buckets, METRICS__N_HANDOFF, seconds);
+}
+
+void metrics_observe_batch(metrics *m, int requests)
+{
+    /* A count through the seconds' histogram: a sum in 10^-9 units prints as requests. */
+    if (m != NULL)
+        observe(m->batch, &m->batch_sum, batch_buckets, METRICS__N_BATCH,
+                requests < 1 ? 1.0 : (double)requests);
 }
 
 void metrics_count_lock_timeout(metrics *m)
@@ -328,6 +342,10 @@ static void render_lock_wait(metrics *m, text_buf *b)
                      "From a lock's release (Redis' clock) to the take by the head of its line "
                      "(this host's clock): time the lock served nobody.",
                      m->handoff, &m->handoff_sum_ns, handoff_buckets, METRICS__N_HANDOFF);
+    render_histogram(b, "stock_batch_requests",
+                     "Requests answered by one batch of redis-batch: one holding of the lock, "
+                     "one transaction.",
+                     m->batch, &m->batch_sum, batch_buckets, METRICS__N_BATCH);
 }
 
 static void write_counter(text_buf *b, const char *name, const char *help, uint64_t v)

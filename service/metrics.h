@@ -56,6 +56,10 @@ void metrics_observe_lock_wait(metrics *m, double seconds);
 /* One hand-off of a lock to the head of its line: the time from the release to the new
  * holder's take (lock_last_handoff_us), in seconds: stock_lock_handoff_seconds. */
 void metrics_observe_lock_handoff(metrics *m, double seconds);
+/* One batch of the redis-batch mode: the requests that one holding of the lock answered in
+ * one transaction (1 or more; less counts as 1): stock_batch_requests.
+ * Buckets: 1 2 4 8 16 32 64 128 256 512 1024 +Inf. */
+void metrics_observe_batch(metrics *m, int requests);
 /* A lock wait that ended without the lock (the 503 lock_timeout). */
 void metrics_count_lock_timeout(metrics *m);
 /* Transactions a deduction ran again after lost optimistic races (deduct_result.retries);

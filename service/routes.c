@@ -80,6 +80,8 @@ static void record_deduction(app *a, const mode *m, const deduct_result *res)
         metrics_observe_lock_wait(a->metrics, res->wait_seconds);
     if (res->handed_off)
         metrics_observe_lock_handoff(a->metrics, res->handoff_seconds);
+    if (res->batch_size > 0)
+        metrics_observe_batch(a->metrics, res->batch_size);
     if (strcmp(res->outcome, "lock_timeout") == 0)
         metrics_count_lock_timeout(a->metrics);
     metrics_count_optimistic_retries(a->metrics, res->retries);

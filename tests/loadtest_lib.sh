@@ -9,8 +9,9 @@
 # latencies the median of the runs, the spread, the MEASURE line), the median itself,
 # measure_check's bounds, reading a field of the service's flat JSON (books_num), summing one
 # over several stock reports (books_sum), the machine's busy share between two readings
-# (machine_busy), that the defaults are stated once, in loadtest/lib/measure.sh, and that
-# every measurement loadtest/run makes records a history to judge.
+# (machine_busy), redis-batch's batches between two /metrics readings (metrics_batch_summary),
+# that the defaults are stated once, in loadtest/lib/measure.sh, and that every measurement
+# loadtest/run makes records a history to judge.
 
 run_loadtest_lib() {
     local dir
@@ -22,6 +23,8 @@ run_loadtest_lib() {
     source loadtest/lib/machine.sh
     # shellcheck source=loadtest/lib/measure.sh
     source loadtest/lib/measure.sh
+    # shellcheck source=loadtest/lib/metrics.sh
+    source loadtest/lib/metrics.sh
     check "books_num reads a string, a negative number, true and an absent field" loadtest_lib__num
     check "books_sum adds one field over concatenated stock reports" loadtest_lib__sum
     check "measure_median: odd count, even count, unsorted input" loadtest_lib__median
@@ -30,11 +33,18 @@ run_loadtest_lib() {
     check "measure_combine: a run without its RESULT line fails the row" loadtest_lib__combine_missing "$dir"
     check "measure_check refuses connections that are not a multiple of the threads" loadtest_lib__check
     check "machine_busy: the busy share between two readings" loadtest_lib__busy
+    check "metrics_batch_summary: batches and their mean size between two readings" \
+        loadtest_lib__batches
     check "the measurement's defaults are stated in one place" loadtest_lib__defaults_once
     check "every measure_row of loadtest/run records its history (MEASURE_HISTORY)" \
         loadtest_lib__measured_recorded
     check_group_end
     rm -rf "$dir"
+}
+
+loadtest_lib__batches() {
+    [ "$(metrics_batch_summary "100 10" "1310 65")" = "55 batches, 22.0 requests each on average" ] &&
+        [ "$(metrics_batch_summary "7 2" "7 2")" = - ]
 }
 
 loadtest_lib__num() {

@@ -288,6 +288,33 @@ static void test_lock_wait_histogram(void **state)
     metrics_destroy(m);
 }
 
+/* The batch sizes' histogram: counts of requests, powers of two, a sum in requests. */
+static void test_batch_histogram(void **state)
+{
+    metrics *m = make();
+    char *text;
+
+    (void)state;
+    metrics_observe_batch(m, 1);
+    metrics_observe_batch(m, 17);
+    metrics_observe_batch(m, 17);
+    metrics_observe_batch(m, 64);
+    metrics_observe_batch(m, 0); /* no batch answers nobody: counted as one */
+    metrics_observe_batch(m, 5000);
+    text = metrics_render(m, NULL);
+    assert_non_null(text);
+    assert_true(sample(text, "stock_batch_requests_bucket{le=\"1\"}") == 2);
+    assert_true(sample(text, "stock_batch_requests_bucket{le=\"16\"}") == 2);
+    assert_true(sample(text, "stock_batch_requests_bucket{le=\"32\"}") == 4);
+    assert_true(sample(text, "stock_batch_requests_bucket{le=\"64\"}") == 5);
+    assert_true(sample(text, "stock_batch_requests_bucket{le=\"1024\"}") == 5);
+    assert_true(sample(text, "stock_batch_requests_bucket{le=\"+Inf\"}") == 6);
+    assert_true(sample(text, "stock_batch_requests_count") == 6);
+    assert_true(fabs(sample(text, "stock_batch_requests_sum") - 5100) < 1e-6);
+    free(text);
+    metrics_destroy(m);
+}
+
 /* The hand-off's histogram: its own buckets, down to 50 us, apart from the lock waits. */
 static void test_lock_handoff_histogram(void **state)
 {
@@ -434,6 +461,7 @@ int main(void)
         cmocka_unit_test(test_deductions_by_mode_and_outcome),
         cmocka_unit_test(test_lock_wait_histogram),
         cmocka_unit_test(test_lock_handoff_histogram),
+        cmocka_unit_test(test_batch_histogram),
         cmocka_unit_test(test_lock_timeouts_and_external_figures),
         cmocka_unit_test(test_no_modes_and_null),
         cmocka_unit_test(test_concurrent_updates_are_not_lost),

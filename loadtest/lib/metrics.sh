@@ -49,3 +49,22 @@ metrics_handoff_summary() {
             printf "%d hand-offs, median <= %s ms, mean %.2f ms", total,
                 (le[i] == "+Inf" ? "+Inf" : sprintf("%g", le[i] * 1000)), 1000 * sum / total }'
 }
+
+# metrics_batches URL...: "sum count" of stock_batch_requests summed over the replicas given
+# (redis-batch's batches: requests answered, and holdings of the lock).
+metrics_batches() {
+    local url
+    for url in "$@"; do
+        { curl -s --max-time 5 "$url/metrics" || true; } |
+            awk '/^stock_batch_requests_sum / { s = $2 } /^stock_batch_requests_count / { c = $2 }
+                 END { printf "%s %s\n", s + 0, c + 0 }'
+    done | awk '{ s += $1; c += $2 } END { printf "%d %d\n", s, c }'
+}
+
+# metrics_batch_summary BEFORE AFTER: "N batches, M requests each on average" between two
+# metrics_batches readings ("-" when there was none).
+metrics_batch_summary() {
+    paste -d' ' <(echo "$1") <(echo "$2") |
+        awk '{ n = $4 - $2; r = $3 - $1
+               if (n <= 0) print "-"; else printf "%d batches, %.1f requests each on average", n, r / n }'
+}
