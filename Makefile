@@ -109,6 +109,7 @@ LOCK_TESTS := $(patsubst tests/%.c,$(B)/tests/%,$(LOCK_TEST_SRC))
 TSAN_SERVICE_TARGETS := build/tsan/stockd build/tsan/tests/test_redlock \
                 $(patsubst tests/%.c,build/tsan/tests/%,$(LOCK_TEST_SRC)) \
                 build/tsan/tests/test_lab \
+                build/tsan/tests/test_local \
                 build/tsan/tests/test_etcd \
                 build/tsan/tests/test_zookeeper \
                 build/tsan/tests/test_sentinel \

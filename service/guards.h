@@ -118,6 +118,9 @@ int guard_local__init(guard_env *env);
 void guard_local__destroy(guard_env *env);
 /* The stripe goods_id's local lock is (its index): a cart takes each stripe once. */
 int64_t guard_local__stripe_of(int64_t goods_id);
+/* How many requests wait in line for goods_id's stripe now (tests/test_local.c watches its
+ * line form). Thread-safe; takes the stripe's mutex for a moment. */
+int64_t guard_local__waiting(guard_env *env, int64_t goods_id);
 
 GUARD_DECL(guard_redis);         /* redis.c: watchdog, fenced */
 GUARD_DECL(guard_redis_batch);   /* redis_batch.c: redis's, once per batch */

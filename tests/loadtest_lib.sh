@@ -9,8 +9,9 @@
 # latencies the median of the runs, the spread, the MEASURE line), the median itself,
 # measure_check's bounds, reading a field of the service's flat JSON (books_num), summing one
 # over several stock reports (books_sum), the machine's busy share between two readings
-# (machine_busy), redis-batch's batches between two /metrics readings (metrics_batch_summary)
-# and that the defaults are stated once, in loadtest/lib/measure.sh.
+# (machine_busy), redis-batch's batches between two /metrics readings (metrics_batch_summary),
+# that the defaults are stated once, in loadtest/lib/measure.sh, and that every measurement
+# loadtest/run makes records a history to judge.
 
 run_loadtest_lib() {
     local dir
@@ -35,6 +36,8 @@ run_loadtest_lib() {
     check "metrics_batch_summary: batches and their mean size between two readings" \
         loadtest_lib__batches
     check "the measurement's defaults are stated in one place" loadtest_lib__defaults_once
+    check "every measure_row of loadtest/run records its history (MEASURE_HISTORY)" \
+        loadtest_lib__measured_recorded
     check_group_end
     rm -rf "$dir"
 }
@@ -114,6 +117,20 @@ loadtest_lib__defaults_once() {
         hits=$(grep -l ": \"\${$v:=\|^$v=[0-9]\|\b$v:-[0-9]" loadtest/* loadtest/lib/*.sh 2>/dev/null)
         [ "$hits" = loadtest/lib/measure.sh ] || { echo "$v's default stated in: $hits" >&2; return 1; }
     done
+}
+
+# Every load loadtest/run reports is judged: each of its measure_row calls (a command
+# continued over lines with backslashes) is given a MEASURE_HISTORY to record into, as its
+# budget run is given history=. (The extra measurement of `make demo`'s rows once was not.)
+loadtest_lib__measured_recorded() {
+    awk '{ line = line $0 }
+         /\\$/ { sub(/\\$/, "", line); next }
+         { if (line !~ /^[[:space:]]*#/ && line ~ /(^|[[:space:]])measure_row[[:space:]]/) {
+               calls++
+               if (line !~ /MEASURE_HISTORY=/) { print "no MEASURE_HISTORY: " line > "/dev/stderr"; bad++ }
+           }
+           line = "" }
+         END { exit (calls >= 2 && !bad) ? 0 : 1 }' loadtest/run
 }
 
 # Run alone: a minimal check with the harness's shape.

@@ -11,7 +11,8 @@
 #      (8 threads sharing one redlock over five servers); test_etcd, every case, on the TSan
 #      build of lock/etcd/ (its keep-alive thread against 2 x 8 contending threads);
 #      test_zookeeper likewise on lock/zookeeper/ (its confirming thread and the client
-#      library's watcher thread);
+#      library's watcher thread); test_local (the local guard's line: threads handing one
+#      stripe on while others time out);
 #      test_sentinel (a client that follows a failover: its follower thread moves the address
 #      under the pool, the watchdog and the subscriber); test_cluster (eight threads of two
 #      clients sharing the cluster router's map and per-master pools, the watchdog renewing
@@ -72,6 +73,12 @@ run_tsan_servers() {
         run_suite test_lab-tsan 60 "$build/tests/test_lab"
     else
         suite_broken test_lab-tsan "$build/tests/test_lab missing"
+    fi
+    # The local guard's line: hand-offs and time-outs of threads on one stripe.
+    if [ -x "$build/tests/test_local" ]; then
+        run_suite test_local-tsan 60 "$build/tests/test_local"
+    else
+        suite_broken test_local-tsan "$build/tests/test_local missing"
     fi
     if [ -x "$build/tests/test_redlock" ]; then
         run_suite test_redlock-tsan 120 "$build/tests/test_redlock"
