@@ -10,6 +10,7 @@
 # measure_check's bounds, reading a field of the service's flat JSON (books_num), summing one
 # over several stock reports (books_sum), the machine's busy share between two readings
 # (machine_busy), redis-batch's batches between two /metrics readings (metrics_batch_summary),
+# the checker's model for each mode (history_model_for),
 # that the defaults are stated once, in loadtest/lib/measure.sh, and that every measurement
 # loadtest/run makes records a history to judge.
 
@@ -25,6 +26,8 @@ run_loadtest_lib() {
     source loadtest/lib/measure.sh
     # shellcheck source=loadtest/lib/metrics.sh
     source loadtest/lib/metrics.sh
+    # shellcheck source=loadtest/lib/history.sh
+    source loadtest/lib/history.sh
     check "books_num reads a string, a negative number, true and an absent field" loadtest_lib__num
     check "books_sum adds one field over concatenated stock reports" loadtest_lib__sum
     check "measure_median: odd count, even count, unsorted input" loadtest_lib__median
@@ -35,11 +38,18 @@ run_loadtest_lib() {
     check "machine_busy: the busy share between two readings" loadtest_lib__busy
     check "metrics_batch_summary: batches and their mean size between two readings" \
         loadtest_lib__batches
+    check "history_model_for: units for redis-sharded, the exact stock for the others" \
+        loadtest_lib__history_model
     check "the measurement's defaults are stated in one place" loadtest_lib__defaults_once
     check "every measure_row of loadtest/run records its history (MEASURE_HISTORY)" \
         loadtest_lib__measured_recorded
     check_group_end
     rm -rf "$dir"
+}
+
+loadtest_lib__history_model() {
+    [ "$(history_model_for redis-sharded)" = units ] && [ "$(history_model_for redis)" = stock ] &&
+        [ "$(history_model_for redis-batch)" = stock ] && [ "$(history_model_for '')" = stock ]
 }
 
 loadtest_lib__batches() {

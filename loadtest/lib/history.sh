@@ -31,8 +31,9 @@
 #   history_read FILE PROC GOODS STOCK T0 T1     a read's invoke and ok
 #   history_answer FILE PROC GOODS KEY T STATUS BODY   a deduction's completion, classified
 #   history_merge DIR FILE...        DIR/history.jsonl from the recorders' files, by time
-#   history_judge DIR                resolve, check both histories, balance the books; sets
+#   history_judge DIR [MODE]         resolve, check both histories, balance the books; sets
 #                                    HISTORY_LINEARIZABLE and HISTORY_LEDGER (the columns)
+#   history_model_for MODE           the checker's model for a mode's histories
 #
 # Environment: CHECK_HISTORY (build/check-history), HISTORY_CLOCK (build/history-clock),
 # HISTORY_DB (a libpq conninfo; default DATABASE_URL, else the stack's PG_PORT on loopback).
@@ -120,11 +121,24 @@ history__seconds_since() {
     printf '%d.%02d' $(((now - then) / 1000000)) $(((now - then) % 1000000 / 10000))
 }
 
-# history__check FILE OUT: runs the checker on FILE, its output to OUT; prints
-# "VERDICT SECONDS" (VERDICT yes, no, unknown, malformed or error).
+# history_model_for MODE: the model (check-history --model) a mode's histories are checked
+# against. `units` for redis-sharded: its sales commit side by side, one per segment, and a 200
+# tells the rest as its own transaction saw it, so two sales may tell the same figure; what it
+# promises is every unit sold while the stock covered it, a sold_out only while it did not,
+# and exact reads (docs/course/23-redis-sharded.md). `stock`, the exact counter, for every
+# other mode.
+history_model_for() {
+    case $1 in
+    redis-sharded) echo units ;;
+    *) echo stock ;;
+    esac
+}
+
+# history__check FILE OUT MODEL: runs the checker on FILE with MODEL, its output to OUT;
+# prints "VERDICT SECONDS" (VERDICT yes, no, unknown, malformed or error).
 history__check() {
-    local file=$1 out=$2 t0=$EPOCHREALTIME rc=0 v last=''
-    "$CHECK_HISTORY" "$file" >"$out" 2>&1 || rc=$?
+    local file=$1 out=$2 model=$3 t0=$EPOCHREALTIME rc=0 v last=''
+    "$CHECK_HISTORY" --model "$model" "$file" >"$out" 2>&1 || rc=$?
     case $rc in
     0) v=yes ;; 1) v=no ;; 2) v=malformed ;; 3) v=unknown ;; *) v=error ;;
     esac
@@ -300,15 +314,19 @@ SQL
          }' <<<"$out"
 }
 
-# history_judge DIR: the whole judgement of one row whose DIR/history.jsonl is written and
-# whose books have settled: resolve, check the raw and the resolved history, balance the
+# history_judge DIR [MODE]: the whole judgement of one row whose DIR/history.jsonl is written
+# and whose books have settled: resolve, check the raw and the resolved history (against the
+# model of MODE, history_model_for; the exact stock when no MODE is given), balance the
 # books. Sets HISTORY_LINEARIZABLE ("yes (0.12 s)", "no (raw yes; resolved no; 0.30 s)",
-# "unchecked (no build/check-history)") and HISTORY_LEDGER ("ok", "lost 2", ...), and
+# "yes (units model; 0.20 s)", "unchecked (no build/check-history)") and HISTORY_LEDGER
+# ("ok", "lost 2", ...), and
 # HISTORY_VERDICT (the first word: yes, no, unknown, malformed, error, unchecked) for the
 # callers' --check. Writes DIR/verdict.txt with all three and the resolution's counts. When
 # nothing was left open, the settled history is the raw one and is checked once.
 history_judge() {
-    local dir=$1 raw resolved rv rs vv settled secs
+    local dir=$1 model raw resolved rv rs vv settled secs shown=''
+    model=$(history_model_for "${2:-}")
+    [ "$model" = stock ] || shown="$model model; "
     HISTORY_LINEARIZABLE='error' HISTORY_LEDGER='error' HISTORY_VERDICT=error
     if [ ! -s "$dir/history.jsonl" ]; then
         HISTORY_LINEARIZABLE='error (no history recorded)'
@@ -323,12 +341,12 @@ history_judge() {
         HISTORY_VERDICT=unchecked
         HISTORY_LINEARIZABLE="unchecked (no ${CHECK_HISTORY#"$HISTORY__ROOT"/})"
     else
-        raw=$(history__check "$dir/history.jsonl" "$dir/check-raw.txt")
+        raw=$(history__check "$dir/history.jsonl" "$dir/check-raw.txt" "$model")
         if [ "$settled" = none ]; then
             resolved=$raw
             cp "$dir/check-raw.txt" "$dir/check-resolved.txt"
         else
-            resolved=$(history__check "$dir/resolved.jsonl" "$dir/check-resolved.txt")
+            resolved=$(history__check "$dir/resolved.jsonl" "$dir/check-resolved.txt" "$model")
         fi
         rv=${raw% *} rs=${resolved% *}
         # The worse of the two: error, malformed, no, unknown, yes.
@@ -342,9 +360,9 @@ history_judge() {
             secs=$(awk -v a="${raw#* }" -v b="${resolved#* }" 'BEGIN { printf "%.2f", a + b }')
         fi
         if [ "$rv" = "$rs" ]; then
-            HISTORY_LINEARIZABLE="$vv ($secs s)"
+            HISTORY_LINEARIZABLE="$vv ($shown$secs s)"
         else
-            HISTORY_LINEARIZABLE="$vv (raw $rv; resolved $rs; $secs s)"
+            HISTORY_LINEARIZABLE="$vv (${shown}raw $rv; resolved $rs; $secs s)"
         fi
         rm -f "$dir/counterexample.txt"
         if [ "$rs" = no ]; then
