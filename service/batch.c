@@ -46,8 +46,8 @@
 
 #define BATCH_STRIPES 64
 
-/* One request, from its arrival in the queue to its answer. Lives on the request thread's
- * heap; the leader reaches it only while the request waits, and while it wakes it. */
+/* One request, from its arrival in the queue to its answer. Allocated by the request's own
+ * thread; the leader reaches it only while the request waits, and while it wakes it. */
 typedef struct batch_item {
     /* the request */
     int64_t goods_id;
