@@ -5,16 +5,23 @@
 # difference. A replica that does not answer reads as zero, so a row still gets its other
 # figures (its column then says "-").
 
+# metrics__sum_count NAME URL...: "sum count" of the histogram NAME for each replica base URL
+# given, one line each, in the order given ("0 0" for one that does not answer).
+metrics__sum_count() {
+    local name=$1 url
+    shift
+    for url in "$@"; do
+        { curl -s --max-time 5 "$url/metrics" || true; } |
+            awk -v n="$name" '$1 == n "_sum" { s = $2 } $1 == n "_count" { c = $2 }
+                 END { printf "%s %s\n", s + 0, c + 0 }'
+    done
+}
+
 # metrics_lock_waits URL...: prints "sum_seconds count" of stock_lock_wait_seconds for each
 # replica base URL given, one line each, in the order given ("0 0" for one that does not
 # answer).
 metrics_lock_waits() {
-    local url
-    for url in "$@"; do
-        { curl -s --max-time 5 "$url/metrics" || true; } |
-            awk '/^stock_lock_wait_seconds_sum / { s = $2 } /^stock_lock_wait_seconds_count / { c = $2 }
-                 END { printf "%s %s\n", s + 0, c + 0 }'
-    done
+    metrics__sum_count stock_lock_wait_seconds "$@"
 }
 
 # metrics_lock_wait_means BEFORE AFTER: the mean lock wait of each replica between two
@@ -53,12 +60,7 @@ metrics_handoff_summary() {
 # metrics_batches URL...: "sum count" of stock_batch_requests summed over the replicas given
 # (redis-batch's batches: requests answered, and holdings of the lock).
 metrics_batches() {
-    local url
-    for url in "$@"; do
-        { curl -s --max-time 5 "$url/metrics" || true; } |
-            awk '/^stock_batch_requests_sum / { s = $2 } /^stock_batch_requests_count / { c = $2 }
-                 END { printf "%s %s\n", s + 0, c + 0 }'
-    done | awk '{ s += $1; c += $2 } END { printf "%d %d\n", s, c }'
+    metrics__sum_count stock_batch_requests "$@" | awk '{ s += $1; c += $2 } END { printf "%d %d\n", s, c }'
 }
 
 # metrics_batch_summary BEFORE AFTER: "N batches, M requests each on average" between two
