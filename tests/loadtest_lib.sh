@@ -41,7 +41,7 @@ run_loadtest_lib() {
     check "history_model_for: units for redis-sharded, the exact stock for the others" \
         loadtest_lib__history_model
     check "the measurement's defaults are stated in one place" loadtest_lib__defaults_once
-    check "every measure_row of loadtest/run records its history (MEASURE_HISTORY)" \
+    check "every measure_row of the load tools records its history (MEASURE_HISTORY)" \
         loadtest_lib__measured_recorded
     check_group_end
     rm -rf "$dir"
@@ -129,9 +129,11 @@ loadtest_lib__defaults_once() {
     done
 }
 
-# Every load loadtest/run reports is judged: each of its measure_row calls (a command
-# continued over lines with backslashes) is given a MEASURE_HISTORY to record into, as its
-# budget run is given history=. (The extra measurement of `make demo`'s rows once was not.)
+# Every load a tool reports is judged: each measure_row call of loadtest/run and
+# loadtest/chaos-pg (the tools that call it; a command continued over lines with
+# backslashes) is given a MEASURE_HISTORY to record into, as their other loads are given a
+# history. (The extra measurement of `make demo`'s rows, and chaos-pg's throughput, once were
+# not.)
 loadtest_lib__measured_recorded() {
     awk '{ line = line $0 }
          /\\$/ { sub(/\\$/, "", line); next }
@@ -140,7 +142,7 @@ loadtest_lib__measured_recorded() {
                if (line !~ /MEASURE_HISTORY=/) { print "no MEASURE_HISTORY: " line > "/dev/stderr"; bad++ }
            }
            line = "" }
-         END { exit (calls >= 2 && !bad) ? 0 : 1 }' loadtest/run
+         END { exit (calls >= 3 && !bad) ? 0 : 1 }' loadtest/run loadtest/chaos-pg
 }
 
 # Run alone: a minimal check with the harness's shape.
