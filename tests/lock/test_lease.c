@@ -114,14 +114,6 @@ static void test_watchdog(void **state)
     assert_true(st.renewals >= 3);
     assert_int_equal(st.lost, 0);
 
-    /* Taken again with a short fixed lease: that resets the TTL to 60 ms, and the watchdog
-     * (renewing this holding until its last release) comes within a third of it. */
-    assert_int_equal(lock_try_lock(c, "t:wd", 0, 60, NULL), LOCK_OK);
-    sleep_ms(SHORT_LEASE_MS);
-    assert_int_equal(other_try_lock(c, "t:wd", 0, true), LOCK_ERR_TIMEOUT);
-    assert_int_equal(lock_is_held(c, "t:wd"), LOCK_OK);
-    assert_int_equal(lock_unlock(c, "t:wd"), LOCK_OK);
-
     assert_int_equal(lock_unlock(c, "t:wd"), LOCK_OK);
     assert_int_equal(redis_int("EXISTS t:wd"), 0);
     lock_get_stats(c, &st);
@@ -132,6 +124,35 @@ static void test_watchdog(void **state)
     assert_int_equal(redis_int("EXISTS t:wd"), 0);
     print_message("watchdog: %d tries by another owner failed over %d ms, %llu renewals\n", tries,
                   3 * SHORT_LEASE_MS, (unsigned long long)renewals);
+    lock_client_destroy(c);
+}
+
+/*
+ * A watchdog holding taken again with a short fixed lease: the take resets the TTL to that
+ * lease, and the watchdog (renewing the holding until its last release) must come within a
+ * third of it, not at its regular period. The client's period (a third of 1200 ms) is longer
+ * than the fixed lease (300 ms), so a renewal on the regular schedule would come after the
+ * key expired; the one due at a third of the lease has 200 ms to spare, which a loaded
+ * machine needs.
+ */
+#define REENTRY_WATCHDOG_LEASE_MS 1200
+#define REENTRY_FIXED_LEASE_MS 300
+
+static void test_watchdog_after_shorter_reentry(void **state)
+{
+    lock_client *c = new_client(REENTRY_WATCHDOG_LEASE_MS);
+
+    (void)state;
+    assert_int_equal(lock_try_lock(c, "t:wd2", 0, LOCK_LEASE_WATCHDOG, NULL), LOCK_OK);
+    assert_int_equal(lock_try_lock(c, "t:wd2", 0, REENTRY_FIXED_LEASE_MS, NULL), LOCK_OK);
+    assert_true(redis_int("PTTL t:wd2") <= REENTRY_FIXED_LEASE_MS);
+    sleep_ms(REENTRY_FIXED_LEASE_MS + 100); /* past the fixed lease */
+    assert_int_equal(other_try_lock(c, "t:wd2", 0, true), LOCK_ERR_TIMEOUT);
+    assert_int_equal(lock_is_held(c, "t:wd2"), LOCK_OK);
+    assert_true(redis_int("PTTL t:wd2") > REENTRY_FIXED_LEASE_MS); /* renewed to the watchdog's */
+    assert_int_equal(lock_unlock(c, "t:wd2"), LOCK_OK);
+    assert_int_equal(lock_unlock(c, "t:wd2"), LOCK_OK);
+    assert_int_equal(redis_int("EXISTS t:wd2"), 0);
     lock_client_destroy(c);
 }
 
@@ -216,6 +237,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_lease_expiry, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_watchdog, case_setup, case_teardown),
+        cmocka_unit_test_setup_teardown(test_watchdog_after_shorter_reentry, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_lost_lock, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_max_hold, case_setup, case_teardown),
     };
