@@ -148,17 +148,25 @@ static size_t sentinel_peers(int port)
 }
 
 /*
- * Waits (up to 15 s) until the topology is settled around the master on master_port: its
- * replica (on replica_port) in sync and counted online by the master (after a diskless sync,
- * only from the replica's first acknowledgement on: before that WAIT does not count it), and
- * every Sentinel naming that master, seeing the replica, and knowing the two other Sentinels.
- * A Sentinel forgets its peers when it switches masters and finds them again through their
- * hello messages (every 2 s); until then the quorum that declares the master down cannot
- * form, and a master killed at that moment is not failed over.
+ * Waits (up to SETTLE_WAIT_MS) until the topology is settled around the master on
+ * master_port: its replica (on replica_port) in sync and counted online by the master (after
+ * a diskless sync, only from the replica's first acknowledgement on: before that WAIT does
+ * not count it), and every Sentinel naming that master, seeing the replica, and knowing the
+ * two other Sentinels. A Sentinel forgets its peers when it switches masters and finds them
+ * again through their hello messages (every 2 s); until then the quorum that declares the
+ * master down cannot form, and a master killed at that moment is not failed over.
+ *
+ * The bound: a Sentinel asks each instance's INFO every 10 s outside a failover. An old master
+ * started again is turned into a replica only at the next INFO that finds it, and each
+ * Sentinel lists that replica only at its next INFO of the master: two periods, and the sync,
+ * before the topology is whole. 15 s was once not enough under ThreadSanitizer on a busy
+ * machine; 30 s is three periods. It is a wait for the setup, not a bound the lock promises.
  */
+#define SETTLE_WAIT_MS 30000
+
 static bool settled(int master_port, int replica_port)
 {
-    for (int waited = 0; waited < 15000; waited += 50) {
+    for (int waited = 0; waited < SETTLE_WAIT_MS; waited += 50) {
         bool ok = info_has(replica_port, "master_link_status:up") &&
                   info_has(master_port, "state=online");
 
@@ -208,7 +216,8 @@ static int group_setup(void **state)
             return -1;
     if (settled(mport, rport))
         return 0;
-    fprintf(stderr, "test_sentinel: the replica and the Sentinels did not settle in 15 s\n");
+    fprintf(stderr, "test_sentinel: the replica and the Sentinels did not settle in %d s\n",
+            SETTLE_WAIT_MS / 1000);
     return -1;
 }
 
