@@ -31,6 +31,8 @@
 #   history_read FILE PROC GOODS STOCK T0 T1     a read's invoke and ok
 #   history_answer FILE PROC GOODS KEY T STATUS BODY   a deduction's completion, classified
 #   history_merge DIR FILE...        DIR/history.jsonl from the recorders' files, by time
+#   history_open FILE BASE STOCK FIRST [COUNT]   the goods reset, the history opened
+#   history_close DIR BASE FIRST [COUNT [MODE]]  a read of the books closes it; merge, judge
 #   history_judge DIR [MODE]         resolve, check both histories, balance the books; sets
 #                                    HISTORY_LINEARIZABLE and HISTORY_LEDGER (the columns)
 #   history_model_for MODE           the checker's model for a mode's histories
@@ -103,6 +105,36 @@ history_answer() {
     esac
     printf '{"time":%s,"process":%d,"type":"%s","f":"deduct","goods_id":%d,"error":"%s","key":"%s","status":%d}\n' \
         "$t" "$proc" "$type" "$goods" "${err:-http_$status}" "$key" "$((10#$status))" >>"$file"
+}
+
+# history_open FILE BASE STOCK FIRST [COUNT]: resets goods FIRST .. FIRST+COUNT-1 to STOCK
+# through BASE (books_reset, loadtest/lib/books.sh) and appends each reset, timed, to FILE
+# (process 0 for FIRST, 1 for the next, ...): a recorded load on those goods opens here.
+# Returns 1 when a reset failed.
+history_open() {
+    local file=$1 base=$2 stock=$3 first=$4 count=${5:-1} g t0 t1
+    t0=$(history_now)
+    books_reset "$base" "$stock" "$first" "$count" || return 1
+    t1=$(history_now)
+    for ((g = first; g < first + count; g++)); do
+        history_reset "$file" $((g - first)) "$g" "$stock" "$t0" "$t1"
+    done
+}
+
+# history_close DIR BASE FIRST [COUNT [MODE]]: closes the load recorded into DIR (the
+# recorders' DIR/wrk*.jsonl, and DIR/events.jsonl that history_open began) with one more read
+# of the books, timed (books_read), merges it and judges it (history_judge DIR MODE). Call it
+# once the books have settled. Returns 1 when the read failed.
+history_close() {
+    local dir=$1 base=$2 first=$3 count=${4:-1} mode=${5:-} t0 t1 books g s
+    t0=$(history_now)
+    books=$(books_read "$base" "$first" "$count") || return 1
+    t1=$(history_now)
+    while read -r g s; do
+        history_read "$dir/events.jsonl" $((g - first)) "$g" "$s" "$t0" "$t1"
+    done < <(jq -r '"\(.goods_id) \(.stock)"' <<<"$books")
+    history_merge "$dir" "$dir"/wrk*.jsonl "$dir/events.jsonl"
+    history_judge "$dir" "$mode"
 }
 
 # history_merge DIR FILE...: writes DIR/history.jsonl, the lines of every FILE in time order
