@@ -560,8 +560,10 @@ void lock__subscriber_destroy(lock__subscriber *s)
     free(s);
 }
 
-int lock__subscriber_join(lock__subscriber *s, const char *channel, const char *owner,
-                          lock__waiter **out)
+/* join and join_if_listening: only_if_listening joins only a channel that is subscribed
+ * (CH_ACTIVE on a link that is up) and otherwise returns LOCK_OK with *out NULL. */
+static int subscriber_join(lock__subscriber *s, const char *channel, const char *owner,
+                           bool only_if_listening, lock__waiter **out)
 {
     lock__channel **link;
     lock__channel *ch;
@@ -575,6 +577,12 @@ int lock__subscriber_join(lock__subscriber *s, const char *channel, const char *
         return LOCK_ERR_NOMEM;
     pthread_mutex_lock(&s->mu);
     link = channel_find(s, channel, strlen(channel));
+    if (only_if_listening &&
+        (*link == NULL || (*link)->state != CH_ACTIVE || s->link != LINK_UP)) {
+        pthread_mutex_unlock(&s->mu);
+        lock__waiter_free(w);
+        return LOCK_OK;
+    }
     if (*link == NULL) {
         rc = channel_new(channel, link);
         if (rc != LOCK_OK)
@@ -600,6 +608,18 @@ out:
     if (wake)
         subscriber_wake(s);
     return rc;
+}
+
+int lock__subscriber_join(lock__subscriber *s, const char *channel, const char *owner,
+                          lock__waiter **out)
+{
+    return subscriber_join(s, channel, owner, false, out);
+}
+
+int lock__subscriber_join_if_listening(lock__subscriber *s, const char *channel,
+                                       const char *owner, lock__waiter **out)
+{
+    return subscriber_join(s, channel, owner, true, out);
 }
 
 bool lock__subscriber_wait_ready(lock__subscriber *s, lock__waiter *w, int64_t deadline_ns)

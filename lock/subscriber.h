@@ -15,6 +15,9 @@
  *   try to acquire again    (it may have been released before we subscribed)
  *   wait_release(...)       sleep until I am called, or the deadline; then try again
  *   leave(...)              when done, acquired or not
+ * When other threads of the process wait on the lock already, its channel is subscribed,
+ * and a waiter joins before its first try instead (join_if_listening): every release after
+ * that try reaches it, so it goes to sleep without the second try.
  *
  * Who is called: one thread per release, the one whose turn it is; waiters.h says how, and
  * keeps each lock's queue of this process's waiters.
@@ -66,6 +69,15 @@ void lock__subscriber_destroy(lock__subscriber *s);
  */
 int lock__subscriber_join(lock__subscriber *s, const char *channel, const char *owner,
                           lock__waiter **out);
+
+/*
+ * Like lock__subscriber_join, but only when the channel is subscribed already (Redis
+ * confirmed it, and the link is up): then a release published from now on reaches w, and
+ * the caller needs neither wait_ready nor the try after it. Otherwise joins nothing and
+ * returns LOCK_OK with *out NULL. LOCK_ERR_NOMEM when out of memory.
+ */
+int lock__subscriber_join_if_listening(lock__subscriber *s, const char *channel,
+                                       const char *owner, lock__waiter **out);
 
 /*
  * Waits until Redis has confirmed the subscription to w's channel, or the connection is
