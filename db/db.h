@@ -194,12 +194,23 @@ int db_orders_insert_many(db_conn *conn, int64_t goods_id, const int64_t *counts
  *   step); DB_ERR_UNAVAILABLE: the connection was unusable before anything was sent,
  *   nothing committed; DB_ERR_COMMIT_UNKNOWN: the batch was sent and an answer was lost
  *   (the connection broke, or the bound ran out) before any refusal: COMMIT may have run.
+ *   on_sent (NULL: none): called once, on this thread, when the whole batch, COMMIT
+ *   included, has been handed to the socket and before any answer is read; not called when
+ *   sending failed (DB_ERR_UNAVAILABLE before that point). The wait for the answers is
+ *   bounded from its return.
  */
+/* Work to do while a batch is on its way to the server (db_sale_commit, db_batch_commit). */
+typedef struct db_on_sent {
+    void (*fn)(void *arg);
+    void *arg;
+} db_on_sent;
+
 int db_claim_begin(db_conn *conn, int64_t goods_id, const char *source, int64_t token,
                    int64_t *stock);
 int db_sale_commit(db_conn *conn, int64_t goods_id, int64_t new_stock, int64_t count,
                    const char *mode, const char *instance, int64_t fence,
-                   const char *fence_source, const char *request_id, int64_t *order_id);
+                   const char *fence_source, const char *request_id, const db_on_sent *on_sent,
+                   int64_t *order_id);
 /* db_batch_commit: db_sale_commit for a batch of n sales (the batched mode): the write, the
  *   n orders in one statement (as db_orders_insert_many: counts[i] units each, with
  *   request_ids[i] (request_ids NULL, or an element NULL: none), order_ids[i] set) and COMMIT,
@@ -208,7 +219,7 @@ int db_sale_commit(db_conn *conn, int64_t goods_id, int64_t new_stock, int64_t c
 int db_batch_commit(db_conn *conn, int64_t goods_id, int64_t new_stock, const int64_t *counts,
                     size_t n, const char *mode, const char *instance, int64_t fence,
                     const char *fence_source, const char *const *request_ids,
-                    int64_t *order_ids);
+                    const db_on_sent *on_sent, int64_t *order_ids);
 
 /*
  * The PostgreSQL rungs of the ladder: the database itself closes the race, with no guard.

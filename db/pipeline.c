@@ -92,7 +92,7 @@ typedef struct pipe_out {
  * session leaves pipeline mode before returning, unless it is broken.
  */
 static int run_pipeline(db_conn *c, const enum db__stmt_id *ids, const char *const *const *params,
-                        int n, PGresult **res, pipe_out *out)
+                        int n, const db_on_sent *on_sent, PGresult **res, pipe_out *out)
 {
     int timeout_ms = c->pool != NULL ? c->pool->reply_timeout_ms : 0;
     int64_t deadline;
@@ -132,6 +132,12 @@ static int run_pipeline(db_conn *c, const enum db__stmt_id *ids, const char *con
     rc = flush_by(c, deadline, why);
     if (rc != DB_OK)
         return rc;
+    if (on_sent != NULL && on_sent->fn != NULL) {
+        /* Everything is on the wire: the caller's work in the meantime (db.h), then the
+         * answers, within a bound of their own from now. */
+        on_sent->fn(on_sent->arg);
+        deadline = db__now_ms() + timeout_ms;
+    }
 
     /* One result per statement (then a NULL), an ABORTED one for each statement skipped
      * after an error, and the Sync's. */
@@ -210,7 +216,7 @@ int db_claim_begin(db_conn *conn, int64_t goods_id, const char *source, int64_t 
     if (!conn || !source || !stock)
         return DB_ERR_INVALID;
     db__claim_params_make(&claim, goods_id, token, source);
-    rc = run_pipeline(conn, ids, params, 2, res, &out);
+    rc = run_pipeline(conn, ids, params, 2, NULL, res, &out);
     if (rc != DB_OK)
         return rc;
     PQclear(res[0]);
@@ -235,7 +241,7 @@ int db_begin_lock_timeout(db_conn *conn, int64_t ms)
     if (!conn || ms < 1)
         return DB_ERR_INVALID; /* 0 would mean "no bound" to PostgreSQL */
     bound[0] = db__i64(ms_buf, ms);
-    rc = run_pipeline(conn, ids, params, 2, res, &out);
+    rc = run_pipeline(conn, ids, params, 2, NULL, res, &out);
     if (rc != DB_OK)
         return rc;
     PQclear(res[0]);
@@ -251,7 +257,7 @@ int db_begin_lock_timeout(db_conn *conn, int64_t ms)
  */
 static int write_order_commit(db_conn *conn, const char *id_text, int64_t new_stock,
                               enum db__stmt_id order_id, const char *const *order_params,
-                              PGresult **order_res)
+                              const db_on_sent *on_sent, PGresult **order_res)
 {
     char stock_buf[DB__I64_LEN];
     const char *write[2];
@@ -264,7 +270,7 @@ static int write_order_commit(db_conn *conn, const char *id_text, int64_t new_st
     *order_res = NULL;
     write[0] = id_text;
     write[1] = db__i64(stock_buf, new_stock);
-    rc = run_pipeline(conn, ids, params, 3, res, &out);
+    rc = run_pipeline(conn, ids, params, 3, on_sent, res, &out);
     /* The batch was sent, nothing in it was refused, and COMMIT's answer did not come
      * (whichever answer was the first to be lost, COMMIT was sent behind it): the server
      * may have committed. */
@@ -303,7 +309,8 @@ static int write_order_commit(db_conn *conn, const char *id_text, int64_t new_st
 
 int db_sale_commit(db_conn *conn, int64_t goods_id, int64_t new_stock, int64_t count,
                    const char *mode, const char *instance, int64_t fence,
-                   const char *fence_source, const char *request_id, int64_t *order_id)
+                   const char *fence_source, const char *request_id, const db_on_sent *on_sent,
+                   int64_t *order_id)
 {
     char id_buf[DB__I64_LEN], count_buf[DB__I64_LEN], fence_buf[DB__I64_LEN];
     const char *order[7];
@@ -319,7 +326,7 @@ int db_sale_commit(db_conn *conn, int64_t goods_id, int64_t new_stock, int64_t c
     order[4] = db__i64(fence_buf, fence);
     order[5] = fence_source;
     order[6] = request_id;
-    rc = write_order_commit(conn, id_buf, new_stock, DB__ORDER_INSERT, order, &res);
+    rc = write_order_commit(conn, id_buf, new_stock, DB__ORDER_INSERT, order, on_sent, &res);
     if (rc != DB_OK)
         return rc;
     rc = db__get_i64(conn, res, 0, 0, order_id);
@@ -330,7 +337,7 @@ int db_sale_commit(db_conn *conn, int64_t goods_id, int64_t new_stock, int64_t c
 int db_batch_commit(db_conn *conn, int64_t goods_id, int64_t new_stock, const int64_t *counts,
                     size_t n, const char *mode, const char *instance, int64_t fence,
                     const char *fence_source, const char *const *request_ids,
-                    int64_t *order_ids)
+                    const db_on_sent *on_sent, int64_t *order_ids)
 {
     db__orders_params op;
     PGresult *res = NULL;
@@ -342,7 +349,7 @@ int db_batch_commit(db_conn *conn, int64_t goods_id, int64_t new_stock, const in
                                 request_ids);
     if (rc != DB_OK)
         return rc;
-    rc = write_order_commit(conn, op.id, new_stock, DB__ORDERS_INSERT_MANY, op.v, &res);
+    rc = write_order_commit(conn, op.id, new_stock, DB__ORDERS_INSERT_MANY, op.v, on_sent, &res);
     /* Committed: a mismatch of the ids is a fault of ours, reported, not a sale undone. */
     return db__orders_done(conn, rc, &op, res, counts, n, order_ids);
 }

@@ -200,7 +200,8 @@ static void run_batch(const deduct_env *env, const mode *m, int rc, guard_hold *
             (void)sale_run(&s);
             db_pool_release(env->db, s.conn);
         }
-        m->leave(env->guards, &hold);
+        if (!s.left) /* the sale gives it back as its COMMIT leaves (sale.c) */
+            m->leave(env->guards, &hold);
     }
     for (i = 0; i < n; i++)
         items[i]->rc = items[i]->out->body != NULL ? 0 : -1;

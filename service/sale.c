@@ -6,7 +6,8 @@
  * sale reaches them: begin, claim_keys, read_check_write (read, check, write, record, store),
  * commit. The guard was taken before the transaction begins and is left after it ends; a
  * fenced holder's plain sale of the goods row sends the same steps in two round trips
- * (in_two_round_trips). Every failure after BEGIN rolls back, so a line that does not answer
+ * (in_two_round_trips), and gives the guard back as soon as its COMMIT is sent, which its
+ * claim's row lock makes safe (leave_once_sent). Every failure after BEGIN rolls back, so a line that does not answer
  * 200 sold nothing: this file alone begins, rolls back and commits.
  *
  * What the steps use lives beside it, each in its own file: the check's working state and
@@ -295,9 +296,31 @@ static bool pipelined(const sale *s)
     return true;
 }
 
+/*
+ * db_on_sent's work in a sale in two round trips: the guard is given back while the write,
+ * the orders and COMMIT are on their way, instead of one round trip later.
+ *
+ * Why that is safe here, and is the tx-inside pitfall elsewhere: this sale's claim
+ * (DB__STOCK_CLAIM, an UPDATE) holds the goods row's lock until the transaction ends. The
+ * next holder's claim waits for that row lock, and under READ COMMITTED then reads the row as
+ * this transaction left it: committed, or rolled back if the COMMIT failed. Its read cannot
+ * come before our write is visible, so the race tx-inside opens (a next holder whose plain
+ * SELECT reads the old stock) cannot happen. What the early give-back buys: the next
+ * holder's hand-off (the release, its message, the wake-up, its BEGIN and claim on the way)
+ * overlaps this COMMIT's round trip and its flush to disk, instead of following them.
+ */
+static void leave_once_sent(void *arg)
+{
+    sale *s = arg;
+
+    s->mode->leave(s->env->guards, &s->holds[0]);
+    s->left = true;
+}
+
 /* The sale in two round trips (pipelined()): same answers, same order of steps. */
 static step in_two_round_trips(sale *s, sale_tally *t, bool *folded)
 {
+    const db_on_sent leave = {leave_once_sent, s};
     const guard_hold *h = &s->holds[0];
     char detail[256];
     step next;
@@ -339,15 +362,16 @@ static step in_two_round_trips(sale *s, sale_tally *t, bool *folded)
     if (s->may_commit != NULL && !s->may_commit(s->may_commit_arg))
         return give_up(s, "lock_timeout", s->commit_refused);
 
-    /* The write, the orders and COMMIT: one round trip. A refusal rolls back inside. */
+    /* The write, the orders and COMMIT: one round trip, the guard given back while it
+     * travels (leave_once_sent). A refusal rolls back inside. */
     if (t->n_sold == 1)
         rc = db_sale_commit(s->conn, s->goods_id, t->after, t->sold_counts[0], s->mode->name,
-                            s->env->instance, h->fence, h->fence_source, t->sold_ids[0],
+                            s->env->instance, h->fence, h->fence_source, t->sold_ids[0], &leave,
                             &t->order_ids[0]);
     else
         rc = db_batch_commit(s->conn, s->goods_id, t->after, t->sold_counts, t->n_sold,
                              s->mode->name, s->env->instance, h->fence, h->fence_source,
-                             t->sold_ids, t->order_ids);
+                             t->sold_ids, &leave, t->order_ids);
     if (rc != DB_OK) {
         sale_fail_db(
             s, t->n_sold == 1 ? "write, record order, commit" : "write, record orders, commit", rc);

@@ -84,7 +84,9 @@ typedef struct sale {
     void *may_commit_arg;
     const char *commit_refused;
     /* set by the sale */
-    bool left; /* the guard of holds[0] was left inside the transaction (tx-inside) */
+    bool left; /* the guard of holds[0] was left before the transaction ended: inside it
+                  (tx-inside), or once its COMMIT was sent (a sale in two round trips); the
+                  caller must not leave it again */
 } sale;
 
 /* sale_run's answers besides -1. */

@@ -2,7 +2,8 @@
  * test_fence.c - the fencing token's claim against a real PostgreSQL: an older token refused,
  * fences kept per source, a claim made behind another holder's uncommitted row (it reads
  * that holder's write, or is refused when the holder is newer); and the sale in two round
- * trips (pipeline mode): committed, fenced, or leaving nothing on an error.
+ * trips (pipeline mode): committed, fenced, or leaving nothing on an error, and a claim made
+ * while its COMMIT is on the way reading what it left.
  *
  * The environment and the fixtures: tests/db/db_support.h.
  */
@@ -174,7 +175,7 @@ static void test_pipelined_sale_commits(void **state)
     reset_ok(c, 1, 10);
     assert_int_equal(db_claim_begin(c, 1, "redis", 5, &s), DB_OK);
     assert_int_equal(s, 10);
-    assert_int_equal(db_sale_commit(c, 1, 7, 3, "redis", "svc-1", 5, "redis", NULL, &id), DB_OK);
+    assert_int_equal(db_sale_commit(c, 1, 7, 3, "redis", "svc-1", 5, "redis", NULL, NULL, &id), DB_OK);
     assert_true(id > 0);
     assert_int_equal(stock_of(c, 1), 7); /* committed: seen outside the transaction */
     assert_int_equal(fence_of(f, 1), 5);
@@ -187,12 +188,86 @@ static void test_pipelined_sale_commits(void **state)
     /* a second sale on the same session, then the plain statements still work */
     assert_int_equal(db_claim_begin(c, 1, "redis", 6, &s), DB_OK);
     assert_int_equal(s, 7);
-    assert_int_equal(db_sale_commit(c, 1, 6, 1, "redis", "svc-1", 6, "redis", NULL, &id), DB_OK);
+    assert_int_equal(db_sale_commit(c, 1, 6, 1, "redis", "svc-1", 6, "redis", NULL, NULL, &id), DB_OK);
     assert_int_equal(db_ping(c), DB_OK);
     assert_int_equal(stock_of(c, 1), 6);
     /* unknown goods: the claim says so; nothing to commit */
     assert_int_equal(db_claim_begin(c, 2, "redis", 7, &s), DB_ERR_NOT_FOUND);
     assert_int_equal(db_rollback(c), DB_OK);
+    db_pool_release(f->pool, c);
+}
+
+/*
+ * The sale's second batch gives its caller a moment once everything is sent (on_sent): the
+ * service hands the lock over there, while COMMIT is on its way. This is why that is safe:
+ * a next holder's claim made in that very moment, on another session, waits for the row
+ * the first transaction claimed, then reads what it left: its write once it committed, the
+ * old stock when its batch was refused and rolled back. Deterministic: the claim is made
+ * before the first holder reads a single answer, whatever the timing.
+ */
+typedef struct next_holder {
+    fixture *f;
+    db_conn *conn;
+    int64_t token;
+    int calls;
+    int rc;
+    int64_t stock_seen;
+} next_holder;
+
+static void next_holder_claims(void *arg)
+{
+    next_holder *n = arg;
+
+    n->calls++;
+    n->rc = db_claim_begin(n->conn, 1, "redis", n->token, &n->stock_seen);
+    assert_int_equal(db_rollback(n->conn), DB_OK);
+}
+
+static void test_claim_while_commit_travels_reads_its_outcome(void **state)
+{
+    fixture *f = *state;
+    db_conn *c = acquire(f->pool), *other = acquire(f->pool);
+    next_holder n = {.f = f, .conn = other, .token = 6, .stock_seen = -1};
+    const db_on_sent on_sent = {next_holder_claims, &n};
+    const int64_t counts[2] = {1, 2};
+    int64_t s = 0, id = 0, ids[2];
+
+    reset_ok(c, 1, 10);
+    /* committed: the claim behind it reads 7 */
+    assert_int_equal(db_claim_begin(c, 1, "redis", 5, &s), DB_OK);
+    assert_int_equal(db_sale_commit(c, 1, 7, 3, "redis", "svc-1", 5, "redis", NULL, &on_sent, &id),
+                     DB_OK);
+    assert_int_equal(n.calls, 1);
+    assert_int_equal(n.rc, DB_OK);
+    assert_int_equal(n.stock_seen, 7);
+
+    /* refused (below zero) and rolled back: the claim behind it reads the old 7 */
+    n = (next_holder){.f = f, .conn = other, .token = 8, .stock_seen = -1};
+    assert_int_equal(db_claim_begin(c, 1, "redis", 7, &s), DB_OK);
+    assert_int_equal(
+        db_sale_commit(c, 1, -1, 8, "redis", "svc-1", 7, "redis", NULL, &on_sent, &id),
+        DB_ERR_QUERY);
+    assert_int_equal(n.calls, 1);
+    assert_int_equal(n.rc, DB_OK);
+    assert_int_equal(n.stock_seen, 7);
+
+    /* the batched commit: the same moment, the same outcome */
+    n = (next_holder){.f = f, .conn = other, .token = 10, .stock_seen = -1};
+    assert_int_equal(db_claim_begin(c, 1, "redis", 9, &s), DB_OK);
+    assert_int_equal(db_batch_commit(c, 1, 4, counts, 2, "redis-batch", "svc-1", 9, "redis",
+                                     NULL, &on_sent, ids),
+                     DB_OK);
+    assert_int_equal(n.calls, 1);
+    assert_int_equal(n.stock_seen, 4);
+
+    /* nothing sent (no orders): no moment either */
+    n = (next_holder){.f = f, .conn = other, .token = 11, .stock_seen = -1};
+    assert_int_equal(db_batch_commit(c, 1, 4, counts, 0, "redis-batch", "svc-1", 10, "redis",
+                                     NULL, &on_sent, ids),
+                     DB_ERR_INVALID);
+    assert_int_equal(n.calls, 0);
+    assert_int_equal(stock_of(c, 1), 4);
+    db_pool_release(f->pool, other);
     db_pool_release(f->pool, c);
 }
 
@@ -205,7 +280,7 @@ static void test_pipelined_claim_refuses_an_older_token(void **state)
 
     reset_ok(c, 1, 10);
     assert_int_equal(db_claim_begin(c, 1, "redis", 5, &s), DB_OK);
-    assert_int_equal(db_sale_commit(c, 1, 9, 1, "redis", "svc-1", 5, "redis", NULL, &id), DB_OK);
+    assert_int_equal(db_sale_commit(c, 1, 9, 1, "redis", "svc-1", 5, "redis", NULL, NULL, &id), DB_OK);
     assert_int_equal(db_claim_begin(c, 1, "redis", 4, &s), DB_ERR_FENCED);
     assert_non_null(strstr(db_conn_error(c), "newer"));
     assert_int_equal(db_rollback(c), DB_OK);
@@ -226,7 +301,7 @@ static void test_pipelined_error_leaves_nothing(void **state)
 
     reset_ok(c, 1, 10);
     assert_int_equal(db_claim_begin(c, 1, "redis", 5, &s), DB_OK);
-    assert_int_equal(db_sale_commit(c, 1, -1, 11, "redis", "svc-1", 5, "redis", NULL, &id),
+    assert_int_equal(db_sale_commit(c, 1, -1, 11, "redis", "svc-1", 5, "redis", NULL, NULL, &id),
                      DB_ERR_QUERY);
     assert_non_null(strstr(db_conn_error(c), "write stock"));
     assert_int_equal(stock_of(c, 1), 10);
@@ -234,7 +309,7 @@ static void test_pipelined_error_leaves_nothing(void **state)
     assert_int_equal(fence_of(f, 1), 0);
 
     assert_int_equal(db_claim_begin(c, 1, "redis", 6, &s), DB_OK);
-    assert_int_equal(db_sale_commit(c, 1, 10, 0, "redis", "svc-1", 6, "redis", NULL, &id),
+    assert_int_equal(db_sale_commit(c, 1, 10, 0, "redis", "svc-1", 6, "redis", NULL, NULL, &id),
                      DB_ERR_QUERY);
     assert_non_null(strstr(db_conn_error(c), "record order"));
     assert_int_equal(stock_of(c, 1), 10);
@@ -243,7 +318,7 @@ static void test_pipelined_error_leaves_nothing(void **state)
 
     /* the session is idle and out of pipeline mode: a whole sale goes through */
     assert_int_equal(db_claim_begin(c, 1, "redis", 7, &s), DB_OK);
-    assert_int_equal(db_sale_commit(c, 1, 8, 2, "redis", "svc-1", 7, "redis", NULL, &id), DB_OK);
+    assert_int_equal(db_sale_commit(c, 1, 8, 2, "redis", "svc-1", 7, "redis", NULL, NULL, &id), DB_OK);
     assert_int_equal(stock_of(c, 1), 8);
     assert_int_equal(orders_of(f, 1), 1);
     db_pool_release(f->pool, c);
@@ -263,7 +338,7 @@ static void test_pipelined_batch_commits(void **state)
     assert_int_equal(db_claim_begin(c, 1, "redis", 5, &s), DB_OK);
     const char *rids[3] = {"b-1", NULL, "b-3"};
     assert_int_equal(db_batch_commit(c, 1, 5, counts, 3, "redis-batch", "svc-1", 5, "redis",
-                                     rids, ids),
+                                     rids, NULL, ids),
                      DB_OK);
     assert_int_equal(raw_int(f->admin,
                              "SELECT count(*) FROM orders WHERE goods = 1"
@@ -291,7 +366,7 @@ static void test_pipelined_batch_commits(void **state)
     /* the write refused (below zero): the orders and COMMIT skipped, rolled back */
     assert_int_equal(db_claim_begin(c, 1, "redis", 6, &s), DB_OK);
     assert_int_equal(db_batch_commit(c, 1, -1, counts, 3, "redis-batch", "svc-1", 6, "redis",
-                                     NULL, ids),
+                                     NULL, NULL, ids),
                      DB_ERR_QUERY);
     assert_non_null(strstr(db_conn_error(c), "write stock"));
     assert_int_equal(stock_of(c, 1), 5);
@@ -300,10 +375,10 @@ static void test_pipelined_batch_commits(void **state)
 
     /* nothing to send: no orders, or a count below one */
     assert_int_equal(db_batch_commit(c, 1, 5, counts, 0, "redis-batch", "svc-1", 6, "redis",
-                                     NULL, ids),
+                                     NULL, NULL, ids),
                      DB_ERR_INVALID);
     assert_int_equal(db_batch_commit(c, 1, 5, (const int64_t[]){1, 0}, 2, "redis-batch",
-                                     "svc-1", 6, "redis", NULL, ids),
+                                     "svc-1", 6, "redis", NULL, NULL, ids),
                      DB_ERR_INVALID);
     assert_int_equal(db_ping(c), DB_OK);
     db_pool_release(f->pool, c);
@@ -320,6 +395,8 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_claim_behind_a_newer_holder_is_refused,
                                         setup_migrated, teardown),
         cmocka_unit_test_setup_teardown(test_pipelined_sale_commits, setup_migrated, teardown),
+        cmocka_unit_test_setup_teardown(test_claim_while_commit_travels_reads_its_outcome,
+                                        setup_migrated, teardown),
         cmocka_unit_test_setup_teardown(test_pipelined_claim_refuses_an_older_token,
                                         setup_migrated, teardown),
         cmocka_unit_test_setup_teardown(test_pipelined_error_leaves_nothing,

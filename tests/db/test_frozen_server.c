@@ -45,7 +45,7 @@ static void *timed_call_run(void *arg)
     if (t->what == 2)
         t->rc = db_claim_begin(t->conn, 1, "redis", 9, &s);
     else if (t->what == 3)
-        t->rc = db_sale_commit(t->conn, 1, 7, 3, "redis", "svc-1", 9, "redis", NULL, &id);
+        t->rc = db_sale_commit(t->conn, 1, 7, 3, "redis", "svc-1", 9, "redis", NULL, NULL, &id);
     else
         t->rc = t->what == 0 ? db_stock_read(t->conn, 1, &s) : db_commit(t->conn);
     t->ms = now_ms() - start;
@@ -198,7 +198,7 @@ static void test_pipelined_lost_commit_answer_is_unknown(void **state)
     /* one sale first, so that the statements are prepared on this session: a prepare is a
      * round trip of its own, before anything of the batch is sent */
     assert_int_equal(db_claim_begin(c, 1, "redis", 8, &s), DB_OK);
-    assert_int_equal(db_sale_commit(c, 1, 10, 1, "redis", "svc-1", 8, "redis", NULL, &id), DB_OK);
+    assert_int_equal(db_sale_commit(c, 1, 10, 1, "redis", "svc-1", 8, "redis", NULL, NULL, &id), DB_OK);
     assert_int_equal(db_claim_begin(c, 1, "redis", 9, &s), DB_OK);
     g_frozen_backend = pool_backend_pid(f);
     assert_true(g_frozen_backend > 0);
