@@ -200,7 +200,7 @@ static void run_batch(const deduct_env *env, const mode *m, int rc, guard_hold *
             (void)sale_run(&s);
             db_pool_release(env->db, s.conn);
         }
-        if (!s.left) /* the sale gives it back as its COMMIT leaves (sale.c) */
+        if (!s.left) /* a sale may give it back itself (sale.h) */
             m->leave(env->guards, &hold);
     }
     for (i = 0; i < n; i++)
