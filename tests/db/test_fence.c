@@ -206,7 +206,6 @@ static void test_pipelined_sale_commits(void **state)
  * before the first holder reads a single answer, whatever the timing.
  */
 typedef struct next_holder {
-    fixture *f;
     db_conn *conn;
     int64_t token;
     int calls;
@@ -223,36 +222,42 @@ static void next_holder_claims(void *arg)
     assert_int_equal(db_rollback(n->conn), DB_OK);
 }
 
+/* A sale of goods 1 under `token` (new_stock, count) on c, answering want_rc, with the next
+ * holder's claim (token + 1, on other) made once its second batch is sent: that claim must
+ * read want_seen. */
+static void sell_with_a_claim_behind(db_conn *c, db_conn *other, int64_t token,
+                                     int64_t new_stock, int64_t count, int want_rc,
+                                     int64_t want_seen)
+{
+    next_holder n = {.conn = other, .token = token + 1, .stock_seen = -1};
+    const db_on_sent on_sent = {next_holder_claims, &n};
+    int64_t s = 0, id = 0;
+
+    assert_int_equal(db_claim_begin(c, 1, "redis", token, &s), DB_OK);
+    assert_int_equal(db_sale_commit(c, 1, new_stock, count, "redis", "svc-1", token, "redis",
+                                    NULL, &on_sent, &id),
+                     want_rc);
+    assert_int_equal(n.calls, 1);
+    assert_int_equal(n.rc, DB_OK);
+    assert_int_equal(n.stock_seen, want_seen);
+}
+
 static void test_claim_while_commit_travels_reads_its_outcome(void **state)
 {
     fixture *f = *state;
     db_conn *c = acquire(f->pool), *other = acquire(f->pool);
-    next_holder n = {.f = f, .conn = other, .token = 6, .stock_seen = -1};
+    next_holder n = {.conn = other, .token = 10, .stock_seen = -1};
     const db_on_sent on_sent = {next_holder_claims, &n};
     const int64_t counts[2] = {1, 2};
-    int64_t s = 0, id = 0, ids[2];
+    int64_t s = 0, ids[2];
 
     reset_ok(c, 1, 10);
-    /* committed: the claim behind it reads 7 */
-    assert_int_equal(db_claim_begin(c, 1, "redis", 5, &s), DB_OK);
-    assert_int_equal(db_sale_commit(c, 1, 7, 3, "redis", "svc-1", 5, "redis", NULL, &on_sent, &id),
-                     DB_OK);
-    assert_int_equal(n.calls, 1);
-    assert_int_equal(n.rc, DB_OK);
-    assert_int_equal(n.stock_seen, 7);
-
+    /* committed: the claim behind it reads the 7 it wrote */
+    sell_with_a_claim_behind(c, other, 5, 7, 3, DB_OK, 7);
     /* refused (below zero) and rolled back: the claim behind it reads the old 7 */
-    n = (next_holder){.f = f, .conn = other, .token = 8, .stock_seen = -1};
-    assert_int_equal(db_claim_begin(c, 1, "redis", 7, &s), DB_OK);
-    assert_int_equal(
-        db_sale_commit(c, 1, -1, 8, "redis", "svc-1", 7, "redis", NULL, &on_sent, &id),
-        DB_ERR_QUERY);
-    assert_int_equal(n.calls, 1);
-    assert_int_equal(n.rc, DB_OK);
-    assert_int_equal(n.stock_seen, 7);
+    sell_with_a_claim_behind(c, other, 7, -1, 8, DB_ERR_QUERY, 7);
 
     /* the batched commit: the same moment, the same outcome */
-    n = (next_holder){.f = f, .conn = other, .token = 10, .stock_seen = -1};
     assert_int_equal(db_claim_begin(c, 1, "redis", 9, &s), DB_OK);
     assert_int_equal(db_batch_commit(c, 1, 4, counts, 2, "redis-batch", "svc-1", 9, "redis",
                                      NULL, &on_sent, ids),
@@ -261,12 +266,13 @@ static void test_claim_while_commit_travels_reads_its_outcome(void **state)
     assert_int_equal(n.stock_seen, 4);
 
     /* nothing sent (no orders): no moment either */
-    n = (next_holder){.f = f, .conn = other, .token = 11, .stock_seen = -1};
+    n = (next_holder){.conn = other, .token = 11, .stock_seen = -1};
     assert_int_equal(db_batch_commit(c, 1, 4, counts, 0, "redis-batch", "svc-1", 10, "redis",
                                      NULL, &on_sent, ids),
                      DB_ERR_INVALID);
     assert_int_equal(n.calls, 0);
     assert_int_equal(stock_of(c, 1), 4);
+    assert_int_equal(orders_of(f, 1), 3);
     db_pool_release(f->pool, other);
     db_pool_release(f->pool, c);
 }
