@@ -169,6 +169,11 @@ static void run_batch(const deduct_env *env, const mode *m, int rc, guard_hold *
               .n_holds = 1,
               .may_commit = seal_batch,
               .may_commit_arg = &run,
+              /* The holding is also the time the next batch gathers its requests: giving
+               * the lock back as COMMIT leaves only made batches smaller. Measured on the
+               * stack (3 replicas, 64 connections, six alternated pairs): req/s no higher,
+               * p99 25 to 36 ms against 19 to 25, the machine busier per request. */
+              .leave_after_commit = true,
               .commit_refused = "redis-batch: a request of the batch passed BATCH_WAIT_MS before "
                                 "the commit; the batch was rolled back and sold nothing"};
     size_t i;
@@ -200,7 +205,7 @@ static void run_batch(const deduct_env *env, const mode *m, int rc, guard_hold *
             (void)sale_run(&s);
             db_pool_release(env->db, s.conn);
         }
-        if (!s.left) /* a sale may give it back itself (sale.h) */
+        if (!s.left) /* as deduct.c: the sale may have given it back (sale.h) */
             m->leave(env->guards, &hold);
     }
     for (i = 0; i < n; i++)

@@ -6,8 +6,9 @@
  * sale reaches them: begin, claim_keys, read_check_write (read, check, write, record, store),
  * commit. The guard was taken before the transaction begins and is left after it ends; a
  * fenced holder's plain sale of the goods row sends the same steps in two round trips
- * (in_two_round_trips), and, unless batched, gives the guard back as soon as its COMMIT is
- * sent, which its claim's row lock makes safe (leave_once_sent). Every failure after BEGIN rolls back, so a line that does not answer
+ * (in_two_round_trips), and gives the guard back as soon as its COMMIT is sent, which its
+ * claim's row lock makes safe (leave_once_sent), unless its caller asks otherwise
+ * (leave_after_commit). Every failure after BEGIN rolls back, so a line that does not answer
  * 200 sold nothing: this file alone begins, rolls back and commits.
  *
  * What the steps use lives beside it, each in its own file: the check's working state and
@@ -320,12 +321,8 @@ static void leave_once_sent(void *arg)
 /* The sale in two round trips (pipelined()): same answers, same order of steps. */
 static step in_two_round_trips(sale *s, sale_tally *t, bool *folded)
 {
-    /* Not for redis-batch: there the holding is also the time the next batch gathers its
-     * requests, and giving the lock back earlier only made batches smaller. Measured on the
-     * stack (3 replicas, 64 connections, six alternated pairs): req/s no higher, p99 25 to
-     * 36 ms against 19 to 25, the machine busier per request. */
     const db_on_sent leave = {leave_once_sent, s};
-    const db_on_sent *on_sent = s->mode->batched ? NULL : &leave;
+    const db_on_sent *on_sent = s->leave_after_commit ? NULL : &leave;
     const guard_hold *h = &s->holds[0];
     char detail[256];
     step next;
@@ -368,7 +365,7 @@ static step in_two_round_trips(sale *s, sale_tally *t, bool *folded)
         return give_up(s, "lock_timeout", s->commit_refused);
 
     /* The write, the orders and COMMIT: one round trip, the guard given back while it
-     * travels (leave_once_sent) unless batched. A refusal rolls back inside. */
+     * travels (leave_once_sent). A refusal rolls back inside. */
     if (t->n_sold == 1)
         rc = db_sale_commit(s->conn, s->goods_id, t->after, t->sold_counts[0], s->mode->name,
                             s->env->instance, h->fence, h->fence_source, t->sold_ids[0], on_sent,

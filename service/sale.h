@@ -83,6 +83,9 @@ typedef struct sale {
     bool (*may_commit)(void *arg);
     void *may_commit_arg;
     const char *commit_refused;
+    /* The caller's choice: a sale in two round trips keeps the guard until COMMIT's answer
+     * instead of giving it back once COMMIT is sent (sale.c, leave_once_sent). */
+    bool leave_after_commit;
     /* set by the sale */
     bool left; /* the guard of holds[0] was left before the transaction ended: inside it
                   (tx-inside), or once its COMMIT was sent (a sale in two round trips); the
