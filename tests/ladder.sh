@@ -59,6 +59,7 @@ run_ladder() {
             rows=$((rows + 1))
             check "$rung, $scenario: $(echo "$row" | awk -F'|' '{ print $(NF - 1) }' | sed 's/^ *//; s/ *$//')" \
                 ladder__row_shown "$row"
+            ladder__row_shown "$row" || harness_failure_detail "$row"
         done < <(grep '^| `' "$out/part-$k/table.md")
     done
     want=$(grep -c '^rung scenario_' loadtest/ladder)

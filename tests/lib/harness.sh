@@ -7,11 +7,13 @@
 # groups of a binary). A suite that exits non-zero without a failed case (a crash, a
 # sanitizer report at exit, a timeout) counts as one failed case more: a broken run must
 # never look like a pass. harness_summary prints one line per suite and, last, exactly
-# "N passed, N failed".
+# "N passed, N failed"; before it, each failed case by name, with what it said (a run's
+# printed output may be all a reader of a remote run gets: the case must be named there).
 
 HARNESS_PASSED=0
 HARNESS_FAILED=0
 HARNESS_RESULTS=()
+HARNESS_FAILURES=()
 
 # Sanitizer settings for every suite: leaks are failures, reports carry stack traces.
 # (detect_leaks is on by default on x86-64 Linux; it is spelled out as it is a claim.)
@@ -120,6 +122,7 @@ run_suite() {
     failed=$(sed -n 's/^\[  FAILED  \] \([0-9][0-9]*\) test(s).*/\1/p' "$log" |
         awk '{ s += $1 } END { print s + 0 }')
     note="(${elapsed}s$(harness__cpu_note "$cpu0"))"
+    harness__failed_cmocka_cases "$name" "$log"
     if [ "$rc" -ne 0 ] && [ "$failed" -eq 0 ]; then
         failed=1
         case $rc in
@@ -131,7 +134,28 @@ run_suite() {
         failed=1
         note="(${elapsed}s) ran no test case"
     fi
+    [ "$failed" -eq 0 ] || [ "$note" = "${note#*) }" ] || HARNESS_FAILURES+=("$name: ${note#*) }")
     harness__record "$name" "$passed" "$failed" "$note"
+}
+
+# harness__failed_cmocka_cases SUITE LOG: each case a cmocka log says failed, with the lines
+# cmocka printed for it ("[  ERROR   ]", "[   LINE   ]"), into HARNESS_FAILURES.
+harness__failed_cmocka_cases() {
+    local line
+    while IFS= read -r line; do
+        HARNESS_FAILURES+=("$1: $line")
+    done < <(awk '
+        /^\[ RUN      \] / { name = $4; why = "" }
+        /^\[  ERROR   \] --- / { sub(/^\[  ERROR   \] --- /, ""); why = why (why == "" ? "" : "; ") $0 }
+        /^\[   LINE   \] --- / { sub(/^\[   LINE   \] --- /, ""); sub(/: error: Failure!$/, ""); why = why (why == "" ? "" : " at ") $0 }
+        /^\[  FAILED  \] [A-Za-z_]/ && name != "" && $4 == name { print name (why == "" ? "" : " (" why ")"); name = "" }
+    ' "$2")
+}
+
+# harness_failure_detail TEXT: adds TEXT under the last failed case of the summary's list
+# (what a failed check saw, when its name alone does not say it).
+harness_failure_detail() {
+    HARNESS_FAILURES+=("    $1")
 }
 
 # run_program_dir DIR SECONDS [SUFFIX]: runs each program DIR/test_* (a folder of programs
@@ -175,6 +199,7 @@ check() {
     else
         echo "[  FAILED  ] $what"
         HARNESS_GROUP_FAILED=$((HARNESS_GROUP_FAILED + 1))
+        HARNESS_FAILURES+=("$HARNESS_GROUP: $what")
     fi
 }
 
@@ -189,6 +214,7 @@ suite_broken() {
     echo
     echo "== $name: $why"
     harness__record "$name" 0 1 "NOT RUN: $why"
+    HARNESS_FAILURES+=("$name: not run: $why")
 }
 
 # harness__fd_limit LIMIT: prints the open-file limit a run asking for LIMIT gets here, and
@@ -239,16 +265,19 @@ harness_lane() {
         ulimit -n "$limit" || exit 1
         harness__cpu_join
         HARNESS_PASSED=0 HARNESS_FAILED=0 HARNESS_SKIPPED=0
-        HARNESS_RESULTS=() HARNESS_CLEANUPS=() HARNESS_LANE_PIDS=() HARNESS_LANE_NAMES=()
+        HARNESS_RESULTS=() HARNESS_FAILURES=() HARNESS_CLEANUPS=() HARNESS_LANE_PIDS=()
+        HARNESS_LANE_NAMES=()
         trap 'harness__cleanup; harness__cpu_leave' EXIT
         trap 'exit 130' INT
         trap 'exit 143' TERM
         "$@"
         harness__cleanup
         harness__cpu_leave
+        # The counts and how many result lines follow; then the failed cases.
         {
-            echo "$HARNESS_PASSED $HARNESS_FAILED ${HARNESS_SKIPPED:-0}"
+            echo "$HARNESS_PASSED $HARNESS_FAILED ${HARNESS_SKIPPED:-0} ${#HARNESS_RESULTS[@]}"
             printf '%s\n' "${HARNESS_RESULTS[@]}"
+            [ ${#HARNESS_FAILURES[@]} -eq 0 ] || printf '%s\n' "${HARNESS_FAILURES[@]}"
         } >"$state"
     ) >>"$out" 2>&1 </dev/null &
     HARNESS_LANE_PIDS+=($!)
@@ -291,7 +320,7 @@ harness__stop_lanes() {
 # the order they end) and adding its counts and result lines to the run's. A lane that ended
 # without its results (killed, or its subshell failed) counts as a failed suite.
 harness_lanes_wait() {
-    local pid name i state passed failed skipped started=$SECONDS
+    local pid name i state passed failed skipped nresults started=$SECONDS
     local -a results
     harness_on_exit harness__stop_lanes
     while [ ${#HARNESS_LANE_PIDS[@]} -gt 0 ]; do
@@ -310,11 +339,12 @@ harness_lanes_wait() {
         cat "$HARNESS_LOG_DIR/lane-$name.out"
         state=$HARNESS_LOG_DIR/lane-$name.state
         if [ -s "$state" ]; then
-            { read -r passed failed skipped; mapfile -t results; } <"$state"
+            { read -r passed failed skipped nresults; mapfile -t results; } <"$state"
             HARNESS_PASSED=$((HARNESS_PASSED + passed))
             HARNESS_FAILED=$((HARNESS_FAILED + failed))
             HARNESS_SKIPPED=$((${HARNESS_SKIPPED:-0} + skipped))
-            HARNESS_RESULTS+=("${results[@]}")
+            HARNESS_RESULTS+=("${results[@]:0:nresults}")
+            HARNESS_FAILURES+=("${results[@]:nresults}")
         else
             suite_broken "lane-$name" "the lane ended without its results (see above)"
         fi
@@ -356,6 +386,13 @@ harness_summary() {
     for line in "${HARNESS_RESULTS[@]}"; do
         echo "$line"
     done
+    if [ ${#HARNESS_FAILURES[@]} -gt 0 ]; then
+        echo "failed:"
+        for line in "${HARNESS_FAILURES[@]:0:60}"; do
+            echo "  $line"
+        done
+        [ ${#HARNESS_FAILURES[@]} -le 60 ] || echo "  ... and $((${#HARNESS_FAILURES[@]} - 60)) lines more"
+    fi
     echo "(logs in $HARNESS_LOG_DIR)"
     if [ "${HARNESS_SKIPPED:-0}" -gt 0 ]; then
         echo "$HARNESS_PASSED passed, $HARNESS_FAILED failed, $HARNESS_SKIPPED skipped"
