@@ -420,6 +420,16 @@ END {
         }
     }
 
+    # Where a request was held at a point (X-Fault: hold-at) until the driver stepped it on:
+    # grey from the moment it reached the point for as long as it was held there.
+    for (j = 1; j <= NREQ; j++) {
+        r = REQ[j]; cx = X0 + (j - 0.5) * LANE_W
+        for (k = 1; k <= NP[r]; k++) {
+            if (P_HELD[r, k] <= 0) continue
+            rect(cx - 6, y(P_MS[r, k]), 12, P_HELD[r, k] * K, "#555555", 0.45, "")
+        }
+    }
+
     # The points each traced request passed, as its replica recorded them: a dot at the true
     # moment, its label pushed down below the one before when they come too close.
     for (j = 1; j <= NREQ; j++) {
@@ -497,7 +507,7 @@ END {
     if (ntr > 0) {
         text(12, BOTTOM + 46, "Drawn by loadtest/timeline: each request's points (dots), its reads and writes, and its COMMIT as its replica traced them (GET /api/lab/trace/ID, on the wall clock);", "start", 9, "#555", "")
         text(12, BOTTOM + 59, "its lane shaded from taking the lock to its release, as it believed; sends and answers as the driver saw them; the lock lane as a probe sampled the key every 20 ms;", "start", 9, "#555", "")
-        text(12, BOTTOM + 72, "grey: the pause its X-Fault asked for, between its points. No dots: it never got in (its replica's wait, bracketed), or no trace (its replica died with it).", "start", 9, "#555", "")
+        text(12, BOTTOM + 72, "grey: the pause or the hold its X-Fault asked for, between its points. No dots: it never got in (its replica's wait, bracketed), or no trace (its replica died with it).", "start", 9, "#555", "")
     } else {
         text(12, BOTTOM + 46, "Drawn by loadtest/timeline from loadtest/ladder's events: sends and answers as the driver saw them; the lock and the row sampled every few tens of ms;", "start", 9, "#555", "")
         text(12, BOTTOM + 59, "BEGIN is the sale's transaction start (orders.created); a COMMIT is placed at the first sample showing it, its read inferred (read = written + 1);", "start", 9, "#555", "")

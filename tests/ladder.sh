@@ -3,11 +3,12 @@
 # run_ladder BUILD_DIR runs loadtest/ladder --check against BUILD_DIR's stockd (the sanitizer
 # build under make test), on a run directory and ports of its own, and counts one case per
 # row of its table: each unsafe rung must show its flaw and each rung that fixes it must keep
-# the books exact, every time (the scenarios are timed, not left to chance); and each row's
-# history must say so too: `no` (with its counterexample) for a row whose flaw broke the
-# books, `yes` for every other, and the orders must match the answers (ledger ok). The
-# checker build/check-history must be there for that: its absence is a failed case. Then: the
-# replicas stopped with status 0 and their logs hold no sanitizer report. The report itself
+# the books exact, every time (the scenarios hold and step their requests where a window must
+# open, and time only the leases: nothing is left to chance); and each row's history must say
+# so too: `no` (with its counterexample) for a row whose flaw broke the books, `yes` for every
+# other, and the orders must match the answers (ledger ok). The checker build/check-history
+# must be there for that: its absence is a failed case. Then: the replicas stopped with status
+# 0 and their logs hold no sanitizer report. The report itself
 # is kept in the test logs (ladder/part-K/table.md).
 
 # LADDER_PARTS (2): the ladder runs as that many parts side by side (loadtest/ladder --part
