@@ -179,11 +179,14 @@ static bool process_stopped(pid_t pid)
 }
 
 /*
- * Stops this whole process for ms: a child is forked first, which sleeps ms and then sends
- * SIGCONT until the parent runs again (the first SIGCONT could come before the SIGSTOP
- * took effect); then the process stops itself. Every thread stops, the lock's watchdog
- * included, exactly as in a stop-the-world pause. The child only calls async-signal-safe
- * functions, as a child of a threaded process must.
+ * Stops this whole process for ms at most: a child is forked first, which sleeps ms and then
+ * sends SIGCONT until the parent runs again; then the calling thread stops the process
+ * (raise: the signal is this thread's, so it is taken, and every thread stopped, before
+ * raise returns). Every thread stops, the lock's watchdog included, exactly as in a
+ * stop-the-world pause. A SIGCONT from outside ends the stop sooner (a driver that has seen
+ * what it waited for, loadtest/ladder); the child, whose SIGCONT is then not needed, is
+ * ended, so that it cannot end a later stop of this process. The child only calls
+ * async-signal-safe functions, as a child of a threaded process must.
  */
 static void stop_process_for(int64_t ms)
 {
@@ -207,7 +210,8 @@ static void stop_process_for(int64_t ms)
         }
         _exit(0);
     }
-    kill(parent, SIGSTOP);
+    raise(SIGSTOP);
+    kill(child, SIGKILL); /* already gone (exited or a zombie) when it continued us: harmless */
     while (waitpid(child, NULL, 0) < 0 && errno == EINTR)
         ;
 }

@@ -10,7 +10,8 @@
  *   X-Fault: pause-before-commit=MS    sleeps MS after the guard's last check, before COMMIT;
  *   X-Fault: stop-before-commit=MS     stops the whole process (SIGSTOP, every thread,
  *                                      the watchdog too) for MS at the same place: a GC-like
- *                                      pause; a child process it forks sends the SIGCONT;
+ *                                      pause; a child process it forks sends the SIGCONT (a
+ *                                      SIGCONT from outside ends the stop sooner);
  *   X-Fault: pause-before-release=MS   the release sleeps MS just before the command that
  *                                      deletes the lock (owner-get-del: between GET and DEL);
  *   X-Fault: pause-between-locks=MS    POST /api/order only: sleeps MS after the cart's first
