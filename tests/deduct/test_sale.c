@@ -4,17 +4,20 @@
  * batch), from the goods row with segments that hold stock (a mode after redis-sharded), from
  * one segment (redis-sharded's fast path). Each case that takes the goods row runs twice:
  * statement by statement and in two round trips (deduct_env.pipeline): the answers must be
- * the same.
+ * the same. And when the guard is given back: in two round trips, as COMMIT is sent.
  *
  * The holding is a fenced one made here (source "test", as the scripted guard's): the sale
  * asks it still_held through scripted_mode, which never finds a loss.
  */
 #include "tests/deduct/deduct_support.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "service/clock.h"
+#include "service/guards.h"
 #include "service/sale.h"
 
 #define LINES_MAX 4
@@ -44,9 +47,10 @@ static void lines_free(lines *l)
 }
 
 /* Runs one sale of l's lines of goods from `source` (segment: which, or how many) under a
- * fenced holding with `token`. Returns sale_run's answer. */
-static int run_sale(bool pipeline, int64_t goods, sale_source source, int segment, lines *l,
-                    int64_t token)
+ * fenced holding with `token`, in mode m (scripted_mode, or one built on it), and leaves the
+ * sale's `left` in *left when left is not NULL. Returns sale_run's answer. */
+static int run_sale_in(const mode *m, bool pipeline, bool leave_after_commit, int64_t goods,
+                       sale_source source, int segment, lines *l, int64_t token, bool *left)
 {
     deduct_env env = {.db = g_pool,
                       .db_wait_ms = 2000,
@@ -56,20 +60,29 @@ static int run_sale(bool pipeline, int64_t goods, sale_source source, int segmen
                       .optimistic_retries = 16};
     guard_hold hold = {.fenced = true, .fence = token, .fence_source = "test"};
     sale s = {.env = &env,
-              .mode = &scripted_mode,
+              .mode = m,
               .goods_id = goods,
               .lines = l->line,
               .n = l->n,
               .source = source,
               .segment = segment,
               .holds = &hold,
-              .n_holds = 1};
+              .n_holds = 1,
+              .leave_after_commit = leave_after_commit};
     int rc;
 
     assert_int_equal(db_pool_acquire(g_pool, 2000, &s.conn), DB_OK);
     rc = sale_run(&s);
     db_pool_release(g_pool, s.conn);
+    if (left != NULL)
+        *left = s.left;
     return rc;
+}
+
+static int run_sale(bool pipeline, int64_t goods, sale_source source, int segment, lines *l,
+                    int64_t token)
+{
+    return run_sale_in(&scripted_mode, pipeline, false, goods, source, segment, l, token, NULL);
 }
 
 static void expect_answer(const deduct_result *out, int status, const char *outcome,
@@ -244,6 +257,87 @@ static void test_stale_token_sells_nothing(void **state)
     }
 }
 
+/* ---- when the guard is given back ---- */
+
+/* When timed_mode's guard was left (clock_now_ns), 0 while it was not. */
+static _Atomic int64_t g_left_ns;
+
+static void timed_leave(guard_env *env, guard_hold *hold)
+{
+    atomic_store(&g_left_ns, clock_now_ns());
+    guard_none__leave(env, hold);
+}
+
+/* scripted_mode whose leave says when it ran. */
+static const mode timed_mode = {.name = "timed",
+                                .safe = true,
+                                .summary = "scripted, its leave timed",
+                                .enter = NULL,
+                                .still_held = scripted_still_held,
+                                .leave = timed_leave};
+
+#define SLOW_COMMIT_MS 500 /* the trigger's pg_sleep(0.5) below */
+
+/*
+ * The sale in two round trips gives its guard back once COMMIT is sent, not once COMMIT is
+ * answered (sale.h, "leave_after_commit"): what lets the next holder's hand-off overlap this
+ * commit. Shown with a COMMIT made slow on purpose: a deferred constraint trigger on the
+ * case's goods' orders sleeps SLOW_COMMIT_MS inside COMMIT. The guard is left at least most
+ * of that before sale_run returns, the sale answers 200 and sells; statement by statement,
+ * or when the caller asks for leave_after_commit, the sale leaves nothing (its caller does,
+ * after the answer). The read that makes the early release safe (the claim's row lock) is
+ * tests/db/test_fence.c's.
+ */
+static void test_guard_left_as_commit_is_sent(void **state)
+{
+    static const int64_t counts[] = {1};
+    static const struct {
+        bool pipeline, leave_after_commit, left_early;
+    } runs[] = {{true, false, true}, {false, false, false}, {true, true, false}};
+    const int64_t goods0 = 6151;
+
+    (void)state;
+    g_holder_conn = PQconnectdb(g_conninfo);
+    assert_int_equal(PQstatus(g_holder_conn), CONNECTION_OK);
+    holder_conn_exec("CREATE FUNCTION slow_commit() RETURNS trigger LANGUAGE plpgsql AS $$ "
+                     "BEGIN IF NEW.goods BETWEEN 6151 AND 6153 THEN PERFORM pg_sleep(0.5); "
+                     "END IF; RETURN NULL; END $$");
+    holder_conn_exec("CREATE CONSTRAINT TRIGGER slow_commit AFTER INSERT ON orders "
+                     "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION slow_commit()");
+    for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
+        int64_t goods = goods0 + (int64_t)i, start, end, left_ns;
+        bool left = false;
+        lines l;
+
+        reset_goods(goods, 10);
+        lines_init(&l, counts, NULL, 1);
+        atomic_store(&g_left_ns, 0);
+        start = clock_now_ns();
+        assert_int_equal(run_sale_in(&timed_mode, runs[i].pipeline, runs[i].leave_after_commit,
+                                     goods, SALE_FROM_GOODS, 0, &l, 60, &left),
+                         SALE_DONE);
+        end = clock_now_ns();
+        left_ns = atomic_load(&g_left_ns);
+        expect_answer(&l.out[0], 200, "deducted", "\"remaining\":9");
+        assert_int_equal(report_of(goods).stock, 9);
+        /* The sale waited for the slow COMMIT in every run. */
+        assert_true(end - start >= (SLOW_COMMIT_MS - 50) * 1000000LL);
+        assert_int_equal(left, runs[i].left_early);
+        if (runs[i].left_early) {
+            assert_true(left_ns > start);
+            printf("    two round trips: the guard left %.1f ms before the sale returned "
+                   "(COMMIT slowed by %d ms)\n",
+                   (double)(end - left_ns) / 1e6, SLOW_COMMIT_MS);
+            assert_true(end - left_ns >= (SLOW_COMMIT_MS - 100) * 1000000LL);
+        } else {
+            assert_int_equal(left_ns, 0); /* the caller leaves, after the answer */
+        }
+        lines_free(&l);
+    }
+    holder_conn_exec("DROP TRIGGER slow_commit ON orders");
+    holder_conn_exec("DROP FUNCTION slow_commit()");
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -253,6 +347,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_goods_row_short_folds_segments),
         cmocka_unit_test(test_segment_short_then_sold),
         cmocka_unit_test(test_stale_token_sells_nothing),
+        cmocka_unit_test_teardown(test_guard_left_as_commit_is_sent, holder_conn_teardown),
     };
     return deduct_test_main("test_sale", tests, sizeof(tests) / sizeof(tests[0]), argc, argv);
 }
