@@ -102,7 +102,7 @@ harness__cpu_leave() {
 # run_suite NAME SECONDS COMMAND...: runs a cmocka binary (or any command printing cmocka's
 # summary lines) with a time limit, and records its counts.
 run_suite() {
-    local name=$1 seconds=$2 log rc passed failed start elapsed note cpu0
+    local name=$1 seconds=$2 log rc passed failed start elapsed note why cpu0
     shift 2
     log=$HARNESS_LOG_DIR/${name//[^A-Za-z0-9_.+-]/_}.log # a pattern in the name: no * in file names
     echo
@@ -122,19 +122,22 @@ run_suite() {
     failed=$(sed -n 's/^\[  FAILED  \] \([0-9][0-9]*\) test(s).*/\1/p' "$log" |
         awk '{ s += $1 } END { print s + 0 }')
     note="(${elapsed}s$(harness__cpu_note "$cpu0"))"
+    why=""
     harness__failed_cmocka_cases "$name" "$log"
     if [ "$rc" -ne 0 ] && [ "$failed" -eq 0 ]; then
-        failed=1
         case $rc in
-        124 | 137) note="(${elapsed}s) TIMED OUT after ${seconds}s" ;;
-        *) note="(${elapsed}s) exited with status $rc (crash or sanitizer report? see $log)" ;;
+        124 | 137) why="TIMED OUT after ${seconds}s" ;;
+        *) why="exited with status $rc (crash or sanitizer report? see $log)" ;;
         esac
     elif [ "$rc" -eq 0 ] && [ "$passed" -eq 0 ] && [ "$failed" -eq 0 ]; then
         # Ran, said nothing countable: a test binary that runs no case is a failure too.
-        failed=1
-        note="(${elapsed}s) ran no test case"
+        why="ran no test case"
     fi
-    [ "$failed" -eq 0 ] || [ "$note" = "${note#*) }" ] || HARNESS_FAILURES+=("$name: ${note#*) }")
+    if [ -n "$why" ]; then
+        failed=1
+        note="(${elapsed}s) $why"
+        HARNESS_FAILURES+=("$name: $why")
+    fi
     harness__record "$name" "$passed" "$failed" "$note"
 }
 
