@@ -12,7 +12,8 @@
 --          client, plus one
 -- ARGV[4]  how long (ms) the owner's place in line lasts unless it calls again; 0: do not
 --          queue (a single try, or a client that does not wait in line)
--- ARGV[5]  the release channel, told who is first in line when this call drops dead waiters
+-- ARGV[5]  the release channel: when this call drops dead waiters, the new first in line is
+--          told on "<ARGV[5]>:<its process id>" (release.lua says why a channel per process)
 --
 -- Returns {hold count, fencing token} when ARGV[1] now holds the lock: a take, a reentrant
 -- take, or the take of a lock release.lua granted it while it waited. Otherwise
@@ -103,7 +104,7 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
         -- the line just changed (lapsed places dropped), nobody told the new head: tell it.
         stay_in_line()
         if dropped then
-            redis.call('PUBLISH', ARGV[5], first)
+            redis.call('PUBLISH', ARGV[5] .. ':' .. string.match(first, '^[^:]*'), first)
         end
         return waiting(math.max(until_ms - now_ms(), 1))
     end

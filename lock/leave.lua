@@ -2,7 +2,8 @@
 --
 -- KEYS[1]  the lock, KEYS[2] the waiters' line, KEYS[3] their liveness, KEYS[4] the fencing
 --          counter (see acquire.lua)
--- ARGV[1]  the owner leaving, ARGV[2] the release channel
+-- ARGV[1]  the owner leaving, ARGV[2] the release channel (the next one is told on
+--          "<ARGV[2]>:<its process id>", as release.lua tells a waiter)
 -- ARGV[3]  the hold count the owner would have had, ARGV[4] its lease in ms (as for
 --          acquire.lua)
 --
@@ -27,7 +28,7 @@ redis.call('ZREM', KEYS[3], ARGV[1])
 if first == ARGV[1] and redis.call('EXISTS', KEYS[1]) == 0 then
     local next_one = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
     if next_one ~= nil then
-        redis.call('PUBLISH', ARGV[2], next_one)
+        redis.call('PUBLISH', ARGV[2] .. ':' .. string.match(next_one, '^[^:]*'), next_one)
     end
 end
 return was_in

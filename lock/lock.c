@@ -212,7 +212,7 @@ int lock_client_create(const lock_options *opts, lock_client **out)
     rc = lock__watchdog_start(c->holdings, &c->conn_cfg, c->cluster, &c->watchdog);
     if (rc != LOCK_OK)
         goto fail;
-    rc = lock__subscriber_create(&c->conn_cfg, &c->subscriber);
+    rc = lock__subscriber_create(&c->conn_cfg, c->process_id, &c->subscriber);
     if (rc != LOCK_OK)
         goto fail;
     if (c->cluster != NULL)

@@ -4,7 +4,9 @@
 -- KEYS[2]  the fencing counter (the grant's token)
 -- KEYS[3]  the waiters' line, KEYS[4] their liveness (see acquire.lua)
 -- ARGV[1]  the owner, "<process id>:<thread number>"
--- ARGV[2]  the release channel, "<lock>:released"
+-- ARGV[2]  the release channel, "<lock>:released": a message naming nobody goes there, to
+--          every process; one naming a waiter goes to "<ARGV[2]>:<its process id>" (the
+--          owner's text before ':'), the channel of the one process that has it
 -- ARGV[3]  the hold count the owner keeps after this call: its own count, kept by the
 --          client, minus one (0: give the lock back)
 --
@@ -13,10 +15,15 @@
 -- nothing at all is changed.
 --
 -- The grant: the first waiter becomes the holder inside this script (hold count 1, a new
--- fencing token, a lease as long as its place in line had left) and the message on ARGV[2]
--- says so: "<owner> <token> <release time in us>". The head of acquire.lua's line is found
--- here a second time, in a loop of four lines: a script run by EVALSHA cannot call another
--- script's functions (lock/README.md, "Fair hand-off").
+-- fencing token, a lease as long as its place in line had left) and the message on its
+-- process's channel says so: "<owner> <token> <release time in us>". The head of
+-- acquire.lua's line is found here a second time, in a loop of four lines: a script run by
+-- EVALSHA cannot call another script's functions (lock/README.md, "Fair hand-off").
+--
+-- Why a channel per process for a named waiter: on one shared channel every process's
+-- subscriber thread woke at every hand-off, and all but the waiter's found nobody of theirs
+-- named: with three replicas on one hot lock, two wasted wake-ups per sale, each a context
+-- switch (lock/README.md, "One channel per process").
 --
 -- Idempotent, like acquire.lua: the count is set to what the client keeps, so a release
 -- whose reply was lost, or an acquire that ran without the client knowing, cannot leave a
@@ -72,12 +79,17 @@ if first ~= nil then
         redis.call('PEXPIRE', KEYS[1], until_ms - now_ms)
         -- "<owner> <token> <release time in us>": the waiter measures the hand-off from it.
         -- (%d: a token of 16 digits would print as 1.7e+15 with Lua's own conversion.)
-        redis.call('PUBLISH', ARGV[2], string.format('%s %d %s%06d', first, token, now[1],
-                                                     tonumber(now[2])))
+        redis.call('PUBLISH', ARGV[2] .. ':' .. string.match(first, '^[^:]*'),
+                   string.format('%s %d %s%06d', first, token, now[1], tonumber(now[2])))
         return 0
     end
 end
--- Nobody in line: "", and each process then wakes its oldest waiter, if any (one that does
--- not wait in line, or whose place Redis lost). Or a waiter named without a grant.
-redis.call('PUBLISH', ARGV[2], first or '')
+-- Nobody in line: "" to every process, and each then wakes its oldest waiter, if any (one
+-- that does not wait in line, or whose place Redis lost). Or a waiter named without a grant,
+-- on its process's channel.
+if first == nil then
+    redis.call('PUBLISH', ARGV[2], '')
+else
+    redis.call('PUBLISH', ARGV[2] .. ':' .. string.match(first, '^[^:]*'), first)
+end
 return 0

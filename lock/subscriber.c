@@ -15,6 +15,12 @@
  * The thread uses the socket with poll() rather than blocking in redisGetReply(), so that a
  * waiter's request or destroy wakes it at once instead of after a read timeout.
  *
+ * A channel here is two pub/sub channels of one lock, subscribed and unsubscribed together by
+ * one command: "<lock>:released", where a release that names nobody is announced to every
+ * process, and "<lock>:released:<process id>", where a message naming one of this process's
+ * waiters comes (release.lua says why). Redis answers such a command with one reply per
+ * pub/sub channel, so a state ends at the second reply.
+ *
  * A channel's life on the connection (each state has at most one command in flight, and
  * Redis answers commands in order, so replies are never confused):
  *
@@ -40,6 +46,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -64,12 +71,16 @@ typedef enum link_state {
     LINK_DOWN /* lost or refused; the next try is at retry_at_ns */
 } link_state;
 
+/* The two pub/sub channels of one lock (see the top of this file). */
+enum { TOPIC_ALL, TOPIC_OURS, TOPICS };
+
 struct lock__channel {
     lock__channel *next;
-    char *topic; /* "<lock>:released" */
-    size_t topic_len;
+    char *topic[TOPICS]; /* "<lock>:released", "<lock>:released:<process id>" */
+    size_t topic_len[TOPICS];
     lock__queue queue; /* this process's threads waiting on the lock (waiters.h) */
     channel_state state;
+    int replies_due; /* to the SUBSCRIBE or UNSUBSCRIBE in flight: one per topic */
     bool resync;             /* a release may have been missed: wake the oldest once subscribed */
     int64_t idle_since_ns;   /* when waiters became 0 */
     pthread_cond_t ready_cv; /* broadcast when subscribed, or when the link goes down */
@@ -77,6 +88,7 @@ struct lock__channel {
 
 struct lock__subscriber {
     const lock__conn_config *cfg;
+    char process_id[LOCK__PROCESS_ID_LEN + 1]; /* names this process's own topics */
     pthread_mutex_t mu;
     lock__channel *channels;
     link_state link;
@@ -96,28 +108,33 @@ struct lock__subscriber {
 
 /* ---- channels (mu held) ---- */
 
-static int channel_new(const char *topic, lock__channel **out)
+/* The channel of lock topic `topic` ("<lock>:released") for this process. */
+static int channel_new(const lock__subscriber *s, const char *topic, lock__channel **out)
 {
+    size_t len = strlen(topic);
     lock__channel *ch;
 
     *out = NULL;
     ch = calloc(1, sizeof(*ch));
     if (ch == NULL)
         goto fail;
-    ch->topic = strdup(topic);
-    if (ch->topic == NULL)
-        goto fail_free;
-    ch->topic_len = strlen(topic);
+    ch->topic[TOPIC_ALL] = strdup(topic);
+    ch->topic[TOPIC_OURS] = malloc(len + 1 + LOCK__PROCESS_ID_LEN + 1);
+    if (ch->topic[TOPIC_ALL] == NULL || ch->topic[TOPIC_OURS] == NULL)
+        goto fail_topics;
+    ch->topic_len[TOPIC_ALL] = len;
+    ch->topic_len[TOPIC_OURS] =
+        (size_t)sprintf(ch->topic[TOPIC_OURS], "%s:%s", topic, s->process_id);
     if (lock__cond_init(&ch->ready_cv) != 0)
-        goto fail_topic;
+        goto fail_topics;
     lock__queue_init(&ch->queue);
     ch->state = CH_NEW;
     *out = ch;
     return LOCK_OK;
 
-fail_topic:
-    free(ch->topic);
-fail_free:
+fail_topics:
+    free(ch->topic[TOPIC_ALL]);
+    free(ch->topic[TOPIC_OURS]);
     free(ch);
 fail:
     return LOCK_ERR_NOMEM;
@@ -126,7 +143,8 @@ fail:
 static void channel_free(lock__channel *ch)
 {
     pthread_cond_destroy(&ch->ready_cv);
-    free(ch->topic);
+    free(ch->topic[TOPIC_ALL]);
+    free(ch->topic[TOPIC_OURS]);
     free(ch);
 }
 
@@ -139,11 +157,28 @@ static void channel_unlink(lock__channel **link)
     channel_free(ch);
 }
 
-static lock__channel **channel_find(lock__subscriber *s, const char *topic, size_t len)
+static bool channel_has_topic(const lock__channel *ch, int which, const char *topic, size_t len)
+{
+    return ch->topic_len[which] == len && memcmp(ch->topic[which], topic, len) == 0;
+}
+
+/* The link to the channel whose `which` topic is topic (len bytes), or to the list's end. */
+static lock__channel **channel_find(lock__subscriber *s, int which, const char *topic, size_t len)
 {
     lock__channel **link = &s->channels;
 
-    while (*link != NULL && ((*link)->topic_len != len || memcmp((*link)->topic, topic, len) != 0))
+    while (*link != NULL && !channel_has_topic(*link, which, topic, len))
+        link = &(*link)->next;
+    return link;
+}
+
+/* The link to the channel that has topic (len bytes) as either of its topics. */
+static lock__channel **channel_find_any(lock__subscriber *s, const char *topic, size_t len)
+{
+    lock__channel **link = &s->channels;
+
+    while (*link != NULL && !channel_has_topic(*link, TOPIC_ALL, topic, len) &&
+           !channel_has_topic(*link, TOPIC_OURS, topic, len))
         link = &(*link)->next;
     return link;
 }
@@ -259,19 +294,37 @@ static int ms_until(int64_t at_ns, int64_t now_ns)
     return ms > 60000 ? 60000 : (int)ms;
 }
 
-/* Appends a command for the thread to write; false if hiredis could not. */
-static bool link_send(lock__subscriber *s, const char *cmd, const lock__channel *ch)
+/* Appends a command for the thread to write, owed `replies` replies; false if hiredis
+ * could not. */
+static bool link_append(lock__subscriber *s, int rc, int replies)
 {
-    int rc;
-
-    if (ch != NULL)
-        rc = redisAppendCommand(s->ctx, "%s %b", cmd, ch->topic, ch->topic_len);
-    else
-        rc = redisAppendCommand(s->ctx, "%s", cmd);
     if (rc != REDIS_OK)
         return false;
-    if (s->owed++ == 0)
+    if (s->owed == 0)
         s->owed_since_ns = lock__now_ns();
+    s->owed += replies;
+    return true;
+}
+
+/* PING, outside a channel. */
+static bool link_send_ping(lock__subscriber *s)
+{
+    return link_append(s, redisAppendCommand(s->ctx, "PING"), 1);
+}
+
+/* SUBSCRIBE or UNSUBSCRIBE ch's two topics in one command (one reply each), and ch is in
+ * state `next` until both replies came. */
+static bool link_send_channel(lock__subscriber *s, const char *cmd, lock__channel *ch,
+                              channel_state next)
+{
+    int rc = redisAppendCommand(s->ctx, "%s %b %b", cmd, ch->topic[TOPIC_ALL],
+                                ch->topic_len[TOPIC_ALL], ch->topic[TOPIC_OURS],
+                                ch->topic_len[TOPIC_OURS]);
+
+    if (!link_append(s, rc, TOPICS))
+        return false;
+    ch->state = next;
+    ch->replies_due = TOPICS;
     return true;
 }
 
@@ -294,14 +347,12 @@ static int link_plan(lock__subscriber *s, int64_t now)
             continue;
         }
         if (ch->state == CH_NEW) {
-            if (!link_send(s, "SUBSCRIBE", ch))
+            if (!link_send_channel(s, "SUBSCRIBE", ch, CH_SUBSCRIBING))
                 return -2;
-            ch->state = CH_SUBSCRIBING;
         } else if (ch->state == CH_ACTIVE && ch->queue.count == 0) {
             if (now - ch->idle_since_ns >= SUB_LINGER_NS) {
-                if (!link_send(s, "UNSUBSCRIBE", ch))
+                if (!link_send_channel(s, "UNSUBSCRIBE", ch, CH_UNSUBSCRIBING))
                     return -2;
-                ch->state = CH_UNSUBSCRIBING;
             } else if (ch->idle_since_ns + SUB_LINGER_NS < wake_at) {
                 wake_at = ch->idle_since_ns + SUB_LINGER_NS;
             }
@@ -310,7 +361,7 @@ static int link_plan(lock__subscriber *s, int64_t now)
     }
 
     if (s->owed == 0 && now - s->last_heard_ns >= SUB_PING_EVERY_NS) {
-        if (!link_send(s, "PING", NULL))
+        if (!link_send_ping(s))
             return -2;
     }
     if (s->owed > 0) {
@@ -363,7 +414,7 @@ static bool link_handle(lock__subscriber *s, const redisReply *r)
     topic = r->element[1];
     if (r->elements < 3 || topic->type != REDIS_REPLY_STRING)
         return false;
-    link = channel_find(s, topic->str, topic->len);
+    link = channel_find_any(s, topic->str, topic->len);
     ch = *link;
 
     if (reply_is(r->element[0], "message")) {
@@ -380,7 +431,7 @@ static bool link_handle(lock__subscriber *s, const redisReply *r)
     }
     if (reply_is(r->element[0], "subscribe")) {
         link_answered(s);
-        if (ch == NULL || ch->state != CH_SUBSCRIBING)
+        if (ch == NULL || ch->state != CH_SUBSCRIBING || --ch->replies_due > 0)
             return true;
         ch->state = CH_ACTIVE;
         if (ch->queue.count == 0)
@@ -393,15 +444,14 @@ static bool link_handle(lock__subscriber *s, const redisReply *r)
     }
     if (reply_is(r->element[0], "unsubscribe")) {
         link_answered(s);
-        if (ch == NULL || ch->state != CH_UNSUBSCRIBING)
+        if (ch == NULL || ch->state != CH_UNSUBSCRIBING || --ch->replies_due > 0)
             return true;
         if (ch->queue.count == 0) {
             channel_unlink(link);
             return true;
         }
         /* Waiters came back while it was being dropped: subscribe again. */
-        ch->state = CH_SUBSCRIBING;
-        return link_send(s, "SUBSCRIBE", ch);
+        return link_send_channel(s, "SUBSCRIBE", ch, CH_SUBSCRIBING);
     }
     return false;
 }
@@ -512,7 +562,8 @@ static void *subscriber_main(void *arg)
 
 /* ---- the waiters' side ---- */
 
-int lock__subscriber_create(const lock__conn_config *cfg, lock__subscriber **out)
+int lock__subscriber_create(const lock__conn_config *cfg, const char *process_id,
+                            lock__subscriber **out)
 {
     lock__subscriber *s;
 
@@ -521,6 +572,7 @@ int lock__subscriber_create(const lock__conn_config *cfg, lock__subscriber **out
     if (s == NULL)
         goto fail;
     s->cfg = cfg;
+    snprintf(s->process_id, sizeof(s->process_id), "%s", process_id);
     s->link = LINK_IDLE;
     s->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (s->wake_fd < 0)
@@ -576,7 +628,7 @@ static int subscriber_join(lock__subscriber *s, const char *channel, const char 
     if (w == NULL)
         return LOCK_ERR_NOMEM;
     pthread_mutex_lock(&s->mu);
-    link = channel_find(s, channel, strlen(channel));
+    link = channel_find(s, TOPIC_ALL, channel, strlen(channel));
     if (only_if_listening &&
         (*link == NULL || (*link)->state != CH_ACTIVE || s->link != LINK_UP)) {
         pthread_mutex_unlock(&s->mu);
@@ -584,7 +636,7 @@ static int subscriber_join(lock__subscriber *s, const char *channel, const char 
         return LOCK_OK;
     }
     if (*link == NULL) {
-        rc = channel_new(channel, link);
+        rc = channel_new(s, channel, link);
         if (rc != LOCK_OK)
             goto out;
     }

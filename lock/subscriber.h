@@ -3,9 +3,11 @@
  *
  * A waiter must not poll Redis ("is it free yet?" every few ms costs round trips and still
  * answers late) and must not sleep blindly until the holder's lease runs out (the holder
- * usually releases long before). release.lua publishes on "<lock>:released" when a lock
- * becomes free; this module listens on those channels with one connection for the whole
- * process and wakes a waiter when a message comes.
+ * usually releases long before). release.lua publishes a message when a lock becomes free:
+ * on "<lock>:released:<process id>" when it names a waiter (only that waiter's process hears
+ * it), on "<lock>:released" when it names nobody (every process hears it). This module
+ * listens on both for each lock this process waits on, with one connection for the whole
+ * process, and wakes a waiter when a message comes.
  *
  * How a waiter uses it (lock_try_lock):
  *   join(channel, owner)    count me as waiting on this lock: subscribe if not yet; I get
@@ -47,9 +49,12 @@ typedef struct lock__channel lock__channel; /* the waiters of one lock */
 
 /*
  * Starts the subscriber thread; it connects to *cfg (which must outlive the subscriber)
- * only when a first waiter joins. Returns LOCK_OK and *out, or LOCK_ERR_NOMEM.
+ * only when a first waiter joins. process_id (LOCK__PROCESS_ID_LEN hex digits, copied) is
+ * the one in this process's owners (owner.h): it names the process's own channels. Returns
+ * LOCK_OK and *out, or LOCK_ERR_NOMEM.
  */
-int lock__subscriber_create(const lock__conn_config *cfg, lock__subscriber **out);
+int lock__subscriber_create(const lock__conn_config *cfg, const char *process_id,
+                            lock__subscriber **out);
 
 /* Tells the thread that the address moved (a failover): it drops its link and subscribes
  * again on the new master. Safe from any thread. */
@@ -61,7 +66,8 @@ void lock__subscriber_destroy(lock__subscriber *s);
 
 /*
  * Counts the caller as a waiter on `channel` ("<lock>:released"), gives it the channel's
- * next ticket (it is now the youngest waiter) and has the channel subscribed. `owner` is the
+ * next ticket (it is now the youngest waiter) and has the channel subscribed, with this
+ * process's own ("<lock>:released:<process id>"). `owner` is the
  * name a release message calls it by (copied). Call it once
  * per lock_try_lock that must wait, not once per retry: the ticket is the caller's place
  * in line. Returns LOCK_OK and *out (owned by the subscriber; valid until, and freed by,
@@ -80,7 +86,7 @@ int lock__subscriber_join_if_listening(lock__subscriber *s, const char *channel,
                                        const char *owner, lock__waiter **out);
 
 /*
- * Waits until Redis has confirmed the subscription to w's channel, or the connection is
+ * Waits until Redis has confirmed the subscription to w's channels, or the connection is
  * down (no point waiting), or deadline_ns. Returns true if subscribed.
  */
 bool lock__subscriber_wait_ready(lock__subscriber *s, lock__waiter *w, int64_t deadline_ns);

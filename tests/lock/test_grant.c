@@ -8,7 +8,9 @@
  *   - a message about an earlier wait (a token the waiter has already seen) grants nothing;
  *   - a waiter whose wait ends just after a release granted it the lock (the message not
  *     yet heard) takes the lock, by its last try or as it leaves the line, rather than
- *     leave it to lapse.
+ *     leave it to lapse;
+ *   - the message that names a waiter goes to its own process's channel only; one that
+ *     names nobody goes to every process.
  *
  * The server, the fixtures and the tools: tests/lock/lock_support.h.
  */
@@ -131,7 +133,9 @@ static void test_stale_grant_is_refused(void **state)
     assert_true(first_in_line("t:stale", owner, sizeof(owner), 3000));
     snprintf(message, sizeof(message), "%s %lld %lld", owner, (long long)token,
              (long long)(time(NULL) * 1000000LL));
-    assert_int_equal(redis_int("PUBLISH t:stale:released %s", message), 1);
+    assert_int_equal(redis_int("PUBLISH t:stale:released:%s %s", lock_client_process_id(waiter),
+                               message),
+                     1);
     bg_join(&b);
     assert_int_equal(b.rc, LOCK_ERR_TIMEOUT);
     assert_int_equal(redis_int("HEXISTS t:stale %s", owner), 0);
@@ -214,6 +218,73 @@ static void test_leave_takes_a_late_grant(void **state)
     assert_int_equal(redis_int("HEXISTS t:leave p:2"), 0);
 }
 
+/* Reads the next pub/sub message from sub into channel and data; false on an error. */
+static bool next_message(redisContext *sub, char *channel, size_t channel_size, char *data,
+                         size_t data_size)
+{
+    redisReply *r = NULL;
+    bool ok;
+
+    if (redisGetReply(sub, (void **)&r) != REDIS_OK || r == NULL)
+        return false;
+    ok = r->type == REDIS_REPLY_ARRAY && r->elements == 4 &&
+         r->element[2]->type == REDIS_REPLY_STRING && r->element[3]->type == REDIS_REPLY_STRING;
+    if (ok) {
+        snprintf(channel, channel_size, "%s", r->element[2]->str);
+        snprintf(data, data_size, "%.*s", (int)r->element[3]->len, r->element[3]->str);
+    }
+    freeReplyObject(r);
+    return ok;
+}
+
+/*
+ * Where the messages go. While a waiter of another process (another client: another process
+ * id) waits, its subscriber listens on the lock's channel for all and on its own; the holder's
+ * release grants it the lock with a message on its own channel only (so the subscribers of
+ * other processes sleep through it); its own release, with nobody in line, says "" on the
+ * channel for all. A pattern subscriber of the test sees every message, in order.
+ */
+static void test_grant_told_to_its_process_only(void **state)
+{
+    lock_client *waiter = new_client_liveness(1500);
+    bg_call b = {.c = waiter, .name = "t:own", .wait_ms = 5000, .lease_ms = 20000,
+                 .unlock_after = true};
+    struct timeval tv = {.tv_sec = 5};
+    char ours[128], owner[128], channel[256], data[256];
+    redisContext *sub;
+    redisReply *r;
+    int64_t token;
+    long long base;
+
+    (void)state;
+    snprintf(ours, sizeof(ours), "t:own:released:%s", lock_client_process_id(waiter));
+    sub = redisConnectWithTimeout("127.0.0.1", g_state.port, tv);
+    assert_true(sub != NULL && sub->err == 0);
+    r = redisCommand(sub, "PSUBSCRIBE t:own:released*");
+    assert_non_null(r);
+    freeReplyObject(r);
+    assert_int_equal(lock_try_lock(g_state.client, "t:own", 0, 10000, &token), LOCK_OK);
+    base = evalsha_calls();
+    bg_start(&b);
+    assert_true(wait_evalsha(base + 2)); /* asleep, subscribed */
+    assert_true(first_in_line("t:own", owner, sizeof(owner), 3000));
+    assert_int_equal(numsub("t:own:released"), 1);
+    assert_int_equal(numsub(ours), 1);
+    assert_int_equal(lock_unlock(g_state.client, "t:own"), LOCK_OK);
+    bg_join(&b);
+    assert_int_equal(b.rc, LOCK_OK);
+    assert_int_equal(b.unlock_rc, LOCK_OK);
+
+    assert_true(next_message(sub, channel, sizeof(channel), data, sizeof(data)));
+    assert_string_equal(channel, ours); /* the grant, to the waiter's process */
+    assert_true(strncmp(data, owner, strlen(owner)) == 0 && data[strlen(owner)] == ' ');
+    assert_true(next_message(sub, channel, sizeof(channel), data, sizeof(data)));
+    assert_string_equal(channel, "t:own:released"); /* nobody in line: to every process */
+    assert_string_equal(data, "");
+    redisFree(sub);
+    lock_client_destroy(waiter);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -225,6 +296,8 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_unheard_grant_taken_by_last_try, case_setup,
                                         case_teardown),
         cmocka_unit_test_setup_teardown(test_leave_takes_a_late_grant, case_setup, case_teardown),
+        cmocka_unit_test_setup_teardown(test_grant_told_to_its_process_only, case_setup,
+                                        case_teardown),
     };
 
     return lock_test_main("test_grant", tests, sizeof(tests) / sizeof(tests[0]), argc, argv);
