@@ -25,7 +25,7 @@
 #include "service/clock.h"
 
 static const char *const point_names[LAB_POINTS_] = {
-    "entered", "begun", "read", "written", "checked", "committed", "release",
+    "entered", "begun", "read", "written", "checked", "committed", "release", "between-locks",
 };
 
 const char *lab_point_name(lab_point p)
@@ -79,6 +79,21 @@ static int point_named(const char *s, size_t len)
     return -1;
 }
 
+/* The known points, comma-separated, for a refusal's reason: from the one table of names. */
+static const char *known_points(char *buf, size_t len)
+{
+    size_t used = 0;
+
+    buf[0] = '\0';
+    for (int i = 0; i < LAB_POINTS_; i++) {
+        int w = snprintf(buf + used, len - used, "%s%s", i > 0 ? ", " : "", point_names[i]);
+        if (w < 0 || (size_t)w >= len - used)
+            break;
+        used += (size_t)w;
+    }
+    return buf;
+}
+
 /* Whether [s, s+len) is a fault faults_parse knows (with its value, if any). */
 static bool is_fault(const char *s, size_t len)
 {
@@ -112,6 +127,7 @@ int lab_split_fault(const char *value, unsigned *points, char *rest, size_t rest
     static const char key[] = "hold-at=";
     const char *p = value;
     bool seen_hold = false, in_hold = false;
+    char known[128];
 
     *points = 0;
     rest[0] = '\0';
@@ -136,10 +152,8 @@ int lab_split_fault(const char *value, unsigned *points, char *rest, size_t rest
         }
         pt = point_named(item, len);
         if (in_hold && pt < 0 && !is_fault(item, len)) {
-            snprintf(detail, detail_len,
-                     "X-Fault: hold-at: unknown point '%.*s'; known: entered, begun, read, "
-                     "written, checked, committed, release",
-                     (int)(len > 40 ? 40 : len), item);
+            snprintf(detail, detail_len, "X-Fault: hold-at: unknown point '%.*s'; known: %s",
+                     (int)(len > 40 ? 40 : len), item, known_points(known, sizeof(known)));
             return -1;
         }
         if (in_hold && pt >= 0) {
@@ -162,9 +176,8 @@ int lab_split_fault(const char *value, unsigned *points, char *rest, size_t rest
         p++; /* the comma */
     }
     if (seen_hold && *points == 0) {
-        snprintf(detail, detail_len,
-                 "X-Fault: hold-at needs one or more points: entered, begun, read, written, "
-                 "checked, committed, release");
+        snprintf(detail, detail_len, "X-Fault: hold-at needs one or more points: %s",
+                 known_points(known, sizeof(known)));
         return -1;
     }
     return 0;
@@ -359,6 +372,11 @@ int lab_at(void *arg, deduct_point point, guard_hold *hold, char *why, size_t wh
     if (run->faults != NULL)
         return faults_at(run->faults, point, hold, why, why_len);
     return GUARD_OK;
+}
+
+void lab_at_between_locks(void *arg)
+{
+    lab_reach(arg, LAB_AT_BETWEEN_LOCKS, NULL);
 }
 
 /* The place of the request `id` in flight, or NULL. */

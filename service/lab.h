@@ -22,7 +22,12 @@
  * The points, in the order a sale reaches them: the deduction's own (deduct.h: entered,
  * begun, read, written, checked, committed) and the release's one, "release": just before
  * the command that deletes the lock (owner-get-del: between its GET and its DEL; tx-inside
- * reaches it before "checked", since it gives its lock back inside the transaction).
+ * reaches it before "checked", since it gives its lock back inside the transaction). A cart
+ * (POST /api/order, order.h) has one point of its own, "between-locks": its first lock (for
+ * a PostgreSQL rung, its first row lock) held, its second not yet asked for; a cart that
+ * gives up on a later lock reaches it again, still holding what it has, before letting go.
+ * Two carts held there in opposite orders each hold the lock the other will ask for: the
+ * deadlock of multi-naive, at a moment the learner (or the ladder) chooses, not a race.
  */
 #ifndef SERVICE_LAB_H
 #define SERVICE_LAB_H
@@ -45,11 +50,15 @@ typedef enum lab_point {
     LAB_AT_WRITTEN,
     LAB_AT_CHECKED,
     LAB_AT_COMMITTED,
-    LAB_AT_RELEASE, /* ... and the release's point */
+    LAB_AT_RELEASE,       /* ... and the release's point */
+    LAB_AT_BETWEEN_LOCKS, /* a cart's: between its first lock and its second */
     LAB_POINTS_
 } lab_point;
 
-/* The point's name ("entered" ... "release"). */
+/* The points a cart reaches (a bit per lab_point): POST /api/order refuses any other. */
+#define LAB_CART_POINTS (1u << LAB_AT_BETWEEN_LOCKS)
+
+/* The point's name ("entered" ... "release", "between-locks"). */
 const char *lab_point_name(lab_point p);
 
 /* The lab point of a deduction's point. */
@@ -117,6 +126,10 @@ void lab_finish(const lab_run *run, int status, const char *outcome);
 /* The deduct_hook `at` of a lab_run (arg): holds and records at each point, then carries out
  * the X-Fault plan (faults_at) when there is one. Give the hook seen_stock = &run->stock. */
 int lab_at(void *arg, deduct_point point, guard_hold *hold, char *why, size_t why_len);
+
+/* The order_faults hook `between_locks` of a lab_run (arg, order.h): records the cart's point
+ * and holds there when it is one of the request's points (lab_reach). */
+void lab_at_between_locks(void *arg);
 
 /* Steps the held request `id`: lets it go on, and waits (at most the table's step wait) until
  * it holds again or has answered. 0 with `point` set to the point where it holds now, "done",

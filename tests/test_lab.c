@@ -51,6 +51,13 @@ static void test_split_hold_at(void **state)
     assert_int_equal(lab_split_fault("nested", &points, rest, sizeof(rest), d, sizeof(d)), 0);
     assert_int_equal(points, 0);
     assert_string_equal(rest, "nested");
+    /* A cart's point, with the one fault a cart takes after it (POST /api/order). */
+    assert_int_equal(lab_split_fault("hold-at=between-locks,pause-between-locks=300", &points, rest,
+                                     sizeof(rest), d, sizeof(d)),
+                     0);
+    assert_int_equal(points, BIT(LAB_AT_BETWEEN_LOCKS));
+    assert_int_equal(points & ~LAB_CART_POINTS, 0);
+    assert_string_equal(rest, "pause-between-locks=300");
     /* Every point has its name. */
     for (int p = 0; p < LAB_POINTS_; p++) {
         char value[64];
@@ -81,6 +88,10 @@ static void test_split_refusals(void **state)
     expect_refused("hold-at=read,read", "names 'read' twice");
     expect_refused("hold-at=read,hold-at=checked", "given twice");
     expect_refused("hold-at=READ", "unknown point");
+    /* The reason lists every point, the cart's too, from the one table of names. */
+    expect_refused("hold-at=bogus", "known: entered, begun, read, written, checked, committed, "
+                                    "release, between-locks");
+    expect_refused("hold-at=between", "unknown point 'between'");
 }
 
 static void test_request_id(void **state)
@@ -162,18 +173,28 @@ static char *wait_listed(lab_table *t, const char *id, const char *point)
     return NULL;
 }
 
+/* A table (hold budget 10 s, step wait 2 s) with request "A" on goods 7 in mode `mode_name`,
+ * holding at `points`, run by `body` on thread *th. */
+static lab_table *start_a(runner *r, pthread_t *th, const char *mode_name, unsigned points,
+                          void *(*body)(void *))
+{
+    r->t = lab_table_create(10000, 2000);
+    assert_non_null(r->t);
+    assert_int_equal(lab_start(r->t, "A", mode_name, 7, points, &r->run), 0);
+    assert_int_equal(pthread_create(th, NULL, body, r), 0);
+    return r->t;
+}
+
 static void test_hold_and_step(void **state)
 {
-    lab_table *t = lab_table_create(10000, 2000);
-    runner r = {.t = t};
+    runner r = {0};
     pthread_t th;
+    lab_table *t =
+        start_a(&r, &th, "setnx-ttl", BIT(LAB_AT_READ) | BIT(LAB_AT_CHECKED), runner_main);
     char point[16], *json;
     bool found;
 
     (void)state;
-    assert_non_null(t);
-    assert_int_equal(lab_start(t, "A", "setnx-ttl", 7, BIT(LAB_AT_READ) | BIT(LAB_AT_CHECKED), &r.run), 0);
-    assert_int_equal(pthread_create(&th, NULL, runner_main, &r), 0);
     json = wait_listed(t, "A", "\"point\":\"read\"");
     assert_non_null(strstr(json, "{\"requests\":[{\"id\":\"A\",\"mode\":\"setnx-ttl\",\"goods_id\":7,"
                                  "\"point\":\"read\",\"held_ms\":"));
@@ -204,6 +225,45 @@ static void test_hold_and_step(void **state)
     free(json);
     assert_null(lab_trace_json(t, "nobody", &found));
     assert_false(found);
+    lab_table_destroy(t);
+}
+
+/* A cart that gives up on its second lock: reaches between-locks on its way in and again,
+ * still holding its first, on its way out (order.c), through the order_faults hook. */
+static void *cart_main(void *arg)
+{
+    runner *r = arg;
+    lab_at_between_locks(&r->run);
+    r->reached++;
+    lab_at_between_locks(&r->run);
+    r->reached++;
+    lab_finish(&r->run, 503, "lock_timeout");
+    return NULL;
+}
+
+static void test_cart_holds_between_locks(void **state)
+{
+    runner r = {0};
+    pthread_t th;
+    lab_table *t = start_a(&r, &th, "multi-naive", LAB_CART_POINTS, cart_main);
+    char point[16], *json;
+    bool found;
+
+    (void)state;
+    json = wait_listed(t, "A", "\"point\":\"between-locks\"");
+    free(json);
+    assert_int_equal(r.reached, 0);
+    assert_int_equal(lab_step(t, "A", point, sizeof(point)), 0);
+    assert_string_equal(point, "between-locks"); /* held again: it gave up */
+    assert_int_equal(r.reached, 1);
+    assert_int_equal(lab_step(t, "A", point, sizeof(point)), 0);
+    assert_string_equal(point, "done");
+    pthread_join(th, NULL);
+    json = lab_trace_json(t, "A", &found);
+    assert_true(found);
+    assert_non_null(strstr(json, "\"points\":[{\"point\":\"between-locks\",\"ms\":"));
+    assert_non_null(strstr(json, "\"status\":503,\"outcome\":\"lock_timeout\""));
+    free(json);
     lab_table_destroy(t);
 }
 
@@ -292,6 +352,7 @@ int main(void)
         cmocka_unit_test(test_request_id),
         cmocka_unit_test(test_step_body),
         cmocka_unit_test(test_hold_and_step),
+        cmocka_unit_test(test_cart_holds_between_locks),
         cmocka_unit_test(test_hold_budget),
         cmocka_unit_test(test_close),
         cmocka_unit_test(test_duplicate_full_and_ring),
