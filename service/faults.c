@@ -95,6 +95,17 @@ static int set_fault(fault_plan *out, const char *name, size_t len, const char *
     return -1;
 }
 
+bool faults_cart_only(const fault_plan *plan)
+{
+    fault_plan only;
+
+    /* Compared whole, padding too (both zeroed by memset), so that a fault added to the plan
+     * later is refused on a cart until order.c carries it out. */
+    memset(&only, 0, sizeof(only));
+    only.pause_between_locks_ms = plan->pause_between_locks_ms;
+    return memcmp(plan, &only, sizeof(only)) == 0;
+}
+
 void faults_next_item(const char **cursor, const char **item, size_t *len)
 {
     const char *p = *cursor, *end;

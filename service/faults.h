@@ -20,7 +20,8 @@
  *                                      (the deadlock of multi-naive); a cart that then
  *                                      gives up holds what it has for MS again before
  *                                      letting go (order.c says why); /api/order takes no
- *                                      other fault, and a deduct, one lock, ignores it;
+ *                                      other fault (the lab's hold-at=between-locks aside,
+ *                                      lab.h), and a deduct, one lock, ignores it;
  *   X-Fault: nested                    inside the section, takes the same guard again and
  *                                      gives it back, as a guarded helper called from the
  *                                      section would: a lock that is not reentrant waits
@@ -58,6 +59,11 @@ typedef struct fault_plan {
 /* Parses an X-Fault value into *out. Returns 0, or -1 with a one-line reason in detail
  * (unknown fault, bad MS, a fault named twice, an empty list). */
 int faults_parse(const char *value, fault_plan *out, char *detail, size_t detail_len);
+
+/* Whether plan asks for nothing but what a cart carries out: pause-between-locks, or no fault
+ * at all (a header that only holds, lab.h). POST /api/order refuses any other plan. plan is
+ * faults_parse's, or zeroed with memset (the comparison covers its padding). */
+bool faults_cart_only(const fault_plan *plan);
 
 /*
  * The X-Fault header is a comma-separated list: reads its next item from *cursor, trimmed of

@@ -83,12 +83,33 @@ static void test_refused_values_say_why(void **state)
     expect_refused("pause-before-commit=5,pause-before-commit=6", "twice");
 }
 
+/* What POST /api/order takes: pause-between-locks alone, or no fault (a hold only). */
+static void test_cart_only(void **state)
+{
+    fault_plan p;
+    char d[256];
+
+    (void)state;
+    memset(&p, 0, sizeof(p));
+    assert_true(faults_cart_only(&p));
+    assert_int_equal(faults_parse("pause-between-locks=300", &p, d, sizeof(d)), 0);
+    assert_int_equal(p.pause_between_locks_ms, 300);
+    assert_true(faults_cart_only(&p));
+    assert_int_equal(faults_parse("pause-between-locks=300,nested", &p, d, sizeof(d)), 0);
+    assert_false(faults_cart_only(&p));
+    assert_int_equal(faults_parse("pause-in-section=5", &p, d, sizeof(d)), 0);
+    assert_false(faults_cart_only(&p));
+    assert_int_equal(faults_parse("crash-in-section", &p, d, sizeof(d)), 0);
+    assert_false(faults_cart_only(&p));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_each_fault_alone),
         cmocka_unit_test(test_a_list_with_spaces),
         cmocka_unit_test(test_refused_values_say_why),
+        cmocka_unit_test(test_cart_only),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
