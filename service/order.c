@@ -30,7 +30,7 @@ typedef struct cart_run {
     const order_request *req;
     const char *key;                 /* Idempotency-Key or NULL */
     char text[CART_TEXT_MAX];        /* the cart's canonical text: the key's scope */
-    int64_t pause_ms;                /* pause-between-locks */
+    const order_faults *faults;      /* NULL: none */
     size_t order[REQUEST_MAX_ITEMS]; /* the items' indices in lock order */
     guard_hold holds[REQUEST_MAX_ITEMS];
     size_t n_holds;
@@ -80,6 +80,17 @@ static int answer_replay(cart_run *c, int status, char *body)
 
 /* ---- the guards --------------------------------------------------------------------- */
 
+/* The cart's fault point (order_faults): its pause, then its hold, if asked for. */
+static void between_locks(cart_run *c)
+{
+    if (c->faults == NULL)
+        return;
+    if (c->faults->pause_between_locks_ms > 0)
+        clock_sleep_ms(c->faults->pause_between_locks_ms);
+    if (c->faults->between_locks != NULL)
+        c->faults->between_locks(c->faults->arg);
+}
+
 /* Leaves every guard taken, the last taken first. */
 static void leave_all(cart_run *c)
 {
@@ -108,8 +119,8 @@ static int enter_all(cart_run *c)
             continue;
         }
         /* The fault point of the deadlock lesson: the first lock held, the second not yet. */
-        if (c->n_holds == 1 && c->pause_ms > 0 && c->mode->tx == NULL)
-            clock_sleep_ms(c->pause_ms);
+        if (c->n_holds == 1 && c->mode->tx == NULL)
+            between_locks(c);
         rc = c->mode->enter(c->env->guards, goods, &c->holds[c->n_holds], detail, sizeof(detail));
         if (c->holds[c->n_holds].waited) {
             c->out->waited = true;
@@ -117,12 +128,12 @@ static int enter_all(cart_run *c)
         }
         if (rc != GUARD_OK) {
             /* The same fault point on the way out: a cart that gave up holds what it has for
-             * the pause again before letting go. Two deadlocked carts' waits end a moment
-             * apart (they started a moment apart); without this, the one whose wait ends
-             * later could take the lock the other just let go of, and the bounded wait would
-             * turn the deadlock into a race that one of them wins. */
-            if (c->n_holds > 0 && c->pause_ms > 0 && c->mode->tx == NULL)
-                clock_sleep_ms(c->pause_ms);
+             * the pause (or until stepped on) again before letting go. Two deadlocked carts'
+             * waits end a moment apart (they started a moment apart); without this, the one
+             * whose wait ends later could take the lock the other just let go of, and the
+             * bounded wait would turn the deadlock into a race that one of them wins. */
+            if (c->n_holds > 0 && c->mode->tx == NULL)
+                between_locks(c);
             leave_all(c);
             return answer_503(c, rc == GUARD_ERR_TIMEOUT ? "lock_timeout" : "unavailable",
                               detail) == 0
@@ -187,8 +198,8 @@ static int read_all(cart_run *c)
         size_t i = c->order[k];
         const guard_hold *h = &c->holds[c->hold_of[i]];
 
-        if (k == 1 && c->pause_ms > 0 && c->mode->tx != NULL)
-            clock_sleep_ms(c->pause_ms); /* between the first row lock and the second */
+        if (k == 1 && c->mode->tx != NULL)
+            between_locks(c); /* between the first row lock and the second */
         if (c->mode->tx != NULL) {
             tx_seen seen = {0, 0};
             rc = c->mode->tx->read(c->conn, c->goods[i], c->counts[i], &seen);
@@ -388,7 +399,7 @@ static int try_replay(cart_run *c)
 }
 
 int order_execute(const deduct_env *env, const mode *m, const order_request *req,
-                  const char *idempotency_key, int64_t pause_between_locks_ms, deduct_result *out)
+                  const char *idempotency_key, const order_faults *faults, deduct_result *out)
 {
     cart_run *c = calloc(1, sizeof(*c));
     int rc, result = -1;
@@ -396,12 +407,8 @@ int order_execute(const deduct_env *env, const mode *m, const order_request *req
     memset(out, 0, sizeof(*out));
     if (c == NULL)
         return -1;
-    *c = (cart_run){.env = env,
-                    .mode = m,
-                    .req = req,
-                    .key = idempotency_key,
-                    .pause_ms = pause_between_locks_ms,
-                    .out = out};
+    *c = (cart_run){
+        .env = env, .mode = m, .req = req, .key = idempotency_key, .faults = faults, .out = out};
     for (size_t i = 0; i < req->n_items; i++) {
         c->goods[i] = req->items[i].goods_id;
         c->counts[i] = req->items[i].count;

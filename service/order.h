@@ -27,12 +27,25 @@
 #include "service/request.h"
 
 /*
+ * A cart's fault point (X-Fault, only with FAULTS=on): after its first guard is taken (for a
+ * PostgreSQL rung: after its first row is read, its row lock taken) and before its second;
+ * and, for a guarded rung, again when a later guard is not had, before the ones taken are
+ * left (order.c says why). pg-atomic, one statement for the whole cart, never reaches it.
+ * There the cart sleeps pause_between_locks_ms (0: not), then calls between_locks (NULL:
+ * not; the lab's hold, lab_at_between_locks) with arg.
+ */
+typedef struct order_faults {
+    int64_t pause_between_locks_ms;   /* X-Fault: pause-between-locks=MS */
+    void (*between_locks)(void *arg); /* X-Fault: hold-at=between-locks (lab.h) */
+    void *arg;
+} order_faults;
+
+/*
  * Sells the cart `req` in mode m (m->cart != MODE_CART_NONE). idempotency_key may be NULL;
  * when given, its scope is the key with the whole cart (cart_text: the same items listed in
  * another order are the same cart): an answer stored earlier for both is returned unchanged
  * and nothing is sold; otherwise the 200/404/409 answer is stored with the sale.
- * pause_between_locks_ms (fault injection; 0: none) sleeps after the first guard is taken
- * (for a PostgreSQL rung: after the first row is read) and before the second.
+ * faults (NULL: none) is what the cart does at its fault point (order_faults).
  * Fills *out as deduct_execute does: status 200 (response_ordered), 404 unknown_goods (the
  * first unknown goods in the request's order), 409 sold_out (the first item short of stock),
  * or 503 (lock_timeout, lock_lost, unavailable, conflict, commit_unknown), 503 conflict also
@@ -40,6 +53,6 @@
  * the guards' waits. Returns 0 with *out filled (free out->body), or -1 when out of memory.
  */
 int order_execute(const deduct_env *env, const mode *m, const order_request *req,
-                  const char *idempotency_key, int64_t pause_between_locks_ms, deduct_result *out);
+                  const char *idempotency_key, const order_faults *faults, deduct_result *out);
 
 #endif

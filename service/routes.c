@@ -269,20 +269,20 @@ static const char *cart_modes(app *a, char *buf, size_t len)
     return buf;
 }
 
-/* A cart may carry one fault, pause-between-locks (faults.h); answers 400 for any other. */
-static bool order_fault(app *a, const char *value, int64_t *pause_ms, http_reply *reply)
+/* A cart may carry pause-between-locks (faults.h) and hold at between-locks (lab.h), with a
+ * valid request_id for the hold; answers 400 for anything else. */
+static bool order_fault(app *a, const char *value, const char *request_id, int64_t *pause_ms,
+                        unsigned *holds, http_reply *reply)
 {
-    fault_plan plan, only = {0};
-    unsigned holds = 0;
+    fault_plan plan;
 
-    /* The lab's hold-at is the single deduction's: parsed (with a stand-in id, so that its
-     * points are read and not refused for the id) only to be refused below. */
-    if (!fault_plan_from_header(a, value, "cart", &plan, &holds, reply))
+    memset(&plan, 0, sizeof(plan)); /* faults_cart_only compares it whole */
+    if (!fault_plan_from_header(a, value, request_id, &plan, holds, reply))
         return false;
-    only.pause_between_locks_ms = plan.pause_between_locks_ms;
-    if (holds != 0 || memcmp(&plan, &only, sizeof(plan)) != 0 || plan.pause_between_locks_ms == 0) {
+    if ((*holds & ~LAB_CART_POINTS) != 0 || !faults_cart_only(&plan)) {
         reply_error(reply, 400, "bad_request",
-                    "X-Fault: POST /api/order takes only pause-between-locks=MS");
+                    "X-Fault: POST /api/order takes only pause-between-locks=MS and "
+                    "hold-at=between-locks");
         return false;
     }
     *pause_ms = plan.pause_between_locks_ms;
@@ -295,7 +295,11 @@ static void handle_order(app *a, const http_request *req, http_reply *reply)
     deduct_result res;
     const char *key = req->header(req->transport, "Idempotency-Key");
     const char *fault = req->header(req->transport, "X-Fault");
-    int64_t pause_ms = 0;
+    const char *request_id = req->header(req->transport, "X-Request-Id");
+    order_faults faults = {0, NULL, NULL};
+    lab_run lab = {0};
+    unsigned holds = 0;
+    bool lab_used = false;
     const mode *m;
     char detail[600], known[400];
 
@@ -305,7 +309,8 @@ static void handle_order(app *a, const http_request *req, http_reply *reply)
     }
     if (!idempotency_key_ok(key, reply))
         return;
-    if (fault != NULL && !order_fault(a, fault, &pause_ms, reply))
+    if (fault != NULL &&
+        !order_fault(a, fault, request_id, &faults.pause_between_locks_ms, &holds, reply))
         return;
     m = choose_mode(a, req, orq.has_mode, orq.mode, reply);
     if (m == NULL)
@@ -318,11 +323,24 @@ static void handle_order(app *a, const http_request *req, http_reply *reply)
         reply_error(reply, 400, "unknown_mode", detail);
         return;
     }
-    if (order_execute(&a->core.deduct, m, &orq, key, pause_ms, &res) != 0) {
+    /* As a deduction with X-Fault: a place in the lab's table (listed and traced under its
+     * first goods), where it holds between its locks when asked to. */
+    if (fault != NULL &&
+        !lab_enter(a, request_id, m, orq.items[0].goods_id, holds, &lab, &lab_used, reply))
+        return;
+    if (lab_used) {
+        faults.between_locks = lab_at_between_locks;
+        faults.arg = &lab;
+    }
+    if (order_execute(&a->core.deduct, m, &orq, key, fault != NULL ? &faults : NULL, &res) != 0) {
+        if (lab_used)
+            lab_finish(&lab, 500, "internal");
         reply->status = 500;
         reply->body = NULL;
         return;
     }
+    if (lab_used)
+        lab_finish(&lab, res.status, res.outcome);
     record_deduction(a, m, &res);
     reply_json(reply, res.status, res.body);
 }

@@ -172,7 +172,7 @@ async function send(name) {
   const headers = { "X-Request-Id": lane.id };
   if (faults.length) headers["X-Fault"] = faults.join(",");
   if (cfg.cart) {
-    /* A cart holds nowhere (hold-at is a deduct's fault): it runs to its answer. */
+    /* The level's carts hold nowhere (their fault is the pause): each runs to its answer. */
     lane.answer = call("POST", "/replica/" + LANES[name] + "/api/order",
       { items: cfg.cart.map((k) => ({ goods_id: state.goods + k, count: 1 })), mode: state.rung },
       headers).then((r) => answered(name, r, run));
