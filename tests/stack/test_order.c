@@ -358,6 +358,37 @@ static cart_shot *opposite_carts(const char *mode, double *seconds)
     return shots;
 }
 
+/* On the fault replica a cart takes pause-between-locks and the lab's hold-at=between-locks,
+ * with an X-Request-Id, and nothing else: another fault or point is 400 bad_request saying
+ * what a cart takes, and nothing is sold. */
+static void test_order_fault_refusals(void **state)
+{
+    static const char *const bad[] = {"nested", "pause-between-locks=10,pause-in-section=10",
+                                      "hold-at=read", "hold-at=between-locks,checked"};
+    const long long g[2] = {GOODS_ORDER_DEADLOCK, GOODS_ORDER_DEADLOCK + 1}, c[2] = {1, 1};
+    char body[256], fault_header[128];
+    http_request rq = {.method = "POST",
+                       .path = "/api/order",
+                       .body = body,
+                       .headers = {fault_header, "X-Request-Id: cart-refused"}};
+    stock_view before;
+
+    (void)state;
+    begin_case("order: a cart refuses a fault it does not carry out (400) and sells nothing");
+    rq.base = fault_replica();
+    reset_goods(g[0], 10);
+    before = stock_get(g[0]);
+    order_body(body, sizeof(body), g, c, 2, "multi-naive");
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        const char *detail;
+        snprintf(fault_header, sizeof(fault_header), "X-Fault: %s", bad[i]);
+        detail = field_str(expect_error(call(&rq), 400, "bad_request", bad[i]), "detail", bad[i]);
+        if (strstr(detail, "takes only pause-between-locks=MS and hold-at=between-locks") == NULL)
+            fail_msg("X-Fault: %s: the reason '%s' does not say what a cart takes", bad[i], detail);
+    }
+    expect_unchanged(g[0], &before, "after the refused faults");
+}
+
 /* multi-naive takes the locks as listed: each cart holds its first and waits for the other's
  * until its bound; both answer 503 lock_timeout, and nothing is sold. */
 static void test_order_deadlock_multi_naive(void **state)
@@ -650,6 +681,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_order_unknown_goods, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_order_bad_carts, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_order_idempotent_replay, case_setup, case_teardown),
+        cmocka_unit_test_setup_teardown(test_order_fault_refusals, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_order_deadlock_multi_naive, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_order_opposite_carts_sell_in_safe_modes, case_setup,
                                         case_teardown),
