@@ -2,13 +2,14 @@
  * lab.h - the lab: a learner holds real requests at named points of the deduction and steps
  * them on by hand, and reads back what each one saw (only on a replica with FAULTS=on).
  *
- * A deduction that carries `X-Fault: hold-at=POINT[,POINT...]` and `X-Request-Id: ID` stops
- * at each named point and waits there, holding whatever it holds (a lock, an open
- * transaction, a row lock), until someone steps it (POST /api/lab/step) or until its hold
- * budget (LAB_HOLD_MS, counted from its start) is spent; after that it holds nowhere and runs
- * to its answer by itself, so a forgotten request cannot stay behind for ever. Nothing else
- * of the process stops: the lock's watchdog keeps renewing (that is why `redis` survives a
- * long hold) and a fixed lease keeps running out (that is setnx-ttl's flaw).
+ * A deduction (or a cart, at its one point) that carries `X-Fault: hold-at=POINT[,POINT...]`
+ * and `X-Request-Id: ID` stops at each named point and waits there, holding whatever it holds
+ * (a lock, an open transaction, a row lock), until someone steps it (POST /api/lab/step) or
+ * until its hold budget (LAB_HOLD_MS, counted from its start) is spent; after that it holds
+ * nowhere and runs to its answer by itself, so a forgotten request cannot stay behind for
+ * ever. Nothing else of the process stops: the lock's watchdog keeps renewing (that is why
+ * `redis` survives a long hold) and a fixed lease keeps running out (that is setnx-ttl's
+ * flaw).
  *
  * The table (lab_table) has LAB_SLOTS places. A request with an id takes one for its whole
  * run (a request held or not, "in flight"), and leaves its trace there when it answers: the
