@@ -182,6 +182,14 @@ static void handle_deduct(app *a, const http_request *req, http_reply *reply)
     reply->idempotency_key = key; /* every answer from here on carries it back */
     if (fault != NULL && !fault_plan_from_header(a, fault, request_id, &plan, &holds, reply))
         return;
+    if ((holds & LAB_CART_POINTS) != 0) {
+        /* Refused, not ignored: a hold asked for and never made would leave the learner (or
+         * the ladder) waiting for a request that runs on. */
+        reply_error(reply, 400, "bad_request",
+                    "X-Fault: hold-at=between-locks is a cart's point (POST /api/order); a "
+                    "deduction takes one lock");
+        return;
+    }
     m = choose_mode(a, req, dr.has_mode, dr.mode, reply);
     if (m == NULL)
         return;

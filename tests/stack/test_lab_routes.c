@@ -239,6 +239,7 @@ static void test_bad_input(void **state)
         {"hold-at=nowhere", "X-Request-Id: B1"}, {"hold-at=", "X-Request-Id: B1"},
         {"hold-at=read,read", "X-Request-Id: B1"}, {"hold-at=read,bogus", "X-Request-Id: B1"},
         {"hold-at=read, hold-at=checked", "X-Request-Id: B1"},
+        {"hold-at=between-locks", "X-Request-Id: B1"}, /* a cart's point */
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         char body[160], fault[128], what[200];
