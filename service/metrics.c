@@ -377,6 +377,14 @@ static void render_external(const metrics_external *ext, text_buf *b)
                ext->redis_pool_size, ext->redis_pool_in_use);
     header(b, "stock_http_connections", "gauge", "HTTP client connections open now.");
     buf_printf(b, "stock_http_connections %d\n", ext->http_connections);
+    header(b, "stock_process_context_switches_total", "counter",
+           "Context switches of every thread of the process, ended threads too: voluntary (it "
+           "waited) and involuntary (it was taken off its core).");
+    buf_printf(b,
+               "stock_process_context_switches_total{kind=\"voluntary\"} %llu\n"
+               "stock_process_context_switches_total{kind=\"involuntary\"} %llu\n",
+               (unsigned long long)ext->switches_voluntary,
+               (unsigned long long)ext->switches_involuntary);
 }
 
 char *metrics_render(metrics *m, const metrics_external *ext)

@@ -73,6 +73,9 @@ typedef struct metrics_external {
     int db_pool_size, db_pool_open, db_pool_in_use;
     int redis_pool_size, redis_pool_in_use;
     int http_connections; /* connections open now */
+    /* The process's context switches so far, every thread's, ended ones too (getrusage):
+     * a thread giving up its core to wait (voluntary), or taken off it (involuntary). */
+    uint64_t switches_voluntary, switches_involuntary;
 } metrics_external;
 
 /* The whole exposition as a malloc'd string (caller frees), or NULL when out of memory

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "service/faults.h"
 #include "service/lab.h"
@@ -530,6 +531,7 @@ static void handle_metrics(app *a, const http_request *req, http_reply *reply)
     metrics_external ext = {0};
     lock_stats ls;
     db_pool_stats ds;
+    struct rusage usage;
 
     (void)req;
     lock_get_stats(a->core.lock, &ls);
@@ -542,6 +544,12 @@ static void handle_metrics(app *a, const http_request *req, http_reply *reply)
     ext.db_pool_open = ds.open;
     ext.db_pool_in_use = ds.in_use;
     ext.http_connections = atomic_load(&a->connections);
+    /* The whole process's: a connection thread that ended keeps its count here (a thread's
+     * own /proc/<pid>/task/<tid>/status goes with it, and a load tool's clients cut many). */
+    if (getrusage(RUSAGE_SELF, &usage) == 0) {
+        ext.switches_voluntary = (uint64_t)usage.ru_nvcsw;
+        ext.switches_involuntary = (uint64_t)usage.ru_nivcsw;
+    }
     reply->status = 200;
     reply->body = metrics_render(a->metrics, &ext);
     reply->content_type = PROMETHEUS_TEXT;

@@ -62,7 +62,7 @@ static void test_families_have_help_and_type(void **state)
         {"stock_lock_wait_seconds", "histogram"}, {"stock_lock_timeouts_total", "counter"},
         {"stock_lock_renewals_total", "counter"}, {"stock_lock_lost_total", "counter"},
         {"stock_db_pool_connections", "gauge"},   {"stock_redis_pool_connections", "gauge"},
-        {"stock_http_connections", "gauge"},
+        {"stock_http_connections", "gauge"},     {"stock_process_context_switches_total", "counter"},
     };
     metrics *m = make();
     char *text = metrics_render(m, NULL);
@@ -87,7 +87,7 @@ static void test_families_have_help_and_type(void **state)
 static void test_every_line_is_well_formed(void **state)
 {
     metrics *m = make();
-    metrics_external ext = {7, 1, 16, 5, 2, 16, 3, 9};
+    metrics_external ext = {7, 1, 16, 5, 2, 16, 3, 9, 11, 12};
     char *text, *line, *save = NULL;
     char typed[2048] = "";
 
@@ -353,6 +353,8 @@ static void test_lock_timeouts_and_external_figures(void **state)
         .redis_pool_size = 8,
         .redis_pool_in_use = 1,
         .http_connections = 42,
+        .switches_voluntary = 9876543210ULL,
+        .switches_involuntary = 77,
     };
     char *text;
 
@@ -376,6 +378,9 @@ static void test_lock_timeouts_and_external_figures(void **state)
     assert_true(sample(text, "stock_redis_pool_connections{state=\"size\"}") == 8);
     assert_true(sample(text, "stock_redis_pool_connections{state=\"in_use\"}") == 1);
     assert_true(sample(text, "stock_http_connections") == 42);
+    assert_true(sample(text, "stock_process_context_switches_total{kind=\"voluntary\"}") ==
+                9876543210.0);
+    assert_true(sample(text, "stock_process_context_switches_total{kind=\"involuntary\"}") == 77);
     free(text);
 
     /* No external figures: zeros. */

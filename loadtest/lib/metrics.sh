@@ -70,3 +70,18 @@ metrics_batch_summary() {
         awk '{ n = $4 - $2; r = $3 - $1
                if (n <= 0) print "-"; else printf "%d batches, %.1f requests each on average", n, r / n }'
 }
+
+# metrics_context_switches URL...: the context switches of the replicas given so far, both
+# kinds of stock_process_context_switches_total summed over them (the whole process's, ended
+# threads too); nothing when one of them does not answer (a sum without it is no figure).
+metrics_context_switches() {
+    local url n total=0
+    for url in "$@"; do
+        n=$({ curl -s --max-time 5 "$url/metrics" || true; } |
+            awk '$1 ~ /^stock_process_context_switches_total\{/ { s += $2; seen = 1 }
+                 END { if (seen) printf "%d\n", s }')
+        [ -n "$n" ] || return 0
+        total=$((total + n))
+    done
+    echo "$total"
+}
