@@ -37,6 +37,11 @@ if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
     return -1
 end
 
+-- The channel of the process an owner lives in: its id is the owner's text before ':'.
+local function process_channel(owner)
+    return ARGV[2] .. ':' .. string.match(owner, '^[^:]*')
+end
+
 local count = tonumber(ARGV[3])
 if count > 0 then
     -- Still held by the same owner (a reentrant hold was given back). The lease is left
@@ -79,7 +84,7 @@ if first ~= nil then
         redis.call('PEXPIRE', KEYS[1], until_ms - now_ms)
         -- "<owner> <token> <release time in us>": the waiter measures the hand-off from it.
         -- (%d: a token of 16 digits would print as 1.7e+15 with Lua's own conversion.)
-        redis.call('PUBLISH', ARGV[2] .. ':' .. string.match(first, '^[^:]*'),
+        redis.call('PUBLISH', process_channel(first),
                    string.format('%s %d %s%06d', first, token, now[1], tonumber(now[2])))
         return 0
     end
@@ -90,6 +95,6 @@ end
 if first == nil then
     redis.call('PUBLISH', ARGV[2], '')
 else
-    redis.call('PUBLISH', ARGV[2] .. ':' .. string.match(first, '^[^:]*'), first)
+    redis.call('PUBLISH', process_channel(first), first)
 end
 return 0

@@ -162,18 +162,11 @@ static bool channel_has_topic(const lock__channel *ch, int which, const char *to
     return ch->topic_len[which] == len && memcmp(ch->topic[which], topic, len) == 0;
 }
 
-/* The link to the channel whose `which` topic is topic (len bytes), or to the list's end. */
-static lock__channel **channel_find(lock__subscriber *s, int which, const char *topic, size_t len)
-{
-    lock__channel **link = &s->channels;
-
-    while (*link != NULL && !channel_has_topic(*link, which, topic, len))
-        link = &(*link)->next;
-    return link;
-}
-
-/* The link to the channel that has topic (len bytes) as either of its topics. */
-static lock__channel **channel_find_any(lock__subscriber *s, const char *topic, size_t len)
+/* The link to the channel that has topic (len bytes) as either of its topics, or to the
+ * list's end. A lock's name finds its channel by the first ("<lock>:released"), a message by
+ * either; no lock's first topic is another's second (that one ends in a process id, hex
+ * digits, never in ":released"). */
+static lock__channel **channel_find(lock__subscriber *s, const char *topic, size_t len)
 {
     lock__channel **link = &s->channels;
 
@@ -414,7 +407,7 @@ static bool link_handle(lock__subscriber *s, const redisReply *r)
     topic = r->element[1];
     if (r->elements < 3 || topic->type != REDIS_REPLY_STRING)
         return false;
-    link = channel_find_any(s, topic->str, topic->len);
+    link = channel_find(s, topic->str, topic->len);
     ch = *link;
 
     if (reply_is(r->element[0], "message")) {
@@ -628,7 +621,7 @@ static int subscriber_join(lock__subscriber *s, const char *channel, const char 
     if (w == NULL)
         return LOCK_ERR_NOMEM;
     pthread_mutex_lock(&s->mu);
-    link = channel_find(s, TOPIC_ALL, channel, strlen(channel));
+    link = channel_find(s, channel, strlen(channel));
     if (only_if_listening &&
         (*link == NULL || (*link)->state != CH_ACTIVE || s->link != LINK_UP)) {
         pthread_mutex_unlock(&s->mu);

@@ -5,13 +5,18 @@
 # difference. A replica that does not answer reads as zero, so a row still gets its other
 # figures (its column then says "-").
 
+# metrics__get URL: the replica's /metrics text (nothing when it does not answer in 5 s).
+metrics__get() {
+    curl -s --max-time 5 "$1/metrics" || true
+}
+
 # metrics__sum_count NAME URL...: "sum count" of the histogram NAME for each replica base URL
 # given, one line each, in the order given ("0 0" for one that does not answer).
 metrics__sum_count() {
     local name=$1 url
     shift
     for url in "$@"; do
-        { curl -s --max-time 5 "$url/metrics" || true; } |
+        metrics__get "$url" |
             awk -v n="$name" '$1 == n "_sum" { s = $2 } $1 == n "_count" { c = $2 }
                  END { printf "%s %s\n", s + 0, c + 0 }'
     done
@@ -38,7 +43,7 @@ metrics_lock_wait_means() {
 metrics_handoffs() {
     local url
     for url in "$@"; do
-        { curl -s --max-time 5 "$url/metrics" || true; } |
+        metrics__get "$url" |
             sed -n 's/^stock_lock_handoff_seconds_bucket{le="\([^"]*\)"} /\1 /p; s/^stock_lock_handoff_seconds_sum /sum /p'
     done | awk '{ if (!($1 in s)) o[n++] = $1; s[$1] += $2 } END { for (i = 0; i < n; i++) print o[i], s[o[i]] }'
 }
@@ -77,7 +82,7 @@ metrics_batch_summary() {
 metrics_context_switches() {
     local url n total=0
     for url in "$@"; do
-        n=$({ curl -s --max-time 5 "$url/metrics" || true; } |
+        n=$(metrics__get "$url" |
             awk '$1 ~ /^stock_process_context_switches_total\{/ { s += $2; seen = 1 }
                  END { if (seen) printf "%d\n", s }')
         [ -n "$n" ] || return 0
