@@ -5,10 +5,12 @@
 # /live/?goods=G, each with a virtual-time budget (the page's timers run, and the budget waits
 # for its fetches):
 #   1. a screenshot, during the load, into the test logs (live-page.png);
-#   2. during the load: the lock holder the page names is one of the replicas behind nginx
-#      (svc-1..N), its chart has points, and no JavaScript error happened;
+#   2. during the load, while a sale holds the lock inside its section (the test locks the
+#      goods' row, so the sale waits at its claim): the lock holder the page names is one of
+#      the replicas behind nginx (svc-1..N), its chart has points, and no JavaScript error
+#      happened;
 #   3. after the books stopped changing: every figure the page shows equals GET /api/stock/G.
-# Needs RUN_DIR's stack up, HTTP_PORT, ADMIN_TOKEN, REPLICAS and HARNESS_LOG_DIR.
+# Needs RUN_DIR's stack up, HTTP_PORT, PG_PORT, ADMIN_TOKEN, REPLICAS and HARNESS_LOG_DIR.
 # shellcheck shell=bash
 
 LIVE_GOODS=4301
@@ -32,6 +34,29 @@ live__shown() {
 
 live__stock_json() {
     curl -sS -m 5 "http://127.0.0.1:$HTTP_PORT/api/stock/$LIVE_GOODS"
+}
+
+# live__psql SQL: one statement (or a list) as the stock role, on the stack's PostgreSQL.
+live__psql() {
+    PGAPPNAME=${LIVE_APP:-stock-live-test} psql -X -q -At -h 127.0.0.1 -p "$PG_PORT" -U stock \
+        -d stock -c "$1"
+}
+
+# A sale that stays inside its section while the page looks: a transaction of the test's own
+# locks the goods' row (20 s at most, in the background), so each redis-mode sale, once it has
+# taken the Redis lock, waits at its claim of the row (its statement bound ends the wait) with
+# the lock held. Without it a hold lasts a millisecond or two, and a page that samples five
+# times a second may see none. live__release_row ends it.
+live__hold_row() {
+    LIVE_APP=stock-live-hold live__psql "BEGIN; SELECT 1 FROM goods WHERE id = $LIVE_GOODS FOR UPDATE; SELECT pg_sleep(20); ROLLBACK" \
+        >/dev/null 2>&1 &
+    LIVE_HOLD_PID=$!
+}
+
+live__release_row() {
+    live__psql "SELECT pg_cancel_backend(pid) FROM pg_stat_activity
+                WHERE application_name = 'stock-live-hold'" >/dev/null 2>&1 || true
+    wait "$LIVE_HOLD_PID" 2>/dev/null || true
 }
 
 it__live_page() {
@@ -61,12 +86,15 @@ it__live_page() {
     sleep 1
     live__chromium --virtual-time-budget=3000 --window-size=1280,820 \
         --screenshot="$HARNESS_LOG_DIR/live-page.png" "$url" >/dev/null
-    # The page samples the lock five times a second; a hold lasts a few milliseconds. Up to
-    # three page loads, until one of them has seen a holder (a loaded machine sells slowly).
+    # The page samples the lock five times a second, while a sale holds it at its claim of the
+    # row (live__hold_row). Up to three page loads, until one of them has seen a holder (a
+    # loaded machine starts Chromium slowly).
+    live__hold_row
     for i in 1 2 3; do
         live__chromium --virtual-time-budget=4000 --dump-dom "$url" >"$dom1"
         grep -q 'data-seen="svc-' "$dom1" && break
     done
+    live__release_row
     rm -f "$running"
     wait "${pids[@]}"
 
