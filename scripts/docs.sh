@@ -5,6 +5,8 @@
 #   scripts/docs.sh --write          fill in what the build quotes (below), in place
 #   scripts/docs.sh --check [WHAT]   exit 1, saying where, when a document is wrong; WHAT is
 #                                    one of the checks below (all of them by default)
+#   scripts/docs.sh --files          the files of the tree the checks read, one a line (with
+#                                    .git: git's; without: every file but the build's)
 #
 # What the build quotes, so that it cannot drift: in a chapter,
 #   <!-- quote: FILE:FUNCTION -->            the function's definition, from its first line
@@ -217,9 +219,21 @@ backticked() {
     }' "$@"
 }
 
-# Every file and directory of the tree (tracked, and new ones not ignored), one a line.
+# Every file of the tree, one a line: in a git work tree the tracked ones and the new ones
+# not ignored; in a tree without .git (an archive of the repository, as a packager builds
+# from) every file but what .gitignore names at the root (the build, the runs, the results).
+tree_files() {
+    if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+        git ls-files -co --exclude-standard
+    else
+        find . \( -name .git -o -path ./build -o -path ./results -o -path './.run' -o -path './.run-*' \) \
+            -prune -o -type f ! -name '*.o' ! -name '*.d' -print | sed 's|^\./||'
+    fi
+}
+
+# Every file and directory of the tree, one a line.
 tree_paths() {
-    git ls-files -co --exclude-standard | awk '{
+    tree_files | awk '{
         print
         p = $0
         while (sub(/\/[^\/]*$/, "", p)) print p
@@ -360,13 +374,16 @@ check_timelines() {
 
 check_work_items() {
     local hits
-    hits=$(git grep -nIiE '\bissues? #?[0-9]+\b' -- . ':!.ci' 2>/dev/null || true)
+    hits=$(tree_files | grep -v '^\.ci/' | tr '\n' '\0' | xargs -0 grep -nIiE '\bissues? #?[0-9]+\b' -- 2>/dev/null || true)
     [ -z "$hits" ] || fail "files name the project's own work items:"$'\n'"$hits"
 }
 
 # ---- main ----
 
 case ${1:-} in
+--files)
+    tree_files
+    ;;
 --write)
     err=$(mktemp)
     expand write $(quoting) 2>"$err" | sed 's/^/docs: brought up to date: /'

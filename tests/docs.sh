@@ -5,8 +5,10 @@
 # case per check it reports: the chapters numbered without a gap, a chapter and a line of
 # README.md's table for every mode of service/modes.c, every file and name a document gives
 # existing, every quote equal to its source, every link leading somewhere, every timeline
-# what its events draw, and no mention of the project's own work items. No server, no build:
-# a few seconds, spent mostly waiting for a busy machine to run its few processes.
+# what its events draw, and no mention of the project's own work items; then all of them again
+# in a copy of the tree without .git (an archive of the repository, as a packager builds
+# from). No server, no build: a few seconds, spent mostly waiting for a busy machine to run
+# its few processes.
 
 run_docs_check() {
     local log=$HARNESS_LOG_DIR/docs-check.log line name
@@ -23,6 +25,7 @@ run_docs_check() {
     done <"$log"
     # A script that stopped before reporting its checks must not pass.
     check "docs: every check reported" docs__all_reported "$log"
+    check "docs: the same checks in a tree without .git" docs__without_git
     check_group_end
 }
 
@@ -37,4 +40,17 @@ docs__all_reported() {
         tail -5 "$1" >&2
         return 1
     }
+}
+
+# The tree's files copied without .git, and every check run there: none may lean on git.
+docs__without_git() {
+    local dir rc=0
+    dir=$(mktemp -d)
+    scripts/docs.sh --files | tar -cf - -T - | tar -xf - -C "$dir"
+    [ ! -e "$dir/.git" ] && (cd "$dir" && scripts/docs.sh --check) >"$dir.log" 2>&1 || {
+        rc=1
+        grep -v ': ok$' "$dir.log" | head -20 | sed 's/^/    /' >&2
+    }
+    rm -rf "$dir" "$dir.log"
+    return "$rc"
 }
