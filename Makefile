@@ -96,7 +96,7 @@ LOCK_SUPPORT_OBJ := $(call obj,$(LOCK_SUPPORT_SRC))
 HISTORY_OBJ := $(call obj,$(HISTORY_SRC))
 
 PROGRAMS := $(B)/stockd $(B)/lock-bench $(B)/ceiling-bench $(B)/check-history \
-            $(B)/history-clock
+            $(B)/history-clock $(B)/fault-relay
 TESTS := $(patsubst tests/%.c,$(B)/tests/%,$(TEST_SRC))
 STACK_TESTS := $(patsubst tests/%.c,$(B)/tests/%,$(STACK_TEST_SRC))
 DB_TESTS := $(patsubst tests/%.c,$(B)/tests/%,$(DB_TEST_SRC))
@@ -159,6 +159,12 @@ $(B)/history-gen: $(B)/obj/tests/histories/generate.o
 # The shell steps of a history (loadtest/lib/history.sh) read the monotonic clock with it.
 $(B)/history-clock: $(B)/obj/loadtest/lib/history_clock.o
 	$(CC) $(LDFLAGS) -o $@ $^
+
+# The fault relay (tests/support/relay.h) as a program, for the chaos rows, the soak and the
+# ladder's partitions: replies lost on purpose between a replica and Redis.
+$(B)/fault-relay: $(B)/obj/loadtest/lib/fault_relay.o $(B)/obj/tests/support/relay.o \
+		$(B)/obj/tests/support/ports.o
+	$(CC) $(LDFLAGS) -o $@ $^ -lpthread
 
 # Not in `programs`: it links libcurl, whose headers come with the test packages.
 $(B)/chaos-load: $(B)/obj/bench/chaos_load.o $(B)/obj/bench/clock.o
