@@ -83,6 +83,7 @@ if [ "${NGINX_LAB:-0}" = 1 ]; then
         proxy_set_header Connection \"\";
         proxy_set_header Host \$host;
         proxy_set_header X-Request-Id \$stock_request_id;
+        proxy_set_header X-Request-Id-Origin \$stock_request_id_origin;
         proxy_read_timeout ${lab_timeout}s;
         proxy_next_upstream off;
     }

@@ -103,11 +103,23 @@ static bool idempotency_key_ok(const char *key, http_reply *reply)
     return false;
 }
 
+/* Whether the request's X-Request-Id was made by the proxy in front (nginx marks the id it
+ * makes with X-Request-Id-Origin: proxy, nginx/stock.conf.template), not sent by the client:
+ * such an id is fine to record and trace, but no client knows it to step a hold with. */
+static bool request_id_made_by_proxy(const http_request *req)
+{
+    const char *origin = req->header(req->transport, "X-Request-Id-Origin");
+
+    return origin != NULL && strcmp(origin, "proxy") == 0;
+}
+
 /* Parses an X-Fault header into *plan and the lab's hold points (*holds, lab.h); answers 400
  * and returns false when the replica was started without fault injection, the value names no
- * known fault or point, or hold-at comes without a valid X-Request-Id. */
-static bool fault_plan_from_header(app *a, const char *value, const char *request_id,
-                                   fault_plan *plan, unsigned *holds, http_reply *reply)
+ * known fault or point, or hold-at comes without a valid X-Request-Id of the client's own
+ * (one the proxy made is nobody's to step the hold with). */
+static bool fault_plan_from_header(app *a, const http_request *req, const char *value,
+                                   const char *request_id, fault_plan *plan, unsigned *holds,
+                                   http_reply *reply)
 {
     char detail[256], rest[256];
 
@@ -123,6 +135,12 @@ static bool fault_plan_from_header(app *a, const char *value, const char *reques
     if (*holds != 0 && !lab_request_id_valid(request_id)) {
         reply_error(reply, 400, "bad_request",
                     "X-Fault: hold-at needs X-Request-Id: 1 to 32 characters of A-Za-z0-9_-");
+        return false;
+    }
+    if (*holds != 0 && request_id_made_by_proxy(req)) {
+        reply_error(reply, 400, "bad_request",
+                    "X-Fault: hold-at needs the client's own X-Request-Id (the proxy made this "
+                    "request's, which no client knows to step it with)");
         return false;
     }
     if ((*holds == 0 || rest[0] != '\0') &&
@@ -181,7 +199,7 @@ static void handle_deduct(app *a, const http_request *req, http_reply *reply)
     if (!idempotency_key_ok(key, reply))
         return;
     reply->idempotency_key = key; /* every answer from here on carries it back */
-    if (fault != NULL && !fault_plan_from_header(a, fault, request_id, &plan, &holds, reply))
+    if (fault != NULL && !fault_plan_from_header(a, req, fault, request_id, &plan, &holds, reply))
         return;
     if ((holds & LAB_CART_POINTS) != 0) {
         /* Refused, not ignored: a hold asked for and never made would leave the learner (or
@@ -280,13 +298,13 @@ static const char *cart_modes(app *a, char *buf, size_t len)
 
 /* A cart may carry pause-between-locks (faults.h) and hold at between-locks (lab.h), with a
  * valid request_id for the hold; answers 400 for anything else. */
-static bool order_fault(app *a, const char *value, const char *request_id, int64_t *pause_ms,
-                        unsigned *holds, http_reply *reply)
+static bool order_fault(app *a, const http_request *req, const char *value, const char *request_id,
+                        int64_t *pause_ms, unsigned *holds, http_reply *reply)
 {
     fault_plan plan;
 
     memset(&plan, 0, sizeof(plan)); /* faults_cart_only compares it whole */
-    if (!fault_plan_from_header(a, value, request_id, &plan, holds, reply))
+    if (!fault_plan_from_header(a, req, value, request_id, &plan, holds, reply))
         return false;
     if ((*holds & ~LAB_CART_POINTS) != 0 || !faults_cart_only(&plan)) {
         reply_error(reply, 400, "bad_request",
@@ -319,7 +337,7 @@ static void handle_order(app *a, const http_request *req, http_reply *reply)
     if (!idempotency_key_ok(key, reply))
         return;
     if (fault != NULL &&
-        !order_fault(a, fault, request_id, &faults.pause_between_locks_ms, &holds, reply))
+        !order_fault(a, req, fault, request_id, &faults.pause_between_locks_ms, &holds, reply))
         return;
     m = choose_mode(a, req, orq.has_mode, orq.mode, reply);
     if (m == NULL)

@@ -28,6 +28,7 @@
 #define GOODS_LAB_BAD 4503LL
 #define GOODS_LAB_OVERRUN 4504LL /* .. 4505: setnx-ttl, redis */
 #define GOODS_LAB_TRACE 4506LL
+#define GOODS_LAB_PROXY 4508LL
 
 static long lease_ms(void)
 {
@@ -43,6 +44,7 @@ typedef struct sender {
     char body[160];
     char fault[128];  /* "X-Fault: ..." or "" */
     char id[64];      /* "X-Request-Id: ..." or "" */
+    char extra[64];   /* one more header line, or "" */
     http_reply reply; /* filled by the thread */
     int rc;
 } sender;
@@ -55,7 +57,9 @@ static void *sender_run(void *arg)
                        .base = s->base,
                        .path = "/api/deduct",
                        .body = s->body,
-                       .headers = {s->fault[0] ? s->fault : NULL, s->fault[0] && s->id[0] ? s->id : NULL},
+                       .headers = {s->fault[0] ? s->fault : NULL,
+                                   s->fault[0] && s->id[0] ? s->id : NULL,
+                                   s->fault[0] && s->id[0] && s->extra[0] ? s->extra : NULL},
                        .timeout_ms = 60000};
     memset(&s->reply, 0, sizeof(s->reply));
     s->rc = h != NULL ? http_do(h, &rq, &s->reply) : -1;
@@ -71,10 +75,11 @@ static void sender_free(void *p)
     free(s);
 }
 
-/* Sends a deduction of 1 unit of goods in `mode` to base from a thread; fault and id may be
- * NULL. Owned by the case (joined by sender_wait). */
-static sender *send_async(const char *base, long long goods, const char *mode, const char *fault,
-                          const char *id)
+/* Sends a deduction of 1 unit of goods in `mode` to base from a thread; fault, id and extra
+ * (one more header line, sent after the id's) may be NULL. Owned by the case (joined by
+ * sender_wait). */
+static sender *send_async_with(const char *base, long long goods, const char *mode,
+                               const char *fault, const char *id, const char *extra)
 {
     sender *s = calloc(1, sizeof(*s));
     if (s == NULL)
@@ -85,11 +90,19 @@ static sender *send_async(const char *base, long long goods, const char *mode, c
         snprintf(s->fault, sizeof(s->fault), "X-Fault: %s", fault);
     if (id != NULL)
         snprintf(s->id, sizeof(s->id), "X-Request-Id: %s", id);
+    if (extra != NULL)
+        snprintf(s->extra, sizeof(s->extra), "%s", extra);
     if (pthread_create(&s->thread, NULL, sender_run, s) != 0) {
         free(s);
         fail_msg("pthread_create failed");
     }
     return s;
+}
+
+static sender *send_async(const char *base, long long goods, const char *mode, const char *fault,
+                          const char *id)
+{
+    return send_async_with(base, goods, mode, fault, id, NULL);
 }
 
 /* Joins the sender and hands back its answer (owned by the case with it). */
@@ -160,7 +173,8 @@ static void test_lab_off(void **state)
         char body[160];
         expect_error(get(bases[i], "/api/lab/requests"), 400, "bad_request", "lab requests, off");
         expect_error(get(bases[i], "/api/lab/trace/A"), 400, "bad_request", "lab trace, off");
-        expect_error(get(bases[i], "/api/lab/lock/1?mode=setnx"), 400, "bad_request", "lab lock, off");
+        expect_error(get(bases[i], "/api/lab/lock/1?mode=setnx"), 400, "bad_request",
+                     "lab lock, off");
         expect_error(lab_step(bases[i], "{\"id\":\"A\"}"), 400, "bad_request", "lab step, off");
         deduct_body(body, sizeof(body), GOODS_LAB_OFF, 1, "redis");
         http_request rq = {.method = "POST",
@@ -234,10 +248,13 @@ static void test_bad_input(void **state)
     const struct {
         const char *fault, *id;
     } bad[] = {
-        {"hold-at=read", NULL},           {"hold-at=read", "X-Request-Id: A!"},
+        {"hold-at=read", NULL},
+        {"hold-at=read", "X-Request-Id: A!"},
         {"hold-at=read", "X-Request-Id: 123456789012345678901234567890123"},
-        {"hold-at=nowhere", "X-Request-Id: B1"}, {"hold-at=", "X-Request-Id: B1"},
-        {"hold-at=read,read", "X-Request-Id: B1"}, {"hold-at=read,bogus", "X-Request-Id: B1"},
+        {"hold-at=nowhere", "X-Request-Id: B1"},
+        {"hold-at=", "X-Request-Id: B1"},
+        {"hold-at=read,read", "X-Request-Id: B1"},
+        {"hold-at=read,bogus", "X-Request-Id: B1"},
         {"hold-at=read, hold-at=checked", "X-Request-Id: B1"},
         {"hold-at=between-locks", "X-Request-Id: B1"}, /* a cart's point */
     };
@@ -254,8 +271,15 @@ static void test_bad_input(void **state)
                            .headers = {fault, bad[i].id}};
         expect_error(call(&rq), 400, "bad_request", what);
     }
-    const char *steps[] = {"", "{}", "[]", "{\"id\":\"A\",\"x\":1}", "{\"id\":7}", "{\"id\":\"\"}",
-                           "{\"id\":\"a b\"}", "{\"id\":\"A\",\"id\":\"B\"}", "{\"id\":\"A\"} x"};
+    const char *steps[] = {"",
+                           "{}",
+                           "[]",
+                           "{\"id\":\"A\",\"x\":1}",
+                           "{\"id\":7}",
+                           "{\"id\":\"\"}",
+                           "{\"id\":\"a b\"}",
+                           "{\"id\":\"A\",\"id\":\"B\"}",
+                           "{\"id\":\"A\"} x"};
     for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++)
         expect_error(lab_step(svc1, steps[i]), 400, "bad_request", steps[i]);
     expect_error(lab_step(svc1, "{\"id\":\"nobody\"}"), 404, "not_found", "step of an id not held");
@@ -276,6 +300,70 @@ static void test_bad_input(void **state)
     expect_stock(GOODS_LAB_BAD, before.initial, 9, 1, 1, "after D1");
 }
 
+/* The replica (of g_env.replicas) that lists request `id` as held at `point`, within 5 s. */
+static const char *replica_holding(const char *id, const char *point)
+{
+    for (int i = 0; i < 100; i++) {
+        for (size_t k = 0; k < g_env.n_replicas; k++) {
+            json_t *j = expect_json(get(g_env.replicas[k], "/api/lab/requests"), 200,
+                                    "GET /api/lab/requests");
+            json_t *r;
+            size_t n;
+            json_array_foreach(json_object_get(j, "requests"), n, r)
+            {
+                if (strcmp(field_str(r, "id", "a held request"), id) == 0 &&
+                    strcmp(field_str(r, "point", "a held request"), point) == 0)
+                    return g_env.replicas[k];
+            }
+        }
+        usleep(50 * 1000);
+    }
+    fail_msg("request %s was never listed as held at %s on any replica", id, point);
+    return NULL;
+}
+
+/* Through nginx, a hold without the client's own X-Request-Id is refused as it is straight to
+ * a replica: the id nginx makes (and marks with X-Request-Id-Origin: proxy) is one the client
+ * never learns, so nobody could step the hold. A replica honours the mark from anyone; a
+ * client's own mark is dropped by nginx, which passes the client's id as it came. */
+static void test_hold_through_nginx(void **state)
+{
+    (void)state;
+    begin_case("hold_through_nginx");
+    char body[160];
+    reset_goods(GOODS_LAB_PROXY, 10);
+    stock_view before = stock_get(GOODS_LAB_PROXY);
+    deduct_body(body, sizeof(body), GOODS_LAB_PROXY, 1, "redis");
+    http_request rq = {.method = "POST",
+                       .base = g_env.stock_url,
+                       .path = "/api/deduct",
+                       .body = body,
+                       .headers = {"X-Fault: hold-at=read"},
+                       .timeout_ms = 5000};
+    json_t *j = expect_error(call(&rq), 400, "bad_request", "hold-at through nginx, no id");
+    if (strstr(field_str(j, "detail", "the refusal"), "client's own X-Request-Id") == NULL)
+        fail_msg("the refusal does not say the id must be the client's own: %s",
+                 field_str(j, "detail", "the refusal"));
+    http_request marked = {
+        .method = "POST",
+        .base = g_env.replicas[0],
+        .path = "/api/deduct",
+        .body = body,
+        .headers = {"X-Fault: hold-at=read", "X-Request-Id: P1", "X-Request-Id-Origin: proxy"},
+        .timeout_ms = 5000};
+    expect_error(call(&marked), 400, "bad_request", "hold-at straight to a replica, id marked");
+    for (size_t k = 0; k < g_env.n_replicas; k++) {
+        json_t *l = expect_json(get(g_env.replicas[k], "/api/lab/requests"), 200, "lab requests");
+        if (json_array_size(json_object_get(l, "requests")) != 0)
+            fail_msg("%s holds a request after the refusals", g_env.replicas[k]);
+    }
+    expect_unchanged(GOODS_LAB_PROXY, &before, "the refused holds");
+    sender *a = send_async_with(g_env.stock_url, GOODS_LAB_PROXY, "redis", "hold-at=read", "P2",
+                                "X-Request-Id-Origin: proxy");
+    expect_step(replica_holding("P2", "read"), "P2", "done");
+    expect_deducted(sender_wait(a), GOODS_LAB_PROXY, 1, 9, "redis", "P2's answer through nginx");
+}
+
 /* The lease overrun by hand: A held at checked past its lease, B sells, A stepped on. */
 static void overrun(long long goods, const char *mode, const char *a_id, bool flawed)
 {
@@ -293,7 +381,8 @@ static void overrun(long long goods, const char *mode, const char *a_id, bool fl
     http_reply *ra = sender_wait(a), *rb = sender_wait(b);
     expect_deducted(ra, goods, 1, 99, mode, "A's answer");
     if (flawed) {
-        expect_deducted(rb, goods, 1, 99, mode, "B's answer (it read the stock A had not committed)");
+        expect_deducted(rb, goods, 1, 99, mode,
+                        "B's answer (it read the stock A had not committed)");
         expect_stock(goods, 100, 99, 2, 2, "setnx-ttl overrun: two sales, one unit taken");
         stock_view v = stock_get(goods);
         if (v.oversold != 1)
@@ -409,6 +498,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest on[] = {
         cmocka_unit_test_setup_teardown(test_hold_and_step, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_bad_input, case_setup, case_teardown),
+        cmocka_unit_test_setup_teardown(test_hold_through_nginx, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_overrun_setnx_ttl, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_overrun_redis, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_trace_without_fault, case_setup, case_teardown),
