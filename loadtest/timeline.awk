@@ -75,7 +75,13 @@ function hold_end(r) {
     if (r in ANSWERED) return ANSWERED[r]
     return T_END
 }
-function short_fence(f) { return (f != "-" && length(f) <= 8) ? f : "" }
+# A fencing token as the drawing shows it: as it is when short; a long one (a counter seeded
+# from the clock) relative to the row's smallest, "t", "t+1", so that the order shows.
+function short_fence(f) {
+    if (f == "-" || f == "") return ""
+    if (length(f) <= 8) return f
+    return (f == FENCE_MIN) ? "t" : "t+" (f - FENCE_MIN)
+}
 
 BEGIN {
     COLOR["A"] = "#1f77b4"; COLOR["B"] = "#e377c2"; COLOR["C"] = "#2ca02c"; COLOR["A2"] = "#9467bd"
@@ -114,6 +120,7 @@ $1 == "point" {
     if ($4 == "read") READV[r] = $6
     if ($4 == "written") WROTE[r] = $6
     if ($4 == "checked") CHECKED[r] = $2 + 0
+    if ($4 == "begun" && !(r in BEGUN)) BEGUN[r] = $2 + 0
     if ($4 == "committed") COMMITTED[r] = $2 + 0
     if ($4 == "release") RELEASED[r] = $2 + 0
     if ($2 + 0 > T_MAX) T_MAX = $2 + 0
@@ -126,6 +133,13 @@ $1 == "db" {
 }
 
 END {
+    # The row's smallest long token, from which short_fence counts.
+    for (key in P_FENCE)
+        if (P_FENCE[key] ~ /^[0-9]+$/ && length(P_FENCE[key]) > 8 && (FENCE_MIN == "" || P_FENCE[key] + 0 < FENCE_MIN + 0))
+            FENCE_MIN = P_FENCE[key]
+    for (i = 1; i <= NO; i++)
+        if (O_FENCE[i] ~ /^[0-9]+$/ && length(O_FENCE[i]) > 8 && (FENCE_MIN == "" || O_FENCE[i] + 0 < FENCE_MIN + 0))
+            FENCE_MIN = O_FENCE[i]
     # Sort the request lanes by when they were sent (insertion sort: a handful).
     for (i = 2; i <= NREQ; i++)
         for (j = i; j > 1 && SENT[REQ[j]] < SENT[REQ[j - 1]]; j--) { t = REQ[j]; REQ[j] = REQ[j - 1]; REQ[j - 1] = t }
@@ -369,10 +383,12 @@ END {
                 pfrom = CHECKED[r]; pend = COMMITTED[r]
             } else if (what == "pause-before-release" && (r in RELEASED) && (r in SERVED)) {
                 pfrom = RELEASED[r]; pend = SERVED[r]
+            } else if (what == "stop-before-claim" && (r in ENTERED) && (r in BEGUN)) {
+                pfrom = ENTERED[r]; pend = BEGUN[r]
             }
             if (pfrom != "") {
                 rect(cx - 6, y(pfrom), 12, (pend - pfrom) * K, "#555555", 0.45, "")
-                lbl = (what == "stop-before-commit") ? "process stopped" : (what == "pause-before-release" ? "paused in release" : "paused")
+                lbl = (what ~ /^stop-before-/) ? "process stopped" : (what == "pause-before-release" ? "paused in release" : "paused")
                 text(cx - 10, y((pfrom + pend) / 2), lbl, "end", 9, "#333", "")
                 text(cx - 10, y((pfrom + pend) / 2) + 11, int(pend - pfrom) " ms", "end", 9, "#333", "")
                 continue
@@ -395,7 +411,7 @@ END {
         for (j = 1; j <= NREQ; j++) if (REQ[j] == r) {
             cx = X0 + (j - 0.5) * LANE_W
             printf "<circle cx=\"%s\" cy=\"%s\" r=\"3.5\" fill=\"#333\"/>\n", cx, y(O_MS[i])
-            text(cx + 8, y(O_MS[i]) + 4, "BEGIN" (O_FENCE[i] != "-" ? ", token " O_FENCE[i] : ""), "start", 9, "#333", "")
+            text(cx + 8, y(O_MS[i]) + 4, "BEGIN" (short_fence(O_FENCE[i]) != "" ? ", token " short_fence(O_FENCE[i]) : ""), "start", 9, "#333", "")
         }
     }
 
@@ -441,7 +457,11 @@ END {
                 lbl = (NL > 0 || MODE ~ /^pg-lockrow/) ? "lock taken" : "entered"
                 fz = short_fence(P_FENCE[r, k])
                 if (fz != "") lbl = lbl ", token " fz
-            } else if (pn == "begun") lbl = "BEGIN"
+            } else if (pn == "begun") {
+                lbl = "BEGIN"
+                # Refused at its claim, the read: its token older than the row's.
+                if (ERROR[r] == "lock_lost" && !(r in READV)) lbl = lbl "; its claim refused"
+            }
             else if (pn == "read") lbl = "read " P_STOCK[r, k]
             else if (pn == "written") lbl = "wrote " P_STOCK[r, k]
             else if (pn == "checked") lbl = "checked"

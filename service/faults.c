@@ -2,7 +2,7 @@
  * faults.c - the X-Fault parser and the hook that carries a plan out (faults.h says what each
  * fault does). Each fault acts at one point of the deduction and nowhere else:
  *
- *   entered   nested
+ *   entered   nested, stop-before-claim
  *   read      crash-in-section, pause-in-section
  *   checked   pause-before-commit, stop-before-commit
  *   (leave)   pause-before-release, through guard_hold.release_pause_ms
@@ -37,6 +37,7 @@ static int set_fault(fault_plan *out, const char *name, size_t len, const char *
         {"pause-in-section", offsetof(fault_plan, pause_in_section_ms)},
         {"pause-before-commit", offsetof(fault_plan, pause_before_commit_ms)},
         {"stop-before-commit", offsetof(fault_plan, stop_before_commit_ms)},
+        {"stop-before-claim", offsetof(fault_plan, stop_before_claim_ms)},
         {"pause-before-release", offsetof(fault_plan, pause_before_release_ms)},
         {"pause-between-locks", offsetof(fault_plan, pause_between_locks_ms)},
     };
@@ -89,7 +90,8 @@ static int set_fault(fault_plan *out, const char *name, size_t len, const char *
     }
     snprintf(detail, detail_len,
              "X-Fault: unknown fault '%.*s'; known: crash-in-section, pause-in-section=MS, "
-             "pause-before-commit=MS, stop-before-commit=MS, pause-before-release=MS, "
+             "pause-before-commit=MS, stop-before-commit=MS, stop-before-claim=MS, "
+             "pause-before-release=MS, "
              "pause-between-locks=MS, nested",
              (int)(len > 40 ? 40 : len), name);
     return -1;
@@ -190,7 +192,8 @@ static bool process_stopped(pid_t pid)
 }
 
 /*
- * Stops this whole process for ms at most: a child is forked first, which sleeps ms and then
+ * Stops this whole process for ms at most (fault: the X-Fault named, for the log line of a
+ * failed fork): a child is forked first, which sleeps ms and then
  * sends SIGCONT until the parent runs again; then the calling thread stops the process
  * (raise: the signal is this thread's, so it is taken, and every thread stopped, before
  * raise returns). Every thread stops, the lock's watchdog included, exactly as in a
@@ -199,13 +202,13 @@ static bool process_stopped(pid_t pid)
  * ended, so that it cannot end a later stop of this process. The child only calls
  * async-signal-safe functions, as a child of a threaded process must.
  */
-static void stop_process_for(int64_t ms)
+static void stop_process_for(const char *fault, int64_t ms)
 {
     pid_t parent = getpid(), child;
 
     child = fork();
     if (child < 0) {
-        log_event(LOG_WARN, "fault_failed", "fault=stop-before-commit errno=%d", errno);
+        log_event(LOG_WARN, "fault_failed", "fault=%s errno=%d", fault, errno);
         return;
     }
     if (child == 0) {
@@ -246,6 +249,8 @@ int faults_at(void *arg, deduct_point point, guard_hold *hold, char *why, size_t
             }
             run->mode->leave(run->guards, &inner);
         }
+        if (plan->stop_before_claim_ms > 0)
+            stop_process_for("stop-before-claim", plan->stop_before_claim_ms);
         return GUARD_OK;
     case DEDUCT_AT_READ:
         if (plan->crash_in_section) {
@@ -260,7 +265,7 @@ int faults_at(void *arg, deduct_point point, guard_hold *hold, char *why, size_t
         if (plan->pause_before_commit_ms > 0)
             clock_sleep_ms(plan->pause_before_commit_ms);
         if (plan->stop_before_commit_ms > 0)
-            stop_process_for(plan->stop_before_commit_ms);
+            stop_process_for("stop-before-commit", plan->stop_before_commit_ms);
         return GUARD_OK;
     default:
         return GUARD_OK;

@@ -12,6 +12,10 @@
  *                                      the watchdog too) for MS at the same place: a GC-like
  *                                      pause; a child process it forks sends the SIGCONT (a
  *                                      SIGCONT from outside ends the stop sooner);
+ *   X-Fault: stop-before-claim=MS      the same stop, once the guard is held, before the
+ *                                      transaction begins: a holder stopped before its
+ *                                      claim, which a fencing token refuses when it resumes
+ *                                      after its lease went to another (Kleppmann's figure);
  *   X-Fault: pause-before-release=MS   the release sleeps MS just before the command that
  *                                      deletes the lock (owner-get-del: between GET and DEL);
  *   X-Fault: pause-between-locks=MS    POST /api/order only: sleeps MS after the cart's first
@@ -51,6 +55,7 @@ typedef struct fault_plan {
     int64_t pause_in_section_ms;     /* 0: none */
     int64_t pause_before_commit_ms;  /* 0: none */
     int64_t stop_before_commit_ms;   /* 0: none */
+    int64_t stop_before_claim_ms;    /* 0: none */
     int64_t pause_before_release_ms; /* 0: none */
     int64_t pause_between_locks_ms;  /* 0: none (a cart's, service/order.c) */
     bool nested;

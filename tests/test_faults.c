@@ -32,6 +32,9 @@ static void test_each_fault_alone(void **state)
     assert_int_equal(p.pause_before_commit_ms, 1);
     assert_int_equal(faults_parse("stop-before-commit=60000", &p, d, sizeof(d)), 0);
     assert_int_equal(p.stop_before_commit_ms, 60000);
+    assert_int_equal(faults_parse("stop-before-claim=20000", &p, d, sizeof(d)), 0);
+    assert_int_equal(p.stop_before_claim_ms, 20000);
+    assert_int_equal(p.stop_before_commit_ms, 0);
     assert_int_equal(faults_parse("pause-before-release=250", &p, d, sizeof(d)), 0);
     assert_int_equal(p.pause_before_release_ms, 250);
     assert_int_equal(p.pause_in_section_ms, 0);
