@@ -44,7 +44,7 @@ const LEVELS = [
     moves: "send A and step it to read or checked; let the lease run out; send B (it sells); step A to its end.",
     lanes: { A: { holds: ALL }, B: { holds: [], hint: "held at written or later, A keeps its row locked: B's write waits for A's commit (5 s at most, PostgreSQL's statement_timeout)" } },
     won: (s, b) => b.oversold > 0,
-    why: "redis renews A's lease while A's process runs (the watchdog): however long A is held, B waits its second and answers lock_timeout, or sells after A; and a lease lost anyway would meet the fencing token at the write.",
+    why: "redis renews A's lease while A's process runs (the watchdog): however long A is held, B waits its second and answers lock_timeout, or sells after A; and a lease lost anyway would meet the fencing token at the read, where the sale claims the goods row with it: an older token is refused, a newer one waits for A's commit.",
   },
   {
     id: "crash", title: "Crash", rung: "setnx", fixes: ["redis"],
@@ -77,7 +77,7 @@ const LEVELS = [
     moves: "send A and step it to checked; step A (svc-1's process stops for 5 s, its watchdog too); let the lease run out; send B.",
     lanes: { A: { holds: ALL, fault: "stop-before-commit=5000", hint: "stepping A on from checked stops svc-1's whole process for 5 s: let the lease run out and send B meanwhile" }, B: { holds: [] } },
     won: (s, b) => b.oversold > 0,
-    why: "the write carries a fencing token that PostgreSQL checks (redis), or the row's own lock keeps B out until A commits (pg-for-update): B reads what A committed, or is refused.",
+    why: "the read claims the goods row with a fencing token (redis): an older token is refused, and a newer one waits for A's commit; or the row's own lock keeps B out until A commits (pg-for-update): B reads what A committed, or is refused.",
   },
   {
     id: "txinside", title: "Commit after release", rung: "tx-inside", fixes: ["pg-for-update", "redis"],
