@@ -16,7 +16,10 @@
  * reply_timeout_ms. A server that stops answering (a partition, a frozen host) would
  * otherwise hold the caller until TCP gives up, minutes later, while the Redis lock's
  * watchdog went on renewing the caller's lock. TCP keepalives and tcp_user_timeout are set
- * as well, so that even a session nobody is waiting on finds out its peer is gone.
+ * as well, so that even a session nobody is waiting on finds out its peer is gone; and the
+ * same keepalives are asked of the server, with idle_in_transaction_session_timeout, so that
+ * the server ends a session whose process froze or whose host vanished inside a transaction,
+ * and frees its row locks (set_session_lease): the database's own lease.
  *
  * Errors. PostgreSQL says what went wrong with an SQLSTATE. Two kinds matter to a caller:
  * the server refused this statement (a constraint, a timeout, a serialization failure: the
@@ -133,19 +136,42 @@ static int drive_connect(PGconn *pg, int timeout_ms, char *err, size_t errlen)
     }
 }
 
+/* TCP keepalives, at both ends of a session: probe one idle for 5 s, every 2 s, give up
+ * after 3 misses (about 11 s after a host vanished). */
+#define KEEPALIVE_IDLE_S "5"
+#define KEEPALIVE_INTERVAL_S "2"
+#define KEEPALIVE_COUNT "3"
+
+/* The server's side of the session's lease: see DB__SET_SESSION_LEASE. */
+static int set_session_lease(db_conn *c, int idle_in_tx_ms, int user_timeout_ms)
+{
+    char idle[DB__I64_LEN], user_timeout[DB__I64_LEN];
+    const char *params[] = {db__i64(idle, idle_in_tx_ms), KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S,
+                            KEEPALIVE_COUNT, db__i64(user_timeout, user_timeout_ms)};
+
+    return db__run(c, DB__SET_SESSION_LEASE, params, NULL);
+}
+
 int db__conn_open(db_conn *c, const char *conninfo, int connect_timeout_ms,
                   int statement_timeout_ms, char *err, size_t errlen)
 {
     /* Our defaults come first, so that the connection string (expanded from "dbname",
      * expand_dbname = 1) overrides them: libpq takes the last value given for a keyword.
-     * keepalives_*: probe an idle session after 5 s, every 2 s, give up after 3 misses;
+     * keepalives_*: the KEEPALIVE_* values above;
      * tcp_user_timeout: data unacknowledged for as long as the reply bound fails the
      * connection in the kernel too. */
     char user_timeout[DB__I64_LEN];
     const char *const keys[] = {
         "keepalives",       "keepalives_idle", "keepalives_interval",       "keepalives_count",
         "tcp_user_timeout", "dbname",          "fallback_application_name", NULL};
-    const char *const values[] = {"1", "5", "2", "3", user_timeout, conninfo, "stockd", NULL};
+    const char *const values[] = {"1",
+                                  KEEPALIVE_IDLE_S,
+                                  KEEPALIVE_INTERVAL_S,
+                                  KEEPALIVE_COUNT,
+                                  user_timeout,
+                                  conninfo,
+                                  "stockd",
+                                  NULL};
     PGconn *pg = NULL;
     int rc;
 
@@ -180,6 +206,13 @@ int db__conn_open(db_conn *c, const char *conninfo, int connect_timeout_ms,
     rc = db__set_statement_timeout(c, statement_timeout_ms);
     if (rc != DB_OK) {
         snprintf(err, errlen, "setting statement_timeout: %s", c->err);
+        db__conn_close(c);
+        return rc;
+    }
+    rc = c->pool != NULL ? set_session_lease(c, c->pool->idle_in_tx_ms, c->pool->reply_timeout_ms)
+                         : DB_OK;
+    if (rc != DB_OK) {
+        snprintf(err, errlen, "setting the session's lease: %s", c->err);
         db__conn_close(c);
         return rc;
     }

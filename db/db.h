@@ -54,6 +54,12 @@ typedef struct db_pool_options {
                                  the statement with DB_ERR_UNAVAILABLE after this long, and the
                                  connection is closed; default 6000. Above statement_timeout_ms,
                                  so that a slow statement gets the server's own error first */
+    int idle_in_tx_ms;        /* the database's lease on a transaction: the server ends a
+                                 session left idle inside a transaction this long
+                                 (idle_in_transaction_session_timeout), and with it every row
+                                 lock the transaction held, as when its process dies; the
+                                 session's TCP keepalives end one whose host vanished. Default
+                                 30000; 0: no bound (a frozen holder keeps its rows locked) */
 } db_pool_options;
 
 void db_pool_options_init(db_pool_options *opts);
@@ -186,18 +192,17 @@ int db_orders_insert_many(db_conn *conn, int64_t goods_id, const int64_t *counts
  *   open (BEGIN may have gone through): the caller rolls back, as after db_stock_claim;
  *   DB_ERR_FENCED and DB_ERR_NOT_FOUND take one more round trip, to say which.
  * db_sale_commit: the write (new_stock), the order (count, mode, instance, the holder's
- *   fence and fence_source, request_id as db_order_insert's; sets *order_id) and COMMIT. Call it only after db_claim_begin
- *   (or db_stock_claim) succeeded in this transaction: the row is then the caller's, so the
- *   write cannot miss it. When it returns, the transaction is over: DB_OK, committed; a
- *   statement refused (DB_ERR_QUERY, DB_ERR_LOCK_TIMEOUT, ...): the rest of the batch was
- *   skipped and the transaction rolled back, nothing of it remains (c's error names the
- *   step); DB_ERR_UNAVAILABLE: the connection was unusable before anything was sent,
- *   nothing committed; DB_ERR_COMMIT_UNKNOWN: the batch was sent and an answer was lost
- *   (the connection broke, or the bound ran out) before any refusal: COMMIT may have run.
- *   on_sent (NULL: none): called once, on this thread, when the whole batch, COMMIT
- *   included, has been handed to the socket and before any answer is read; not called when
- *   sending failed (DB_ERR_UNAVAILABLE before that point). The wait for the answers is
- *   bounded from its return.
+ *   fence and fence_source, request_id as db_order_insert's; sets *order_id) and COMMIT. Call it
+ * only after db_claim_begin (or db_stock_claim) succeeded in this transaction: the row is then the
+ * caller's, so the write cannot miss it. When it returns, the transaction is over: DB_OK,
+ * committed; a statement refused (DB_ERR_QUERY, DB_ERR_LOCK_TIMEOUT, ...): the rest of the batch
+ * was skipped and the transaction rolled back, nothing of it remains (c's error names the step);
+ * DB_ERR_UNAVAILABLE: the connection was unusable before anything was sent, nothing committed;
+ * DB_ERR_COMMIT_UNKNOWN: the batch was sent and an answer was lost (the connection broke, or the
+ * bound ran out) before any refusal: COMMIT may have run. on_sent (NULL: none): called once, on
+ * this thread, when the whole batch, COMMIT included, has been handed to the socket and before any
+ * answer is read; not called when sending failed (DB_ERR_UNAVAILABLE before that point). The wait
+ * for the answers is bounded from its return.
  */
 /* Work to do while a batch is on its way to the server (db_sale_commit, db_batch_commit). */
 typedef struct db_on_sent {
@@ -208,9 +213,8 @@ typedef struct db_on_sent {
 int db_claim_begin(db_conn *conn, int64_t goods_id, const char *source, int64_t token,
                    int64_t *stock);
 int db_sale_commit(db_conn *conn, int64_t goods_id, int64_t new_stock, int64_t count,
-                   const char *mode, const char *instance, int64_t fence,
-                   const char *fence_source, const char *request_id, const db_on_sent *on_sent,
-                   int64_t *order_id);
+                   const char *mode, const char *instance, int64_t fence, const char *fence_source,
+                   const char *request_id, const db_on_sent *on_sent, int64_t *order_id);
 /* db_batch_commit: db_sale_commit for a batch of n sales (the batched mode): the write, the
  *   n orders in one statement (as db_orders_insert_many: counts[i] units each, with
  *   request_ids[i] (request_ids NULL, or an element NULL: none), order_ids[i] set) and COMMIT,

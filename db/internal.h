@@ -52,6 +52,7 @@ struct db_pool {
     int connect_timeout_ms;
     int statement_timeout_ms;
     int reply_timeout_ms; /* client-side bound on each round trip */
+    int idle_in_tx_ms;    /* the session's lease on a transaction (db_pool_options) */
     int size;
     int open;   /* connections with a session (guarded by mu) */
     int in_use; /* borrowed connections (guarded by mu) */
@@ -69,6 +70,7 @@ enum db__stmt_id {
     DB__ROLLBACK,
     /* session */
     DB__SET_STATEMENT_TIMEOUT,
+    DB__SET_SESSION_LEASE,
     DB__PING,
     DB__REPLICATION_MODE,
     /* the read-check-write */
@@ -222,8 +224,8 @@ void db__orders_params_free(db__orders_params *p);
 /* The end of a many-orders insert run with p's parameters, rc its outcome and, on DB_OK, res
  * its result: frees p and then, on DB_OK, reads the order ids (db__order_ids) and clears res.
  * Returns rc when it is not DB_OK, else db__order_ids's. */
-int db__orders_done(db_conn *c, int rc, db__orders_params *p, PGresult *res,
-                    const int64_t *counts, size_t n, int64_t *order_ids);
+int db__orders_done(db_conn *c, int rc, db__orders_params *p, PGresult *res, const int64_t *counts,
+                    size_t n, int64_t *order_ids);
 
 /* DB__STOCK_CLAIM's parameters (the single claim and the pipelined BEGIN + claim both send
  * it); id is the goods id as text, for db__why_not_claimed. */
@@ -235,7 +237,6 @@ typedef struct db__claim_params {
 /* Fills p for a claim of goods_id by token of source (not copied: it must outlive p). */
 void db__claim_params_make(db__claim_params *p, int64_t goods_id, int64_t token,
                            const char *source);
-
 
 /* Parses the text value at (row, col) as an int64; DB_ERR_QUERY if it is not one. */
 int db__get_i64(db_conn *c, const PGresult *res, int row, int col, int64_t *out);

@@ -38,6 +38,7 @@ void db_pool_options_init(db_pool_options *opts)
     opts->connect_timeout_ms = 2000;
     opts->statement_timeout_ms = 5000;
     opts->reply_timeout_ms = 6000;
+    opts->idle_in_tx_ms = 30000;
 }
 
 /* A connection string libpq cannot parse will never connect: say so at creation. */
@@ -57,7 +58,7 @@ static int options_valid(const db_pool_options *opts)
         return 0;
     if (opts->size < 1 || opts->size > 1000)
         return 0;
-    if (opts->connect_timeout_ms < 1 || opts->statement_timeout_ms < 0)
+    if (opts->connect_timeout_ms < 1 || opts->statement_timeout_ms < 0 || opts->idle_in_tx_ms < 0)
         return 0;
     if (opts->reply_timeout_ms < 1 || opts->reply_timeout_ms > 3600000)
         return 0;
@@ -86,6 +87,7 @@ int db_pool_create(const db_pool_options *opts, db_pool **out)
     pool->connect_timeout_ms = opts->connect_timeout_ms;
     pool->statement_timeout_ms = opts->statement_timeout_ms;
     pool->reply_timeout_ms = opts->reply_timeout_ms;
+    pool->idle_in_tx_ms = opts->idle_in_tx_ms;
     for (i = 0; i < pool->size; i++)
         pool->conns[i].pool = pool;
 

@@ -46,6 +46,19 @@ static const struct statement stmts[DB__STMT_COUNT] = {
     [DB__SET_STATEMENT_TIMEOUT] = {"set_statement_timeout",
                                    "SELECT set_config('statement_timeout', $1, false)", 1,
                                    PGRES_TUPLES_OK, false},
+    /* The database's lease on this session's transactions: a session idle inside one for
+     * $1 ms is ended by the server, its row locks with it (a process frozen by the kernel
+     * or a debugger, a host that answers TCP but runs nothing); the server's TCP keepalives
+     * ($2 s idle, every $3 s, $4 misses) and tcp_user_timeout ($5 ms) end one whose host
+     * vanished, which would otherwise stay "idle in transaction" until TCP gave up. */
+    [DB__SET_SESSION_LEASE] =
+        {"set_session_lease",
+         "SELECT set_config('idle_in_transaction_session_timeout', $1, false),"
+         " set_config('tcp_keepalives_idle', $2, false),"
+         " set_config('tcp_keepalives_interval', $3, false),"
+         " set_config('tcp_keepalives_count', $4, false),"
+         " set_config('tcp_user_timeout', $5, false)",
+         5, PGRES_TUPLES_OK, false},
     [DB__PING] = {"ping", "SELECT 1", 0, PGRES_TUPLES_OK, false},
     /* How this server replicates its commits, as the primary sees it now: 'sync' when a
      * commit waits for a standby (synchronous_standby_names, which Patroni sets in its

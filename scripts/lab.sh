@@ -32,6 +32,9 @@ unset ETCD_ENDPOINT ZOOKEEPER_HOSTS REDIS_SENTINELS ETCD_PORT ETCD_PEER_PORT ZK_
 export REPLICAS=3 FAULTS=on MODE=redis NGINX_LAB=1
 export LOCK_WAIT_MS=1000 LOCK_FIXED_LEASE_MS=1500 LOCK_LEASE_MS=1500 LOCKROW_TTL_MS=1500
 export LAB_HOLD_MS=${LAB_HOLD_MS:-60000}
+# A learner holds a request inside its transaction for minutes: the database's lease on it
+# (DB_IDLE_IN_TX_MS, 30 s by default) must outlast every hold of a level.
+export DB_IDLE_IN_TX_MS=${DB_IDLE_IN_TX_MS:-600000}
 export LOG_LEVEL=${LOG_LEVEL:-warn}
 STACK=$ROOT/scripts/stack.sh
 WATCH_PID=$RUN_DIR/lab-watch.pid

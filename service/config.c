@@ -157,6 +157,11 @@ static const setting settings[] = {
            "how long a request waits for a pooled PostgreSQL connection before a 503"),
     NUMBER("DB_REPLY_TIMEOUT_MS", KIND_INT, db_reply_timeout_ms, "6000", 100, 600000,
            "how long any PostgreSQL round trip may take before the request answers 503"),
+    NUMBER("DB_IDLE_IN_TX_MS", KIND_INT, db_idle_in_tx_ms, "30000", 0, 3600000,
+           "the database's lease on a transaction: PostgreSQL ends a session left idle inside "
+           "one this long (idle_in_transaction_session_timeout), freeing its row locks, as when "
+           "a replica frozen mid-sale never comes back; TCP keepalives end one whose host "
+           "vanished; 0: no bound"),
     NUMBER("REDIS_TIMEOUT_MS", KIND_INT64, redis_timeout_ms, "500", 10, 60000,
            "Redis connect and command timeout"),
     NUMBER("CONNECTION_TIMEOUT_S", KIND_INT, connection_timeout_s, "30", 1, 3600,

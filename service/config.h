@@ -18,13 +18,13 @@ typedef struct service_config {
     char database_url[1024]; /* DATABASE_URL: libpq connection string */
     char redis_host[256];    /* REDIS_HOST */
     int redis_port;          /* REDIS_PORT */
-    char redis_sentinels[1024];  /* REDIS_SENTINELS ("" = no Sentinel) */
-    char redis_master_name[128]; /* REDIS_MASTER_NAME */
-    char redis_cluster_nodes[1024]; /* REDIS_CLUSTER_NODES ("" = no cluster) */
-    int lock_sync_replicas;      /* LOCK_SYNC_REPLICAS */
-    char lock_fair[4];           /* LOCK_FAIR: "on" or "off" */
+    char redis_sentinels[1024];      /* REDIS_SENTINELS ("" = no Sentinel) */
+    char redis_master_name[128];     /* REDIS_MASTER_NAME */
+    char redis_cluster_nodes[1024];  /* REDIS_CLUSTER_NODES ("" = no cluster) */
+    int lock_sync_replicas;          /* LOCK_SYNC_REPLICAS */
+    char lock_fair[4];               /* LOCK_FAIR: "on" or "off" */
     int64_t lock_waiter_liveness_ms; /* LOCK_WAITER_LIVENESS_MS */
-    char default_mode[32];       /* MODE: the mode used when a request names none */
+    char default_mode[32];           /* MODE: the mode used when a request names none */
     int worker_threads;          /* WORKER_THREADS: connections served at once (a thread each) */
     int64_t lock_wait_ms;        /* LOCK_WAIT_MS: bound on waiting for the lock */
     int batch_max;               /* BATCH_MAX: requests per redis-batch transaction at most */
@@ -48,6 +48,7 @@ typedef struct service_config {
     int redis_pool_size;         /* REDIS_POOL_SIZE: Redis command connections per replica */
     int64_t db_wait_ms;          /* DB_WAIT_MS: bound on waiting for a pooled connection */
     int db_reply_timeout_ms;     /* DB_REPLY_TIMEOUT_MS: client-side bound per round trip */
+    int db_idle_in_tx_ms;        /* DB_IDLE_IN_TX_MS: the server ends a session idle in a tx */
     int64_t redis_timeout_ms;    /* REDIS_TIMEOUT_MS: connect and command timeout */
     int connection_timeout_s;    /* CONNECTION_TIMEOUT_S: idle/slow client limit */
     char migrations_dir[512];    /* MIGRATIONS_DIR: where the NNN_*.sql files are */

@@ -21,6 +21,7 @@ int core_create(const service_config *cfg, int db_pool_size, int redis_pool_size
     db_opts.conninfo = cfg->database_url;
     db_opts.size = db_pool_size;
     db_opts.reply_timeout_ms = cfg->db_reply_timeout_ms;
+    db_opts.idle_in_tx_ms = cfg->db_idle_in_tx_ms;
     if (db_pool_create(&db_opts, &out->db) != DB_OK) {
         snprintf(err, errlen, "cannot create the PostgreSQL pool");
         return -1;

@@ -1,8 +1,9 @@
 /*
  * test_pool.c - the connection pool against a real PostgreSQL: bounded, a release that rolls
  * back, an unreachable or silent server failing within its bound, a broken connection
- * reopened, a read-only session dropped, a statement timeout as a query error; and every
- * error code with a name.
+ * reopened, a read-only session dropped, a statement timeout as a query error, a process
+ * frozen inside a transaction losing its row lock to the session's lease; and every error
+ * code with a name.
  *
  * The environment and the fixtures: tests/db/db_support.h.
  */
@@ -14,9 +15,11 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 /* ---- the pool --------------------------------------------------------------------- */
@@ -329,6 +332,77 @@ static void test_statement_timeout_is_a_query_error(void **state)
     db_pool_destroy(pool);
 }
 
+/* ---- the session's lease: a holder frozen inside its transaction ------------------------ */
+
+/* The child: a pool of its own with the given lease, a transaction that writes goods 1 (its
+ * row lock held), a byte on `ready`, then nothing until it is killed. Never returns. */
+static void frozen_holder(const char *conninfo, int idle_in_tx_ms, int ready)
+{
+    db_pool_options o;
+    db_pool *pool = NULL;
+    db_conn *c = NULL;
+    char ok = 'n';
+
+    db_pool_options_init(&o);
+    o.conninfo = conninfo;
+    o.size = 1;
+    o.idle_in_tx_ms = idle_in_tx_ms;
+    if (db_pool_create(&o, &pool) == DB_OK && db_pool_acquire(pool, 2000, &c) == DB_OK &&
+        db_begin(c) == DB_OK && db_stock_write(c, 1, 9) == DB_OK)
+        ok = 'y';
+    if (write(ready, &ok, 1) != 1)
+        _exit(1);
+    for (;;)
+        pause();
+}
+
+/* A replica stopped (SIGSTOP: a long pause, a debugger, a host that answers TCP and runs
+ * nothing) inside its transaction, holding goods 1's row lock. Another session asks for the
+ * row with lock_timeout 5 s: with the lease (1 s), the server ends the frozen session and
+ * the row is had after about 1 s, with the frozen write rolled back; without one
+ * (idle_in_tx_ms 0, PostgreSQL's default), the wait runs out: 55P03. */
+static void test_a_frozen_holder_loses_its_row_lock(void **state)
+{
+    fixture *f = *state;
+    db_conn *c = acquire(f->pool);
+    int pipefd[2];
+    char ok = 0;
+    pid_t child;
+    int64_t start, took;
+    PGresult *r;
+
+    reset_ok(c, 1, 10);
+    db_pool_release(f->pool, c);
+    assert_int_equal(pipe(pipefd), 0);
+    child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+        close(pipefd[0]);
+        frozen_holder(f->conninfo, 1000, pipefd[1]);
+    }
+    close(pipefd[1]);
+    assert_int_equal(read(pipefd[0], &ok, 1), 1);
+    close(pipefd[0]);
+    kill(child, SIGSTOP);
+
+    start = now_ms();
+    PQclear(raw_exec(f->admin, "SET lock_timeout = '5s'", 0, NULL));
+    PQclear(raw_exec(f->admin, "BEGIN", 0, NULL));
+    r = PQexec(f->admin, "SELECT stock FROM goods WHERE id = 1 FOR UPDATE");
+    took = now_ms() - start;
+    kill(child, SIGKILL);
+    waitpid(child, NULL, 0);
+    assert_int_equal(ok, 'y');
+    if (PQresultStatus(r) != PGRES_TUPLES_OK)
+        fail_msg("the row stayed locked by the frozen holder for %lld ms: %s", (long long)took,
+                 PQresultErrorMessage(r));
+    assert_string_equal(PQgetvalue(r, 0, 0), "10"); /* its write rolled back with its session */
+    PQclear(r);
+    PQclear(raw_exec(f->admin, "COMMIT", 0, NULL));
+    /* Within the lease (1 s) and a busy machine's slack, well before lock_timeout's 5 s. */
+    assert_true(took < 4000);
+}
+
 static void test_strerror_names_every_code(void **state)
 {
     int codes[] = {DB_OK,
@@ -362,12 +436,14 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_pool_release_rolls_back, setup_migrated, teardown),
         cmocka_unit_test(test_unreachable_server_fails_fast),
         cmocka_unit_test(test_silent_server_times_out_within_the_bound),
-        cmocka_unit_test_setup_teardown(test_broken_connection_is_reopened,
-                                        setup_migrated, teardown),
-        cmocka_unit_test_setup_teardown(test_a_read_only_session_is_dropped,
-                                        setup_migrated, teardown),
-        cmocka_unit_test_setup_teardown(test_statement_timeout_is_a_query_error,
-                                        setup_migrated, teardown),
+        cmocka_unit_test_setup_teardown(test_broken_connection_is_reopened, setup_migrated,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_a_read_only_session_is_dropped, setup_migrated,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_statement_timeout_is_a_query_error, setup_migrated,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_a_frozen_holder_loses_its_row_lock, setup_migrated,
+                                        teardown),
         cmocka_unit_test(test_strerror_names_every_code),
     };
 
