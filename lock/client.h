@@ -9,8 +9,12 @@
 
 #include <hiredis/hiredis.h>
 
+#include "lock/cluster.h"
+#include "lock/holdings.h"
 #include "lock/lock.h"
+#include "lock/pool.h"
 #include "lock/scripts.h"
+#include "lock/subscriber.h"
 
 /*
  * Sends one command (argv[0..argc), NUL-terminated strings) on a pooled connection: waits
@@ -24,5 +28,20 @@ int lock__client_command(lock_client *c, int argc, const char **argv, redisReply
 /* Runs script s on a pooled connection within the same bounds; as lock__script_run. */
 int lock__client_script(lock_client *c, lock__script s, int nkeys, const char *const *keys,
                         int nargs, const char *const *args, redisReply **out);
+
+/* The parts of a client that another lock built on it (the read-write lock, rwlock.c) runs
+ * on: the same pool, watchdog registry, subscriber and options, so that it starts no thread
+ * of its own. Every pointer lives as long as the client. */
+typedef struct lock__client_parts {
+    const lock_options *opts;
+    const char *process_id;
+    lock__pool *pool;
+    lock__holdings *holdings;
+    lock__subscriber *subscriber;
+    lock__cluster *cluster; /* NULL without Redis Cluster */
+} lock__client_parts;
+
+/* Fills *out with c's parts. */
+void lock__client_parts_get(lock_client *c, lock__client_parts *out);
 
 #endif

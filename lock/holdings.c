@@ -25,6 +25,7 @@ typedef struct holding {
     char *name;
     uint64_t thread;
     char owner[LOCK__OWNER_MAX];
+    lock__script renew; /* the script the watchdog renews it with */
     int64_t count;
     int64_t token;
     int64_t lease_ms;   /* of the latest acquisition */
@@ -117,6 +118,14 @@ int lock__holdings_acquired(lock__holdings *h, const char *name, uint64_t thread
                             int64_t count, int64_t token, int64_t lease_ms, bool watchdog,
                             int64_t sent_ns)
 {
+    return lock__holdings_acquired_as(h, LOCK__SCRIPT_RENEW, name, thread, owner, count, token,
+                                      lease_ms, watchdog, sent_ns);
+}
+
+int lock__holdings_acquired_as(lock__holdings *h, lock__script renew, const char *name,
+                               uint64_t thread, const char *owner, int64_t count, int64_t token,
+                               int64_t lease_ms, bool watchdog, int64_t sent_ns)
+{
     holding **link;
     holding *e;
     int rc = LOCK_OK;
@@ -139,6 +148,7 @@ int lock__holdings_acquired(lock__holdings *h, const char *name, uint64_t thread
         e->id = h->next_id++;
         e->thread = thread;
         memcpy(e->owner, owner, sizeof(e->owner));
+        e->renew = renew;
         e->token = token;
         e->since_ns = sent_ns;
         e->next = h->list;
@@ -275,6 +285,7 @@ int lock__holdings_next_due(lock__holdings *h, lock__renewal *out)
     }
     out->id = e->id;
     memcpy(out->owner, e->owner, sizeof(out->owner));
+    out->renew = e->renew;
     out->token = e->token;
     out->lease_ms = h->watchdog_lease_ms;
     /* Not due again until the outcome is known (lock__holdings_renewed sets the next). */

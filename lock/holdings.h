@@ -21,6 +21,7 @@
 #define LOCK_HOLDINGS_H
 
 #include "lock/owner.h"
+#include "lock/scripts.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -32,6 +33,7 @@ typedef struct lock__renewal {
     uint64_t id; /* the holding's id, to report the outcome */
     char *name;  /* owned: free with lock__renewal_clear() */
     char owner[LOCK__OWNER_MAX];
+    lock__script renew; /* renew.lua, or rw_renew.lua for a side of a read-write lock */
     int64_t token;
     int64_t lease_ms;
 } lock__renewal;
@@ -61,6 +63,13 @@ void lock__holdings_destroy(lock__holdings *h);
 int lock__holdings_acquired(lock__holdings *h, const char *name, uint64_t thread, const char *owner,
                             int64_t count, int64_t token, int64_t lease_ms, bool watchdog,
                             int64_t sent_ns);
+
+/* As lock__holdings_acquired, for a holding the watchdog renews with script `renew` (keys: the
+ * holding's name and its ":fence"; arguments: owner, lease, token) rather than renew.lua: one
+ * side of a read-write lock (lock/rwlock.c) is recorded under that side's key. */
+int lock__holdings_acquired_as(lock__holdings *h, lock__script renew, const char *name,
+                               uint64_t thread, const char *owner, int64_t count, int64_t token,
+                               int64_t lease_ms, bool watchdog, int64_t sent_ns);
 
 /*
  * Records the outcome of an unlock. remaining >= 0: Redis' hold count after the release

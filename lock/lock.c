@@ -635,7 +635,9 @@ int lock_try_lock(lock_client *c, const char *name, int64_t wait_ms, int64_t lea
                     /* Its lease ends where our place in line would have, which our last try
                      * set: counted from that try's sending, the local end is no later than
                      * Redis' (holdings.h). The watchdog extends it within a third. */
-                    a = (attempt){.acquired = true, .count = 1, .token = grant.token,
+                    a = (attempt){.acquired = true,
+                                  .count = 1,
+                                  .token = grant.token,
                                   .sent_ns = place_sent_ns};
                     granted_lease_ms = c->opts.waiter_liveness_ms;
                     last_handoff_us = handoff_gap_us(&grant);
@@ -771,6 +773,12 @@ bool lock_client_is_cluster(const lock_client *c)
 const char *lock_client_process_id(const lock_client *c)
 {
     return c->process_id;
+}
+
+void lock__client_parts_get(lock_client *c, lock__client_parts *out)
+{
+    *out = (lock__client_parts){&c->opts,    c->process_id, c->pool,
+                                c->holdings, c->subscriber, c->cluster};
 }
 
 int lock_unlock(lock_client *c, const char *name)

@@ -39,6 +39,11 @@ LOCK__EMBED(lock__lua_renew, "lock/renew.lua");
 LOCK__EMBED(lock__lua_inspect, "lock/inspect.lua");
 LOCK__EMBED(lock__lua_delete_if_value, "lock/delete_if_value.lua");
 LOCK__EMBED(lock__lua_fence_raise, "lock/fence_raise.lua");
+LOCK__EMBED(lock__lua_rw_read, "lock/rw_read.lua");
+LOCK__EMBED(lock__lua_rw_write, "lock/rw_write.lua");
+LOCK__EMBED(lock__lua_rw_release, "lock/rw_release.lua");
+LOCK__EMBED(lock__lua_rw_leave, "lock/rw_leave.lua");
+LOCK__EMBED(lock__lua_rw_renew, "lock/rw_renew.lua");
 
 /* Hidden, so the compiler addresses them directly rather than through the GOT. */
 extern const char lock__lua_acquire[] __attribute__((visibility("hidden")));
@@ -48,8 +53,13 @@ extern const char lock__lua_renew[] __attribute__((visibility("hidden")));
 extern const char lock__lua_inspect[] __attribute__((visibility("hidden")));
 extern const char lock__lua_delete_if_value[] __attribute__((visibility("hidden")));
 extern const char lock__lua_fence_raise[] __attribute__((visibility("hidden")));
+extern const char lock__lua_rw_read[] __attribute__((visibility("hidden")));
+extern const char lock__lua_rw_write[] __attribute__((visibility("hidden")));
+extern const char lock__lua_rw_release[] __attribute__((visibility("hidden")));
+extern const char lock__lua_rw_leave[] __attribute__((visibility("hidden")));
+extern const char lock__lua_rw_renew[] __attribute__((visibility("hidden")));
 
-#define SCRIPT_MAX_KEYS 4
+#define SCRIPT_MAX_KEYS 5
 #define SCRIPT_MAX_ARGS 6
 
 typedef struct script_entry {
@@ -66,6 +76,11 @@ static script_entry scripts[LOCK__SCRIPT_COUNT] = {
     [LOCK__SCRIPT_INSPECT] = {lock__lua_inspect, "inspect.lua", ""},
     [LOCK__SCRIPT_DELETE_IF_VALUE] = {lock__lua_delete_if_value, "delete_if_value.lua", ""},
     [LOCK__SCRIPT_FENCE_RAISE] = {lock__lua_fence_raise, "fence_raise.lua", ""},
+    [LOCK__SCRIPT_RW_READ] = {lock__lua_rw_read, "rw_read.lua", ""},
+    [LOCK__SCRIPT_RW_WRITE] = {lock__lua_rw_write, "rw_write.lua", ""},
+    [LOCK__SCRIPT_RW_RELEASE] = {lock__lua_rw_release, "rw_release.lua", ""},
+    [LOCK__SCRIPT_RW_LEAVE] = {lock__lua_rw_leave, "rw_leave.lua", ""},
+    [LOCK__SCRIPT_RW_RENEW] = {lock__lua_rw_renew, "rw_renew.lua", ""},
 };
 
 static pthread_once_t scripts_once = PTHREAD_ONCE_INIT;

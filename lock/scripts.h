@@ -21,6 +21,11 @@ typedef enum lock__script {
     LOCK__SCRIPT_INSPECT,         /* inspect.lua: read only */
     LOCK__SCRIPT_DELETE_IF_VALUE, /* delete_if_value.lua: the ladder's owner-lua rung */
     LOCK__SCRIPT_FENCE_RAISE,     /* fence_raise.lua: the counter past a token seen stored */
+    LOCK__SCRIPT_RW_READ,         /* rw_read.lua: the read side of a read-write lock */
+    LOCK__SCRIPT_RW_WRITE,        /* rw_write.lua: its write side */
+    LOCK__SCRIPT_RW_RELEASE,      /* rw_release.lua: either side given back */
+    LOCK__SCRIPT_RW_LEAVE,        /* rw_leave.lua: a waiter of either side gives up */
+    LOCK__SCRIPT_RW_RENEW,        /* rw_renew.lua: the watchdog's renewal of either side */
     LOCK__SCRIPT_COUNT
 } lock__script;
 
@@ -32,7 +37,7 @@ const char *lock__script_text(lock__script s);
 const char *lock__script_sha(lock__script s);
 
 /*
- * Runs script s on conn with keys[0..nkeys) and args[0..nargs) (at most 4 keys and 6 arguments),
+ * Runs script s on conn with keys[0..nkeys) and args[0..nargs) (at most 5 keys and 6 arguments),
  * loading it on NOSCRIPT, everything before deadline_ns. Returns LOCK_OK and *out (a reply that is
  * not an error; the caller frees it with freeReplyObject()); or LOCK_ERR_REDIS with the
  * thread's last error set (unreachable, timed out, or the script failed), or

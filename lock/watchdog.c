@@ -51,7 +51,7 @@ struct lock__watchdog {
     _Atomic uint64_t lost;
 };
 
-/* Runs renew.lua for r; returns what it found. */
+/* Runs r's renewal script (renew.lua, or rw_renew.lua) for r; returns what it found. */
 static lock__renew_outcome watchdog_renew(lock__watchdog *w, const lock__renewal *r)
 {
     lock__keys k;
@@ -68,11 +68,10 @@ static lock__renew_outcome watchdog_renew(lock__watchdog *w, const lock__renewal
     snprintf(lease, sizeof(lease), "%" PRId64, r->lease_ms);
     snprintf(token, sizeof(token), "%" PRId64, r->token);
     if (w->cluster != NULL) {
-        if (lock__cluster_script(w->cluster, LOCK__SCRIPT_RENEW, true, deadline, deadline, 2, keys,
-                                 3, args, NULL, &reply) != LOCK_OK)
+        if (lock__cluster_script(w->cluster, r->renew, true, deadline, deadline, 2, keys, 3, args,
+                                 NULL, &reply) != LOCK_OK)
             goto out;
-    } else if (lock__script_run(&w->conn, LOCK__SCRIPT_RENEW, deadline, 2, keys, 3, args, &reply) !=
-               LOCK_OK)
+    } else if (lock__script_run(&w->conn, r->renew, deadline, 2, keys, 3, args, &reply) != LOCK_OK)
         goto out;
     if (reply->type == REDIS_REPLY_INTEGER)
         outcome = reply->integer == 1 ? LOCK__RENEWED : LOCK__GONE;
