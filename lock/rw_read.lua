@@ -32,6 +32,8 @@ local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now_ms)
 redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now_ms)
 
+-- Written again in rw_write.lua, on purpose: a script cannot call another (lock/README.md,
+-- "Why the line's head is found twice").
 local function wait(ms)
     local keep = tonumber(ARGV[4])
     if keep > 0 then
