@@ -7,11 +7,79 @@ function esc(s) {
     gsub(/>/, "\\&gt;", s)
     return s
 }
-function y(ms) { return sprintf("%.1f", TOP + (ms - T_START) * K) }
+# Where a moment is drawn: true scale, but a stretch where nothing happens (a lease running
+# out, a hold) is drawn BREAK_PX high and marked, so that the moments that decide are not
+# crammed together (the breaks are chosen in END: NB, B_FROM, B_TO).
+function yv(ms,    i, v) {
+    v = TOP + (ms - T_START) * K
+    for (i = 1; i <= NB; i++) {
+        if (ms >= B_TO[i]) v -= (B_TO[i] - B_FROM[i]) * K - BREAK_PX
+        else if (ms > B_FROM[i]) { v -= (ms - B_FROM[i]) * K; v += (ms - B_FROM[i]) / (B_TO[i] - B_FROM[i]) * BREAK_PX }
+    }
+    return v
+}
+function y(ms) { return sprintf("%.1f", yv(ms)) }
+# The height from one moment to a later one.
+function hgt(from, to) { return yv(to) - yv(from) }
 function text(x, yy, s, anchor, size, color, weight) {
     printf "<text x=\"%s\" y=\"%s\" text-anchor=\"%s\" font-size=\"%s\" fill=\"%s\"%s>%s</text>\n", \
         x, yy, anchor, size, color, (weight != "" ? " font-weight=\"" weight "\"" : ""), esc(s)
 }
+# A label inside the picture: moved down until it overlaps no label drawn before it (nor an
+# arrow: see occupy), and drawn on a white halo, so that a line under it does not cut it.
+# Returns the y it was drawn at.
+function ltext(x, yy, s, anchor, size, color, weight) {
+    yy = place(x, yy, s, anchor, size, weight)
+    printf "<text x=\"%s\" y=\"%.1f\" text-anchor=\"%s\" font-size=\"%s\" fill=\"%s\"%s paint-order=\"stroke\" stroke=\"#fff\" stroke-width=\"3\" stroke-linejoin=\"round\">%s</text>\n", \
+        x, yy, anchor, size, color, (weight != "" ? " font-weight=\"" weight "\"" : ""), esc(s)
+    return yy
+}
+# What the lock lane says of holding i: whose it is, and how that is known.
+function holding_label(i) {
+    if (H_BY[i] == "attempt") return H_WHO[i] "'s attempt, given back"
+    return "held by " H_WHO[i]
+}
+
+# One entry of the legend at (lx, ly), moving lx on: its mark, then its words.
+function legend_item(kind, words,    x) {
+    x = lx
+    if (kind == "flight") rect(x, ly - 9, 8, 12, "#f4f4f4", 1, "#999")
+    else if (kind == "hold") rect(x, ly - 9, 10, 12, COLOR["A"], 0.35, "")
+    else if (kind == "pause") rect(x, ly - 9, 8, 12, "#555555", 0.45, "")
+    else if (kind == "dot") printf "<circle cx=\"%s\" cy=\"%s\" r=\"2.5\" fill=\"#333\"/>\n", x + 4, ly - 3
+    else if (kind == "commit" || kind == "twice") {
+        line(x, ly - 3, x + 16, ly - 3, (kind == "twice" ? "#d62728" : "#2a7a2a"), 2, "")
+        printf "<polygon points=\"%s,%s %s,%s %s,%s\" fill=\"%s\"/>\n", x + 18, ly - 3, x + 12, ly - 6, x + 12, ly, (kind == "twice" ? "#d62728" : "#2a7a2a")
+        x += 8
+    } else if (kind == "lease") { line(x, ly - 3, x + 18, ly - 3, "#d62728", 2, "6,3"); x += 8 }
+    else if (kind == "driver") { line(x, ly - 3, x + 18, ly - 3, "#d62728", 1.5, "2,2"); x += 8 }
+    else if (kind == "break") {
+        printf "<path d=\"M%s,%s L%s,%s L%s,%s L%s,%s\" fill=\"none\" stroke=\"#999\"/>\n", x, ly - 1, x + 6, ly - 7, x + 12, ly - 1, x + 18, ly - 7
+        x += 8
+    }
+    text(x + 14, ly, words, "start", 9.5, "#333", "")
+    lx = x + 14 + length(words) * 5.6 + 18
+}
+
+# Where a label of s at (x, yy) goes: moved down below every box it would overlap; its own
+# box is then claimed. Returns its y.
+function place(x, yy, s, anchor, size, weight,    w, x1, x2, i, moved) {
+    w = length(s) * size * (weight == "bold" ? 0.64 : 0.58)
+    x1 = (anchor == "end") ? x - w : (anchor == "middle" ? x - w / 2 : x)
+    x2 = x1 + w
+    do {
+        moved = 0
+        for (i = 1; i <= NOCC; i++)
+            if (x1 < OCC_X2[i] && x2 > OCC_X1[i] && yy - size * 0.8 < OCC_Y2[i] && yy + size * 0.25 > OCC_Y1[i]) {
+                yy = OCC_Y2[i] + size * 0.8 + 0.5
+                moved = 1
+            }
+    } while (moved)
+    occupy(x1, yy - size * 0.8, x2, yy + size * 0.25)
+    return yy
+}
+# A box no later label may overlap (a label, an arrow).
+function occupy(x1, y1, x2, y2) { NOCC++; OCC_X1[NOCC] = x1; OCC_Y1[NOCC] = y1; OCC_X2[NOCC] = x2; OCC_Y2[NOCC] = y2 }
 function line(x1, y1, x2, y2, color, width, dash) {
     printf "<line x1=\"%s\" y1=\"%s\" x2=\"%s\" y2=\"%s\" stroke=\"%s\" stroke-width=\"%s\"%s/>\n", \
         x1, y1, x2, y2, color, width, (dash != "" ? " stroke-dasharray=\"" dash "\"" : "")
@@ -33,12 +101,29 @@ function request_of(instance, ms,    i, n, best) {
             best = REQ[i]
     return best
 }
-# The request that took a holding the lock lane shows from ms: by the traces, the request
-# that entered its section last by then (a few ms of slack: the sample may come first) and
-# has no holding yet; without traces, one in flight then, not yet a holder, the earliest sent
-# of those; else any request in flight.
-function holder_of(ms,    i, r, best) {
+# The request that took a holding the lock lane shows from ms, the key holding value: the
+# request whose trace names that value as its token (the owner a reentrant lock stores, a
+# Redlock attempt's value), when one does; else, by the traces, the request that entered its
+# section last by then (a few ms of slack: the sample may come first) and has no holding yet;
+# without traces, one in flight then, not yet a holder, the earliest sent of those; else any
+# request in flight. HOLDER_BY is set to how it was found: "token" or "timing".
+function holder_of(ms, value,    i, r, best) {
     best = ""
+    HOLDER_BY = "token"
+    if (value != "")
+        for (i = 1; i <= NREQ; i++)
+            if (index("," value ",", "," TOKEN_OF[REQ[i]] ",") && TOKEN_OF[REQ[i]] != "") return REQ[i]
+    HOLDER_BY = "timing"
+    # A value that looks like a token and is nobody's traced one: a request that never got in
+    # (a Redlock attempt that won too few nodes, given back).
+    if (MODE == "redlock" && length(value) >= 8 && value ~ /^[0-9a-f]+$/ && !(value in TOKEN_SEEN))
+        for (i = 1; i <= NREQ; i++) {
+            r = REQ[i]
+            if ((r in T_STARTED) && !(r in ENTERED) && T_STARTED[r] <= ms + 30 && (!(r in SERVED) || SERVED[r] >= ms - 30)) {
+                HOLDER_BY = "attempt"
+                return r
+            }
+        }
     for (i = 1; i <= NREQ; i++) {
         r = REQ[i]
         if ((r in ENTERED) && !(r in HELD) && ENTERED[r] <= ms + 30 && (best == "" || ENTERED[r] > ENTERED[best]))
@@ -67,6 +152,18 @@ function holding_open(ms, who) {
     HELD[who] = 1
 }
 
+# How a holding whose key vanished between two samples (from, to] ended: the traced release
+# that falls between them says who deleted it, its holder or another request.
+function deleted_by(who, from, to,    i, r) {
+    for (i = 1; i <= NREQ; i++) {
+        r = REQ[i]
+        # Its release's command runs once its hold there (hold-at=release) ends.
+        if ((r in RELEASED) && RELEASE_DONE[r] >= from - 25 && RELEASE_DONE[r] <= to + 5)
+            return (r == who) ? "released by " r : "deleted by " r ", not its lock"
+    }
+    return "released (deleted)"
+}
+
 # When a traced request stopped believing it held the lock: its release point, else its
 # answer.
 function hold_end(r) {
@@ -91,6 +188,11 @@ BEGIN {
     T_MAX = 0
 }
 $1 == "row" { MODE = $2; SCENARIO = $3 }
+# A schematic: steps written by hand, not a run (docs/course/schematics/); the rest of the line
+# says what it shows, in the subtitle.
+$1 == "schematic" { SCHEMATIC = $0; sub(/^schematic +/, "", SCHEMATIC) }
+# The lock lane's title and subtitle, where the mode's own would mislead (a schematic's).
+$1 == "locklane" { LOCKLANE = $0; sub(/^locklane +/, "", LOCKLANE) }
 $1 == "lease" { LEASE = $2 + 0 }
 $1 == "reset" { RESET = $2 + 0 }
 $1 == "books" { SOLD = $2; TAKEN = $3; OVERSOLD = $4 }
@@ -117,12 +219,14 @@ $1 == "point" {
     P_MS[r, k] = $2 + 0; P_NAME[r, k] = $4; P_HELD[r, k] = $5 + 0
     P_STOCK[r, k] = $6; P_FENCE[r, k] = $7; P_TOKEN[r, k] = $8
     if ($4 == "entered" && !(r in ENTERED)) ENTERED[r] = $2 + 0
-    if ($4 == "read") READV[r] = $6
+    if ($8 != "-" && $8 != "" && !(r in TOKEN_OF)) { TOKEN_OF[r] = $8; TOKEN_SEEN[$8] = 1 }
+    if ($4 == "between-locks") { CART[r] = 1; BL_N[r]++; BL_MS[r, BL_N[r]] = $2 + 0; BL_HELD[r, BL_N[r]] = $5 + 0 }
+    if ($4 == "read") { READV[r] = $6; if (!(r in READ_MS)) READ_MS[r] = $2 + 0 }
     if ($4 == "written") WROTE[r] = $6
     if ($4 == "checked") CHECKED[r] = $2 + 0
     if ($4 == "begun" && !(r in BEGUN)) BEGUN[r] = $2 + 0
     if ($4 == "committed") COMMITTED[r] = $2 + 0
-    if ($4 == "release") RELEASED[r] = $2 + 0
+    if ($4 == "release") { RELEASED[r] = $2 + 0; RELEASE_DONE[r] = $2 + $5 }
     if ($2 + 0 > T_MAX) T_MAX = $2 + 0
 }
 $1 == "served" { SERVED[$3] = $2 + 0; if ($2 + 0 > T_MAX) T_MAX = $2 + 0 }
@@ -162,7 +266,8 @@ END {
                 # waiter took it at once (between two samples).
                 if (prev_present)
                     H_END[NH] = (prev_pttl >= 0 && ms >= prev_ms + prev_pttl - 40) ? "lease ran out" : "ended: next holder in"
-                holding_open(ms, holder_of(ms))
+                holding_open(ms, holder_of(ms, holder))
+                H_BY[NH] = HOLDER_BY
             }
             H_TO[NH] = ms
             H_PTTL[NH] = pttl
@@ -174,7 +279,7 @@ END {
             if (!use_row && prev_pttl >= 0 && ms >= prev_ms + prev_pttl - 40)
                 H_END[NH] = "lease ran out"
             else
-                H_END[NH] = "released (deleted)"
+                H_END[NH] = deleted_by(H_WHO[NH], prev_ms, ms)
         }
         prev_present = present; prev_holder = holder; prev_pttl = pttl; prev_ms = ms
     }
@@ -250,28 +355,72 @@ END {
     T_END = T_MAX + 250
     for (i = 1; i <= NH; i++) if (H_TO[i] + 100 > T_END && H_TO[i] < T_MAX + 1500) T_END = H_TO[i] + 100
     span = T_END - T_START
-    K = 0.32
-    if (span * K > 900) K = 900 / span
+    # The moments something happens at; a stretch of more than GAP_MS between two of them is a
+    # break, drawn BREAK_PX high, keeping MARGIN_MS of true scale at each end.
+    GAP_MS = 400; MARGIN_MS = 120; BREAK_PX = 26
+    nm = 0
+    MOM[++nm] = T_START; MOM[++nm] = 0; MOM[++nm] = T_END
+    for (i = 1; i <= NREQ; i++) {
+        r = REQ[i]; MOM[++nm] = SENT[r]
+        if (r in ANSWERED) MOM[++nm] = ANSWERED[r]
+        if (r in T_STARTED) MOM[++nm] = T_STARTED[r]
+        if (r in SERVED) MOM[++nm] = SERVED[r]
+        for (k = 1; k <= NP[r]; k++) { MOM[++nm] = P_MS[r, k]; if (P_HELD[r, k] > 0) MOM[++nm] = P_MS[r, k] + P_HELD[r, k] }
+    }
+    for (i = 1; i <= NF_; i++) MOM[++nm] = F_MS[i]
+    for (i = 1; i <= NH; i++) { MOM[++nm] = H_FROM[i]; MOM[++nm] = H_TO[i] }
+    for (i = 1; i <= NC; i++) MOM[++nm] = C_MS[i]
+    for (i = 1; i <= NO; i++) MOM[++nm] = O_MS[i]
+    for (i = 2; i <= nm; i++)
+        for (j = i; j > 1 && MOM[j] < MOM[j - 1]; j--) { t = MOM[j]; MOM[j] = MOM[j - 1]; MOM[j - 1] = t }
+    NB = 0; shown = span
+    for (i = 2; i <= nm; i++)
+        if (MOM[i] > T_START && MOM[i - 1] < T_END && MOM[i] - MOM[i - 1] > GAP_MS) {
+            NB++; B_FROM[NB] = MOM[i - 1] + MARGIN_MS; B_TO[NB] = MOM[i] - MARGIN_MS
+            shown -= B_TO[NB] - B_FROM[NB]
+        }
+    K = 0.5
+    if (shown * K > 900) K = 900 / shown
     TOP = 128
     LANE_W = 150
     X0 = 70
     nl = NREQ
     LOCK_X = X0 + nl * LANE_W
     STOCK_X = LOCK_X + 190
+    SUBTITLE = (SCHEMATIC != "") ? "a schematic, not a run: " SCHEMATIC : "a ladder row drawn from a real run: requests straight to the replicas, their points as the replicas traced them; lease L = " LEASE " ms"
     WIDTH = STOCK_X + 235
-    BOTTOM = TOP + span * K
-    HEIGHT = BOTTOM + 84
+    # Wide enough for the subtitle and the legend.
+    if (24 + length(SUBTITLE) * 6.2 > WIDTH) WIDTH = int(24 + length(SUBTITLE) * 6.2)
+    if (WIDTH < 900) WIDTH = 900
+    BOTTOM = yv(T_END)
+    HEIGHT = BOTTOM + 112
 
     printf "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" font-family=\"DejaVu Sans, Verdana, sans-serif\">\n", WIDTH, HEIGHT, WIDTH, HEIGHT
     rect(0, 0, WIDTH, HEIGHT, "#ffffff", 1, "")
     text(12, 24, MODE " / " SCENARIO, "start", 17, "#000", "bold")
-    text(12, 44, "a ladder row drawn from a real run: requests straight to the replicas, their points as the replicas traced them; lease L = " LEASE " ms", "start", 11, "#444", "")
+    text(12, 44, SUBTITLE, "start", 11, "#444", "")
 
-    # The ruler: ms since A was sent.
-    step = (span > 4000) ? 1000 : 500
+    # The ruler: ms since A was sent, a line every step but inside a break; each break marked
+    # across the picture (a zigzag) with the time it leaves out.
+    step = (shown > 2400) ? 500 : ((shown > 1000) ? 200 : 100)
     for (t = 0; t <= T_END; t += step) {
-        line(X0 - 6, y(t), STOCK_X + 200, y(t), "#e8e8e8", 1, "")
+        inb = 0
+        for (i = 1; i <= NB; i++) if (t > B_FROM[i] - 30 && t < B_TO[i] + 30) inb = 1
+        if (inb) continue
+        line(X0 - 6, y(t), STOCK_X + 200, y(t), "#ececec", 1, "")
         text(X0 - 10, y(t) + 4, t " ms", "end", 10, "#666", "")
+    }
+    for (i = 1; i <= NB; i++) {
+        y1 = yv(B_FROM[i]) + 4; y2 = yv(B_TO[i]) - 4
+        printf "<rect x=\"%d\" y=\"%.1f\" width=\"%d\" height=\"%.1f\" fill=\"#f6f6f6\"/>\n", X0 - 6, y1, STOCK_X + 206 - X0, y2 - y1
+        for (e = 0; e < 2; e++) {
+            yy = (e == 0) ? y1 : y2
+            d = ""
+            for (x = X0 - 6; x <= STOCK_X + 200; x += 12) d = d (d == "" ? "M" : " L") x "," sprintf("%.1f", yy + ((x / 12) % 2 ? -3 : 3))
+            printf "<path d=\"%s\" fill=\"none\" stroke=\"#999\" stroke-width=\"1\"/>\n", d
+        }
+        text(X0 - 10, (y1 + y2) / 2 + 4, "+" int(B_TO[i] - B_FROM[i]) " ms", "end", 9.5, "#555", "bold")
+        occupy(0, y1, X0 - 6, y2)
     }
 
     # Lane headers.
@@ -290,7 +439,11 @@ END {
     else if (NL > 0) ltitle = "lock key in Redis"
     else ltitle = "no lock key"
     text(lcx, 72, ltitle, "middle", 13, "#000", "bold")
-    if (NL > 0) text(lcx, 88, (MODE == "redlock" ? "(node 1 of 5)" : "holder, PTTL"), "middle", 10, "#333", "")
+    ncart = 0
+    for (i = 1; i <= NREQ; i++) if (REQ[i] in CART) ncart++
+    if (LOCKLANE != "") text(lcx, 88, LOCKLANE, "middle", 10, "#333", "")
+    else if (NL > 0 && ncart > 0) text(lcx, 88, "the first goods' key only", "middle", 10, "#333", "")
+    else if (NL > 0) text(lcx, 88, (MODE == "redlock" ? "(node 1 of 5)" : "holder, PTTL"), "middle", 10, "#333", "")
     else if (MODE ~ /^pg-lockrow/) text(lcx, 88, "its owner", "middle", 10, "#333", "")
     else text(lcx, 88, "(PostgreSQL's own locks)", "middle", 10, "#333", "")
     line(lcx, TOP, lcx, BOTTOM, "#cccccc", 1, "3,3")
@@ -298,45 +451,56 @@ END {
     text(scx, 72, "stock row", "middle", 13, "#000", "bold")
     text(scx, 88, "goods.stock, orders", "middle", 10, "#333", "")
 
+    # What later labels must keep clear of, claimed before any is drawn: the commits' arrows
+    # (drawn later, above the lanes) and the driver's notes at the right.
+    for (i = 1; i <= NC; i++)
+        for (j = 1; j <= NREQ; j++) if (REQ[j] == C_REQ[i]) {
+            cx = X0 + (j - 0.5) * LANE_W
+            occupy(cx + 16, yv(C_MS[i]) - 2.5, scx - 12, yv(C_MS[i]) + 2.5)
+        }
+    for (i = 1; i <= NF_; i++) {
+        F_Y[i] = place(STOCK_X + 200, yv(F_MS[i]) - 4, F_TEXT[i], "end", 10, "")
+    }
+
     # The lock's holdings, shaded in the holder's colour, in the lock lane and the holder's.
     for (i = 1; i <= NH; i++) {
         to = H_TO[i]
         if (i == NH && still_held) to = T_END
         w = H_WHO[i]
-        h = (to - H_FROM[i]) * K
-        rect(lcx - 40, y(H_FROM[i]), 80, h, COLOR[w], 0.35, COLOR[w])
+        hh = hgt(H_FROM[i], to)
+        rect(lcx - 40, y(H_FROM[i]), 80, hh, COLOR[w], 0.35, COLOR[w])
         # A short holding: one label beside it, not two on top of each other.
-        short = (h < 30 && H_END[i] != "lease ran out" && !(i == NH && still_held))
+        short = (hh < 30 && H_END[i] != "lease ran out" && !(i == NH && still_held))
         if (short) {
-            text(lcx + 44, y(H_FROM[i]) + h / 2, "held by " w ", " int(to - H_FROM[i]) " ms", "start", 9, "#000", "bold")
-            if (H_END[i] != "") text(lcx + 44, y(H_FROM[i]) + h / 2 + 10, H_END[i], "start", 8.5, "#333", "")
+            ltext(lcx + 44, y(H_FROM[i]) + hh / 2, holding_label(i) ", " int(to - H_FROM[i]) " ms", "start", 9, "#000", "bold")
+            if (H_END[i] != "") ltext(lcx + 44, y(H_FROM[i]) + hh / 2 + 10, H_END[i], "start", 8.5, "#333", "")
         } else
-            text(lcx, y(H_FROM[i]) + 13, "held by " w, "middle", 10, "#000", "bold")
+            ltext(lcx, y(H_FROM[i]) + 13, holding_label(i), "middle", 10, "#000", "bold")
         # In the holder's own lane only while it lives: a dead holder's lock outlives it. A
         # traced holder's lane shows its own view instead (below).
         for (j = 1; j <= NREQ; j++) if (REQ[j] == w && !(w in TRACED)) {
             cx = X0 + (j - 0.5) * LANE_W
             rto = (w in ANSWERED && ANSWERED[w] < to) ? ANSWERED[w] : to
-            if (rto > H_FROM[i]) rect(cx - 11, y(H_FROM[i]), 22, (rto - H_FROM[i]) * K, COLOR[w], 0.30, "")
+            if (rto > H_FROM[i]) rect(cx - 11, y(H_FROM[i]), 22, hgt(H_FROM[i], rto), COLOR[w], 0.30, "")
         }
         if (H_END[i] == "lease ran out") {
             line(lcx - 60, y(H_TO[i]), lcx + 60, y(H_TO[i]), "#d62728", 2, "6,3")
-            text(lcx + 2, y(H_TO[i]) - 4, "lease ran out (" w "'s)", "middle", 10, "#d62728", "bold")
+            ltext(lcx + 2, y(H_TO[i]) - 4, "lease ran out (" w "'s)", "middle", 10, "#d62728", "bold")
         } else if (H_END[i] != "" && !short) {
-            text(lcx, y(H_TO[i]) - 4, H_END[i], "middle", 9, "#333", "")
+            ltext(lcx, y(H_TO[i]) - 4, H_END[i], "middle", 9, "#333", "")
         } else if (i == NH && still_held) {
-            text(lcx, y(H_TO[i]) + 13, "still held: no expiry", "middle", 10, "#d62728", "bold")
+            ltext(lcx, y(H_TO[i]) + 13, "still held: no expiry", "middle", 10, "#d62728", "bold")
         }
         if (H_PTTL[i] == -1 && H_END[i] != "lease ran out" && NL > 0)
-            text(lcx + 44, y(H_FROM[i]) + 26, "no TTL", "start", 9, "#d62728", "")
+            ltext(lcx + 44, y(H_FROM[i]) + 26, "no TTL", "start", 9, "#d62728", "")
         # The lease ran out while its holder, by its own trace, was still inside: mark it there.
         if (H_END[i] == "lease ran out" && (w in ENTERED) && H_TO[i] > ENTERED[w] && H_TO[i] < hold_end(w)) {
             for (j = 1; j <= NREQ; j++) if (REQ[j] == w) {
                 cx = X0 + (j - 0.5) * LANE_W
                 line(cx - 30, y(H_TO[i]), lcx - 60, y(H_TO[i]), "#d62728", 1, "2,3")
                 line(cx - 16, y(H_TO[i]), cx + 16, y(H_TO[i]), "#d62728", 2, "6,3")
-                text(cx - 18, y(H_TO[i]) - 3, "lease gone,", "end", 9, "#d62728", "bold")
-                text(cx - 18, y(H_TO[i]) + 8, w " still inside", "end", 9, "#d62728", "bold")
+                ltext(cx - 18, y(H_TO[i]) - 3, "lease gone,", "end", 9, "#d62728", "bold")
+                ltext(cx - 18, y(H_TO[i]) + 8, w " still inside", "end", 9, "#d62728", "bold")
             }
         }
     }
@@ -347,23 +511,23 @@ END {
             w = REQ[j]
             if (!(w in ENTERED)) continue
             cx = X0 + (j - 0.5) * LANE_W
-            rect(cx - 11, y(ENTERED[w]), 22, (hold_end(w) - ENTERED[w]) * K, COLOR[w], 0.30, "")
+            rect(cx - 11, y(ENTERED[w]), 22, hgt(ENTERED[w], hold_end(w)), COLOR[w], 0.30, "")
         }
 
     # The requests: from sent to answered, with their transaction's start and their sale.
     for (i = 1; i <= NREQ; i++) {
         r = REQ[i]; cx = X0 + (i - 0.5) * LANE_W
         end = (r in ANSWERED) ? ANSWERED[r] : T_END
-        rect(cx - 6, y(SENT[r]), 12, (end - SENT[r]) * K, "#f4f4f4", 1, "#999")
-        text(cx - 14, y(SENT[r]) + 4, "sent", "end", 9, "#333", "")
+        rect(cx - 6, y(SENT[r]), 12, hgt(SENT[r], end), "#f4f4f4", 1, "#999")
+        ltext(cx - 14, y(SENT[r]) + 4, "sent", "end", 9, "#333", "")
         if (!(r in ANSWERED)) continue
         if (STATUS[r] == "000") {
-            text(cx, y(end) + 14, "no answer: died", "middle", 10, "#d62728", "bold")
+            ltext(cx, y(end) + 14, "no answer: died", "middle", 10, "#d62728", "bold")
             line(cx - 8, y(end) - 8, cx + 8, y(end) + 8, "#d62728", 2, "")
             line(cx - 8, y(end) + 8, cx + 8, y(end) - 8, "#d62728", 2, "")
         } else {
             s = STATUS[r] (ERROR[r] != "-" ? " " ERROR[r] : "")
-            text(cx, y(end) + 14, s, "middle", 10, (STATUS[r] == "200" ? "#2a7a2a" : "#c05000"), "bold")
+            ltext(cx, y(end) + 14, s, "middle", 10, (STATUS[r] == "200" ? "#2a7a2a" : "#c05000"), "bold")
             line(cx - 10, y(end), cx + 10, y(end), "#333", 2, "")
         }
     }
@@ -387,10 +551,10 @@ END {
                 pfrom = ENTERED[r]; pend = BEGUN[r]
             }
             if (pfrom != "") {
-                rect(cx - 6, y(pfrom), 12, (pend - pfrom) * K, "#555555", 0.45, "")
+                rect(cx - 6, y(pfrom), 12, hgt(pfrom, pend), "#555555", 0.45, "")
                 lbl = (what ~ /^stop-before-/) ? "process stopped" : (what == "pause-before-release" ? "paused in release" : "paused")
-                text(cx - 10, y((pfrom + pend) / 2), lbl, "end", 9, "#333", "")
-                text(cx - 10, y((pfrom + pend) / 2) + 11, int(pend - pfrom) " ms", "end", 9, "#333", "")
+                ltext(cx - 10, y((pfrom + pend) / 2), lbl, "end", 9, "#333", "")
+                ltext(cx - 10, y((pfrom + pend) / 2) + 11, int(pend - pfrom) " ms", "end", 9, "#333", "")
                 continue
             }
             if (what == "pause-before-commit" || what == "stop-before-commit") {
@@ -399,10 +563,10 @@ END {
             } else if (what == "pause-before-release" && (r in ANSWERED))
                 pend = ANSWERED[r]
             if (pend == "") continue
-            rect(cx - 6, y(pend - p), 12, p * K, "#555555", 0.45, "")
+            rect(cx - 6, y(pend - p), 12, hgt(pend - p, pend), "#555555", 0.45, "")
             lbl = (what == "stop-before-commit") ? "process stopped" : (what == "pause-before-release" ? "paused in release" : "paused")
-            text(cx - 10, y(pend - p / 2), lbl, "end", 9, "#333", "")
-            text(cx - 10, y(pend - p / 2) + 11, p " ms", "end", 9, "#333", "")
+            ltext(cx - 10, y(pend - p / 2), lbl, "end", 9, "#333", "")
+            ltext(cx - 10, y(pend - p / 2) + 11, p " ms", "end", 9, "#333", "")
         }
     }
     for (i = 1; i <= NO; i++) {
@@ -411,7 +575,7 @@ END {
         for (j = 1; j <= NREQ; j++) if (REQ[j] == r) {
             cx = X0 + (j - 0.5) * LANE_W
             printf "<circle cx=\"%s\" cy=\"%s\" r=\"3.5\" fill=\"#333\"/>\n", cx, y(O_MS[i])
-            text(cx + 8, y(O_MS[i]) + 4, "BEGIN" (short_fence(O_FENCE[i]) != "" ? ", token " short_fence(O_FENCE[i]) : ""), "start", 9, "#333", "")
+            ltext(cx + 8, y(O_MS[i]) + 4, "BEGIN" (short_fence(O_FENCE[i]) != "" ? ", token " short_fence(O_FENCE[i]) : ""), "start", 9, "#333", "")
         }
     }
 
@@ -419,20 +583,67 @@ END {
     # got in): waiting for the lock where there is one, framed by a bracket.
     for (j = 1; j <= NREQ; j++) {
         r = REQ[j]; cx = X0 + (j - 0.5) * LANE_W
-        if (!(r in T_STARTED)) continue
+        if (!(r in T_STARTED) || (r in CART)) continue
         wend = (r in ENTERED) ? ENTERED[r] : ((r in SERVED) ? SERVED[r] : T_STARTED[r])
         line(cx - 16, y(T_STARTED[r]), cx - 8, y(T_STARTED[r]), "#333", 1, "")
-        text(cx - 18, y(T_STARTED[r]) + 3, "at svc-" REPLICA[r], "end", 8.5, "#333", "")
+        ltext(cx - 18, y(T_STARTED[r]) + 3, "at svc-" REPLICA[r], "end", 8.5, "#333", "")
         if (wend - T_STARTED[r] >= 100) {
             line(cx - 12, y(T_STARTED[r]), cx - 12, y(wend), "#333", 1, "2,2")
             if (NL > 0 || MODE ~ /^pg-lockrow/) {
-                text(cx - 16, y((T_STARTED[r] + wend) / 2), "waiting for", "end", 8.5, "#333", "")
-                text(cx - 16, y((T_STARTED[r] + wend) / 2) + 10, "the lock " int(wend - T_STARTED[r]) " ms", "end", 8.5, "#333", "")
+                ltext(cx - 16, y((T_STARTED[r] + wend) / 2), "waiting for", "end", 8.5, "#333", "")
+                ltext(cx - 16, y((T_STARTED[r] + wend) / 2) + 10, "the lock " int(wend - T_STARTED[r]) " ms", "end", 8.5, "#333", "")
             }
         }
         if ((r in SERVED) && !(r in ENTERED)) {
             line(cx - 16, y(SERVED[r]), cx - 8, y(SERVED[r]), "#333", 1, "")
-            text(cx - 18, y(SERVED[r]) + 3, "answered", "end", 8.5, "#333", "")
+            ltext(cx - 18, y(SERVED[r]) + 3, "answered", "end", 8.5, "#333", "")
+        }
+    }
+
+    # A wait inside PostgreSQL: a read that came long after its BEGIN, as another request's
+    # transaction committed (its claim or FOR UPDATE waited for that transaction's row lock).
+    for (j = 1; j <= NREQ; j++) {
+        r = REQ[j]; cx = X0 + (j - 0.5) * LANE_W
+        if (!(r in BEGUN) || !(r in READ_MS) || READ_MS[r] - BEGUN[r] < 40) continue
+        for (i = 1; i <= NREQ; i++) {
+            q = REQ[i]
+            if (q == r || !(q in COMMITTED) || COMMITTED[q] < BEGUN[r] || COMMITTED[q] > READ_MS[r] + 10) continue
+            line(cx + 9, y(BEGUN[r]), cx + 9, y(READ_MS[r]), "#8c564b", 2, "")
+            ltext(cx + 14, (yv(BEGUN[r]) + yv(READ_MS[r])) / 2 + 10, "waits for " q "'s row lock " int(READ_MS[r] - BEGUN[r]) " ms", "start", 8.5, "#8c564b", "bold")
+            break
+        }
+    }
+    # A section that took its own lock again and waited for itself (X-Fault: nested, a lock
+    # that is not reentrant): from its entry to its answer.
+    for (j = 1; j <= NREQ; j++) {
+        r = REQ[j]; cx = X0 + (j - 0.5) * LANE_W
+        if (FAULT[r] !~ /(^|,)nested/ || ERROR[r] != "lock_timeout" || !(r in ENTERED)) continue
+        wend = (r in RELEASED) ? RELEASED[r] : ((r in SERVED) ? SERVED[r] : ANSWERED[r])
+        line(cx + 9, y(ENTERED[r] + 5), cx + 9, y(wend), "#8c564b", 2, "")
+        ltext(cx + 14, (yv(ENTERED[r]) + yv(wend)) / 2, "takes its own lock again:", "start", 8.5, "#8c564b", "bold")
+        ltext(cx + 14, (yv(ENTERED[r]) + yv(wend)) / 2 + 11, "waits for itself " int(wend - ENTERED[r]) " ms", "start", 8.5, "#8c564b", "bold")
+    }
+
+    # Two carts that each own their first lock and wait for the other's: from each one's step
+    # after its first hold to its second hold (held again, having given up), an arrow to the
+    # lane of the cart whose lock it waits for, both ways while both wait: the cycle.
+    for (j = 1; j <= NREQ; j++) {
+        r = REQ[j]
+        if (!(r in CART) || BL_N[r] < 2) continue
+        for (i = 1; i <= NREQ; i++) {
+            q = REQ[i]
+            if (q == r || !(q in CART) || BL_N[q] < 2) continue
+            wfrom = BL_MS[r, 1] + BL_HELD[r, 1]; wto = BL_MS[r, 2]
+            qfrom = BL_MS[q, 1] + BL_HELD[q, 1]; qto = BL_MS[q, 2]
+            if (wto - wfrom < 50) continue
+            cx = X0 + (j - 0.5) * LANE_W; qx = X0 + (i - 0.5) * LANE_W
+            line(cx - 9, y(wfrom), cx - 9, y(wto), "#8c564b", 2, "")
+            ym = (yv(wfrom) + yv(wto)) / 2 + (j < i ? -14 : 14)
+            line(cx + (qx > cx ? 8 : -8), ym, qx + (qx > cx ? -14 : 14), ym, "#8c564b", 1.5, "")
+            printf "<polygon points=\"%s,%.1f %s,%.1f %s,%.1f\" fill=\"#8c564b\"/>\n", qx + (qx > cx ? -8 : 8), ym, qx + (qx > cx ? -15 : 15), ym - 4, qx + (qx > cx ? -15 : 15), ym + 4
+            ltext((cx + qx) / 2, ym - 4, r " waits for " q "'s lock", "middle", 8.5, "#8c564b", "bold")
+            if (wfrom < qto && qfrom < wto && j < i)
+                ltext((cx + qx) / 2, (yv(wfrom) + yv(wto)) / 2 + 34, "each waits for the other: a cycle", "middle", 9, "#d62728", "bold")
         }
     }
 
@@ -442,7 +653,7 @@ END {
         r = REQ[j]; cx = X0 + (j - 0.5) * LANE_W
         for (k = 1; k <= NP[r]; k++) {
             if (P_HELD[r, k] <= 0) continue
-            rect(cx - 6, y(P_MS[r, k]), 12, P_HELD[r, k] * K, "#555555", 0.45, "")
+            rect(cx - 6, y(P_MS[r, k]), 12, hgt(P_MS[r, k], P_MS[r, k] + P_HELD[r, k]), "#555555", 0.45, "")
         }
     }
 
@@ -469,9 +680,6 @@ END {
             else if (pn == "release") lbl = "release"
             else lbl = pn
             if (P_HELD[r, k] > 0) lbl = lbl " (held " P_HELD[r, k] " ms)"
-            ty = yy + 3
-            if (ty < last_label + 10) ty = last_label + 10
-            last_label = ty
             col = "#333"; wt = ""
             if (pn == "read" || pn == "written" || pn == "committed") { col = "#000"; wt = "bold" }
             # The read of a sale that sold a unit twice: a stock an earlier sale had read.
@@ -480,14 +688,14 @@ END {
                 if (pn == "read") lbl = lbl " (stale)"
             }
             printf "<circle cx=\"%s\" cy=\"%.1f\" r=\"2.5\" fill=\"#333\"/>\n", cx, yy
-            if (ty > yy + 4) line(cx + 3, yy, cx + 12, ty - 3, "#999", 0.6, "")
-            text(cx + 14, ty, lbl, "start", 8.5, col, wt)
+            ty = ltext(cx + 14, yy + 3, lbl, "start", 8.5, col, wt)
+            if (ty > yy + 6) line(cx + 3, yy, cx + 12, ty - 3, "#999", 0.6, "")
         }
     }
 
     # The stock row: its value over time, each commit an arrow from its request.
     line(scx, TOP, scx, BOTTOM, "#888", 2, "")
-    text(scx + 8, y(T_START) + 14, "stock " FIRST_STOCK ", orders 0", "start", 10, "#000", "")
+    ltext(scx + 8, y(T_START) + 14, "stock " FIRST_STOCK ", orders 0", "start", 10, "#000", "")
     last_label = -1000
     for (i = 1; i <= NC; i++) {
         r = C_REQ[i]
@@ -503,35 +711,45 @@ END {
             printf "<polygon points=\"%s,%s %s,%s %s,%s\" fill=\"%s\"/>\n", scx - 4, yy, scx - 12, yy - 4, scx - 12, yy + 4, col
             # A traced commit is labelled among its request's points; a probe's here.
             lbl = "COMMIT: wrote " C_WROTE[i] " (read " C_WROTE[i] + 1 ")"
-            if (!C_OBS[i]) text(cx + 10, (ty == yy ? yy - 4 : ty), lbl, "start", 9, col, (C_TWICE[i] ? "bold" : ""))
+            if (!C_OBS[i]) ltext(cx + 10, (ty == yy ? yy - 4 : ty), lbl, "start", 9, col, (C_TWICE[i] ? "bold" : ""))
         }
         if (C_TWICE[i]) {
-            rect(scx + 4, ty - 11, 150, 30, "#d62728", 0.12, "#d62728")
-            text(scx + 8, ty + 2, "stock " C_WROTE[i] ", orders " i, "start", 10, "#d62728", "bold")
-            text(scx + 8, ty + 15, "one unit sold twice", "start", 10, "#d62728", "bold")
+            ty = ltext(scx + 8, ty + 2, "stock " C_WROTE[i] ", orders " i, "start", 10, "#d62728", "bold")
+            ltext(scx + 8, ty + 13, "one unit sold twice", "start", 10, "#d62728", "bold")
+            rect(scx + 4, ty - 13, 150, 30, "#d62728", 0.12, "#d62728")
         } else {
-            text(scx + 8, ty + 4, "stock " C_WROTE[i] ", orders " i, "start", 10, "#000", "")
+            ltext(scx + 8, ty + 4, "stock " C_WROTE[i] ", orders " i, "start", 10, "#000", "")
         }
     }
 
     # The faults the driver caused, across every lane.
     for (i = 1; i <= NF_; i++) {
         line(X0 - 4, y(F_MS[i]), STOCK_X + 200, y(F_MS[i]), "#d62728", 1.5, "2,2")
-        text(STOCK_X + 200, y(F_MS[i]) - 4, F_TEXT[i], "end", 10, "#d62728", "")
+        printf "<text x=\"%s\" y=\"%.1f\" text-anchor=\"end\" font-size=\"10\" fill=\"#d62728\" paint-order=\"stroke\" stroke=\"#fff\" stroke-width=\"3\">%s</text>\n", STOCK_X + 200, F_Y[i], esc(F_TEXT[i])
     }
 
     # The books, and what the picture is made of.
     text(12, BOTTOM + 26, "the books: sold " SOLD ", the stock gave up " TAKEN ", oversold " OVERSOLD, "start", 13, (OVERSOLD > 0 ? "#d62728" : "#000"), "bold")
+    # The legend: each mark the picture uses, once.
+    lx = 12; ly = BOTTOM + 48
+    legend_item("flight", "a request, sent to answered")
+    legend_item("hold", "holding the lock (its lane: as it believed)")
+    legend_item("pause", "paused or held by its X-Fault")
+    legend_item("dot", "a point its replica traced")
+    lx = 12; ly += 18
+    legend_item("commit", "COMMIT: the stock row's new value")
+    legend_item("twice", "a unit sold twice")
+    legend_item("lease", "the lease ran out")
+    legend_item("driver", "what the driver did")
+    legend_item("break", "time left out")
     ntr = 0
     for (i = 1; i <= NREQ; i++) if (REQ[i] in TRACED) ntr++
-    if (ntr > 0) {
-        text(12, BOTTOM + 46, "Drawn by loadtest/timeline: each request's points (dots), its reads and writes, and its COMMIT as its replica traced them (GET /api/lab/trace/ID, on the wall clock);", "start", 9, "#555", "")
-        text(12, BOTTOM + 59, "its lane shaded from taking the lock to its release, as it believed; sends and answers as the driver saw them; the lock lane as a probe sampled the key every 20 ms;", "start", 9, "#555", "")
-        text(12, BOTTOM + 72, "grey: the pause or the hold its X-Fault asked for, between its points. No dots: it never got in (its replica's wait, bracketed), or no trace (its replica died with it).", "start", 9, "#555", "")
-    } else {
-        text(12, BOTTOM + 46, "Drawn by loadtest/timeline from loadtest/ladder's events: sends and answers as the driver saw them; the lock and the row sampled every few tens of ms;", "start", 9, "#555", "")
-        text(12, BOTTOM + 59, "BEGIN is the sale's transaction start (orders.created); a COMMIT is placed at the first sample showing it, its read inferred (read = written + 1);", "start", 9, "#555", "")
-        text(12, BOTTOM + 72, "grey in a lane: the pause its X-Fault asked for, drawn back from where it ends (its commit, or its answer).", "start", 9, "#555", "")
-    }
+    if (SCHEMATIC != "")
+        src = "Drawn by loadtest/timeline from steps written by hand (docs/course/schematics/): the order of the steps is the point, not their times."
+    else if (ntr > 0)
+        src = "Drawn by loadtest/timeline from the row's events: points as the replicas traced them (one wall clock), sends and answers as the driver saw them, the lock sampled every 20 ms."
+    else
+        src = "Drawn by loadtest/timeline from the row's events: sends and answers as the driver saw them, the lock and the row sampled every few tens of ms."
+    text(12, ly + 22, src, "start", 9, "#555", "")
     print "</svg>"
 }
