@@ -192,6 +192,8 @@ $1 == "row" { MODE = $2; SCENARIO = $3 }
 # says what it shows, in the subtitle.
 $1 == "schematic" { SCHEMATIC = $0; sub(/^schematic +/, "", SCHEMATIC) }
 # The lock lane's title and subtitle, where the mode's own would mislead (a schematic's).
+# A schematic's database forgets every commit before this moment (a failover that loses them).
+$1 == "forget" { FORGET_MS = $2 + 0 }
 $1 == "locklane" { LOCKLANE = $0; sub(/^locklane +/, "", LOCKLANE) }
 $1 == "lease" { LEASE = $2 + 0 }
 $1 == "reset" { RESET = $2 + 0 }
@@ -352,7 +354,7 @@ END {
 
     # ---- the scale ----
     T_START = -100
-    T_END = T_MAX + 250
+    T_END = T_MAX + 150
     for (i = 1; i <= NH; i++) if (H_TO[i] + 100 > T_END && H_TO[i] < T_MAX + 1500) T_END = H_TO[i] + 100
     span = T_END - T_START
     # The moments something happens at; a stretch of more than GAP_MS between two of them is a
@@ -438,10 +440,16 @@ END {
     if (MODE ~ /^pg-lockrow/) ltitle = "lock row (goods_locks)"
     else if (NL > 0) ltitle = "lock key in Redis"
     else ltitle = "no lock key"
+    # A schematic names its own lock lane: "locklane TITLE | SUBTITLE".
+    lsub = ""
+    if (LOCKLANE != "") {
+        ltitle = LOCKLANE; lsub = ""
+        if (index(LOCKLANE, " | ")) { ltitle = substr(LOCKLANE, 1, index(LOCKLANE, " | ") - 1); lsub = substr(LOCKLANE, index(LOCKLANE, " | ") + 3) }
+    }
     text(lcx, 72, ltitle, "middle", 13, "#000", "bold")
     ncart = 0
     for (i = 1; i <= NREQ; i++) if (REQ[i] in CART) ncart++
-    if (LOCKLANE != "") text(lcx, 88, LOCKLANE, "middle", 10, "#333", "")
+    if (LOCKLANE != "") text(lcx, 88, lsub, "middle", 10, "#333", "")
     else if (NL > 0 && ncart > 0) text(lcx, 88, "the first goods' key only", "middle", 10, "#333", "")
     else if (NL > 0) text(lcx, 88, (MODE == "redlock" ? "(node 1 of 5)" : "holder, PTTL"), "middle", 10, "#333", "")
     else if (MODE ~ /^pg-lockrow/) text(lcx, 88, "its owner", "middle", 10, "#333", "")
@@ -609,7 +617,7 @@ END {
             q = REQ[i]
             if (q == r || !(q in COMMITTED) || COMMITTED[q] < BEGUN[r] || COMMITTED[q] > READ_MS[r] + 10) continue
             line(cx + 9, y(BEGUN[r]), cx + 9, y(READ_MS[r]), "#8c564b", 2, "")
-            ltext(cx + 14, (yv(BEGUN[r]) + yv(READ_MS[r])) / 2 + 10, "waits for " q "'s row lock " int(READ_MS[r] - BEGUN[r]) " ms", "start", 8.5, "#8c564b", "bold")
+            ltext(cx + 14, (yv(BEGUN[r]) + yv(READ_MS[r])) / 2 + 10, "waits for " q "'s " (MODE == "pg-advisory" ? "advisory lock " : "row lock ") int(READ_MS[r] - BEGUN[r]) " ms", "start", 8.5, "#8c564b", "bold")
             break
         }
     }
@@ -678,7 +686,7 @@ END {
             else if (pn == "checked") lbl = "checked"
             else if (pn == "committed") lbl = "COMMIT"
             else if (pn == "release") lbl = "release"
-            else lbl = pn
+            else { lbl = pn; gsub(/-/, " ", lbl) }
             if (P_HELD[r, k] > 0) lbl = lbl " (held " P_HELD[r, k] " ms)"
             col = "#333"; wt = ""
             if (pn == "read" || pn == "written" || pn == "committed") { col = "#000"; wt = "bold" }
@@ -693,12 +701,23 @@ END {
         }
     }
 
+    # A schematic's database that forgot its commits before FORGET_MS (a failover): they no
+    # longer count as orders after it, and the stock lane says so there.
+    forgot = 0
+    if (FORGET_MS != "") {
+        ltext(scx + 8, yv(FORGET_MS) + 14, "the new primary: stock " RESET ", orders 0", "start", 10, "#d62728", "bold")
+        ltext(scx + 8, yv(FORGET_MS) + 27, "(the sales before it forgotten)", "start", 9, "#d62728", "")
+    }
     # The stock row: its value over time, each commit an arrow from its request.
     line(scx, TOP, scx, BOTTOM, "#888", 2, "")
     ltext(scx + 8, y(T_START) + 14, "stock " FIRST_STOCK ", orders 0", "start", 10, "#000", "")
     last_label = -1000
     for (i = 1; i <= NC; i++) {
         r = C_REQ[i]
+        if (FORGET_MS != "" && C_MS[i] > FORGET_MS && (i == 1 || C_MS[i - 1] < FORGET_MS)) forgot = i - 1
+        # A schematic whose one COMMIT records several orders (a batch) says how many in a db
+        # line at that moment.
+        if (SCHEMATIC != "") for (k = 1; k <= ND; k++) if (D_MS[k] >= C_MS[i] && D_MS[k] <= C_MS[i] + 5) forgot = i - D_N[k]
         col = C_TWICE[i] ? "#d62728" : "#2a7a2a"
         yy = y(C_MS[i])
         # Two commits in one sample: the second's labels below the first's.
@@ -714,11 +733,11 @@ END {
             if (!C_OBS[i]) ltext(cx + 10, (ty == yy ? yy - 4 : ty), lbl, "start", 9, col, (C_TWICE[i] ? "bold" : ""))
         }
         if (C_TWICE[i]) {
-            ty = ltext(scx + 8, ty + 2, "stock " C_WROTE[i] ", orders " i, "start", 10, "#d62728", "bold")
+            ty = ltext(scx + 8, ty + 2, "stock " C_WROTE[i] ", orders " (i - forgot), "start", 10, "#d62728", "bold")
             ltext(scx + 8, ty + 13, "one unit sold twice", "start", 10, "#d62728", "bold")
             rect(scx + 4, ty - 13, 150, 30, "#d62728", 0.12, "#d62728")
         } else {
-            ltext(scx + 8, ty + 4, "stock " C_WROTE[i] ", orders " i, "start", 10, "#000", "")
+            ltext(scx + 8, ty + 4, "stock " C_WROTE[i] ", orders " (i - forgot), "start", 10, "#000", "")
         }
     }
 
