@@ -2,7 +2,8 @@
 # scripts/docs.sh - keeps the course (docs/course/) true to the code, and checks every
 # document's references.
 #
-#   scripts/docs.sh --write          fill in what the build quotes (below), in place
+#   scripts/docs.sh --write          fill in what the build quotes (below), in place, and the
+#                                    replay's rows (docs/replay/rows.js)
 #   scripts/docs.sh --check [WHAT]   exit 1, saying where, when a document is wrong; WHAT is
 #                                    one of the checks below (all of them by default)
 #   scripts/docs.sh --files          the files of the tree the checks read, one a line (with
@@ -34,8 +35,16 @@
 #   quotes      every quote and ladder row is what the build would put there now
 #   links       every link between files of the repository leads to a file, and a link to
 #               a heading (#...) to a heading that exists
-#   timelines   every drawing under docs/course/timelines/ is what loadtest/timeline draws
-#               from its events, and every row of its table has one, linked from a chapter
+#   timelines   every drawing under docs/course/timelines/ (a ladder row's) and
+#               docs/course/schematics/ (steps written by hand) is what loadtest/timeline
+#               draws from its events, every row of the ladder's table has one, every
+#               drawing is linked from a chapter, and the replay page's docs/replay/rows.js
+#               holds every events file as it is
+#   chapters    every chapter has a figure (![...](...svg|png)) and a **Try it.** paragraph that
+#               runs one of its ladder rows (loadtest/ladder --only RUNG:SCENARIO), links the
+#               lab's level of its rung (?level=ID, from web/lab/lab.js) and gives a command to
+#               type; it links the next chapter (the last: flaws.md), and every "[Chapter N]"
+#               link leads to chapter N
 #   work-items  no file names the project's own work items (the word "issue" and a number)
 # The file lists below are split on purpose (no path of the tree has a space), and the checks
 # are called by name from --check.
@@ -47,6 +56,8 @@ export LC_ALL=C # bytes, not characters: grep, sort and awk run several times fa
 
 COURSE=docs/course
 TIMELINES=$COURSE/timelines
+SCHEMATICS=$COURSE/schematics
+REPLAY_ROWS=docs/replay/rows.js
 # The documents whose links and paths are checked; the chapters' names too.
 docs_all() {
     ls README.md CONTRIBUTING.md tests/README.md lock/README.md docker/README.md \
@@ -193,7 +204,7 @@ check_modes() {
                 m = modes[i]; found = ""
                 for (f in title) if (index(title[f], "`" m "`")) found = f
                 if (found == "") { print "mode " m " (service/modes.c) has no chapter: no " course "NN-*.md titled with `" m "`"; continue }
-                # The file of the mode, by the one convention (docs/course/README.md#names).
+                # The file of the mode, by the one convention (CONTRIBUTING.md#the-files-of-the-modes).
                 file = "service/modes/" m ".c"; gsub(/-/, "_", file)
                 if ((getline line < file) <= 0) print "mode " m ": no file " file " (its guard or transaction shape)"
                 close(file)
@@ -264,7 +275,11 @@ check_files() {
 
 check_names() {
     local out
-    out=$(backticked README.md "$COURSE"/README.md $(chapters) | awk -F'\t' '
+    # CONTRIBUTING.md from its tour of the code on (above it, placeholders: `module_verb_object`).
+    out=$({
+        backticked README.md "$COURSE"/README.md $(chapters)
+        sed -n '/^## The files of the modes/,$p' CONTRIBUTING.md | backticked - | sed 's/^-\t/CONTRIBUTING.md\t/'
+    } | awk -F'\t' '
         NR == FNR { word[$0] = 1; next }
         {
             name = $2; sub(/\(\)$/, "", name)
@@ -340,20 +355,44 @@ check_links() {
     [ -z "$out" ] || fail "$out"
 }
 
-check_timelines() {
+# The replay's rows (docs/replay/rows.js): every committed events file of the course, as the
+# page reads them, so that it plays them opened as a file, with no server.
+replay_rows() {
+    echo "// rows.js - every events file of the course (docs/course/timelines/, docs/course/schematics/),"
+    echo "// for the replay page. Made by scripts/docs.sh --write (make docs); do not edit."
+    echo "const ROWS = ["
+    awk 'FNR == 1 { if (NR > 1) print "\" },"; name = FILENAME; sub(/^docs\/course\//, "", name); printf "  { name: \"%s\", events: \"", name }
+        { gsub(/\\/, "\\\\"); gsub(/"/, "\\\""); printf "%s\\n", $0 }
+        END { if (NR > 0) print "\" }," }' "$TIMELINES"/*.events "$SCHEMATICS"/*.events
+    echo "];"
+}
+
+# drawn_again DIR HOW: every DIR/*.svg is what loadtest/timeline draws from DIR/*.events now,
+# and every events file has its drawing; HOW says what makes them.
+drawn_again() {
     local ev dir out
-    [ -r "$TIMELINES/table.md" ] || fail "$TIMELINES/table.md is missing (make ladder writes it)"
     dir=$(mktemp -d)
-    for ev in "$TIMELINES"/*.events; do
+    for ev in "$1"/*.events; do
         [ -e "$ev" ] || continue
         ev=${ev##*/}
-        awk -f loadtest/timeline.awk "$TIMELINES/$ev" >"$dir/${ev%.events}.svg" 2>/dev/null ||
-            fail "$TIMELINES/$ev: loadtest/timeline failed on it"
+        awk -f loadtest/timeline.awk "$1/$ev" >"$dir/${ev%.events}.svg" 2>/dev/null ||
+            fail "$1/$ev: loadtest/timeline failed on it"
     done
-    # Each drawing is what its events draw now, and each events file has its drawing.
-    out=$(diff -rq "$dir" "$TIMELINES" 2>&1 | grep -vE '\.events$|table\.md$' || true)
-    [ -z "$out" ] || fail "$TIMELINES: drawings not what loadtest/timeline draws from their events (make ladder draws both):"$'\n'"$out"
+    out=$(diff -rq "$dir" "$1" 2>&1 | grep -vE '\.events$|table\.md$' || true)
+    [ -z "$out" ] || fail "$1: drawings not what loadtest/timeline draws from their events ($2):"$'\n'"$out"
     rm -rf "$dir"
+}
+
+check_timelines() {
+    local out
+    [ -r "$TIMELINES/table.md" ] || fail "$TIMELINES/table.md is missing (make ladder writes it)"
+    drawn_again "$TIMELINES" "make ladder draws both"
+    drawn_again "$SCHEMATICS" "loadtest/timeline F.events > F.svg draws one"
+    out=$(for f in "$SCHEMATICS"/*.svg; do
+        [ -e "$f" ] || continue
+        grep -qF "(schematics/${f##*/})" $(chapters) || echo "$f: no chapter links it"
+    done)
+    [ -z "$out" ] || fail "$out"
     # Every drawing linked from a chapter, every row of the table drawn.
     out=$(awk -v tl="$TIMELINES/" '
         NR == FNR { svg[$0] = 1; next }
@@ -370,6 +409,63 @@ check_timelines() {
         END { for (f in svg) if (!(f in linked)) print f ": no chapter links it" }' \
         <(ls "$TIMELINES"/*.svg 2>/dev/null) "$TIMELINES/table.md" $(chapters))
     [ -z "$out" ] || fail "$out"
+    replay_rows | cmp -s - "$REPLAY_ROWS" ||
+        fail "$REPLAY_ROWS does not hold every events file as it is now (make docs writes it)"
+}
+
+# Every chapter: a figure, a "try it" with what it must hold, the next page linked.
+check_chapters() {
+    local out
+    out=$(awk -v course="$COURSE/" -v last="$(chapters | tail -1)" '
+        # The lab levels, by the rung they are played on: web/lab/lab.js LEVELS.
+        FILENAME ~ /lab\.js$/ {
+            if (match($0, /id: "[a-z]+", title: "[^"]*", rung: "[a-z0-9-]+"/)) {
+                s = substr($0, RSTART, RLENGTH)
+                split(s, q, "\"")
+                level[q[6]] = q[2]
+            }
+            next
+        }
+        FNR == 1 {
+            n++; file[n] = FILENAME; title[n] = $0; fig[n] = 0; try[n] = ""; rows[n] = ""; intry = 0
+            num = FILENAME; sub(course, "", num); sub(/-.*/, "", num); number[n] = num + 0
+        }
+        /^!\[[^]]*\]\([^)]+\.(svg|png)\)/ { fig[n] = 1 }
+        /^<!-- ladder-row: / { r = $0; sub(/^<!-- ladder-row: /, "", r); sub(/ -->$/, "", r); sub(/ /, ":", r); rows[n] = rows[n] " " r }
+        /^\*\*Try it\.\*\*/ { intry = 1 }
+        intry && /^(\*\*|#)/ && !/^\*\*Try it\.\*\*/ { intry = 0 }
+        intry { try[n] = try[n] "\n" $0 }
+        { text[n] = text[n] "\n" $0 }
+        # A link "[Chapter N](NN-...)" names the number of the file it leads to.
+        {
+            line = $0
+            while (match(line, /\[[Cc]hapter [0-9]+[^]]*\]\([0-9][0-9]-/)) {
+                m = substr(line, RSTART, RLENGTH); line = substr(line, RSTART + RLENGTH)
+                said = m; sub(/^\[[Cc]hapter /, "", said); sub(/[^0-9].*/, "", said)
+                to = m; sub(/.*\(/, "", to); to = substr(to, 1, 2)
+                if (said + 0 != to + 0) print FILENAME ": a link says chapter " said " and leads to " to "-*.md"
+            }
+        }
+        END {
+            for (i = 1; i <= n; i++) {
+                f = file[i]
+                if (!fig[i]) print f ": no figure (a timeline of a run, or a schematic from schematics/, as ![...](....svg))"
+                if (try[i] == "") { print f ": no **Try it.** paragraph"; continue }
+                k = split(rows[i], rw, " ")
+                ok = (k == 0)
+                for (j = 1; j <= k; j++) if (index(try[i], "loadtest/ladder --only " rw[j])) ok = 1
+                if (!ok) print f ": its **Try it.** runs none of its rows (loadtest/ladder --only RUNG:SCENARIO)"
+                for (m in level)
+                    if (index(title[i], "`" m "`") && !index(try[i], "level=" level[m]))
+                        print f ": its **Try it.** does not link the lab level of " m " (?level=" level[m] ")"
+                if (!index(try[i], "curl") && !index(try[i], "make ") && !index(try[i], "scripts/"))
+                    print f ": its **Try it.** gives no command to type (a curl, a make target)"
+                # The chain: each chapter leads to the next, the last to the closing page.
+                nextf = (f == last) ? "flaws.md" : sprintf("%02d-", number[i] + 1)
+                if (!index(text[i], "](" nextf)) print f ": does not link the next page (" nextf "...)"
+            }
+        }' web/lab/lab.js $(chapters))
+    [ -z "$out" ] || fail "$out"
 }
 
 check_work_items() {
@@ -385,6 +481,11 @@ case ${1:-} in
     tree_files
     ;;
 --write)
+    replay_rows >"$REPLAY_ROWS.new"
+    if cmp -s "$REPLAY_ROWS.new" "$REPLAY_ROWS"; then rm -f "$REPLAY_ROWS.new"; else
+        mv "$REPLAY_ROWS.new" "$REPLAY_ROWS"
+        echo "docs: brought up to date: $REPLAY_ROWS"
+    fi
     err=$(mktemp)
     expand write $(quoting) 2>"$err" | sed 's/^/docs: brought up to date: /'
     [ -s "$err" ] && fail "$(cat "$err")"
@@ -397,14 +498,14 @@ case ${1:-} in
     all)
         # One process, a status line per check (tests/docs.sh counts them).
         any=0
-        for c in numbering modes files names quotes links timelines work-items; do
+        for c in numbering modes files names quotes links timelines chapters work-items; do
             FAILED=0
             "check_${c//-/_}"
             if [ "$FAILED" = 0 ]; then echo "docs-check: $c: ok"; else echo "docs-check: $c: FAILED"; any=1; fi
         done
         exit "$any"
         ;;
-    numbering | modes | files | names | quotes | links | timelines | work-items) "check_${what//-/_}" ;;
+    numbering | modes | files | names | quotes | links | timelines | chapters | work-items) "check_${what//-/_}" ;;
     *)
         echo "scripts/docs.sh: unknown check '$what'" >&2
         exit 2

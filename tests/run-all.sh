@@ -20,7 +20,8 @@
 #                create databases); loadtest/lib/history.sh's checks; with TSAN_BUILD, the
 #                same lock-server suites built with ThreadSanitizer (tests/tsan.sh); the stack
 #                on PostgreSQL under Patroni through a failover (tests/pg_ha.sh); the lab
-#                (tests/lab.sh: its stack, its API, its page played in headless Chromium).
+#                (tests/lab.sh: its stack, its API, its page played in headless Chromium); the
+#                replay page playing every committed events file (tests/replay.sh).
 #                Most of this lane is waiting: for a lease to run out, a failover, a server.
 #   docker       only with WITH_DOCKER=1, after both (`make test-docker` runs it alone):
 #                docker/test.sh, the compose stack (Docker, or podman set up by the script;
@@ -48,6 +49,7 @@ source tests/ladder.sh
 source tests/history.sh
 source tests/loadtest_lib.sh
 source tests/lab.sh
+source tests/replay.sh
 source tests/tsan.sh
 source tests/pg_ha.sh
 source tests/docs.sh
@@ -164,6 +166,7 @@ lane_servers() {
     # PostgreSQL under Patroni: start, a sale, the primary killed, a sale after the failover.
     run_pg_ha "$build"
     run_lab "$build"
+    run_replay
 }
 
 lane_stacks() {
