@@ -13,10 +13,14 @@
  * Optional operations (outcome HIST_UNKNOWN) have no completion in the list: they may be
  * linearized or not, and the search ends without them. Of two optional operations with the
  * same effect, the later-invoked is only tried once the earlier is linearized (either could
- * stand for the other: both are open until the end). */
+ * stand for the other: both are open until the end).
+ *
+ * One search checks one group: a goods alone, or goods tied by orders, whose state is the
+ * vector of their stocks (model.h), one slot per goods. */
 #ifndef HISTORY_SEARCH_H
 #define HISTORY_SEARCH_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -37,16 +41,18 @@ struct hist_search_limits {
 
 struct hist_search_result {
     enum hist_verdict verdict;
-    uint64_t states;   /* pairs memoized */
-    size_t fail_op;    /* HIST_NO: the operation whose completion came with it unlinearized,
-                        * at the furthest depth the search reached (index into ops) */
-    size_t max_depth;  /* the most operations linearized at once */
+    uint64_t states;  /* pairs memoized */
+    size_t fail_op;   /* HIST_NO: the operation whose completion came with it unlinearized,
+                       * at the furthest depth the search reached (index into ops) */
+    size_t max_depth; /* the most operations linearized at once */
 };
 
-/* Checks ops[0..n), sorted by invocation time (as history_load leaves them), against model m
- * starting from state init. Returns 0 with *res filled, -1 when out of memory. */
-int hist_search(const struct hist_model *m, int64_t init, const struct hist_op *ops, size_t n,
-                const struct hist_search_limits *lim, struct hist_search_result *res);
+/* Checks ops[0..n), sorted by invocation time (as history_load leaves them), against model m,
+ * in a state of nslots slots (every slot an operation names is below nslots), starting from
+ * the history's start or, with any, from any state (model.h). Returns 0 with *res filled,
+ * -1 when out of memory. */
+int hist_search(const struct hist_model *m, bool any, uint32_t nslots, const struct hist_op *ops,
+                size_t n, const struct hist_search_limits *lim, struct hist_search_result *res);
 
 /* CLOCK_MONOTONIC, in seconds. */
 double hist_now(void);

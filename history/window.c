@@ -3,7 +3,7 @@
 
 #include <stdlib.h>
 
-int hist_check_window(const struct hist_model *m, int64_t init, const struct hist_op *ops,
+int hist_check_window(const struct hist_model *m, uint32_t nslots, const struct hist_op *ops,
                       size_t n, size_t lo, size_t hi, const struct hist_search_limits *lim,
                       enum hist_verdict *verdict, size_t *overlapping)
 {
@@ -42,7 +42,9 @@ int hist_check_window(const struct hist_model *m, int64_t init, const struct his
         if (lo > 0 && ops[i].ret < t0)
             continue;
         /* It overlaps the window: it may have taken effect in it, or not. An operation that
-         * changes nothing (a read, a sold_out) is left out: taking effect or not is the same. */
+         * changes nothing (a read, a sold_out) is left out: taking effect or not is the same.
+         * An order's answer is forgotten by its outcome alone: an optional order's step
+         * never reads its items' `remaining`. */
         if (ops[i].f == HIST_F_READ || ops[i].outcome == HIST_SOLD_OUT)
             continue;
         sub[k] = ops[i];
@@ -55,7 +57,7 @@ int hist_check_window(const struct hist_model *m, int64_t init, const struct his
         (*overlapping)++;
     }
     struct hist_search_result r;
-    int rc = hist_search(m, lo == 0 ? init : HIST_STATE_ANY, sub, k, lim, &r);
+    int rc = hist_search(m, lo > 0, nslots, sub, k, lim, &r);
     free(sub);
     if (rc == 0)
         *verdict = r.verdict;
@@ -63,12 +65,12 @@ int hist_check_window(const struct hist_model *m, int64_t init, const struct his
 }
 
 /* 1: [lo, hi] is proven unexplained, 0: not (explained, or a bound met), -1: out of memory. */
-static int unexplained(const struct hist_model *m, int64_t init, const struct hist_op *ops,
+static int unexplained(const struct hist_model *m, uint32_t nslots, const struct hist_op *ops,
                        size_t n, size_t lo, size_t hi, const struct hist_search_limits *lim,
                        size_t *over)
 {
     enum hist_verdict v;
-    if (hist_check_window(m, init, ops, n, lo, hi, lim, &v, over) != 0)
+    if (hist_check_window(m, nslots, ops, n, lo, hi, lim, &v, over) != 0)
         return -1;
     return v == HIST_NO;
 }
@@ -78,7 +80,7 @@ static bool out_of_time(const struct hist_search_limits *lim)
     return lim && lim->deadline > 0 && hist_now() > lim->deadline;
 }
 
-int hist_find_window(const struct hist_model *m, int64_t init, const struct hist_op *ops,
+int hist_find_window(const struct hist_model *m, uint32_t nslots, const struct hist_op *ops,
                      size_t n, size_t fail_op, const struct hist_search_limits *lim,
                      struct hist_window *w)
 {
@@ -95,7 +97,7 @@ int hist_find_window(const struct hist_model *m, int64_t init, const struct hist
             hi = lo + s - 1;
             if (hi >= n)
                 continue;
-            if ((rc = unexplained(m, init, ops, n, lo, hi, lim, &over)) < 0)
+            if ((rc = unexplained(m, nslots, ops, n, lo, hi, lim, &over)) < 0)
                 return -1;
             found = rc == 1;
         }
@@ -111,7 +113,7 @@ int hist_find_window(const struct hist_model *m, int64_t init, const struct hist
         hi = f + half < n ? f + half : n - 1;
         if (lo == 0 && hi == n - 1)
             return 0;
-        if ((rc = unexplained(m, init, ops, n, lo, hi, lim, &over)) < 0)
+        if ((rc = unexplained(m, nslots, ops, n, lo, hi, lim, &over)) < 0)
             return -1;
         if (rc == 1)
             break;
@@ -123,7 +125,7 @@ int hist_find_window(const struct hist_model *m, int64_t init, const struct hist
      *    the end moved left, then one operation at a time at either end. */
     for (size_t step = (f - w->lo + 1) / 2; step > 0 && !out_of_time(lim); step /= 2)
         while (w->lo + step <= f) {
-            if ((rc = unexplained(m, init, ops, n, w->lo + step, w->hi, lim, &over)) < 0)
+            if ((rc = unexplained(m, nslots, ops, n, w->lo + step, w->hi, lim, &over)) < 0)
                 return -1;
             if (rc == 0)
                 break;
@@ -132,7 +134,7 @@ int hist_find_window(const struct hist_model *m, int64_t init, const struct hist
         }
     for (size_t step = (w->hi - f + 1) / 2; step > 0 && !out_of_time(lim); step /= 2)
         while (w->hi >= f + step) {
-            if ((rc = unexplained(m, init, ops, n, w->lo, w->hi - step, lim, &over)) < 0)
+            if ((rc = unexplained(m, nslots, ops, n, w->lo, w->hi - step, lim, &over)) < 0)
                 return -1;
             if (rc == 0)
                 break;

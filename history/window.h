@@ -1,8 +1,8 @@
 /* window.h - the smallest window of a history that no order explains.
  *
  * A window is the operations invoked between two points of the history (a contiguous run of
- * them in invocation order), checked on their own from any state (HIST_STATE_ANY), or, when
- * it starts at the history's first operation, from the model's initial state. The rest of the
+ * them in invocation order), checked on their own from any state (model.h), or, when it
+ * starts at the history's first operation, from the history's start. The rest of the
  * history is not simply dropped, which could turn a legal history into an illegal one: with T0
  * the window's first invocation and T1 its last required completion,
  *   - an operation completed before T0 took effect before every operation of the window: the
@@ -34,23 +34,24 @@
 #define HIST_WINDOW_EXHAUSTIVE 12
 
 struct hist_window {
-    size_t lo, hi;     /* the window: ops[lo..hi], inclusive */
+    size_t lo, hi;      /* the window: ops[lo..hi], inclusive */
     size_t overlapping; /* the operations that joined the check as optional */
-    bool from_init;    /* checked from the model's initial state (lo == 0) */
-    bool proven;       /* its own check said no (false only for the whole-history fallback) */
-    size_t fail_op;    /* the search's failure point, as given */
+    bool from_init;     /* checked from the model's initial state (lo == 0) */
+    bool proven;        /* its own check said no (false only for the whole-history fallback) */
+    size_t fail_op;     /* the search's failure point, as given */
 };
 
-/* Finds the window for ops[0..n) (not linearizable from init, with the search's failure
- * point fail_op). Each check is bounded by lim->max_states and lim->deadline; a check that
- * meets a bound counts as not proven. Returns 0 with *w filled, -1 when out of memory. */
-int hist_find_window(const struct hist_model *m, int64_t init, const struct hist_op *ops,
+/* Finds the window for ops[0..n), a group of nslots goods (search.h) that is not linearizable
+ * from the history's start (with the search's failure point fail_op). Each check is bounded by
+ * lim->max_states and lim->deadline; a check that meets a bound counts as not proven. Returns 0
+ * with *w filled, -1 when out of memory. */
+int hist_find_window(const struct hist_model *m, uint32_t nslots, const struct hist_op *ops,
                      size_t n, size_t fail_op, const struct hist_search_limits *lim,
                      struct hist_window *w);
 
 /* The check of one window (above): sets *verdict; *overlapping to the optional operations
  * it added. Returns -1 when out of memory. */
-int hist_check_window(const struct hist_model *m, int64_t init, const struct hist_op *ops,
+int hist_check_window(const struct hist_model *m, uint32_t nslots, const struct hist_op *ops,
                       size_t n, size_t lo, size_t hi, const struct hist_search_limits *lim,
                       enum hist_verdict *verdict, size_t *overlapping);
 

@@ -1,6 +1,7 @@
 /* generate.c - history-gen: writes a realistic load history for check-history, legal or not.
  *
- *   history-gen [--ops N] [--procs P] [--stock S] [--goods G] [--seed X] [--bad dup|read|sold_out]
+ *   history-gen [--ops N] [--procs P] [--stock S] [--goods G] [--carts PCT] [--seed X]
+ *               [--bad dup|read|sold_out]
  *
  * Simulates P clients each sending one request after another to one stock counter (a reset
  * by process 0 first), every request taking effect at a random instant between its
@@ -10,19 +11,27 @@
  * of them having sold), 0.5% refused (fail unavailable). With --bad, one answer in the middle
  * is changed so that no order explains it: dup, a sale told the remaining of the sale before
  * it; read, a read that goes back one sale in time; sold_out, a sold_out while stock remained.
+ * With --carts, PCT of the requests are carts (`order`) of one unit of each of their goods, as
+ * loadtest/order.lua sends them: half of one goods, the others of 2 to 4 goods (at most G) in
+ * random order; a cart sells all of its goods or, when one is short, nothing, and its 409
+ * names the first short one. Carts tie the goods: the checker then checks them together.
  * Events go to standard output in time order, JSON Lines as docs/history.md describes. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-enum kind { K_DEDUCT, K_READ, K_RESET };
+enum kind { K_DEDUCT, K_READ, K_RESET, K_ORDER };
+
+#define CART_MAX 4
 
 struct op {
     int64_t process, goods, call, lin, ret;
     enum kind kind;
-    int outcome; /* 0 ok, 1 sold_out, 2 info, 3 fail unavailable */
-    int64_t value; /* remaining, or stock read */
+    int outcome;   /* 0 ok, 1 sold_out, 2 info, 3 fail unavailable */
+    int64_t value; /* remaining, or stock read; a cart's sold_out: the goods it names */
+    int nitems;    /* a cart's goods: items[], and each one's remaining in rem[] */
+    int64_t items[CART_MAX], rem[CART_MAX];
 };
 
 struct event {
@@ -62,9 +71,75 @@ static int cmp_event(const void *pa, const void *pb)
     return (a->op > b->op) - (a->op < b->op);
 }
 
+/* A cart's goods: one, or 2 to CART_MAX (at most goods_n), distinct, in the order drawn. */
+static void cart_draw(struct op *o, long goods_n)
+{
+    o->kind = K_ORDER;
+    o->nitems = 1;
+    if (goods_n > 1 && next_rand() % 2)
+        o->nitems = (int)uniform(2, goods_n < CART_MAX ? goods_n : CART_MAX);
+    for (int i = 0; i < o->nitems; i++) {
+        int fresh;
+        do {
+            o->items[i] = 1 + (int64_t)(next_rand() % (uint64_t)goods_n);
+            fresh = 1;
+            for (int j = 0; j < i; j++)
+                fresh = fresh && o->items[j] != o->items[i];
+        } while (!fresh);
+    }
+    o->goods = o->items[0];
+}
+
+/* A cart taking effect on stock (indexed by goods), r its draw of 1000 as for a deduct. */
+static void cart_settle(struct op *o, int64_t *stock, uint64_t r)
+{
+    if (r < 5) {
+        o->outcome = 3; /* refused: no effect */
+        return;
+    }
+    for (int i = 0; i < o->nitems; i++)
+        if (stock[o->items[i]] < 1) {
+            o->outcome = 1;
+            o->value = o->items[i]; /* the first short goods, as the 409 names it */
+            return;
+        }
+    if (r < 15)
+        o->outcome = r < 10 ? 2 : 2 | 4; /* answer lost; sold in half the cases */
+    if (o->outcome == (2 | 4))
+        return;
+    for (int i = 0; i < o->nitems; i++)
+        o->rem[i] = --stock[o->items[i]];
+}
+
+/* A cart's event: its invocation, or its completion. */
+static void print_cart(const struct op *o, size_t id, int64_t time, int complete)
+{
+    printf("{\"process\":%" PRId64 ",\"f\":\"order\",\"time\":%" PRId64, o->process, time);
+    if (complete && o->outcome == 1) {
+        printf(",\"type\":\"fail\",\"error\":\"sold_out\",\"goods_id\":%" PRId64 "}\n", o->value);
+        return;
+    }
+    if (complete && o->outcome != 0) {
+        printf(",\"type\":\"%s\",\"error\":\"%s\"}\n", o->outcome == 3 ? "fail" : "info",
+               o->outcome == 3 ? "unavailable" : "timeout");
+        return;
+    }
+    printf(",\"type\":\"%s\",\"items\":[", complete ? "ok" : "invoke");
+    for (int i = 0; i < o->nitems; i++) {
+        printf("%s{\"goods_id\":%" PRId64 ",\"count\":1", i ? "," : "", o->items[i]);
+        if (complete)
+            printf(",\"remaining\":%" PRId64, o->rem[i]);
+        printf("}");
+    }
+    if (complete)
+        printf("],\"order_id\":%zu}\n", id);
+    else
+        printf("]}\n");
+}
+
 int main(int argc, char **argv)
 {
-    long nops = 100000, procs = 64, goods_n = 1;
+    long nops = 100000, procs = 64, goods_n = 1, carts = 0;
     int64_t stock0 = -1;
     const char *bad = NULL;
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -76,13 +151,15 @@ int main(int argc, char **argv)
             stock0 = atoll(argv[i + 1]);
         else if (!strcmp(argv[i], "--goods"))
             goods_n = atol(argv[i + 1]);
+        else if (!strcmp(argv[i], "--carts"))
+            carts = atol(argv[i + 1]);
         else if (!strcmp(argv[i], "--seed"))
             rng = strtoull(argv[i + 1], NULL, 10) * 2654435761u + 1;
         else if (!strcmp(argv[i], "--bad"))
             bad = argv[i + 1];
         else {
             fprintf(stderr, "usage: history-gen [--ops N] [--procs P] [--stock S] [--goods G] "
-                            "[--seed X] [--bad dup|read|sold_out]\n");
+                            "[--carts PCT] [--seed X] [--bad dup|read|sold_out]\n");
             return 2;
         }
     }
@@ -98,7 +175,13 @@ int main(int argc, char **argv)
         return 1;
     size_t n = 0;
     for (long g = 1; g <= goods_n; g++) /* the resets, before any load */
-        ops[n++] = (struct op){0, g, g * 10, g * 10 + 1, g * 10 + 2, K_RESET, 0, stock0};
+        ops[n++] = (struct op){.process = 0,
+                               .goods = g,
+                               .call = g * 10,
+                               .lin = g * 10 + 1,
+                               .ret = g * 10 + 2,
+                               .kind = K_RESET,
+                               .value = stock0};
     for (long p = 0; p < procs; p++)
         clock[p] = 1000000 + uniform(0, 100000);
     /* Each process' requests follow one another: invocation, effect, completion, a pause. */
@@ -110,7 +193,10 @@ int main(int argc, char **argv)
         o->call = clock[p];
         o->lin = o->call + uniform(200000, 2000000);
         o->ret = o->lin + uniform(200000, 2000000);
-        o->kind = next_rand() % 100 < 2 ? K_READ : K_DEDUCT;
+        uint64_t pick = next_rand() % 100;
+        o->kind = pick < 2 ? K_READ : K_DEDUCT;
+        if (pick >= 2 && (long)(next_rand() % 100) < carts)
+            cart_draw(o, goods_n);
         clock[p] = o->ret + uniform(1000, 50000);
     }
     for (size_t i = 0; i < n; i++)
@@ -122,7 +208,9 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < n; i++) {
         struct op *o = bylin[i];
         int64_t *s = &stock[o->goods];
-        if (o->kind == K_RESET) {
+        if (o->kind == K_ORDER) {
+            cart_settle(o, stock, next_rand() % 1000);
+        } else if (o->kind == K_RESET) {
             *s = o->value;
         } else if (o->kind == K_READ) {
             o->value = *s;
@@ -199,6 +287,10 @@ int main(int argc, char **argv)
     qsort(ev, ne, sizeof *ev, cmp_event);
     for (size_t i = 0; i < ne; i++) {
         const struct op *o = &ops[ev[i].op];
+        if (o->kind == K_ORDER) {
+            print_cart(o, ev[i].op, ev[i].time, ev[i].complete);
+            continue;
+        }
         const char *f = o->kind == K_RESET ? "reset" : o->kind == K_READ ? "read" : "deduct";
         printf("{\"process\":%" PRId64 ",\"f\":\"%s\",\"goods_id\":%" PRId64 ",\"time\":%" PRId64,
                o->process, f, o->goods, ev[i].time);
@@ -216,7 +308,8 @@ int main(int argc, char **argv)
         else if (o->kind == K_READ)
             printf(",\"type\":\"ok\",\"stock\":%" PRId64 "}\n", o->value);
         else if (o->outcome == 0)
-            printf(",\"type\":\"ok\",\"remaining\":%" PRId64 ",\"order_id\":%zu}\n", o->value, ev[i].op);
+            printf(",\"type\":\"ok\",\"remaining\":%" PRId64 ",\"order_id\":%zu}\n", o->value,
+                   ev[i].op);
         else if (o->outcome == 1)
             printf(",\"type\":\"fail\",\"error\":\"sold_out\"}\n");
         else if (o->outcome == 3)

@@ -2,10 +2,11 @@
 # run.sh BUILD_DIR - runs BUILD_DIR/check-history on every committed history under
 # tests/histories/ and requires the verdict its name states:
 #   stock/*.yes.jsonl, *.no.jsonl, *.malformed.jsonl      the stock model (exit 0, 1, 2)
+#   orders/*.jsonl                                         the stock model with carts (`order`)
 #   knossos/*.jsonl, porcupine/*.jsonl                     --model register, the published
 #                                                          verdict (PROVENANCE)
-# plus two generated load histories (BUILD_DIR/history-gen): a legal one must say yes and an
-# illegal one no, with a window of a few operations.
+# plus generated load histories (BUILD_DIR/history-gen): a legal one must say yes and an
+# illegal one no, with a window of a few operations; the same for a load of carts over 5 goods.
 # Each history is one case; the counts are printed in cmocka's summary form, so that the
 # harness (tests/lib/harness.sh) counts them like a unit suite's.
 set -uo pipefail
@@ -48,8 +49,9 @@ verdict_of() { # NAME.VERDICT.jsonl -> VERDICT
     echo "${b##*.}"
 }
 
-for f in "$dir"/stock/*.jsonl; do
-    expect "stock/${f##*/}" "$(verdict_of "$f")" "$checker" "$f"
+for f in "$dir"/stock/*.jsonl "$dir"/orders/*.jsonl; do
+    set=${f%/*}
+    expect "${set##*/}/${f##*/}" "$(verdict_of "$f")" "$checker" "$f"
 done
 # The register histories in one run (--each: a verdict line per file), as a sanitizer
 # build's start-up would otherwise cost more than the checks.
@@ -85,6 +87,12 @@ if [ -x "$build/history-gen" ]; then
             fi
         fi
     done
+    # Carts over 5 goods (all tied), as the demo's cart row sends them: a legal load, and one
+    # with a sale told the remaining of the sale before it.
+    "$build/history-gen" --ops 5000 --procs 50 --goods 5 --stock 1000 --carts 100 --seed 7 >"$tmp/carts.jsonl"
+    expect "generated: 5000 carts over 5 goods, legal" yes "$checker" "$tmp/carts.jsonl"
+    "$build/history-gen" --ops 5000 --procs 50 --goods 5 --carts 50 --seed 7 --bad dup >"$tmp/carts.jsonl"
+    expect "generated: carts and deducts over 5 goods, --bad dup" no "$checker" "$tmp/carts.jsonl"
 else
     failed=$((failed + 1))
     echo "[  FAILED  ] $build/history-gen missing"
