@@ -199,7 +199,10 @@ int db_orders_insert_many(db_conn *conn, int64_t goods_id, const int64_t *counts
  * was skipped and the transaction rolled back, nothing of it remains (c's error names the step);
  * DB_ERR_UNAVAILABLE: the connection was unusable before anything was sent, nothing committed;
  * DB_ERR_COMMIT_UNKNOWN: the batch was sent and an answer was lost (the connection broke, or the
- * bound ran out) before any refusal: COMMIT may have run. on_sent (NULL: none): called once, on
+ * bound ran out) before any refusal: COMMIT may have run; and also when COMMIT ran but its
+ * batch's answer cannot be read (the write found no row, an order id that does not parse, a
+ * batch's ids that do not match its counts): a sale happened that cannot be told as one.
+ * on_sent (NULL: none): called once, on
  * this thread, when the whole batch, COMMIT included, has been handed to the socket and before any
  * answer is read; not called when sending failed (DB_ERR_UNAVAILABLE before that point). The wait
  * for the answers is bounded from its return.

@@ -285,19 +285,23 @@ static int write_order_commit(db_conn *conn, const char *id_text, int64_t new_st
         snprintf(keep, sizeof(keep), "%s", conn->err);
         if (!conn->broken)
             (void)db_rollback(conn);
-        db__set_error(conn, "%s: %s", out.failed == 0   ? "write stock"
+        db__set_error(conn, "%s: %s",
+                      out.failed == 0   ? "write stock"
                       : out.failed == 1 ? "record order"
-                                        : "commit", keep);
+                                        : "commit",
+                      keep);
         return rc;
     }
     /* After the claim the row is the caller's: the write cannot miss it. Should it have,
-     * the transaction committed an order without its write: say so loudly. */
-    if (strcmp(PQcmdTuples(res[0]), "1") != 0) {
-        db__set_error(conn, "the write found no row of goods %s (was it claimed?)", id_text);
-        rc = DB_ERR_QUERY;
-    } else if (strcmp(PQcmdStatus(res[2]), "COMMIT") != 0) {
+     * COMMIT still ran and recorded an order without its write: say so loudly, and not as a
+     * sale that did not happen (the order is in the table). */
+    if (strcmp(PQcmdStatus(res[2]), "COMMIT") != 0) {
         db__set_error(conn, "COMMIT rolled back: the transaction had failed");
         rc = DB_ERR_QUERY;
+    } else if (strcmp(PQcmdTuples(res[0]), "1") != 0) {
+        db__set_error(conn, "committed, but the write found no row of goods %s (was it claimed?)",
+                      id_text);
+        rc = DB_ERR_COMMIT_UNKNOWN;
     } else {
         *order_res = res[1];
         res[1] = NULL;
@@ -308,9 +312,8 @@ static int write_order_commit(db_conn *conn, const char *id_text, int64_t new_st
 }
 
 int db_sale_commit(db_conn *conn, int64_t goods_id, int64_t new_stock, int64_t count,
-                   const char *mode, const char *instance, int64_t fence,
-                   const char *fence_source, const char *request_id, const db_on_sent *on_sent,
-                   int64_t *order_id)
+                   const char *mode, const char *instance, int64_t fence, const char *fence_source,
+                   const char *request_id, const db_on_sent *on_sent, int64_t *order_id)
 {
     char id_buf[DB__I64_LEN], count_buf[DB__I64_LEN], fence_buf[DB__I64_LEN];
     const char *order[7];
@@ -331,7 +334,9 @@ int db_sale_commit(db_conn *conn, int64_t goods_id, int64_t new_stock, int64_t c
         return rc;
     rc = db__get_i64(conn, res, 0, 0, order_id);
     PQclear(res);
-    return rc;
+    /* Committed: an answer we cannot read is a sale whose order id we cannot tell, not one
+     * that did not happen. */
+    return rc == DB_OK ? DB_OK : DB_ERR_COMMIT_UNKNOWN;
 }
 
 int db_batch_commit(db_conn *conn, int64_t goods_id, int64_t new_stock, const int64_t *counts,
@@ -350,6 +355,8 @@ int db_batch_commit(db_conn *conn, int64_t goods_id, int64_t new_stock, const in
     if (rc != DB_OK)
         return rc;
     rc = write_order_commit(conn, op.id, new_stock, DB__ORDERS_INSERT_MANY, op.v, on_sent, &res);
-    /* Committed: a mismatch of the ids is a fault of ours, reported, not a sale undone. */
-    return db__orders_done(conn, rc, &op, res, counts, n, order_ids);
+    int done = db__orders_done(conn, rc, &op, res, counts, n, order_ids);
+    /* Committed: a mismatch of the ids is a fault of ours, reported, not a sale undone; the
+     * callers cannot tell whose order is whose, so every one of them is told unknown. */
+    return rc == DB_OK && done != DB_OK ? DB_ERR_COMMIT_UNKNOWN : done;
 }

@@ -74,7 +74,8 @@ static void test_claim_fences_per_source(void **state)
     assert_int_equal(db_begin(c), DB_OK);
     assert_int_equal(db_stock_claim(c, 3, "redis", 10, &s), DB_OK);
     assert_int_equal(db_stock_write(c, 3, 99), DB_OK);
-    assert_int_equal(db_order_insert(c, 3, 1, "redis", "svc-1", &redis10, "redis", NULL, &id), DB_OK);
+    assert_int_equal(db_order_insert(c, 3, 1, "redis", "svc-1", &redis10, "redis", NULL, &id),
+                     DB_OK);
     assert_int_equal(db_commit(c), DB_OK);
 
     assert_int_equal(db_begin(c), DB_OK);
@@ -175,7 +176,8 @@ static void test_pipelined_sale_commits(void **state)
     reset_ok(c, 1, 10);
     assert_int_equal(db_claim_begin(c, 1, "redis", 5, &s), DB_OK);
     assert_int_equal(s, 10);
-    assert_int_equal(db_sale_commit(c, 1, 7, 3, "redis", "svc-1", 5, "redis", NULL, NULL, &id), DB_OK);
+    assert_int_equal(db_sale_commit(c, 1, 7, 3, "redis", "svc-1", 5, "redis", NULL, NULL, &id),
+                     DB_OK);
     assert_true(id > 0);
     assert_int_equal(stock_of(c, 1), 7); /* committed: seen outside the transaction */
     assert_int_equal(fence_of(f, 1), 5);
@@ -188,7 +190,8 @@ static void test_pipelined_sale_commits(void **state)
     /* a second sale on the same session, then the plain statements still work */
     assert_int_equal(db_claim_begin(c, 1, "redis", 6, &s), DB_OK);
     assert_int_equal(s, 7);
-    assert_int_equal(db_sale_commit(c, 1, 6, 1, "redis", "svc-1", 6, "redis", NULL, NULL, &id), DB_OK);
+    assert_int_equal(db_sale_commit(c, 1, 6, 1, "redis", "svc-1", 6, "redis", NULL, NULL, &id),
+                     DB_OK);
     assert_int_equal(db_ping(c), DB_OK);
     assert_int_equal(stock_of(c, 1), 6);
     /* unknown goods: the claim says so; nothing to commit */
@@ -225,17 +228,16 @@ static void next_holder_claims(void *arg)
 /* A sale of goods 1 under `token` (new_stock, count) on c, answering want_rc, with the next
  * holder's claim (token + 1, on other) made once its second batch is sent: that claim must
  * read want_seen. */
-static void sell_with_a_claim_behind(db_conn *c, db_conn *other, int64_t token,
-                                     int64_t new_stock, int64_t count, int want_rc,
-                                     int64_t want_seen)
+static void sell_with_a_claim_behind(db_conn *c, db_conn *other, int64_t token, int64_t new_stock,
+                                     int64_t count, int want_rc, int64_t want_seen)
 {
     next_holder n = {.conn = other, .token = token + 1, .stock_seen = -1};
     const db_on_sent on_sent = {next_holder_claims, &n};
     int64_t s = 0, id = 0;
 
     assert_int_equal(db_claim_begin(c, 1, "redis", token, &s), DB_OK);
-    assert_int_equal(db_sale_commit(c, 1, new_stock, count, "redis", "svc-1", token, "redis",
-                                    NULL, &on_sent, &id),
+    assert_int_equal(db_sale_commit(c, 1, new_stock, count, "redis", "svc-1", token, "redis", NULL,
+                                    &on_sent, &id),
                      want_rc);
     assert_int_equal(n.calls, 1);
     assert_int_equal(n.rc, DB_OK);
@@ -259,16 +261,16 @@ static void test_claim_while_commit_travels_reads_its_outcome(void **state)
 
     /* the batched commit: the same moment, the same outcome */
     assert_int_equal(db_claim_begin(c, 1, "redis", 9, &s), DB_OK);
-    assert_int_equal(db_batch_commit(c, 1, 4, counts, 2, "redis-batch", "svc-1", 9, "redis",
-                                     NULL, &on_sent, ids),
+    assert_int_equal(db_batch_commit(c, 1, 4, counts, 2, "redis-batch", "svc-1", 9, "redis", NULL,
+                                     &on_sent, ids),
                      DB_OK);
     assert_int_equal(n.calls, 1);
     assert_int_equal(n.stock_seen, 4);
 
     /* nothing sent (no orders): no moment either */
     n = (next_holder){.conn = other, .token = 11, .stock_seen = -1};
-    assert_int_equal(db_batch_commit(c, 1, 4, counts, 0, "redis-batch", "svc-1", 10, "redis",
-                                     NULL, &on_sent, ids),
+    assert_int_equal(db_batch_commit(c, 1, 4, counts, 0, "redis-batch", "svc-1", 10, "redis", NULL,
+                                     &on_sent, ids),
                      DB_ERR_INVALID);
     assert_int_equal(n.calls, 0);
     assert_int_equal(stock_of(c, 1), 4);
@@ -286,7 +288,8 @@ static void test_pipelined_claim_refuses_an_older_token(void **state)
 
     reset_ok(c, 1, 10);
     assert_int_equal(db_claim_begin(c, 1, "redis", 5, &s), DB_OK);
-    assert_int_equal(db_sale_commit(c, 1, 9, 1, "redis", "svc-1", 5, "redis", NULL, NULL, &id), DB_OK);
+    assert_int_equal(db_sale_commit(c, 1, 9, 1, "redis", "svc-1", 5, "redis", NULL, NULL, &id),
+                     DB_OK);
     assert_int_equal(db_claim_begin(c, 1, "redis", 4, &s), DB_ERR_FENCED);
     assert_non_null(strstr(db_conn_error(c), "newer"));
     assert_int_equal(db_rollback(c), DB_OK);
@@ -324,7 +327,8 @@ static void test_pipelined_error_leaves_nothing(void **state)
 
     /* the session is idle and out of pipeline mode: a whole sale goes through */
     assert_int_equal(db_claim_begin(c, 1, "redis", 7, &s), DB_OK);
-    assert_int_equal(db_sale_commit(c, 1, 8, 2, "redis", "svc-1", 7, "redis", NULL, NULL, &id), DB_OK);
+    assert_int_equal(db_sale_commit(c, 1, 8, 2, "redis", "svc-1", 7, "redis", NULL, NULL, &id),
+                     DB_OK);
     assert_int_equal(stock_of(c, 1), 8);
     assert_int_equal(orders_of(f, 1), 1);
     db_pool_release(f->pool, c);
@@ -343,9 +347,9 @@ static void test_pipelined_batch_commits(void **state)
     reset_ok(c, 1, 10);
     assert_int_equal(db_claim_begin(c, 1, "redis", 5, &s), DB_OK);
     const char *rids[3] = {"b-1", NULL, "b-3"};
-    assert_int_equal(db_batch_commit(c, 1, 5, counts, 3, "redis-batch", "svc-1", 5, "redis",
-                                     rids, NULL, ids),
-                     DB_OK);
+    assert_int_equal(
+        db_batch_commit(c, 1, 5, counts, 3, "redis-batch", "svc-1", 5, "redis", rids, NULL, ids),
+        DB_OK);
     assert_int_equal(raw_int(f->admin,
                              "SELECT count(*) FROM orders WHERE goods = 1"
                              " AND request_id IN ('b-1', 'b-3')",
@@ -371,22 +375,77 @@ static void test_pipelined_batch_commits(void **state)
 
     /* the write refused (below zero): the orders and COMMIT skipped, rolled back */
     assert_int_equal(db_claim_begin(c, 1, "redis", 6, &s), DB_OK);
-    assert_int_equal(db_batch_commit(c, 1, -1, counts, 3, "redis-batch", "svc-1", 6, "redis",
-                                     NULL, NULL, ids),
-                     DB_ERR_QUERY);
+    assert_int_equal(
+        db_batch_commit(c, 1, -1, counts, 3, "redis-batch", "svc-1", 6, "redis", NULL, NULL, ids),
+        DB_ERR_QUERY);
     assert_non_null(strstr(db_conn_error(c), "write stock"));
     assert_int_equal(stock_of(c, 1), 5);
     assert_int_equal(orders_of(f, 1), 3);
     assert_int_equal(fence_of(f, 1), 5);
 
     /* nothing to send: no orders, or a count below one */
-    assert_int_equal(db_batch_commit(c, 1, 5, counts, 0, "redis-batch", "svc-1", 6, "redis",
-                                     NULL, NULL, ids),
-                     DB_ERR_INVALID);
-    assert_int_equal(db_batch_commit(c, 1, 5, (const int64_t[]){1, 0}, 2, "redis-batch",
-                                     "svc-1", 6, "redis", NULL, NULL, ids),
+    assert_int_equal(
+        db_batch_commit(c, 1, 5, counts, 0, "redis-batch", "svc-1", 6, "redis", NULL, NULL, ids),
+        DB_ERR_INVALID);
+    assert_int_equal(db_batch_commit(c, 1, 5, (const int64_t[]){1, 0}, 2, "redis-batch", "svc-1", 6,
+                                     "redis", NULL, NULL, ids),
                      DB_ERR_INVALID);
     assert_int_equal(db_ping(c), DB_OK);
+    db_pool_release(f->pool, c);
+}
+
+/* Runs sql on the admin connection, which must accept it. */
+static void admin_ok(fixture *f, const char *sql)
+{
+    PGresult *res = raw_exec(f->admin, sql, 0, NULL);
+    assert_non_null(res);
+    assert_true(PQresultStatus(res) == PGRES_COMMAND_OK);
+    PQclear(res);
+}
+
+/* COMMIT ran, but the write found no row (a trigger skips every change of the stock): the
+ * order is in the table, so the sale is not one that did not happen. It is reported
+ * DB_ERR_COMMIT_UNKNOWN, never an error that promises nothing was sold. */
+static void test_pipelined_commit_with_a_missed_write_is_unknown(void **state)
+{
+    fixture *f = *state;
+    db_conn *c = acquire(f->pool);
+    int64_t s = 0, id = 0;
+
+    reset_ok(c, 1, 10);
+    admin_ok(f, "CREATE FUNCTION skip_stock() RETURNS trigger LANGUAGE plpgsql AS"
+                " $$BEGIN IF NEW.stock <> OLD.stock THEN RETURN NULL; END IF; RETURN NEW; END$$");
+    admin_ok(f, "CREATE TRIGGER skip_stock BEFORE UPDATE ON goods FOR EACH ROW"
+                " EXECUTE FUNCTION skip_stock()");
+    assert_int_equal(db_claim_begin(c, 1, "redis", 5, &s), DB_OK);
+    assert_int_equal(db_sale_commit(c, 1, 7, 3, "redis", "svc-1", 5, "redis", NULL, NULL, &id),
+                     DB_ERR_COMMIT_UNKNOWN);
+    assert_non_null(strstr(db_conn_error(c), "found no row"));
+    assert_int_equal(orders_of(f, 1), 1); /* committed */
+    assert_int_equal(db_ping(c), DB_OK);
+    db_pool_release(f->pool, c);
+}
+
+/* COMMIT ran, but the batch's order ids cannot be matched to its counts (a trigger changes
+ * each order's count): every sale of the batch happened, and is reported unknown. */
+static void test_pipelined_batch_with_unmatched_ids_is_unknown(void **state)
+{
+    fixture *f = *state;
+    db_conn *c = acquire(f->pool);
+    const int64_t counts[2] = {2, 1};
+    int64_t s = 0, ids[2] = {0, 0};
+
+    reset_ok(c, 1, 10);
+    admin_ok(f, "CREATE FUNCTION bump_count() RETURNS trigger LANGUAGE plpgsql AS"
+                " $$BEGIN NEW.count := NEW.count + 100; RETURN NEW; END$$");
+    admin_ok(f, "CREATE TRIGGER bump_count BEFORE INSERT ON orders FOR EACH ROW"
+                " EXECUTE FUNCTION bump_count()");
+    assert_int_equal(db_claim_begin(c, 1, "redis", 5, &s), DB_OK);
+    assert_int_equal(
+        db_batch_commit(c, 1, 7, counts, 2, "redis-batch", "svc-1", 5, "redis", NULL, NULL, ids),
+        DB_ERR_COMMIT_UNKNOWN);
+    assert_int_equal(orders_of(f, 1), 2); /* committed */
+    assert_int_equal(stock_of(c, 1), 7);
     db_pool_release(f->pool, c);
 }
 
@@ -394,20 +453,24 @@ int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_claim_fences_per_source, setup_migrated, teardown),
-        cmocka_unit_test_setup_teardown(test_claim_refuses_an_older_token,
-                                        setup_migrated, teardown),
+        cmocka_unit_test_setup_teardown(test_claim_refuses_an_older_token, setup_migrated,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_claim_behind_an_older_holder_reads_its_write,
                                         setup_migrated, teardown),
-        cmocka_unit_test_setup_teardown(test_claim_behind_a_newer_holder_is_refused,
-                                        setup_migrated, teardown),
+        cmocka_unit_test_setup_teardown(test_claim_behind_a_newer_holder_is_refused, setup_migrated,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_pipelined_sale_commits, setup_migrated, teardown),
         cmocka_unit_test_setup_teardown(test_claim_while_commit_travels_reads_its_outcome,
                                         setup_migrated, teardown),
-        cmocka_unit_test_setup_teardown(test_pipelined_claim_refuses_an_older_token,
-                                        setup_migrated, teardown),
-        cmocka_unit_test_setup_teardown(test_pipelined_error_leaves_nothing,
-                                        setup_migrated, teardown),
+        cmocka_unit_test_setup_teardown(test_pipelined_claim_refuses_an_older_token, setup_migrated,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_pipelined_error_leaves_nothing, setup_migrated,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_pipelined_batch_commits, setup_migrated, teardown),
+        cmocka_unit_test_setup_teardown(test_pipelined_commit_with_a_missed_write_is_unknown,
+                                        setup_migrated, teardown),
+        cmocka_unit_test_setup_teardown(test_pipelined_batch_with_unmatched_ids_is_unknown,
+                                        setup_migrated, teardown),
     };
 
     return db_test_main("test_fence", tests, sizeof(tests) / sizeof(tests[0]), argc, argv);
