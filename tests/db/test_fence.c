@@ -394,13 +394,17 @@ static void test_pipelined_batch_commits(void **state)
     db_pool_release(f->pool, c);
 }
 
-/* Runs sql on the admin connection, which must accept it. */
-static void admin_ok(fixture *f, const char *sql)
+/* A row trigger `before` (e.g. "BEFORE UPDATE ON goods") whose plpgsql body is body, made
+ * on the admin connection, which must accept it. */
+static void trigger_ok(fixture *f, const char *before, const char *body)
 {
-    PGresult *res = raw_exec(f->admin, sql, 0, NULL);
-    assert_non_null(res);
-    assert_true(PQresultStatus(res) == PGRES_COMMAND_OK);
-    PQclear(res);
+    char fn[256], trigger[256];
+    snprintf(fn, sizeof fn,
+             "CREATE FUNCTION t_fn() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN %s END$$", body);
+    snprintf(trigger, sizeof trigger, "CREATE TRIGGER t %s FOR EACH ROW EXECUTE FUNCTION t_fn()",
+             before);
+    PQclear(raw_exec(f->admin, fn, 0, NULL)); /* raw_exec fails the case on a refusal */
+    PQclear(raw_exec(f->admin, trigger, 0, NULL));
 }
 
 /* COMMIT ran, but the write found no row (a trigger skips every change of the stock): the
@@ -413,10 +417,8 @@ static void test_pipelined_commit_with_a_missed_write_is_unknown(void **state)
     int64_t s = 0, id = 0;
 
     reset_ok(c, 1, 10);
-    admin_ok(f, "CREATE FUNCTION skip_stock() RETURNS trigger LANGUAGE plpgsql AS"
-                " $$BEGIN IF NEW.stock <> OLD.stock THEN RETURN NULL; END IF; RETURN NEW; END$$");
-    admin_ok(f, "CREATE TRIGGER skip_stock BEFORE UPDATE ON goods FOR EACH ROW"
-                " EXECUTE FUNCTION skip_stock()");
+    trigger_ok(f, "BEFORE UPDATE ON goods",
+               "IF NEW.stock <> OLD.stock THEN RETURN NULL; END IF; RETURN NEW;");
     assert_int_equal(db_claim_begin(c, 1, "redis", 5, &s), DB_OK);
     assert_int_equal(db_sale_commit(c, 1, 7, 3, "redis", "svc-1", 5, "redis", NULL, NULL, &id),
                      DB_ERR_COMMIT_UNKNOWN);
@@ -436,10 +438,7 @@ static void test_pipelined_batch_with_unmatched_ids_is_unknown(void **state)
     int64_t s = 0, ids[2] = {0, 0};
 
     reset_ok(c, 1, 10);
-    admin_ok(f, "CREATE FUNCTION bump_count() RETURNS trigger LANGUAGE plpgsql AS"
-                " $$BEGIN NEW.count := NEW.count + 100; RETURN NEW; END$$");
-    admin_ok(f, "CREATE TRIGGER bump_count BEFORE INSERT ON orders FOR EACH ROW"
-                " EXECUTE FUNCTION bump_count()");
+    trigger_ok(f, "BEFORE INSERT ON orders", "NEW.count := NEW.count + 100; RETURN NEW;");
     assert_int_equal(db_claim_begin(c, 1, "redis", 5, &s), DB_OK);
     assert_int_equal(
         db_batch_commit(c, 1, 7, counts, 2, "redis-batch", "svc-1", 5, "redis", NULL, NULL, ids),
