@@ -21,6 +21,13 @@
 #   <!-- ladder-row: RUNG SCENARIO -->       that row of the ladder table the timelines were
 #   | ... |                                  drawn from (docs/course/timelines/table.md),
 #   <!-- /ladder-row -->                     under the table's header
+# and
+#   <!-- rows: FILE#HEADING KEY; KEY... [cols: COLUMN, COLUMN...] -->
+#   | ... |                                  the rows, under that heading of FILE (a lab
+#   <!-- /rows -->                           note), whose first cells are KEY ("none | 3":
+#                                            its first two), all from one table, under its
+#                                            header; only the COLUMNs named, when named
+# so that a figure a chapter quotes is pasted from the one record of its run.
 #
 # The checks (make docs-check runs them all; make test counts each as one case):
 #   numbering   the chapters are docs/course/NN-*.md, 01 up without a gap, each titled
@@ -139,6 +146,84 @@ expand() {
             close(table)
             return out
         }
+        # The anchor of a heading, as check_links computes it.
+        function anchor_of(h) {
+            sub(/^#+ +/, "", h); h = tolower(h); gsub(/[^a-z0-9 _-]/, "", h); gsub(/ /, "-", h)
+            return h
+        }
+        function trim(x) { gsub(/^ +| +$/, "", x); return x }
+        # The cells of a table line, trimmed, in c[1..n]; returns n.
+        function cells(line, c,    n, i, raw) {
+            n = split(line, raw, "|")
+            for (i = 2; i < n; i++) c[i - 1] = trim(raw[i])
+            return n - 2
+        }
+        # A line of the chosen columns (idx[1..nc], positions in the full row).
+        function pick(line, idx, nc,    c, n, i, out) {
+            n = cells(line, c)
+            if (nc == 0) return line
+            out = "|"
+            for (i = 1; i <= nc; i++) out = out " " c[idx[i]] " |"
+            return out
+        }
+        function table_rows(spec,    file, anc, rest, keys, cols, nk, key, nc, colname, idx, line, on, h1, h2, hc, nh, i, j, out, c, k, kc, ok, got, n, row, a, seen, cur, curh2, al, fenced) {
+            file = substr(spec, 1, index(spec, "#") - 1)
+            rest = substr(spec, index(spec, "#") + 1)
+            anc = substr(rest, 1, index(rest, " ") - 1)
+            rest = substr(rest, index(rest, " ") + 1)
+            cols = ""; keys = rest
+            if (index(rest, " cols: ")) { cols = substr(rest, index(rest, " cols: ") + 7); keys = substr(rest, 1, index(rest, " cols: ") - 1) }
+            nk = split(keys, key, /; */)
+            nc = cols == "" ? 0 : split(cols, colname, /, */)
+            on = 0; out = ""; got = 0
+            while ((getline line < file) > 0) {
+                # The anchor of a heading; the second of one name gets "-1", as check_links counts.
+                if (line ~ /^#+ /) {
+                    if (on) break
+                    a = anchor_of(line); a = (seen[a]++ ? a "-" (seen[a] - 1) : a)
+                    if (a == anc) on = 1
+                    continue
+                }
+                if (!on) continue
+                if (line ~ /^```/) { fenced = !fenced; cur = ""; continue }
+                if (fenced) continue
+                # Every table under the heading: a key is looked for in each, the first match
+                # kept with its table header; the keys must all come from one table.
+                if (line !~ /^\|/) { cur = ""; continue }
+                if (cur == "") {
+                    # A table starts with its header and a line of dashes; else it is none.
+                    cur = line; getline curh2 < file
+                    if (curh2 !~ /^\|[ :-]*-[ :|-]*$/) cur = ""
+                    continue
+                }
+                n = cells(line, c)
+                for (j = 1; j <= nk; j++) {
+                    if (j in row) continue
+                    k = split(key[j], kc, / *\| */)
+                    ok = 1
+                    for (i = 1; i <= k; i++) if (c[i] != trim(kc[i])) ok = 0
+                    if (ok) {
+                        row[j] = line; got++
+                        if (h1 == "") { h1 = cur; h2 = curh2 } else if (h1 != cur) ok = -1
+                    }
+                    if (ok == -1) { close(file); return "" }
+                }
+            }
+            close(file)
+            if (h1 == "" || got < nk) return ""
+            nh = cells(h1, hc)
+            for (i = 1; i <= nc; i++) {
+                idx[i] = 0
+                for (j = 1; j <= nh; j++) if (hc[j] == trim(colname[i])) idx[i] = j
+                # A header with a comma in it is named by its start ("lock wait per replica").
+                if (!idx[i]) for (j = 1; j <= nh; j++) if (index(hc[j], trim(colname[i]) ",") == 1) idx[i] = j
+                if (!idx[i]) return ""
+            }
+            out = pick(h1, idx, nc)
+            if (nc) { cells(h2, al); out = out "\n|"; for (i = 1; i <= nc; i++) out = out al[idx[i]] "|" } else out = out "\n" h2
+            for (j = 1; j <= nk; j++) { out = out "\n" pick(row[j], idx, nc); delete row[j] }
+            return out
+        }
         function emit(s) { now = now s "\n" }
         function done_file() {
             if (file == "" || now == was) return
@@ -165,12 +250,19 @@ expand() {
             emit($0); emit(body); emit("<!-- /ladder-row -->")
             skip = 1; endmark = "<!-- /ladder-row -->"; next
         }
+        /^<!-- rows: .* -->$/ {
+            spec = $0; sub(/^<!-- rows: /, "", spec); sub(/ -->$/, "", spec)
+            body = table_rows(spec)
+            if (body == "") { print FILENAME ": MISSING rows " spec > "/dev/stderr"; body = "(missing: rows " spec ")" }
+            emit($0); emit(body); emit("<!-- /rows -->")
+            skip = 1; endmark = "<!-- /rows -->"; next
+        }
         { emit($0) }' "$@"
 }
 
 # The documents that quote.
 quoting() {
-    grep -lE '^<!-- (quote|ladder-row): ' README.md "$COURSE"/README.md $(chapters) docs/lab/*.md 2>/dev/null || true
+    grep -lE '^<!-- (quote|ladder-row|rows): ' README.md "$COURSE"/README.md $(chapters) docs/lab/*.md 2>/dev/null || true
 }
 
 # ---- the checks ----
