@@ -4,7 +4,8 @@
 # that an answer is put in the class the API promises for it (ok, fail or info, with its
 # error), that the merged history is in time order, and that BUILD_DIR's history-clock is
 # monotonic. The settling and the ledger need a database: loadtest/ladder runs them on
-# every row (tests/ladder.sh).
+# every row (tests/ladder.sh), and run_history_settle checks the settling of an `info` on the
+# db suite's PostgreSQL.
 
 run_history_lib() {
     local build=$1 dir
@@ -65,4 +66,54 @@ history__merge_order() {
         cat "$dir/history.jsonl" >&2
         return 1
     }
+}
+
+# run_history_settle BUILD_DIR PORT: history_resolve against the PostgreSQL on PORT (the db
+# suite's, superuser postgres), in a database of its own with every migration applied: an
+# `info` whose sale the orders table proves is settled as that sale, completed when the books
+# are read and not when its client gave up.
+run_history_settle() {
+    local build=$1 port=$2 dir db=history_settle
+    case $build in /*) ;; *) build=$PWD/$build ;; esac
+    dir=$(mktemp -d "${TMPDIR:-/tmp}/stock-settle.XXXXXX")
+    check_group_begin "history-settle"
+    HISTORY_CLOCK=$build/history-clock CHECK_HISTORY=$build/check-history
+    HISTORY_DB="host=127.0.0.1 port=$port dbname=$db user=postgres connect_timeout=5"
+    # shellcheck source=loadtest/lib/history.sh
+    source loadtest/lib/history.sh
+    check "a settled sale that committed after its client gave up is linearizable" \
+        history__settled_late "$dir" "$port" "$db"
+    check_group_end
+    psql -X -q -h 127.0.0.1 -p "$port" -U postgres -d postgres -c "DROP DATABASE IF EXISTS $db" \
+        >/dev/null 2>&1 || true
+    rm -rf "$dir"
+}
+
+# The client of rs-1 gave up at 20; a read at 30 still saw 10 units; the sale committed
+# after it (its order is in the table), and the stock read at 50 is 9. Process 1 sends its
+# next request (the read at 50) after giving up.
+history__settled_late() {
+    local dir=$1 port=$2 db=$3 sql
+    sql="host=127.0.0.1 port=$port user=postgres connect_timeout=5"
+    PGOPTIONS="-c client_min_messages=warning" psql -X -q -d "$sql dbname=postgres" \
+        -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db" ||
+        return 1
+    cat migrations/*.sql <(echo "INSERT INTO goods (id, stock, initial) VALUES (1, 9, 10);
+        INSERT INTO orders (goods, count, mode, instance, request_id)
+        VALUES (1, 1, 'redis', 'svc-1', 'rs-1');") |
+        psql -X -q -v ON_ERROR_STOP=1 -d "$sql dbname=$db" >/dev/null || return 1
+    history_reset "$dir/events.jsonl" 0 1 10 1 2
+    printf '%s\n' '{"time":10,"process":1,"type":"invoke","f":"deduct","goods_id":1,"count":1,"request_id":"rs-1"}' \
+        '{"time":20,"process":1,"type":"info","f":"deduct","goods_id":1,"error":"timeout","request_id":"rs-1"}' \
+        >>"$dir/events.jsonl"
+    history_read "$dir/events.jsonl" 2 1 10 30 31
+    history_read "$dir/events.jsonl" 1 1 9 50 51
+    history_merge "$dir" "$dir/events.jsonl"
+    history__scan "$dir/history.jsonl" "$dir/.scan"
+    history_resolve "$dir" >/dev/null || return 1
+    if ! grep '"rs-1"' "$dir/resolved.jsonl" | grep -q '"type":"ok"' ||
+        ! "$CHECK_HISTORY" "$dir/resolved.jsonl" >"$dir/check.txt" 2>&1; then
+        cat "$dir/resolved.jsonl" "$dir/check.txt" >&2 2>/dev/null
+        return 1
+    fi
 }

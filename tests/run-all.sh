@@ -98,6 +98,7 @@ run_db_suite() {
         TEST_MIGRATIONS_DIR=$PWD/migrations run_program_dir "$build/tests/db" 240
     TEST_DATABASE_URL="host=127.0.0.1 port=$port user=postgres dbname=postgres" \
         TEST_MIGRATIONS_DIR=$PWD/migrations run_program_dir "$build/tests/deduct" 120
+    run_history_settle "$build" "$port"
     db__stop
 }
 

@@ -42,6 +42,9 @@
 # jq and psql are needed for the judging.
 
 HISTORY__ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+# The process ids history_resolve gives the sales it settles from an info: above every
+# recorder's (deduct.lua's are below 10^12: a base of N * 10^8 plus thread * 10^6).
+HISTORY_SETTLED_PROCESS=1000000000000000
 CHECK_HISTORY=${CHECK_HISTORY:-$HISTORY__ROOT/build/check-history}
 HISTORY_CLOCK=${HISTORY_CLOCK:-$HISTORY__ROOT/build/history-clock}
 
@@ -208,8 +211,13 @@ history__scan() {
 #     happened (an ok, with the remaining and order id its stored answer says), one with 409
 #     a sold_out, and none that it never will ("not_taken").
 # An `info` completion is replaced; an invocation that never completed gets its completion,
-# stamped now (a moment after its effect, if it had one). Prints how many were settled each
-# way ("none": nothing was open, and resolved.jsonl is the raw history).
+# stamped now (a moment after its effect, if it had one). An `info` settled as a sale is
+# stamped now too, not at the moment its client gave up: the sale committed at some instant
+# the client never saw, possibly after it gave up (a frozen server, a synchronous standby), and
+# only "before the books settled" is certain; its invocation and completion move to a process
+# of their own (HISTORY_SETTLED_PROCESS and up), as its client's later requests come before
+# that completion. Prints how many were settled each way ("none": nothing was open, and
+# resolved.jsonl is the raw history).
 history_resolve() {
     local dir=$1 now open=$1/.open res=$1/.settled
     # The deductions left open, "goods key request_id how process": an info completion, or
@@ -256,7 +264,9 @@ SQL
     } | psql -X -q -At -v ON_ERROR_STOP=1 -d "$(history__db)" >"$res" ||
         { rm -f "$open" "$res"; return 1; }
     # The settled history: the info lines replaced, the never-completed ones completed.
-    jq -c --slurpfile r <(jq -s 'map({(.name): .}) | add // {}' "$res") --arg now "$now" '
+    jq -c --slurpfile r <(jq -s --argjson base "$HISTORY_SETTLED_PROCESS" \
+        'to_entries | map({(.value.name): (.value + {settled_process: ($base + .key)})}) | add // {}' "$res") \
+        --arg now "$now" '
         def settled($o; $time):
             { time: $time, process: $o.process, f: "deduct", goods_id: $o.goods, resolved: true }
             + (if $o.rid != "" then { request_id: $o.rid } else { key: $o.key } end)
@@ -269,8 +279,14 @@ SQL
                else { type: "fail", error: "not_taken" } end);
         ($r[0]) as $m
         | (.request_id // .key) as $name
-        | if .f == "deduct" and .type == "info" and $name != null and $m[$name] != null
-          then settled($m[$name]; .time) else . end,
+        | ($name != null and $m[$name].how == "info" and $m[$name].status == 200) as $sold
+        | if .f == "deduct" and .type == "info" and $sold
+          then settled($m[$name]; ($now | tonumber)) | .process = $m[$name].settled_process
+          elif .f == "deduct" and .type == "info" and $name != null and $m[$name] != null
+          then settled($m[$name]; .time)
+          elif .f == "deduct" and .type == "invoke" and $sold
+          then .process = $m[$name].settled_process
+          else . end,
           (if .f == "deduct" and .type == "invoke" and $name != null and $m[$name].how == "open"
            then settled($m[$name]; ($now | tonumber)) else empty end)' \
         "$dir/history.jsonl" | LC_ALL=C sort -s -t: -k2,2n >"$dir/resolved.jsonl"
