@@ -40,6 +40,28 @@ function holding_label(i) {
     return "held by " H_WHO[i]
 }
 
+# The lane of extra key k beside the lock's: its header, and each stretch the key existed,
+# shaded in its holder's colour (matched as the lock lane's are), with the holder's name.
+function extra_lane(k,    ex, lbl, i, from, who, val, on, t, last) {
+    ex = LOCK_X + 190 + (k - 0.5) * EXTRA_W
+    lbl = LN_LABEL[k]
+    if (lbl ~ /^node-/) { sub(/^node-/, "node ", lbl); text(ex, 72, lbl, "middle", 11, "#000", "bold") }
+    else { sub(/^goods-/, "goods ", lbl); text(ex, 72, lbl, "middle", 11, "#000", "bold"); text(ex, 88, "its key", "middle", 10, "#333", "") }
+    line(ex, TOP, ex, BOTTOM, "#cccccc", 1, "3,3")
+    on = 0; last = -1000
+    for (i = 1; i <= LN_N[k] + 1; i++) {
+        t = (i <= LN_N[k]) ? LN_MS[k, i] : T_END
+        val = (i <= LN_N[k] && LN_PTTL[k, i] != -2) ? LN_HOLDER[k, i] : ""
+        if (t < -200) continue
+        if (on && (i > LN_N[k] || val != cur_val)) {
+            rect(ex - 16, y(from), 32, hgt(from, t), COLOR[who], 0.35, COLOR[who])
+            ltext(ex, y(from) + 11, who, "middle", 9, "#000", "bold")
+            on = 0
+        }
+        if (!on && val != "") { on = 1; from = t; cur_val = val; who = holder_of(t, val) }
+    }
+}
+
 # One entry of the legend at (lx, ly), moving lx on: its mark, then its words.
 function legend_item(kind, words,    x) {
     x = lx
@@ -71,7 +93,7 @@ function place(x, yy, s, anchor, size, weight,    w, x1, x2, i, moved) {
         moved = 0
         for (i = 1; i <= NOCC; i++)
             if (x1 < OCC_X2[i] && x2 > OCC_X1[i] && yy - size * 0.8 < OCC_Y2[i] && yy + size * 0.25 > OCC_Y1[i]) {
-                yy = OCC_Y2[i] + size * 0.8 + 0.5
+                yy = OCC_Y2[i] + size * 0.8 + 1.5
                 moved = 1
             }
     } while (moved)
@@ -233,6 +255,14 @@ $1 == "point" {
 }
 $1 == "served" { SERVED[$3] = $2 + 0; if ($2 + 0 > T_MAX) T_MAX = $2 + 0 }
 $1 == "lock" { L_MS[++NL] = $2 + 0; L_PTTL[NL] = $3 + 0; L_HOLDER[NL] = (NF >= 4 ? $4 : "") }
+# Another key, in a lane of its own beside the lock's (Redlock's other nodes, a cart's second
+# goods): "lockn MS LABEL PTTL HOLDER".
+$1 == "lockn" {
+    k = LN_IDX[$3]
+    if (!k) { k = ++NLN; LN_IDX[$3] = k; LN_LABEL[k] = $3 }
+    n = ++LN_N[k]
+    LN_MS[k, n] = $2 + 0; LN_PTTL[k, n] = $4 + 0; LN_HOLDER[k, n] = (NF >= 5 ? $5 : "")
+}
 $1 == "db" {
     split($3, f, "|")
     D_MS[++ND] = $2 + 0; D_STOCK[ND] = f[1] + 0; D_N[ND] = f[2] + 0; D_LIST[ND] = f[3]; D_ROW[ND] = f[4]
@@ -372,6 +402,9 @@ END {
     for (i = 1; i <= NF_; i++) MOM[++nm] = F_MS[i]
     for (i = 1; i <= NH; i++) { MOM[++nm] = H_FROM[i]; MOM[++nm] = H_TO[i] }
     for (i = 1; i <= NC; i++) MOM[++nm] = C_MS[i]
+    for (k = 1; k <= NLN; k++)
+        for (i = 2; i <= LN_N[k]; i++)
+            if ((LN_PTTL[k, i] == -2) != (LN_PTTL[k, i - 1] == -2) || LN_HOLDER[k, i] != LN_HOLDER[k, i - 1]) MOM[++nm] = LN_MS[k, i]
     for (i = 1; i <= NO; i++) MOM[++nm] = O_MS[i]
     for (i = 2; i <= nm; i++)
         for (j = i; j > 1 && MOM[j] < MOM[j - 1]; j--) { t = MOM[j]; MOM[j] = MOM[j - 1]; MOM[j - 1] = t }
@@ -388,7 +421,8 @@ END {
     X0 = 70
     nl = NREQ
     LOCK_X = X0 + nl * LANE_W
-    STOCK_X = LOCK_X + 190
+    EXTRA_W = 64
+    STOCK_X = LOCK_X + 190 + NLN * EXTRA_W
     SUBTITLE = (SCHEMATIC != "") ? "a schematic, not a run: " SCHEMATIC : "a ladder row drawn from a real run: requests straight to the replicas, their points as the replicas traced them; lease L = " LEASE " ms"
     WIDTH = STOCK_X + 235
     # Wide enough for the subtitle and the legend.
@@ -450,11 +484,12 @@ END {
     ncart = 0
     for (i = 1; i <= NREQ; i++) if (REQ[i] in CART) ncart++
     if (LOCKLANE != "") text(lcx, 88, lsub, "middle", 10, "#333", "")
-    else if (NL > 0 && ncart > 0) text(lcx, 88, "the first goods' key only", "middle", 10, "#333", "")
-    else if (NL > 0) text(lcx, 88, (MODE == "redlock" ? "(node 1 of 5)" : "holder, PTTL"), "middle", 10, "#333", "")
+    else if (NL > 0 && ncart > 0) text(lcx, 88, (NLN > 0 ? "the first goods' key" : "the first goods' key only"), "middle", 10, "#333", "")
+    else if (NL > 0) text(lcx, 88, (MODE == "redlock" ? (NLN > 0 ? "node 1" : "(node 1 of 5)") : "holder, PTTL"), "middle", 10, "#333", "")
     else if (MODE ~ /^pg-lockrow/) text(lcx, 88, "its owner", "middle", 10, "#333", "")
     else text(lcx, 88, "(PostgreSQL's own locks)", "middle", 10, "#333", "")
     line(lcx, TOP, lcx, BOTTOM, "#cccccc", 1, "3,3")
+    for (k = 1; k <= NLN; k++) extra_lane(k)
     scx = STOCK_X + 70
     text(scx, 72, "stock row", "middle", 13, "#000", "bold")
     text(scx, 88, "goods.stock, orders", "middle", 10, "#333", "")
