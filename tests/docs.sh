@@ -48,10 +48,10 @@ docs__without_git() {
     local dir rc=0
     dir=$(mktemp -d)
     scripts/docs.sh --files | tar -cf - -T - | tar -xf - -C "$dir"
-    [ ! -e "$dir/.git" ] && (cd "$dir" && scripts/docs.sh --check) >"$dir.log" 2>&1 || {
+    if [ -e "$dir/.git" ] || ! (cd "$dir" && scripts/docs.sh --check) >"$dir.log" 2>&1; then
         rc=1
         grep -v ': ok$' "$dir.log" | head -20 | sed 's/^/    /' >&2
-    }
+    fi
     rm -rf "$dir" "$dir.log"
     return "$rc"
 }
