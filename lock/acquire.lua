@@ -14,9 +14,11 @@
 --          queue (a single try, or a client that does not wait in line)
 -- ARGV[5]  the release channel: when this call drops dead waiters, the new first in line is
 --          told on "<ARGV[5]>:<its process id>" (release.lua says why a channel per process)
+-- ARGV[6]  the token of the holding the owner knows it has ("0": none it knows of)
 --
 -- Returns {hold count, fencing token} when ARGV[1] now holds the lock: a take, a reentrant
--- take, or the take of a lock release.lua granted it while it waited. Otherwise
+-- take, or the take of a lock release.lua granted it while it waited. A token names one
+-- holding, and every holding's is larger than any before it (next_token). Otherwise
 -- {0, fencing counter, ms}: how many ms the caller may sleep before it tries again (-1: no
 -- bound but its own deadline): the holder's TTL, or, when the lock is free but another
 -- waiter is first in line, how long that waiter has to come and take it.
@@ -90,6 +92,24 @@ local function stay_in_line()
     end
 end
 
+-- The token of a new holding: past the counter, and past Redis' clock in microseconds. The
+-- counter alone only grows on one server: after a failover to a replica that had not yet
+-- received the last INCRs (replication is asynchronous), or a restart without persistence,
+-- it would hand out again tokens that the storage has already seen, and two holdings would
+-- share one. The clock carries the tokens past those (a lock is taken far less often than a
+-- million times a second, so the counter never runs ahead of it for long). The counter is
+-- set to the token, which is what renew.lua and a reentrant take compare with.
+-- Written again in release.lua, on purpose (a script run by EVALSHA cannot call another's).
+local function next_token()
+    local token = redis.call('INCR', KEYS[2])
+    local clock_us = now()[1] * 1000000 + now()[2]
+    if clock_us > token then
+        token = clock_us
+        redis.call('SET', KEYS[2], string.format('%d', token))
+    end
+    return token
+end
+
 -- Not taken: {0, the fencing counter now, ms the caller may sleep}. The counter lets the
 -- caller tell a grant made for this wait (release.lua: a larger token) from a message about
 -- an earlier one that arrives late.
@@ -112,17 +132,8 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
         redis.call('ZREM', KEYS[3], owner)
         redis.call('ZREM', KEYS[4], owner)
     end
-    -- A new holding. Its token is the next value of the counter, so every holding ever
-    -- made of this lock has a larger token than the one before.
-    if redis.call('EXISTS', KEYS[2]) == 0 then
-        -- No counter: first use, or Redis lost its data (a restart without persistence, a
-        -- failover to a replica that had not received the counter yet). Start it at Redis'
-        -- clock in microseconds rather than at 0, so that tokens still grow past every
-        -- token handed out before (which were at most their counter's start plus one per
-        -- acquisition: far fewer than a million a second).
-        redis.call('SET', KEYS[2], now()[1] .. string.format('%06d', now()[2]))
-    end
-    local token = redis.call('INCR', KEYS[2])
+    -- A new holding, with a token larger than any before it.
+    local token = next_token()
     redis.call('HSET', KEYS[1], owner, ARGV[3])
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
     return {tonumber(ARGV[3]), token}
@@ -131,12 +142,19 @@ end
 if redis.call('HEXISTS', KEYS[1], owner) == 1 then
     -- Ours already (a reentrant take, this very call run again after its reply was lost, or
     -- a grant from release.lua that the owner takes this way: a lease it chose itself, a
-    -- grant it did not hear of): set the count and restart the lease. Nobody else can have moved the counter while we
-    -- hold the lock, so its value is still our holding's token.
+    -- grant it did not hear of): set the count and restart the lease. While we hold it no
+    -- other take moves the counter, so a counter equal to the token the owner knows says the
+    -- holding is the one it knows, with the same token. Otherwise the owner does not know
+    -- this holding's token (an answer was lost), or the counter moved under it (raised by
+    -- fence_raise.lua past a token the storage saw, after a failover): its old token may be
+    -- another holding's now, so it gets a new one, and its old one is refused from now on.
     redis.call('HSET', KEYS[1], owner, ARGV[3])
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    local token = tonumber(redis.call('GET', KEYS[2]) or '0')
-    return {tonumber(ARGV[3]), token}
+    local counter = tonumber(redis.call('GET', KEYS[2]) or '0')
+    if counter > 0 and counter == tonumber(ARGV[6] or '0') then
+        return {tonumber(ARGV[3]), counter}
+    end
+    return {tonumber(ARGV[3]), next_token()}
 end
 
 -- Someone else's: wait in line; the caller may sleep until the lease runs out.

@@ -66,30 +66,29 @@ void lock__conn_init(lock__conn *conn, const lock__conn_config *cfg)
     conn->timeout_ns = -1;
     conn->follow_argc = 0;
     conn->follow_argv = NULL;
-    conn->follow_written = false;
 }
 
 void lock__conn_set_follow_up(lock__conn *conn, int argc, const char **argv)
 {
     conn->follow_argc = argc;
     conn->follow_argv = argc > 0 ? argv : NULL;
-    conn->follow_written = false;
 }
 
 /* Writes the follow-up behind a command that got no reply (lock__conn_set_follow_up): one
  * non-blocking send of a few hundred bytes into an idle socket's buffer; a short write or
- * none at all leaves it unsent (Redis drops a command cut by the close). */
+ * none at all leaves it unsent (Redis drops a command cut by the close). Written is not run:
+ * the caller never counts on it. */
 static void write_follow_up(lock__conn *conn)
 {
     char *cmd = NULL;
     long long len;
-    ssize_t sent;
 
     len = redisFormatCommandArgv(&cmd, conn->follow_argc, conn->follow_argv, NULL);
     if (len <= 0 || cmd == NULL)
         return;
-    sent = send(conn->ctx->fd, cmd, (size_t)len, MSG_DONTWAIT | MSG_NOSIGNAL);
-    conn->follow_written = sent == (ssize_t)len;
+    if (send(conn->ctx->fd, cmd, (size_t)len, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) {
+        /* unsent: the first lease bounds what the command left */
+    }
     redisFreeCommand(cmd);
 }
 

@@ -68,7 +68,6 @@ typedef struct lock__conn {
      * is closed (lock__conn_set_follow_up); NULL: none. */
     int follow_argc;
     const char **follow_argv;
-    bool follow_written; /* the follow-up went out (after the last command's failure) */
 } lock__conn;
 
 /*
@@ -76,9 +75,10 @@ typedef struct lock__conn {
  * timeout, a dropped answer), on the same connection, just before it is closed; argv (C
  * strings) must live until that command returns. Redis runs the commands of one connection
  * in the order they arrive, so the follow-up runs after the command whatever became of its
- * reply, if it runs at all: how a lost answer to an acquire is undone without a race
- * (lock.c). Its own reply is not read. Cleared by the command, whatever it returns;
- * conn->follow_written then says whether it was written. argc 0: none.
+ * reply, if it runs at all: how a late answer to an acquire is undone without a race
+ * (lock.c). Its own reply is not read, so nothing says it ran: a connection cut between the
+ * client and Redis takes the written bytes with it. Cleared by the command, whatever it
+ * returns. argc 0: none.
  */
 void lock__conn_set_follow_up(lock__conn *conn, int argc, const char **argv);
 

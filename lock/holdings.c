@@ -28,7 +28,7 @@ typedef struct holding {
     lock__script renew; /* the script the watchdog renews it with */
     int64_t count;
     int64_t token;
-    int64_t lease_ms;   /* of the latest acquisition */
+    int64_t lease_ms;   /* in force: the latest acquisition's, the watchdog's once renewed */
     bool watchdog;      /* renewed by the watchdog */
     bool lost;          /* the watchdog found it gone */
     int64_t expires_ns; /* end of lease as far as we know */
@@ -194,7 +194,7 @@ out:
     pthread_mutex_unlock(&h->mu);
 }
 
-int64_t lock__holdings_count(lock__holdings *h, const char *name, uint64_t thread)
+int64_t lock__holdings_count(lock__holdings *h, const char *name, uint64_t thread, int64_t *token)
 {
     holding *e;
     int64_t count;
@@ -202,6 +202,8 @@ int64_t lock__holdings_count(lock__holdings *h, const char *name, uint64_t threa
     pthread_mutex_lock(&h->mu);
     e = *holding_find(h, name, thread);
     count = e != NULL ? e->count : 0;
+    if (token != NULL)
+        *token = e != NULL ? e->token : 0;
     pthread_mutex_unlock(&h->mu);
     return count;
 }
@@ -279,7 +281,7 @@ int lock__holdings_next_due(lock__holdings *h, lock__renewal *out)
     out->name = strdup(e->name);
     if (out->name == NULL) {
         /* Try this one again a little later rather than spin on it. */
-        e->due_ns = lock__watchdog_retry_due(lock__now_ns(), h->watchdog_lease_ms);
+        e->due_ns = lock__watchdog_retry_due(lock__now_ns(), e->lease_ms);
         rc = LOCK_ERR_NOMEM;
         goto out;
     }
@@ -315,6 +317,7 @@ bool lock__holdings_renewed(lock__holdings *h, uint64_t id, lock__renew_outcome 
         goto out; /* released while the renewal was on its way: nothing to record */
     switch (outcome) {
     case LOCK__RENEWED:
+        e->lease_ms = h->watchdog_lease_ms; /* the lease in force now */
         e->expires_ns = lock__add_ns(sent_ns, lock__ms_to_ns(h->watchdog_lease_ms));
         e->due_ns = lock__watchdog_renewal_due(sent_ns, h->watchdog_lease_ms);
         break;
@@ -324,8 +327,10 @@ bool lock__holdings_renewed(lock__holdings *h, uint64_t id, lock__renew_outcome 
         break;
     case LOCK__FAILED:
         /* Redis did not answer. The lease is still running in Redis (if Redis is up): try
-         * again sooner than the regular interval, so that a blip is absorbed. */
-        e->due_ns = lock__watchdog_retry_due(lock__now_ns(), h->watchdog_lease_ms);
+         * again sooner than the regular interval, so that a blip is absorbed. Sooner by the
+         * lease in force, not the watchdog's: a first lease (a grant, a new holding) is the
+         * waiter liveness, and a retry on the 30 s schedule would come after it ran out. */
+        e->due_ns = lock__watchdog_retry_due(lock__now_ns(), e->lease_ms);
         break;
     }
 out:

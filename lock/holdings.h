@@ -82,8 +82,8 @@ void lock__holdings_released(lock__holdings *h, const char *name, uint64_t threa
 
 /* The hold count recorded for (name, thread); 0 when there is no record. The scripts set
  * Redis' count from it (see acquire.lua), so that Redis never keeps a count that this
- * process will not give back. */
-int64_t lock__holdings_count(lock__holdings *h, const char *name, uint64_t thread);
+ * process will not give back. *token (if not NULL) gets the holding's token (0: none). */
+int64_t lock__holdings_count(lock__holdings *h, const char *name, uint64_t thread, int64_t *token);
 
 /* Removes the record of (name, thread) if there is one: Redis says it is not held. */
 void lock__holdings_forget(lock__holdings *h, const char *name, uint64_t thread);

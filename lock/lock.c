@@ -81,13 +81,12 @@ struct lock_client {
 /* What one run of acquire.lua said. */
 typedef struct attempt {
     bool acquired;
-    int64_t count;     /* acquired: hold count now */
-    int64_t token;     /* acquired: fencing token */
-    int64_t ttl_ms;    /* not acquired: the holder's remaining TTL (-1: none) */
-    int64_t fence;     /* not acquired: the fencing counter then; a grant with a larger token
-                          was made after this call, so it is for the caller's current wait */
-    int64_t sent_ns;   /* when the command was sent: the lease started no earlier; 0: not sent */
-    bool undo_written; /* no answer, and the give-back followed on the same connection */
+    int64_t count;   /* acquired: hold count now */
+    int64_t token;   /* acquired: fencing token */
+    int64_t ttl_ms;  /* not acquired: the holder's remaining TTL (-1: none) */
+    int64_t fence;   /* not acquired: the fencing counter then; a grant with a larger token
+                        was made after this call, so it is for the caller's current wait */
+    int64_t sent_ns; /* when the command was sent: the lease started no earlier; 0: not sent */
 } attempt;
 
 void lock_options_init(lock_options *opts)
@@ -339,14 +338,14 @@ static int attempt_parse(const redisReply *r, attempt *a)
  * servers to survive a failover, so it is released again on the same connection and the
  * acquisition reported as failed (*reply freed and NULL). The approach Redisson takes.
  */
-static int sync_or_undo(lock_client *c, lock__conn *conn, const lock__keys *k,
-                        const char *const acquire_args[5], redisReply **reply)
+static int sync_or_undo(lock_client *c, lock__conn *conn, const lock__keys *k, const char *owner,
+                        const char *count, redisReply **reply)
 {
     char want[16], wait_ms[16];
     const char *argv[3] = {"WAIT", want, wait_ms};
     const char *keys[4] = {k->name, k->fence, k->waiters, k->waiters_until};
     char keep[24];
-    const char *args[3] = {acquire_args[0], k->channel, keep};
+    const char *args[3] = {owner, k->channel, keep};
     int64_t by = lock__now_ns() + lock__ms_to_ns(c->opts.sync_timeout_ms) +
                  lock__ms_to_ns(c->opts.command_timeout_ms);
     redisReply *w = NULL, *undo = NULL;
@@ -362,10 +361,10 @@ static int sync_or_undo(lock_client *c, lock__conn *conn, const lock__keys *k,
         freeReplyObject(w);
     if (acks >= c->opts.sync_replicas)
         return LOCK_OK;
-    /* Undo: back to the count the owner had before this take (acquire_args[2] is that count
-     * plus one; 0 gives the lock back and wakes a waiter). If this fails too, the lease ends
-     * it, or the owner's next release sets the count right (the scripts set counts). */
-    snprintf(keep, sizeof(keep), "%lld", strtoll(acquire_args[2], NULL, 10) - 1);
+    /* Undo: back to the count the owner had before this take (count is that count plus one;
+     * 0 gives the lock back and wakes a waiter). If this fails too, the lease ends it, or the
+     * owner's next release sets the count right (the scripts set counts). */
+    snprintf(keep, sizeof(keep), "%lld", strtoll(count, NULL, 10) - 1);
     by = lock__now_ns() + lock__ms_to_ns(c->opts.command_timeout_ms);
     if (lock__script_run(conn, LOCK__SCRIPT_RELEASE, by, 4, keys, 3, args, &undo) == LOCK_OK)
         freeReplyObject(undo);
@@ -377,18 +376,17 @@ static int sync_or_undo(lock_client *c, lock__conn *conn, const lock__keys *k,
 }
 
 /*
- * Runs acquire.lua (5 arguments) or release.lua (3) on a pooled connection, with the lock's
+ * Runs acquire.lua (6 arguments) or release.lua (3) on a pooled connection, with the lock's
  * four keys: waits for the connection until borrow_by, and for the answer until hard_by.
- * *sent_ns (if not NULL) gets the moment the command went out; *undo_written (if not NULL)
- * whether an acquire that got no answer was followed by its give-back on the same
- * connection. On LOCK_OK the caller owns *reply (freeReplyObject).
+ * *sent_ns (if not NULL) gets the moment the command went out (0: it never did). On LOCK_OK
+ * the caller owns *reply (freeReplyObject).
  */
 static int pooled_script(lock_client *c, lock__script script, const lock__keys *k,
                          const char *const *args, int64_t borrow_by, int64_t hard_by,
-                         int64_t *sent_ns, bool *undo_written, redisReply **reply)
+                         int64_t *sent_ns, redisReply **reply)
 {
     const char *keys[4] = {k->name, k->fence, k->waiters, k->waiters_until};
-    int nargs = script == LOCK__SCRIPT_ACQUIRE ? 5 : 3;
+    int nargs = script == LOCK__SCRIPT_ACQUIRE ? 6 : 3;
     lock__conn *conn = NULL;
     char keep[24], numkeys[] = "4";
     const char *undo[10] = {"EVAL",
@@ -404,6 +402,8 @@ static int pooled_script(lock_client *c, lock__script script, const lock__keys *
     int rc;
 
     *reply = NULL;
+    if (sent_ns != NULL)
+        *sent_ns = 0;
     if (c->cluster != NULL)
         return lock__cluster_script(c->cluster, script, script == LOCK__SCRIPT_RELEASE, borrow_by,
                                     hard_by, 4, keys, nargs, args, sent_ns, reply);
@@ -420,33 +420,32 @@ static int pooled_script(lock_client *c, lock__script script, const lock__keys *
         *sent_ns = lock__now_ns();
     if (script == LOCK__SCRIPT_ACQUIRE) {
         /* Should the acquire's answer be lost, the give-back of what it may have taken
-         * follows it on the same connection (lock_try_lock says why). EVAL rather than
+         * follows it on the same connection, where Redis runs it after the acquire if it
+         * runs it at all (settle_failed_try says what else is done). EVAL rather than
          * EVALSHA: it cannot meet a NOSCRIPT that nobody would read. */
         undo[8] = k->channel;
         snprintf(keep, sizeof(keep), "%lld", strtoll(args[2], NULL, 10) - 1);
         lock__conn_set_follow_up(conn, 10, undo);
     }
     rc = lock__script_run(conn, script, hard_by, 4, keys, nargs, args, reply);
-    if (undo_written != NULL)
-        *undo_written = rc != LOCK_OK && script == LOCK__SCRIPT_ACQUIRE && conn->follow_written;
     if (rc == LOCK_OK && script == LOCK__SCRIPT_ACQUIRE && c->opts.sync_replicas > 0 &&
         reply_acquired(*reply))
-        rc = sync_or_undo(c, conn, k, args, reply);
+        rc = sync_or_undo(c, conn, k, args[0], args[2], reply);
     lock__pool_return(c->pool, conn);
     return rc;
 }
 
 /* Runs acquire.lua once, for an owner that will hold `count` (its own count plus one) once
- * it succeeds, and keeps a place in line for `line` ms ("0": no place): waits for a
- * connection until borrow_by, ends by hard_by. */
+ * it succeeds, knows the token `known` of its holding ("0": none), and keeps a place in
+ * line for `line` ms ("0": no place): waits for a connection until borrow_by, ends by
+ * hard_by. */
 static int attempt_once(lock_client *c, const lock__keys *k, const char *owner, const char *lease,
-                        const char *count, const char *line, int64_t borrow_by, int64_t hard_by,
-                        attempt *a)
+                        const char *count, const char *line, const char *known, int64_t borrow_by,
+                        int64_t hard_by, attempt *a)
 {
-    const char *args[5] = {owner, lease, count, line, k->channel};
+    const char *args[6] = {owner, lease, count, line, k->channel, known};
     redisReply *r = NULL;
-    int rc = pooled_script(c, LOCK__SCRIPT_ACQUIRE, k, args, borrow_by, hard_by, &a->sent_ns,
-                           &a->undo_written, &r);
+    int rc = pooled_script(c, LOCK__SCRIPT_ACQUIRE, k, args, borrow_by, hard_by, &a->sent_ns, &r);
 
     if (rc == LOCK_OK)
         rc = attempt_parse(r, a);
@@ -457,23 +456,24 @@ static int attempt_once(lock_client *c, const lock__keys *k, const char *owner, 
 
 /*
  * Runs release.lua once, leaving the owner `keep` holds (its own count minus one; 0 gives
- * the lock back), waiting one command timeout at most for a connection and one more for the
+ * the lock back), waiting until borrow_by at most for a connection and until hard_by for the
  * answer. Returns LOCK_OK with *remaining the hold count left (0: released),
- * LOCK_ERR_NOT_HELD, or an error (*remaining is then -1: unknown).
+ * LOCK_ERR_NOT_HELD, or an error (*remaining is then -1: unknown; *sent whether the command
+ * went out, so that it may have run).
  */
 static int release_once(lock_client *c, const lock__keys *k, const char *owner, int64_t keep,
-                        int64_t *remaining)
+                        int64_t borrow_by, int64_t hard_by, int64_t *remaining, bool *sent)
 {
-    int64_t borrow_by = lock__now_ns() + lock__ms_to_ns(c->opts.command_timeout_ms);
-    int64_t hard_by = borrow_by + lock__ms_to_ns(c->opts.command_timeout_ms);
     char keep_text[24];
     const char *args[3] = {owner, k->channel, keep_text};
     redisReply *r = NULL;
+    int64_t sent_ns = 0;
     int rc;
 
     *remaining = -1;
     snprintf(keep_text, sizeof(keep_text), "%" PRId64, keep < 0 ? 0 : keep);
-    rc = pooled_script(c, LOCK__SCRIPT_RELEASE, k, args, borrow_by, hard_by, NULL, NULL, &r);
+    rc = pooled_script(c, LOCK__SCRIPT_RELEASE, k, args, borrow_by, hard_by, &sent_ns, &r);
+    *sent = sent_ns != 0;
     if (rc != LOCK_OK)
         goto out;
     if (r->type != REDIS_REPLY_INTEGER) {
@@ -491,41 +491,120 @@ out:
 }
 
 /*
- * Gives up the owner's place in the lock's line (leave.lua), by hard_by at the latest. Best
- * effort: if it fails, the place lapses by itself within the liveness, and until then the
- * waiters behind it wait that much longer. Returns true when a release had granted the lock
- * to the owner after its last try: leave.lua then gave it `count` holds and `lease` ms, and
- * *a says so (acquired, count, token; sent_ns the moment leave.lua was sent).
+ * A give-back that counts only once its answer is read: release.lua, and if its answer is
+ * lost after it went out (it may or may not have run), once more on another connection
+ * while hard_by leaves time. Sending it twice is safe: release.lua checks the owner and sets
+ * the count the owner keeps, it does not subtract. A second try that finds the owner holding
+ * nothing means the first ran: the hold is given back (LOCK_OK, *remaining 0).
+ * Returns as release_once.
  */
-static bool leave_line(lock_client *c, const lock__keys *k, const char *owner, const char *count,
-                       const char *lease, int64_t hard_by, attempt *a)
+static int release_settled(lock_client *c, const lock__keys *k, const char *owner, int64_t keep,
+                           int64_t borrow_by, int64_t hard_by, int64_t *remaining)
+{
+    bool sent = false;
+    int rc = release_once(c, k, owner, keep, borrow_by, hard_by, remaining, &sent);
+
+    if (rc != LOCK_ERR_REDIS || !sent || lock__now_ns() >= hard_by)
+        return rc;
+    rc = release_once(c, k, owner, keep, hard_by, hard_by, remaining, &sent);
+    if (rc == LOCK_ERR_NOT_HELD) {
+        *remaining = 0;
+        rc = LOCK_OK;
+    }
+    return rc;
+}
+
+/* What leave.lua's one run came to. */
+typedef enum leave_outcome {
+    LEAVE_OUT,   /* answered: the owner is out of the line and holds nothing */
+    LEAVE_TOOK,  /* answered: the owner held the lock (a grant, or a lost acquire that ran),
+                    and now holds it with its count and lease: *a says so */
+    LEAVE_UNSURE /* no answer (or none could be sent): it may have taken the lock */
+} leave_outcome;
+
+/*
+ * Runs leave.lua once, by hard_by at the latest, on the pool's reserved connection if every
+ * other one is out (a waiter that gives up must not wait behind the acquirers). leave.lua
+ * takes the owner out of the line, or, if the owner holds the lock, hands it the holding
+ * with `count` holds and `lease` ms. With sync_replicas, a holding taken so is kept only once
+ * enough replicas have it, as any acquisition (sync_or_undo; LEAVE_OUT when undone).
+ */
+static leave_outcome leave_line(lock_client *c, const lock__keys *k, const char *owner,
+                                const char *count, const char *lease, int64_t hard_by, attempt *a)
 {
     const char *keys[4] = {k->name, k->waiters, k->waiters_until, k->fence};
     const char *args[4] = {owner, k->channel, count, lease};
     lock__conn *conn = NULL;
     redisReply *r = NULL;
     int64_t sent_ns = lock__now_ns();
+    leave_outcome out = LEAVE_UNSURE;
     int rc;
 
     if (c->cluster != NULL) {
-        rc = lock__cluster_script(c->cluster, LOCK__SCRIPT_LEAVE, false, hard_by, hard_by, 4, keys,
+        rc = lock__cluster_script(c->cluster, LOCK__SCRIPT_LEAVE, true, hard_by, hard_by, 4, keys,
                                   4, args, &sent_ns, &r);
     } else {
-        if (lock__pool_borrow(c->pool, hard_by, &conn) != LOCK_OK)
-            return false;
+        if (lock__pool_borrow_for_release(c->pool, hard_by, &conn) != LOCK_OK)
+            return LEAVE_UNSURE;
+        sent_ns = lock__now_ns();
         rc = lock__script_run(conn, LOCK__SCRIPT_LEAVE, hard_by, 4, keys, 4, args, &r);
+        if (rc == LOCK_OK && reply_acquired(r) && c->opts.sync_replicas > 0 &&
+            sync_or_undo(c, conn, k, owner, count, &r) != LOCK_OK) {
+            lock__pool_return(c->pool, conn);
+            return LEAVE_OUT; /* taken, then given back: too few replicas had it */
+        }
         lock__pool_return(c->pool, conn);
     }
     if (rc != LOCK_OK)
-        return false;
+        return LEAVE_UNSURE;
+    out = LEAVE_OUT;
     if (reply_acquired(r)) {
         a->acquired = true;
         a->count = r->element[0]->integer;
         a->token = r->element[1]->integer;
         a->sent_ns = sent_ns;
+        out = LEAVE_TOOK;
     }
     freeReplyObject(r);
-    return a->acquired;
+    return out;
+}
+
+/*
+ * A try that ends without the lock (rc) may leave two things behind in Redis: its place in
+ * line (in_line), and, when the answer to its last acquire.lua was lost after it went out
+ * (LOCK_ERR_REDIS with a.sent_ns set), a hold that the script may have made with nobody
+ * knowing. A written command is not a run one: the give-back that followed the acquire on its
+ * connection (pooled_script) runs only if that connection reached Redis, which a connection
+ * cut after the acquire went through does not. So one leave.lua settles both: out of the
+ * line, or, if the caller holds the lock after all (a release granted it since its last try,
+ * or the lost acquire ran), the holding is the caller's (LOCK_OK). If leave.lua's own answer
+ * is lost as well, a release gives back whatever either may have added (release_settled).
+ * Everything ends by hard_by: a round trip that timed out at the bound leaves none, and then
+ * the first lease bounds what is left (first_lease_ms). Returns the call's result.
+ */
+static int settle_failed_try(lock_client *c, const lock__keys *k, const char *owner,
+                             const char *count, const char *lease, bool in_line, int64_t hard_by,
+                             int rc, attempt *a)
+{
+    bool unsure = rc == LOCK_ERR_REDIS && a->sent_ns != 0;
+    leave_outcome left;
+    int64_t ignored;
+
+    if (!in_line && !unsure)
+        return rc;
+    if (lock__now_ns() >= hard_by)
+        return rc; /* no time left: the follow-up and the first lease */
+    left = leave_line(c, k, owner, count, lease, hard_by, a);
+    if (left == LEAVE_TOOK)
+        return LOCK_OK;
+    if (left == LEAVE_UNSURE && lock__now_ns() < hard_by) {
+        char why[256];
+
+        snprintf(why, sizeof(why), "%s", lock__error_text());
+        release_settled(c, k, owner, strtoll(count, NULL, 10) - 1, hard_by, hard_by, &ignored);
+        lock__error_set("%s", why); /* the try's own error is the one to report */
+    }
+    return rc;
 }
 
 /*
@@ -545,6 +624,20 @@ static bool grant_is_taken_as_is(const lock_client *c, const lock__grant *grant,
            c->opts.sync_replicas == 0;
 }
 
+/*
+ * The lease a watchdog holding starts with: the waiter liveness (or the watchdog lease, if
+ * shorter), not the watchdog lease. The watchdog extends it to the full lease within a third
+ * of it, so a holder that lives sees no difference; but a holding whose taker never heard
+ * the answer (a reply cut after acquire.lua or leave.lua ran), and that nothing could give
+ * back, keeps the others out for no longer than a waiter's place in line would (a grant from
+ * release.lua starts the same way). A section shorter than a third of it is never renewed.
+ */
+static int64_t first_lease_ms(const lock_client *c)
+{
+    return c->opts.waiter_liveness_ms < c->opts.watchdog_lease_ms ? c->opts.waiter_liveness_ms
+                                                                  : c->opts.watchdog_lease_ms;
+}
+
 /* The hand-off's gap, from a grant's release (Redis' clock) to now (this host's clock). */
 static int64_t handoff_gap_us(const lock__grant *grant)
 {
@@ -558,7 +651,8 @@ int lock_try_lock(lock_client *c, const char *name, int64_t wait_ms, int64_t lea
 {
     lock__keys k;
     char owner[LOCK__OWNER_MAX];
-    char lease[24], count[24], line[24];
+    char lease[24], count[24], line[24], known[24];
+    int64_t known_token = 0;
     lock__waiter *w = NULL;
     attempt a = {0};
     lock__grant grant = {0};
@@ -580,13 +674,16 @@ int lock_try_lock(lock_client *c, const char *name, int64_t wait_ms, int64_t lea
     if (rc != LOCK_OK)
         return rc;
     if (watchdog)
-        lease_ms = c->opts.watchdog_lease_ms;
+        lease_ms = first_lease_ms(c);
     lock__owner_format(c->process_id, owner);
     snprintf(lease, sizeof(lease), "%" PRId64, lease_ms);
     snprintf(line, sizeof(line), "%" PRId64, queue ? c->opts.waiter_liveness_ms : (int64_t)0);
-    /* The count Redis is told to set: what this thread holds, as it knows, plus this hold. */
+    /* The count Redis is told to set: what this thread holds, as it knows, plus this hold;
+     * and the token of the holding it knows of (acquire.lua: a reentrant take keeps it only
+     * if the counter still says it). */
     snprintf(count, sizeof(count), "%" PRId64,
-             lock__holdings_count(c->holdings, k.name, lock__thread_number()) + 1);
+             lock__holdings_count(c->holdings, k.name, lock__thread_number(), &known_token) + 1);
+    snprintf(known, sizeof(known), "%" PRId64, known_token);
 
     start = lock__now_ns();
     deadline = lock__add_ns(start, lock__ms_to_ns(wait_ms));
@@ -600,7 +697,7 @@ int lock_try_lock(lock_client *c, const char *name, int64_t wait_ms, int64_t lea
         if (rc != LOCK_OK)
             return rc;
     }
-    rc = attempt_once(c, &k, owner, lease, count, line, deadline, hard_deadline, &a);
+    rc = attempt_once(c, &k, owner, lease, count, line, known, deadline, hard_deadline, &a);
     place_sent_ns = a.sent_ns;
     while (rc == LOCK_OK && !a.acquired) {
         a.sent_ns = 0;
@@ -643,11 +740,13 @@ int lock_try_lock(lock_client *c, const char *name, int64_t wait_ms, int64_t lea
                     last_handoff_us = handoff_gap_us(&grant);
                     break;
                 }
+                /* Taken with acquire.lua, which keeps the grant's token when told it. */
+                snprintf(known, sizeof(known), "%" PRId64, grant.token);
             } else {
                 grant.token = 0;
             }
         }
-        rc = attempt_once(c, &k, owner, lease, count, line, deadline, hard_deadline, &a);
+        rc = attempt_once(c, &k, owner, lease, count, line, known, deadline, hard_deadline, &a);
         if (rc == LOCK_OK && !a.acquired)
             place_sent_ns = a.sent_ns;
         else if (rc == LOCK_OK && grant.token > 0)
@@ -655,13 +754,11 @@ int lock_try_lock(lock_client *c, const char *name, int64_t wait_ms, int64_t lea
     }
 
     /* Leaving without the lock: out of the line at once, so that the waiters behind do not
-     * wait for the place to lapse. Only after a clean "not yours" (after an error, Redis is
-     * likely unreachable, and the call's time bound has no room for another timeout). A
-     * release may have granted us the lock since our last try: leave.lua then hands it
-     * over, and the wait ends with the lock after all (within the hard deadline). */
-    if (in_line && rc == LOCK_ERR_TIMEOUT &&
-        leave_line(c, &k, owner, count, lease, hard_deadline, &a))
-        rc = LOCK_OK;
+     * wait for the place to lapse, on every way out (a timeout, an error, no connection);
+     * and a hold that a lost acquire may have made is taken or given back. A release may
+     * have granted us the lock since our last try: the wait then ends with it after all. */
+    if (rc != LOCK_OK)
+        rc = settle_failed_try(c, &k, owner, count, lease, in_line, hard_deadline, rc, &a);
     if (rc == LOCK_OK) {
         rc = lock__holdings_acquired(c->holdings, k.name, lock__thread_number(), owner, a.count,
                                      a.token, granted_lease_ms > 0 ? granted_lease_ms : lease_ms,
@@ -671,26 +768,9 @@ int lock_try_lock(lock_client *c, const char *name, int64_t wait_ms, int64_t lea
              * keep a lock that nobody would renew or know to release. */
             int64_t ignored;
 
-            release_once(c, &k, owner, a.count - 1, &ignored);
+            release_settled(c, &k, owner, a.count - 1, hard_deadline, hard_deadline, &ignored);
         } else if (fence_token != NULL)
             *fence_token = a.token;
-    }
-    if (rc == LOCK_ERR_REDIS && a.sent_ns != 0 && !a.undo_written) {
-        /* The acquire went out and no answer came back, and its give-back could not follow
-         * it on its connection (pooled_script; the connection broke, or a cluster): the
-         * script may have run, so this owner may hold the lock, or one more hold of it, that
-         * nobody knows of, and the lease (30 s with the watchdog) would keep every other
-         * owner out. Give back what it may have added, best effort, on a release connection
-         * (the reserved one when the pool is out): release.lua checks the owner and sets the
-         * count to the one this thread keeps, so it frees neither another owner's lock nor
-         * one of this thread's own holds. Unlike the follow-up it is not ordered after the
-         * acquire: if the acquire is still on its way, the lease remains the bound. */
-        char why[256];
-        int64_t ignored;
-
-        snprintf(why, sizeof(why), "%s", lock__error_text());
-        release_once(c, &k, owner, strtoll(count, NULL, 10) - 1, &ignored);
-        lock__error_set("%s (any hold the acquire made was given back)", why);
     }
     if (rc == LOCK_ERR_TIMEOUT)
         atomic_fetch_add(&c->timeouts, 1);
@@ -785,7 +865,7 @@ int lock_unlock(lock_client *c, const char *name)
 {
     lock__keys k;
     char owner[LOCK__OWNER_MAX];
-    int64_t remaining;
+    int64_t remaining, start;
     int rc;
 
     lock__error_clear();
@@ -796,10 +876,14 @@ int lock_unlock(lock_client *c, const char *name)
         return rc;
     lock__owner_format(c->process_id, owner);
     /* Redis is told the count to keep: this thread's own count minus the hold given back.
-     * (No record at all: 0, give back whatever this owner may hold.) */
-    rc = release_once(c, &k, owner,
-                      lock__holdings_count(c->holdings, k.name, lock__thread_number()) - 1,
-                      &remaining);
+     * (No record at all: 0, give back whatever this owner may hold.) A release whose answer
+     * is lost is sent once more on another connection (release_settled): a release cut
+     * before it reached Redis would otherwise leave the lock to its lease. */
+    start = lock__now_ns();
+    rc = release_settled(
+        c, &k, owner, lock__holdings_count(c->holdings, k.name, lock__thread_number(), NULL) - 1,
+        lock__add_ns(start, lock__ms_to_ns(c->opts.command_timeout_ms)),
+        lock__add_ns(start, 2 * lock__ms_to_ns(c->opts.command_timeout_ms)), &remaining);
     /* The local record follows Redis' answer. Without an answer one hold is dropped
      * locally anyway (remaining -1), so the watchdog stops renewing a lock whose release
      * failed: the lease then frees it. */

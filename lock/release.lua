@@ -74,12 +74,19 @@ if first ~= nil then
     -- The grant lasts only as long as the waiter's place would have: a waiter that died
     -- costs the others at most that (the liveness period), not a lease. A waiter that takes
     -- it renews it to a full lease at once (its watchdog, or its own acquire.lua). Its
-    -- token is the counter's next value, as for any holding. No counter (Redis lost its
+    -- token is a new holding's, as acquire.lua makes them. No counter (Redis lost its
     -- data): no grant; the waiter is only named, and its acquire.lua starts the counter.
     if first ~= nil and redis.call('EXISTS', KEYS[2]) == 1 then
         redis.call('ZREM', KEYS[3], first)
         redis.call('ZREM', KEYS[4], first)
+        -- The next token, past the counter and the clock in microseconds (acquire.lua's
+        -- next_token, written again here on purpose: EVALSHA scripts share no functions).
         local token = redis.call('INCR', KEYS[2])
+        local clock_us = tonumber(now[1]) * 1000000 + tonumber(now[2])
+        if clock_us > token then
+            token = clock_us
+            redis.call('SET', KEYS[2], string.format('%d', token))
+        end
         redis.call('HSET', KEYS[1], first, 1)
         redis.call('PEXPIRE', KEYS[1], until_ms - now_ms)
         -- "<owner> <token> <release time in us>": the waiter measures the hand-off from it.

@@ -80,7 +80,7 @@ struct lock__channel {
     size_t topic_len[TOPICS];
     lock__queue queue; /* this process's threads waiting on the lock (waiters.h) */
     channel_state state;
-    int replies_due; /* to the SUBSCRIBE or UNSUBSCRIBE in flight: one per topic */
+    int replies_due;         /* to the SUBSCRIBE or UNSUBSCRIBE in flight: one per topic */
     bool resync;             /* a release may have been missed: wake the oldest once subscribed */
     int64_t idle_since_ns;   /* when waiters became 0 */
     pthread_cond_t ready_cv; /* broadcast when subscribed, or when the link goes down */
@@ -310,9 +310,9 @@ static bool link_send_ping(lock__subscriber *s)
 static bool link_send_channel(lock__subscriber *s, const char *cmd, lock__channel *ch,
                               channel_state next)
 {
-    int rc = redisAppendCommand(s->ctx, "%s %b %b", cmd, ch->topic[TOPIC_ALL],
-                                ch->topic_len[TOPIC_ALL], ch->topic[TOPIC_OURS],
-                                ch->topic_len[TOPIC_OURS]);
+    int rc =
+        redisAppendCommand(s->ctx, "%s %b %b", cmd, ch->topic[TOPIC_ALL], ch->topic_len[TOPIC_ALL],
+                           ch->topic[TOPIC_OURS], ch->topic_len[TOPIC_OURS]);
 
     if (!link_append(s, rc, TOPICS))
         return false;
@@ -411,12 +411,17 @@ static bool link_handle(lock__subscriber *s, const redisReply *r)
     ch = *link;
 
     if (reply_is(r->element[0], "message")) {
+        /* A message read after the address moved (a failover) comes from the deposed master:
+         * a grant it made may be one the new master never saw, while it grants the lock to
+         * someone else. Dropped; the link goes down at the loop's next look, and the waiters
+         * try again on the new master (resync). */
+        if (s->epoch != atomic_load(&s->cfg->addr->epoch))
+            return true;
         if (ch != NULL && r->element[2]->type == REDIS_REPLY_STRING) {
             size_t name_len;
             lock__grant grant;
 
-            lock__release_message_parse(r->element[2]->str, r->element[2]->len, &name_len,
-                                        &grant);
+            lock__release_message_parse(r->element[2]->str, r->element[2]->len, &name_len, &grant);
             lock__queue_call_named(&ch->queue, r->element[2]->str, name_len, &grant);
         } else if (ch != NULL)
             lock__queue_call_oldest(&ch->queue);
@@ -622,8 +627,7 @@ static int subscriber_join(lock__subscriber *s, const char *channel, const char 
         return LOCK_ERR_NOMEM;
     pthread_mutex_lock(&s->mu);
     link = channel_find(s, channel, strlen(channel));
-    if (only_if_listening &&
-        (*link == NULL || (*link)->state != CH_ACTIVE || s->link != LINK_UP)) {
+    if (only_if_listening && (*link == NULL || (*link)->state != CH_ACTIVE || s->link != LINK_UP)) {
         pthread_mutex_unlock(&s->mu);
         lock__waiter_free(w);
         return LOCK_OK;
@@ -661,8 +665,8 @@ int lock__subscriber_join(lock__subscriber *s, const char *channel, const char *
     return subscriber_join(s, channel, owner, false, out);
 }
 
-int lock__subscriber_join_if_listening(lock__subscriber *s, const char *channel,
-                                       const char *owner, lock__waiter **out)
+int lock__subscriber_join_if_listening(lock__subscriber *s, const char *channel, const char *owner,
+                                       lock__waiter **out)
 {
     return subscriber_join(s, channel, owner, true, out);
 }

@@ -84,9 +84,9 @@ static void test_basics(void **state)
     assert_int_equal(lock_is_held(c, "t:basic"), LOCK_ERR_NOT_HELD);
     assert_int_equal(lock_unlock(c, "t:basic"), LOCK_ERR_NOT_HELD);
 
-    /* The next holding gets the next token. */
+    /* The next holding gets a larger token (past the counter and Redis' clock in us). */
     assert_int_equal(lock_try_lock(c, "t:basic", 0, LOCK_LEASE_WATCHDOG, &token), LOCK_OK);
-    assert_int_equal(token, first + 1);
+    assert_true(token > first);
     assert_int_equal(lock_unlock(c, "t:basic"), LOCK_OK);
 }
 

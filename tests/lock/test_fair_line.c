@@ -97,7 +97,7 @@ static void test_fair_across_clients(void **state)
     for (int i = 1; i < LINE_WAITERS; i++) {
         print_message("line: waiter %d (client %d) token +%lld\n", i, client_of[i],
                       (long long)(b[i].token - b[0].token));
-        assert_true(b[i].token == b[i - 1].token + 1); /* served in arrival order */
+        assert_true(b[i].token > b[i - 1].token); /* served in arrival order */
     }
     assert_int_equal(redis_int("EXISTS t:line:waiters"), 0); /* an empty line is no key */
     for (int i = 0; i < 3; i++)
