@@ -124,7 +124,8 @@ void lock_client_destroy(lock_client *c);
  *   lease_ms > 0: the lock expires after lease_ms unless released;
  *            LOCK_LEASE_WATCHDOG: default lease, renewed by the watchdog while held.
  * Reentrant: a thread that holds the lock takes it again (the hold count grows; the TTL is
- * reset to this call's lease) and gets the same fencing token. Once any hold of a holding
+ * reset to this call's lease, the first lease for LOCK_LEASE_WATCHDOG) and gets the same
+ * fencing token, unless the counter moved under its holding (then a new, larger one). Once any hold of a holding
  * was taken with LOCK_LEASE_WATCHDOG, the watchdog renews it until its last release, or
  * until it has been held for max_hold_ms.
  * Waiting does not poll: the waiter sleeps until a release calls it, or the holder's
@@ -138,10 +139,13 @@ void lock_client_destroy(lock_client *c);
  * LOCK_ERR_TIMEOUT; LOCK_ERR_REDIS (never "acquired" on a lost connection; with sync_replicas,
  * also a grant that too few replicas acknowledged, released again); LOCK_ERR_BUSY;
  * LOCK_ERR_INVALID.
- * A LOCK_ERR_REDIS whose acquire may have run (its answer lost) leaves nothing behind once
- * Redis runs the give-back that follows it on its connection; when that could not be
- * written, a release is sent on another connection (one command timeout more for a
- * connection and one for its answer), which may come before a late acquire: then the lease.
+ * An acquire whose answer is lost (late, swallowed, cut, or never sent) is settled within
+ * the same bound: leave.lua hands the caller a hold the acquire made (LOCK_OK) or takes it out
+ * of the line, and a release whose answer is read gives back what is left; whatever the
+ * bound leaves no time for ends with the first lease of a LOCK_LEASE_WATCHDOG holding (the
+ * waiter liveness, extended to the watchdog lease at the first renewal) or with lease_ms.
+ * A LOCK_LEASE_WATCHDOG holding's token is larger than every token before it (a token names
+ * one holding; lock/README.md, "Fencing tokens").
  */
 int lock_try_lock(lock_client *c, const char *name, int64_t wait_ms, int64_t lease_ms,
                   int64_t *fence_token);
@@ -152,9 +156,12 @@ int lock_try_lock(lock_client *c, const char *name, int64_t wait_ms, int64_t lea
  * Returns LOCK_OK; LOCK_ERR_NOT_HELD when the caller is not an owner (another owner's lock
  * is never touched); LOCK_ERR_REDIS, or LOCK_ERR_BUSY (no connection free within one
  * command timeout: a release takes the pool's reserved connection when the others are
- * out, so only another release can keep it waiting). After an error the hold is dropped locally all
- * the same, so the watchdog does not keep a lock alive that its owner meant to release: the lease
- * frees it. Takes at most two command timeouts.
+ * out, so only another release can keep it waiting). A release whose answer is lost is sent
+ * once more on another connection while the bound leaves time (release.lua sets counts, so
+ * twice is safe; a second answer that finds nothing held means the first ran: LOCK_OK).
+ * After an error the hold is dropped locally all the same, so the watchdog does not keep a
+ * lock alive that its owner meant to release: the lease frees it. Takes at most two command
+ * timeouts.
  */
 int lock_unlock(lock_client *c, const char *name);
 

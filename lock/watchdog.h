@@ -39,8 +39,9 @@ int64_t lock__watchdog_period_ns(int64_t lease_ms);
 /* When a lease of lease_ms, (re)started by a command sent at sent_ns, is next due. */
 int64_t lock__watchdog_renewal_due(int64_t sent_ns, int64_t lease_ms);
 
-/* After a renewal that got no answer at now_ns: try again after a third of the period, so
- * that a blip is absorbed well before the lease runs out. */
+/* After a renewal that got no answer at now_ns: try again after a third of the period of
+ * lease_ms, the lease in force (the first lease until a renewal succeeds), so that a blip is
+ * absorbed well before that lease runs out. */
 int64_t lock__watchdog_retry_due(int64_t now_ns, int64_t lease_ms);
 
 /*

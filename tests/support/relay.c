@@ -56,6 +56,13 @@ struct relay {
     int delay_ms;
     char match[MATCH_MAX];
     int count_left; /* triggers left; -1: no limit */
+    struct {        /* the fault that follows once count_left reaches 0 (relay_then) */
+        bool set;
+        relay_fault fault;
+        int delay_ms;
+        char match[MATCH_MAX];
+        int count;
+    } then;
     int triggered;
     bool heal;    /* PASS was set: close the hanging connections */
     bool stopped; /* relay_stop was called */
@@ -198,8 +205,13 @@ static relay_fault trigger(relay *r, const char *buf, size_t len, int *delay_ms)
         f = r->fault;
         *delay_ms = r->delay_ms;
         r->triggered++;
-        if (r->count_left > 0 && --r->count_left == 0)
-            r->fault = RELAY_PASS;
+        if (r->count_left > 0 && --r->count_left == 0) {
+            r->fault = r->then.set ? r->then.fault : RELAY_PASS;
+            r->delay_ms = r->then.delay_ms;
+            memcpy(r->match, r->then.match, sizeof(r->match));
+            r->count_left = r->then.set ? r->then.count : 0;
+            r->then.set = false;
+        }
     }
     pthread_mutex_unlock(&r->mu);
     return f;
@@ -431,8 +443,20 @@ void relay_set(relay *r, relay_fault fault, int delay_ms, const char *match, int
     snprintf(r->match, sizeof(r->match), "%s", match != NULL ? match : "");
     r->count_left = fault == RELAY_PASS ? 0 : count > 0 ? count : -1;
     r->heal = fault == RELAY_PASS;
+    r->then.set = false;
     pthread_mutex_unlock(&r->mu);
     wake_thread(r);
+}
+
+void relay_then(relay *r, relay_fault fault, int delay_ms, const char *match, int count)
+{
+    pthread_mutex_lock(&r->mu);
+    r->then.set = true;
+    r->then.fault = fault;
+    r->then.delay_ms = delay_ms;
+    snprintf(r->then.match, sizeof(r->then.match), "%s", match != NULL ? match : "");
+    r->then.count = count > 0 ? count : 1;
+    pthread_mutex_unlock(&r->mu);
 }
 
 int relay_triggered(relay *r)

@@ -52,6 +52,11 @@ int relay_port(const relay *r);
  * triggered an earlier fault keep it (PASS closes those that DROP left hanging). */
 void relay_set(relay *r, relay_fault fault, int delay_ms, const char *match, int count);
 
+/* Sets the fault that follows the current one once its count is spent (count >= 1 triggers
+ * of it, then PASS): two faults in a row, as a test needs for a command and the one that
+ * settles it. Cleared by relay_set. */
+void relay_then(relay *r, relay_fault fault, int delay_ms, const char *match, int count);
+
 /* How many requests triggered a fault since the relay started. */
 int relay_triggered(relay *r);
 
