@@ -80,7 +80,8 @@ static const char *side_key(const rw_call *call, lock_rw_side side)
 
 static int64_t own_count(const rw_call *call, lock_rw_side side)
 {
-    return lock__holdings_count(call->p.holdings, side_key(call, side), lock__thread_number());
+    return lock__holdings_count(call->p.holdings, side_key(call, side), lock__thread_number(),
+                                NULL);
 }
 
 static int rw_call_init(rw_call *call, lock_client *c, const char *name, lock_rw_side side)
