@@ -13,8 +13,9 @@
  * is not a run one: the cut and unsent cases are those in which a give-back written on the
  * broken connection never reaches Redis.
  *
- * Also: a release message read after the address moved (a failover) grants nothing, and a
- * token names one holding (a reentrant take after the counter moved gets a new one).
+ * Also: a release message read after the address moved (a failover) grants nothing; a token
+ * names one holding (a reentrant take after the counter moved gets a new one); a try that ends
+ * with an error leaves the line; a holding leave.lua hands over waits for the replicas too.
  *
  * The server, the fixtures and the tools: tests/lock/lock_support.h. White-box where it says.
  */
@@ -304,6 +305,69 @@ static void test_token_names_one_holding(void **state)
     assert_int_equal(lock_unlock(c, "t:one"), LOCK_OK);
 }
 
+/*
+ * A waiter whose try ends with an error while it stands in line (its retry's connection cut
+ * before the script reached Redis) leaves the line on its way out. Otherwise its place would
+ * outlive it, and the holder's release would grant the lock to a thread that no longer waits:
+ * the next owner would wait for the grant's lease.
+ */
+static void test_error_leaves_the_line(void **state)
+{
+    relay *r = NULL;
+    lock_client *c = client_through(&r);
+    bg_call b = {.c = c, .name = "t:deadplace", .wait_ms = 2000, .lease_ms = LOCK_LEASE_WATCHDOG};
+
+    (void)state;
+    load_scripts();
+    assert_int_equal(lock_try_lock(g_state.client, "t:deadplace", 0, 10000, NULL), LOCK_OK);
+    /* The waiter's first try passes (it joins the line); its second is cut unsent. */
+    relay_set(r, RELAY_DELAY, 1, lock__script_sha(LOCK__SCRIPT_ACQUIRE), 1);
+    relay_then(r, RELAY_CUT_REQUEST, 0, lock__script_sha(LOCK__SCRIPT_ACQUIRE), 1);
+    bg_start(&b);
+    bg_join(&b);
+    assert_int_equal(relay_triggered(r), 2);
+    assert_int_equal(b.rc, LOCK_ERR_REDIS);
+    assert_int_equal(redis_int("ZCARD t:deadplace:waiters"), 0); /* it left the line */
+    assert_int_equal(lock_unlock(g_state.client, "t:deadplace"), LOCK_OK);
+    assert_int_equal(redis_int("EXISTS t:deadplace"), 0); /* granted to nobody */
+    assert_int_equal(other_try_lock(g_state.client, "t:deadplace", 0, true), LOCK_OK);
+    lock_client_destroy(c);
+    relay_stop(r);
+}
+
+/*
+ * With sync_replicas, a holding that leave.lua hands over (here: the hold of an acquire whose
+ * answer was cut) is kept only once enough replicas have it, as any acquisition. This Redis
+ * has no replica: WAIT says 0, the holding is given back, and the call fails.
+ */
+static void test_sync_on_the_leave_path(void **state)
+{
+    relay *r = NULL;
+    lock_options o;
+    lock_client *c = NULL;
+    int64_t t0;
+
+    (void)state;
+    load_scripts();
+    assert_int_equal(relay_start(0, g_state.port, &r), 0);
+    lock_options_init(&o);
+    o.redis_port = relay_port(r);
+    o.command_timeout_ms = TIMEOUT_MS;
+    o.waiter_liveness_ms = LIVENESS_MS;
+    o.sync_replicas = 1;
+    o.sync_timeout_ms = 50;
+    assert_int_equal(lock_client_create(&o, &c), LOCK_OK);
+    relay_set(r, RELAY_CUT_REPLY, 0, lock__script_sha(LOCK__SCRIPT_ACQUIRE), 1);
+    t0 = now_ns();
+    assert_int_equal(lock_try_lock(c, "t:syncleave", 0, LOCK_LEASE_WATCHDOG, NULL), LOCK_ERR_REDIS);
+    assert_true(ms_since(t0) <= 3 * TIMEOUT_MS + 50 + SLACK_MS);
+    assert_int_equal(relay_triggered(r), 1);
+    assert_int_equal(redis_int("EXISTS t:syncleave"), 0); /* taken by leave.lua, given back */
+    assert_int_equal(lock_is_held(c, "t:syncleave"), LOCK_ERR_NOT_HELD);
+    lock_client_destroy(c);
+    relay_stop(r);
+}
+
 #define CASE(t) cmocka_unit_test_setup_teardown(t, case_setup, case_teardown)
 
 int main(int argc, char **argv)
@@ -327,6 +391,8 @@ int main(int argc, char **argv)
         CASE(test_renew_unsent),
         CASE(test_grant_after_the_master_moved),
         CASE(test_token_names_one_holding),
+        CASE(test_error_leaves_the_line),
+        CASE(test_sync_on_the_leave_path),
     };
 
     return lock_test_main("test_lost_reply", tests, sizeof(tests) / sizeof(tests[0]), argc, argv);
