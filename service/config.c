@@ -111,7 +111,8 @@ static const setting settings[] = {
            "redis-sharded: how long a sale waits for a segment's lock before moving on to the "
            "next (0: one try)"),
     NUMBER("LOCK_LEASE_MS", KIND_INT64, lock_lease_ms, "30000", 300, 600000,
-           "lease of a Redis lock; the watchdog renews it every lease/3 while held"),
+           "lease of a Redis lock; the watchdog renews it every lease/3 while held (a new "
+           "holding starts with LOCK_WAITER_LIVENESS_MS, if shorter, until its first renewal)"),
     NUMBER("LOCK_MAX_HOLD_MS", KIND_INT64, lock_max_hold_ms, "60000", 1000, 3600000,
            "the watchdog stops renewing a lock held this long: a stuck holder's lease runs out"),
     {"LOCK_FAIR", KIND_STRING, FIELD(lock_fair), "on", 2, 3, valid_on_off, "on or off",
@@ -121,7 +122,8 @@ static const setting settings[] = {
      "should agree)"},
     NUMBER("LOCK_WAITER_LIVENESS_MS", KIND_INT64, lock_waiter_liveness_ms, "1500", 30, 600000,
            "a lock waiter's place in line lapses this long after its last call (it calls every "
-           "third of it): the waiters of a replica that died leave the line by themselves"),
+           "third of it): the waiters of a replica that died leave the line by themselves; also "
+           "the first lease of a holding, so a holding whose taker never heard of it ends as soon"),
     NUMBER("LOCK_FIXED_LEASE_MS", KIND_INT64, lock_fixed_lease_ms, "2000", 100, 600000,
            "lease of the ladder's Redis rungs that have no watchdog (setnx-ttl ... "
            "redis-nowatchdog)"),
