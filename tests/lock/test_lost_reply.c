@@ -54,13 +54,14 @@ static lock_client *client_through(relay **r)
     return c;
 }
 
+/* The relay's fault for each way of losing a reply. */
+static const relay_fault loss_faults[] = {RELAY_DELAY, RELAY_SWALLOW, RELAY_CUT_REPLY,
+                                          RELAY_CUT_REQUEST};
+
 /* Has the relay lose the reply of the next request that runs script s, the way `how`. */
 static void lose_next(relay *r, lock__script s, loss how)
 {
-    static const relay_fault faults[] = {RELAY_DELAY, RELAY_SWALLOW, RELAY_CUT_REPLY,
-                                         RELAY_CUT_REQUEST};
-
-    relay_set(r, faults[how], 3 * TIMEOUT_MS, lock__script_sha(s), 1);
+    relay_set(r, loss_faults[how], 3 * TIMEOUT_MS, lock__script_sha(s), 1);
 }
 
 /* Every script loaded, so that the first EVALSHA of each runs (no NOSCRIPT to lose). */
@@ -92,9 +93,16 @@ static int64_t other_takes_it(const char *name, int64_t from_ns)
     return waited;
 }
 
-/* acquire.lua's reply lost on a first take (wait 0). A cut leaves time to settle: leave.lua
- * finds the hold the acquire made and the call ends with the lock; otherwise it fails. */
-static void acquire_lost(loss how)
+/*
+ * A first take (wait 0) whose answer is lost. acquire: acquire.lua's answer is lost the way
+ * `how`; a cut leaves time to settle, and leave.lua finds the hold the acquire made: the call
+ * ends with the lock. leave: acquire.lua's answer is cut (it ran), and the answer of the
+ * leave.lua that settles it (which hands the hold over with the first lease, as it hands over
+ * a grant that a release made while a waiter gave up: test_grant) is lost the way `how`.
+ * Whatever became of them, the hold must not keep the others out longer than the liveness:
+ * leave.lua gives the first lease, not the full one, and a give-back follows if there is time.
+ */
+static void take_lost(const char *what, bool leave, loss how)
 {
     relay *r = NULL;
     lock_client *c = client_through(&r);
@@ -102,15 +110,20 @@ static void acquire_lost(loss how)
     int64_t t0, took, waited;
     int rc;
 
-    snprintf(name, sizeof(name), "t:lost:acq:%s", loss_names[how]);
+    snprintf(name, sizeof(name), "t:lost:%s:%s", what, loss_names[how]);
     load_scripts();
-    lose_next(r, LOCK__SCRIPT_ACQUIRE, how);
+    if (leave) {
+        relay_set(r, RELAY_CUT_REPLY, 0, lock__script_sha(LOCK__SCRIPT_ACQUIRE), 1);
+        relay_then(r, loss_faults[how], 3 * TIMEOUT_MS, lock__script_sha(LOCK__SCRIPT_LEAVE), 1);
+    } else {
+        lose_next(r, LOCK__SCRIPT_ACQUIRE, how);
+    }
     t0 = now_ns();
     rc = lock_try_lock(c, name, 0, LOCK_LEASE_WATCHDOG, NULL);
     took = ms_since(t0);
     assert_true(took <= TIMEOUT_MS + SLACK_MS); /* wait 0 + one command timeout */
-    assert_int_equal(relay_triggered(r), 1);
-    if (rc == LOCK_OK) {
+    assert_int_equal(relay_triggered(r), leave ? 2 : 1);
+    if (rc == LOCK_OK && !leave) {
         assert_int_equal(lock_is_held(c, name), LOCK_OK); /* the hold it made is its own */
         assert_int_equal(lock_unlock(c, name), LOCK_OK);
     } else {
@@ -118,46 +131,20 @@ static void acquire_lost(loss how)
         assert_int_equal(lock_is_held(c, name), LOCK_ERR_NOT_HELD);
     }
     waited = other_takes_it(name, t0 + took * MS);
-    print_message("acquire, %s: rc %d after %lld ms; another owner had it %lld ms later\n",
+    print_message("%s, %s: rc %d after %lld ms; another owner had it %lld ms later\n", what,
                   loss_names[how], rc, (long long)took, (long long)waited);
     lock_client_destroy(c);
     relay_stop(r);
 }
 
-/*
- * leave.lua's reply lost, where leave.lua takes a holding: a take whose acquire.lua answer was
- * cut (it ran) is settled by leave.lua, which finds the hold and hands it over with the first
- * lease (as it hands over a grant that a release made while the waiter gave up: test_grant);
- * and that answer is lost too. Whatever became of it, the holding must not keep the others
- * out longer than the liveness: leave.lua gave it the first lease, not the full one, and a
- * give-back follows when there is time left.
- */
+static void acquire_lost(loss how)
+{
+    take_lost("acquire", false, how);
+}
+
 static void leave_lost(loss how)
 {
-    static const relay_fault faults[] = {RELAY_DELAY, RELAY_SWALLOW, RELAY_CUT_REPLY,
-                                         RELAY_CUT_REQUEST};
-    relay *r = NULL;
-    lock_client *c = client_through(&r);
-    char name[32];
-    int64_t t0, took, waited;
-    int rc;
-
-    snprintf(name, sizeof(name), "t:lost:leave:%s", loss_names[how]);
-    load_scripts();
-    relay_set(r, RELAY_CUT_REPLY, 0, lock__script_sha(LOCK__SCRIPT_ACQUIRE), 1);
-    relay_then(r, faults[how], 3 * TIMEOUT_MS, lock__script_sha(LOCK__SCRIPT_LEAVE), 1);
-    t0 = now_ns();
-    rc = lock_try_lock(c, name, 0, LOCK_LEASE_WATCHDOG, NULL);
-    took = ms_since(t0);
-    assert_true(took <= TIMEOUT_MS + SLACK_MS);
-    assert_int_equal(relay_triggered(r), 2); /* the acquire's answer, then leave.lua's */
-    assert_int_equal(rc, LOCK_ERR_REDIS);
-    assert_int_equal(lock_is_held(c, name), LOCK_ERR_NOT_HELD);
-    waited = other_takes_it(name, t0 + took * MS);
-    print_message("leave, %s: rc %d after %lld ms; another owner had it %lld ms later\n",
-                  loss_names[how], rc, (long long)took, (long long)waited);
-    lock_client_destroy(c);
-    relay_stop(r);
+    take_lost("leave", true, how);
 }
 
 /* release.lua's reply lost on the last release of a holding the watchdog has renewed to its
