@@ -20,8 +20,9 @@
 #                      those two settings
 #        DELAYED_REPLICA_URLS, DELAYED_REPLICA_DELAY_MS
 #                      two more, svc-5 and svc-6, also not behind nginx, with
-#                      BUSINESS_DELAY_MS=2500 and the default watchdog lease (30 s: their
-#                      watchdog does not look during the pause): the holders of the five-step
+#                      BUSINESS_DELAY_MS=2500, the default watchdog lease and a waiter
+#                      liveness (a holding's first lease) of 30 s: their watchdog does not
+#                      look during the pause: the holders of the five-step
 #                      cases, whose lock vanishes while they are inside their section
 #        FAULT_REPLICA_URL
 #                      one more, svc-8, not behind nginx, started with FAULTS=on: the carts
@@ -72,6 +73,9 @@ IT_SLOW_LEASE_MS=600
 # The delayed replicas: a pause inside the section with a lease far longer than it.
 IT_DELAYED_REPLICAS="$((IT_REPLICAS + 2)) $((IT_REPLICAS + 3))"
 IT_DELAYED_DELAY_MS=2500
+# Their first lease (a holding starts with the waiter liveness, lock/README.md) as long as the
+# watchdog's, so that the watchdog does not look within the pause either.
+IT_DELAYED_LIVENESS_MS=30000
 # The fault replica: started with FAULTS=on, not behind nginx, for the cart cases that pause
 # between two locks (X-Fault: pause-between-locks, tests/stack/test_order.c).
 IT_FAULT_REPLICA=$((IT_REPLICAS + 5))
@@ -498,8 +502,8 @@ run_integration() {
     local dn dport delayed_urls="" delayed_ok=1
     for dn in $IT_DELAYED_REPLICAS; do
         dport=$(pick_free_ports 1)
-        if BUSINESS_DELAY_MS=$IT_DELAYED_DELAY_MS scripts/stack.sh \
-            replica-start-extra "$dn" "$dport" 2>&1 | tee -a "$up_log"; then
+        if BUSINESS_DELAY_MS=$IT_DELAYED_DELAY_MS LOCK_WAITER_LIVENESS_MS=$IT_DELAYED_LIVENESS_MS \
+            scripts/stack.sh replica-start-extra "$dn" "$dport" 2>&1 | tee -a "$up_log"; then
             delayed_urls+="${delayed_urls:+,}http://127.0.0.1:$dport"
             all_replicas+=" $dn"
         else

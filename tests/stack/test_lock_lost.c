@@ -355,15 +355,18 @@ static void test_lock_lost_fence(void **state)
     long long counter = strtoll(reply, NULL, 10);
     if (counter <= 0)
         fail_msg("GET %s answered '%s', not a fencing token", fence_key, reply);
-    /* A newer holder's claim, as it would be stamped: the token after the next one. The next
-     * holder (the slow replica's request) gets counter + 1, which is older. */
-    sql_exec("UPDATE goods SET fence = $2, fence_source = 'redis' WHERE id = $1", g, counter + 2);
+    /* A newer holder's claim, as it would be stamped: a token a minute ahead. The next holder
+     * (the slow replica's request) gets one past the counter and Redis' clock in us
+     * (lock/acquire.lua's next_token), which is older. */
+    const long long newer = counter + 60LL * 1000 * 1000;
+
+    sql_exec("UPDATE goods SET fence = $2, fence_source = 'redis' WHERE id = $1", g, newer);
     /* The claim compares with the source's own high-water mark (migrations/006_goods_fences.sql). */
     sql_exec("INSERT INTO goods_fences (goods, source, fence) VALUES ($1, 'redis', $2)"
              " ON CONFLICT (goods, source) DO UPDATE SET fence = EXCLUDED.fence",
-             g, counter + 2);
-    printf("    goods %lld stamped with fence %lld; the lock's counter is at %lld\n", g,
-           counter + 2, counter);
+             g, newer);
+    printf("    goods %lld stamped with fence %lld; the lock's counter is at %lld\n", g, newer,
+           counter);
     lost_counters before = lost_counters_read();
 
     slow_shot *s = slow_shot_start(g);
