@@ -12,7 +12,7 @@
 #include "lock/cluster.h"
 #include "lock/clock.h"
 #include "lock/error.h"
-#include "lock/lock.h"
+#include "lock/result.h"
 #include "lock/pool.h"
 
 #include <pthread.h>

@@ -4,7 +4,7 @@
 #include "lock/conn.h"
 #include "lock/clock.h"
 #include "lock/error.h"
-#include "lock/lock.h"
+#include "lock/result.h"
 
 #include <poll.h>
 #include <stdbool.h>

@@ -1,6 +1,6 @@
 /*
  * holdings.c - this process's holdings, renewed on the watchdog's schedule (see holdings.h;
- * the schedule itself is lock/watchdog.h's).
+ * the schedule itself is lock/lease.h's).
  *
  * A singly linked list under one mutex. It holds one entry per lock held by a thread of
  * this process, so it is as long as the number of threads holding locks at once: a list
@@ -12,8 +12,8 @@
  */
 #include "lock/holdings.h"
 #include "lock/clock.h"
-#include "lock/lock.h"
-#include "lock/watchdog.h"
+#include "lock/result.h"
+#include "lock/lease.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -162,7 +162,7 @@ int lock__holdings_acquired_as(lock__holdings *h, lock__script renew, const char
         /* Once any hold of a holding asked for the watchdog, it renews the holding (with
          * the watchdog lease) until the last hold is given back. This acquisition just set
          * the TTL to lease_ms, so the next renewal must come within a third of that. */
-        int64_t due = lock__watchdog_renewal_due(sent_ns, lease_ms);
+        int64_t due = lock__lease_renewal_due(sent_ns, lease_ms);
 
         if (!e->watchdog || due < e->due_ns)
             e->due_ns = due;
@@ -266,7 +266,7 @@ int lock__holdings_next_due(lock__holdings *h, lock__renewal *out)
             /* Past the maximum hold time the watchdog lets the lease run out;
              * lock_is_held then answers LOST once it has, and the holder's commit is
              * refused. */
-            if (lock__watchdog_capped(e->since_ns, lock__now_ns(), h->max_hold_ms)) {
+            if (lock__lease_capped(e->since_ns, lock__now_ns(), h->max_hold_ms)) {
                 e->capped = true;
                 continue;
             }
@@ -281,7 +281,7 @@ int lock__holdings_next_due(lock__holdings *h, lock__renewal *out)
     out->name = strdup(e->name);
     if (out->name == NULL) {
         /* Try this one again a little later rather than spin on it. */
-        e->due_ns = lock__watchdog_retry_due(lock__now_ns(), e->lease_ms);
+        e->due_ns = lock__lease_retry_due(lock__now_ns(), e->lease_ms);
         rc = LOCK_ERR_NOMEM;
         goto out;
     }
@@ -319,7 +319,7 @@ bool lock__holdings_renewed(lock__holdings *h, uint64_t id, lock__renew_outcome 
     case LOCK__RENEWED:
         e->lease_ms = h->watchdog_lease_ms; /* the lease in force now */
         e->expires_ns = lock__add_ns(sent_ns, lock__ms_to_ns(h->watchdog_lease_ms));
-        e->due_ns = lock__watchdog_renewal_due(sent_ns, h->watchdog_lease_ms);
+        e->due_ns = lock__lease_renewal_due(sent_ns, h->watchdog_lease_ms);
         break;
     case LOCK__GONE:
         marked_lost = !e->lost;
@@ -330,7 +330,7 @@ bool lock__holdings_renewed(lock__holdings *h, uint64_t id, lock__renew_outcome 
          * again sooner than the regular interval, so that a blip is absorbed. Sooner by the
          * lease in force, not the watchdog's: a first lease (a grant, a new holding) is the
          * waiter liveness, and a retry on the 30 s schedule would come after it ran out. */
-        e->due_ns = lock__watchdog_retry_due(lock__now_ns(), e->lease_ms);
+        e->due_ns = lock__lease_retry_due(lock__now_ns(), e->lease_ms);
         break;
     }
 out:

@@ -2,7 +2,7 @@
  * keys.c - the Redis key and channel names of a lock (see keys.h).
  */
 #include "lock/keys.h"
-#include "lock/lock.h"
+#include "lock/result.h"
 
 #include <string.h>
 

@@ -26,12 +26,15 @@
  *      until the deadline, whichever is first; a message that grants us the lock ends the
  *      wait (grant_is_taken_as_is says when no round trip is needed); otherwise go to 3,
  *      until acquired or the deadline has passed;
- *   5. leaving without the lock, give up the place in line (leave.lua), or take the lock a
- *      release granted us since our last try.
- * An acquire whose answer is lost (a timeout, a dropped reply) may still have run, leaving a
- * hold nobody owns for a whole lease: its give-back (release.lua, which checks the owner and
- * sets the count to the caller's own) is written behind it on the same connection, which
- * Redis runs after it, or failing that sent on a release connection (lock_try_lock).
+ *   5. leaving without the lock, on every way out, give up the place in line (leave.lua),
+ *      or take the lock a release granted us since our last try, or a hold that an acquire
+ *      whose answer was lost made after all (settle_failed_try).
+ * Steps 0-4 are try_until_deadline (step 4: try_sleep), step 5 try_finish.
+ * An acquire whose answer is lost (late, swallowed, cut, never sent) may still have run,
+ * leaving a hold nobody knows of: its give-back is written behind it on the same connection,
+ * which Redis runs after it if that connection reached Redis; step 5 settles it on another
+ * connection while the bound leaves time; and a watchdog holding's first lease (the waiter
+ * liveness) bounds what neither reaches (first_lease_ms).
  * The connection is borrowed for each round trip only, never held while sleeping.
  *
  * Time bounds: the deadline is start + wait_ms. A round trip is only begun before the
@@ -646,143 +649,195 @@ static int64_t handoff_gap_us(const lock__grant *grant)
     return gap > 0 ? gap : 0;
 }
 
-int lock_try_lock(lock_client *c, const char *name, int64_t wait_ms, int64_t lease_ms,
-                  int64_t *fence_token)
-{
+/* One lock_try_lock call: what it sends to Redis, its time bounds, and what it has learnt. */
+typedef struct try_call {
+    lock_client *c;
     lock__keys k;
     char owner[LOCK__OWNER_MAX];
+    /* acquire.lua's arguments: the lease, the count to set, the place in line, and the token
+     * of the holding the thread knows of */
     char lease[24], count[24], line[24], known[24];
-    int64_t known_token = 0;
-    lock__waiter *w = NULL;
-    attempt a = {0};
-    lock__grant grant = {0};
-    bool woken = false, in_line = false;
-    bool watchdog = lease_ms == LOCK_LEASE_WATCHDOG;
-    /* A caller that waits stands in the line; a single try does not (it would only block
-     * the others until its place lapsed). */
-    bool queue = c != NULL && c->opts.fair && wait_ms > 0;
-    int64_t start, deadline, hard_deadline, now, ready_by, keep_place_by;
-    int64_t place_sent_ns = 0;    /* when the last try that kept our place in line was sent */
-    int64_t granted_lease_ms = 0; /* a grant taken as is: its lease; 0: lease_ms */
+    int64_t lease_ms;
+    bool watchdog;
+    bool waits;   /* wait_ms > 0 */
+    bool queue;   /* a caller that waits stands in the line; a single try does not (it would
+                     only block the others until its place lapsed) */
+    bool in_line; /* it has stood in the line: leave it on the way out */
+    bool woken;   /* its last sleep ended with a call (a release named it) */
+    int64_t deadline, hard_deadline;
+    int64_t place_sent_ns;    /* when the last try that kept its place in line was sent */
+    int64_t granted_lease_ms; /* a grant taken as is: its lease; 0: lease_ms */
+    lock__waiter *w;          /* joined to the lock's release channel; NULL: not */
+    attempt a;
+    lock__grant grant;
+} try_call;
+
+/* Checks the arguments and fills *t: the strings acquire.lua is given, and the deadlines. */
+static int try_prepare(try_call *t, lock_client *c, const char *name, int64_t wait_ms,
+                       int64_t lease_ms)
+{
+    int64_t known_token = 0, start;
     int rc;
 
-    lock__error_clear();
-    last_handoff_us = -1;
-    if (c == NULL || wait_ms < 0 || (lease_ms <= 0 && !watchdog))
+    memset(t, 0, sizeof(*t));
+    t->c = c;
+    t->watchdog = lease_ms == LOCK_LEASE_WATCHDOG;
+    if (c == NULL || wait_ms < 0 || (lease_ms <= 0 && !t->watchdog))
         return LOCK_ERR_INVALID;
-    rc = lock__keys_init(&k, name);
+    t->waits = wait_ms > 0;
+    t->queue = c->opts.fair && t->waits;
+    rc = lock__keys_init(&t->k, name);
     if (rc != LOCK_OK)
         return rc;
-    if (watchdog)
-        lease_ms = first_lease_ms(c);
-    lock__owner_format(c->process_id, owner);
-    snprintf(lease, sizeof(lease), "%" PRId64, lease_ms);
-    snprintf(line, sizeof(line), "%" PRId64, queue ? c->opts.waiter_liveness_ms : (int64_t)0);
+    t->lease_ms = t->watchdog ? first_lease_ms(c) : lease_ms;
+    lock__owner_format(c->process_id, t->owner);
+    snprintf(t->lease, sizeof(t->lease), "%" PRId64, t->lease_ms);
+    snprintf(t->line, sizeof(t->line), "%" PRId64,
+             t->queue ? c->opts.waiter_liveness_ms : (int64_t)0);
     /* The count Redis is told to set: what this thread holds, as it knows, plus this hold;
      * and the token of the holding it knows of (acquire.lua: a reentrant take keeps it only
      * if the counter still says it). */
-    snprintf(count, sizeof(count), "%" PRId64,
-             lock__holdings_count(c->holdings, k.name, lock__thread_number(), &known_token) + 1);
-    snprintf(known, sizeof(known), "%" PRId64, known_token);
-
+    snprintf(t->count, sizeof(t->count), "%" PRId64,
+             lock__holdings_count(c->holdings, t->k.name, lock__thread_number(), &known_token) + 1);
+    snprintf(t->known, sizeof(t->known), "%" PRId64, known_token);
     start = lock__now_ns();
-    deadline = lock__add_ns(start, lock__ms_to_ns(wait_ms));
-    hard_deadline = lock__add_ns(deadline, lock__ms_to_ns(c->opts.command_timeout_ms));
+    t->deadline = lock__add_ns(start, lock__ms_to_ns(wait_ms));
+    t->hard_deadline = lock__add_ns(t->deadline, lock__ms_to_ns(c->opts.command_timeout_ms));
+    return LOCK_OK;
+}
+
+/* Step 4: sleeps until a release calls the waiter, the holder's TTL runs out, its place in
+ * line needs keeping, or the deadline. Returns true when a release's grant ended the wait
+ * (t->a then says acquired); otherwise the caller tries again. */
+static bool try_sleep(try_call *t, int64_t now)
+{
+    lock_client *c = t->c;
+    /* In line, come back before the place lapses: a third of the liveness leaves two more
+     * chances if a call is late. */
+    int64_t keep_place_by =
+        t->queue ? lock__add_ns(now, lock__ms_to_ns(c->opts.waiter_liveness_ms) / 3) : t->deadline;
+
+    t->woken = lock__subscriber_wait_release(
+        c->subscriber, t->w,
+        wake_time(now, t->a.ttl_ms, keep_place_by < t->deadline ? keep_place_by : t->deadline),
+        &t->grant);
+    if (!t->woken || t->grant.token <= t->a.fence) {
+        t->grant.token = 0;
+        return false;
+    }
+    /* A release gave us the lock (release.lua). */
+    if (grant_is_taken_as_is(c, &t->grant, &t->a, t->watchdog, t->count)) {
+        /* Its lease ends where our place in line would have, which our last try set:
+         * counted from that try's sending, the local end is no later than Redis'
+         * (holdings.h). The watchdog extends it within a third. */
+        t->a = (attempt){
+            .acquired = true, .count = 1, .token = t->grant.token, .sent_ns = t->place_sent_ns};
+        t->granted_lease_ms = c->opts.waiter_liveness_ms;
+        last_handoff_us = handoff_gap_us(&t->grant);
+        return true;
+    }
+    /* Taken with acquire.lua, which keeps the grant's token when told it. */
+    snprintf(t->known, sizeof(t->known), "%" PRId64, t->grant.token);
+    return false;
+}
+
+/* Steps 0 to 4 (the file's header): tries, joins the release channel, sleeps and tries
+ * again, until acquired (LOCK_OK, t->a.acquired), the deadline (LOCK_ERR_TIMEOUT) or an
+ * error. */
+static int try_until_deadline(try_call *t)
+{
+    lock_client *c = t->c;
+    int64_t now, ready_by;
+    int rc;
 
     /* Under contention the channel is subscribed already: joining before the first try,
      * rather than after it failed, spares the second try (steps 2 and 3), one acquire.lua
      * per wait instead of two. Uncontended, nothing listens and nothing is joined. */
-    if (wait_ms > 0) {
-        rc = lock__subscriber_join_if_listening(c->subscriber, k.channel, owner, &w);
+    if (t->waits) {
+        rc = lock__subscriber_join_if_listening(c->subscriber, t->k.channel, t->owner, &t->w);
         if (rc != LOCK_OK)
             return rc;
     }
-    rc = attempt_once(c, &k, owner, lease, count, line, known, deadline, hard_deadline, &a);
-    place_sent_ns = a.sent_ns;
-    while (rc == LOCK_OK && !a.acquired) {
-        a.sent_ns = 0;
-        in_line = queue;
+    rc = attempt_once(c, &t->k, t->owner, t->lease, t->count, t->line, t->known, t->deadline,
+                      t->hard_deadline, &t->a);
+    t->place_sent_ns = t->a.sent_ns;
+    while (rc == LOCK_OK && !t->a.acquired) {
+        t->a.sent_ns = 0;
+        t->in_line = t->queue;
         now = lock__now_ns();
-        if (now >= deadline) {
-            rc = LOCK_ERR_TIMEOUT;
-            break;
-        }
-        if (w == NULL) {
+        if (now >= t->deadline)
+            return LOCK_ERR_TIMEOUT;
+        if (t->w == NULL) {
             /* Subscribe before trying again: a release after this point wakes us. Joining
              * once per call, not per retry, keeps our place in the process's queue. */
-            rc = lock__subscriber_join(c->subscriber, k.channel, owner, &w);
+            rc = lock__subscriber_join(c->subscriber, t->k.channel, t->owner, &t->w);
             if (rc != LOCK_OK)
-                break;
+                return rc;
             ready_by = lock__add_ns(now, lock__ms_to_ns(c->opts.command_timeout_ms));
-            lock__subscriber_wait_ready(c->subscriber, w,
-                                        ready_by < deadline ? ready_by : deadline);
-        } else {
-            /* In line, come back before the place lapses: a third of the liveness leaves
-             * two more chances if a call is late. */
-            keep_place_by = queue
-                                ? lock__add_ns(now, lock__ms_to_ns(c->opts.waiter_liveness_ms) / 3)
-                                : deadline;
-            woken = lock__subscriber_wait_release(
-                c->subscriber, w,
-                wake_time(now, a.ttl_ms, keep_place_by < deadline ? keep_place_by : deadline),
-                &grant);
-            if (woken && grant.token > a.fence) {
-                /* A release gave us the lock (release.lua). */
-                if (grant_is_taken_as_is(c, &grant, &a, watchdog, count)) {
-                    /* Its lease ends where our place in line would have, which our last try
-                     * set: counted from that try's sending, the local end is no later than
-                     * Redis' (holdings.h). The watchdog extends it within a third. */
-                    a = (attempt){.acquired = true,
-                                  .count = 1,
-                                  .token = grant.token,
-                                  .sent_ns = place_sent_ns};
-                    granted_lease_ms = c->opts.waiter_liveness_ms;
-                    last_handoff_us = handoff_gap_us(&grant);
-                    break;
-                }
-                /* Taken with acquire.lua, which keeps the grant's token when told it. */
-                snprintf(known, sizeof(known), "%" PRId64, grant.token);
-            } else {
-                grant.token = 0;
-            }
+            lock__subscriber_wait_ready(c->subscriber, t->w,
+                                        ready_by < t->deadline ? ready_by : t->deadline);
+        } else if (try_sleep(t, now)) {
+            return LOCK_OK;
         }
-        rc = attempt_once(c, &k, owner, lease, count, line, known, deadline, hard_deadline, &a);
-        if (rc == LOCK_OK && !a.acquired)
-            place_sent_ns = a.sent_ns;
-        else if (rc == LOCK_OK && grant.token > 0)
-            last_handoff_us = handoff_gap_us(&grant); /* the granted lock, taken by acquire.lua */
+        rc = attempt_once(c, &t->k, t->owner, t->lease, t->count, t->line, t->known, t->deadline,
+                          t->hard_deadline, &t->a);
+        if (rc == LOCK_OK && !t->a.acquired)
+            t->place_sent_ns = t->a.sent_ns;
+        else if (rc == LOCK_OK && t->grant.token > 0)
+            last_handoff_us = handoff_gap_us(&t->grant); /* the granted lock, by acquire.lua */
     }
+    return rc;
+}
 
-    /* Leaving without the lock: out of the line at once, so that the waiters behind do not
-     * wait for the place to lapse, on every way out (a timeout, an error, no connection);
-     * and a hold that a lost acquire may have made is taken or given back. A release may
-     * have granted us the lock since our last try: the wait then ends with it after all. */
+/* Step 5 and the record: settles a try that failed (settle_failed_try), records a holding,
+ * counts, and leaves the release channel. Returns the call's result. */
+static int try_finish(try_call *t, int rc, int64_t *fence_token)
+{
+    lock_client *c = t->c;
+
     if (rc != LOCK_OK)
-        rc = settle_failed_try(c, &k, owner, count, lease, in_line, hard_deadline, rc, &a);
+        rc = settle_failed_try(c, &t->k, t->owner, t->count, t->lease, t->in_line, t->hard_deadline,
+                               rc, &t->a);
     if (rc == LOCK_OK) {
-        rc = lock__holdings_acquired(c->holdings, k.name, lock__thread_number(), owner, a.count,
-                                     a.token, granted_lease_ms > 0 ? granted_lease_ms : lease_ms,
-                                     watchdog, a.sent_ns);
+        rc = lock__holdings_acquired(
+            c->holdings, t->k.name, lock__thread_number(), t->owner, t->a.count, t->a.token,
+            t->granted_lease_ms > 0 ? t->granted_lease_ms : t->lease_ms, t->watchdog, t->a.sent_ns);
         if (rc != LOCK_OK) {
             /* Out of memory for the record: give the hold back (best effort) rather than
              * keep a lock that nobody would renew or know to release. */
             int64_t ignored;
 
-            release_settled(c, &k, owner, a.count - 1, hard_deadline, hard_deadline, &ignored);
+            release_settled(c, &t->k, t->owner, t->a.count - 1, t->hard_deadline, t->hard_deadline,
+                            &ignored);
         } else if (fence_token != NULL)
-            *fence_token = a.token;
+            *fence_token = t->a.token;
     }
     if (rc == LOCK_ERR_TIMEOUT)
         atomic_fetch_add(&c->timeouts, 1);
     if (rc == LOCK_ERR_REDIS)
         lock__sentinel_follower_nudge(c->follower); /* a failover looks like this from here */
-    if (w != NULL) {
+    if (t->w != NULL) {
         /* A wake-up used for a try that failed on an error (not on another holder) is
          * passed to another waiter: the lock may well be free. */
-        lock__subscriber_leave(c->subscriber, w, rc == LOCK_OK,
-                               woken && rc != LOCK_OK && rc != LOCK_ERR_TIMEOUT);
+        lock__subscriber_leave(c->subscriber, t->w, rc == LOCK_OK,
+                               t->woken && rc != LOCK_OK && rc != LOCK_ERR_TIMEOUT);
     }
     return rc;
+}
+
+int lock_try_lock(lock_client *c, const char *name, int64_t wait_ms, int64_t lease_ms,
+                  int64_t *fence_token)
+{
+    try_call t;
+    int rc;
+
+    lock__error_clear();
+    last_handoff_us = -1;
+    rc = try_prepare(&t, c, name, wait_ms, lease_ms);
+    if (rc != LOCK_OK)
+        return rc;
+    rc = try_until_deadline(&t);
+    return try_finish(&t, rc, fence_token);
 }
 
 /* ---- unlock, is_held, inspect, ping, stats ---- */

@@ -37,20 +37,10 @@
 #ifndef LOCK_LOCK_H
 #define LOCK_LOCK_H
 
+#include "lock/result.h"
+
 #include <stdbool.h>
 #include <stdint.h>
-
-/* Result codes. 0 is success; every failure is negative. */
-enum {
-    LOCK_OK = 0,
-    LOCK_ERR_TIMEOUT = -1,  /* try_lock: the lock was held by another owner for the whole wait */
-    LOCK_ERR_REDIS = -2,    /* Redis unreachable, timed out or answered an error: not acquired */
-    LOCK_ERR_NOT_HELD = -3, /* unlock/is_held: the caller does not hold this lock */
-    LOCK_ERR_INVALID = -4,  /* bad argument (empty name, lease 0 or < -1, wait < 0, ...) */
-    LOCK_ERR_NOMEM = -5,
-    LOCK_ERR_LOST = -6, /* is_held: the watchdog found the lock gone or taken by another */
-    LOCK_ERR_BUSY = -7, /* no command connection could be had within the wait bound */
-};
 
 /* Pass as lease_ms to let the watchdog renew the lease while the lock is held. */
 #define LOCK_LEASE_WATCHDOG (-1)
@@ -125,19 +115,17 @@ void lock_client_destroy(lock_client *c);
  *            LOCK_LEASE_WATCHDOG: default lease, renewed by the watchdog while held.
  * Reentrant: a thread that holds the lock takes it again (the hold count grows; the TTL is
  * reset to this call's lease, the first lease for LOCK_LEASE_WATCHDOG) and gets the same
- * fencing token, unless the counter moved under its holding (then a new, larger one). Once any hold of a holding
- * was taken with LOCK_LEASE_WATCHDOG, the watchdog renews it until its last release, or
- * until it has been held for max_hold_ms.
- * Waiting does not poll: the waiter sleeps until a release calls it, or the holder's
- * remaining TTL (or the wait) runs out, plus a little jitter. With opts.fair it stands in
- * line: it wakes every third of the liveness to keep its place, and the lock is its own
- * only when every waiter that came before it has had the lock or left the line; a try
- * with wait_ms 0 takes a free lock only when nobody is in line. A release hands the lock
- * to the first in line itself (the grant, lock/README.md): a LOCK_LEASE_WATCHDOG waiter
- * then returns without a round trip of its own.
- * Returns LOCK_OK and sets *fence_token (if not NULL) to the token of this holding;
- * LOCK_ERR_TIMEOUT; LOCK_ERR_REDIS (never "acquired" on a lost connection; with sync_replicas,
- * also a grant that too few replicas acknowledged, released again); LOCK_ERR_BUSY;
+ * fencing token, unless the counter moved under its holding (then a new, larger one). Once any hold
+ * of a holding was taken with LOCK_LEASE_WATCHDOG, the watchdog renews it until its last release,
+ * or until it has been held for max_hold_ms. Waiting does not poll: the waiter sleeps until a
+ * release calls it, or the holder's remaining TTL (or the wait) runs out, plus a little jitter.
+ * With opts.fair it stands in line: it wakes every third of the liveness to keep its place, and the
+ * lock is its own only when every waiter that came before it has had the lock or left the line; a
+ * try with wait_ms 0 takes a free lock only when nobody is in line. A release hands the lock to the
+ * first in line itself (the grant, lock/README.md): a LOCK_LEASE_WATCHDOG waiter then returns
+ * without a round trip of its own. Returns LOCK_OK and sets *fence_token (if not NULL) to the token
+ * of this holding; LOCK_ERR_TIMEOUT; LOCK_ERR_REDIS (never "acquired" on a lost connection; with
+ * sync_replicas, also a grant that too few replicas acknowledged, released again); LOCK_ERR_BUSY;
  * LOCK_ERR_INVALID.
  * An acquire whose answer is lost (late, swallowed, cut, or never sent) is settled within
  * the same bound: leave.lua hands the caller a hold the acquire made (LOCK_OK) or takes it out

@@ -9,7 +9,7 @@
 #include "lock/pool.h"
 #include "lock/clock.h"
 #include "lock/error.h"
-#include "lock/lock.h"
+#include "lock/result.h"
 
 #include <errno.h>
 #include <pthread.h>

@@ -13,7 +13,7 @@
  */
 #include "lock/scripts.h"
 #include "lock/error.h"
-#include "lock/lock.h"
+#include "lock/result.h"
 #include "lock/sha1.h"
 
 #include <pthread.h>

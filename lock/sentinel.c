@@ -15,7 +15,7 @@
 #include "lock/clock.h"
 #include "lock/conn.h"
 #include "lock/error.h"
-#include "lock/lock.h"
+#include "lock/result.h"
 
 #include <errno.h>
 #include <hiredis/hiredis.h>

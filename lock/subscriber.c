@@ -39,7 +39,7 @@
  */
 #include "lock/subscriber.h"
 #include "lock/clock.h"
-#include "lock/lock.h"
+#include "lock/result.h"
 #include "lock/waiters.h"
 
 #include <errno.h>

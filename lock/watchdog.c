@@ -10,7 +10,7 @@
 #include "lock/clock.h"
 #include "lock/holdings.h"
 #include "lock/keys.h"
-#include "lock/lock.h"
+#include "lock/result.h"
 #include "lock/scripts.h"
 
 #include <inttypes.h>
@@ -19,28 +19,6 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
-
-int64_t lock__watchdog_period_ns(int64_t lease_ms)
-{
-    int64_t period = lock__ms_to_ns(lease_ms) / 3;
-
-    return period >= LOCK__NS_PER_MS ? period : LOCK__NS_PER_MS;
-}
-
-int64_t lock__watchdog_renewal_due(int64_t sent_ns, int64_t lease_ms)
-{
-    return lock__add_ns(sent_ns, lock__watchdog_period_ns(lease_ms));
-}
-
-int64_t lock__watchdog_retry_due(int64_t now_ns, int64_t lease_ms)
-{
-    return lock__add_ns(now_ns, lock__watchdog_period_ns(lease_ms) / 3);
-}
-
-bool lock__watchdog_capped(int64_t since_ns, int64_t now_ns, int64_t max_hold_ms)
-{
-    return now_ns - since_ns >= lock__ms_to_ns(max_hold_ms);
-}
 
 struct lock__watchdog {
     lock__holdings *holdings;

@@ -13,7 +13,7 @@
 #include "lock/clock.h"
 #include "lock/error.h"
 #include "lock/queue/backend.h"
-#include "lock/watchdog.h"
+#include "lock/lease.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -246,7 +246,7 @@ static int etcd_get_session(void *be, queue_lock__session *s)
     if (rc == QUEUE_LOCK_OK) {
         c->lease_id = granted;
         c->lease_until = lock__add_ns(sent, lock__ms_to_ns(ttl * 1000));
-        c->renew_at = lock__watchdog_renewal_due(sent, c->ttl_s * 1000);
+        c->renew_at = lock__lease_renewal_due(sent, c->ttl_s * 1000);
         s->id = (uint64_t)granted;
         queue_lock__wake(c->q); /* the keeper has a lease to keep */
     }
@@ -280,7 +280,7 @@ static bool etcd_alive(void *be, uint64_t session)
 static int64_t etcd_keep_alive(void *be)
 {
     etcd_be *c = be;
-    int64_t id, sent, ttl, period_ns = lock__watchdog_period_ns(c->ttl_s * 1000);
+    int64_t id, sent, ttl, period_ns = lock__lease_period_ns(c->ttl_s * 1000);
     json_t *ans = NULL, *result;
     int rc;
 

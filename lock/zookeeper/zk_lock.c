@@ -18,7 +18,7 @@
 #include "lock/clock.h"
 #include "lock/error.h"
 #include "lock/queue/backend.h"
-#include "lock/watchdog.h"
+#include "lock/lease.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -710,7 +710,7 @@ static int64_t zk_keep_alive(void *be)
     pthread_mutex_lock(&c->mu);
     reap_locked(c, false);
     s = c->current;
-    period = lock__watchdog_period_ns(s != NULL ? s->timeout_ms : c->session_ms);
+    period = lock__lease_period_ns(s != NULL ? s->timeout_ms : c->session_ms);
     now = lock__now_ns();
     if (c->stopping || s == NULL || !s->connected || now < c->confirm_at) {
         int64_t next = s != NULL && s->connected && c->confirm_at > now ? c->confirm_at
