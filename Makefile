@@ -10,6 +10,8 @@
 #                   each row drawn again into docs/course/timelines/
 #   make docs-check the course checked against the code (make docs: refresh its quotes)
 #   make chaos      every fault against the safe modes under load, on three stacks of its own
+#   make soak       every safe mode in turn under faults at random moments for 10 minutes
+#                   (SOAK_MINUTES, SEED to replay), on a stack of its own; docs/lab/soak.md
 #   make scale      the scaling report (loadtest/scale --check): hot goods, replicas 1-6,
 #                   where the time goes, on a stack of its own (~5 min)
 #   make up / down  start / stop the native local stack (PostgreSQL, Redis, 3 replicas, nginx)
@@ -118,7 +120,7 @@ TSAN_TARGETS := $(TSAN_SERVICE_TARGETS) \
                 $(patsubst tests/%.c,build/tsan/tests/%,$(STACK_TEST_SRC)) \
                 build/tsan/check-history
 
-.PHONY: all programs tests test test-build-release test-build-san test-build-tsan test-unit test-integration test-tsan test-docker test-docker-pg-ha test-fresh demo ladder chaos chaos-pg scale \
+.PHONY: all programs tests test test-build-release test-build-san test-build-tsan test-unit test-integration test-tsan test-docker test-docker-pg-ha test-fresh demo ladder chaos chaos-pg soak scale \
         up down lab lab-down test-lab clean deps pkg-check check-includes config-doc docs docs-check
 
 all: programs
@@ -305,8 +307,17 @@ ladder: deps
 # The same, with load: a fault at a fixed moment of a bounded load, per (fault, mode).
 chaos: deps
 	@scripts/deps.sh ensure test etcd chaos
-	$(MAKE) all $(B)/chaos-load
+	$(MAKE) all $(B)/chaos-load $(B)/fault-relay
 	loadtest/chaos
+
+# The soak (loadtest/soak --record): the safe modes in turn, each under a nemesis that mixes
+# the faults at random moments (seeded; SEED=S replays a schedule), its table added to
+# docs/lab/soak.md. etcd and ZooKeeper are soaked when installed (make test installs them).
+# Not in `make test`: it lasts SOAK_MINUTES (10), its stack's start and the judging aside.
+soak: deps
+	@scripts/deps.sh ensure test
+	$(MAKE) all $(B)/chaos-load $(B)/fault-relay
+	loadtest/soak --record --minutes $(or $(SOAK_MINUTES),10) $(if $(SEED),--seed $(SEED))
 
 # PostgreSQL under Patroni, its primary killed mid-load, synchronous then asynchronous
 # replication (loadtest/chaos-pg); a stack of its own, stopped after. Not in `make test`.

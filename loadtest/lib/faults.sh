@@ -148,7 +148,7 @@ inject() {
         if [ "${CUT_REPLICA:-0}" -gt "$REPLICAS" ]; then
             cut_taken "$@"
         else
-            inject "${1%-*}-window" "$2" "$3"
+            inject "$1-window" "$2" "$3"
             return
         fi
         ;;
@@ -267,6 +267,7 @@ failover_lost_grant() {
     kill -STOP "$replica"
     redis-cli -p "$REDIS_PORT" CLIENT KILL TYPE replica >/dev/null
     (fault_request "$1" "$2" pause-before-commit=6000 &)
+    FAULT_SEQ=$((FAULT_SEQ + 1)) # the background request took the number before
     sleep 0.3
     kill -KILL "$master"
     kill -CONT "$replica"

@@ -42,3 +42,18 @@ stack_ready() {
             { echo "$url is not ready" >&2; return 1; }
     done
 }
+
+MODES_JSON="" # the stack's GET /api/modes: the caller reads it once the stack is up
+
+# mode_safe MODE: "yes" or "no" as the stack's /api/modes marks MODE (its "safe"), the one
+# place that says which modes are safe; "unknown" when it does not list MODE. One object of
+# the "modes" array per line: the one whose "name" is exactly MODE.
+mode_safe() {
+    local obj
+    obj=$(printf '%s' "$MODES_JSON" | tr '{' '\n' | grep -F "\"name\":\"$1\"" | head -1 || true)
+    case $obj in
+    *'"safe":true'*) echo yes ;;
+    *'"safe":false'*) echo no ;;
+    *) echo unknown ;;
+    esac
+}
