@@ -71,8 +71,12 @@ inject() {
     local start end
     start=$(date +%s%N)
     case $1 in
-    replica-kill)
-        fault_request "$2" "$3" crash-in-section
+    replica-kill | replica-sigkill)
+        if [ "$1" = replica-kill ]; then
+            fault_request "$2" "$3" crash-in-section
+        else
+            kill -KILL "$(cat "$RUN_DIR/replicas/svc-2.pid")"
+        fi
         end=$(date +%s%N)
         sleep 1
         replica_restart 2
@@ -129,14 +133,6 @@ inject() {
         FAULT_MS=$(((end - start) / 1000000))
         return
         ;;
-    replica-sigkill)
-        kill -KILL "$(cat "$RUN_DIR/replicas/svc-2.pid")"
-        end=$(date +%s%N)
-        sleep 1
-        replica_restart 2
-        FAULT_MS=$(((end - start) / 1000000))
-        return
-        ;;
     replica-sigstop)
         local pid
         pid=$(cat "$RUN_DIR/replicas/svc-2.pid")
@@ -163,11 +159,8 @@ inject() {
         ;;
     etcd-stop | zookeeper-stop)
         stack_run "$STACK_LOG" "$1"
-        end=$(date +%s%N)
         sleep 1
         stack_run "$STACK_LOG" "${1%-stop}-start"
-        FAULT_MS=$(((end - start) / 1000000 + 1000))
-        return
         ;;
     *)
         say "chaos: unknown fault '$1'"
