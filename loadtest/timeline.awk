@@ -37,6 +37,7 @@ function ltext(x, yy, s, anchor, size, color, weight) {
 # What the lock lane says of holding i: whose it is, and how that is known.
 function holding_label(i) {
     if (H_BY[i] == "attempt") return H_WHO[i] "'s attempt, given back"
+    if (H_BY[i] == "named") return "held by " substr(H_VALUE[i], 2)
     return "held by " H_WHO[i]
 }
 
@@ -298,8 +299,9 @@ END {
                 # waiter took it at once (between two samples).
                 if (prev_present)
                     H_END[NH] = (prev_pttl >= 0 && ms >= prev_ms + prev_pttl - 40) ? "lease ran out" : "ended: next holder in"
-                holding_open(ms, holder_of(ms, holder))
-                H_BY[NH] = HOLDER_BY
+                # A schematic names a holder that is no request ("=node-1"): drawn grey.
+                holding_open(ms, (holder ~ /^=/) ? "?" : holder_of(ms, holder))
+                H_BY[NH] = (holder ~ /^=/) ? "named" : HOLDER_BY
             }
             H_TO[NH] = ms
             H_PTTL[NH] = pttl
@@ -528,11 +530,11 @@ END {
         }
         if (H_END[i] == "lease ran out") {
             line(lcx - 60, y(H_TO[i]), lcx + 60, y(H_TO[i]), "#d62728", 2, "6,3")
-            ltext(lcx + 2, y(H_TO[i]) - 4, "lease ran out (" w "'s)", "middle", 10, "#d62728", "bold")
+            ltext(lcx + 2, y(H_TO[i]) - 4, "lease ran out (" (H_BY[i] == "named" ? substr(H_VALUE[i], 2) : w) "'s)", "middle", 10, "#d62728", "bold")
         } else if (H_END[i] != "" && !short) {
             ltext(lcx, y(H_TO[i]) - 4, H_END[i], "middle", 9, "#333", "")
         } else if (i == NH && still_held) {
-            ltext(lcx, y(H_TO[i]) + 13, "still held: no expiry", "middle", 10, "#d62728", "bold")
+            ltext(lcx, y(H_TO[i]) + 13, (H_PTTL[i] == -1 ? "still held: no expiry" : "still held"), "middle", 10, "#d62728", "bold")
         }
         if (H_PTTL[i] == -1 && H_END[i] != "lease ran out" && NL > 0)
             ltext(lcx + 44, y(H_FROM[i]) + 26, "no TTL", "start", 9, "#d62728", "")
@@ -627,7 +629,9 @@ END {
     for (j = 1; j <= NREQ; j++) {
         r = REQ[j]; cx = X0 + (j - 0.5) * LANE_W
         if (!(r in T_STARTED) || (r in CART)) continue
-        wend = (r in ENTERED) ? ENTERED[r] : ((r in SERVED) ? SERVED[r] : T_STARTED[r])
+        # Until it got in: its section's entry, else its first traced point (a PostgreSQL
+        # rung's BEGIN), else its answer.
+        wend = (r in ENTERED) ? ENTERED[r] : (NP[r] > 0 ? P_MS[r, 1] : ((r in SERVED) ? SERVED[r] : T_STARTED[r]))
         line(cx - 16, y(T_STARTED[r]), cx - 8, y(T_STARTED[r]), "#333", 1, "")
         ltext(cx - 18, y(T_STARTED[r]) + 3, "at svc-" REPLICA[r], "end", 8.5, "#333", "")
         if (wend - T_STARTED[r] >= 100) {
