@@ -258,13 +258,9 @@ function init(args)
     for i = 1, goods_count do
         local body = string.format('{"goods_id":%d,"count":%d%s}', goods + i - 1, count,
                                    mode_field)
-        local req = wrk.format("POST", path, headers, body)
-        if hist_file then
-            local at = req:find("@KEY@", 1, true)
-            requests_by_goods[i] = { req:sub(1, at - 1), req:sub(at + 5), goods + i - 1, count }
-        else
-            requests_by_goods[i] = req
-        end
+        requests_by_goods[i] = prebuilt(wrk.format("POST", path, headers, body), "deduct",
+            string.format('"goods_id":%d,"count":%d', goods + i - 1, count),
+            string.format(',"goods_id":%d', goods + i - 1))
     end
 
     math.randomseed(os.time() + thread_index * 7919)
@@ -283,6 +279,15 @@ function init(args)
 end
 
 local flush_history -- defined below, with record()
+
+-- A prebuilt request: the request itself, or, when recording, its two halves around the
+-- X-Request-Id placeholder, with what its history lines say of it: f, the invocation's
+-- fields (fields) and the goods every completion names (goods, "" for an order).
+function prebuilt(req, f, fields, goods)
+    if not hist_file then return req end
+    local at = req:find("@KEY@", 1, true)
+    return { req:sub(1, at - 1), req:sub(at + 5), f = f, fields = fields, goods = goods }
+end
 
 -- Called when this thread has every answer of its share.
 local function finish()
@@ -321,11 +326,20 @@ local function recorded_request(r)
         pid = next_pid
         next_pid = next_pid + 1
     end
-    open_ops[key] = { pid, r[3] }
-    record(string.format(
-        '{"time":%s,"process":%d,"type":"invoke","f":"deduct","goods_id":%d,"count":%d,"request_id":"%s"}',
-        now_ns(), pid, r[3], r[4], key))
+    open_ops[key] = { pid, r }
+    record(string.format('{"time":%s,"process":%d,"type":"invoke","f":"%s",%s,"request_id":"%s"}',
+                         now_ns(), pid, r.f, r.fields, key))
     return r[1] .. key .. r[2]
+end
+
+-- An order's ok: the answer's items (each goods' count and remaining) as they came, and the
+-- cart's order id. nil when the answer lacks them.
+local function order_ok(body)
+    local items = body:match('"items":(%b[])')
+    local order_id = body:match('"order_id":(%d+)')
+    if items and order_id then
+        return string.format('"type":"ok","items":%s,"order_id":%s', items, order_id)
+    end
 end
 
 -- The completion of the request whose id the answer carries: ok, fail or info, HISTORY's
@@ -340,23 +354,31 @@ local function record_answer(status, headers, body)
     open_ops[key] = nil
     free_pids[#free_pids + 1] = op[1]
     local t = now_ns()
+    local r = op[2]
     local head = string.format('{"time":%s,"process":%d,', t, op[1])
-    local tail = string.format(',"f":"deduct","goods_id":%d,"request_id":"%s","status":%d}', op[2], key,
+    local tail = string.format(',"f":"%s"%s,"request_id":"%s","status":%d}', r.f, r.goods, key,
                                status)
     if status == 200 then
-        local remaining = body:match('"remaining":(%-?%d+)')
-        local order_id = body:match('"order_id":(%d+)')
-        if remaining and order_id then
-            record(head .. string.format('"type":"ok","remaining":%s,"order_id":%s', remaining,
-                                         order_id) .. tail)
-            return
+        local ok
+        if r.f == "order" then
+            ok = order_ok(body)
+        else
+            local remaining = body:match('"remaining":(%-?%d+)')
+            local order_id = body:match('"order_id":(%d+)')
+            if remaining and order_id then
+                ok = string.format('"type":"ok","remaining":%s,"order_id":%s', remaining, order_id)
+            end
         end
-        record(head .. '"type":"info","error":"unreadable_200"' .. tail)
+        record(head .. (ok or '"type":"info","error":"unreadable_200"') .. tail)
         return
     end
     local err = body:match('"error":"([%w_]+)"') or ("http_" .. status)
     local kind
-    if status == 409 and err == "insufficient_stock" then
+    if status == 409 and r.f == "order" and err == "sold_out" then
+        -- a cart's 409 names the goods it found short
+        kind = "fail"
+        tail = string.format(',"goods_id":%s', body:match('"goods_id":(%d+)') or "0") .. tail
+    elseif status == 409 and err == "insufficient_stock" then
         kind, err = "fail", "sold_out"
     elseif status == 503 then
         kind = (err == "commit_unknown") and "info" or "fail"
@@ -373,26 +395,25 @@ local function record_answer(status, headers, body)
     record(head .. string.format('"type":"%s","error":"%s"', kind, err) .. tail)
 end
 
-function request()
+-- Sends the prebuilt request r (prebuilt()): counted, and recorded when recording.
+function send_request(r)
     -- Before starting the first thread, wrk calls its request() once to check that the
     -- request parses; that one is never sent, so it is not counted (nor recorded).
     if not verified then
         verified = true
         if thread_index == 1 then
-            local r = requests_by_goods[1]
             return hist_file and (r[1] .. "verify" .. r[2]) or r
         end
     end
     if now and not stats.t_first then stats.t_first = now() end
     stats.sent = stats.sent + 1
-    local r
-    if #requests_by_goods == 1 then
-        r = requests_by_goods[1]
-    else
-        r = requests_by_goods[math.random(#requests_by_goods)]
-    end
     if hist_file then return recorded_request(r) end
     return r
+end
+
+function request()
+    if #requests_by_goods == 1 then return send_request(requests_by_goods[1]) end
+    return send_request(requests_by_goods[math.random(#requests_by_goods)])
 end
 
 function response(status, headers, body)

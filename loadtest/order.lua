@@ -4,8 +4,11 @@
 --   wrk -t2 -c50 -d120s --timeout 10s -s loadtest/order.lua http://127.0.0.1:8080/api/order \
 --       -- mode=redis goods=1 goods_count=5 count=1 budget=6000 threads=2
 --
--- The arguments are deduct.lua's, and so are the budget, the counters and the RESULT line
--- (this script runs deduct.lua first and keeps all of it). What differs is the body: the
+-- The arguments are deduct.lua's, and so are the budget, the counters, the RESULT line and
+-- the history (this script runs deduct.lua first and keeps all of it): with history=PREFIX
+-- each cart is recorded as an `order` of HISTORY's format, its items on the invocation, the
+-- answer's items (each goods' remaining) and the cart's order id on an ok, the goods the 409
+-- names on a sold_out. What differs is the body: the
 -- goods ID .. ID+goods_count-1 are the hot goods (goods_count 2 or more), and each request is
 -- one of CARTS prebuilt carts, picked at random: half of them one item, the others 2 to 4
 -- (at most goods_count), of distinct goods listed in random order, `count` units each. Two
@@ -18,7 +21,7 @@ local CARTS = 1000
 local here = debug.getinfo(1, "S").source:match("^@(.*/)") or "./"
 dofile(here .. "deduct.lua")
 
-local deduct_init, deduct_request = init, request
+local deduct_init = init
 local carts = {}
 
 function init(args)
@@ -39,6 +42,7 @@ function init(args)
     local path = wrk.path
     if path == nil or path == "/" then path = "/api/order" end
     local headers = { ["Content-Type"] = "application/json" }
+    if hist_path then headers["X-Request-Id"] = "@KEY@" end -- recording: see deduct.lua
     local mode_field = mode ~= "" and string.format(',"mode":"%s"', mode) or ""
     for c = 1, CARTS do
         local n = 1
@@ -51,12 +55,13 @@ function init(args)
             pool[i], pool[k] = pool[k], pool[i]
             items[i] = string.format('{"goods_id":%d,"count":%d}', pool[i], count)
         end
-        local body = '{"items":[' .. table.concat(items, ",") .. "]" .. mode_field .. "}"
-        carts[c] = wrk.format("POST", path, headers, body)
+        local list = "[" .. table.concat(items, ",") .. "]"
+        local body = '{"items":' .. list .. mode_field .. "}"
+        carts[c] = prebuilt(wrk.format("POST", path, headers, body), "order",
+                            '"items":' .. list, "")
     end
 end
 
 function request()
-    deduct_request() -- its bookkeeping (what was sent, and when); its request is not used
-    return carts[math.random(#carts)]
+    return send_request(carts[math.random(#carts)])
 end

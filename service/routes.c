@@ -330,6 +330,10 @@ static void handle_order(app *a, const http_request *req, http_reply *reply)
     const mode *m;
     char detail[600], known[400];
 
+    /* A request id of the API's shape goes back with every answer, for a recorder (as a
+     * deduction's does; a cart's order rows do not keep it). */
+    if (lab_request_id_valid(request_id))
+        reply->request_id = request_id;
     if (request_parse_order(req->body, req->body_len, &orq, detail, sizeof(detail)) != 0) {
         reply_error(reply, 400, "bad_request", detail);
         return;

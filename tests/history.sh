@@ -31,6 +31,17 @@ run_history_lib() {
     check "no answer: info timeout" history__class 000 '' '"type":"info","f":"deduct","goods_id":5,"error":"timeout"'
     check "400: fail" history__class 400 '{"ok":false,"error":"bad_request"}' '"type":"fail","f":"deduct","goods_id":5,"error":"bad_request"'
     check "500: info (it may have sold)" history__class 500 '{"ok":false,"error":"internal"}' '"type":"info"'
+    check "cart 200: ok with the answer's items and the cart's order id" history__order_class \
+        200 '{"ok":true,"order_id":9,"items":[{"goods_id":1,"count":2,"remaining":98},{"goods_id":7,"count":1,"remaining":0}],"mode":"redis"}' \
+        '"type":"ok","f":"order","items":[{"goods_id":1,"count":2,"remaining":98},{"goods_id":7,"count":1,"remaining":0}],"order_id":9'
+    check "cart 409 sold_out: fail sold_out naming its goods" history__order_class \
+        409 '{"ok":false,"error":"sold_out","goods_id":7}' '"type":"fail","f":"order","error":"sold_out","goods_id":7'
+    check "cart 503 lock_timeout: fail" history__order_class 503 '{"ok":false,"error":"lock_timeout"}' \
+        '"type":"fail","f":"order","error":"lock_timeout"'
+    check "cart 503 commit_unknown: info" history__order_class 503 '{"ok":false,"error":"commit_unknown"}' \
+        '"type":"info","f":"order","error":"commit_unknown"'
+    check "cart, no answer: info timeout" history__order_class 000 '' '"type":"info","f":"order","error":"timeout"'
+    check "a recorded cart and a deduct of its goods are checked together" history__order_checked "$dir" "$build"
     check "merged lines are in time order, a process's own kept in order" history__merge_order "$dir"
     check_group_end
     rm -rf "$dir"
@@ -43,14 +54,46 @@ history__clock_monotonic() {
 
 # history__class STATUS BODY WANT: history_answer's line for STATUS/BODY contains WANT.
 history__class() {
-    local line
-    history_answer "$HISTORY__TEST_DIR/answer.jsonl" 3 5 k-1 123 "$1" "$2"
+    history__line_has "$3" history_answer "$HISTORY__TEST_DIR/answer.jsonl" 3 5 k-1 123 "$1" "$2"
+}
+
+# history__order_class STATUS BODY WANT: history_order_answer's line for STATUS/BODY contains
+# WANT.
+history__order_class() {
+    history__line_has "$3" history_order_answer "$HISTORY__TEST_DIR/answer.jsonl" 3 k-1 123 "$1" "$2"
+}
+
+# history__line_has WANT COMMAND...: the line COMMAND appends to answer.jsonl (process 3, time
+# 123) contains WANT.
+history__line_has() {
+    local want=$1 line
+    shift
+    "$@"
     line=$(<"$HISTORY__TEST_DIR/answer.jsonl")
     rm -f "$HISTORY__TEST_DIR/answer.jsonl"
-    [[ $line == *"$3"* ]] && [[ $line == '{"time":123,"process":3,'* ]] || {
+    if [[ $line != *"$want"* ]] || [[ $line != '{"time":123,"process":3,'* ]]; then
         echo "    got: $line" >&2
         return 1
-    }
+    fi
+}
+
+# Goods 5 and 6 of 1 unit each: a cart of both sold them, and a deduct of goods 6 that ran
+# beside it was told 200 too (the same last unit). Goods 6 alone shows it: no.
+history__order_checked() {
+    local dir=$1 build=$2
+    rm -f "$dir"/c.jsonl
+    history_reset "$dir/c.jsonl" 0 5 1 10 20
+    history_reset "$dir/c.jsonl" 0 6 1 30 40
+    history_order_invoke "$dir/c.jsonl" 1 '[{"goods_id":5,"count":1},{"goods_id":6,"count":1}]' c-1 100
+    history_invoke "$dir/c.jsonl" 2 6 1 d-1 110
+    history_order_answer "$dir/c.jsonl" 1 c-1 200 200 \
+        '{"ok":true,"order_id":4,"items":[{"goods_id":5,"count":1,"remaining":0},{"goods_id":6,"count":1,"remaining":0}]}'
+    history_answer "$dir/c.jsonl" 2 6 d-1 210 200 '{"ok":true,"remaining":0,"order_id":5}'
+    "$build/check-history" "$dir/c.jsonl" >"$dir/c.out"
+    if [ $? -ne 1 ] || ! grep -q '^goods 5, 6 (goods 6 alone' "$dir/c.out"; then
+        cat "$dir/c.out" >&2
+        return 1
+    fi
 }
 
 history__merge_order() {
@@ -83,6 +126,8 @@ run_history_settle() {
     source loadtest/lib/history.sh
     check "a settled sale that committed after its client gave up is linearizable" \
         history__settled_late "$dir" "$port" "$db"
+    check "an ok cart balances item by item against its order rows; a missing row is lost" \
+        history__cart_ledger "$dir" "$port" "$db"
     check_group_end
     psql -X -q -h 127.0.0.1 -p "$port" -U postgres -d postgres -c "DROP DATABASE IF EXISTS $db" \
         >/dev/null 2>&1 || true
@@ -116,4 +161,29 @@ history__settled_late() {
         cat "$dir/resolved.jsonl" "$dir/check.txt" >&2 2>/dev/null
         return 1
     fi
+}
+
+# Goods 2 and 3: cart 500 sold one of each (two order rows naming cart 500); the history's
+# ok for it balances. Without goods 3's row, that item is lost.
+history__cart_ledger() {
+    local dir=$1 port=$2 db=$3 sql ledger
+    sql="host=127.0.0.1 port=$port user=postgres connect_timeout=5 dbname=$db"
+    psql -X -q -v ON_ERROR_STOP=1 -d "$sql" >/dev/null <<'SQL' || return 1
+INSERT INTO goods (id, stock, initial) VALUES (2, 4, 5), (3, 4, 5);
+INSERT INTO orders (goods, count, mode, instance, cart, cart_items)
+VALUES (2, 1, 'redis', 'svc-1', 500, 2), (3, 1, 'redis', 'svc-1', 500, 2);
+SQL
+    mkdir -p "$dir/cart"
+    history_reset "$dir/cart/events.jsonl" 0 2 5 1 2
+    history_reset "$dir/cart/events.jsonl" 0 3 5 3 4
+    history_order_invoke "$dir/cart/events.jsonl" 1 '[{"goods_id":2,"count":1},{"goods_id":3,"count":1}]' c-1 10
+    history_order_answer "$dir/cart/events.jsonl" 1 c-1 20 200 \
+        '{"ok":true,"order_id":500,"items":[{"goods_id":2,"count":1,"remaining":4},{"goods_id":3,"count":1,"remaining":4}]}'
+    history_merge "$dir/cart" "$dir/cart/events.jsonl"
+    history__scan "$dir/cart/history.jsonl" "$dir/cart/.scan"
+    ledger=$(history_ledger "$dir/cart")
+    [ "$ledger" = ok ] || { echo "    ledger: $ledger" >&2; return 1; }
+    psql -X -q -d "$sql" -c "DELETE FROM orders WHERE goods = 3" >/dev/null || return 1
+    ledger=$(history_ledger "$dir/cart")
+    [ "$ledger" = "lost 1 units 2/1" ] || { echo "    ledger: $ledger" >&2; return 1; }
 }

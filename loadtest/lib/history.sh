@@ -9,10 +9,13 @@
 # the completion `ok` (200, with `remaining` and `order_id`), `fail` (the sale certainly did
 # not happen: 409 is `sold_out`, a 503 lock_timeout / unavailable / conflict / lock_lost and
 # any 4xx carry their error) or `info` (the outcome is unknown: 503 commit_unknown, 502
-# upstream_failed, 504, a 500, no answer at all). A row's history opens with the `reset` of
-# its goods and may end with a `read` of the settled stock. The recorders that write it:
-# loadtest/deduct.lua (wrk), bench/chaos_load.c, tests/stack/load.c and, for the ladder's
-# few curl requests, history_answer below. Each names every request uniquely, and writes the
+# upstream_failed, 504, a 500, no answer at all). A cart (POST /api/order) is an `order`, its
+# goods in `items`, its ok carrying the answer's items (each goods' remaining) and the cart's
+# order id, its 409 a `fail` `sold_out` naming the goods the answer names. A row's history
+# opens with the `reset` of its goods and may end with a `read` of the settled stock. The
+# recorders that write it: loadtest/deduct.lua and loadtest/order.lua (wrk),
+# bench/chaos_load.c, tests/stack/load.c and, for the ladder's few curl requests,
+# history_answer and history_order_answer below. Each names every request uniquely, and writes the
 # name on its lines (the format ignores extra fields): deduct.lua and tests/stack/load.c by
 # an X-Request-Id ("request_id"), which a sale writes into its order row in the INSERT it
 # runs anyway, so recording costs the service nothing; the others by an Idempotency-Key
@@ -30,6 +33,8 @@
 #   history_reset FILE PROC GOODS STOCK T0 T1    a reset's invoke and ok
 #   history_read FILE PROC GOODS STOCK T0 T1     a read's invoke and ok
 #   history_answer FILE PROC GOODS KEY T STATUS BODY   a deduction's completion, classified
+#   history_order_invoke FILE PROC ITEMS KEY T       a cart's invocation
+#   history_order_answer FILE PROC KEY T STATUS BODY  a cart's completion, classified
 #   history_merge DIR FILE...        DIR/history.jsonl from the recorders' files, by time
 #   history_open FILE BASE STOCK FIRST [COUNT]   the goods reset, the history opened
 #   history_close DIR BASE FIRST [COUNT [MODE]]  a read of the books closes it; merge, judge
@@ -78,17 +83,35 @@ history_invoke() {
         "$6" "$2" "$3" "$4" "$5" >>"$1"
 }
 
-# history_answer FILE PROCESS GOODS KEY T STATUS BODY: appends the completion of the
-# deduction KEY, answered STATUS (000: no answer) with BODY at T. The classes are those of
-# the top of this file, the same as deduct.lua's record_answer and chaos_load.c's classify.
-history_answer() {
-    local file=$1 proc=$2 goods=$3 key=$4 t=$5 status=$6 body=$7 err='' type remaining order
-    local re_error='"error":"([A-Za-z0-9_]*)"' re_remaining='"remaining":(-?[0-9]+)'
-    local re_order='"order_id":([0-9]+)'
-    [[ $body =~ $re_error ]] && err=${BASH_REMATCH[1]}
+# history__kind STATUS BODY: sets HISTORY__TYPE and HISTORY__ERROR, the class (the top of
+# this file) of an answer that is not a readable 200, the same as deduct.lua's record_answer
+# and chaos_load.c's classify: a deduction's 409 insufficient_stock and a cart's 409
+# sold_out are both a `fail` `sold_out`.
+history__kind() {
+    local status=$1 re_error='"error":"([A-Za-z0-9_]*)"' err=''
+    [[ $2 =~ $re_error ]] && err=${BASH_REMATCH[1]}
     case $status in
-    200)
-        remaining='' order=''
+    200) HISTORY__TYPE=info err=unreadable_200 ;;
+    000) HISTORY__TYPE=info err=timeout ;;
+    409)
+        HISTORY__TYPE=fail
+        [ "$err" != insufficient_stock ] || err=sold_out
+        ;;
+    503) if [ "$err" = commit_unknown ]; then HISTORY__TYPE=info; else HISTORY__TYPE=fail; fi ;;
+    502) if [ "$err" = unavailable ]; then HISTORY__TYPE=fail; else HISTORY__TYPE=info; fi ;;
+    504) HISTORY__TYPE=info ;;
+    4??) HISTORY__TYPE=fail ;;
+    *) HISTORY__TYPE=info ;;
+    esac
+    HISTORY__ERROR=${err:-http_$status}
+}
+
+# history_answer FILE PROCESS GOODS KEY T STATUS BODY: appends the completion of the
+# deduction KEY, answered STATUS (000: no answer) with BODY at T (history__kind's classes).
+history_answer() {
+    local file=$1 proc=$2 goods=$3 key=$4 t=$5 status=$6 body=$7 remaining='' order=''
+    local re_remaining='"remaining":(-?[0-9]+)' re_order='"order_id":([0-9]+)'
+    if [ "$status" = 200 ]; then
         [[ $body =~ $re_remaining ]] && remaining=${BASH_REMATCH[1]}
         [[ $body =~ $re_order ]] && order=${BASH_REMATCH[1]}
         if [ -n "$remaining" ] && [ -n "$order" ]; then
@@ -96,18 +119,38 @@ history_answer() {
                 "$t" "$proc" "$goods" "$remaining" "$order" "$key" >>"$file"
             return
         fi
-        type=info err=unreadable_200
-        ;;
-    000) type=info err=timeout ;;
-    409) if [ "$err" = insufficient_stock ]; then type=fail err=sold_out; else type=fail; fi ;;
-    503) if [ "$err" = commit_unknown ]; then type=info; else type=fail; fi ;;
-    502) if [ "$err" = unavailable ]; then type=fail; else type=info; fi ;;
-    504) type=info ;;
-    4??) type=fail ;;
-    *) type=info ;;
-    esac
+    fi
+    history__kind "$status" "$body"
     printf '{"time":%s,"process":%d,"type":"%s","f":"deduct","goods_id":%d,"error":"%s","key":"%s","status":%d}\n' \
-        "$t" "$proc" "$type" "$goods" "${err:-http_$status}" "$key" "$((10#$status))" >>"$file"
+        "$t" "$proc" "$HISTORY__TYPE" "$goods" "$HISTORY__ERROR" "$key" "$((10#$status))" >>"$file"
+}
+
+# history_order_invoke FILE PROCESS ITEMS KEY T: appends a cart's invocation, ITEMS its JSON
+# array of {"goods_id","count"}, KEY its name (written as request_id; a cart's order rows do
+# not keep it, so an unknown outcome stays unknown in the settled history too).
+history_order_invoke() {
+    printf '{"time":%s,"process":%d,"type":"invoke","f":"order","items":%s,"request_id":"%s"}\n' \
+        "$5" "$2" "$3" "$4" >>"$1"
+}
+
+# history_order_answer FILE PROCESS KEY T STATUS BODY: appends the completion of the cart KEY:
+# an ok with the answer's items (each goods' remaining) and order id, a sold_out with the
+# goods its 409 names, else history__kind's class.
+history_order_answer() {
+    local file=$1 proc=$2 key=$3 t=$4 status=$5 body=$6 items='' extra=''
+    local re_items='"items":(\[[^]]*\])' re_order='"order_id":([0-9]+)' re_goods='"goods_id":([0-9]+)'
+    [[ $body =~ $re_items ]] && items=${BASH_REMATCH[1]}
+    if [ "$status" = 200 ] && [ -n "$items" ] && [[ $body =~ $re_order ]]; then
+        printf '{"time":%s,"process":%d,"type":"ok","f":"order","items":%s,"order_id":%d,"request_id":"%s","status":200}\n' \
+            "$t" "$proc" "$items" "${BASH_REMATCH[1]}" "$key" >>"$file"
+        return
+    fi
+    history__kind "$status" "$body"
+    if [ "$HISTORY__ERROR" = sold_out ] && [[ $body =~ $re_goods ]]; then
+        extra=",\"goods_id\":${BASH_REMATCH[1]}"
+    fi
+    printf '{"time":%s,"process":%d,"type":"%s","f":"order","error":"%s"%s,"request_id":"%s","status":%d}\n' \
+        "$t" "$proc" "$HISTORY__TYPE" "$HISTORY__ERROR" "$extra" "$key" "$((10#$status))" >>"$file"
 }
 
 # history_open FILE BASE STOCK FIRST [COUNT]: resets goods FIRST .. FIRST+COUNT-1 to STOCK
@@ -187,11 +230,15 @@ history__check() {
 
 # history__scan FILE OUT: one pass over a history, its deduction and invocation lines as
 # tab-separated "f type process goods count order_id key request_id": what settling and
-# balancing read.
+# balancing read. An order's invocation and its ok give one line per item (its goods and
+# count; the ok's order_id is the cart's, which each of its order rows names in `cart`).
 history__scan() {
-    jq -r 'select(.type == "invoke" or .f == "deduct")
-           | [.f, .type, .process, .goods_id, (.count // 0), (.order_id // 0), (.key // ""),
-              (.request_id // "")]
+    jq -r 'select(.type == "invoke" or .f == "deduct" or (.f == "order" and .type == "ok"))
+           | if .f == "order" then . as $o | (.items // [])[]
+                 | [$o.f, $o.type, $o.process, .goods_id, (.count // 0), ($o.order_id // 0),
+                    ($o.key // ""), ($o.request_id // "")]
+             else [.f, .type, .process, .goods_id, (.count // 0), (.order_id // 0), (.key // ""),
+                   (.request_id // "")] end
            | @tsv' "$1" >"$2"
 }
 
@@ -300,6 +347,7 @@ SQL
 # history_ledger DIR: balances the books of each goods of the row (every goods it names) against
 # DIR/resolved.jsonl (through its scan, DIR/.scan), writes DIR/ledger.txt and prints "ok"
 # or what is wrong:
+# An ok cart counts as one acknowledged order per item: its goods' row of that cart.
 #   lost N       acknowledged orders (ok, or settled as taken) absent from the orders table
 #   phantom N    orders in the table that no client was told of (a "failed" request that sold)
 #   dup N        order ids told to two clients
@@ -315,13 +363,15 @@ SQL
 history_ledger() {
     local dir=$1 out
     out=$({
-        # (goods, order_id, count) of every ok deduction (the count from its invocation),
-        # then every goods the history names. No JIT (see history_resolve).
+        # (goods, order_id, count, cart) of every ok deduction (the count from its
+        # invocation) and of every item of an ok order (its order_id the cart's, its count
+        # the answer's), then every goods the history names. No JIT (see history_resolve).
         echo 'SET jit = off;'
-        echo 'CREATE TEMP TABLE acked (goods bigint, order_id bigint, count bigint);'
+        echo 'CREATE TEMP TABLE acked (goods bigint, order_id bigint, count bigint, cart boolean);'
         echo 'COPY acked FROM STDIN;'
         awk -F'\t' '$1 == "deduct" && $2 == "invoke" { n[$3] = $5; next }
-                    $1 == "deduct" && $2 == "ok" { print $4 "\t" $6 "\t" n[$3] }' "$dir/.scan"
+                    $1 == "deduct" && $2 == "ok" { print $4 "\t" $6 "\t" n[$3] "\tf" }
+                    $1 == "order" && $2 == "ok" { print $4 "\t" $6 "\t" $5 "\tt" }' "$dir/.scan"
         echo '\.'
         echo 'CREATE TEMP TABLE row_goods (goods bigint);'
         echo 'COPY row_goods FROM STDIN;'
@@ -330,9 +380,11 @@ history_ledger() {
         cat <<'SQL'
 SELECT g.goods,
        (SELECT count(*) FROM acked a WHERE a.goods = g.goods
-           AND NOT EXISTS (SELECT 1 FROM orders o WHERE o.id = a.order_id AND o.goods = a.goods)),
+           AND NOT EXISTS (SELECT 1 FROM orders o WHERE o.goods = a.goods
+                             AND a.order_id = CASE WHEN a.cart THEN o.cart ELSE o.id END)),
        (SELECT count(*) FROM orders o WHERE o.goods = g.goods
-           AND NOT EXISTS (SELECT 1 FROM acked a WHERE a.order_id = o.id)),
+           AND NOT EXISTS (SELECT 1 FROM acked a WHERE a.goods = o.goods
+                             AND a.order_id = CASE WHEN a.cart THEN o.cart ELSE o.id END)),
        (SELECT count(*) - count(DISTINCT order_id) FROM acked a WHERE a.goods = g.goods),
        (SELECT coalesce(sum(count), 0) FROM acked a WHERE a.goods = g.goods),
        (SELECT coalesce(sum(count), 0) FROM orders o WHERE o.goods = g.goods),
