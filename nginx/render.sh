@@ -13,6 +13,9 @@
 #   NGINX_ERROR_LOG          error_log arguments                (default "logs/error.log warn")
 #   NGINX_USER               worker user when root, e.g. www-data (default: no user line)
 #   NGINX_WORKER_PROCESSES   (default auto)
+#   NGINX_OPEN_FILES         each worker's open-file limit (default: this shell's hard limit,
+#                            at most 65536); its worker_connections are half of it, at least
+#                            1024 and at most 16384 (a proxied request holds two)
 #   NGINX_MAX_FAILS / NGINX_FAIL_TIMEOUT  passive health check per replica (default 1 / 3s)
 #   NGINX_WEB_ROOT           the live page's folder (web/)      (default /opt/stock/web)
 #   NGINX_RESULTS_ROOT       the load reports (results/)        (default /opt/stock/results)
@@ -42,6 +45,16 @@ max_fails=${NGINX_MAX_FAILS:-1}
 fail_timeout=${NGINX_FAIL_TIMEOUT:-3s}
 web_root=${NGINX_WEB_ROOT:-/opt/stock/web}
 results_root=${NGINX_RESULTS_ROOT:-/opt/stock/results}
+
+open_files=${NGINX_OPEN_FILES:-$(ulimit -Hn)}
+[ "$open_files" = unlimited ] && open_files=65536
+case $open_files in
+'' | *[!0-9]*) die "NGINX_OPEN_FILES must be a number, got '$open_files'" ;;
+esac
+[ "$open_files" -gt 65536 ] && open_files=65536
+worker_connections=$((open_files / 2))
+[ "$worker_connections" -lt 1024 ] && worker_connections=1024
+[ "$worker_connections" -gt 16384 ] && worker_connections=16384
 
 case $read_timeout in
 '' | *[!0-9]*) die "NGINX_PROXY_READ_TIMEOUT must be a number of seconds, got '$read_timeout'" ;;
@@ -114,6 +127,7 @@ fi
 R_LISTEN=$listen R_SERVERS=$servers R_TIMEOUT="${read_timeout}s" R_ACCESS_LOG=$access_log \
 R_ERROR_LOG=$error_log \
 R_USER=$user_directive R_WORKERS=$workers R_HAVE_SERVERS=${NGINX_UPSTREAMS:+yes} \
+R_OPEN_FILES=$open_files R_WORKER_CONNECTIONS=$worker_connections \
 R_REPLICA_LOCATIONS=$replica_locations R_WEB_ROOT=$web_root R_RESULTS_ROOT=$results_root \
 awk '
     function fill(line, name, value,    i) {
@@ -135,6 +149,8 @@ awk '
         line = fill(line, "ERROR_LOG", ENVIRON["R_ERROR_LOG"])
         line = fill(line, "USER_DIRECTIVE", ENVIRON["R_USER"])
         line = fill(line, "WORKER_PROCESSES", ENVIRON["R_WORKERS"])
+        line = fill(line, "OPEN_FILES", ENVIRON["R_OPEN_FILES"])
+        line = fill(line, "WORKER_CONNECTIONS", ENVIRON["R_WORKER_CONNECTIONS"])
         line = fill(line, "WEB_ROOT", ENVIRON["R_WEB_ROOT"])
         line = fill(line, "RESULTS_ROOT", ENVIRON["R_RESULTS_ROOT"])
         # The server lines end with a newline of their own.

@@ -93,8 +93,12 @@ static const setting settings[] = {
     {"MODE", KIND_STRING, FIELD(default_mode), "redis", 1, 31,
      valid_visible, "1 to 31 characters, no spaces", false,
      "default deduction mode when a request names none (see GET /api/modes)"},
-    NUMBER("WORKER_THREADS", KIND_INT, worker_threads, "256", 1, 4096,
-           "connections served at once, one thread each; more wait in the accept queue"),
+    NUMBER("WORKER_THREADS", KIND_INT, worker_threads, "64", 1, 1024,
+           "the HTTP layer's threads: requests run at once (a sale's lock and database waits "
+           "hold its thread; a redis-batch follower parks its connection and holds none)"),
+    NUMBER("MAX_CONNECTIONS", KIND_INT, max_connections, "2048", 16, 65536,
+           "client connections held at once; one more is answered 503 unavailable at once "
+           "and closed (the open-file limit lowers it, with a warning at start)"),
     NUMBER("LOCK_WAIT_MS", KIND_INT64, lock_wait_ms, "2000", 0, 600000,
            "how long a request waits for a lock before answering 503 lock_timeout"),
     NUMBER("BATCH_MAX", KIND_INT, batch_max, "64", 1, 1024,

@@ -25,7 +25,8 @@ typedef struct service_config {
     char lock_fair[4];               /* LOCK_FAIR: "on" or "off" */
     int64_t lock_waiter_liveness_ms; /* LOCK_WAITER_LIVENESS_MS */
     char default_mode[32];           /* MODE: the mode used when a request names none */
-    int worker_threads;          /* WORKER_THREADS: connections served at once (a thread each) */
+    int worker_threads;          /* WORKER_THREADS: the HTTP layer's thread pool */
+    int max_connections;         /* MAX_CONNECTIONS: client connections held at once */
     int64_t lock_wait_ms;        /* LOCK_WAIT_MS: bound on waiting for the lock */
     int batch_max;               /* BATCH_MAX: requests per redis-batch transaction at most */
     int batch_queue_max;         /* BATCH_QUEUE_MAX: requests queued per goods at most */

@@ -1,5 +1,5 @@
 /*
- * http.c - libmicrohttpd in thread-per-connection mode, carrying requests to routes.c.
+ * http.c - libmicrohttpd with a pool of epoll threads, carrying requests to routes.c.
  *
  * libmicrohttpd calls on_request() several times per request: once when the headers are
  * in (*state is NULL), once per piece of body, and once more with no data when the body is
@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -29,14 +30,27 @@
 /* A client that keeps sending a refused chunked body is cut off after this much. */
 #define DISCARD_LIMIT (1024 * 1024)
 
+/* Connections libmicrohttpd takes past MAX_CONNECTIONS at least, so that one more is answered
+ * 503 (and closed) instead of being closed unanswered: a proxy takes a closed connection for a
+ * dead replica, a 503 for a busy one. libmicrohttpd's own limit is split evenly over the
+ * pool's threads, and a thread at its share closes what it accepts: so it is set to all the
+ * descriptors allow, and the replica's limit is counted here, over all threads. */
+#define SHED_HEADROOM 64
+
+/* Descriptors kept for everything but client connections: the database and Redis pools, the
+ * lock's subscriber and watchdog, logs, the listening socket, epoll's own. */
+#define FD_RESERVE 128
+
 struct http_server {
     struct MHD_Daemon *daemon;
     MHD_socket listen_fd; /* closed after the daemon stops (MHD's rule after quiesce) */
     app *a;
+    int max_connections; /* MAX_CONNECTIONS, or less when the open-file limit is lower */
 };
 
 typedef struct exchange {
     const route *route; /* NULL once answered early */
+    bool shed;          /* answered 503 for a connection past MAX_CONNECTIONS: close after */
     bool early_pending; /* an early answer waits in `early` for the last call */
     http_reply early;
     metrics_route metric;
@@ -160,7 +174,7 @@ static enum MHD_Result send_reply(app *a, struct MHD_Connection *conn, const exc
         MHD_add_response_header(response, "Idempotency-Key", reply->idempotency_key);
     if (reply->request_id != NULL)
         MHD_add_response_header(response, "X-Request-Id", reply->request_id);
-    if (atomic_load(&a->draining))
+    if (atomic_load(&a->draining) || ex->shed)
         MHD_add_response_header(response, MHD_HTTP_HEADER_CONNECTION, "close");
     queued = MHD_queue_response(conn, (unsigned int)reply->status, response);
     MHD_destroy_response(response);
@@ -203,7 +217,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_data_size, void **state)
 {
-    app *a = cls;
+    http_server *srv = cls;
+    app *a = srv->a;
     exchange *ex = *state;
     http_request req = {.method = method,
                         .path = url,
@@ -220,6 +235,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         *state = ex;
         atomic_fetch_add(&a->in_flight, 1);
         ex->route = routes_begin(a, &req, &ex->metric, &ex->wants_body, &reply);
+        if (ex->route != NULL && atomic_load(&a->connections) > srv->max_connections) {
+            routes_shed(&reply, srv->max_connections);
+            ex->route = NULL;
+            ex->shed = true;
+        }
         if (ex->route != NULL)
             return MHD_YES;
         if (announces_body(conn))
@@ -297,13 +317,46 @@ static void on_mhd_error(void *cls, const char *fmt, va_list ap)
     log_event(LOG_WARN, "http_error", "detail=%s", log_quote(quoted, sizeof(quoted), text));
 }
 
+/* libmicrohttpd's limit: every descriptor the open-file limit leaves after FD_RESERVE (the
+ * soft limit is raised to the hard one first, as Redis does for its clients). Sets *shed_at,
+ * the replica's own limit: MAX_CONNECTIONS, lowered to leave SHED_HEADROOM below that (with a
+ * warning when lowered). */
+static unsigned int connection_limit(const service_config *cfg, int *shed_at)
+{
+    struct rlimit rl;
+    rlim_t fit;
+
+    *shed_at = cfg->max_connections;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
+        return (unsigned int)cfg->max_connections + SHED_HEADROOM;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        (void)setrlimit(RLIMIT_NOFILE, &rl);
+        (void)getrlimit(RLIMIT_NOFILE, &rl);
+    }
+    fit = rl.rlim_cur > FD_RESERVE + SHED_HEADROOM + 16 ? rl.rlim_cur - FD_RESERVE
+                                                        : 16 + SHED_HEADROOM;
+    if (fit > 65536)
+        fit = 65536;
+    if ((rlim_t)cfg->max_connections + SHED_HEADROOM > fit) {
+        *shed_at = (int)(fit - SHED_HEADROOM);
+        log_event(LOG_WARN, "connections_lowered", "max_connections=%d open_files=%llu now=%d",
+                  cfg->max_connections, (unsigned long long)rl.rlim_cur, *shed_at);
+    }
+    return (unsigned int)fit;
+}
+
 int http_start(app *a, http_server **out, char *err, size_t errlen)
 {
     const service_config *cfg = a->config;
     struct sockaddr_in addr;
     http_server *s;
-    unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
-                         MHD_USE_POLL | MHD_USE_ITC | MHD_USE_ERROR_LOG;
+    unsigned int limit;
+    /* A pool of threads, each with an epoll loop of its own over its share of the connections;
+     * a request that waits for another's work (a redis-batch follower) is suspended, holding
+     * no thread (service/batch.h). */
+    unsigned int flags =
+        MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
 
     memset(&addr, 0, sizeof(addr));
     addr.sin_family = AF_INET;
@@ -319,19 +372,24 @@ int http_start(app *a, http_server **out, char *err, size_t errlen)
     }
     s->a = a;
     s->listen_fd = MHD_INVALID_SOCKET;
+    limit = connection_limit(cfg, &s->max_connections);
     /* One option and its arguments per line. */
     /* clang-format off */
     s->daemon = MHD_start_daemon(
-        flags, 0, NULL, NULL, on_request, a,
+        flags, 0, NULL, NULL, on_request, s,
         /* first, so that libmicrohttpd's complaints about the options below reach it */
         MHD_OPTION_EXTERNAL_LOGGER, on_mhd_error, NULL,
         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
         MHD_OPTION_UNESCAPE_CALLBACK, unescape_without_nul, NULL,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned int)cfg->worker_threads,
+        MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)cfg->worker_threads,
+        MHD_OPTION_CONNECTION_LIMIT, limit,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)cfg->connection_timeout_s,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, a,
         MHD_OPTION_NOTIFY_CONNECTION, on_connection, a,
-        MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
+        /* A proxy opening connections in a burst must not see one dropped (a SYN lost is a
+         * second's wait, and a proxy's connect timeout: a replica taken for dead); the kernel
+         * caps it at net.core.somaxconn (4096 on Debian 12). */
+        MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned int)s->max_connections,
         MHD_OPTION_END);
     /* clang-format on */
     if (s->daemon == NULL) {

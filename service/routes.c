@@ -724,3 +724,14 @@ void routes_too_large(http_reply *reply)
 {
     reply_error(reply, 413, "payload_too_large", NULL);
 }
+
+void routes_shed(http_reply *reply, int max_connections)
+{
+    char detail[160];
+
+    snprintf(detail, sizeof(detail),
+             "this replica holds %d client connections already (MAX_CONNECTIONS); nothing was "
+             "sold: try again",
+             max_connections);
+    reply_error(reply, 503, "unavailable", detail);
+}

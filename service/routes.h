@@ -59,4 +59,8 @@ void routes_finish(app *a, const route *r, const http_request *req, http_reply *
 /* The 413 answer for a body that turned out too large while streaming in. */
 void routes_too_large(http_reply *reply);
 
+/* The 503 answer for a request on a connection past the replica's limit (max_connections):
+ * nothing was run, nothing sold. */
+void routes_shed(http_reply *reply, int max_connections);
+
 #endif

@@ -69,7 +69,8 @@ typedef struct number_case {
 static const number_case numbers[] = {
     {"PORT", 1, 65535},
     {"REDIS_PORT", 1, 65535},
-    {"WORKER_THREADS", 1, 4096},
+    {"WORKER_THREADS", 1, 1024},
+    {"MAX_CONNECTIONS", 16, 65536},
     {"LOCK_WAIT_MS", 0, 600000},
     {"BATCH_WAIT_MS", 1, 600000}, /* 0 would answer every request but a batch's leader 503 */
     {"LOCK_LEASE_MS", 300, 600000},
@@ -91,6 +92,8 @@ static int64_t number_field(const service_config *c, const char *var)
         return c->redis_port;
     if (strcmp(var, "WORKER_THREADS") == 0)
         return c->worker_threads;
+    if (strcmp(var, "MAX_CONNECTIONS") == 0)
+        return c->max_connections;
     if (strcmp(var, "LOCK_WAIT_MS") == 0)
         return c->lock_wait_ms;
     if (strcmp(var, "BATCH_WAIT_MS") == 0)
@@ -133,7 +136,8 @@ static void test_defaults(void **state)
     assert_string_equal(cfg.redis_host, "127.0.0.1");
     assert_int_equal(cfg.redis_port, 16379);
     assert_string_equal(cfg.default_mode, "redis");
-    assert_int_equal(cfg.worker_threads, 256);
+    assert_int_equal(cfg.worker_threads, 64);
+    assert_int_equal(cfg.max_connections, 2048);
     assert_int_equal(cfg.lock_wait_ms, 2000);
     assert_int_equal(cfg.lock_lease_ms, 30000);
     assert_string_equal(cfg.admin_token, "");
