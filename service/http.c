@@ -5,6 +5,14 @@
  * in (*state is NULL), once per piece of body, and once more with no data when the body is
  * complete. The `exchange` below is what one request remembers between those calls.
  *
+ * The event loops never wait: a handler that may (routes_waits: a sale waits for its lock and
+ * for PostgreSQL, a lab step for a held request) runs on one of WORKER_THREADS workers. The
+ * loop suspends the connection and queues the exchange; the worker runs the handler, keeps
+ * the answer in the exchange and resumes the connection; the loop, called once more, sends
+ * it. A request run on the loop itself would stop every other connection of that loop for as
+ * long as it waits, and nginx sends requests on whichever idle connection it holds: a request
+ * held by the lab for a minute would hold the step meant to release it behind itself.
+ *
  * An answer known from the headers alone (404, 405, 401, 415, 413) is sent at the first
  * call when a body is on its way, so that the body is never read: libmicrohttpd then closes
  * the connection. Without a body it waits for the last call, which keeps the connection
@@ -15,6 +23,7 @@
 #include <arpa/inet.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,17 +50,33 @@
  * lock's subscriber and watchdog, logs, the listening socket, epoll's own. */
 #define FD_RESERVE 128
 
+typedef struct exchange exchange;
+
 struct http_server {
     struct MHD_Daemon *daemon;
     MHD_socket listen_fd; /* closed after the daemon stops (MHD's rule after quiesce) */
     app *a;
     int max_connections; /* MAX_CONNECTIONS, or less when the open-file limit is lower */
+
+    /* The workers and their queue of exchanges to run (suspended connections). */
+    pthread_mutex_t mu;
+    pthread_cond_t work;
+    exchange *head, *tail; /* guarded by mu */
+    bool stopping;         /* guarded by mu: the workers end once the queue is empty */
+    pthread_t *workers;
+    int n_workers;
 };
 
-typedef struct exchange {
+struct exchange {
     const route *route; /* NULL once answered early */
-    bool shed;          /* answered 503 for a connection past MAX_CONNECTIONS: close after */
-    bool early_pending; /* an early answer waits in `early` for the last call */
+    /* A request run by a worker: what the handler reads, its connection, its answer. */
+    struct MHD_Connection *conn;
+    const char *method, *url; /* libmicrohttpd's, valid until the request completes */
+    http_reply reply;
+    atomic_bool answered; /* the worker has set `reply` (release), the loop reads it (acquire) */
+    exchange *next;       /* in the workers' queue */
+    bool shed;            /* answered 503 for a connection past MAX_CONNECTIONS: close after */
+    bool early_pending;   /* an early answer waits in `early` for the last call */
     http_reply early;
     metrics_route metric;
     bool wants_body;
@@ -59,7 +84,7 @@ typedef struct exchange {
     size_t discarded; /* bytes dropped after that */
     char *body;
     size_t len, cap;
-} exchange;
+};
 
 static const char *lookup_header(void *transport, const char *name)
 {
@@ -213,6 +238,102 @@ static bool take_body(exchange *ex, const char *data, size_t size)
     return true;
 }
 
+/* Suspends the connection and queues its exchange for a worker (the loop goes on with its
+ * other connections). The suspension comes first, so that the worker's resume always finds
+ * the connection suspended. False, the connection is then closed, when the workers have
+ * stopped (the daemon is stopping too). */
+static bool hand_to_worker(http_server *srv, exchange *ex)
+{
+    pthread_mutex_lock(&srv->mu);
+    if (srv->stopping) {
+        pthread_mutex_unlock(&srv->mu);
+        return false;
+    }
+    MHD_suspend_connection(ex->conn);
+    ex->next = NULL;
+    if (srv->tail != NULL)
+        srv->tail->next = ex;
+    else
+        srv->head = ex;
+    srv->tail = ex;
+    pthread_cond_signal(&srv->work);
+    pthread_mutex_unlock(&srv->mu);
+    return true;
+}
+
+/* Runs one queued exchange's handler, keeps the answer and resumes the connection, whose loop
+ * then sends it (on_request). */
+static void run_exchange(http_server *srv, exchange *ex)
+{
+    http_request req = {.method = ex->method,
+                        .path = ex->url,
+                        .header = lookup_header,
+                        .query = lookup_query,
+                        .transport = ex->conn,
+                        .body = ex->body != NULL ? ex->body : "",
+                        .body_len = ex->len};
+
+    memset(&ex->reply, 0, sizeof(ex->reply));
+    routes_finish(srv->a, ex->route, &req, &ex->reply);
+    atomic_store_explicit(&ex->answered, true, memory_order_release);
+    MHD_resume_connection(ex->conn);
+}
+
+static void *worker_main(void *arg)
+{
+    http_server *srv = arg;
+    exchange *ex;
+
+    for (;;) {
+        pthread_mutex_lock(&srv->mu);
+        while (srv->head == NULL && !srv->stopping)
+            pthread_cond_wait(&srv->work, &srv->mu);
+        ex = srv->head;
+        if (ex == NULL) { /* stopping, and nothing left to run */
+            pthread_mutex_unlock(&srv->mu);
+            return NULL;
+        }
+        srv->head = ex->next;
+        if (srv->head == NULL)
+            srv->tail = NULL;
+        pthread_mutex_unlock(&srv->mu);
+        run_exchange(srv, ex);
+    }
+}
+
+/* Starts n workers; false (none left running) when a thread cannot be made. */
+static bool start_workers(http_server *srv, int n)
+{
+    pthread_mutex_init(&srv->mu, NULL);
+    pthread_cond_init(&srv->work, NULL);
+    srv->workers = calloc((size_t)n, sizeof(*srv->workers));
+    if (srv->workers == NULL)
+        return false;
+    for (srv->n_workers = 0; srv->n_workers < n; srv->n_workers++) {
+        if (pthread_create(&srv->workers[srv->n_workers], NULL, worker_main, srv) != 0)
+            break;
+    }
+    if (srv->n_workers == n)
+        return true;
+    log_event(LOG_ERROR, "workers_failed", "started=%d wanted=%d", srv->n_workers, n);
+    return false;
+}
+
+/* Lets the workers run what is queued, then ends and joins them; frees what start_workers
+ * made. Every suspended connection has been resumed once this returns. */
+static void stop_workers(http_server *srv)
+{
+    pthread_mutex_lock(&srv->mu);
+    srv->stopping = true;
+    pthread_cond_broadcast(&srv->work);
+    pthread_mutex_unlock(&srv->mu);
+    for (int i = 0; i < srv->n_workers; i++)
+        pthread_join(srv->workers[i], NULL);
+    free(srv->workers);
+    pthread_cond_destroy(&srv->work);
+    pthread_mutex_destroy(&srv->mu);
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_data_size, void **state)
@@ -248,6 +369,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         ex->early_pending = true;
         return MHD_YES;
     }
+    if (atomic_load_explicit(&ex->answered, memory_order_acquire)) { /* resumed by its worker */
+        atomic_store_explicit(&ex->answered, false, memory_order_relaxed);
+        ex->route = NULL;
+        return send_reply(a, conn, ex, &ex->reply);
+    }
     if (ex->early_pending) {
         *upload_data_size = 0;
         ex->early_pending = false;
@@ -264,6 +390,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
     if (ex->too_large) {
         routes_too_large(&reply);
+    } else if (routes_waits(ex->route)) {
+        ex->conn = conn;
+        ex->method = method;
+        ex->url = url;
+        return hand_to_worker(srv, ex) ? MHD_YES : MHD_NO;
     } else {
         req.body = ex->body != NULL ? ex->body : "";
         req.body_len = ex->len;
@@ -285,6 +416,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **state,
         return;
     if (ex->early_pending) /* the connection ended before the answer went out */
         free(ex->early.body);
+    if (atomic_load_explicit(&ex->answered, memory_order_acquire)) /* likewise a worker's */
+        free(ex->reply.body);
     free(ex->body);
     free(ex);
     *state = NULL;
@@ -346,15 +479,25 @@ static unsigned int connection_limit(const service_config *cfg, int *shed_at)
     return (unsigned int)fit;
 }
 
+/* Event loops: one per core, at most EVENT_LOOPS_MAX. They only read, parse and write (what
+ * waits is the workers'), so more than the cores would only take turns. */
+#define EVENT_LOOPS_MAX 8
+
+static unsigned int event_loops(void)
+{
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+
+    return cores < 1 ? 1 : cores > EVENT_LOOPS_MAX ? EVENT_LOOPS_MAX : (unsigned int)cores;
+}
+
 int http_start(app *a, http_server **out, char *err, size_t errlen)
 {
     const service_config *cfg = a->config;
     struct sockaddr_in addr;
     http_server *s;
     unsigned int limit;
-    /* A pool of threads, each with an epoll loop of its own over its share of the connections;
-     * a request that waits for another's work (a redis-batch follower) is suspended, holding
-     * no thread (service/batch.h). */
+    /* A few event loops, each an epoll thread over its share of the connections; what waits
+     * runs on the workers (see the top of this file). */
     unsigned int flags =
         MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
 
@@ -372,6 +515,12 @@ int http_start(app *a, http_server **out, char *err, size_t errlen)
     }
     s->a = a;
     s->listen_fd = MHD_INVALID_SOCKET;
+    if (!start_workers(s, cfg->worker_threads)) {
+        snprintf(err, errlen, "cannot start %d worker threads", cfg->worker_threads);
+        stop_workers(s);
+        free(s);
+        return -1;
+    }
     limit = connection_limit(cfg, &s->max_connections);
     /* One option and its arguments per line. */
     /* clang-format off */
@@ -381,7 +530,7 @@ int http_start(app *a, http_server **out, char *err, size_t errlen)
         MHD_OPTION_EXTERNAL_LOGGER, on_mhd_error, NULL,
         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
         MHD_OPTION_UNESCAPE_CALLBACK, unescape_without_nul, NULL,
-        MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)cfg->worker_threads,
+        MHD_OPTION_THREAD_POOL_SIZE, event_loops(),
         MHD_OPTION_CONNECTION_LIMIT, limit,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)cfg->connection_timeout_s,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, a,
@@ -395,6 +544,7 @@ int http_start(app *a, http_server **out, char *err, size_t errlen)
     if (s->daemon == NULL) {
         snprintf(err, errlen, "cannot listen on %s:%d (port in use?)", cfg->bind_address,
                  cfg->port);
+        stop_workers(s);
         free(s);
         return -1;
     }
@@ -421,6 +571,9 @@ void http_stop(http_server *s)
 {
     if (s == NULL)
         return;
+    /* The workers first: each answers what it runs and resumes its connection, so that no
+     * connection is suspended when the daemon stops, and no worker touches one after. */
+    stop_workers(s);
     MHD_stop_daemon(s->daemon);
     if (s->listen_fd != MHD_INVALID_SOCKET)
         close(s->listen_fd);

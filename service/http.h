@@ -1,12 +1,13 @@
 /*
  * http.h - the replica's HTTP server: libmicrohttpd carrying requests to routes.c.
  *
- * Threading: one thread per connection, at most WORKER_THREADS connections. A deduction
- * may wait up to LOCK_WAIT_MS for its lock and then for PostgreSQL; with a thread of its
- * own, that wait stalls nobody else. (The alternative, suspend/resume with a worker pool,
- * saves threads but moves the same waiting into a queue of our own; at a few hundred
- * connections per replica, threads are the simpler correct choice.) Idle or slow clients
- * are cut after CONNECTION_TIMEOUT_S, so they cannot hold a thread forever.
+ * Threading: a pool of WORKER_THREADS threads, each an epoll loop over its share of the
+ * connections; at most MAX_CONNECTIONS connections, one more answered 503 (docs/serving.md
+ * says why each is sized as it is). A request runs on the thread of its connection, and a
+ * sale's waits for its lock and for PostgreSQL hold that thread. A request that waits for
+ * another's work instead (a redis-batch follower, service/batch.h) suspends its connection
+ * and holds no thread: whoever has its answer resumes it. Idle or slow clients are cut after
+ * CONNECTION_TIMEOUT_S.
  *
  * Bodies are read as they stream in and refused past REQUEST_MAX_BODY: a declared
  * Content-Length over the limit is answered 413 before a byte of the body is read; a

@@ -36,6 +36,8 @@ struct route {
     bool admin;         /* needs the bearer token when ADMIN_TOKEN is set */
     metrics_route metric;
     handler_fn handle;
+    bool waits; /* may wait (a lock, PostgreSQL, Redis, a held request): run off the event
+                   loop (routes_waits) */
 };
 
 static void reply_json(http_reply *reply, int status, char *body)
@@ -627,21 +629,21 @@ static void handle_lock(app *a, const http_request *req, http_reply *reply)
 /* ---- the table and the checks before the body ---------------------------------------- */
 
 static const route route_table[] = {
-    {"/api/deduct", false, "POST", true, false, ROUTE_DEDUCT, handle_deduct},
-    {"/api/deduct/dry", false, "POST", true, false, ROUTE_OTHER, handle_deduct_dry},
-    {"/api/order", false, "POST", true, false, ROUTE_ORDER, handle_order},
-    {"/api/stock/", true, "GET", false, false, ROUTE_STOCK, handle_stock},
-    {"/api/admin/reset", false, "POST", true, true, ROUTE_RESET, handle_reset},
-    {"/api/modes", false, "GET", false, false, ROUTE_MODES, handle_modes},
-    {"/healthz", false, "GET", false, false, ROUTE_HEALTHZ, handle_healthz},
-    {"/readyz", false, "GET", false, false, ROUTE_READYZ, handle_readyz},
-    {"/metrics", false, "GET", false, false, ROUTE_METRICS, handle_metrics},
-    {"/api/replica", false, "GET", false, false, ROUTE_REPLICA, handle_replica},
-    {"/api/lock/", true, "GET", false, false, ROUTE_LOCK, handle_lock},
-    {"/api/lab/requests", false, "GET", false, false, ROUTE_OTHER, lab_routes_requests},
-    {"/api/lab/step", false, "POST", true, false, ROUTE_OTHER, lab_routes_step},
-    {"/api/lab/trace/", true, "GET", false, false, ROUTE_OTHER, lab_routes_trace},
-    {"/api/lab/lock/", true, "GET", false, false, ROUTE_OTHER, lab_routes_lock},
+    {"/api/deduct", false, "POST", true, false, ROUTE_DEDUCT, handle_deduct, true},
+    {"/api/deduct/dry", false, "POST", true, false, ROUTE_OTHER, handle_deduct_dry, false},
+    {"/api/order", false, "POST", true, false, ROUTE_ORDER, handle_order, true},
+    {"/api/stock/", true, "GET", false, false, ROUTE_STOCK, handle_stock, true},
+    {"/api/admin/reset", false, "POST", true, true, ROUTE_RESET, handle_reset, true},
+    {"/api/modes", false, "GET", false, false, ROUTE_MODES, handle_modes, false},
+    {"/healthz", false, "GET", false, false, ROUTE_HEALTHZ, handle_healthz, false},
+    {"/readyz", false, "GET", false, false, ROUTE_READYZ, handle_readyz, true},
+    {"/metrics", false, "GET", false, false, ROUTE_METRICS, handle_metrics, false},
+    {"/api/replica", false, "GET", false, false, ROUTE_REPLICA, handle_replica, true},
+    {"/api/lock/", true, "GET", false, false, ROUTE_LOCK, handle_lock, true},
+    {"/api/lab/requests", false, "GET", false, false, ROUTE_OTHER, lab_routes_requests, false},
+    {"/api/lab/step", false, "POST", true, false, ROUTE_OTHER, lab_routes_step, true},
+    {"/api/lab/trace/", true, "GET", false, false, ROUTE_OTHER, lab_routes_trace, false},
+    {"/api/lab/lock/", true, "GET", false, false, ROUTE_OTHER, lab_routes_lock, true},
 };
 
 static const route *find_route(const char *path)
@@ -734,4 +736,9 @@ void routes_shed(http_reply *reply, int max_connections)
              "sold: try again",
              max_connections);
     reply_error(reply, 503, "unavailable", detail);
+}
+
+bool routes_waits(const route *r)
+{
+    return r->waits;
 }

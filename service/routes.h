@@ -53,6 +53,11 @@ typedef struct http_reply {
 const route *routes_begin(app *a, const http_request *req, metrics_route *metric_route,
                           bool *wants_body, http_reply *reply);
 
+/* Whether the route's handler may wait (for a lock, PostgreSQL, Redis, a held request):
+ * such a handler runs on a worker thread, never on the event loop that serves other
+ * connections (http.c). /healthz, /metrics, /api/modes and the like answer from memory. */
+bool routes_waits(const route *r);
+
 /* Called with the whole body (at most REQUEST_MAX_BODY bytes): runs the handler. */
 void routes_finish(app *a, const route *r, const http_request *req, http_reply *reply);
 
