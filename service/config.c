@@ -94,8 +94,8 @@ static const setting settings[] = {
      valid_visible, "1 to 31 characters, no spaces", false,
      "default deduction mode when a request names none (see GET /api/modes)"},
     NUMBER("WORKER_THREADS", KIND_INT, worker_threads, "64", 1, 1024,
-           "the HTTP layer's threads: requests run at once (a sale's lock and database waits "
-           "hold its thread; a redis-batch follower parks its connection and holds none)"),
+           "worker threads: requests that may wait (a sale, a lab step) run at once, each "
+           "on one; more queue (their connections suspended) until one is free"),
     NUMBER("MAX_CONNECTIONS", KIND_INT, max_connections, "2048", 16, 65536,
            "client connections held at once; one more is answered 503 unavailable at once "
            "and closed (the open-file limit lowers it, with a warning at start)"),

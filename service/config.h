@@ -25,7 +25,7 @@ typedef struct service_config {
     char lock_fair[4];               /* LOCK_FAIR: "on" or "off" */
     int64_t lock_waiter_liveness_ms; /* LOCK_WAITER_LIVENESS_MS */
     char default_mode[32];           /* MODE: the mode used when a request names none */
-    int worker_threads;          /* WORKER_THREADS: the HTTP layer's thread pool */
+    int worker_threads;          /* WORKER_THREADS: requests that may wait, run at once */
     int max_connections;         /* MAX_CONNECTIONS: client connections held at once */
     int64_t lock_wait_ms;        /* LOCK_WAIT_MS: bound on waiting for the lock */
     int batch_max;               /* BATCH_MAX: requests per redis-batch transaction at most */

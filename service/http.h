@@ -1,13 +1,12 @@
 /*
  * http.h - the replica's HTTP server: libmicrohttpd carrying requests to routes.c.
  *
- * Threading: a pool of WORKER_THREADS threads, each an epoll loop over its share of the
- * connections; at most MAX_CONNECTIONS connections, one more answered 503 (docs/serving.md
- * says why each is sized as it is). A request runs on the thread of its connection, and a
- * sale's waits for its lock and for PostgreSQL hold that thread. A request that waits for
- * another's work instead (a redis-batch follower, service/batch.h) suspends its connection
- * and holds no thread: whoever has its answer resumes it. Idle or slow clients are cut after
- * CONNECTION_TIMEOUT_S.
+ * Threading: a few event loops (one per core, each an epoll thread over its share of the
+ * connections) read requests and write answers and never wait; a request whose handler may
+ * wait (routes_waits: a sale's lock and PostgreSQL, a lab step) is run by one of
+ * WORKER_THREADS workers while its connection is suspended, and more such requests queue for
+ * a worker. At most MAX_CONNECTIONS connections, one more answered 503 (docs/serving.md says
+ * why each is sized as it is). Idle or slow clients are cut after CONNECTION_TIMEOUT_S.
  *
  * Bodies are read as they stream in and refused past REQUEST_MAX_BODY: a declared
  * Content-Length over the limit is answered 413 before a byte of the body is read; a

@@ -23,10 +23,15 @@
 #                (tests/lab.sh: its stack, its API, its page played in headless Chromium); the
 #                replay page playing every committed events file (tests/replay.sh).
 #                Most of this lane is waiting: for a lease to run out, a failover, a server.
+#   connections  a thousand clients held through nginx for a few seconds on a stack of its
+#                own (tests/connections.sh), about 15 s, under an open-file limit of
+#                CONN_FD_LIMIT (8192): wrk's 1024 and nginx's twice that do not fit in
+#                FD_LIMIT; skipped where the hard limit is under 4096;
 #   docker       only with WITH_DOCKER=1, after both (`make test-docker` runs it alone):
 #                docker/test.sh, the compose stack (Docker, or podman set up by the script;
 #                where neither can run it says SKIP and counts as such).
-# Every lane but docker runs under an open-file limit of FD_LIMIT, servers included: see below.
+# Every lane but docker and connections runs under an open-file limit of FD_LIMIT, servers
+# included: see below.
 # Prints each lane's output when the lane ends, a line per suite and, last, exactly
 # "N passed, N failed" (test cases: cmocka's counts, plus the shell checks; a suite that
 # crashes or times out counts as a failure). Exits 1 on any failure. Whatever it started is
@@ -53,6 +58,7 @@ source tests/replay.sh
 source tests/tsan.sh
 source tests/pg_ha.sh
 source tests/docs.sh
+source tests/connections.sh
 
 HARNESS_LOG_DIR=$build/test-logs
 rm -rf "$HARNESS_LOG_DIR"
@@ -170,6 +176,11 @@ lane_servers() {
     run_replay
 }
 
+# A thousand clients through nginx: more open files than the other lanes' limit allows.
+lane_connections() {
+    run_connections "$build"
+}
+
 lane_stacks() {
     run_integration "$build"
     if [ -n "${TSAN_BUILD:-}" ]; then
@@ -217,6 +228,8 @@ lanes__next() {
 harness_lane stacks "$FD_LIMIT" lane_stacks
 lanes__next
 harness_lane servers "$FD_LIMIT" lane_servers
+lanes__next
+harness_lane connections "$CONN_FD_LIMIT" lane_connections
 lanes__next
 harness_lanes_wait
 # The compose stack last, alone: its image builds would slow every timed scenario.
