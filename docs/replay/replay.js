@@ -49,6 +49,8 @@ function parse(text) {
         break;
       case "served": r.events.push({ ms, seq: seq++, kind: "served", name: f[2], status: f[3], outcome: f[4] }); break;
       case "lock": r.events.push({ ms, seq: seq++, kind: "lock", pttl: Number(f[2]), holder: f[3] || "" }); break;
+      // another key drawn beside the lock's (Redlock's other nodes, a cart's second goods)
+      case "lockn": r.events.push({ ms, seq: seq++, kind: "lock", key: f[2], pttl: Number(f[3]), holder: f[4] || "" }); break;
       case "db": {
         const p = (f[2] || "").split("|");
         r.events.push({ ms, seq: seq++, kind: "db", stock: Number(p[0]), orders: Number(p[1]), lockrow: p[3] || "" });
@@ -67,11 +69,13 @@ const POINT = { entered: "takes the lock (enters its section)", begun: "BEGIN", 
 
 // The steps of a row: each event that changes something, with the state after it.
 function steps(r) {
-  const state = { lanes: {}, lock: "no key", stock: r.reset, orders: 0, written: {} };
+  const state = { lanes: {}, lock: "no key", keys: {}, stock: r.reset, orders: 0, written: {} };
   for (const q of r.reqs) state.lanes[q.name] = "not sent";
   const out = [];
-  let lastLock = "", lastDb = "";
-  const push = (e, text) => out.push({ ms: e.ms, text, lanes: { ...state.lanes }, lock: state.lock, stock: state.stock, orders: state.orders });
+  const lastLock = {};
+  let lastDb = "";
+  const lockText = () => [state.lock, ...Object.keys(state.keys).sort().map((k) => k.replace(/-/g, " ") + ": " + state.keys[k])].join("; ");
+  const push = (e, text) => out.push({ ms: e.ms, text, lanes: { ...state.lanes }, lock: lockText(), stock: state.stock, orders: state.orders });
   for (const e of r.events) {
     const who = e.name ? e.name + ": " : "";
     if (e.kind === "send") {
@@ -105,9 +109,11 @@ function steps(r) {
       push(e, "the database forgets every sale before this moment");
     } else if (e.kind === "lock") {
       const now = e.pttl === -2 ? "no key" : "held (" + (e.holder || "?") + ")" + (e.pttl === -1 ? ", no expiry" : "");
-      if (now !== lastLock) {
-        lastLock = now; state.lock = now;
-        push(e, "the lock key: " + now + (e.pttl > 0 ? ", lease " + e.pttl + " ms left" : ""));
+      const k = e.key || "";
+      if (now !== lastLock[k]) {
+        lastLock[k] = now;
+        if (k) state.keys[k] = now; else state.lock = now;
+        push(e, (k ? "the key of " + k.replace(/-/g, " ") : "the lock key") + ": " + now + (e.pttl > 0 ? ", lease " + e.pttl + " ms left" : ""));
       }
     } else if (e.kind === "db") {
       const now = e.stock + "/" + e.orders + "/" + e.lockrow;
