@@ -11,11 +11,10 @@
  * (The host name is still resolved with a blocking getaddrinfo(): use an address, or a
  * name the resolver answers at once.)
  *
- * Every round trip after that is bounded too (db__await_result): a statement is sent without
- * blocking (PQsend...) and its answer read as it arrives, under poll() with the pool's
- * reply_timeout_ms. A server that stops answering (a partition, a frozen host) would
- * otherwise hold the caller until TCP gives up, minutes later, while the Redis lock's
- * watchdog went on renewing the caller's lock. TCP keepalives and tcp_user_timeout are set
+ * Every round trip after that is bounded too (db__await_result, exchange.c): a server that
+ * stops answering (a partition, a frozen host) would otherwise hold the caller until TCP
+ * gives up, minutes later, while the Redis lock's watchdog went on renewing the caller's
+ * lock. TCP keepalives and tcp_user_timeout are set
  * as well, so that even a session nobody is waiting on finds out its peer is gone; and the
  * same keepalives are asked of the server, with idle_in_transaction_session_timeout, so that
  * the server ends a session whose process froze or whose host vanished inside a transaction,
@@ -25,7 +24,8 @@
  * the server refused this statement (a constraint, a timeout, a serialization failure: the
  * session is fine, the transaction is not), or the session itself is gone (the server
  * restarted, the network dropped, the backend was terminated). The second kind marks the
- * connection broken, so the pool closes it and opens a new one on next use.
+ * connection broken (db__check, exchange.c), so the pool closes it and opens a new one on
+ * next use.
  *
  * libpq prints notices to stderr by default; this module does not log, so a receiver of
  * its own drops them, except the server's parting message on an idle session (see
@@ -38,6 +38,21 @@
 #include <time.h>
 
 #include "db/internal.h"
+
+/* The last failure of db_pool_acquire, per thread: a failed acquire has no connection to
+ * keep its error in. The pool writes it (db__connect_error), and so does db__conn_open
+ * through the buffer the pool passes it. */
+static _Thread_local char last_connect_error[DB__ERR_LEN];
+
+char *db__connect_error(void)
+{
+    return last_connect_error;
+}
+
+const char *db_last_connect_error(void)
+{
+    return last_connect_error;
+}
 
 /*
  * libpq hands this what the server says outside a statement's result: notices and
@@ -57,58 +72,6 @@ static void on_notice(void *arg, const PGresult *res)
     }
 }
 
-/* Copies a libpq message into buf on one line: libpq may put one line per address tried. */
-static void copy_one_line(char *buf, size_t len, const char *msg)
-{
-    size_t i, j = 0;
-
-    if (len == 0)
-        return;
-    for (i = 0; msg && msg[i] != '\0' && j + 1 < len; i++) {
-        if (msg[i] == '\n') {
-            if (msg[i + 1] == '\0')
-                break;
-            if (j + 2 >= len)
-                break;
-            buf[j++] = ';';
-            buf[j++] = ' ';
-        } else {
-            buf[j++] = msg[i];
-        }
-    }
-    buf[j] = '\0';
-}
-
-void db__set_error(db_conn *c, const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(c->err, sizeof(c->err), fmt, ap);
-    va_end(ap);
-}
-
-int db__wait_socket(PGconn *pg, short events, int64_t deadline)
-{
-    struct pollfd pfd;
-    int64_t left;
-    int n;
-
-    pfd.fd = PQsocket(pg); /* may change between connect steps: one socket per address tried */
-    pfd.events = events;
-    pfd.revents = 0;
-    for (;;) {
-        left = deadline - db__now_ms();
-        if (left <= 0)
-            return 0;
-        n = poll(&pfd, 1, (int)left);
-        if (n >= 0)
-            return n;
-        if (errno != EINTR)
-            return -1;
-    }
-}
-
 /* Runs libpq's connection state machine on pg until it connects, fails or runs out of time. */
 static int drive_connect(PGconn *pg, int timeout_ms, char *err, size_t errlen)
 {
@@ -120,7 +83,7 @@ static int drive_connect(PGconn *pg, int timeout_ms, char *err, size_t errlen)
         if (st == PGRES_POLLING_OK)
             return DB_OK;
         if (st == PGRES_POLLING_FAILED) {
-            copy_one_line(err, errlen, PQerrorMessage(pg));
+            db__copy_line(err, errlen, PQerrorMessage(pg));
             return DB_ERR_UNAVAILABLE;
         }
         ready = db__wait_socket(pg, st == PGRES_POLLING_READING ? POLLIN : POLLOUT, deadline);
@@ -184,7 +147,7 @@ int db__conn_open(db_conn *c, const char *conninfo, int connect_timeout_ms,
         goto fail;
     }
     if (PQstatus(pg) == CONNECTION_BAD) {
-        copy_one_line(err, errlen, PQerrorMessage(pg));
+        db__copy_line(err, errlen, PQerrorMessage(pg));
         rc = DB_ERR_UNAVAILABLE;
         goto fail;
     }
@@ -194,7 +157,7 @@ int db__conn_open(db_conn *c, const char *conninfo, int connect_timeout_ms,
     PQsetNoticeReceiver(pg, on_notice, c);
     /* Sending must not block either: db__await_result flushes under its deadline. */
     if (PQsetnonblocking(pg, 1) != 0) {
-        copy_one_line(err, errlen, PQerrorMessage(pg));
+        db__copy_line(err, errlen, PQerrorMessage(pg));
         rc = DB_ERR_UNAVAILABLE;
         goto fail;
     }
@@ -258,117 +221,6 @@ bool db__conn_alive(db_conn *c)
             return false;
     }
     return true;
-}
-
-/* Marks c broken after a failed exchange, with the reason. Returns NULL (no result). */
-static PGresult *exchange_failed(db_conn *c, const char *why)
-{
-    if (why != NULL)
-        db__set_error(c, "%s", why);
-    else
-        copy_one_line(c->err, sizeof(c->err), PQerrorMessage(c->pg));
-    c->broken = true;
-    return NULL;
-}
-
-PGresult *db__await_result(db_conn *c)
-{
-    int timeout_ms = c->pool != NULL ? c->pool->reply_timeout_ms : 0;
-    int64_t deadline = db__now_ms() + timeout_ms;
-    PGresult *last = NULL, *r;
-    int flushed, ready;
-    char why[96];
-
-    snprintf(why, sizeof(why), "no answer from PostgreSQL within %d ms", timeout_ms);
-    /* Send what is still queued (everything, for statements this small, but a full socket
-     * buffer must not block us). */
-    while ((flushed = PQflush(c->pg)) == 1) {
-        ready = db__wait_socket(c->pg, POLLOUT, deadline);
-        if (ready <= 0)
-            return exchange_failed(c, ready == 0 ? why : "poll failed");
-    }
-    if (flushed < 0)
-        return exchange_failed(c, NULL);
-    /* Read until libpq has the whole answer; then collect its results (one per statement:
-     * keep the last, as PQexec does). */
-    for (;;) {
-        while (PQisBusy(c->pg)) {
-            ready = db__wait_socket(c->pg, POLLIN, deadline);
-            if (ready <= 0) {
-                PQclear(last);
-                return exchange_failed(c, ready == 0 ? why : "poll failed");
-            }
-            if (!PQconsumeInput(c->pg)) {
-                PQclear(last);
-                return exchange_failed(c, NULL);
-            }
-        }
-        r = PQgetResult(c->pg);
-        if (r == NULL)
-            return last;
-        PQclear(last);
-        last = r;
-    }
-}
-
-/*
- * Whether an SQLSTATE says the session, not the statement, failed. 25006
- * (read_only_sql_transaction: "cannot execute ... in a read-only transaction", or "during
- * recovery") is one: the service only writes through sessions that target_session_attrs
- * found writable, so a session that refuses a write is on a server that is no longer the
- * primary (demoted after a failover). It must be dropped, never reused: the next session
- * libpq opens goes to the new primary.
- */
-static bool sqlstate_is_connection(const char *state)
-{
-    if (!state)
-        return false;
-    return strncmp(state, "08", 2) == 0    /* connection exception */
-           || strcmp(state, "57P01") == 0  /* admin_shutdown */
-           || strcmp(state, "57P02") == 0  /* crash_shutdown */
-           || strcmp(state, "57P03") == 0  /* cannot_connect_now */
-           || strcmp(state, "25006") == 0; /* read_only_sql_transaction */
-}
-
-int db__check(db_conn *c, PGresult *res, ExecStatusType want)
-{
-    ExecStatusType st = res ? PQresultStatus(res) : PGRES_FATAL_ERROR;
-    const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
-    const char *primary = res ? PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY) : NULL;
-    bool lost, lock_timeout, deadlock;
-
-    if (res && st == want)
-        return DB_OK;
-
-    if (primary && state)
-        db__set_error(c, "%s (SQLSTATE %s)", primary, state);
-    else if (res && st != PGRES_FATAL_ERROR)
-        db__set_error(c, "unexpected result %s, wanted %s", PQresStatus(st), PQresStatus(want));
-    else
-        copy_one_line(c->err, sizeof(c->err),
-                      res ? PQresultErrorMessage(res) : PQerrorMessage(c->pg));
-
-    /* A failure without an SQLSTATE comes from libpq itself (the server went away, out of
-     * memory, a protocol error): the session cannot be trusted any more either. */
-    lost = PQstatus(c->pg) != CONNECTION_OK || sqlstate_is_connection(state) ||
-           (st == PGRES_FATAL_ERROR && !state) ||
-           /* a COPY nobody will finish leaves the session unusable */
-           st == PGRES_COPY_IN || st == PGRES_COPY_OUT || st == PGRES_COPY_BOTH;
-    /* lock_not_available: a wait for a lock outlasted lock_timeout (db_set_lock_timeout), or
-     * a NOWAIT found it taken. The caller answers "not had within the bound", not "down".
-     * (Read before PQclear: `state` points into res.) */
-    lock_timeout = state != NULL && strcmp(state, "55P03") == 0;
-    /* deadlock_detected: this transaction was chosen as the victim of a cycle of waits (two
-     * transactions that took the same rows in opposite orders); the other goes on. */
-    deadlock = state != NULL && strcmp(state, "40P01") == 0;
-    PQclear(res);
-    if (lost) {
-        c->broken = true;
-        return DB_ERR_UNAVAILABLE;
-    }
-    if (deadlock)
-        return DB_ERR_DEADLOCK;
-    return lock_timeout ? DB_ERR_LOCK_TIMEOUT : DB_ERR_QUERY;
 }
 
 int db__set_statement_timeout(db_conn *c, int ms)

@@ -2,8 +2,12 @@
  * internal.h - what the files of db/ share, and the rest of the project must not use.
  *
  *   pool.c        the bounded pool: who may borrow which connection, and when
- *   conn.c        one connection: bounded connect, error mapping, transactions, ping
- *   statements.c  every SQL text of the service, and running them (prepared on first use)
+ *   conn.c        one connection: bounded connect, the session's settings, transactions,
+ *                 ping, and why the last connect failed
+ *   exchange.c    a statement sent and its reply read, within the reply bound; errors mapped
+ *   statements.c  every SQL text of the service (prepared on first use), parameters as text
+ * Calls run one way: pool -> conn -> exchange -> statements; the files of the statements
+ * (stock.c and the rest below) use exchange and statements.
  *   stock.c       the read-check-write statements, the reset and the stock report
  *   segments.c    the segments of a goods' stock (redis-sharded)
  *   cart.c        the statements of an order of several goods (POST /api/order)
@@ -163,6 +167,16 @@ int db__why_not_claimed(db_conn *c, const char *id_text);
 int db__order_ids(db_conn *c, const PGresult *res, const int64_t *counts, size_t n,
                   int64_t *order_ids);
 
+/* A statement of statements.c's table: what exchange.c needs to prepare and run it. */
+struct db__statement {
+    const char *name; /* the prepared statement's name on the session */
+    const char *sql;
+    int nparams;
+    ExecStatusType want; /* PGRES_TUPLES_OK for statements that return rows */
+    bool plain;          /* sent with PQexec, never prepared */
+};
+const struct db__statement *db__statement(enum db__stmt_id id);
+
 /* The SQL text of a statement (for messages and tests). */
 const char *db__sql(enum db__stmt_id id);
 
@@ -178,6 +192,10 @@ int db__check(db_conn *c, PGresult *res, ExecStatusType want);
 
 /* Keeps a printf-style error text in c->err. */
 void db__set_error(db_conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Copies a libpq message into buf (len bytes) on one line: libpq may put one line per
+ * address tried. */
+void db__copy_line(char *buf, size_t len, const char *msg);
 
 /* Writes v in decimal into buf (DB__I64_LEN bytes) and returns buf. */
 const char *db__i64(char *buf, int64_t v);
@@ -273,6 +291,10 @@ int db__conn_open(db_conn *c, const char *conninfo, int connect_timeout_ms,
 
 /* Closes c's session (if any) and forgets what was prepared on it. */
 void db__conn_close(db_conn *c);
+
+/* This thread's buffer (DB__ERR_LEN bytes) of why its last db_pool_acquire failed, which
+ * db_last_connect_error() returns. */
+char *db__connect_error(void);
 
 /*
  * Whether an open, idle connection still looks alive, found without a round trip: if the

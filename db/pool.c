@@ -27,10 +27,6 @@
 
 #include "db/internal.h"
 
-/* The last failure of db_pool_acquire, per thread: a failed acquire has no connection to
- * keep its error in. */
-static _Thread_local char last_connect_error[DB__ERR_LEN];
-
 void db_pool_options_init(db_pool_options *opts)
 {
     memset(opts, 0, sizeof(*opts));
@@ -187,13 +183,13 @@ int db_pool_acquire(db_pool *pool, int timeout_ms, db_conn **out)
         return DB_ERR_INVALID;
     *out = NULL;
     if (!pool || timeout_ms < 0) {
-        snprintf(last_connect_error, sizeof(last_connect_error), "invalid argument");
+        snprintf(db__connect_error(), DB__ERR_LEN, "invalid argument");
         return DB_ERR_INVALID;
     }
 
     c = take_slot(pool, timeout_ms);
     if (!c) {
-        snprintf(last_connect_error, sizeof(last_connect_error),
+        snprintf(db__connect_error(), DB__ERR_LEN,
                  "no database connection free within %d ms (pool of %d)", timeout_ms, pool->size);
         return DB_ERR_BUSY;
     }
@@ -206,7 +202,7 @@ int db_pool_acquire(db_pool *pool, int timeout_ms, db_conn **out)
     }
     if (!c->pg) {
         rc = db__conn_open(c, pool->conninfo, pool->connect_timeout_ms, pool->statement_timeout_ms,
-                           last_connect_error, sizeof(last_connect_error));
+                           db__connect_error(), DB__ERR_LEN);
         if (rc != DB_OK) {
             give_slot(pool, c, 0);
             return rc;
@@ -238,11 +234,6 @@ void db_pool_release(db_pool *pool, db_conn *c)
         open_delta = -1;
     }
     give_slot(pool, c, open_delta);
-}
-
-const char *db_last_connect_error(void)
-{
-    return last_connect_error;
 }
 
 void db_pool_get_stats(db_pool *pool, db_pool_stats *out)

@@ -1,5 +1,6 @@
 /*
- * statements.c - every SQL text of the service, written once, and how they are run.
+ * statements.c - every SQL text of the service, written once (exchange.c runs them), and
+ * how their parameters are written as text.
  *
  * Each statement is prepared (PQprepare) on a session the first time that session runs it,
  * then executed by name (PQexecPrepared) with its values as separate text parameters. A
@@ -12,8 +13,8 @@
  *
  * BEGIN, COMMIT and ROLLBACK have no parameters and nothing to plan: they are sent as plain
  * queries, one round trip each, and never prepared. Every round trip waits for its answer
- * for the pool's reply_timeout_ms at most (db__await_result in conn.c). The migration files are run
- * with PQexec too, by migrate.c: a file of SQL is the text itself, not a value.
+ * for the pool's reply_timeout_ms at most (db__await_result in exchange.c). The migration files are
+ * run with PQexec too, by migrate.c: a file of SQL is the text itself, not a value.
  *
  * Parameter types are taken from the SQL (a column compared with $1 gives $1 its type);
  * where nothing does, the text says it with a cast ($3::bigint).
@@ -26,18 +27,10 @@
 
 #include "db/internal.h"
 
-struct statement {
-    const char *name; /* the prepared statement's name on the session */
-    const char *sql;
-    int nparams;
-    ExecStatusType want; /* PGRES_TUPLES_OK for statements that return rows */
-    bool plain;          /* sent with PQexec, never prepared */
-};
-
 /* The key of the migrations' advisory lock: any fixed number, the same in every process. */
 #define DB__MIGRATION_LOCK_KEY "7340031001"
 
-static const struct statement stmts[DB__STMT_COUNT] = {
+static const struct db__statement stmts[DB__STMT_COUNT] = {
     [DB__BEGIN] = {"begin", "BEGIN", 0, PGRES_COMMAND_OK, true},
     [DB__COMMIT] = {"commit", "COMMIT", 0, PGRES_COMMAND_OK, true},
     [DB__ROLLBACK] = {"rollback", "ROLLBACK", 0, PGRES_COMMAND_OK, true},
@@ -395,6 +388,11 @@ static const struct statement stmts[DB__STMT_COUNT] = {
 
 _Static_assert(DB__STMT_COUNT <= 64, "db_conn.prepared is a 64-bit set");
 
+const struct db__statement *db__statement(enum db__stmt_id id)
+{
+    return &stmts[id];
+}
+
 const char *db__sql(enum db__stmt_id id)
 {
     return stmts[id].sql;
@@ -403,80 +401,6 @@ const char *db__sql(enum db__stmt_id id)
 ExecStatusType db__want(enum db__stmt_id id)
 {
     return stmts[id].want;
-}
-
-int db__send_prepared(db_conn *c, enum db__stmt_id id, const char *const *params)
-{
-    const struct statement *s = &stmts[id];
-
-    /* Pipeline mode allows only the extended protocol: a plain statement goes as a query
-     * with no parameters, still unprepared. */
-    if (s->plain)
-        return PQsendQueryParams(c->pg, s->sql, 0, NULL, NULL, NULL, NULL, 0);
-    return PQsendQueryPrepared(c->pg, s->name, s->nparams, params, NULL, NULL, 0);
-}
-
-/* Prepares statement id on c's session unless that was done already. */
-static int prepare_once(db_conn *c, enum db__stmt_id id)
-{
-    const struct statement *s = &stmts[id];
-    uint64_t bit = UINT64_C(1) << id;
-    PGresult *res;
-    int rc;
-
-    if (s->plain || (c->prepared & bit))
-        return DB_OK;
-    if (!PQsendPrepare(c->pg, s->name, s->sql, s->nparams, NULL))
-        return db__check(c, NULL, PGRES_COMMAND_OK);
-    res = db__await_result(c);
-    if (res == NULL)
-        return DB_ERR_UNAVAILABLE;
-    rc = db__check(c, res, PGRES_COMMAND_OK);
-    if (rc != DB_OK)
-        return rc; /* db__check cleared res */
-    PQclear(res);
-    c->prepared |= bit;
-    return DB_OK;
-}
-
-int db__prepare(db_conn *c, enum db__stmt_id id)
-{
-    return prepare_once(c, id);
-}
-
-int db__run(db_conn *c, enum db__stmt_id id, const char *const *params, PGresult **res)
-{
-    const struct statement *s = &stmts[id];
-    PGresult *r = NULL;
-    int rc;
-
-    if (res)
-        *res = NULL;
-    if (!c->pg || c->broken) {
-        db__set_error(c, "the connection is closed");
-        return DB_ERR_UNAVAILABLE;
-    }
-    if (s->plain) {
-        if (!PQsendQuery(c->pg, s->sql))
-            return db__check(c, NULL, s->want);
-    } else {
-        rc = prepare_once(c, id);
-        if (rc != DB_OK)
-            return rc;
-        if (!PQsendQueryPrepared(c->pg, s->name, s->nparams, params, NULL, NULL, 0))
-            return db__check(c, NULL, s->want);
-    }
-    r = db__await_result(c);
-    if (r == NULL)
-        return DB_ERR_UNAVAILABLE;
-    rc = db__check(c, r, s->want);
-    if (rc != DB_OK)
-        return rc;
-    if (res)
-        *res = r;
-    else
-        PQclear(r);
-    return DB_OK;
 }
 
 const char *db__i64(char *buf, int64_t v)
@@ -545,68 +469,4 @@ char *db__text_array(const char *const *v, size_t n)
     *p++ = '}';
     *p = '\0';
     return array;
-}
-
-int db__first_i64(db_conn *c, PGresult *res, int64_t *out)
-{
-    int rc = PQntuples(res) == 0 ? DB_ERR_NOT_FOUND : db__get_i64(c, res, 0, 0, out);
-
-    PQclear(res);
-    return rc;
-}
-
-int db__run_i64(db_conn *c, enum db__stmt_id id, const char *const *params, int64_t *out)
-{
-    PGresult *res = NULL;
-    int rc = db__run(c, id, params, &res);
-
-    return rc != DB_OK ? rc : db__first_i64(c, res, out);
-}
-
-int db__run_arrays(db_conn *c, enum db__stmt_id id, const char *const *params, char *const *arrays,
-                   size_t n, PGresult **res)
-{
-    int rc = DB_OK;
-
-    for (size_t i = 0; i < n; i++)
-        if (arrays[i] == NULL)
-            rc = DB_ERR_NOMEM;
-    if (rc == DB_OK)
-        rc = db__run(c, id, params, res);
-    for (size_t i = 0; i < n; i++)
-        free(arrays[i]);
-    return rc;
-}
-
-int db__missing_or_fenced(db_conn *c, enum db__stmt_id id, const char *const *params)
-{
-    PGresult *res = NULL;
-    int rc = db__run(c, id, params, &res);
-
-    if (rc != DB_OK)
-        return rc;
-    rc = PQntuples(res) == 0 ? DB_ERR_NOT_FOUND : DB_ERR_FENCED;
-    PQclear(res);
-    return rc;
-}
-
-int db__get_i64(db_conn *c, const PGresult *res, int row, int col, int64_t *out)
-{
-    const char *s;
-    char *end = NULL;
-    long long v;
-
-    if (row >= PQntuples(res) || col >= PQnfields(res) || PQgetisnull(res, row, col)) {
-        db__set_error(c, "no integer at row %d, column %d", row, col);
-        return DB_ERR_QUERY;
-    }
-    s = PQgetvalue(res, row, col);
-    errno = 0;
-    v = strtoll(s, &end, 10);
-    if (errno != 0 || end == s || *end != '\0') {
-        db__set_error(c, "not an integer: \"%.40s\"", s);
-        return DB_ERR_QUERY;
-    }
-    *out = (int64_t)v;
-    return DB_OK;
 }

@@ -162,10 +162,9 @@ int db_order_insert(db_conn *conn, int64_t goods_id, int64_t count, const char *
     return rc;
 }
 
-int db__orders_params_make(db__orders_params *p, int64_t goods_id, const int64_t *counts,
-                           size_t n, const char *mode, const char *instance,
-                           const int64_t *fence, const char *fence_source,
-                           const char *const *request_ids)
+int db__orders_params_make(db__orders_params *p, int64_t goods_id, const int64_t *counts, size_t n,
+                           const char *mode, const char *instance, const int64_t *fence,
+                           const char *fence_source, const char *const *request_ids)
 {
     size_t i;
 
@@ -276,8 +275,8 @@ static int reset_statements(db_conn *conn, const char *const *params)
         enum db__stmt_id id;
         bool seg;
     } steps[] = {
-        {DB__GOODS_UPSERT, false}, {DB__SEGMENTS_LOCK_ALL, false}, {DB__SEGMENTS_EMPTY, true},
-        {DB__ORDERS_DELETE, false}, {DB__SALES_DELETE, false},     {DB__IDEM_DELETE, false},
+        {DB__GOODS_UPSERT, false},      {DB__SEGMENTS_LOCK_ALL, false}, {DB__SEGMENTS_EMPTY, true},
+        {DB__ORDERS_DELETE, false},     {DB__SALES_DELETE, false},      {DB__IDEM_DELETE, false},
         {DB__ORDER_IDEM_DELETE, false},
     };
     const char *seg_params[2] = {params[0], "0"};

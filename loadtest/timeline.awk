@@ -195,12 +195,25 @@ function hold_end(r) {
     if (r in ANSWERED) return ANSWERED[r]
     return T_END
 }
-# A fencing token as the drawing shows it: as it is when short; a long one (a counter seeded
-# from the clock) relative to the row's smallest, "t", "t+1", so that the order shows.
+# A fencing token as the drawing shows it: as it is when short; a long one (past the clock in
+# microseconds) by its place among the row's long tokens, "t", "t+1", "t+2": the order shows,
+# which is all a fence compares, and not the microseconds between two holdings.
 function short_fence(f) {
     if (f == "-" || f == "") return ""
     if (length(f) <= 8) return f
-    return (f == FENCE_MIN) ? "t" : "t+" (f - FENCE_MIN)
+    return (FENCE_RANK[f] == 0) ? "t" : "t+" FENCE_RANK[f]
+}
+# Notes a long token of the row, for fence_ranks.
+function fence_seen(f) {
+    if (f ~ /^[0-9]+$/ && length(f) > 8) FENCE_SEEN[f] = 1
+}
+# FENCE_RANK[token]: how many of the row's long tokens are smaller (a handful: counted).
+function fence_ranks(    f, g, n) {
+    for (f in FENCE_SEEN) {
+        n = 0
+        for (g in FENCE_SEEN) if (g + 0 < f + 0) n++
+        FENCE_RANK[f] = n
+    }
 }
 
 BEGIN {
@@ -270,13 +283,10 @@ $1 == "db" {
 }
 
 END {
-    # The row's smallest long token, from which short_fence counts.
-    for (key in P_FENCE)
-        if (P_FENCE[key] ~ /^[0-9]+$/ && length(P_FENCE[key]) > 8 && (FENCE_MIN == "" || P_FENCE[key] + 0 < FENCE_MIN + 0))
-            FENCE_MIN = P_FENCE[key]
-    for (i = 1; i <= NO; i++)
-        if (O_FENCE[i] ~ /^[0-9]+$/ && length(O_FENCE[i]) > 8 && (FENCE_MIN == "" || O_FENCE[i] + 0 < FENCE_MIN + 0))
-            FENCE_MIN = O_FENCE[i]
+    # The row's long tokens, in order, for short_fence.
+    for (key in P_FENCE) fence_seen(P_FENCE[key])
+    for (i = 1; i <= NO; i++) fence_seen(O_FENCE[i])
+    fence_ranks()
     # Sort the request lanes by when they were sent (insertion sort: a handful).
     for (i = 2; i <= NREQ; i++)
         for (j = i; j > 1 && SENT[REQ[j]] < SENT[REQ[j - 1]]; j--) { t = REQ[j]; REQ[j] = REQ[j - 1]; REQ[j - 1] = t }

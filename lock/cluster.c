@@ -548,8 +548,8 @@ static int send_asking(lock__conn *conn, const request *q, int64_t hard_by, redi
  * LOCK__CLUSTER_REDIRECTS_MAX redirections. *out may be an error reply that is not a
  * redirection.
  */
-static int route(lock__cluster *cl, int slot, const request *q, int64_t borrow_by, int64_t hard_by,
-                 int64_t *sent_ns, redisReply **out)
+static int send_to_slot(lock__cluster *cl, int slot, const request *q, int64_t borrow_by,
+                        int64_t hard_by, int64_t *sent_ns, redisReply **out)
 {
     cluster_node *node = NULL;
     bool asking = false;
@@ -668,7 +668,7 @@ int lock__cluster_command(lock__cluster *cl, int64_t borrow_by, int64_t hard_by,
     *out = NULL;
     if (argc < 1)
         return LOCK_ERR_INVALID;
-    return route(cl, slot, &q, borrow_by, hard_by, NULL, out);
+    return send_to_slot(cl, slot, &q, borrow_by, hard_by, NULL, out);
 }
 
 int lock__cluster_script(lock__cluster *cl, lock__script s, bool urgent, int64_t borrow_by,
@@ -704,7 +704,7 @@ int lock__cluster_script(lock__cluster *cl, lock__script s, bool urgent, int64_t
             return LOCK_ERR_INVALID;
         }
     }
-    rc = route(cl, slot, &q, borrow_by, hard_by, sent_ns, out);
+    rc = send_to_slot(cl, slot, &q, borrow_by, hard_by, sent_ns, out);
     if (rc == LOCK_OK && (*out)->type == REDIS_REPLY_ERROR) {
         lock__error_set("script: %s", (*out)->str);
         freeReplyObject(*out);
