@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-PUBLIC='lock/lock.h|lock/result.h|lock/rwlock.h|lock/redlock.h|lock/naive.h|lock/queue/queue_lock.h|lock/etcd/etcd_lock.h|lock/zookeeper/zk_lock.h|db/db.h'
+PUBLIC='lock/lock.h|lock/result.h|lock/rwlock.h|lock/cache.h|lock/redlock.h|lock/naive.h|lock/queue/queue_lock.h|lock/etcd/etcd_lock.h|lock/zookeeper/zk_lock.h|db/db.h'
 bad=0
 check() { # check WHAT FILES... : prints the matches of the include pattern in $pattern
     local what=$1 hits

@@ -138,8 +138,13 @@ GUARD_DECL(guard_redis_nowatchdog); /* redis_nowatchdog.c: fixed lease, no token
 GUARD_DECL(guard_redis_nofence);    /* redis_nofence.c: watchdog, no token */
 GUARD_DECL(guard_tx_inside);        /* tx_inside.c: redis-nofence's, left before COMMIT */
 GUARD_DECL(guard_multi_naive);      /* multi_naive.c: redis's, a cart in listed order */
-GUARD_DECL(guard_pg_lockrow);       /* pg_lockrow.c: the lock row, no expiry */
-GUARD_DECL(guard_pg_lockrow_ttl);   /* pg_lockrow_ttl.c: the lock row with an expiry */
+GUARD_DECL(guard_cache_aside);      /* cache_aside.c: redis's; the cache entry deleted after */
+void guard_cache_aside__leave(guard_env *env, guard_hold *hold);
+GUARD_DECL(guard_cache_rwlock); /* cache_rwlock.c: redis's and the write side around the sale */
+void guard_cache_rwlock__leave(guard_env *env, guard_hold *hold);
+int guard_cache_rwlock__still_held(guard_env *env, const guard_hold *hold);
+GUARD_DECL(guard_pg_lockrow);     /* pg_lockrow.c: the lock row, no expiry */
+GUARD_DECL(guard_pg_lockrow_ttl); /* pg_lockrow_ttl.c: the lock row with an expiry */
 
 /* redlock.c: Redlock (lock/redlock.h) on "lock:redlock:goods:<id>" with the fixed lease;
  * still_held checks the validity on this process's clock. */
@@ -177,8 +182,8 @@ extern const guards_queue_rung guards_queue__zookeeper;
  * client cannot be made. guards_queue__destroy frees them (safe when there are none). */
 int guards_queue__init(guard_env *env, const guard_env_options *opts);
 void guards_queue__destroy(guard_env *env);
-int guards_queue__enter(queue_lock *q, const guards_queue_rung *r, guard_env *env,
-                        int64_t goods_id, guard_hold *hold, char *detail, size_t detail_len);
+int guards_queue__enter(queue_lock *q, const guards_queue_rung *r, guard_env *env, int64_t goods_id,
+                        guard_hold *hold, char *detail, size_t detail_len);
 /* Both modes' still_held and leave: the holding's fence_source names the client it took. */
 int guard_queue_lock__still_held(guard_env *env, const guard_hold *hold);
 void guard_queue_lock__leave(guard_env *env, guard_hold *hold);

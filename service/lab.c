@@ -25,7 +25,8 @@
 #include "service/clock.h"
 
 static const char *const point_names[LAB_POINTS_] = {
-    "entered", "begun", "read", "written", "checked", "committed", "release", "between-locks",
+    "entered",   "begun",   "read",          "written",         "checked",
+    "committed", "release", "between-locks", "cache-miss-read",
 };
 
 const char *lab_point_name(lab_point p)

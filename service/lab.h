@@ -51,15 +51,21 @@ typedef enum lab_point {
     LAB_AT_WRITTEN,
     LAB_AT_CHECKED,
     LAB_AT_COMMITTED,
-    LAB_AT_RELEASE,       /* ... and the release's point */
-    LAB_AT_BETWEEN_LOCKS, /* a cart's: between its first lock and its second */
+    LAB_AT_RELEASE,         /* ... and the release's point */
+    LAB_AT_BETWEEN_LOCKS,   /* a cart's: between its first lock and its second */
+    LAB_AT_CACHE_MISS_READ, /* a cached read's (service/cache.h): the miss has read the
+                               database and not yet written the cache */
     LAB_POINTS_
 } lab_point;
 
 /* The points a cart reaches (a bit per lab_point): POST /api/order refuses any other. */
 #define LAB_CART_POINTS (1u << LAB_AT_BETWEEN_LOCKS)
 
-/* The point's name ("entered" ... "release", "between-locks"). */
+/* The points a cached read reaches (GET /api/stock/{id}?cached=1): it refuses any other, and a
+ * deduction or a cart refuses these. */
+#define LAB_CACHE_POINTS (1u << LAB_AT_CACHE_MISS_READ)
+
+/* The point's name ("entered" ... "release", "between-locks", "cache-miss-read"). */
 const char *lab_point_name(lab_point p);
 
 /* The lab point of a deduction's point. */
@@ -105,8 +111,8 @@ typedef struct lab_run {
 
 /* Takes a place for request `id` (valid) in mode `mode` on goods_id, holding at `points` (0:
  * traced only). 0 with *run filled; LAB_ERR_DUPLICATE or LAB_ERR_FULL, the table unchanged. */
-int lab_start(lab_table *t, const char *id, const char *mode_name, int64_t goods_id, unsigned points,
-              lab_run *run);
+int lab_start(lab_table *t, const char *id, const char *mode_name, int64_t goods_id,
+              unsigned points, lab_run *run);
 
 /* What a request saw at a point, for its trace (each field optional: has_*). */
 typedef struct lab_seen {

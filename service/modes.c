@@ -26,6 +26,12 @@
  *   tx-inside         modes/tx_inside.c         left before COMMIT (mode.leaves_inside_tx).
  *   multi-naive       modes/multi_naive.c       a cart's locks in the cart's order: two carts
  *                                               deadlock (mode.cart, service/order.c).
+ *   cache-aside       modes/cache_aside.c       redis, and the cached stock deleted after the
+ *                                               sale: a miss that read before it fills the
+ *                                               cache with a stock gone (mode.cache).
+ *   cache-rwlock      modes/cache_rwlock.c      the same under a read-write lock: a miss
+ *                                               fills under the read side, the sale writes
+ *                                               and deletes under the write side.
  *   redlock           modes/redlock.c           a quorum of 5 Redis servers, no token: served
  *                                               only with REDLOCK_NODES (mode.needs).
  *
@@ -139,6 +145,23 @@ static const mode mode_table[] = {
                 "orders each hold one lock and wait for the other's until both answer 503 "
                 "lock_timeout, nothing sold (a single deduct is the redis mode's)",
      REDIS_LOCK(guard_multi_naive), .cart = MODE_CART_AS_LISTED},
+
+    /* A cache of the stock beside the sale (service/cache.c): the miss's fill against the
+     * sale's delete. */
+    {.name = "cache-aside", .safe = false,
+     .summary = "the redis sale, then the cached stock deleted; a cached read that misses fills "
+                "the cache from PostgreSQL with no lock: a miss that read before a sale and "
+                "writes after its delete leaves the cache saying a stock the table no longer "
+                "holds, until its TTL",
+     GUARD(guard_cache_aside), .still_held = guards__redis_still_held,
+     .fence_refused = guards__redis_fence_refused, .cache = MODE_CACHE_ASIDE},
+    {.name = "cache-rwlock", .safe = true,
+     .summary = "cache-aside with a Redis read-write lock: a miss reads PostgreSQL and fills "
+                "the cache under the read side, the sale writes and deletes the entry under "
+                "the write side, and a waiting writer shuts out new readers: the cache never "
+                "says a stock gone",
+     GUARD(guard_cache_rwlock), .still_held = guard_cache_rwlock__still_held,
+     .fence_refused = guards__redis_fence_refused, .cache = MODE_CACHE_RWLOCK},
 
     /* Rung 8: a quorum of independent Redis servers; listed and served only by a replica
      * started with REDLOCK_NODES. */

@@ -48,14 +48,14 @@ typedef struct guard_env_options {
     /* The queue-lock modes' guard builds and owns their clients (guards_queue.c), which
      * connect lazily: a replica starts while the service is down, and the mode answers 503
      * until it is back. */
-    const char *etcd_endpoint;    /* ETCD_ENDPOINT; NULL or "": no etcd client, and the etcd
-                                     mode is not served */
-    int64_t etcd_timeout_ms;      /* ETCD_TIMEOUT_MS: bound on each etcd request */
-    const char *zookeeper_hosts;  /* ZOOKEEPER_HOSTS; NULL or "": no ZooKeeper client, and the
-                                     zookeeper mode is not served */
-    int zookeeper_timeout_ms;     /* ZOOKEEPER_TIMEOUT_MS: bound on waiting for a session */
-    int64_t queue_lease_ms;       /* LOCK_LEASE_MS: etcd's lease TTL and ZooKeeper's session
-                                     timeout; 0: the queue lock's default */
+    const char *etcd_endpoint;   /* ETCD_ENDPOINT; NULL or "": no etcd client, and the etcd
+                                    mode is not served */
+    int64_t etcd_timeout_ms;     /* ETCD_TIMEOUT_MS: bound on each etcd request */
+    const char *zookeeper_hosts; /* ZOOKEEPER_HOSTS; NULL or "": no ZooKeeper client, and the
+                                    zookeeper mode is not served */
+    int zookeeper_timeout_ms;    /* ZOOKEEPER_TIMEOUT_MS: bound on waiting for a session */
+    int64_t queue_lease_ms;      /* LOCK_LEASE_MS: etcd's lease TTL and ZooKeeper's session
+                                    timeout; 0: the queue lock's default */
 } guard_env_options;
 
 /*
@@ -159,6 +159,14 @@ typedef enum mode_cart {
                             orders can deadlock (the multi-naive rung) */
 } mode_cart;
 
+/* Whether, and how, a mode keeps the product page's cached stock (service/cache.h). */
+typedef enum mode_cache {
+    MODE_CACHE_NONE = 0, /* its sales leave the cache alone */
+    MODE_CACHE_ASIDE,    /* a sale deletes the entry after its commit; a miss fills it freely */
+    MODE_CACHE_RWLOCK,   /* the same, the sale under the write side of a read-write lock and a
+                            miss under its read side */
+} mode_cache;
+
 /*
  * A mode whose goods' stock is split in parts, each with a lock of its own (redis-sharded:
  * service/sharded.c sells over them). A part's holding is checked with the mode's
@@ -213,6 +221,8 @@ typedef struct mode {
      * do. Best effort, one round trip.
      */
     void (*fence_refused)(guard_env *env, const guard_hold *hold, int64_t stored);
+    /* How its sales keep the cache, and how GET /api/stock/{id}?cached=1&mode=it fills it. */
+    mode_cache cache;
 } mode;
 
 /* The whole table, every mode this build knows, in the order /api/modes lists them. */

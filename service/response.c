@@ -206,6 +206,19 @@ static json_t *stock_object(int64_t goods_id, int64_t initial, int64_t stock, in
     return o;
 }
 
+char *response_cached_stock(int64_t goods_id, int64_t stock, bool from_cache)
+{
+    json_t *o = json_object();
+    int failed = o == NULL;
+
+    if (!failed) {
+        failed |= json_object_set_new(o, "goods_id", json_int(goods_id));
+        failed |= json_object_set_new(o, "stock", json_int(stock));
+        failed |= json_object_set_new(o, "source", json_text(from_cache ? "cache" : "db"));
+    }
+    return finish(o, failed);
+}
+
 char *response_stock(int64_t goods_id, int64_t initial, int64_t stock, int64_t sold, int64_t orders)
 {
     int failed;

@@ -29,8 +29,7 @@ char *response_deducted(int64_t goods_id, int64_t count, int64_t remaining, int6
 
 /* The dry run's 200 (POST /api/deduct/dry): {"ok":true,"dry_run":true,"goods_id":..,
  * "count":..,"mode":..,"instance":..}: nothing was sold. */
-char *response_dry_deduct(int64_t goods_id, int64_t count, const char *mode,
-                          const char *instance);
+char *response_dry_deduct(int64_t goods_id, int64_t count, const char *mode, const char *instance);
 
 /* 409: {"ok":false,"error":"insufficient_stock","goods_id":..,"remaining":..} */
 char *response_insufficient(int64_t goods_id, int64_t remaining);
@@ -51,6 +50,9 @@ char *response_unknown_goods(int64_t goods_id);
 /* sold - (initial - stock): units sold that the stock never gave up (saturated at the
  * int64 limits instead of overflowing). */
 int64_t response_oversold(int64_t initial, int64_t stock, int64_t sold);
+
+/* {"goods_id":..,"stock":..,"source":"cache"|"db"}: the cached read's answer. */
+char *response_cached_stock(int64_t goods_id, int64_t stock, bool from_cache);
 
 /* {"goods_id":..,"initial":..,"stock":..,"sold":..,"orders":..,"oversold":..} where
  * oversold = response_oversold(initial, stock, sold). */

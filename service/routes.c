@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/resource.h>
 
+#include "service/cache.h"
 #include "service/faults.h"
 #include "service/lab.h"
 #include "service/lab_routes.h"
@@ -209,6 +210,12 @@ static void handle_deduct(app *a, const http_request *req, http_reply *reply)
         reply_error(reply, 400, "bad_request",
                     "X-Fault: hold-at=between-locks is a cart's point (POST /api/order); a "
                     "deduction takes one lock");
+        return;
+    }
+    if ((holds & LAB_CACHE_POINTS) != 0) {
+        reply_error(reply, 400, "bad_request",
+                    "X-Fault: hold-at=cache-miss-read is a cached read's point (GET "
+                    "/api/stock/{goods_id}?cached=1)");
         return;
     }
     m = choose_mode(a, req, dr.has_mode, dr.mode, reply);
@@ -438,18 +445,102 @@ static bool stock_audit_wanted(const http_request *req, bool *audit, http_reply 
     return false;
 }
 
+/* The cached read's miss-read point, for the lab: recorded with the stock read, held there
+ * when asked (lab_reach). */
+static void cache_miss_read_at(void *arg, int64_t stock)
+{
+    lab_seen seen = {.has_stock = true, .stock = stock};
+
+    lab_reach(arg, LAB_AT_CACHE_MISS_READ, &seen);
+}
+
+/* A cached read takes X-Fault: hold-at=cache-miss-read and nothing else (400 otherwise). */
+static bool cached_fault(app *a, const http_request *req, const char *value, const char *request_id,
+                         unsigned *holds, http_reply *reply)
+{
+    fault_plan plan, none;
+
+    memset(&plan, 0, sizeof(plan));
+    memset(&none, 0, sizeof(none));
+    if (!fault_plan_from_header(a, req, value, request_id, &plan, holds, reply))
+        return false;
+    if ((*holds & ~LAB_CACHE_POINTS) != 0 || memcmp(&plan, &none, sizeof(plan)) != 0) {
+        reply_error(reply, 400, "bad_request",
+                    "X-Fault: a cached read takes only hold-at=cache-miss-read");
+        return false;
+    }
+    return true;
+}
+
+/* GET /api/stock/{goods_id}?cached=1&mode=MODE: the stock as the cache has it (cache.h), under
+ * the mode's discipline; a mode that keeps no cache reads as cache-rwlock, the safe one. */
+static void handle_cached_stock(app *a, const http_request *req, int64_t goods_id,
+                                http_reply *reply)
+{
+    const char *fault = req->header(req->transport, "X-Fault");
+    const char *request_id = req->header(req->transport, "X-Request-Id");
+    cache_env env = {a->core.lock, a->core.db, a->config->db_wait_ms, a->config->lock_wait_ms};
+    lab_run lab = {0};
+    cache_hook hook = {cache_miss_read_at, &lab};
+    unsigned holds = 0;
+    bool lab_used = false, from_cache = false;
+    int64_t stock = 0;
+    char detail[400];
+    const mode *m;
+    int rc;
+
+    if (fault != NULL && !cached_fault(a, req, fault, request_id, &holds, reply))
+        return;
+    m = choose_mode(a, req, false, NULL, reply);
+    if (m == NULL)
+        return;
+    if (fault != NULL && !lab_enter(a, request_id, m, goods_id, holds, &lab, &lab_used, reply))
+        return;
+    rc =
+        cache_read_stock(&env, m->cache != MODE_CACHE_NONE ? m->cache : MODE_CACHE_RWLOCK, goods_id,
+                         lab_used ? &hook : NULL, &stock, &from_cache, detail, sizeof(detail));
+    if (rc == CACHE_OK)
+        reply_json(reply, 200, response_cached_stock(goods_id, stock, from_cache));
+    else if (rc == CACHE_ERR_NOT_FOUND)
+        reply_json(reply, 404, response_unknown_goods(goods_id));
+    else
+        reply_error(reply, 503, rc == CACHE_ERR_TIMEOUT ? "lock_timeout" : "unavailable", detail);
+    if (lab_used)
+        lab_finish(&lab, reply->status, rc == CACHE_OK ? (from_cache ? "cache" : "db") : "error");
+}
+
+/* ?cached=1 reads through the cache (handle_cached_stock); absent or 0, the table. */
+static bool stock_cached_wanted(const http_request *req, bool *cached, http_reply *reply)
+{
+    const char *v = req->query(req->transport, "cached");
+
+    *cached = v != NULL && strcmp(v, "1") == 0;
+    if (v == NULL || strcmp(v, "0") == 0 || *cached)
+        return true;
+    reply_error(reply, 400, "bad_request", "cached must be 0 or 1");
+    return false;
+}
+
 static void handle_stock(app *a, const http_request *req, http_reply *reply)
 {
     db_stock_report report;
     db_stock_ledger ledger;
     db_conn *conn;
     int64_t goods_id;
-    bool audit;
+    bool audit, cached;
     int rc;
 
     if (!path_goods_id(req, "/api/stock/", &goods_id, reply) ||
-        !stock_audit_wanted(req, &audit, reply))
+        !stock_cached_wanted(req, &cached, reply) || !stock_audit_wanted(req, &audit, reply))
         return;
+    if (cached && audit) {
+        reply_error(reply, 400, "bad_request", "cached=1 and audit=1 do not go together");
+        return;
+    }
+    if (cached) {
+        handle_cached_stock(a, req, goods_id, reply);
+        return;
+    }
     conn = borrow_connection(a, a->config->db_wait_ms, reply);
     if (conn == NULL)
         return;
