@@ -153,6 +153,13 @@ function holder_of(ms, value,    i, r, best) {
             best = r
     }
     if (best != "") return best
+    # Seen before its trace's `entered` (a guard of two locks, cache-rwlock's: the first is in
+    # Redis while it waits for the second): a request that enters later, in flight now.
+    for (i = 1; i <= NREQ; i++) {
+        r = REQ[i]
+        if ((r in ENTERED) && SENT[r] <= ms + 30 && (!(r in ANSWERED) || ANSWERED[r] >= ms - 30) && !(r in HELD))
+            return r
+    }
     for (i = 1; i <= NREQ; i++) {
         r = REQ[i]
         if (SENT[r] <= ms + 30 && (!(r in ANSWERED) || ANSWERED[r] >= ms - 30) && !(r in HELD))
@@ -735,6 +742,7 @@ END {
             else if (pn == "checked") lbl = "checked"
             else if (pn == "committed") lbl = "COMMIT"
             else if (pn == "release") lbl = "release"
+            else if (pn == "cache-miss-read") lbl = "cache miss: read " P_STOCK[r, k] " from the table"
             else { lbl = pn; gsub(/-/, " ", lbl) }
             if (P_HELD[r, k] > 0) lbl = lbl " (held " P_HELD[r, k] " ms)"
             col = "#333"; wt = ""
