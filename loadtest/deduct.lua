@@ -15,6 +15,12 @@
 --   history=PREFIX  record the history: thread i writes PREFIX.i.jsonl (see below)
 --   id_prefix=STR   what every request's X-Request-Id begins with (default: "r" and the time);
 --                   unique per row, at most 16 characters of A-Za-z0-9_-
+--   reads=N         N reads of the stock (GET /api/stock/{goods}) per sale, on each thread in
+--                   turn (default 0: sales only); reads_only=1: reads and no sale at all
+--   read=KIND       cached (default): GET /api/stock/{goods}?cached=1&mode=MODE, the product
+--                   page's read through the cache; plain: the table's read. Every read is
+--                   recorded in the history as a `read` (a 200's stock: ok; any other answer:
+--                   info, which constrains nothing), and counted apart from the sales
 --   process_base=N  the history's process ids of thread i start at N + i * 10^6 (default
 --                   0): several wrk runs recorded into one history (the repetitions of
 --                   one row) each take a base of their own, N a multiple of 10^8, so that
@@ -40,7 +46,9 @@
 -- The summary: done() prints one line starting with RESULT, key=value pairs:
 --   requests sent s200 s409 s503 other e503_lock_timeout e503_lock_lost e503_unavailable
 --   seconds rps p50_ms p90_ms p99_ms max_ms errors_connect errors_read errors_write
---   errors_timeout threads
+--   errors_timeout threads reads reads_ok
+-- (reads and reads_ok: the reads answered and those answered 200; the latencies count sales
+-- and reads alike, s200 ... other the sales only)
 -- and, when there were answers other than 200/409/503, a line OTHER status=count ...
 -- Latencies are wrk's own: every answer (200, 409 and 503 alike), after wrk's correction
 -- for coordinated omission. seconds spans the first request to the last answer, measured
@@ -145,7 +153,8 @@ function done(summary, latency, requests)
         "RESULT requests=%d sent=%d s200=%d s409=%d s503=%d other=%d " ..
         "e503_lock_timeout=%d e503_lock_lost=%d e503_unavailable=%d " ..
         "seconds=%.3f rps=%.1f p50_ms=%s p90_ms=%s p99_ms=%s max_ms=%s " ..
-        "errors_connect=%d errors_read=%d errors_write=%d errors_timeout=%d threads=%d\n",
+        "errors_connect=%d errors_read=%d errors_write=%d errors_timeout=%d threads=%d " ..
+        "reads=%d reads_ok=%d\n",
         answers, sum_counter("sent"), sum_counter("s200"), sum_counter("s409"),
         sum_counter("s503"), sum_counter("other"),
         sum_counter("e503_lock_timeout"), sum_counter("e503_lock_lost"),
@@ -153,7 +162,8 @@ function done(summary, latency, requests)
         seconds, answers / seconds,
         ms(latency:percentile(50)), ms(latency:percentile(90)), ms(latency:percentile(99)),
         ms(latency.max),
-        e.connect, e.read, e.write, e.timeout, #threads))
+        e.connect, e.read, e.write, e.timeout, #threads, sum_counter("reads"),
+        sum_counter("reads_ok")))
 
     -- The history lines each thread still buffers reach its file when the process exits.
     local unmatched = sum_counter("unmatched")
@@ -178,11 +188,15 @@ end
 stats = {
     sent = 0, answers = 0, s200 = 0, s409 = 0, s503 = 0, other = 0,
     e503_lock_timeout = 0, e503_lock_lost = 0, e503_unavailable = 0, unmatched = 0,
+    reads = 0, reads_ok = 0,
 }
 hist_path = nil   -- this thread's history file; nil: no history
 others = {} -- status -> count, for the statuses outside 200/409/503
 
 local requests_by_goods = {} -- prebuilt HTTP requests, one per goods
+local reads_by_goods = {}    -- the same for the reads (reads=N)
+local reads_per_sale = 0     -- reads=N; -1: reads only
+local turn = 0               -- requests sent: which are reads
 local share = nil            -- this thread's part of the budget; nil: no budget
 local reserved = 0           -- requests delay() has let through
 local finished = false
@@ -220,6 +234,7 @@ function init(args)
     end
     local known = { mode = true, goods = true, goods_count = true, count = true,
                     budget = true, threads = true, history = true, id_prefix = true,
+                    reads = true, reads_only = true, read = true,
                     process_base = true }
     for k in pairs(opts) do
         if not known[k] then fail("unknown argument '" .. k .. "'") end
@@ -254,6 +269,20 @@ function init(args)
         -- The id changes with every request: the request is built around a placeholder,
         -- cut in two, and each request is the two halves with its id between them.
         headers["X-Request-Id"] = "@KEY@"
+    end
+    reads_per_sale = integer_arg(opts, "reads", 0, 0, 1000)
+    if integer_arg(opts, "reads_only", 0, 0, 1) == 1 then reads_per_sale = -1 end
+    local read_kind = opts.read or "cached"
+    if read_kind ~= "cached" and read_kind ~= "plain" then
+        fail("read must be cached or plain, got '" .. read_kind .. "'")
+    end
+    local read_query = read_kind == "cached" and
+        ("?cached=1" .. (mode ~= "" and ("&mode=" .. mode) or "")) or ""
+    for i = 1, goods_count do
+        reads_by_goods[i] = prebuilt(wrk.format("GET",
+            string.format("/api/stock/%d%s", goods + i - 1, read_query),
+            { ["X-Request-Id"] = headers["X-Request-Id"] }), "read",
+            string.format('"goods_id":%d', goods + i - 1), string.format(',"goods_id":%d', goods + i - 1))
     end
     for i = 1, goods_count do
         local body = string.format('{"goods_id":%d,"count":%d%s}', goods + i - 1, count,
@@ -349,7 +378,7 @@ local function record_answer(status, headers, body)
     local op = key and open_ops[key]
     if not op then
         stats.unmatched = stats.unmatched + 1
-        return
+        return nil
     end
     open_ops[key] = nil
     free_pids[#free_pids + 1] = op[1]
@@ -358,6 +387,13 @@ local function record_answer(status, headers, body)
     local head = string.format('{"time":%s,"process":%d,', t, op[1])
     local tail = string.format(',"f":"%s"%s,"request_id":"%s","status":%d}', r.f, r.goods, key,
                                status)
+    if r.f == "read" then
+        -- A read's answer: its stock, or no effect either way (HISTORY: info).
+        local stock = status == 200 and body:match('"stock":(%-?%d+)')
+        record(head .. (stock and ('"type":"ok","stock":' .. stock) or
+            string.format('"type":"info","error":"http_%d"', status)) .. tail)
+        return r.f
+    end
     if status == 200 then
         local ok
         if r.f == "order" then
@@ -370,7 +406,7 @@ local function record_answer(status, headers, body)
             end
         end
         record(head .. (ok or '"type":"info","error":"unreadable_200"') .. tail)
-        return
+        return r.f
     end
     local err = body:match('"error":"([%w_]+)"') or ("http_" .. status)
     local kind
@@ -393,6 +429,7 @@ local function record_answer(status, headers, body)
         kind = "info" -- a 500 or anything unforeseen: it may have sold
     end
     record(head .. string.format('"type":"%s","error":"%s"', kind, err) .. tail)
+    return r.f
 end
 
 -- Sends the prebuilt request r (prebuilt()): counted, and recorded when recording.
@@ -412,15 +449,34 @@ function send_request(r)
 end
 
 function request()
-    if #requests_by_goods == 1 then return send_request(requests_by_goods[1]) end
-    return send_request(requests_by_goods[math.random(#requests_by_goods)])
+    -- With reads=N, N reads and then a sale, in turn; reads_only=1, reads alone.
+    local pool = requests_by_goods
+    turn = turn + 1
+    if reads_per_sale < 0 or (reads_per_sale > 0 and turn % (reads_per_sale + 1) ~= 0) then
+        pool = reads_by_goods
+    end
+    if #pool == 1 then return send_request(pool[1]) end
+    return send_request(pool[math.random(#pool)])
+end
+
+-- Whether an answer is a read's: the recorded operation says (history=), else every one with
+-- reads_only=1, else a 200 whose body is a stock report ("source": cached, "initial":
+-- plain); an error answer then counts as a sale's.
+local function answer_is_read(f, status, body)
+    if f then return f == "read" end
+    if reads_per_sale < 0 then return true end
+    return reads_per_sale > 0 and status == 200 and
+        (body:find('"source"', 1, true) or body:find('"initial"', 1, true)) ~= nil
 end
 
 function response(status, headers, body)
-    if hist_file then record_answer(status, headers, body) end
+    local f = hist_file and record_answer(status, headers, body)
     if now then stats.t_last = now() end
     stats.answers = stats.answers + 1
-    if status == 200 then
+    if answer_is_read(f, status, body) then
+        stats.reads = stats.reads + 1
+        if status == 200 then stats.reads_ok = stats.reads_ok + 1 end
+    elseif status == 200 then
         stats.s200 = stats.s200 + 1
     elseif status == 409 then
         stats.s409 = stats.s409 + 1

@@ -74,7 +74,11 @@ int deduct_execute_as(const deduct_env *env, const mode *m, int64_t goods_id, in
               .source = SALE_FROM_GOODS,
               .holds = &hold,
               .n_holds = 1,
-              .hook = hook};
+              .hook = hook,
+              /* A cache rung deletes the cached stock when it leaves (service/cache.h): only
+               * once COMMIT has answered, or a miss between the two reads the old row and
+               * caches it for good. */
+              .leave_after_commit = m->cache != MODE_CACHE_NONE};
     char detail[256] = "";
     int rc, result;
 
