@@ -577,6 +577,9 @@ static void handle_reset(app *a, const http_request *req, http_reply *reply)
         return;
     rc = db_goods_reset(conn, rr.goods_id, rr.stock);
     if (rc == DB_OK) {
+        /* The cached stock (cache.h) would say the stock before the reset until its TTL. */
+        if (a->core.lock != NULL)
+            cache_forget(a->core.lock, rr.goods_id);
         reply_json(reply, 200, response_reset(rr.goods_id, rr.stock));
         log_event(LOG_INFO, "reset", "goods_id=%lld stock=%lld", (long long)rr.goods_id,
                   (long long)rr.stock);

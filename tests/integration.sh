@@ -82,7 +82,7 @@ IT_FAULT_REPLICA=$((IT_REPLICAS + 5))
 # The stack's test programs (tests/stack/test_NAME.c), in the order they run, each with its
 # time limit in seconds (about four times what each takes under the sanitizers). deps_down
 # runs last: it stops and freezes the stack's servers, which must not disturb the others.
-IT_STACK_PROGRAMS="contract:120 lab_routes:60 http_edges:120 idempotency:120 oversell:360 sharded_sales:240 order:150 lock_lost:180 deps_down:180"
+IT_STACK_PROGRAMS="contract:120 lab_routes:60 cache:150 http_edges:120 idempotency:120 oversell:360 sharded_sales:240 order:150 lock_lost:180 deps_down:180"
 # STACK_PROGRAMS="NAME ...", when set, runs only those of them (e.g. STACK_PROGRAMS=lock_lost
 # make test-integration): one concern against a stack of its own, the rest of this file as
 # always.

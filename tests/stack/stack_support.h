@@ -123,6 +123,9 @@
 #define GOODS_ORDER 4500LL          /* 4500 .. 4509: test_order's answers */
 #define GOODS_ORDER_DEADLOCK 4510LL /* 4510 .. 4511: the two opposite carts */
 #define GOODS_ORDER_LOAD 4520LL     /* 4520 .. 4534: 5 hot goods per safe cart mode */
+#define GOODS_CACHE 4601LL          /* test_cache's answers */
+#define GOODS_CACHE_HELD 4602LL     /* 4602 .. 4603: the held miss, cache-aside and rwlock */
+#define GOODS_CACHE_MIXED 4611LL    /* 4611 .. 4613: loadtest/reads --judged-only's rows */
 #define GOODS_UNKNOWN 987654321LL
 #define GOODS_MAX 9223372036854775807LL /* 2^63-1: valid, and never created */
 
