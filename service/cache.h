@@ -22,6 +22,9 @@
 #include "service/modes.h"
 
 #define CACHE_TTL_MS 60000 /* a filled entry lives this long unless a sale deletes it */
+/* The rung a cached read follows when its mode keeps no cache (or it names none): the safe one.
+ * GET /api/modes says it ("cache_default"). */
+#define CACHE_DEFAULT_MODE "cache-rwlock"
 
 enum {
     CACHE_OK = 0,

@@ -278,7 +278,8 @@ static json_t *mode_object(const response_mode *m)
     return o;
 }
 
-char *response_modes(const char *default_mode, const response_mode *modes, size_t n)
+char *response_modes(const char *default_mode, const char *cache_default,
+                     const response_mode *modes, size_t n)
 {
     json_t *o = json_object(), *list = json_array();
     int failed = o == NULL || list == NULL;
@@ -287,6 +288,7 @@ char *response_modes(const char *default_mode, const response_mode *modes, size_
         failed |= json_array_append_new(list, mode_object(&modes[i]));
     if (!failed) {
         failed |= json_object_set_new(o, "default", json_text(default_mode));
+        failed |= json_object_set_new(o, "cache_default", json_text(cache_default));
         failed |= json_object_set_new(o, "modes", list);
         list = NULL; /* taken by o, even when that failed */
     }

@@ -73,8 +73,10 @@ typedef struct response_mode {
     const char *summary;
 } response_mode;
 
-/* {"default":..,"modes":[{"name":..,"safe":..,"summary":..},...]} */
-char *response_modes(const char *default_mode, const response_mode *modes, size_t n);
+/* {"default":..,"cache_default":..,"modes":[{"name":..,"safe":..,"summary":..},...]}:
+ * cache_default is the rung a cached read of a mode that keeps no cache follows (cache.h). */
+char *response_modes(const char *default_mode, const char *cache_default,
+                     const response_mode *modes, size_t n);
 
 /* {"ok":true,"status":<status>,"instance":..} plus "detail" when not NULL, for the health
  * endpoints ({"ok":false,...} when ok is false). */

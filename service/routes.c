@@ -473,7 +473,7 @@ static bool cached_fault(app *a, const http_request *req, const char *value, con
 }
 
 /* GET /api/stock/{goods_id}?cached=1&mode=MODE: the stock as the cache has it (cache.h), under
- * the mode's discipline; a mode that keeps no cache reads as cache-rwlock, the safe one. */
+ * the mode's discipline; a mode that keeps no cache reads as CACHE_DEFAULT_MODE's. */
 static void handle_cached_stock(app *a, const http_request *req, int64_t goods_id,
                                 http_reply *reply)
 {
@@ -496,9 +496,10 @@ static void handle_cached_stock(app *a, const http_request *req, int64_t goods_i
         return;
     if (fault != NULL && !lab_enter(a, request_id, m, goods_id, holds, &lab, &lab_used, reply))
         return;
-    rc =
-        cache_read_stock(&env, m->cache != MODE_CACHE_NONE ? m->cache : MODE_CACHE_RWLOCK, goods_id,
-                         lab_used ? &hook : NULL, &stock, &from_cache, detail, sizeof(detail));
+    if (m->cache == MODE_CACHE_NONE)
+        m = modes_find(CACHE_DEFAULT_MODE);
+    rc = cache_read_stock(&env, m->cache, goods_id, lab_used ? &hook : NULL, &stock, &from_cache,
+                          detail, sizeof(detail));
     if (rc == CACHE_OK)
         reply_json(reply, 200, response_cached_stock(goods_id, stock, from_cache));
     else if (rc == CACHE_ERR_NOT_FOUND)
@@ -606,7 +607,7 @@ static void handle_modes(app *a, const http_request *req, http_reply *reply)
         listed[k].summary = all[i].summary;
         k++;
     }
-    reply_json(reply, 200, response_modes(a->default_mode->name, listed, k));
+    reply_json(reply, 200, response_modes(a->default_mode->name, CACHE_DEFAULT_MODE, listed, k));
 }
 
 static void handle_healthz(app *a, const http_request *req, http_reply *reply)

@@ -260,8 +260,9 @@ static void test_modes(void **state)
     json_t *o, *list, *m;
 
     (void)state;
-    o = parse(response_modes("redis", modes, 3), 2);
+    o = parse(response_modes("redis", "cache-rwlock", modes, 3), 3);
     assert_str_field(o, "default", "redis");
+    assert_str_field(o, "cache_default", "cache-rwlock");
     list = json_object_get(o, "modes");
     assert_true(json_is_array(list));
     assert_int_equal(json_array_size(list), 3);
@@ -275,7 +276,8 @@ static void test_modes(void **state)
     }
     json_decref(o);
 
-    assert_body(response_modes("none", NULL, 0), "{\"default\":\"none\",\"modes\":[]}");
+    assert_body(response_modes("none", "cache-rwlock", NULL, 0),
+                "{\"default\":\"none\",\"cache_default\":\"cache-rwlock\",\"modes\":[]}");
 }
 
 static void test_health(void **state)
