@@ -206,6 +206,20 @@ static json_t *stock_object(int64_t goods_id, int64_t initial, int64_t stock, in
     return o;
 }
 
+char *response_cache_peek(int64_t goods_id, const char *key, bool cached, int64_t stock)
+{
+    json_t *o = json_object();
+    int failed = o == NULL;
+
+    if (!failed) {
+        failed |= json_object_set_new(o, "goods_id", json_int(goods_id));
+        failed |= json_object_set_new(o, "key", json_text(key));
+        failed |= json_object_set_new(o, "cached", json_boolean(cached));
+        failed |= json_object_set_new(o, "stock", cached ? json_int(stock) : json_null());
+    }
+    return finish(o, failed);
+}
+
 char *response_cached_stock(int64_t goods_id, int64_t stock, bool from_cache)
 {
     json_t *o = json_object();

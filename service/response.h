@@ -87,6 +87,10 @@ char *response_health(bool ok, const char *status, const char *instance, const c
 char *response_replica(const char *instance, const char *process_id, const char *default_mode,
                        const char *pg_replication, struct json_t *metrics_json);
 
+/* GET /api/cache/{goods_id}: {"goods_id":1,"key":"cache:goods:1","cached":true,"stock":99};
+ * stock null when nothing is cached. */
+char *response_cache_peek(int64_t goods_id, const char *key, bool cached, int64_t stock);
+
 /* GET /api/lock/{goods_id}: {"goods_id":1,"lock":"lock:goods:1","held":true,
  * "owner":"<process id>:<thread>","process_id":"<process id>","count":1,"ttl_ms":29950,
  * "fence":123}; owner and process_id are null when the lock is free. */

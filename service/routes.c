@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/resource.h>
 
+#include "lock/cache.h"
 #include "service/cache.h"
 #include "service/faults.h"
 #include "service/lab.h"
@@ -721,6 +722,26 @@ static void handle_lock(app *a, const http_request *req, http_reply *reply)
                response_lock(goods_id, name, h.held, h.owner, h.count, h.ttl_ms, h.fence));
 }
 
+/* GET /api/cache/{goods_id}: what the cache holds for the goods now, for the live page: a look
+ * that never fills it (a cached read's miss would). */
+static void handle_cache(app *a, const http_request *req, http_reply *reply)
+{
+    char key[96];
+    int64_t goods_id, stock = 0;
+    bool hit = false;
+    int rc;
+
+    if (!path_goods_id(req, "/api/cache/", &goods_id, reply))
+        return;
+    cache_key(a->core.lock, goods_id, key, sizeof(key));
+    rc = lock_cache_get(a->core.lock, key, &stock, &hit);
+    if (rc != LOCK_OK) {
+        reply_redis_failure(reply, rc);
+        return;
+    }
+    reply_json(reply, 200, response_cache_peek(goods_id, key, hit, stock));
+}
+
 /* ---- the table and the checks before the body ---------------------------------------- */
 
 static const route route_table[] = {
@@ -735,6 +756,7 @@ static const route route_table[] = {
     {"/metrics", false, "GET", false, false, ROUTE_METRICS, handle_metrics, false},
     {"/api/replica", false, "GET", false, false, ROUTE_REPLICA, handle_replica, true},
     {"/api/lock/", true, "GET", false, false, ROUTE_LOCK, handle_lock, true},
+    {"/api/cache/", true, "GET", false, false, ROUTE_OTHER, handle_cache, true},
     {"/api/lab/requests", false, "GET", false, false, ROUTE_OTHER, lab_routes_requests, false},
     {"/api/lab/step", false, "POST", true, false, ROUTE_OTHER, lab_routes_step, true},
     {"/api/lab/trace/", true, "GET", false, false, ROUTE_OTHER, lab_routes_trace, false},

@@ -126,6 +126,11 @@ const plays = [
     moves: [["send", "A"], ["stepTo", "A", "checked"], ["stepAndGo", "A"], ["lease"], ["sendAndGo", "B"], ["finish", "A"]] },
   { level: "txinside", flawed: "tx-inside", fixes: ["pg-for-update"],
     moves: [["send", "A"], ["stepTo", "A", "checked"], ["sendAndGo", "B"], ["finish", "A"]] },
+  // A cached read held after its miss read the table; a sale; the read stepped on; a second
+  // cached read. cache-aside's cache then says the stock before the sale; cache-rwlock's sale
+  // waits for the read's read side, and its delete comes after the read's write.
+  { level: "cache", flawed: "cache-aside", fixes: ["cache-rwlock"],
+    moves: [["send", "A"], ["sendAndGo", "B"], ["finish", "A"], ["finish", "B"], ["send", "C"]] },
   // Two carts in opposite orders (goods G1 then G2, G2 then G1), each pausing between its two
   // locks: B sent while A pauses. multi-naive deadlocks them; redis sells both, one after the other.
   { level: "deadlock", flawed: "multi-naive", fixes: ["redis"],
@@ -196,7 +201,9 @@ try {
         // The deadlock: both carts refused (the page's check), both goods' books unchanged.
         const shown = p.level === "deadlock"
           ? every.length === 2 && every.every((g) => g.sold === 0 && g.stock === g.initial && g.oversold === 0)
-          : p.level === "crash" || p.level === "nested" ? b.sold === 0 && b.oversold === 0 : b.oversold > 0;
+          : p.level === "crash" || p.level === "nested" ? b.sold === 0 && b.oversold === 0
+          // The cache: the books exact (one sale), the lie in what C read (the page's check).
+          : p.level === "cache" ? b.sold === 1 && b.oversold === 0 : b.oversold > 0;
         ok = r.verdict === "won" && shown && r.errors === 0;
       } else {
         ok = r.verdict === "refused" && every.every((g) => g.oversold === 0) && r.errors === 0 &&

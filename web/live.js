@@ -4,6 +4,9 @@
  * Sources, all read-only JSON of the service (README: "The live page"):
  *   GET /api/stock/N             the books: initial, stock, sold, orders, oversold
  *   GET /api/lock/N              who holds lock:goods:N in Redis now (owner, count, TTL, token)
+ *   GET /api/cache/N             what the product page's cache holds for N (cache:goods:N), a
+ *                                look that never fills it: shown beside the stock, red when
+ *                                the two differ (a stale cache, docs/course/21-cache-rwlock.md)
  *   GET /replica/R/api/replica   replica R's own view (nginx routes it to that replica): its
  *                                name, the process id its lock owners start with, its counters
  * The holder is named by matching the owner's process id with a replica's. Nothing is
@@ -75,9 +78,10 @@ let lastDeductions = null;
 async function poll() {
   const g = state.goods;
   const now = Date.now() / 1000;
-  const [books, lock, views] = await Promise.all([
+  const [books, lock, cache, views] = await Promise.all([
     getJSON("/api/stock/" + g).catch(() => null),
     getJSON("/api/lock/" + g).catch(() => null),
+    getJSON("/api/cache/" + g).catch(() => null),
     Promise.all(state.replicas.map((r) =>
       getJSON("/replica/" + r.n + "/api/replica").catch(() => null))),
   ]);
@@ -108,6 +112,10 @@ async function poll() {
     if (state.books.length > HISTORY) state.books.shift();
     for (const k of ["initial", "stock", "sold", "orders", "oversold"]) $(k).textContent = books[k];
     $("taken").textContent = taken;
+  }
+  if (cache) {
+    $("cached").textContent = cache.cached ? cache.stock : "-";
+    $("cached").dataset.stale = String(!!(cache.cached && books && cache.stock !== books.stock));
   }
   if (lock) {
     const holder = !lock.held ? null

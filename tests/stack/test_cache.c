@@ -1,7 +1,8 @@
 /*
  * test_cache.c - the cached read (GET /api/stock/{id}?cached=1&mode=MODE, docs/API.md) and
  * the two cache rungs, through a running stack:
- *   contract      a miss answers "source":"db", the next read "cache"; a cache-aside sale
+ *   contract      a miss answers "source":"db", the next read "cache" (GET /api/cache shows
+ *                 the entry, and looking never fills it); a cache-aside sale
  *                 deletes the entry; bad input is refused with the right status and changes
  *                 nothing; X-Fault is refused where fault injection is off
  *   held miss     on the fault replica (FAULTS=on): a miss held between its database read
@@ -46,6 +47,7 @@ static void test_contract(void **state)
 {
     const char *u = g_env.stock_url;
     stock_view before;
+    json_t *o;
 
     (void)state;
     reset_goods(GOODS_CACHE, 50);
@@ -54,12 +56,23 @@ static void test_contract(void **state)
                      50);
     assert_int_equal(
         expect_cached(cached_read(u, GOODS_CACHE, "cache-aside"), GOODS_CACHE, "cache"), 50);
+    /* The live page's look at the cache: what is there, never filled by looking. */
+    o = expect_json(get(u, "/api/cache/4601"), 200, "GET /api/cache");
+    expect_field_str(o, "key", "cache:goods:4601", "GET /api/cache");
+    assert_true(field_bool(o, "cached", "GET /api/cache"));
+    expect_field_int(o, "stock", 50, "GET /api/cache");
     expect_deducted(deduct(u, GOODS_CACHE, 1, "cache-aside", NULL), GOODS_CACHE, 1, 49,
                     "cache-aside", "cache-aside sale");
     /* The sale deleted the entry: the next read misses and fills it with the new stock. */
     assert_int_equal(expect_cached(cached_read(u, GOODS_CACHE, "cache-rwlock"), GOODS_CACHE, "db"),
                      49);
     expect_stock(GOODS_CACHE, 50, 49, 1, 1, "after one sale");
+    redis_cli("DEL", "cache:goods:4601", NULL, NULL);
+    o = expect_json(get(u, "/api/cache/4601"), 200, "GET /api/cache, nothing cached");
+    assert_false(field_bool(o, "cached", "GET /api/cache"));
+    assert_true(json_is_null(json_object_get(o, "stock")));
+    o = expect_json(get(u, "/api/cache/4601"), 200, "GET /api/cache, looked at twice");
+    assert_false(field_bool(o, "cached", "GET /api/cache"));
 
     before = stock_get(GOODS_CACHE);
     expect_error(get(u, "/api/stock/4601?cached=2"), 400, "bad_request", "cached=2");

@@ -12,6 +12,8 @@
  *   GET  /replica/3/api/lock/G         the lock of the redis rungs (lock:goods:G)
  *   GET  /replica/3/api/lab/lock/G?mode=R   the string lock of the first rungs (lock:R:goods:G)
  *   POST /replica/N/api/order          a cart (the deadlock level: goods G and G+1, no hold)
+ *   GET  /replica/N/api/stock/G?cached=1&mode=R   a cached read (the cache level), which may
+ *                                      hold at cache-miss-read like a deduction at its points
  * (svc-3 answers the panels: svc-1 is the one a level stops or ends.)
  *
  * Levels: one per flaw of the ladder, each with its goal, its moves and the check that the
@@ -86,6 +88,18 @@ const LEVELS = [
     lanes: { A: { holds: TX_INSIDE }, B: { holds: [] } },
     won: (s, b) => b.oversold > 0,
     why: "the lock is given back only after COMMIT (redis), or the row's lock is the transaction's own (pg-for-update): B cannot read before A's sale is committed.",
+  },
+  {
+    id: "cache", title: "Make the cache lie", rung: "cache-aside", fixes: ["cache-rwlock"],
+    goal: "Make cache-aside's cache say a stock the table no longer holds: A's cached read misses and reads the table, B sells and deletes the cache entry, then A writes what it read.",
+    moves: "send A (a cached read: it misses and holds after reading the table); send B (a sale: it sells and deletes the entry); step A to its end (it writes the stock it read into the cache); send C (a cached read).",
+    lanes: {
+      A: { holds: ["cache-miss-read"], read: true, hint: "a cached read (GET /api/stock/G?cached=1): held after its miss read the table, before it writes the cache" },
+      B: { holds: [] },
+      C: { holds: [], read: true, hint: "a cached read: what the product page would show now" },
+    },
+    won: (s, b) => s.lanes.C.phase === "done" && s.lanes.C.status === 200 && s.lanes.C.stock !== b.stock,
+    why: "cache-rwlock: A's miss holds the read side of the goods' read-write lock from its read of the table to its write of the cache, and B's sale takes the write side around its write and its delete: B waits until A has written and let go (or gives up after LOCK_WAIT_MS, selling nothing), so its delete always comes after A's write, and C reads what the table holds.",
   },
   {
     id: "deadlock", title: "Deadlock", rung: "multi-naive", fixes: ["redis"],
@@ -179,6 +193,12 @@ async function send(name) {
     await busy(() => lane.answer);
     return;
   }
+  if (cfg.read) {
+    lane.answer = call("GET", "/replica/" + LANES[name] + "/api/stock/" + state.goods +
+      "?cached=1&mode=" + state.rung, undefined, headers).then((r) => answered(name, r, run));
+    await busy(() => settle(name));
+    return;
+  }
   lane.answer = call("POST", "/replica/" + LANES[name] + "/api/deduct",
     { goods_id: state.goods, count: 1, mode: state.rung }, headers).then((r) => answered(name, r, run));
   await busy(() => settle(name));
@@ -194,6 +214,12 @@ async function answered(name, r, run) {
     lane.phase = "died";
     lane.diedAt = now();
     log(name, "svc-" + LANES[name] + "'s process died: no answer", "dead");
+  } else if (laneCfg(name).read) {
+    lane.phase = "done";
+    lane.stock = r.status === 200 && r.body ? r.body.stock : null;
+    log(name, r.status === 200
+      ? "read " + r.body.stock + " (from the " + (r.body.source === "cache" ? "cache" : "table, now cached") + ")"
+      : r.status + " " + lane.error, r.status === 200 ? "ok" : "err");
   } else {
     lane.phase = "done";
     const left = r.status !== 200 ? "" : r.body.items
@@ -319,6 +345,9 @@ function winText(b) {
     return "A died holding the lock and B could not sell, a lease and more later: the goods are wedged until someone deletes the key.";
   if (state.level.id === "nested")
     return "A waited for its own lock and answered 503 lock_timeout, selling nothing.";
+  if (state.level.id === "cache")
+    return "C read " + state.lanes.C.stock + " through the cache, and the table holds " + b.stock +
+      ": the cache says a stock that is gone, and will until its entry expires (60 s) or the next sale deletes it.";
   if (state.level.id === "deadlock")
     return "each cart held one lock and waited for the other's, both gave up after LOCK_WAIT_MS and answered 503 lock_timeout: neither sold, though the stock had room for both (" + booksText(b) + ").";
   return "sold " + b.sold + ", taken from the stock " + (b.initial - b.stock) + ": oversold " + b.oversold + ".";
@@ -364,7 +393,7 @@ async function start() {
     state.lanes = {};
     for (const n of laneNames())
       state.lanes[n] = { name: n, phase: "idle", point: null, id: null, status: null, error: null,
-        sentAt: null, diedAt: null, answer: null };
+        sentAt: null, diedAt: null, answer: null, stock: null };
     buildLanes();
     state.playing = true;
     $("wait-lease").disabled = !!state.level.carts; /* a cart's locks are renewed: no lease runs out */
