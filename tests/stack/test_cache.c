@@ -13,7 +13,7 @@
  *   mixed history loadtest/reads --judged-only: 20 reads to a sale on 8 connections for 3 s,
  *                 each row's history checked: cache-rwlock linearizable, cache-aside not (its
  *                 counterexample names a stale read: a race, not a held point, which showed in
- *                 every run of 3 s against the sanitizer build, and in 2 of 3 runs of 1 s);
+ *                 every run of 3 s against the sanitizer build, and in 1 of 3 runs of 1 s);
  *                 not in the ThreadSanitizer pass (its value is the verdict; the held miss
  *                 runs the same threads)
  *
