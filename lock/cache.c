@@ -3,31 +3,11 @@
  */
 #include "lock/cache.h"
 #include "lock/client.h"
-#include "lock/error.h"
+#include "lock/naive.h"
 
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-
-/* Runs argv on a pooled connection; an error reply becomes LOCK_ERR_REDIS. On LOCK_OK the
- * caller frees *out. */
-static int cache_command(lock_client *c, int argc, const char **argv, redisReply **out)
-{
-    int rc;
-
-    lock__error_clear();
-    if (c == NULL || argv[1] == NULL || argv[1][0] == '\0')
-        return LOCK_ERR_INVALID;
-    rc = lock__client_command(c, argc, argv, out);
-    if (rc == LOCK_OK && (*out)->type == REDIS_REPLY_ERROR) {
-        lock__error_set("%s: %s", argv[0], (*out)->str);
-        freeReplyObject(*out);
-        *out = NULL;
-        rc = LOCK_ERR_REDIS;
-    }
-    return rc;
-}
 
 int lock_cache_get(lock_client *c, const char *key, int64_t *value, bool *hit)
 {
@@ -37,7 +17,7 @@ int lock_cache_get(lock_client *c, const char *key, int64_t *value, bool *hit)
     int rc;
 
     *hit = false;
-    rc = cache_command(c, 2, argv, &r);
+    rc = lock__client_key_command(c, 2, argv, &r);
     if (rc != LOCK_OK)
         return rc;
     if (r->type == REDIS_REPLY_STRING) {
@@ -61,7 +41,7 @@ int lock_cache_set(lock_client *c, const char *key, int64_t value, int64_t ttl_m
         return LOCK_ERR_INVALID;
     snprintf(v, sizeof(v), "%" PRId64, value);
     snprintf(ttl, sizeof(ttl), "%" PRId64, ttl_ms);
-    rc = cache_command(c, 5, argv, &r);
+    rc = lock__client_key_command(c, 5, argv, &r);
     if (r != NULL)
         freeReplyObject(r);
     return rc;
@@ -69,11 +49,5 @@ int lock_cache_set(lock_client *c, const char *key, int64_t value, int64_t ttl_m
 
 int lock_cache_delete(lock_client *c, const char *key)
 {
-    const char *argv[2] = {"DEL", key};
-    redisReply *r = NULL;
-    int rc = cache_command(c, 2, argv, &r);
-
-    if (r != NULL)
-        freeReplyObject(r);
-    return rc;
+    return naive_del(c, key); /* the ladder's DEL: one command, absent is fine */
 }

@@ -25,6 +25,11 @@
  */
 int lock__client_command(lock_client *c, int argc, const char **argv, redisReply **out);
 
+/* As lock__client_command for a command whose argv[1] is a key (not empty: LOCK_ERR_INVALID),
+ * with the thread's last error cleared first, and an error reply turned into LOCK_ERR_REDIS
+ * (its text the last error; *out NULL). The one-command calls of naive.c and cache.c. */
+int lock__client_key_command(lock_client *c, int argc, const char **argv, redisReply **out);
+
 /* Runs script s on a pooled connection within the same bounds; as lock__script_run. */
 int lock__client_script(lock_client *c, lock__script s, int nkeys, const char *const *keys,
                         int nargs, const char *const *args, redisReply **out);

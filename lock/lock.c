@@ -996,6 +996,24 @@ int lock__client_command(lock_client *c, int argc, const char **argv, redisReply
     return rc;
 }
 
+int lock__client_key_command(lock_client *c, int argc, const char **argv, redisReply **out)
+{
+    int rc;
+
+    lock__error_clear();
+    *out = NULL;
+    if (c == NULL || argc < 2 || argv[1] == NULL || argv[1][0] == '\0')
+        return LOCK_ERR_INVALID;
+    rc = lock__client_command(c, argc, argv, out);
+    if (rc == LOCK_OK && (*out)->type == REDIS_REPLY_ERROR) {
+        lock__error_set("%s: %s", argv[0], (*out)->str);
+        freeReplyObject(*out);
+        *out = NULL;
+        rc = LOCK_ERR_REDIS;
+    }
+    return rc;
+}
+
 int lock__client_script(lock_client *c, lock__script s, int nkeys, const char *const *keys,
                         int nargs, const char *const *args, redisReply **out)
 {

@@ -12,30 +12,11 @@
 #include "lock/error.h"
 #include "lock/owner.h"
 
-/* Runs argv and checks that the answer is not an error reply. *out is the reply on LOCK_OK
- * (freed by the caller). */
-static int run(lock_client *c, int argc, const char **argv, redisReply **out)
-{
-    int rc;
-
-    lock__error_clear();
-    if (c == NULL || argv[1] == NULL || argv[1][0] == '\0')
-        return LOCK_ERR_INVALID;
-    rc = lock__client_command(c, argc, argv, out);
-    if (rc == LOCK_OK && (*out)->type == REDIS_REPLY_ERROR) {
-        lock__error_set("%s: %s", argv[0], (*out)->str);
-        freeReplyObject(*out);
-        *out = NULL;
-        rc = LOCK_ERR_REDIS;
-    }
-    return rc;
-}
-
 int naive_setnx(lock_client *c, const char *key, bool *acquired)
 {
     const char *argv[3] = {"SETNX", key, "1"};
     redisReply *r = NULL;
-    int rc = run(c, 3, argv, &r);
+    int rc = lock__client_key_command(c, 3, argv, &r);
 
     *acquired = false;
     if (rc != LOCK_OK)
@@ -57,7 +38,7 @@ int naive_set_nx_px(lock_client *c, const char *key, const char *value, int64_t 
     if (lease_ms <= 0 || value == NULL)
         return LOCK_ERR_INVALID;
     snprintf(lease, sizeof(lease), "%" PRId64, lease_ms);
-    rc = run(c, 6, argv, &r);
+    rc = lock__client_key_command(c, 6, argv, &r);
     if (rc != LOCK_OK)
         return rc;
     /* "OK" when set; a nil reply when the key exists (NX). */
@@ -76,7 +57,7 @@ int naive_get(lock_client *c, const char *key, char *buf, size_t len, bool *foun
     if (len == 0)
         return LOCK_ERR_INVALID;
     buf[0] = '\0';
-    rc = run(c, 2, argv, &r);
+    rc = lock__client_key_command(c, 2, argv, &r);
     if (rc != LOCK_OK)
         return rc;
     if (r->type == REDIS_REPLY_STRING) {
@@ -91,7 +72,7 @@ int naive_pttl(lock_client *c, const char *key, int64_t *ttl_ms)
 {
     const char *argv[2] = {"PTTL", key};
     redisReply *r = NULL;
-    int rc = run(c, 2, argv, &r);
+    int rc = lock__client_key_command(c, 2, argv, &r);
 
     *ttl_ms = -2;
     if (rc != LOCK_OK)
@@ -106,7 +87,7 @@ int naive_del(lock_client *c, const char *key)
 {
     const char *argv[2] = {"DEL", key};
     redisReply *r = NULL;
-    int rc = run(c, 2, argv, &r);
+    int rc = lock__client_key_command(c, 2, argv, &r);
 
     if (r != NULL)
         freeReplyObject(r);
