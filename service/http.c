@@ -32,6 +32,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "service/clock.h"
 #include "service/log.h"
 #include "service/request.h"
 #include "service/routes.h"
@@ -75,6 +76,7 @@ struct exchange {
     http_reply reply;
     atomic_bool answered; /* the worker has set `reply` (release), the loop reads it (acquire) */
     exchange *next;       /* in the workers' queue */
+    int64_t queued_ns;    /* when it joined the queue (clock_now_ns) */
     bool shed;            /* answered 503 for a connection past MAX_CONNECTIONS: close after */
     bool early_pending;   /* an early answer waits in `early` for the last call */
     http_reply early;
@@ -251,6 +253,7 @@ static bool hand_to_worker(http_server *srv, exchange *ex)
     }
     MHD_suspend_connection(ex->conn);
     ex->next = NULL;
+    ex->queued_ns = clock_now_ns();
     if (srv->tail != NULL)
         srv->tail->next = ex;
     else
@@ -273,8 +276,16 @@ static void run_exchange(http_server *srv, exchange *ex)
                         .body = ex->body != NULL ? ex->body : "",
                         .body_len = ex->len};
 
+    int64_t waited_ms = clock_ms_since(ex->queued_ns);
+
     memset(&ex->reply, 0, sizeof(ex->reply));
-    routes_finish(srv->a, ex->route, &req, &ex->reply);
+    /* Load shed: a request that waited for a worker past the lock's own wait bound is
+     * answered 503 without being run (nothing sold), so that a queue longer than the workers
+     * can serve in time costs its clients a fast refusal, not an unbounded wait. */
+    if (waited_ms > srv->a->config->lock_wait_ms)
+        routes_shed_queued(&ex->reply, waited_ms, srv->n_workers);
+    else
+        routes_finish(srv->a, ex->route, &req, &ex->reply);
     atomic_store_explicit(&ex->answered, true, memory_order_release);
     MHD_resume_connection(ex->conn);
 }

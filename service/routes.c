@@ -859,3 +859,14 @@ bool routes_waits(const route *r)
 {
     return r->waits;
 }
+
+void routes_shed_queued(http_reply *reply, int64_t waited_ms, int workers)
+{
+    char detail[192];
+
+    snprintf(detail, sizeof(detail),
+             "waited %lld ms for one of this replica's %d workers, past LOCK_WAIT_MS; nothing "
+             "was run, nothing sold: try again",
+             (long long)waited_ms, workers);
+    reply_error(reply, 503, "unavailable", detail);
+}

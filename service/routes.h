@@ -8,6 +8,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "service/app.h"
 #include "service/metrics.h"
@@ -67,5 +68,9 @@ void routes_too_large(http_reply *reply);
 /* The 503 answer for a request on a connection past the replica's limit (max_connections):
  * nothing was run, nothing sold. */
 void routes_shed(http_reply *reply, int max_connections);
+
+/* The 503 answer for a request that waited waited_ms for one of the replica's `workers`,
+ * longer than LOCK_WAIT_MS: nothing was run, nothing sold. */
+void routes_shed_queued(http_reply *reply, int64_t waited_ms, int workers);
 
 #endif
