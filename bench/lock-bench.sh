@@ -4,6 +4,9 @@
 # loopback port in a temporary directory, persistence off, and stopped by its PID at exit
 # (on failure and Ctrl-C too).
 #   LOCK_BENCH=path   the binary to run (default build/lock-bench, built if missing)
+#   LOCK_BENCH_APPENDFSYNC=always   the server writes every command to an append-only file
+#                     and fsyncs it before answering (what a Redlock node needs to come back
+#                     from a crash with its keys: docs/course/11-redlock.md); unset: off
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -27,12 +30,18 @@ port_busy() {
     ss -Htln "sport = :$1" 2>/dev/null | grep -q .
 }
 
+persist=()
+case ${LOCK_BENCH_APPENDFSYNC:-} in
+always) persist=(--appendonly yes --appendfsync always) ;;
+"") ;;
+*) echo "lock-bench.sh: LOCK_BENCH_APPENDFSYNC is always or unset" >&2; exit 2 ;;
+esac
 port=""
 for _ in 1 2 3 4 5 6 7 8 9 10; do
     candidate=$((30000 + RANDOM % 30000))
     port_busy "$candidate" && continue
     redis-server --port "$candidate" --bind 127.0.0.1 --dir "$dir" --save "" \
-        --appendonly no --daemonize no --logfile "$dir/redis.log" &
+        --appendonly no "${persist[@]}" --daemonize no --logfile "$dir/redis.log" &
     pid=$!
     for _ in $(seq 50); do
         # Ours must be alive: a PONG from someone else's server on that port does not count.

@@ -11,7 +11,11 @@
 #   scripts/stack.sh redis-start   start it again
 #   scripts/stack.sh redlock-stop N...   stop Redlock nodes N... (by PID; the ladder's
 #                                  minority-down scenario)
-#   scripts/stack.sh redlock-start N...  start them again
+#   scripts/stack.sh redlock-start N...  start them again (empty; with REDLOCK_APPENDFSYNC=always,
+#                                  keeping every write in an append-only file, fsync'd before
+#                                  each answer, and reading back the one left by the last run)
+#   scripts/stack.sh redlock-kill N...   kill Redlock nodes N... (SIGKILL by PID: a crash;
+#                                  the ladder's amnesia rows)
 #   scripts/stack.sh etcd-stop     stop etcd only
 #   scripts/stack.sh etcd-start    start etcd (also without WITH_ETCD)
 #   scripts/stack.sh zookeeper-stop   stop ZooKeeper only
@@ -66,6 +70,10 @@
 #   REDLOCK_SERVERS    independent Redis servers for the redlock mode, 0 to 9 [5]; 0: the
 #                      replicas do not serve it
 #   REDLOCK_PORT_BASE  Redlock node N listens on REDLOCK_PORT_BASE+N-1 [REDIS_PORT+11]
+#   REDLOCK_VIA        N:PORT,...: the replicas reach Redlock node N at PORT (a relay in front
+#                      of it) instead of its own port [unset]
+#   REDLOCK_APPENDFSYNC  always: redlock-start (and up) starts the nodes with appendonly yes and
+#                      appendfsync always; unset: empty, nothing on disk [unset]
 #   WITH_ETCD          1: `up` starts etcd too, and the replicas offer the etcd mode; unset:
 #                      as the last `up` of this RUN_DIR left it, until `down` [0]
 #   ETCD_PORT, ETCD_PEER_PORT  etcd's client and peer ports [12379, 12380]
@@ -326,7 +334,7 @@ main() {
     [ $# -gt 0 ] && shift
     stack_config
     case $cmd in
-    up | down | redis-stop | redis-start | redlock-stop | redlock-start | etcd-stop | etcd-start | \
+    up | down | redis-stop | redis-start | redlock-stop | redlock-start | redlock-kill | etcd-stop | etcd-start | \
         zookeeper-stop | zookeeper-start | \
         pg-stop | pg-start | pg-ha-kill | pg-ha-start | \
         pg-freeze | pg-thaw | replica-stop | replica-start | replica-start-extra)
@@ -340,14 +348,18 @@ main() {
     logs) cmd_logs "$@" ;;
     redis-stop) redis_stop ;;
     redis-start) redis_start ;;
-    redlock-stop | redlock-start)
+    redlock-stop | redlock-start | redlock-kill)
         [ $# -gt 0 ] || die "name the Redlock nodes by number, e.g. '$cmd 1 2'"
         for n in "$@"; do
             [[ $n =~ ^[0-9]+$ ]] && ((n >= 1 && n <= REDLOCK_SERVERS)) ||
                 die "no Redlock node '$n' (1 to $REDLOCK_SERVERS)"
         done
         for n in "$@"; do
-            if [ "$cmd" = redlock-stop ]; then redlock_stop "$n"; else redlock_start "$n"; fi
+            case $cmd in
+            redlock-stop) redlock_stop "$n" ;;
+            redlock-kill) redlock_kill "$n" ;;
+            *) redlock_start "$n" ;;
+            esac
         done
         ;;
     etcd-stop) etcd_stop ;;

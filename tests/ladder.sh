@@ -18,7 +18,7 @@
 LADDER_PARTS=${LADDER_PARTS:-2}
 
 run_ladder() {
-    local build=$1 k dir out base rlbase row log rows=0 want
+    local build=$1 k dir out base rlbase relbase row log rows=0 want
     local -a ports dirs=() pids=()
     case $build in /*) ;; *) build=$PWD/$build ;; esac
     out=$HARNESS_LOG_DIR/ladder
@@ -31,10 +31,12 @@ run_ladder() {
         mapfile -t ports < <(pick_free_ports 3)
         base=$(pick_port_block 3)
         rlbase=$(pick_port_block 5) # the 5 Redlock nodes
+        relbase=$(pick_port_block 4) # the relays in front of Redlock nodes 4 and 5, their controls
         echo "(loadtest/ladder --check --part $k/$LADDER_PARTS: RUN_DIR=$dir, replicas :$base.., log $log)"
         LADDER_RUN_DIR=$dir LADDER_HTTP_PORT=${ports[0]} LADDER_PG_PORT=${ports[1]} \
             LADDER_REDIS_PORT=${ports[2]} LADDER_REPLICA_PORT_BASE=$base \
-            LADDER_REDLOCK_PORT_BASE=$rlbase STOCKD=$build/stockd \
+            LADDER_REDLOCK_PORT_BASE=$rlbase LADDER_RELAY_PORT_BASE=$relbase \
+            STOCKD=$build/stockd FAULT_RELAY=$build/fault-relay \
             CHECK_HISTORY=$build/check-history HISTORY_CLOCK=$build/history-clock \
             timeout --kill-after=10 360 loadtest/ladder --check --part "$k/$LADDER_PARTS" \
             --out "$out/part-$k" >"$log" 2>&1 &

@@ -122,10 +122,17 @@ stack_config() {
     fi
     export DATABASE_URL MODE
     export REDIS_HOST=127.0.0.1 REDIS_PORT
-    # The replicas serve the redlock mode only when given its nodes.
+    # The replicas serve the redlock mode only when given its nodes. REDLOCK_VIA
+    # ("4:PORT,5:PORT") has them reach node N at PORT instead: a relay its caller runs in
+    # front of the node (the ladder's, which cuts a node off from one request at a time).
     REDLOCK_NODES=""
+    local via port
     for ((v = 0; v < REDLOCK_SERVERS; v++)); do
-        REDLOCK_NODES+="${REDLOCK_NODES:+,}127.0.0.1:$((REDLOCK_PORT_BASE + v))"
+        port=$((REDLOCK_PORT_BASE + v))
+        for via in ${REDLOCK_VIA:+${REDLOCK_VIA//,/ }}; do
+            [ "${via%%:*}" = $((v + 1)) ] && port=${via#*:}
+        done
+        REDLOCK_NODES+="${REDLOCK_NODES:+,}127.0.0.1:$port"
     done
     export REDLOCK_NODES
     # A replica offers the etcd mode only when told where etcd is (service/modes.h), so only

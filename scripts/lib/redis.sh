@@ -29,7 +29,7 @@ redis__answers() {
 
 # redis__launch NAME PORT DIR LOG [ARG...]: starts a redis-server for NAME ("redlock node 2")
 # on 127.0.0.1:PORT with the extra ARGs (a cluster node's, ...), daemonized, empty and keeping
-# nothing on disk (see the top of this file), its PID and port files in DIR and its log LOG.
+# nothing on disk (see the top of this file) unless the ARGs say otherwise, its PID and port files in DIR and its log LOG.
 # Returns once it answers PING and its PID file names it, and says so; dies otherwise, with
 # the log's last lines and what holds the port. The caller has checked the port is free.
 redis__launch() {
@@ -43,9 +43,9 @@ redis__launch() {
     rm -f "$dir/redis.pid" "$dir/dump.rdb"
     echo "$port" >"$dir/redis.port"
     # --daemonize: redis forks, starts a session of its own and writes its PID file.
-    "$REDIS_SERVER" --bind 127.0.0.1 --port "$port" "$@" \
-        --daemonize yes --pidfile "$dir/redis.pid" --logfile "$logfile" --dir "$dir" \
-        --save "" --appendonly no ||
+    # The ARGs after the defaults, so that they may change them (a Redlock node's appendonly).
+    "$REDIS_SERVER" --bind 127.0.0.1 --port "$port" --save "" --appendonly no "$@" \
+        --daemonize yes --pidfile "$dir/redis.pid" --logfile "$logfile" --dir "$dir" ||
         die "$name did not start (see $logfile)"
     if ! wait_until 10 redis__answers "$port" ||
         ! pid=$(wait_until 5 pidfile_alive "$dir/redis.pid" "redis-server 127.0.0.1:$port"); then

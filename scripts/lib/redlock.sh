@@ -5,8 +5,11 @@
 # REDLOCK_SERVERS (5) plain Redis servers, node N on REDLOCK_PORT_BASE+N-1, each with its
 # own directory $RUN_DIR/redlock/N (PID and port files) and log $LOG_DIR/redlock-N.log. They
 # know nothing of each other (no replication, no Sentinel): Redlock's premise is N servers
-# that fail independently. Like the main Redis they keep nothing on disk. The replicas get
-# their addresses in REDLOCK_NODES (config.sh).
+# that fail independently. Like the main Redis they keep nothing on disk, unless started with
+# REDLOCK_APPENDFSYNC=always: then each writes every command to an append-only file in its
+# directory and fsyncs it before answering, so that a node killed and started again comes
+# back with its keys (Redlock's cure for a restart's amnesia; the ladder's amnesia-fsync row).
+# The replicas get their addresses in REDLOCK_NODES (config.sh).
 
 redlock__dir() { echo "$RUN_DIR/redlock/$1"; }
 
@@ -35,7 +38,23 @@ redlock_start() {
         return 0
     fi
     require_port_free "$port" "redlock node $n" REDLOCK_PORT_BASE
-    redis__launch "redlock node $n" "$port" "$(redlock__dir "$n")" "$LOG_DIR/redlock-$n.log"
+    case ${REDLOCK_APPENDFSYNC:-} in
+    always)
+        redis__launch "redlock node $n" "$port" "$(redlock__dir "$n")" "$LOG_DIR/redlock-$n.log" \
+            --appendonly yes --appendfsync always
+        ;;
+    "")
+        # Empty: the append-only files of an earlier start with REDLOCK_APPENDFSYNC go.
+        rm -rf "$(redlock__dir "$n")/appendonlydir"
+        redis__launch "redlock node $n" "$port" "$(redlock__dir "$n")" "$LOG_DIR/redlock-$n.log"
+        ;;
+    *) die "REDLOCK_APPENDFSYNC: always or unset, not '$REDLOCK_APPENDFSYNC'" ;;
+    esac
+}
+
+# Kills node N by its PID (SIGKILL): a crash; what it had not written to disk is lost.
+redlock_kill() {
+    stop_server "redlock node $1" "$(redlock_pid "$1")" "$(redlock__pattern "$1")" KILL:5
 }
 
 # Stops node N by its PID (SIGTERM; nothing to save).
