@@ -72,6 +72,9 @@
 #   REDLOCK_PORT_BASE  Redlock node N listens on REDLOCK_PORT_BASE+N-1 [REDIS_PORT+11]
 #   REDLOCK_VIA        N:PORT,...: the replicas reach Redlock node N at PORT (a relay in front
 #                      of it) instead of its own port [unset]
+#   REDLOCK_CLOCK_SHIFT  N:FILE: Redlock node N's wall clock is moved by the milliseconds in
+#                      FILE, read again at every call, so that rewriting FILE jumps that
+#                      server's clock (build/libclock-shift.so; CLOCK_SHIFT_LIB: another) [unset]
 #   REDLOCK_APPENDFSYNC  always: redlock-start (and up) starts the nodes with appendonly yes and
 #                      appendfsync always; unset: empty, nothing on disk [unset]
 #   WITH_ETCD          1: `up` starts etcd too, and the replicas offer the etcd mode; unset:

@@ -37,6 +37,7 @@ run_ladder() {
             LADDER_REDIS_PORT=${ports[2]} LADDER_REPLICA_PORT_BASE=$base \
             LADDER_REDLOCK_PORT_BASE=$rlbase LADDER_RELAY_PORT_BASE=$relbase \
             STOCKD=$build/stockd FAULT_RELAY=$build/fault-relay \
+            CLOCK_SHIFT_LIB=$build/libclock-shift.so \
             CHECK_HISTORY=$build/check-history HISTORY_CLOCK=$build/history-clock \
             timeout --kill-after=10 360 loadtest/ladder --check --part "$k/$LADDER_PARTS" \
             --out "$out/part-$k" >"$log" 2>&1 &

@@ -38,6 +38,31 @@ redlock_start() {
         return 0
     fi
     require_port_free "$port" "redlock node $n" REDLOCK_PORT_BASE
+    # REDLOCK_CLOCK_SHIFT=N:FILE: node N's wall clock is moved by the milliseconds FILE holds,
+    # read again at every call (build/libclock-shift.so, loadtest/lib/clock_shift.c), so that
+    # rewriting FILE ("0", "5000") jumps that server's clock: Redis expires keys by it (the
+    # ladder's clock-jump row).
+    if [ -n "${REDLOCK_CLOCK_SHIFT:-}" ] && [ "${REDLOCK_CLOCK_SHIFT%%:*}" = "$n" ]; then
+        redlock__clock_shift "${REDLOCK_CLOCK_SHIFT#*:}" redlock__launch_node "$n" "$port"
+    else
+        redlock__launch_node "$n" "$port"
+    fi
+}
+
+# redlock__clock_shift FILE COMMAND...: COMMAND with build/libclock-shift.so (CLOCK_SHIFT_LIB)
+# preloaded, its offset read from FILE ("0" written when FILE is missing).
+redlock__clock_shift() {
+    local file=$1 lib=${CLOCK_SHIFT_LIB:-$here/../build/libclock-shift.so}
+    shift
+    [ -r "$lib" ] || die "$lib missing (make builds it)"
+    [ -s "$file" ] || echo 0 >"$file"
+    # Bash exports a function call's assignments to what the function runs: the server.
+    LD_PRELOAD=$lib CLOCK_SHIFT_FILE=$file "$@"
+}
+
+# redlock__launch_node N PORT: node N as REDLOCK_APPENDFSYNC says (redlock_start).
+redlock__launch_node() {
+    local n=$1 port=$2
     case ${REDLOCK_APPENDFSYNC:-} in
     always)
         redis__launch "redlock node $n" "$port" "$(redlock__dir "$n")" "$LOG_DIR/redlock-$n.log" \
