@@ -16,6 +16,8 @@
 #                                  each answer, and reading back the one left by the last run)
 #   scripts/stack.sh redlock-kill N...   kill Redlock nodes N... (SIGKILL by PID: a crash;
 #                                  the ladder's amnesia rows)
+#   scripts/stack.sh redlock-restart N...  kill them and start them again at once (one
+#                                  command: the ladder's amnesia rows race a lease)
 #   scripts/stack.sh etcd-stop     stop etcd only
 #   scripts/stack.sh etcd-start    start etcd (also without WITH_ETCD)
 #   scripts/stack.sh zookeeper-stop   stop ZooKeeper only
@@ -337,7 +339,7 @@ main() {
     [ $# -gt 0 ] && shift
     stack_config
     case $cmd in
-    up | down | redis-stop | redis-start | redlock-stop | redlock-start | redlock-kill | etcd-stop | etcd-start | \
+    up | down | redis-stop | redis-start | redlock-stop | redlock-start | redlock-kill | redlock-restart | etcd-stop | etcd-start | \
         zookeeper-stop | zookeeper-start | \
         pg-stop | pg-start | pg-ha-kill | pg-ha-start | \
         pg-freeze | pg-thaw | replica-stop | replica-start | replica-start-extra)
@@ -351,7 +353,7 @@ main() {
     logs) cmd_logs "$@" ;;
     redis-stop) redis_stop ;;
     redis-start) redis_start ;;
-    redlock-stop | redlock-start | redlock-kill)
+    redlock-stop | redlock-start | redlock-kill | redlock-restart)
         [ $# -gt 0 ] || die "name the Redlock nodes by number, e.g. '$cmd 1 2'"
         for n in "$@"; do
             [[ $n =~ ^[0-9]+$ ]] && ((n >= 1 && n <= REDLOCK_SERVERS)) ||
@@ -361,6 +363,7 @@ main() {
             case $cmd in
             redlock-stop) redlock_stop "$n" ;;
             redlock-kill) redlock_kill "$n" ;;
+            redlock-restart) redlock_kill "$n" && redlock_start "$n" ;;
             *) redlock_start "$n" ;;
             esac
         done

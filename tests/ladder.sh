@@ -28,13 +28,14 @@ run_ladder() {
         chmod 755 "$dir" # the postgres user must reach its data directory
         dirs+=("$dir")
         log=$HARNESS_LOG_DIR/ladder-$k.log
-        mapfile -t ports < <(pick_free_ports 3)
+        mapfile -t ports < <(pick_free_ports 6) # nginx, PostgreSQL, Redis, etcd (2), ZooKeeper
         base=$(pick_port_block 3)
         rlbase=$(pick_port_block 5) # the 5 Redlock nodes
         relbase=$(pick_port_block 4) # the relays in front of Redlock nodes 4 and 5, their controls
         echo "(loadtest/ladder --check --part $k/$LADDER_PARTS: RUN_DIR=$dir, replicas :$base.., log $log)"
         LADDER_RUN_DIR=$dir LADDER_HTTP_PORT=${ports[0]} LADDER_PG_PORT=${ports[1]} \
             LADDER_REDIS_PORT=${ports[2]} LADDER_REPLICA_PORT_BASE=$base \
+            LADDER_ETCD_PORT=${ports[3]} LADDER_ETCD_PEER_PORT=${ports[4]} LADDER_ZK_PORT=${ports[5]} \
             LADDER_REDLOCK_PORT_BASE=$rlbase LADDER_RELAY_PORT_BASE=$relbase \
             STOCKD=$build/stockd FAULT_RELAY=$build/fault-relay \
             CLOCK_SHIFT_LIB=$build/libclock-shift.so \
