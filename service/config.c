@@ -196,6 +196,9 @@ static const setting settings[] = {
     NUMBER("REDLOCK_TIMEOUT_MS", KIND_INT, redlock_timeout_ms, "100", 1, 10000,
            "redlock: connect and command timeout per node (short beside the lease: a dead "
            "node must cost little of the validity)"),
+    NUMBER("REDLOCK_LEASE_MS", KIND_INT64, redlock_lease_ms, "0", 0, 600000,
+           "redlock: the lease it asks every node for; 0: LOCK_FIXED_LEASE_MS (the ladder "
+           "gives it its own, longer than a server's restart on a busy machine)"),
 };
 /* clang-format on */
 

@@ -60,6 +60,7 @@ typedef struct service_config {
     char log_level[16];          /* LOG_LEVEL: debug, info, warn, error */
     char redlock_nodes[1024];    /* REDLOCK_NODES: "host:port,..."; "" = no redlock mode */
     int redlock_timeout_ms;      /* REDLOCK_TIMEOUT_MS: connect and command timeout per node */
+    int64_t redlock_lease_ms;    /* REDLOCK_LEASE_MS: redlock's lease; 0: LOCK_FIXED_LEASE_MS */
 } service_config;
 
 /* Looks up one variable; getenv() in the service, a table in the tests. */

@@ -63,6 +63,7 @@ int core_create(const service_config *cfg, int db_pool_size, int redis_pool_size
      * builds the clients, which connect lazily. */
     guard_opts.redlock_nodes = cfg->redlock_nodes;
     guard_opts.redlock_timeout_ms = cfg->redlock_timeout_ms;
+    guard_opts.redlock_lease_ms = cfg->redlock_lease_ms;
     /* Without ETCD_ENDPOINT (ZOOKEEPER_HOSTS) no client, and so no etcd (zookeeper) mode;
      * with it, the mode's own file builds a client that connects lazily. The session
      * timeout is the lease, as etcd's TTL is. */

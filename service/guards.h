@@ -38,6 +38,7 @@ struct guard_env {
     int64_t db_wait_ms;          /* their bound on waiting for one */
     int64_t row_lease_ms;        /* pg-lockrow-ttl's row lease */
     redlock *redlock;            /* built and freed by modes/redlock.c; NULL: no REDLOCK_NODES */
+    int64_t redlock_lease_ms;    /* redlock's fixed lease (set by modes/redlock.c's init) */
     unsigned has;                /* MODE_NEEDS_* bits this environment can serve */
     struct local_stripes *local; /* the local guard's mutexes: its own (modes/local.c) */
 };
@@ -121,6 +122,9 @@ int64_t guard_local__stripe_of(int64_t goods_id);
 /* How many requests wait in line for goods_id's stripe now (tests/test_local.c watches its
  * line form). Thread-safe; takes the stripe's mutex for a moment. */
 int64_t guard_local__waiting(guard_env *env, int64_t goods_id);
+
+GUARD_DECL(guard_local_unshared); /* local_unshared.c: a mutex made per call, shared by none */
+void guard_local_unshared__leave(guard_env *env, guard_hold *hold);
 
 GUARD_DECL(guard_redis);         /* redis.c: watchdog, fenced */
 GUARD_DECL(guard_redis_batch);   /* redis_batch.c: redis's, once per batch */

@@ -87,6 +87,10 @@ static const mode mode_table[] = {
                 "with several",
      GUARD(guard_local), .still_held = guards__always_held,
      .cart = MODE_CART_SORTED, .lock_of = guard_local__stripe_of},
+    {.name = "local-unshared", .safe = false,
+     .summary = "the same under a mutex each request makes for itself: excludes nothing, "
+                "oversells even with one replica",
+     GUARD(guard_local_unshared), .still_held = guards__always_held},
     {.name = "redis", .safe = true,
      .summary = "the same under the Redis reentrant lock (owner, watchdog, bounded wait, "
                 "fencing): right with any number of replicas",

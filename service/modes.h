@@ -45,6 +45,7 @@ typedef struct guard_env_options {
                                   "": no Redlock, and the redlock mode is not served. Its
                                   guard builds and owns the clients (modes/redlock.c) */
     int redlock_timeout_ms;    /* REDLOCK_TIMEOUT_MS; 0: Redlock's default */
+    int64_t redlock_lease_ms;  /* REDLOCK_LEASE_MS: redlock's fixed lease; 0: fixed_lease_ms */
     /* The queue-lock modes' guard builds and owns their clients (guards_queue.c), which
      * connect lazily: a replica starts while the service is down, and the mode answers 503
      * until it is back. */

@@ -7,9 +7,10 @@
  * What it keeps: no fencing token. Redlock has no single counter that every grant passes
  * through, so the database cannot refuse a holder whose validity ran out while it was
  * stopped (the ladder's gc-stop scenario oversells exactly as redis-nofence does). It is
- * also not reentrant and has no watchdog: the lease is LOCK_FIXED_LEASE_MS, and the
- * section must finish within the validity (still_held checks that on this process's clock
- * just before COMMIT; a pause after the check is what fencing would have caught).
+ * also not reentrant and has no watchdog: the lease is REDLOCK_LEASE_MS (by default
+ * LOCK_FIXED_LEASE_MS), and the section must finish within the validity (still_held checks
+ * that on this process's clock just before COMMIT; a pause after the check is what fencing
+ * would have caught).
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -43,6 +44,8 @@ int guard_redlock__init(guard_env *env, const guard_env_options *opts)
     ro.nodes = nodes; /* copied */
     if (opts->redlock_timeout_ms > 0)
         ro.node_timeout_ms = opts->redlock_timeout_ms;
+    env->redlock_lease_ms =
+        opts->redlock_lease_ms > 0 ? opts->redlock_lease_ms : opts->fixed_lease_ms;
     if (redlock_create(&ro, &env->redlock) != LOCK_OK)
         return -1;
     env->has |= MODE_NEEDS_REDLOCK;
@@ -71,7 +74,7 @@ int guard_redlock__enter(guard_env *env, int64_t goods_id, guard_hold *hold, cha
     }
     snprintf(hold->name, sizeof(hold->name), "lock:redlock:goods:%" PRId64, goods_id);
     start = clock_now_ns();
-    rc = redlock_lock(env->redlock, hold->name, env->wait_ms, env->fixed_lease_ms, &h);
+    rc = redlock_lock(env->redlock, hold->name, env->wait_ms, env->redlock_lease_ms, &h);
     hold->waited = true;
     hold->wait_seconds = clock_seconds_since(start);
     switch (rc) {
