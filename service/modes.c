@@ -87,14 +87,16 @@ static const mode mode_table[] = {
                 "with several",
      GUARD(guard_local), .still_held = guards__always_held,
      .cart = MODE_CART_SORTED, .lock_of = guard_local__stripe_of},
-    {.name = "local-unshared", .safe = false,
-     .summary = "the same under a mutex each request makes for itself: excludes nothing, "
-                "oversells even with one replica",
-     GUARD(guard_local_unshared), .still_held = guards__always_held},
     {.name = "redis", .safe = true,
      .summary = "the same under the Redis reentrant lock (owner, watchdog, bounded wait, "
                 "fencing): right with any number of replicas",
      REDIS_LOCK(guard_redis), .cart = MODE_CART_SORTED},
+
+    /* local's first pitfall: a lock object made per caller. */
+    {.name = "local-unshared", .safe = false,
+     .summary = "the same under a mutex each request makes for itself: excludes nothing, "
+                "oversells even with one replica",
+     GUARD(guard_local_unshared), .still_held = guards__always_held},
 
     /* Past the serial ceiling: one lock holding and one commit for many sales. */
     {.name = "redis-batch", .safe = true,
