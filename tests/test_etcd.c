@@ -2,11 +2,10 @@
  * test_etcd.c - the etcd lock (lock/etcd/) against a real etcd started for this program
  * (tests/support/etcd_server.c) on free loopback ports.
  *
- * Mutual exclusion is checked the way a lost update shows: every holder reads a counter
- * from a file, pauses, writes it back plus one. With two holders at once, increments are
- * lost and the final count falls short. Two processes of 8 threads each share the file;
- * the second process is this binary re-executed with the role "mx" (a bare fork of a
- * threaded process could inherit a held libc lock).
+ *
+ * The cases every queue-lock backend passes (mutual exclusion, reentrancy and tokens, the
+ * wait bound, the wake-up) are tests/support/queue_cases.c's; the cases here are etcd's own:
+ * a revoked lease, etcd down and back, a hung etcd, answers lost on the way back.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -32,232 +31,9 @@
 
 #include "lock/etcd/etcd_lock.h"
 #include "tests/support/etcd_server.h"
-
-#define MX_THREADS 8
-#define MX_ROUNDS 8
+#include "tests/support/queue_cases.h"
 
 static etcd_server *server;
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* The calling thread's owner: the tests hold their locks per thread, as the service does. */
-static const char *me(void)
-{
-    static _Thread_local char owner[QUEUE_LOCK_OWNER_MAX];
-
-    if (owner[0] == '\0')
-        queue_lock_thread_owner(owner);
-    return owner;
-}
-
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-
-    nanosleep(&ts, NULL);
-}
-
-static etcd_lock_client *new_client(const char *endpoint, int64_t lease_ms)
-{
-    queue_lock_options opts;
-    etcd_lock_client *c = NULL;
-
-    queue_lock_options_init(&opts);
-    opts.servers = endpoint;
-    opts.lease_ms = lease_ms;
-    opts.request_timeout_ms = 1000;
-    if (etcd_lock_client_create(&opts, &c) != QUEUE_LOCK_OK)
-        return NULL;
-    return c;
-}
-
-/* ---- mutual exclusion -------------------------------------------------------------- */
-
-typedef struct mx_arg {
-    etcd_lock_client *c;
-    const char *file;
-    int failures;
-} mx_arg;
-
-static void *mx_thread(void *p)
-{
-    mx_arg *a = p;
-
-    for (int i = 0; i < MX_ROUNDS; i++) {
-        long n = 0;
-        FILE *f;
-
-        if (queue_lock_acquire(a->c, "mx", me(), 30000, NULL) != QUEUE_LOCK_OK) {
-            a->failures++;
-            continue;
-        }
-        f = fopen(a->file, "r");
-        if (f != NULL) {
-            if (fscanf(f, "%ld", &n) != 1)
-                n = 0;
-            fclose(f);
-        }
-        sleep_ms(1); /* widen the window a second holder would need */
-        f = fopen(a->file, "w");
-        if (f != NULL) {
-            fprintf(f, "%ld\n", n + 1);
-            fclose(f);
-        }
-        if (queue_lock_release(a->c, "mx", me()) != QUEUE_LOCK_OK)
-            a->failures++;
-    }
-    return NULL;
-}
-
-/* Runs MX_THREADS threads on one client; returns the number of failed calls. */
-static int run_mx(const char *endpoint, const char *file)
-{
-    pthread_t t[MX_THREADS];
-    mx_arg a[MX_THREADS];
-    etcd_lock_client *c = new_client(endpoint, 5000);
-    int failures = 0;
-
-    if (c == NULL)
-        return -1;
-    for (int i = 0; i < MX_THREADS; i++) {
-        a[i] = (mx_arg){c, file, 0};
-        pthread_create(&t[i], NULL, mx_thread, &a[i]);
-    }
-    for (int i = 0; i < MX_THREADS; i++) {
-        pthread_join(t[i], NULL);
-        failures += a[i].failures;
-    }
-    queue_lock_destroy(c);
-    return failures;
-}
-
-static void test_mutual_exclusion(void **state)
-{
-    char file[] = "/tmp/test-etcd-mx.XXXXXX";
-    int fd = mkstemp(file), status = 0;
-    long n = -1;
-    pid_t child;
-    FILE *f;
-
-    (void)state;
-    assert_true(fd >= 0);
-    close(fd);
-    child = fork();
-    assert_true(child >= 0);
-    if (child == 0) {
-        execl("/proc/self/exe", "test_etcd", "mx", etcd_server_endpoint(server), file,
-              (char *)NULL);
-        _exit(127);
-    }
-    assert_int_equal(run_mx(etcd_server_endpoint(server), file), 0);
-    assert_int_equal(waitpid(child, &status, 0), child);
-    assert_true(WIFEXITED(status));
-    assert_int_equal(WEXITSTATUS(status), 0);
-    f = fopen(file, "r");
-    assert_non_null(f);
-    assert_int_equal(fscanf(f, "%ld", &n), 1);
-    fclose(f);
-    unlink(file);
-    assert_int_equal(n, 2 * MX_THREADS * MX_ROUNDS);
-}
-
-/* ---- reentrancy, tokens -------------------------------------------------------------- */
-
-static void test_reentrancy_and_token(void **state)
-{
-    etcd_lock_client *c = new_client(etcd_server_endpoint(server), 5000);
-    int64_t t1 = 0, t2 = 0, t3 = 0;
-
-    (void)state;
-    assert_non_null(c);
-    assert_int_equal(queue_lock_acquire(c, "re", me(), 0, &t1), QUEUE_LOCK_OK);
-    assert_int_equal(queue_lock_acquire(c, "re", me(), 0, &t2), QUEUE_LOCK_OK);
-    assert_true(t1 > 0);
-    assert_int_equal(t1, t2);
-    assert_int_equal(queue_lock_is_held(c, "re", me()), QUEUE_LOCK_OK);
-    assert_int_equal(queue_lock_release(c, "re", me()), QUEUE_LOCK_OK);
-    assert_int_equal(queue_lock_is_held(c, "re", me()), QUEUE_LOCK_OK); /* one hold left */
-    assert_int_equal(queue_lock_release(c, "re", me()), QUEUE_LOCK_OK);
-    assert_int_equal(queue_lock_is_held(c, "re", me()), QUEUE_LOCK_ERR_NOT_HELD);
-    assert_int_equal(queue_lock_release(c, "re", me()), QUEUE_LOCK_ERR_NOT_HELD);
-    /* A later holding has a greater token. */
-    assert_int_equal(queue_lock_acquire(c, "re", me(), 0, &t3), QUEUE_LOCK_OK);
-    assert_true(t3 > t1);
-    assert_int_equal(queue_lock_release(c, "re", me()), QUEUE_LOCK_OK);
-    assert_int_equal(queue_lock_acquire(c, "a/b", me(), 0, NULL), QUEUE_LOCK_ERR_INVALID);
-    queue_lock_destroy(c);
-}
-
-/* ---- bounded wait and wake-up ---------------------------------------------------------- */
-
-typedef struct waiter {
-    etcd_lock_client *c;
-    int64_t wait_ms;
-    int rc;
-    int64_t done_at;
-} waiter;
-
-static void *wait_thread(void *p)
-{
-    waiter *w = p;
-
-    w->rc = queue_lock_acquire(w->c, "wb", me(), w->wait_ms, NULL);
-    w->done_at = now_ms();
-    if (w->rc == QUEUE_LOCK_OK)
-        queue_lock_release(w->c, "wb", me());
-    return NULL;
-}
-
-static void test_bounded_wait(void **state)
-{
-    etcd_lock_client *c = new_client(etcd_server_endpoint(server), 5000);
-    waiter w;
-    pthread_t t;
-    int64_t start;
-
-    (void)state;
-    assert_non_null(c);
-    assert_int_equal(queue_lock_acquire(c, "wb", me(), 0, NULL), QUEUE_LOCK_OK);
-    w = (waiter){c, 400, 1, 0};
-    start = now_ms();
-    pthread_create(&t, NULL, wait_thread, &w);
-    pthread_join(t, NULL);
-    assert_int_equal(w.rc, QUEUE_LOCK_ERR_TIMEOUT);
-    assert_true(w.done_at - start >= 400);
-    assert_true(w.done_at - start < 400 + 2 * 1000); /* wait + two request timeouts */
-    assert_int_equal(queue_lock_release(c, "wb", me()), QUEUE_LOCK_OK);
-    queue_lock_destroy(c);
-}
-
-/* A waiter is woken by the watch on its predecessor, not by a poll: it gets the lock
- * within a small time of the release, while its wait bound is long. */
-static void test_wakeup(void **state)
-{
-    etcd_lock_client *c = new_client(etcd_server_endpoint(server), 5000);
-    waiter w;
-    pthread_t t;
-    int64_t released;
-
-    (void)state;
-    assert_non_null(c);
-    assert_int_equal(queue_lock_acquire(c, "wb", me(), 0, NULL), QUEUE_LOCK_OK);
-    w = (waiter){c, 20000, 1, 0};
-    pthread_create(&t, NULL, wait_thread, &w);
-    sleep_ms(500); /* the waiter is queued and watching */
-    released = now_ms();
-    assert_int_equal(queue_lock_release(c, "wb", me()), QUEUE_LOCK_OK);
-    pthread_join(t, NULL);
-    assert_int_equal(w.rc, QUEUE_LOCK_OK);
-    print_message("wake-up after release: %" PRId64 " ms\n", w.done_at - released);
-    assert_true(w.done_at - released < 1000);
-    queue_lock_destroy(c);
-}
 
 /* ---- lease loss ------------------------------------------------------------------------ */
 
@@ -292,28 +68,29 @@ static int revoke_lease(const char *endpoint, int64_t id)
 
 static void test_lease_lost(void **state)
 {
-    etcd_lock_client *c = new_client(etcd_server_endpoint(server), 3000);
-    etcd_lock_client *other = new_client(etcd_server_endpoint(server), 3000);
+    etcd_lock_client *c = queue_cases_client(3000);
+    etcd_lock_client *other = queue_cases_client(3000);
     int64_t start, t1 = 0, t2 = 0;
 
     (void)state;
     assert_non_null(c);
     assert_non_null(other);
-    assert_int_equal(queue_lock_acquire(c, "ll", me(), 0, &t1), QUEUE_LOCK_OK);
+    assert_int_equal(queue_lock_acquire(c, "ll", queue_cases_owner(), 0, &t1), QUEUE_LOCK_OK);
     assert_int_equal(revoke_lease(etcd_server_endpoint(server), etcd_lock_lease_id(c)), 0);
     /* The keep-alive (every TTL/3 = 1 s) learns of it. */
-    start = now_ms();
-    while (queue_lock_is_held(c, "ll", me()) == QUEUE_LOCK_OK && now_ms() - start < 5000)
-        sleep_ms(50);
-    assert_int_equal(queue_lock_is_held(c, "ll", me()), QUEUE_LOCK_ERR_LOST);
+    start = queue_cases_now_ms();
+    while (queue_lock_is_held(c, "ll", queue_cases_owner()) == QUEUE_LOCK_OK &&
+           queue_cases_now_ms() - start < 5000)
+        queue_cases_sleep_ms(50);
+    assert_int_equal(queue_lock_is_held(c, "ll", queue_cases_owner()), QUEUE_LOCK_ERR_LOST);
     /* The key went with the lease: another owner takes it at once, with a greater token. */
-    assert_int_equal(queue_lock_acquire(other, "ll", me(), 0, &t2), QUEUE_LOCK_OK);
+    assert_int_equal(queue_lock_acquire(other, "ll", queue_cases_owner(), 0, &t2), QUEUE_LOCK_OK);
     assert_true(t2 > t1);
-    assert_int_equal(queue_lock_release(other, "ll", me()), QUEUE_LOCK_OK);
+    assert_int_equal(queue_lock_release(other, "ll", queue_cases_owner()), QUEUE_LOCK_OK);
     /* The lost holding is cleared by its release; the client then works on a new lease. */
-    queue_lock_release(c, "ll", me());
-    assert_int_equal(queue_lock_acquire(c, "ll", me(), 0, NULL), QUEUE_LOCK_OK);
-    assert_int_equal(queue_lock_release(c, "ll", me()), QUEUE_LOCK_OK);
+    queue_lock_release(c, "ll", queue_cases_owner());
+    assert_int_equal(queue_lock_acquire(c, "ll", queue_cases_owner(), 0, NULL), QUEUE_LOCK_OK);
+    assert_int_equal(queue_lock_release(c, "ll", queue_cases_owner()), QUEUE_LOCK_OK);
     queue_lock_destroy(other);
     queue_lock_destroy(c);
 }
@@ -322,19 +99,20 @@ static void test_lease_lost(void **state)
 
 static void test_server_down(void **state)
 {
-    etcd_lock_client *c = new_client(etcd_server_endpoint(server), 5000);
+    etcd_lock_client *c = queue_cases_client(5000);
     int64_t start;
 
     (void)state;
     assert_non_null(c);
     assert_int_equal(etcd_server_stop(server), 0);
-    start = now_ms();
-    assert_int_equal(queue_lock_acquire(c, "down", me(), 500, NULL), QUEUE_LOCK_ERR_SERVER);
-    assert_true(now_ms() - start < 3000);
+    start = queue_cases_now_ms();
+    assert_int_equal(queue_lock_acquire(c, "down", queue_cases_owner(), 500, NULL),
+                     QUEUE_LOCK_ERR_SERVER);
+    assert_true(queue_cases_now_ms() - start < 3000);
     assert_true(queue_lock_last_error()[0] != '\0');
     assert_int_equal(etcd_server_restart(server), 0);
-    assert_int_equal(queue_lock_acquire(c, "down", me(), 2000, NULL), QUEUE_LOCK_OK);
-    assert_int_equal(queue_lock_release(c, "down", me()), QUEUE_LOCK_OK);
+    assert_int_equal(queue_lock_acquire(c, "down", queue_cases_owner(), 2000, NULL), QUEUE_LOCK_OK);
+    assert_int_equal(queue_lock_release(c, "down", queue_cases_owner()), QUEUE_LOCK_OK);
     queue_lock_destroy(c);
 }
 
@@ -353,10 +131,10 @@ typedef struct hung_arg {
 static void *hung_acquire(void *p)
 {
     hung_arg *a = p;
-    int64_t start = now_ms();
+    int64_t start = queue_cases_now_ms();
 
-    a->rc = queue_lock_acquire(a->c, "hung", me(), HUNG_WAIT_MS, NULL);
-    a->ms = now_ms() - start;
+    a->rc = queue_lock_acquire(a->c, "hung", queue_cases_owner(), HUNG_WAIT_MS, NULL);
+    a->ms = queue_cases_now_ms() - start;
     return NULL;
 }
 
@@ -398,8 +176,8 @@ static void test_hung_server_bounded(void **state)
            worst);
     assert_true(worst <= HUNG_WAIT_MS + 8 * HUNG_TIMEOUT_MS + 200); /* + scheduling slack */
     /* Thawed, it serves again. */
-    assert_int_equal(queue_lock_acquire(c, "hung", me(), 2000, NULL), QUEUE_LOCK_OK);
-    assert_int_equal(queue_lock_release(c, "hung", me()), QUEUE_LOCK_OK);
+    assert_int_equal(queue_lock_acquire(c, "hung", queue_cases_owner(), 2000, NULL), QUEUE_LOCK_OK);
+    assert_int_equal(queue_lock_release(c, "hung", queue_cases_owner()), QUEUE_LOCK_OK);
     queue_lock_destroy(c);
 }
 
@@ -438,13 +216,13 @@ static void *proxy_pipe(void *arg)
         p[1] = (struct pollfd){.fd = ufd, .events = POLLIN};
         if (poll(p, 2, 50) < 0)
             break;
-        if (!client_open && now_ms() >= linger_until)
+        if (!client_open && queue_cases_now_ms() >= linger_until)
             break;
         if (client_open && (p[0].revents & (POLLIN | POLLHUP | POLLERR))) {
             ssize_t r = read(cfd, buf, sizeof(buf));
             if (r <= 0) {
                 client_open = false; /* keep etcd's side a little: let it finish */
-                linger_until = now_ms() + 3000;
+                linger_until = queue_cases_now_ms() + 3000;
             } else if (atomic_load(&g_proxy_mode) != PROXY_BLACKHOLE) {
                 n = (int)write(ufd, buf, (size_t)r);
             }
@@ -508,20 +286,20 @@ static void proxy_stop(void)
     atomic_store(&g_proxy_stop, true);
     pthread_join(g_proxy_thread, NULL);
     close(g_proxy_fd);
-    sleep_ms(150); /* the connection threads see the flag within one poll */
+    queue_cases_sleep_ms(150); /* the connection threads see the flag within one poll */
 }
 
 /* Takes `name` with another client of its own within wait_ms: how long it took, or -1. */
 static int64_t other_takes_within(const char *name, int64_t wait_ms)
 {
-    etcd_lock_client *o = new_client(etcd_server_endpoint(server), 5000);
-    int64_t start = now_ms(), took = -1;
+    etcd_lock_client *o = queue_cases_client(5000);
+    int64_t start = queue_cases_now_ms(), took = -1;
 
     if (o == NULL)
         return -1;
-    if (queue_lock_acquire(o, name, me(), wait_ms, NULL) == QUEUE_LOCK_OK) {
-        took = now_ms() - start;
-        queue_lock_release(o, name, me());
+    if (queue_lock_acquire(o, name, queue_cases_owner(), wait_ms, NULL) == QUEUE_LOCK_OK) {
+        took = queue_cases_now_ms() - start;
+        queue_lock_release(o, name, queue_cases_owner());
     }
     queue_lock_destroy(o);
     return took;
@@ -550,11 +328,12 @@ static void test_lost_answers_leave_nothing(void **state)
     opts.request_timeout_ms = 300;
     assert_int_equal(etcd_lock_client_create(&opts, &c), QUEUE_LOCK_OK);
     /* A lease first, so that the put is the request whose answer is lost. */
-    assert_int_equal(queue_lock_acquire(c, "lostput", me(), 0, NULL), QUEUE_LOCK_OK);
-    assert_int_equal(queue_lock_release(c, "lostput", me()), QUEUE_LOCK_OK);
+    assert_int_equal(queue_lock_acquire(c, "lostput", queue_cases_owner(), 0, NULL), QUEUE_LOCK_OK);
+    assert_int_equal(queue_lock_release(c, "lostput", queue_cases_owner()), QUEUE_LOCK_OK);
 
     atomic_store(&g_proxy_mode, PROXY_SWALLOW);
-    assert_int_equal(queue_lock_acquire(c, "lostput", me(), 0, NULL), QUEUE_LOCK_ERR_SERVER);
+    assert_int_equal(queue_lock_acquire(c, "lostput", queue_cases_owner(), 0, NULL),
+                     QUEUE_LOCK_ERR_SERVER);
     atomic_store(&g_proxy_mode, PROXY_PASS);
     took = other_takes_within("lostput", 4000);
     printf("    a put whose answer was lost: another client took the lock after %" PRId64
@@ -562,9 +341,9 @@ static void test_lost_answers_leave_nothing(void **state)
            took);
     assert_true(took >= 0 && took <= 2000 + 500);
 
-    assert_int_equal(queue_lock_acquire(c, "lostdel", me(), 0, NULL), QUEUE_LOCK_OK);
+    assert_int_equal(queue_lock_acquire(c, "lostdel", queue_cases_owner(), 0, NULL), QUEUE_LOCK_OK);
     atomic_store(&g_proxy_mode, PROXY_BLACKHOLE);
-    assert_int_equal(queue_lock_release(c, "lostdel", me()), QUEUE_LOCK_ERR_SERVER);
+    assert_int_equal(queue_lock_release(c, "lostdel", queue_cases_owner()), QUEUE_LOCK_ERR_SERVER);
     atomic_store(&g_proxy_mode, PROXY_PASS);
     took = other_takes_within("lostdel", 4000);
     printf("    a release whose delete never arrived: another client took the lock after %" PRId64
@@ -579,7 +358,10 @@ static int group_setup(void **state)
 {
     (void)state;
     curl_global_init(CURL_GLOBAL_DEFAULT);
-    return etcd_server_start(&server);
+    if (etcd_server_start(&server) != 0)
+        return -1;
+    queue_cases_backend.servers = etcd_server_endpoint(server);
+    return 0;
 }
 
 static int group_teardown(void **state)
@@ -592,13 +374,17 @@ static int group_teardown(void **state)
 
 int main(int argc, char **argv)
 {
+    queue_cases_backend = (queue_backend){.program = "test_etcd",
+                                          .create = etcd_lock_client_create,
+                                          .request_timeout_ms = 1000,
+                                          .timeouts_past_wait = 2};
     if (argc == 4 && strcmp(argv[1], "mx") == 0)
-        return run_mx(argv[2], argv[3]) == 0 ? 0 : 1;
+        return queue_cases_mx(argv[2], argv[3]) == 0 ? 0 : 1;
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_reentrancy_and_token),
-        cmocka_unit_test(test_mutual_exclusion),
-        cmocka_unit_test(test_bounded_wait),
-        cmocka_unit_test(test_wakeup),
+        cmocka_unit_test(queue_case_reentrancy_and_token),
+        cmocka_unit_test(queue_case_mutual_exclusion),
+        cmocka_unit_test(queue_case_bounded_wait),
+        cmocka_unit_test(queue_case_wakeup),
         cmocka_unit_test(test_lease_lost),
         cmocka_unit_test(test_server_down),
         cmocka_unit_test(test_hung_server_bounded),
