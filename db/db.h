@@ -155,6 +155,11 @@ int db_rollback(db_conn *conn);
  *   largest token (goods_fences), whatever claims of other sources came in between.
  * db_stock_write: sets the stock to new_stock. After a claim the row is the caller's until
  *   its transaction ends, so no token is needed. DB_ERR_NOT_FOUND for unknown goods.
+ * db_stock_write_fenced: the same, for a holder of token (of source) that did not claim the
+ *   row: written only while no newer token of source was written or claimed (raising the
+ *   source's mark, as db_stock_claim does); else nothing changes and DB_ERR_FENCED.
+ *   DB_ERR_NOT_FOUND for unknown goods. The redis-fence-write rung's write: the token
+ *   checked only here, after a plain read (see DB__STOCK_WRITE_FENCED).
  * db_order_insert: records the order; fence (the holder's token) may be NULL, else
  *   fence_source names its counter ("redis", "etcd", ...) and is recorded with it.
  *   request_id, the client's id of the request (NULL: none), is recorded with it, in the
@@ -172,6 +177,8 @@ int db_stock_claim(db_conn *conn, int64_t goods_id, const char *source, int64_t 
  * refused against). DB_ERR_NOT_FOUND when the source never claimed it. */
 int db_fence_of(db_conn *conn, int64_t goods_id, const char *source, int64_t *fence);
 int db_stock_write(db_conn *conn, int64_t goods_id, int64_t new_stock);
+int db_stock_write_fenced(db_conn *conn, int64_t goods_id, int64_t new_stock, const char *source,
+                          int64_t token);
 int db_order_insert(db_conn *conn, int64_t goods_id, int64_t count, const char *mode,
                     const char *instance, const int64_t *fence, const char *fence_source,
                     const char *request_id, int64_t *order_id);

@@ -102,6 +102,19 @@ static const struct db__statement stmts[DB__STMT_COUNT] = {
     [DB__STOCK_WRITE] = {"stock_write",
                          "UPDATE goods SET stock = $2, updated = now() WHERE id = $1", 2,
                          PGRES_COMMAND_OK, false},
+    /* The redis-fence-write rung's write: the token checked (and raised) only here, as
+     * DB__STOCK_CLAIM checks it, after a plain read. It refuses a holder whose token is
+     * older than one already written, but not a newer holder whose read came before an
+     * older holder's write: that is the rung's flaw (docs/course/09-redis.md). */
+    [DB__STOCK_WRITE_FENCED] = {"stock_write_fenced",
+                                "WITH raised AS ("
+                                " INSERT INTO goods_fences (goods, source, fence)"
+                                " SELECT id, $3, $2 FROM goods WHERE id = $1"
+                                " ON CONFLICT (goods, source) DO UPDATE SET fence = EXCLUDED.fence"
+                                " WHERE goods_fences.fence <= EXCLUDED.fence RETURNING 1)"
+                                " UPDATE goods SET stock = $4, fence = $2, fence_source = $3,"
+                                " updated = now() WHERE id = $1 AND EXISTS (SELECT 1 FROM raised)",
+                                4, PGRES_COMMAND_OK, false},
     /* The pg-for-update rung: the read takes the row's lock until the transaction ends, so a
      * second reader waits here and then reads what the first one committed. */
     [DB__STOCK_READ_FOR_UPDATE] = {"stock_read_for_update",

@@ -131,6 +131,30 @@ static int write_stock_with(db_conn *conn, int64_t goods_id, int64_t new_stock,
     return rc;
 }
 
+int db_stock_write_fenced(db_conn *conn, int64_t goods_id, int64_t new_stock, const char *source,
+                          int64_t token)
+{
+    db__claim_params p;
+    char stock_buf[DB__I64_LEN];
+    const char *params[4];
+    PGresult *res = NULL;
+    int rc;
+
+    if (!conn || !source)
+        return DB_ERR_INVALID;
+    db__claim_params_make(&p, goods_id, token, source);
+    params[0] = p.v[0];
+    params[1] = p.v[1];
+    params[2] = p.v[2];
+    params[3] = db__i64(stock_buf, new_stock);
+    rc = db__run(conn, DB__STOCK_WRITE_FENCED, params, &res);
+    if (rc != DB_OK)
+        return rc;
+    rc = strcmp(PQcmdTuples(res), "1") == 0 ? DB_OK : why_not_written(conn, p.id, true);
+    PQclear(res);
+    return rc;
+}
+
 int db_stock_write(db_conn *conn, int64_t goods_id, int64_t new_stock)
 {
     return write_stock_with(conn, goods_id, new_stock, NULL);

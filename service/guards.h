@@ -126,9 +126,10 @@ int64_t guard_local__waiting(guard_env *env, int64_t goods_id);
 GUARD_DECL(guard_local_unshared); /* local_unshared.c: a mutex made per call, shared by none */
 void guard_local_unshared__leave(guard_env *env, guard_hold *hold);
 
-GUARD_DECL(guard_redis);         /* redis.c: watchdog, fenced */
-GUARD_DECL(guard_redis_batch);   /* redis_batch.c: redis's, once per batch */
-GUARD_DECL(guard_redis_sharded); /* redis_sharded.c: redis's, for the hooked path */
+GUARD_DECL(guard_redis);             /* redis.c: watchdog, fenced */
+GUARD_DECL(guard_redis_fence_write); /* redis_fence_write.c: redis's lock, fenced at the write */
+GUARD_DECL(guard_redis_batch);       /* redis_batch.c: redis's, once per batch */
+GUARD_DECL(guard_redis_sharded);     /* redis_sharded.c: redis's, for the hooked path */
 extern const mode_parts guard_redis_sharded__parts; /* redis_sharded.c: a segment's lock */
 GUARD_DECL(guard_setnx);                            /* setnx.c */
 void guard_setnx__leave(guard_env *env, guard_hold *hold);

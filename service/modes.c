@@ -139,6 +139,10 @@ static const mode mode_table[] = {
      REDIS_LOCK(guard_redis_nofence)},
 
     /* An application pitfall with a right lock. */
+    {.name = "redis-fence-write", .safe = false,
+     .summary = "the redis lock, its token checked only at the write: a newer holder that read "
+                "before an older one wrote still sells from a stale stock",
+     REDIS_LOCK(guard_redis_fence_write), .fence_at_write = true},
     {.name = "tx-inside", .safe = false,
      .summary = "the Redis lock (watchdog, no token) given back inside the transaction, "
                 "before COMMIT: the next holder reads the stock not yet committed",

@@ -200,6 +200,10 @@ typedef struct mode {
     /* The tx-inside pitfall: the guard is left inside the transaction, just before COMMIT,
      * instead of after it. false for every other mode. */
     bool leaves_inside_tx;
+    /* The redis-fence-write pitfall: the token is checked only at the write
+     * (db_stock_write_fenced), after a plain read, instead of claimed at the read. false for
+     * every other mode. */
+    bool fence_at_write;
     /* MODE_NEEDS_* bits: served only by a replica that has all of them; 0 for most. */
     unsigned needs;
     /* The replica's concurrent requests for one goods are coalesced, one transaction under

@@ -203,6 +203,10 @@ static step read_check_write(sale *s, sale_tally *t, bool *folded)
             return hook_stopped(s, rc, detail);
 
         rc = sale__write_stock(s, t, &total_left);
+        if (rc == DB_ERR_FENCED) { /* redis-fence-write: a newer token wrote first */
+            sale__fence_refused(s, detail, sizeof(detail));
+            return give_up(s, "lock_lost", detail);
+        }
         if (rc == DB_ERR_RETRY) {
             db_rollback(s->conn); /* lost the race: nothing written, no answer (sale_run) */
             return STEP_RETRY;
@@ -289,7 +293,8 @@ static step commit(sale *s, const sale_tally *t)
 static bool pipelined(const sale *s)
 {
     if (!s->env->pipeline || s->source != SALE_FROM_GOODS || s->mode->tx != NULL ||
-        s->hook != NULL || s->mode->leaves_inside_tx || s->n_holds != 1 || !s->holds[0].fenced)
+        s->hook != NULL || s->mode->leaves_inside_tx || s->mode->fence_at_write ||
+        s->n_holds != 1 || !s->holds[0].fenced)
         return false;
     for (size_t i = 0; i < s->n; i++)
         if (s->lines[i].key != NULL)

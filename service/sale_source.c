@@ -42,7 +42,7 @@ static int read_goods(sale *s, sale_tally *t, char *detail, size_t detail_len)
     if (s->mode->tx != NULL) {
         rc = s->mode->tx->read(s->conn, s->goods_id, t->asked, &t->seen);
         t->stock = t->seen.stock;
-    } else if (hold->fenced)
+    } else if (hold->fenced && !s->mode->fence_at_write)
         rc = db_stock_claim(s->conn, s->goods_id, hold->fence_source, hold->fence, &t->stock);
     else
         rc = db_stock_read(s->conn, s->goods_id, &t->stock);
@@ -103,6 +103,9 @@ int sale__write_stock(sale *s, const sale_tally *t, int64_t *total_left)
     case SALE_FROM_GOODS:
         if (s->mode->tx != NULL)
             return s->mode->tx->write(s->conn, s->goods_id, t->asked, &t->seen);
+        if (s->mode->fence_at_write && s->holds[0].fenced)
+            return db_stock_write_fenced(s->conn, s->goods_id, t->after, s->holds[0].fence_source,
+                                         s->holds[0].fence);
         return db_stock_write(s->conn, s->goods_id, t->after);
     case SALE_FROM_SEGMENT:
         return db_segment_write(s->conn, s->goods_id, s->segment, t->after, total_left);
