@@ -72,6 +72,8 @@
 #   REDLOCK_SERVERS    independent Redis servers for the redlock mode, 0 to 9 [5]; 0: the
 #                      replicas do not serve it
 #   REDLOCK_PORT_BASE  Redlock node N listens on REDLOCK_PORT_BASE+N-1 [REDIS_PORT+11]
+#   REDIS_VIA          N:PORT,...: replica N reaches Redis at PORT (a relay in front of it)
+#                      instead of REDIS_PORT [unset]
 #   REDLOCK_VIA        N:PORT,...: the replicas reach Redlock node N at PORT (a relay in front
 #                      of it) instead of its own port [unset]
 #   REDLOCK_CLOCK_SHIFT  N:FILE: Redlock node N's wall clock is moved by the milliseconds in

@@ -126,13 +126,9 @@ stack_config() {
     # ("4:PORT,5:PORT") has them reach node N at PORT instead: a relay its caller runs in
     # front of the node (the ladder's, which cuts a node off from one request at a time).
     REDLOCK_NODES=""
-    local via port
     for ((v = 0; v < REDLOCK_SERVERS; v++)); do
-        port=$((REDLOCK_PORT_BASE + v))
-        for via in ${REDLOCK_VIA:+${REDLOCK_VIA//,/ }}; do
-            [ "${via%%:*}" = $((v + 1)) ] && port=${via#*:}
-        done
-        REDLOCK_NODES+="${REDLOCK_NODES:+,}127.0.0.1:$port"
+        REDLOCK_NODES+="${REDLOCK_NODES:+,}127.0.0.1:$(via_port "${REDLOCK_VIA:-}" $((v + 1)) \
+            $((REDLOCK_PORT_BASE + v)))"
     done
     export REDLOCK_NODES
     # A replica offers the etcd mode only when told where etcd is (service/modes.h), so only
@@ -158,6 +154,16 @@ stack_config() {
         export REDIS_CLUSTER_NODES
     fi
     export MIGRATIONS_DIR=${MIGRATIONS_DIR:-$STACK_ROOT/migrations}
+}
+
+# via_port SPEC N PORT: the port that SPEC ("N:PORT,...": where something is reached through
+# a relay in front of it) gives for N, else PORT (REDLOCK_VIA, REDIS_VIA).
+via_port() {
+    local via port=$3
+    for via in ${1:+${1//,/ }}; do
+        [ "${via%%:*}" = "$2" ] && port=${via#*:}
+    done
+    echo "$port"
 }
 
 # Port of replica N (1-based).

@@ -99,7 +99,10 @@ replica_start() {
     # the recorded PID is stockd's. The subshell runs in the foreground of the wrapper, which
     # therefore does not set SIGINT/SIGQUIT to "ignored" as a background job would.
     # shellcheck disable=SC2016 # expanded by the wrapper, not here
-    PORT=$port INSTANCE=$name setsid -f bash -c '
+    # REDIS_VIA ("N:PORT,..."): replica N reaches Redis at PORT, a relay in front of it (the
+    # ladder's partition row cuts one replica off).
+    PORT=$port INSTANCE=$name REDIS_PORT=$(via_port "${REDIS_VIA:-}" "$n" "$REDIS_PORT") \
+        setsid -f bash -c '
         pidfile=$1 exitfile=$2 logfile=$3
         shift 3
         ( echo "$BASHPID" >"$pidfile"; exec "$@" ) </dev/null >>"$logfile" 2>&1
