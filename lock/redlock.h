@@ -15,7 +15,7 @@
  *      sleep a random delay (so competing clients fall out of step) and go back to 1, until
  *      the wait bound.
  *
- * What it is not (docs/course/11-redlock.md says why):
+ * What it is not (docs/course/13-redlock.md says why):
  *   - no fencing token: there is no single counter that every grant goes through, so nothing
  *     here can be compared by the database to refuse a late writer;
  *   - not reentrant: a second take by the same thread waits for itself (the value is per

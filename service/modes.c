@@ -15,7 +15,7 @@
  *   redis-sharded     modes/redis_sharded.c     the stock in segments, a lock per segment
  *                                               (service/sharded.c).
  *
- * the ladder's Redis rungs, each missing one piece of `redis` (docs/course/, chapters 3 to 10):
+ * the ladder's Redis rungs, each missing one piece of `redis` (docs/course/, chapters 3 to 12):
  *
  *   setnx             modes/setnx.c             no expiry: a dead holder wedges the goods.
  *   setnx-ttl         modes/setnx_ttl.c         no owner: DEL frees another's lock.
