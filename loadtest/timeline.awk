@@ -513,6 +513,7 @@ END {
     text(scx, 72, "stock row", "middle", 13, "#000", "bold")
     text(scx, 88, "goods.stock, orders", "middle", 10, "#333", "")
 
+    for (i = 1; i <= NF_; i++) line(X0 - 4, y(F_MS[i]), STOCK_X + 200, y(F_MS[i]), "#d62728", 1.5, "2,2")
     # What later labels must keep clear of, claimed before any is drawn: the commits' arrows
     # (drawn later, above the lanes) and the driver's notes at the right.
     for (i = 1; i <= NC; i++)
@@ -798,9 +799,9 @@ END {
         }
     }
 
-    # The faults the driver caused, across every lane.
+    # The faults the driver caused, across every lane (their lines were drawn first, under
+    # the labels; their words last, above all).
     for (i = 1; i <= NF_; i++) {
-        line(X0 - 4, y(F_MS[i]), STOCK_X + 200, y(F_MS[i]), "#d62728", 1.5, "2,2")
         printf "<text x=\"%s\" y=\"%.1f\" text-anchor=\"end\" font-size=\"10\" fill=\"#d62728\" paint-order=\"stroke\" stroke=\"#fff\" stroke-width=\"3\">%s</text>\n", STOCK_X + 200, F_Y[i], esc(F_TEXT[i])
     }
 
