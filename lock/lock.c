@@ -539,8 +539,8 @@ static leave_outcome leave_line(lock_client *c, const lock__keys *k, const char 
     const char *args[4] = {owner, k->channel, count, lease};
     lock__conn *conn = NULL;
     redisReply *r = NULL;
-    int64_t sent_ns = lock__now_ns();
-    leave_outcome out = LEAVE_UNSURE;
+    int64_t sent_ns = lock__now_ns(); /* the cluster's router sets it again when it sends */
+    leave_outcome out;
     int rc;
 
     if (c->cluster != NULL) {
@@ -549,7 +549,7 @@ static leave_outcome leave_line(lock_client *c, const lock__keys *k, const char 
     } else {
         if (lock__pool_borrow_for_release(c->pool, hard_by, &conn) != LOCK_OK)
             return LEAVE_UNSURE;
-        sent_ns = lock__now_ns();
+        sent_ns = lock__now_ns(); /* after the wait for a connection */
         rc = lock__script_run(conn, LOCK__SCRIPT_LEAVE, hard_by, 4, keys, 4, args, &r);
         if (rc == LOCK_OK && reply_acquired(r) && c->opts.sync_replicas > 0 &&
             sync_or_undo(c, conn, k, owner, count, &r) != LOCK_OK) {

@@ -15,9 +15,7 @@
  */
 #include "tests/support/relay.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -40,22 +38,6 @@ static int port_arg(const char *s)
     long v = strtol(s, &end, 10);
 
     return *end == '\0' && v >= 1 && v <= 65535 && v != 2024 ? (int)v : -1;
-}
-
-static int control_listen(int port)
-{
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
-
-    if (fd < 0)
-        return -1;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 || listen(fd, 8) != 0) {
-        close(fd);
-        return -1;
-    }
-    return fd;
 }
 
 /* Serves one control connection until it closes: a line in, a line out. */
@@ -97,7 +79,7 @@ int main(int argc, char **argv)
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
-    control = control_listen(control_port);
+    control = relay_listen_loopback(control_port);
     if (control < 0) {
         fprintf(stderr, "fault-relay: cannot listen on 127.0.0.1:%d: %s\n", control_port,
                 strerror(errno));

@@ -86,7 +86,7 @@ static void wake_thread(relay *r)
     }
 }
 
-static int listen_on(int port)
+int relay_listen_loopback(int port)
 {
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
@@ -403,7 +403,7 @@ int relay_start(int listen_port, int target_port, relay **out)
     r->fault = RELAY_PASS;
     for (int tries = 0; tries < 20; tries++) {
         r->port = listen_port > 0 ? listen_port : support_free_port();
-        r->listen_fd = r->port > 0 ? listen_on(r->port) : -1;
+        r->listen_fd = r->port > 0 ? relay_listen_loopback(r->port) : -1;
         if (r->listen_fd >= 0 || listen_port > 0)
             break;
     }

@@ -44,6 +44,10 @@ typedef struct relay relay;
  * 127.0.0.1:target_port, in PASS. Returns 0 and *out, or -1 (a message on stderr). */
 int relay_start(int listen_port, int target_port, relay **out);
 
+/* A socket listening on 127.0.0.1:port (SO_REUSEADDR), or -1 with errno set: the relay's own
+ * listener, and fault-relay's control port. */
+int relay_listen_loopback(int port);
+
 /* The port it listens on. */
 int relay_port(const relay *r);
 
