@@ -82,9 +82,10 @@ int db_stock_take_cart(db_conn *conn, const int64_t *goods_ids, const int64_t *c
 
 int db_orders_insert_cart(db_conn *conn, const int64_t *goods_ids, const int64_t *counts,
                           const int64_t *fences, const bool *has_fence, const char *fence_source,
-                          size_t n, const char *mode, const char *instance, int64_t *cart_id)
+                          size_t n, const char *mode, const char *instance, const char *request_id,
+                          int64_t *cart_id)
 {
-    const char *params[6];
+    const char *params[7];
     bool no_fence[DB_CART_MAX];
     char *arrays[3];
     PGresult *res = NULL;
@@ -107,6 +108,7 @@ int db_orders_insert_cart(db_conn *conn, const int64_t *goods_ids, const int64_t
     params[3] = instance;
     params[4] = arrays[2];
     params[5] = fence_source;
+    params[6] = request_id;
     rc = db__run_arrays(conn, DB__ORDERS_INSERT_CART, params, arrays, 3, &res);
     return rc != DB_OK ? rc : db__first_i64(conn, res, cart_id);
 }

@@ -384,8 +384,10 @@ int db_idempotency_fetch(db_conn *conn, int64_t goods_id, const char *key, int *
  * db_orders_insert_cart: records the cart's orders, one row per item (fences[i] the token
  *   the item's goods row was claimed with, or NULL when has_fence is NULL or has_fence[i] is
  *   false; fence_source names their counter, recorded with each token), all in one
- *   statement, sharing one cart number: *cart_id, never the id of another order.
- *   DB_ERR_INVALID for n out of range or a count < 1.
+ *   statement, sharing one cart number: *cart_id, never the id of another order, and the
+ *   client's request_id (NULL: none), recorded with every row as db_order_insert records it:
+ *   what settles a recorded cart whose answer was lost. DB_ERR_INVALID for n out of range
+ *   or a count < 1.
  * db_order_idempotency_claim / _store / _fetch: the Idempotency-Key records of carts, unique
  *   per (cart, key), where `cart` is the cart's canonical text (service/cart.h); the claim
  *   also records the cart's goods (goods_ids, n), so that a reset of any of them deletes the
@@ -396,7 +398,8 @@ int db_stock_take_cart(db_conn *conn, const int64_t *goods_ids, const int64_t *c
                        int64_t *left, size_t *failed);
 int db_orders_insert_cart(db_conn *conn, const int64_t *goods_ids, const int64_t *counts,
                           const int64_t *fences, const bool *has_fence, const char *fence_source,
-                          size_t n, const char *mode, const char *instance, int64_t *cart_id);
+                          size_t n, const char *mode, const char *instance, const char *request_id,
+                          int64_t *cart_id);
 int db_order_idempotency_claim(db_conn *conn, const char *cart, const int64_t *goods_ids, size_t n,
                                const char *key);
 int db_order_idempotency_store(db_conn *conn, const char *cart, const char *key, int status,

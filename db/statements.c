@@ -226,19 +226,20 @@ static const struct db__statement stmts[DB__STMT_COUNT] = {
      * all in one statement, so that the rows of a cart
      * are all there or none is. They share one cart number, drawn once from the orders'
      * sequence (a MATERIALIZED CTE is evaluated once; a subquery in FROM could be evaluated
-     * again for every row a nested loop joins to it). */
+     * again for every row a nested loop joins to it), and the client's request id ($7, NULL:
+     * none), as a single sale's row keeps it (migrations/009). */
     [DB__ORDERS_INSERT_CART] = {"orders_insert_cart",
                                 "WITH c AS MATERIALIZED (SELECT nextval('orders_id_seq') AS id)"
                                 " INSERT INTO orders"
                                 " (goods, count, mode, instance, fence, fence_source, cart,"
-                                " cart_items)"
+                                " cart_items, request_id)"
                                 " SELECT u.g, u.n, $3::text, $4::text, u.f,"
                                 " CASE WHEN u.f IS NULL THEN NULL ELSE $6::text END, c.id,"
-                                " cardinality($1::bigint[])"
+                                " cardinality($1::bigint[]), $7::text"
                                 " FROM c, unnest($1::bigint[], $2::integer[], $5::bigint[])"
                                 " WITH ORDINALITY AS u (g, n, f, i)"
                                 " ORDER BY u.i RETURNING cart",
-                                6, PGRES_TUPLES_OK, false},
+                                7, PGRES_TUPLES_OK, false},
     /*
      * redis-sharded's segments (migrations/005_goods_segments.sql). The hint: the goods row
      * (as segment -1) and every segment, read without a lock in one statement, so in one

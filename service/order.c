@@ -29,6 +29,7 @@ typedef struct cart_run {
     const mode *mode;
     const order_request *req;
     const char *key;                 /* Idempotency-Key or NULL */
+    const char *request_id;          /* X-Request-Id, kept with the orders, or NULL */
     char text[CART_TEXT_MAX];        /* the cart's canonical text: the key's scope */
     const order_faults *faults;      /* NULL: none */
     size_t order[REQUEST_MAX_ITEMS]; /* the items' indices in lock order */
@@ -295,7 +296,7 @@ static int sell(cart_run *c)
             fence_source = h->fence_source; /* one guard, one counter, for every item */
     }
     rc = db_orders_insert_cart(c->conn, c->goods, c->counts, fences, fenced, fence_source, n,
-                               c->mode->name, c->env->instance, &cart_id);
+                               c->mode->name, c->env->instance, c->request_id, &cart_id);
     if (rc != DB_OK)
         return failed(c, "record the orders", rc);
     c->out->status = 200;
@@ -399,7 +400,8 @@ static int try_replay(cart_run *c)
 }
 
 int order_execute(const deduct_env *env, const mode *m, const order_request *req,
-                  const char *idempotency_key, const order_faults *faults, deduct_result *out)
+                  const char *idempotency_key, const char *request_id, const order_faults *faults,
+                  deduct_result *out)
 {
     cart_run *c = calloc(1, sizeof(*c));
     int rc, result = -1;
@@ -407,8 +409,13 @@ int order_execute(const deduct_env *env, const mode *m, const order_request *req
     memset(out, 0, sizeof(*out));
     if (c == NULL)
         return -1;
-    *c = (cart_run){
-        .env = env, .mode = m, .req = req, .key = idempotency_key, .faults = faults, .out = out};
+    *c = (cart_run){.env = env,
+                    .mode = m,
+                    .req = req,
+                    .key = idempotency_key,
+                    .request_id = request_id,
+                    .faults = faults,
+                    .out = out};
     for (size_t i = 0; i < req->n_items; i++) {
         c->goods[i] = req->items[i].goods_id;
         c->counts[i] = req->items[i].count;

@@ -45,6 +45,8 @@ typedef struct order_faults {
  * when given, its scope is the key with the whole cart (cart_text: the same items listed in
  * another order are the same cart): an answer stored earlier for both is returned unchanged
  * and nothing is sold; otherwise the 200/404/409 answer is stored with the sale.
+ * request_id (the client's X-Request-Id, or NULL) is recorded with each of the cart's orders,
+ * as a single sale's is (sale.h), so that a recorder settles a cart whose answer was lost.
  * faults (NULL: none) is what the cart does at its fault point (order_faults).
  * Fills *out as deduct_execute does: status 200 (response_ordered), 404 unknown_goods (the
  * first unknown goods in the request's order), 409 sold_out (the first item short of stock),
@@ -53,6 +55,7 @@ typedef struct order_faults {
  * the guards' waits. Returns 0 with *out filled (free out->body), or -1 when out of memory.
  */
 int order_execute(const deduct_env *env, const mode *m, const order_request *req,
-                  const char *idempotency_key, const order_faults *faults, deduct_result *out);
+                  const char *idempotency_key, const char *request_id, const order_faults *faults,
+                  deduct_result *out);
 
 #endif

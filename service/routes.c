@@ -340,8 +340,8 @@ static void handle_order(app *a, const http_request *req, http_reply *reply)
     const mode *m;
     char detail[600], known[400];
 
-    /* A request id of the API's shape goes back with every answer, for a recorder (as a
-     * deduction's does; a cart's order rows do not keep it). */
+    /* A request id of the API's shape goes back with every answer and is kept with the
+     * cart's orders, for a recorder, as a deduction's is (another is no id of ours). */
     if (lab_request_id_valid(request_id))
         reply->request_id = request_id;
     if (request_parse_order(req->body, req->body_len, &orq, detail, sizeof(detail)) != 0) {
@@ -373,7 +373,9 @@ static void handle_order(app *a, const http_request *req, http_reply *reply)
         faults.between_locks = lab_at_between_locks;
         faults.arg = &lab;
     }
-    if (order_execute(&a->core.deduct, m, &orq, key, fault != NULL ? &faults : NULL, &res) != 0) {
+    /* reply->request_id: the client's id when it has the API's shape (above), else NULL. */
+    if (order_execute(&a->core.deduct, m, &orq, key, reply->request_id,
+                      fault != NULL ? &faults : NULL, &res) != 0) {
         if (lab_used)
             lab_finish(&lab, 500, "internal");
         reply->status = 500;

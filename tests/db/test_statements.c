@@ -28,7 +28,8 @@ static void test_read_write_and_insert(void **state)
     assert_int_equal(stock_of(c, 1), 7);
 
     assert_int_equal(db_order_insert(c, 1, 3, "none", "svc-1", NULL, NULL, NULL, &id1), DB_OK);
-    assert_int_equal(db_order_insert(c, 1, 2, "redis", "svc-2", &fence, "redis", NULL, &id2), DB_OK);
+    assert_int_equal(db_order_insert(c, 1, 2, "redis", "svc-2", &fence, "redis", NULL, &id2),
+                     DB_OK);
     assert_true(id1 > 0 && id2 > id1);
     assert_int_equal(raw_int(f->admin,
                              "SELECT count(*) FROM orders WHERE goods = 1"
@@ -42,7 +43,8 @@ static void test_read_write_and_insert(void **state)
     assert_int_equal(db_stock_write(c, 999, 1), DB_ERR_NOT_FOUND);
 
     /* refused statements: DB_ERR_QUERY with the reason; the session stays usable */
-    assert_int_equal(db_order_insert(c, 999, 1, "none", "svc-1", NULL, NULL, NULL, &id1), DB_ERR_QUERY);
+    assert_int_equal(db_order_insert(c, 999, 1, "none", "svc-1", NULL, NULL, NULL, &id1),
+                     DB_ERR_QUERY);
     assert_non_null(strstr(db_conn_error(c), "23503")); /* foreign key */
     assert_int_equal(db_stock_write(c, 1, -1), DB_ERR_QUERY);
     assert_non_null(strstr(db_conn_error(c), "23514")); /* check constraint */
@@ -114,17 +116,17 @@ static void test_orders_request_id(void **state)
                              1, params),
                      1);
     assert_int_equal(db_claim_begin(c, 1, "redis", 5, &stock), DB_OK);
-    assert_int_equal(db_sale_commit(c, 1, stock - 1, 1, "redis", "svc-1", 5, "redis", "p-2", NULL, &id),
-                     DB_OK);
+    assert_int_equal(
+        db_sale_commit(c, 1, stock - 1, 1, "redis", "svc-1", 5, "redis", "p-2", NULL, &id), DB_OK);
     snprintf(id_buf, sizeof(id_buf), "%lld", (long long)id);
     assert_int_equal(raw_int(f->admin,
                              "SELECT count(*) FROM orders WHERE id = $1::bigint"
                              " AND request_id = 'p-2'",
                              1, params),
                      1);
-    assert_int_equal(db_orders_insert_many(c, 1, counts, 3, "redis-batch", "svc-1", &fence, "redis",
-                                           rids, ids),
-                     DB_OK);
+    assert_int_equal(
+        db_orders_insert_many(c, 1, counts, 3, "redis-batch", "svc-1", &fence, "redis", rids, ids),
+        DB_OK);
     for (int i = 0; i < 3; i++) {
         snprintf(id_buf, sizeof(id_buf), "%lld", (long long)ids[i]);
         assert_int_equal(raw_int(f->admin,
@@ -182,7 +184,7 @@ static void test_cart_statements(void **state)
     assert_int_equal(left[0], 3);
     assert_int_equal(left[1], 6);
     assert_int_equal(db_orders_insert_cart(c, ids, counts, fences, fenced, "redis", 2, "pg-atomic",
-                                           "svc-1", &cart),
+                                           "svc-1", "cart-r1", &cart),
                      DB_OK);
     assert_int_equal(db_commit(c), DB_OK);
     assert_int_equal(stock_of(c, 1), 6);
@@ -205,11 +207,18 @@ static void test_cart_statements(void **state)
                              " AND count = 4 AND fence IS NULL AND fence_source IS NULL",
                              1, params),
                      1);
+    /* Every row of the cart keeps the client's request id, what settles a lost answer. */
+    assert_int_equal(raw_int(f->admin,
+                             "SELECT count(*) FROM orders WHERE cart = $1::bigint"
+                             " AND request_id = 'cart-r1'",
+                             1, params),
+                     2);
     /* The cart number is no order's id. */
     assert_int_equal(
         raw_int(f->admin, "SELECT count(*) FROM orders WHERE id = $1::bigint", 1, params), 0);
-    assert_int_equal(db_orders_insert_cart(c, ids, counts, NULL, NULL, NULL, 0, "m", "i", &cart),
-                     DB_ERR_INVALID);
+    assert_int_equal(
+        db_orders_insert_cart(c, ids, counts, NULL, NULL, NULL, 0, "m", "i", NULL, &cart),
+        DB_ERR_INVALID);
 
     /* The key of a cart: claim, store, fetch; a second claim conflicts. */
     assert_int_equal(db_begin(c), DB_OK);
@@ -481,10 +490,10 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_pg_rung_statements, setup_migrated, teardown),
         cmocka_unit_test_setup_teardown(test_versioned_read_and_write, setup_migrated, teardown),
         cmocka_unit_test_setup_teardown(test_lockrow_take_and_release, setup_migrated, teardown),
-        cmocka_unit_test_setup_teardown(test_lock_waits_end_at_lock_timeout,
-                                        setup_migrated, teardown),
-        cmocka_unit_test_setup_teardown(test_a_failed_transaction_does_not_commit,
-                                        setup_migrated, teardown),
+        cmocka_unit_test_setup_teardown(test_lock_waits_end_at_lock_timeout, setup_migrated,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_a_failed_transaction_does_not_commit, setup_migrated,
+                                        teardown),
     };
 
     return db_test_main("test_statements", tests, sizeof(tests) / sizeof(tests[0]), argc, argv);
