@@ -1,8 +1,8 @@
 /*
- * modes/owner_get_del.c - rung 3, "owner-get-del": the lock's value is the holder's token;
+ * modes/owner_get_del.c - rung 5, "owner-get-del": the lock's value is the holder's token;
  * the release reads it (GET), compares it in C, then deletes (DEL): two commands.
  *
- * The token fixes rung 2's "DEL removes another's lock", except in the gap between the GET
+ * The token fixes rung 4's "DEL removes another's lock", except in the gap between the GET
  * and the DEL: a lease that runs out there lets another holder in, and our DEL, already
  * decided, deletes its lock. A third request then enters beside the second. Fault
  * injection's pause-before-release puts a pause exactly in that gap.

@@ -1,5 +1,5 @@
 /*
- * modes/owner_lua.c - rung 4, "owner-lua": the lock's value is the holder's token, and the
+ * modes/owner_lua.c - rung 6, "owner-lua": the lock's value is the holder's token, and the
  * release compares and deletes in one Lua step (lock/delete_if_value.lua).
  *
  * The release is now right. Two flaws are left, which the next rungs fix:

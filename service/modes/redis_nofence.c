@@ -1,5 +1,5 @@
 /*
- * modes/redis_nofence.c - rung 6, "redis-nofence": the lock of lock/ with everything (owner,
+ * modes/redis_nofence.c - rung 8, "redis-nofence": the lock of lock/ with everything (owner,
  * reentrancy, watchdog, bounded wait, wake-up on release) except the fencing token.
  *
  * The watchdog renews the lease while the process runs. It cannot while the whole process

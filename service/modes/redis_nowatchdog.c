@@ -1,5 +1,5 @@
 /*
- * modes/redis_nowatchdog.c - rung 5, "redis-nowatchdog": the reentrant lock of lock/ with a
+ * modes/redis_nowatchdog.c - rung 7, "redis-nowatchdog": the reentrant lock of lock/ with a
  * fixed lease (LOCK_FIXED_LEASE_MS) and no renewal, and no fencing token yet.
  *
  * Reentrancy and the owner check are right now. What is left is time: a section that runs

@@ -1,5 +1,5 @@
 /*
- * modes/redlock.c - rung 8, "redlock": the lock is had when a majority of the independent
+ * modes/redlock.c - rung 13, "redlock": the lock is had when a majority of the independent
  * Redis servers of REDLOCK_NODES granted "SET key value NX PX lease" in time (lock/redlock.h).
  *
  * What it adds: no single Redis to lose. With 5 nodes, 2 may be down (or restarted empty)

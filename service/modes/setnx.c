@@ -1,5 +1,5 @@
 /*
- * modes/setnx.c - rung 1, "setnx": SETNX key 1 to take, DEL to give back, polling to wait.
+ * modes/setnx.c - rung 3, "setnx": SETNX key 1 to take, DEL to give back, polling to wait.
  *
  * The key has no expiry and no owner. While every holder lives, it excludes as well as any
  * lock. But a holder that dies inside its section (a crash, a kill -9, a lost machine)

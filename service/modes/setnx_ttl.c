@@ -1,7 +1,7 @@
 /*
- * modes/setnx_ttl.c - rung 2, "setnx-ttl": SET key 1 NX PX lease to take, DEL to give back.
+ * modes/setnx_ttl.c - rung 4, "setnx-ttl": SET key 1 NX PX lease to take, DEL to give back.
  *
- * The expiry cures rung 1's wedge: a dead holder's key expires. It brings the next flaw: a
+ * The expiry cures rung 3's wedge: a dead holder's key expires. It brings the next flaw: a
  * section that outlasts the lease. Then a second request takes the expired lock and reads
  * the stock while the first is still inside (two in the section), and the first one's DEL,
  * which checks no owner, deletes the second one's lock and lets a third in.
