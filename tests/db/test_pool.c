@@ -2,8 +2,8 @@
  * test_pool.c - the connection pool against a real PostgreSQL: bounded, a release that rolls
  * back, an unreachable or silent server failing within its bound, a broken connection
  * reopened, a read-only session dropped, a statement timeout as a query error, a process
- * frozen inside a transaction losing its row lock to the session's lease; and every error
- * code with a name.
+ * frozen inside a transaction losing its row lock to the session's lease (and keeping it
+ * without one); and every error code with a name.
  *
  * The environment and the fixtures: tests/db/db_support.h.
  */
@@ -356,20 +356,15 @@ static void frozen_holder(const char *conninfo, int idle_in_tx_ms, int ready)
         pause();
 }
 
-/* A replica stopped (SIGSTOP: a long pause, a debugger, a host that answers TCP and runs
- * nothing) inside its transaction, holding goods 1's row lock. Another session asks for the
- * row with lock_timeout 5 s: with the lease (1 s), the server ends the frozen session and
- * the row is had after about 1 s, with the frozen write rolled back; without one
- * (idle_in_tx_ms 0, PostgreSQL's default), the wait runs out: 55P03. */
-static void test_a_frozen_holder_loses_its_row_lock(void **state)
+/* Forks frozen_holder with the given lease, waits until it holds goods 1's row (its write
+ * made, not committed), and stops it (SIGSTOP: a long pause, a debugger, a host that
+ * answers TCP and runs nothing). Returns the child, for the caller to kill. */
+static pid_t start_frozen_holder(fixture *f, int idle_in_tx_ms)
 {
-    fixture *f = *state;
     db_conn *c = acquire(f->pool);
     int pipefd[2];
     char ok = 0;
     pid_t child;
-    int64_t start, took;
-    PGresult *r;
 
     reset_ok(c, 1, 10);
     db_pool_release(f->pool, c);
@@ -378,21 +373,49 @@ static void test_a_frozen_holder_loses_its_row_lock(void **state)
     assert_true(child >= 0);
     if (child == 0) {
         close(pipefd[0]);
-        frozen_holder(f->conninfo, 1000, pipefd[1]);
+        frozen_holder(f->conninfo, idle_in_tx_ms, pipefd[1]);
     }
     close(pipefd[1]);
     assert_int_equal(read(pipefd[0], &ok, 1), 1);
     close(pipefd[0]);
     kill(child, SIGSTOP);
+    assert_int_equal(ok, 'y');
+    return child;
+}
 
-    start = now_ms();
-    PQclear(raw_exec(f->admin, "SET lock_timeout = '5s'", 0, NULL));
+/* Another session asks for goods 1's row, waiting at most lock_timeout; *took: how long. The
+ * caller ends the transaction. */
+static PGresult *ask_for_the_row(fixture *f, const char *lock_timeout, int64_t *took)
+{
+    char set[64];
+    int64_t start = now_ms();
+    PGresult *r;
+
+    snprintf(set, sizeof(set), "SET lock_timeout = '%s'", lock_timeout);
+    PQclear(raw_exec(f->admin, set, 0, NULL));
     PQclear(raw_exec(f->admin, "BEGIN", 0, NULL));
     r = PQexec(f->admin, "SELECT stock FROM goods WHERE id = 1 FOR UPDATE");
-    took = now_ms() - start;
+    *took = now_ms() - start;
+    return r;
+}
+
+static void end_frozen_holder(pid_t child)
+{
     kill(child, SIGKILL);
     waitpid(child, NULL, 0);
-    assert_int_equal(ok, 'y');
+}
+
+/* A replica frozen inside its transaction, holding goods 1's row lock, with the lease (1 s):
+ * the server ends the frozen session, and another session waiting up to 5 s has the row after
+ * about 1 s, with the frozen write rolled back. */
+static void test_a_frozen_holder_loses_its_row_lock(void **state)
+{
+    fixture *f = *state;
+    pid_t child = start_frozen_holder(f, 1000);
+    int64_t took;
+    PGresult *r = ask_for_the_row(f, "5s", &took);
+
+    end_frozen_holder(child);
     if (PQresultStatus(r) != PGRES_TUPLES_OK)
         fail_msg("the row stayed locked by the frozen holder for %lld ms: %s", (long long)took,
                  PQresultErrorMessage(r));
@@ -401,6 +424,28 @@ static void test_a_frozen_holder_loses_its_row_lock(void **state)
     PQclear(raw_exec(f->admin, "COMMIT", 0, NULL));
     /* Within the lease (1 s) and a busy machine's slack, well before lock_timeout's 5 s. */
     assert_true(took < 4000);
+}
+
+/* The same holder without the lease (idle_in_tx_ms 0, PostgreSQL's default): nothing ends
+ * the frozen session, and the waiter's whole lock_timeout (1.5 s) runs out: 55P03. What the
+ * lease above is for. */
+static void test_without_a_lease_a_frozen_holder_keeps_its_row_lock(void **state)
+{
+    fixture *f = *state;
+    pid_t child = start_frozen_holder(f, 0);
+    int64_t took;
+    PGresult *r = ask_for_the_row(f, "1500ms", &took);
+    const char *state_code = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+
+    if (PQresultStatus(r) == PGRES_TUPLES_OK)
+        fail_msg("the row was had after %lld ms with no lease on the frozen holder",
+                 (long long)took);
+    assert_non_null(state_code);
+    assert_string_equal(state_code, "55P03"); /* lock_not_available: it waited its bound */
+    assert_true(took >= 1400);
+    PQclear(r);
+    PQclear(raw_exec(f->admin, "ROLLBACK", 0, NULL));
+    end_frozen_holder(child);
 }
 
 static void test_strerror_names_every_code(void **state)
@@ -442,6 +487,8 @@ int main(int argc, char **argv)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_statement_timeout_is_a_query_error, setup_migrated,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_without_a_lease_a_frozen_holder_keeps_its_row_lock,
+                                        setup_migrated, teardown),
         cmocka_unit_test_setup_teardown(test_a_frozen_holder_loses_its_row_lock, setup_migrated,
                                         teardown),
         cmocka_unit_test(test_strerror_names_every_code),
