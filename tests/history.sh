@@ -4,8 +4,8 @@
 # that an answer is put in the class the API promises for it (ok, fail or info, with its
 # error), that the merged history is in time order, and that BUILD_DIR's history-clock is
 # monotonic. The settling and the ledger need a database: loadtest/ladder runs them on
-# every row (tests/ladder.sh), and run_history_settle checks the settling of an `info` on the
-# db suite's PostgreSQL.
+# every row (tests/ladder.sh), and run_history_settle checks them on the db suite's
+# PostgreSQL: a deduction's and a cart's `info` settled, a cart balanced, real phantoms kept.
 
 run_history_lib() {
     local build=$1 dir
@@ -111,10 +111,12 @@ history__merge_order() {
     }
 }
 
-# run_history_settle BUILD_DIR PORT: history_resolve against the PostgreSQL on PORT (the db
-# suite's, superuser postgres), in a database of its own with every migration applied: an
-# `info` whose sale the orders table proves is settled as that sale, completed when the books
-# are read and not when its client gave up.
+# run_history_settle BUILD_DIR PORT: history_resolve and history_ledger against the
+# PostgreSQL on PORT (the db suite's, superuser postgres), in a database of its own with every
+# migration applied: an `info` whose sale the orders table proves is settled as that sale,
+# completed when the books are read and not when its client gave up; an unknown cart settled
+# from its rows; an ok cart balanced item by item; the rows no client was told of still
+# counted phantom.
 run_history_settle() {
     local build=$1 port=$2 dir db=history_settle
     case $build in /*) ;; *) build=$PWD/$build ;; esac
@@ -128,6 +130,10 @@ run_history_settle() {
         history__settled_late "$dir" "$port" "$db"
     check "an ok cart balances item by item against its order rows; a missing row is lost" \
         history__cart_ledger "$dir" "$port" "$db"
+    check "an unknown cart is settled from its rows by request id: taken, or not; no phantom" \
+        history__cart_settled "$dir"
+    check "a cart's row no request was told of is a phantom: a failed cart's, an unsent one's, half a cart" \
+        history__cart_phantom "$dir"
     check_group_end
     psql -X -q -h 127.0.0.1 -p "$port" -U postgres -d postgres -c "DROP DATABASE IF EXISTS $db" \
         >/dev/null 2>&1 || true
@@ -186,4 +192,88 @@ SQL
     psql -X -q -d "$sql" -c "DELETE FROM orders WHERE goods = 3" >/dev/null || return 1
     ledger=$(history_ledger "$dir/cart")
     [ "$ledger" = "lost 1 units 2/1" ] || { echo "    ledger: $ledger" >&2; return 1; }
+}
+
+# history__settle_case DIR SQL: a row's folder DIR (made afresh), and SQL run on the test's
+# database (HISTORY_DB) before its history is written.
+history__settle_case() {
+    rm -rf "$1" && mkdir -p "$1" &&
+        psql -X -q -v ON_ERROR_STOP=1 -d "$HISTORY_DB" -c "$2" >/dev/null
+}
+
+# history__judged DIR LEDGER COUNT...: judges DIR/events.jsonl (history_merge, history_judge)
+# and wants linearizable yes, the ledger LEDGER, and each COUNT ("1 taken") among the
+# settling's counts.
+history__judged() {
+    local dir=$1 ledger=$2 settled c
+    shift 2
+    history_merge "$dir" "$dir/events.jsonl"
+    history_judge "$dir"
+    settled=$(sed -n 's/^unknown outcomes settled: //p' "$dir/verdict.txt")
+    for c in "$@"; do
+        [[ ", $settled," == *", $c,"* ]] || settled=wrong
+    done
+    if [ "$HISTORY_LEDGER" != "$ledger" ] || [ "$HISTORY_VERDICT" != yes ] || [ "$settled" = wrong ]; then
+        cat "$dir/verdict.txt" "$dir/resolved.jsonl" >&2
+        return 1
+    fi
+}
+
+# Goods 10 and 11 of 5 units: cart cs-1 (two of goods 11, one of 10) timed out, and its rows
+# (cart 700, request id cs-1) say it sold; cart cs-2 never answered and has no row. Both are
+# settled, cs-1 as an ok (its cart, each goods' remaining, on a process of its own), cs-2 as
+# not taken; the rows balance (no phantom) and the reads after them are explained.
+history__cart_settled() {
+    local dir=$1/cart-settled
+    history__settle_case "$dir" "INSERT INTO goods (id, stock, initial) VALUES (10, 4, 5), (11, 3, 5);
+        INSERT INTO orders (goods, count, mode, instance, cart, cart_items, request_id)
+        VALUES (10, 1, 'redis', 'svc-1', 700, 2, 'cs-1'), (11, 2, 'redis', 'svc-1', 700, 2, 'cs-1')" ||
+        return 1
+    history_reset "$dir/events.jsonl" 0 10 5 1 2
+    history_reset "$dir/events.jsonl" 0 11 5 3 4
+    history_order_invoke "$dir/events.jsonl" 1 '[{"goods_id":11,"count":2},{"goods_id":10,"count":1}]' cs-1 10
+    history_order_answer "$dir/events.jsonl" 1 cs-1 20 000 ''
+    history_order_invoke "$dir/events.jsonl" 2 '[{"goods_id":10,"count":1}]' cs-2 15
+    history_read "$dir/events.jsonl" 3 10 4 50 51
+    history_read "$dir/events.jsonl" 3 11 3 52 53
+    history__judged "$dir" ok "1 taken" "1 not_taken" || return 1
+    jq -e -s --argjson base "$HISTORY_SETTLED_PROCESS" '
+        (map(select(.request_id == "cs-1" and .resolved)) as $a
+         | $a | length == 1 and $a[0].type == "ok" and $a[0].order_id == 700
+           and $a[0].process >= $base
+           and $a[0].items == [{goods_id: 11, count: 2, remaining: 3},
+                               {goods_id: 10, count: 1, remaining: 4}])
+        and (map(select(.request_id == "cs-2" and .resolved and .type == "fail"
+                        and .error == "not_taken")) | length == 1)' "$dir/resolved.jsonl" \
+        >/dev/null || { cat "$dir/resolved.jsonl" >&2; return 1; }
+}
+
+# Real phantoms stay phantoms. Goods 12 and 13: cart cp-1 answered 503 lock_timeout (nothing
+# sold, the API says) and yet has its rows; a row of goods 12 carries a request id that no
+# request of the history had. Goods 14 and 15: cart cp-2 timed out and only its goods-14 row
+# is there (a cart of two items): its rows disagree with it, so it stays unknown, and the row
+# is acknowledged to nobody.
+history__cart_phantom() {
+    local dir=$1/cart-phantom
+    history__settle_case "$dir" "INSERT INTO goods (id, stock, initial) VALUES (12, 3, 5), (13, 4, 5);
+        INSERT INTO orders (goods, count, mode, instance, cart, cart_items, request_id)
+        VALUES (12, 1, 'redis', 'svc-1', 800, 2, 'cp-1'), (13, 1, 'redis', 'svc-1', 800, 2, 'cp-1'),
+               (12, 1, 'redis', 'svc-1', NULL, NULL, 'nobody')" || return 1
+    history_reset "$dir/events.jsonl" 0 12 5 1 2
+    history_reset "$dir/events.jsonl" 0 13 5 3 4
+    history_order_invoke "$dir/events.jsonl" 1 '[{"goods_id":12,"count":1},{"goods_id":13,"count":1}]' cp-1 10
+    history_order_answer "$dir/events.jsonl" 1 cp-1 20 503 '{"ok":false,"error":"lock_timeout"}'
+    history__judged "$dir" "phantom 3 units 0/3" none || return 1
+
+    dir=$1/cart-half
+    history__settle_case "$dir" "INSERT INTO goods (id, stock, initial) VALUES (14, 4, 5), (15, 5, 5);
+        INSERT INTO orders (goods, count, mode, instance, cart, cart_items, request_id)
+        VALUES (14, 1, 'redis', 'svc-1', 900, 2, 'cp-2')" || return 1
+    history_reset "$dir/events.jsonl" 0 14 5 1 2
+    history_reset "$dir/events.jsonl" 0 15 5 3 4
+    history_order_invoke "$dir/events.jsonl" 1 '[{"goods_id":14,"count":1},{"goods_id":15,"count":1}]' cp-2 10
+    history_order_answer "$dir/events.jsonl" 1 cp-2 20 000 ''
+    history__judged "$dir" "phantom 1 units 0/1" "1 disagreeing" || return 1
+    grep -q '"type":"info","f":"order".*"cp-2"' "$dir/resolved.jsonl" ||
+        { cat "$dir/resolved.jsonl" >&2; return 1; }
 }

@@ -16,9 +16,10 @@
 # recorders that write it: loadtest/deduct.lua and loadtest/order.lua (wrk),
 # bench/chaos_load.c, tests/stack/load.c and, for the ladder's few curl requests,
 # history_answer and history_order_answer below. Each names every request uniquely, and writes the
-# name on its lines (the format ignores extra fields): deduct.lua and tests/stack/load.c by
-# an X-Request-Id ("request_id"), which a sale writes into its order row in the INSERT it
-# runs anyway, so recording costs the service nothing; the others by an Idempotency-Key
+# name on its lines (the format ignores extra fields): deduct.lua, order.lua, the ladder's
+# carts and tests/stack/load.c by an X-Request-Id ("request_id"), which a sale writes into its
+# order row (a cart into each of its rows) in the INSERT it runs anyway, so recording costs
+# the service nothing; the others by an Idempotency-Key
 # ("key"), which costs a sale two statements and settles a 409 too.
 #
 # A row's folder DIR ends up holding:
@@ -126,8 +127,8 @@ history_answer() {
 }
 
 # history_order_invoke FILE PROCESS ITEMS KEY T: appends a cart's invocation, ITEMS its JSON
-# array of {"goods_id","count"}, KEY its name (written as request_id; a cart's order rows do
-# not keep it, so an unknown outcome stays unknown in the settled history too).
+# array of {"goods_id","count"}, KEY its name (written as request_id, the X-Request-Id the
+# cart was sent with: each of its order rows keeps it, which settles an unknown outcome).
 history_order_invoke() {
     printf '{"time":%s,"process":%d,"type":"invoke","f":"order","items":%s,"request_id":"%s"}\n' \
         "$5" "$2" "$3" "$4" >>"$1"
@@ -228,18 +229,101 @@ history__check() {
     echo "$v $(history__seconds_since "$t0")"
 }
 
-# history__scan FILE OUT: one pass over a history, its deduction and invocation lines as
-# tab-separated "f type process goods count order_id key request_id": what settling and
+# history__scan FILE OUT: one pass over a history, its deduction, order and invocation lines
+# as tab-separated "f type process goods count order_id key request_id": what settling and
 # balancing read. An order's invocation and its ok give one line per item (its goods and
-# count; the ok's order_id is the cart's, which each of its order rows names in `cart`).
+# count; the ok's order_id is the cart's, which each of its order rows names in `cart`); its
+# other completions one line, with goods 0 (settling reads only that the order ended, or how).
 history__scan() {
-    jq -r 'select(.type == "invoke" or .f == "deduct" or (.f == "order" and .type == "ok"))
-           | if .f == "order" then . as $o | (.items // [])[]
+    jq -r 'select(.type == "invoke" or .f == "deduct" or .f == "order")
+           | if .f == "order" and (.type == "invoke" or .type == "ok") then . as $o | (.items // [])[]
                  | [$o.f, $o.type, $o.process, .goods_id, (.count // 0), ($o.order_id // 0),
                     ($o.key // ""), ($o.request_id // "")]
+             elif .f == "order" then [.f, .type, .process, 0, 0, 0, (.key // ""), (.request_id // "")]
              else [.f, .type, .process, .goods_id, (.count // 0), (.order_id // 0), (.key // ""),
                    (.request_id // "")] end
            | @tsv' "$1" >"$2"
+}
+
+# history__open SCAN: the operations a history's scan leaves open, as tab-separated lines
+# "f goods count item key request_id how process", `how` being `info` (an info completion)
+# or `open` (an invocation with none): a deduction named by its key or request id, one line;
+# an order named by its request id (its rows keep no key), one line per item (its goods,
+# count and place in the invocation). A process has one operation open at a time, so an
+# invocation's lines are those of its process since its last completion.
+history__open() {
+    awk -F'\t' -v OFS='\t' '
+        function emit(p, how, i) { for (i = 1; i <= n[p]; i++) print line[p, i], how, p }
+        $1 != "deduct" && $1 != "order" { next }
+        $2 == "invoke" {
+            if (!open[$3]) { n[$3] = 0; open[$3] = 1 }
+            n[$3]++
+            line[$3, n[$3]] = $1 OFS $4 OFS $5 OFS n[$3] OFS $7 OFS $8
+            named[$3] = $8 != "" || ($1 == "deduct" && $7 != "")
+            next
+        }
+        open[$3] {
+            if ($2 == "info" && named[$3]) emit($3, "info")
+            open[$3] = 0
+        }
+        END { for (p in open) if (open[p] && named[p]) emit(p, "open") }' "$1"
+}
+
+# history__settle_sql OPEN: the query that settles the operations of OPEN (history__open's
+# lines) from the database, one JSON object per operation: its name (the request id, or else
+# the key), f, how, process and, for a deduction, goods, key, rid and the answer its client
+# would have been told (status 200, 409, another refusal, or none: body); for an order, the
+# status 200 (every item's row there: items with each goods' remaining, and order_id the
+# cart), 0 (no row: never taken) or -1 (rows that disagree with the cart: not settled).
+history__settle_sql() {
+    # No JIT: the temporary tables have no statistics, their estimates cross the JIT's
+    # threshold, and compiling costs seconds where the query itself takes milliseconds.
+    echo 'SET jit = off;'
+    echo 'CREATE TEMP TABLE open_ops (f text, goods bigint, count bigint, item int, key text,'
+    echo '                            rid text, how text, process bigint);'
+    echo 'COPY open_ops FROM STDIN;'
+    cat "$1"
+    echo '\.'
+    cat <<'SQL'
+SELECT json_build_object('name', CASE WHEN o.rid <> '' THEN o.rid ELSE o.key END, 'f', o.f,
+       'key', o.key, 'rid', o.rid, 'how', o.how, 'process', o.process, 'goods', o.goods,
+       'status', CASE WHEN o.rid = '' THEN i.status WHEN r.id IS NOT NULL THEN 200 END,
+       'body', CASE WHEN o.rid = '' THEN i.body WHEN r.id IS NOT NULL THEN
+                   json_build_object('remaining', r.remaining, 'order_id', r.id)::text END)
+  FROM open_ops o
+  LEFT JOIN idempotency i ON o.rid = '' AND i.goods = o.goods AND i.key = o.key
+  LEFT JOIN LATERAL (
+        SELECT x.id, g.initial - (SELECT sum(y.count) FROM orders y
+                                   WHERE y.goods = x.goods AND y.id <= x.id) AS remaining
+          FROM orders x JOIN goods g ON g.id = x.goods
+         WHERE o.rid <> '' AND x.goods = o.goods AND x.request_id = o.rid
+         LIMIT 1) r ON true
+ WHERE o.f = 'deduct';
+-- An order settles as taken when each of its items has exactly one row with its request id,
+-- of its count, every row of one cart, and that cart has as many rows as the order has items
+-- (the statement that writes them writes all or none); as never taken when no item has one.
+SELECT json_build_object('name', o.rid, 'f', 'order', 'rid', o.rid, 'how', o.how,
+       'process', o.process, 'order_id', min(x.cart),
+       'status', CASE WHEN count(x.id) = 0 THEN 0
+                      WHEN count(x.id) = count(*) AND count(*) = count(DISTINCT o.item)
+                       AND count(x.cart) = count(*) AND count(DISTINCT x.cart) = 1
+                       AND bool_and(x.count = o.count)
+                       AND min(x.cart_items) = count(*) AND max(x.cart_items) = count(*)
+                       AND min(x.cart_rows) = count(*) AND max(x.cart_rows) = count(*)
+                      THEN 200 ELSE -1 END,
+       'items', json_agg(json_build_object('goods_id', o.goods, 'count', o.count,
+                                           'remaining', x.remaining) ORDER BY o.item))
+  FROM open_ops o
+  LEFT JOIN LATERAL (
+        SELECT x.id, x.count, x.cart, x.cart_items,
+               (SELECT count(*) FROM orders z WHERE z.cart = x.cart) AS cart_rows,
+               g.initial - (SELECT sum(y.count) FROM orders y
+                             WHERE y.goods = x.goods AND y.id <= x.id) AS remaining
+          FROM orders x JOIN goods g ON g.id = x.goods
+         WHERE x.goods = o.goods AND x.request_id = o.rid) x ON true
+ WHERE o.f = 'order'
+ GROUP BY o.rid, o.how, o.process;
+SQL
 }
 
 # history_resolve DIR: writes DIR/resolved.jsonl from DIR/history.jsonl (and its scan,
@@ -253,6 +337,12 @@ history__scan() {
 #     written while the goods' row or lock is held, every safe mode; an unsafe mode's
 #     remaining is the ledger's, not the one the client would have been told), and no order
 #     that it never will ("not_taken", a fail that constrains nothing: a 409 left no trace);
+#   - a cart's request_id: the cart writes it into each of its rows, all in one statement,
+#     so its rows, one per item and all of one cart, mean it sold (an ok, its order_id that
+#     cart, each item's remaining as a sale's above), and no row that it never will; rows
+#     that disagree with the cart (an item missing or twice, another count, two carts, a cart
+#     of other items) leave it unsettled: a cart is all or nothing, and the ledger finds
+#     those rows acknowledged to nobody (phantom);
 #   - a key (Idempotency-Key): the idempotency record is written in the sale's own
 #     transaction (200, and the refusals 404/409), so a record with 200 means the sale
 #     happened (an ok, with the remaining and order id its stored answer says), one with 409
@@ -264,17 +354,10 @@ history__scan() {
 # only "before the books settled" is certain; its invocation and completion move to a process
 # of their own (HISTORY_SETTLED_PROCESS and up), as its client's later requests come before
 # that completion. Prints how many were settled each way ("none": nothing was open, and
-# resolved.jsonl is the raw history).
+# resolved.jsonl is the raw history; "disagreeing": carts left unsettled).
 history_resolve() {
     local dir=$1 now open=$1/.open res=$1/.settled
-    # The deductions left open, "goods key request_id how process": an info completion, or
-    # an invocation with none (by process).
-    awk -F'\t' '$1 != "deduct" { next }
-                $2 == "invoke" { inv[$3] = $4 "\t" $7 "\t" $8; next }
-                $2 == "info" { if ($7 != "" || $8 != "") print $4 "\t" $7 "\t" $8 "\tinfo\t" $3; delete inv[$3]; next }
-                { delete inv[$3] }
-                END { for (p in inv) { split(inv[p], a, "\t"); if (a[2] != "" || a[3] != "") print inv[p] "\topen\t" p } }' \
-        "$dir/.scan" >"$open"
+    history__open "$dir/.scan" >"$open"
     if [ ! -s "$open" ]; then
         cp "$dir/history.jsonl" "$dir/resolved.jsonl"
         rm -f "$open"
@@ -282,40 +365,26 @@ history_resolve() {
         return 0
     fi
     now=$(history_now)
-    # What the database says of each: one JSON object per line, {"name":..,"status":..,
-    # "body":..}, the name being the request id or else the key; an order found by its
-    # request id reads as the 200 its client would have been told.
-    {
-        # No JIT: the temporary tables have no statistics, their estimates cross the JIT's
-        # threshold, and compiling costs seconds where the query itself takes milliseconds.
-        echo 'SET jit = off;'
-        echo 'CREATE TEMP TABLE open_ops (goods bigint, key text, rid text, how text, process bigint);'
-        echo 'COPY open_ops FROM STDIN;'
-        cat "$open"
-        echo '\.'
-        cat <<'SQL'
-SELECT json_build_object('name', CASE WHEN o.rid <> '' THEN o.rid ELSE o.key END,
-       'key', o.key, 'rid', o.rid, 'how', o.how, 'process', o.process, 'goods', o.goods,
-       'status', CASE WHEN o.rid = '' THEN i.status WHEN r.id IS NOT NULL THEN 200 END,
-       'body', CASE WHEN o.rid = '' THEN i.body WHEN r.id IS NOT NULL THEN
-                   json_build_object('remaining', r.remaining, 'order_id', r.id)::text END)
-  FROM open_ops o
-  LEFT JOIN idempotency i ON o.rid = '' AND i.goods = o.goods AND i.key = o.key
-  LEFT JOIN LATERAL (
-        SELECT x.id, g.initial - (SELECT sum(y.count) FROM orders y
-                                   WHERE y.goods = x.goods AND y.id <= x.id) AS remaining
-          FROM orders x JOIN goods g ON g.id = x.goods
-         WHERE o.rid <> '' AND x.goods = o.goods AND x.request_id = o.rid
-         LIMIT 1) r ON true;
-SQL
-    } | psql -X -q -At -v ON_ERROR_STOP=1 -d "$(history__db)" >"$res" ||
+    history__settle_sql "$open" | psql -X -q -At -v ON_ERROR_STOP=1 -d "$(history__db)" >"$res" ||
         { rm -f "$open" "$res"; return 1; }
-    # The settled history: the info lines replaced, the never-completed ones completed.
+    history__settle "$dir/history.jsonl" "$res" "$now" | LC_ALL=C sort -s -t: -k2,2n \
+        >"$dir/resolved.jsonl"
+    # The scan of the settled history, for the ledger.
+    history__scan "$dir/resolved.jsonl" "$dir/.scan"
+    awk '{ n[/"status" *: *200[,}]/ ? "taken" : /"status" *: *-1[,}]/ ? "disagreeing" : "not_taken"]++ }
+         END { s = ""; for (k in n) s = s (s == "" ? "" : ", ") n[k] " " k; print s }' "$res"
+    rm -f "$open" "$res"
+}
+
+# history__settle HISTORY SETTLED NOW: HISTORY's lines with the outcomes of SETTLED
+# (history__settle_sql's answers) in: the info lines replaced, the never-completed ones
+# completed at NOW; a cart whose rows disagree is left as it was.
+history__settle() {
     jq -c --slurpfile r <(jq -s --argjson base "$HISTORY_SETTLED_PROCESS" \
-        'to_entries | map({(.value.name): (.value + {settled_process: ($base + .key)})}) | add // {}' "$res") \
-        --arg now "$now" '
-        def settled($o; $time):
-            { time: $time, process: $o.process, f: "deduct", goods_id: $o.goods, resolved: true }
+        'to_entries | map({(.value.name): (.value + {settled_process: ($base + .key)})}) | add // {}' "$2") \
+        --arg now "$3" '
+        def deduct($o):
+            { goods_id: $o.goods }
             + (if $o.rid != "" then { request_id: $o.rid } else { key: $o.key } end)
             + (if $o.status == 200 then
                    ($o.body | fromjson) as $b
@@ -324,24 +393,25 @@ SQL
                elif $o.status != null and $o.status != 0 then
                    { type: "fail", error: (($o.body | fromjson? | .error) // "refused") }
                else { type: "fail", error: "not_taken" } end);
+        def order($o):
+            { request_id: $o.rid }
+            + (if $o.status == 200 then { type: "ok", items: $o.items, order_id: $o.order_id }
+               else { type: "fail", error: "not_taken" } end);
+        def settled($o; $time):
+            { time: $time, process: $o.process, f: $o.f, resolved: true }
+            + (if $o.f == "order" then order($o) else deduct($o) end);
         ($r[0]) as $m
         | (.request_id // .key) as $name
-        | ($name != null and $m[$name].how == "info" and $m[$name].status == 200) as $sold
-        | if .f == "deduct" and .type == "info" and $sold
-          then settled($m[$name]; ($now | tonumber)) | .process = $m[$name].settled_process
-          elif .f == "deduct" and .type == "info" and $name != null and $m[$name] != null
-          then settled($m[$name]; .time)
-          elif .f == "deduct" and .type == "invoke" and $sold
-          then .process = $m[$name].settled_process
+        | (if $name == null then null else $m[$name] end) as $o
+        | ($o != null and $o.f == .f and $o.status != -1) as $known
+        | ($known and $o.how == "info" and $o.status == 200) as $sold
+        | if .type == "info" and $sold
+          then settled($o; ($now | tonumber)) | .process = $o.settled_process
+          elif .type == "info" and $known then settled($o; .time)
+          elif .type == "invoke" and $sold then .process = $o.settled_process
           else . end,
-          (if .f == "deduct" and .type == "invoke" and $name != null and $m[$name].how == "open"
-           then settled($m[$name]; ($now | tonumber)) else empty end)' \
-        "$dir/history.jsonl" | LC_ALL=C sort -s -t: -k2,2n >"$dir/resolved.jsonl"
-    # The scan of the settled history, for the ledger.
-    history__scan "$dir/resolved.jsonl" "$dir/.scan"
-    awk '{ n[$0 ~ /"status" *: *200[,}]/ ? "taken" : "not_taken"]++ }
-         END { s = ""; for (k in n) s = s (s == "" ? "" : ", ") n[k] " " k; print s }' "$res"
-    rm -f "$open" "$res"
+          (if .type == "invoke" and $known and $o.how == "open"
+           then settled($o; ($now | tonumber)) else empty end)' "$1"
 }
 
 # history_ledger DIR: balances the books of each goods of the row (every goods it names) against
