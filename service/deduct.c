@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "service/batch.h"
+#include "service/clock.h"
 #include "service/sale.h"
 #include "service/sharded.h"
 
@@ -38,6 +39,40 @@ const char *deduct_point_name(deduct_point point)
         return "committed";
     }
     return "?";
+}
+
+const char *deduct_stage_name(deduct_stage stage)
+{
+    switch (stage) {
+    case DEDUCT_STAGE_ACQUIRE:
+        return "acquire";
+    case DEDUCT_STAGE_CLAIM:
+        return "claim";
+    case DEDUCT_STAGE_COMMIT:
+        return "commit";
+    case DEDUCT_STAGE_RELEASE:
+        return "release";
+    case DEDUCT_STAGE_REST:
+        return "rest";
+    case DEDUCT_STAGES_:
+        break;
+    }
+    return "?";
+}
+
+/* The sale's stages into out (deduct.h's deduct_stage); REST is what the others leave of
+ * the whole, from `began`. A hook's pauses are not a sale's cost: such a sale is not timed. */
+static void keep_stages(deduct_result *out, const sale *s, int64_t began)
+{
+    int64_t rest = clock_now_ns() - began;
+
+    out->timed = s->hook == NULL;
+    out->stage_ns[DEDUCT_STAGE_CLAIM] = s->stage_ns[DEDUCT_STAGE_CLAIM];
+    out->stage_ns[DEDUCT_STAGE_COMMIT] = s->stage_ns[DEDUCT_STAGE_COMMIT];
+    out->stage_ns[DEDUCT_STAGE_RELEASE] += s->stage_ns[DEDUCT_STAGE_RELEASE];
+    for (int i = 0; i < DEDUCT_STAGE_REST; i++)
+        rest -= out->stage_ns[i];
+    out->stage_ns[DEDUCT_STAGE_REST] = rest;
 }
 
 /* Looks for a stored answer on a connection of its own, before any guard is taken, so that
@@ -80,6 +115,7 @@ int deduct_execute_as(const deduct_env *env, const mode *m, int64_t goods_id, in
                * caches it for good. */
               .leave_after_commit = m->cache != MODE_CACHE_NONE};
     char detail[256] = "";
+    int64_t began = clock_now_ns(), at;
     int rc, result;
 
     memset(out, 0, sizeof(*out));
@@ -92,7 +128,9 @@ int deduct_execute_as(const deduct_env *env, const mode *m, int64_t goods_id, in
     if (idempotency_key != NULL && try_replay(env, goods_id, idempotency_key, out))
         return 0;
 
+    at = clock_now_ns();
     rc = m->enter(env->guards, goods_id, &hold, detail, sizeof(detail));
+    out->stage_ns[DEDUCT_STAGE_ACQUIRE] = clock_now_ns() - at;
     out->waited = hold.waited;
     out->wait_seconds = hold.wait_seconds;
     out->handed_off = hold.handed_off;
@@ -123,7 +161,11 @@ int deduct_execute_as(const deduct_env *env, const mode *m, int64_t goods_id, in
         db_pool_release(env->db, s.conn);
     }
 
-    if (!s.left)
+    if (!s.left) {
+        at = clock_now_ns();
         m->leave(env->guards, &hold);
+        out->stage_ns[DEDUCT_STAGE_RELEASE] = clock_now_ns() - at;
+    }
+    keep_stages(out, &s, began);
     return result;
 }

@@ -90,6 +90,28 @@ typedef struct deduct_hook {
 /* The point's name ("entered", "begun", "read", "written", "checked", "committed"). */
 const char *deduct_point_name(deduct_point point);
 
+/*
+ * Where a single sale's time went (deduct_result.stage_ns), in the order a sale spends it,
+ * measured by the replica's monotonic clock at the stages' boundaries. The stages do not
+ * overlap, so they add up to the deduction's whole time: a guard given back while COMMIT
+ * travels (sale.c, leave_once_sent) counts as RELEASE, and the commit's wait around it as
+ * COMMIT only once.
+ */
+typedef enum deduct_stage {
+    DEDUCT_STAGE_ACQUIRE, /* the guard's enter: the lock taken, its wait included */
+    DEDUCT_STAGE_CLAIM,   /* BEGIN, the keys' claims, the stock read (a fenced claim), the
+                             check in C */
+    DEDUCT_STAGE_COMMIT,  /* the write, the orders, the stored answers, the last look at the
+                             guard, COMMIT and its flush */
+    DEDUCT_STAGE_RELEASE, /* the guard's leave */
+    DEDUCT_STAGE_REST,    /* the rest: the stored-answer lookup, a pooled connection, the
+                             answer built, a retry's pause */
+    DEDUCT_STAGES_
+} deduct_stage;
+
+/* The stage's name: "acquire", "claim", "commit", "release", "rest". */
+const char *deduct_stage_name(deduct_stage stage);
+
 typedef struct deduct_result {
     int retries;            /* transactions run again after a lost optimistic race */
     int status;             /* HTTP status: 200, 404, 409 or 503 */
@@ -102,6 +124,11 @@ typedef struct deduct_result {
     int batch_size;         /* redis-batch, on its leader's result only: the requests of the
                                batch it ran under its holding of the lock (0 otherwise) */
     char detail[256];       /* why, for a 503 ("" otherwise): logged by the caller */
+    /* The single path without a hook (one request, one transaction of its own): timed, and
+     * where its time went, stage by stage (deduct_stage). A batch's and the segments' sales
+     * are not timed. */
+    bool timed;
+    int64_t stage_ns[DEDUCT_STAGES_];
 } deduct_result;
 
 /*

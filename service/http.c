@@ -77,8 +77,11 @@ struct exchange {
     atomic_bool answered; /* the worker has set `reply` (release), the loop reads it (acquire) */
     exchange *next;       /* in the workers' queue */
     int64_t queued_ns;    /* when it joined the queue (clock_now_ns) */
-    bool shed;            /* answered 503 for a connection past MAX_CONNECTIONS: close after */
-    bool early_pending;   /* an early answer waits in `early` for the last call */
+    /* The replica's time for it (metrics_observe_http): from its headers in, waiting for a
+     * worker, in its handler. A worker sets the last two before `answered`. */
+    int64_t started_ns, queue_ns, handler_ns;
+    bool shed;          /* answered 503 for a connection past MAX_CONNECTIONS: close after */
+    bool early_pending; /* an early answer waits in `early` for the last call */
     http_reply early;
     metrics_route metric;
     bool wants_body;
@@ -206,6 +209,8 @@ static enum MHD_Result send_reply(app *a, struct MHD_Connection *conn, const exc
     queued = MHD_queue_response(conn, (unsigned int)reply->status, response);
     MHD_destroy_response(response);
     metrics_count_request(a->metrics, ex->metric, reply->status);
+    metrics_observe_http(a->metrics, ex->metric, ex->queue_ns, ex->handler_ns,
+                         clock_now_ns() - ex->started_ns - ex->queue_ns - ex->handler_ns);
     return queued;
 }
 
@@ -276,8 +281,9 @@ static void run_exchange(http_server *srv, exchange *ex)
                         .body = ex->body != NULL ? ex->body : "",
                         .body_len = ex->len};
 
-    int64_t waited_ms = clock_ms_since(ex->queued_ns);
+    int64_t began = clock_now_ns(), waited_ms = clock_ms_since(ex->queued_ns);
 
+    ex->queue_ns = began - ex->queued_ns;
     memset(&ex->reply, 0, sizeof(ex->reply));
     /* Load shed: a request that waited for a worker past the lock's own wait bound is
      * answered 503 without being run (nothing sold), so that a queue longer than the workers
@@ -286,6 +292,7 @@ static void run_exchange(http_server *srv, exchange *ex)
         routes_shed_queued(&ex->reply, waited_ms, srv->n_workers);
     else
         routes_finish(srv->a, ex->route, &req, &ex->reply);
+    ex->handler_ns = clock_now_ns() - began;
     atomic_store_explicit(&ex->answered, true, memory_order_release);
     MHD_resume_connection(ex->conn);
 }
@@ -365,6 +372,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         if (ex == NULL)
             return MHD_NO;
         *state = ex;
+        ex->started_ns = clock_now_ns();
         atomic_fetch_add(&a->in_flight, 1);
         ex->route = routes_begin(a, &req, &ex->metric, &ex->wants_body, &reply);
         if (ex->route != NULL && atomic_load(&a->connections) > srv->max_connections) {
@@ -407,9 +415,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         ex->url = url;
         return hand_to_worker(srv, ex) ? MHD_YES : MHD_NO;
     } else {
+        int64_t began = clock_now_ns();
         req.body = ex->body != NULL ? ex->body : "";
         req.body_len = ex->len;
         routes_finish(a, ex->route, &req, &reply);
+        ex->handler_ns = clock_now_ns() - began;
     }
     ex->route = NULL;
     return send_reply(a, conn, ex, &reply);

@@ -33,6 +33,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "service/deduct.h"
+
 static const int status_codes[] = {200, 400, 401, 404, 405, 409, 413, 415, 500, 503};
 #define METRICS__N_STATUS (sizeof(status_codes) / sizeof(status_codes[0]) + 1)
 #define METRICS__STATUS_OTHER (METRICS__N_STATUS - 1)
@@ -59,6 +61,14 @@ static const double handoff_buckets[] = {0.00005, 0.0001, 0.00025, 0.0005, 0.001
 /* A batch's size, in requests: powers of two up to BATCH_MAX's largest allowed value. */
 static const double batch_buckets[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024};
 #define METRICS__N_BATCH (sizeof(batch_buckets) / sizeof(batch_buckets[0]))
+
+/* A timed sale's stages (deduct.h's, in their order), then the handler's own time around it. */
+#define METRICS__N_STAGES (DEDUCT_STAGES_ + 1)
+#define METRICS__STAGE_JSON DEDUCT_STAGES_
+
+/* The parts of a request's time in the replica (metrics_observe_http). */
+static const char *const http_parts[] = {"queue", "handler", "around"};
+#define METRICS__N_HTTP_PARTS (sizeof(http_parts) / sizeof(http_parts[0]))
 
 static const char *const route_names[ROUTE_COUNT_] = {
     [ROUTE_DEDUCT] = "/api/deduct",
@@ -87,6 +97,9 @@ struct metrics {
     _Atomic uint64_t batch_sum;                   /* in units of 10^-9 requests (observe) */
     _Atomic uint64_t lock_timeouts;
     _Atomic uint64_t optimistic_retries;
+    _Atomic uint64_t *stage_ns; /* [n_modes][METRICS__N_STAGES] */
+    _Atomic uint64_t *timed;    /* [n_modes] */
+    _Atomic uint64_t http_ns[ROUTE_COUNT_][METRICS__N_HTTP_PARTS];
 };
 
 const char *metrics_route_name(metrics_route route)
@@ -106,7 +119,9 @@ metrics *metrics_create(const char *const *mode_names, size_t n_modes)
      * atomic_init would say so formally but is a no-op here. */
     m->mode_names = calloc(n_modes > 0 ? n_modes : 1, sizeof(*m->mode_names));
     m->deductions = calloc(n_modes > 0 ? n_modes * METRICS__N_OUTCOMES : 1, sizeof(*m->deductions));
-    if (m->mode_names == NULL || m->deductions == NULL)
+    m->stage_ns = calloc(n_modes > 0 ? n_modes * METRICS__N_STAGES : 1, sizeof(*m->stage_ns));
+    m->timed = calloc(n_modes > 0 ? n_modes : 1, sizeof(*m->timed));
+    if (m->mode_names == NULL || m->deductions == NULL || m->stage_ns == NULL || m->timed == NULL)
         goto fail;
     for (size_t i = 0; i < n_modes; i++) {
         m->mode_names[i] = strdup(mode_names[i]);
@@ -128,6 +143,8 @@ void metrics_destroy(metrics *m)
         free(m->mode_names[i]);
     free(m->mode_names);
     free(m->deductions);
+    free(m->stage_ns);
+    free(m->timed);
     free(m);
 }
 
@@ -149,20 +166,62 @@ void metrics_count_request(metrics *m, metrics_route route, int status)
     atomic_fetch_add_explicit(&m->requests[route][status_index(status)], 1, memory_order_relaxed);
 }
 
-void metrics_count_deduction(metrics *m, const char *mode, const char *outcome)
+/* The mode's index in the table, or n_modes when it is not there. */
+static size_t mode_index(const metrics *m, const char *name)
+{
+    size_t mi;
+
+    for (mi = 0; mi < m->n_modes && strcmp(m->mode_names[mi], name) != 0; mi++)
+        ;
+    return mi;
+}
+
+void metrics_count_deduction(metrics *m, const char *mode_name, const char *outcome)
 {
     size_t mi, oi;
 
-    if (m == NULL || mode == NULL || outcome == NULL)
+    if (m == NULL || mode_name == NULL || outcome == NULL)
         return;
-    for (mi = 0; mi < m->n_modes && strcmp(m->mode_names[mi], mode) != 0; mi++)
-        ;
+    mi = mode_index(m, mode_name);
     for (oi = 0; oi < METRICS__N_OUTCOMES && strcmp(outcome_names[oi], outcome) != 0; oi++)
         ;
     if (mi == m->n_modes || oi == METRICS__N_OUTCOMES)
         return;
     atomic_fetch_add_explicit(&m->deductions[mi * METRICS__N_OUTCOMES + oi], 1,
                               memory_order_relaxed);
+}
+
+/* Adds ns (a clock's difference: never negative, but a sum must not wrap) to a sum. */
+static void add_ns(_Atomic uint64_t *sum, int64_t ns)
+{
+    if (ns > 0)
+        atomic_fetch_add_explicit(sum, (uint64_t)ns, memory_order_relaxed);
+}
+
+void metrics_observe_sale(metrics *m, const char *mode_name, const int64_t *stage_ns,
+                          int64_t json_ns)
+{
+    size_t mi;
+
+    if (m == NULL || mode_name == NULL || stage_ns == NULL ||
+        (mi = mode_index(m, mode_name)) == m->n_modes)
+        return;
+    for (size_t i = 0; i < DEDUCT_STAGES_; i++)
+        add_ns(&m->stage_ns[mi * METRICS__N_STAGES + i], stage_ns[i]);
+    add_ns(&m->stage_ns[mi * METRICS__N_STAGES + METRICS__STAGE_JSON], json_ns);
+    atomic_fetch_add_explicit(&m->timed[mi], 1, memory_order_relaxed);
+}
+
+void metrics_observe_http(metrics *m, metrics_route route, int64_t queue_ns, int64_t handler_ns,
+                          int64_t around_ns)
+{
+    if (m == NULL)
+        return;
+    if ((int)route < 0 || route >= ROUTE_COUNT_)
+        route = ROUTE_OTHER;
+    add_ns(&m->http_ns[route][0], queue_ns);
+    add_ns(&m->http_ns[route][1], handler_ns);
+    add_ns(&m->http_ns[route][2], around_ns);
 }
 
 /* Adds one observation to a histogram of n buckets (counts[n] is +Inf) and its sum. */
@@ -294,18 +353,75 @@ static void render_requests(metrics *m, text_buf *b)
     }
 }
 
+/* Nanoseconds as seconds, exactly. */
+static void buf_seconds(text_buf *b, uint64_t ns)
+{
+    buf_printf(b, "%llu.%09llu\n", (unsigned long long)(ns / 1000000000u),
+               (unsigned long long)(ns % 1000000000u));
+}
+
+/* The stages of the sales timed (only the modes with one at least, to keep it short) and the
+ * parts of each route's requests (only the routes answered at least once). */
+static void render_times(metrics *m, text_buf *b)
+{
+    char label[128];
+
+    header(b, "stock_sale_stage_seconds_total", "counter",
+           "Time of the sales that sold on the single path, by stage, in order: acquire (the "
+           "lock), claim (BEGIN, the stock read, the check), commit (the write, the order, "
+           "COMMIT and its flush), release (the lock given back, even while COMMIT travels), "
+           "rest (the pool, the answer), json (the handler around the deduction).");
+    for (size_t i = 0; i < m->n_modes; i++) {
+        if (atomic_load_explicit(&m->timed[i], memory_order_relaxed) == 0)
+            continue;
+        escape_label(label, sizeof(label), m->mode_names[i]);
+        for (size_t st = 0; st < METRICS__N_STAGES; st++) {
+            buf_printf(b, "stock_sale_stage_seconds_total{mode=\"%s\",stage=\"%s\"} ", label,
+                       st == METRICS__STAGE_JSON ? "json" : deduct_stage_name((deduct_stage)st));
+            buf_seconds(b, atomic_load_explicit(&m->stage_ns[i * METRICS__N_STAGES + st],
+                                                memory_order_relaxed));
+        }
+    }
+    header(b, "stock_sale_timed_total", "counter",
+           "Sales timed stage by stage: the divisor of stock_sale_stage_seconds_total.");
+    for (size_t i = 0; i < m->n_modes; i++) {
+        uint64_t v = atomic_load_explicit(&m->timed[i], memory_order_relaxed);
+        if (v > 0)
+            buf_printf(b, "stock_sale_timed_total{mode=\"%s\"} %llu\n",
+                       escape_label(label, sizeof(label), m->mode_names[i]), (unsigned long long)v);
+    }
+    header(b, "stock_http_seconds_total", "counter",
+           "The replica's time for a route's requests, from the headers in to the answer "
+           "queued: waiting for a worker (queue), in the handler, and the rest (around: the "
+           "body read, the hand-overs, the answer queued). Divide by the route's "
+           "stock_http_requests_total.");
+    for (int r = 0; r < ROUTE_COUNT_; r++) {
+        uint64_t v[METRICS__N_HTTP_PARTS];
+        bool any = false;
+        for (size_t p = 0; p < METRICS__N_HTTP_PARTS; p++) {
+            v[p] = atomic_load_explicit(&m->http_ns[r][p], memory_order_relaxed);
+            any |= v[p] > 0;
+        }
+        for (size_t p = 0; any && p < METRICS__N_HTTP_PARTS; p++) {
+            buf_printf(b, "stock_http_seconds_total{route=\"%s\",part=\"%s\"} ", route_names[r],
+                       http_parts[p]);
+            buf_seconds(b, v[p]);
+        }
+    }
+}
+
 static void render_deductions(metrics *m, text_buf *b)
 {
-    char mode[128];
+    char label[128];
 
     header(b, "stock_deductions_total", "counter",
            "Deduction requests that reached a mode, by mode and outcome.");
     for (size_t i = 0; i < m->n_modes; i++) {
-        escape_label(mode, sizeof(mode), m->mode_names[i]);
+        escape_label(label, sizeof(label), m->mode_names[i]);
         for (size_t o = 0; o < METRICS__N_OUTCOMES; o++) {
             uint64_t v = atomic_load_explicit(&m->deductions[i * METRICS__N_OUTCOMES + o],
                                               memory_order_relaxed);
-            buf_printf(b, "stock_deductions_total{mode=\"%s\",outcome=\"%s\"} %llu\n", mode,
+            buf_printf(b, "stock_deductions_total{mode=\"%s\",outcome=\"%s\"} %llu\n", label,
                        outcome_names[o], (unsigned long long)v);
         }
     }
@@ -328,8 +444,8 @@ static void render_histogram(text_buf *b, const char *name, const char *help,
             buf_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)cumulative);
     }
     uint64_t sum_ns = atomic_load_explicit(sum, memory_order_relaxed);
-    buf_printf(b, "%s_sum %llu.%09llu\n", name, (unsigned long long)(sum_ns / 1000000000u),
-               (unsigned long long)(sum_ns % 1000000000u));
+    buf_printf(b, "%s_sum ", name);
+    buf_seconds(b, sum_ns);
     buf_printf(b, "%s_count %llu\n", name, (unsigned long long)cumulative);
 }
 
@@ -402,6 +518,7 @@ char *metrics_render(metrics *m, const metrics_external *ext)
 
     render_requests(m, &b);
     render_deductions(m, &b);
+    render_times(m, &b);
     render_lock_wait(m, &b);
     write_counter(&b, "stock_lock_timeouts_total",
                   "Lock waits that ended without the lock (503 lock_timeout).",

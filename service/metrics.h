@@ -66,6 +66,23 @@ void metrics_count_lock_timeout(metrics *m);
  * 0 or less is ignored. */
 void metrics_count_optimistic_retries(metrics *m, int retries);
 
+/*
+ * One sale that sold on the single path (deduct_result.timed): where its time went, stage by
+ * stage (stage_ns, deduct.h's DEDUCT_STAGES_ of them), and json_ns, the handler's own time
+ * around the deduction (the body parsed, the mode chosen, the answer built). Summed per mode:
+ * stock_sale_stage_seconds_total{mode,stage}, and counted: stock_sale_timed_total{mode}.
+ */
+void metrics_observe_sale(metrics *m, const char *mode, const int64_t *stage_ns, int64_t json_ns);
+/*
+ * One request answered, from the replica's clock: queue_ns waiting for a worker (0 for a
+ * handler run on its event loop), handler_ns in its handler, around_ns the rest of the time
+ * from its headers in to its answer queued (its body read, the hand-overs between loop and
+ * worker, the answer queued). Summed per route: stock_http_seconds_total{route,part}; their
+ * count is the route's stock_http_requests_total, counted at the same moment.
+ */
+void metrics_observe_http(metrics *m, metrics_route route, int64_t queue_ns, int64_t handler_ns,
+                          int64_t around_ns);
+
 /* Figures owned by other modules, passed in when rendering. */
 typedef struct metrics_external {
     uint64_t lock_renewals;

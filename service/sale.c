@@ -75,6 +75,29 @@ static void saw_stock(sale *s, int64_t stock)
         *s->hook->seen_stock = stock;
 }
 
+/* A stage boundary (deduct.h's deduct_stage): the time since the last one is the stage's.
+ * One read of the monotonic clock, no lock: cheap enough for every sale. */
+static void lap(sale *s, deduct_stage stage)
+{
+    int64_t now = clock_now_ns();
+
+    s->stage_ns[stage] += now - s->lap_ns;
+    s->lap_ns = now;
+}
+
+/* The guard given back inside the sale (tx-inside, or once COMMIT is sent): its time is the
+ * RELEASE stage's, not that of the stage it interrupts (the next lap starts that much later). */
+static void leave_inside(sale *s)
+{
+    int64_t began = clock_now_ns(), took;
+
+    s->mode->leave(s->env->guards, &s->holds[0]);
+    s->left = true;
+    took = clock_now_ns() - began;
+    s->stage_ns[DEDUCT_STAGE_RELEASE] += took;
+    s->lap_ns += took;
+}
+
 /* ---- the steps ----------------------------------------------------------------------- */
 
 /* BEGIN, the DEDUCT_AT_BEGUN point, and for a PostgreSQL rung the bound on its lock waits.
@@ -192,6 +215,7 @@ static step read_check_write(sale *s, sale_tally *t, bool *folded)
         db_rollback(s->conn);
         return next;
     }
+    lap(s, DEDUCT_STAGE_CLAIM);
     if (t->n_sold > 0) {
         /* The race window: everything another request does between our read and our write
          * is lost when we write our computed value. BUSINESS_DELAY_MS widens it on purpose. */
@@ -257,10 +281,8 @@ static step commit(sale *s, const sale_tally *t)
 
     /* The tx-inside pitfall, on purpose: the guard is given back before the commit, so the
      * next holder reads the stock while this transaction's write is not yet visible. */
-    if (s->mode->leaves_inside_tx) {
-        s->mode->leave(s->env->guards, &s->holds[0]);
-        s->left = true;
-    }
+    if (s->mode->leaves_inside_tx)
+        leave_inside(s);
 
     /* Between the check and the commit: a holder paused here (a GC-like stop of the whole
      * process) commits after its lease ran out, whatever it checked; only a fencing token
@@ -317,10 +339,7 @@ static bool pipelined(const sale *s)
  */
 static void leave_once_sent(void *arg)
 {
-    sale *s = arg;
-
-    s->mode->leave(s->env->guards, &s->holds[0]);
-    s->left = true;
+    leave_inside(arg);
 }
 
 /* The sale in two round trips (pipelined()): same answers, same order of steps. */
@@ -354,6 +373,7 @@ static step in_two_round_trips(sale *s, sale_tally *t, bool *folded)
         db_rollback(s->conn);
         return next;
     }
+    lap(s, DEDUCT_STAGE_CLAIM);
     if (t->n_sold == 0) {
         db_rollback(s->conn); /* nothing to write: every line 409 */
         if (!sale__answer_lines(s, t, false, 0))
@@ -396,6 +416,7 @@ static step run_once(sale *s, bool *folded)
     step next;
 
     sale__forget_answers(s);
+    s->lap_ns = clock_now_ns();
     if (pipelined(s)) {
         if (sale__tally_init(&t, s)) {
             next = in_two_round_trips(s, &t, folded);
@@ -415,6 +436,7 @@ static step run_once(sale *s, bool *folded)
         if (next == STEP_COMMIT)
             next = commit(s, &t);
     }
+    lap(s, DEDUCT_STAGE_COMMIT); /* from the check to the commit's answer (or the rollback) */
     sale__tally_free(&t);
     return next;
 }

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "service/deduct.h"
 #include "service/metrics.h"
 
 static const char *const mode_names[] = {"none", "local", "redis"};
@@ -58,11 +59,19 @@ static void test_families_have_help_and_type(void **state)
     static const struct {
         const char *name, *type;
     } families[] = {
-        {"stock_http_requests_total", "counter"}, {"stock_deductions_total", "counter"},
-        {"stock_lock_wait_seconds", "histogram"}, {"stock_lock_timeouts_total", "counter"},
-        {"stock_lock_renewals_total", "counter"}, {"stock_lock_lost_total", "counter"},
-        {"stock_db_pool_connections", "gauge"},   {"stock_redis_pool_connections", "gauge"},
-        {"stock_http_connections", "gauge"},     {"stock_process_context_switches_total", "counter"},
+        {"stock_http_requests_total", "counter"},
+        {"stock_deductions_total", "counter"},
+        {"stock_lock_wait_seconds", "histogram"},
+        {"stock_lock_timeouts_total", "counter"},
+        {"stock_lock_renewals_total", "counter"},
+        {"stock_lock_lost_total", "counter"},
+        {"stock_db_pool_connections", "gauge"},
+        {"stock_redis_pool_connections", "gauge"},
+        {"stock_http_connections", "gauge"},
+        {"stock_process_context_switches_total", "counter"},
+        {"stock_sale_stage_seconds_total", "counter"},
+        {"stock_sale_timed_total", "counter"},
+        {"stock_http_seconds_total", "counter"},
     };
     metrics *m = make();
     char *text = metrics_render(m, NULL);
@@ -392,6 +401,55 @@ static void test_lock_timeouts_and_external_figures(void **state)
     metrics_destroy(m);
 }
 
+/* A timed sale's stages are summed per mode, exactly (nanoseconds), the handler's JSON time
+ * beside them; a request's parts per route. Nothing is shown for a mode or a route never
+ * timed, and an unknown mode or a negative time changes nothing. */
+static void test_sale_stages_and_http_parts(void **state)
+{
+    static const char *const stages[] = {"acquire", "claim", "commit", "release", "rest"};
+    const int64_t first[DEDUCT_STAGES_] = {41000, 120000, 250000, 30000, 9000};
+    const int64_t second[DEDUCT_STAGES_] = {1000000001, 2, 3, 4, -5};
+    metrics *m = make();
+    char *text, series[128];
+
+    (void)state;
+    assert_int_equal(sizeof(stages) / sizeof(stages[0]), DEDUCT_STAGES_);
+    metrics_observe_sale(m, "redis", first, 7000);
+    metrics_observe_sale(m, "redis", second, 1);
+    metrics_observe_sale(m, "no-such-mode", first, 7000);
+    metrics_observe_http(m, ROUTE_DEDUCT, 2000, 500000, 60000);
+    metrics_observe_http(m, ROUTE_DEDUCT, 0, 400000, -1);
+    text = metrics_render(m, NULL);
+    assert_non_null(text);
+    for (int i = 0; i < DEDUCT_STAGES_; i++) {
+        assert_string_equal(deduct_stage_name((deduct_stage)i), stages[i]);
+        snprintf(series, sizeof(series),
+                 "stock_sale_stage_seconds_total{mode=\"redis\",stage=\"%s\"}", stages[i]);
+        int64_t ns = first[i] + (second[i] > 0 ? second[i] : 0);
+        assert_true(fabs(sample(text, series) - (double)ns / 1e9) < 1e-12);
+    }
+    assert_true(
+        has_series(text, "stock_sale_stage_seconds_total{mode=\"redis\",stage=\"acquire\"}"));
+    assert_non_null(strstr(text, "stage=\"acquire\"} 1.000041001\n"));
+    assert_true(fabs(sample(text, "stock_sale_stage_seconds_total{mode=\"redis\",stage=\"json\"}") -
+                     7001e-9) < 1e-12);
+    assert_true(sample(text, "stock_sale_timed_total{mode=\"redis\"}") == 2);
+    assert_null(strstr(text, "mode=\"none\",stage="));
+    assert_null(strstr(text, "stock_sale_timed_total{mode=\"none\"}"));
+    assert_true(
+        fabs(sample(text, "stock_http_seconds_total{route=\"/api/deduct\",part=\"queue\"}") -
+             2e-6) < 1e-12);
+    assert_true(
+        fabs(sample(text, "stock_http_seconds_total{route=\"/api/deduct\",part=\"handler\"}") -
+             900e-6) < 1e-12);
+    assert_true(
+        fabs(sample(text, "stock_http_seconds_total{route=\"/api/deduct\",part=\"around\"}") -
+             60e-6) < 1e-12);
+    assert_null(strstr(text, "stock_http_seconds_total{route=\"/healthz\""));
+    free(text);
+    metrics_destroy(m);
+}
+
 static void test_no_modes_and_null(void **state)
 {
     metrics *m = metrics_create(NULL, 0);
@@ -420,6 +478,8 @@ static void *record(void *arg)
         metrics_count_request(m, ROUTE_DEDUCT, 200);
         metrics_count_deduction(m, "redis", "deducted");
         metrics_observe_lock_wait(m, 0.001);
+        metrics_observe_sale(m, "redis", (const int64_t[DEDUCT_STAGES_]){1, 2, 3, 4, 5}, 6);
+        metrics_observe_http(m, ROUTE_DEDUCT, 1, 2, 3);
     }
     return NULL;
 }
@@ -452,6 +512,12 @@ static void test_concurrent_updates_are_not_lost(void **state)
     assert_true(sample(text, "stock_lock_wait_seconds_bucket{le=\"0.001\"}") == total);
     assert_true(sample(text, "stock_lock_wait_seconds_count") == total);
     assert_true(fabs(sample(text, "stock_lock_wait_seconds_sum") - total * 0.001) < 1e-6);
+    assert_true(sample(text, "stock_sale_timed_total{mode=\"redis\"}") == total);
+    assert_true(fabs(sample(text, "stock_sale_stage_seconds_total{mode=\"redis\",stage=\"json\"}") -
+                     total * 6e-9) < 1e-12);
+    assert_true(
+        fabs(sample(text, "stock_http_seconds_total{route=\"/api/deduct\",part=\"around\"}") -
+             total * 3e-9) < 1e-12);
     free(text);
     metrics_destroy(m);
 }
@@ -468,6 +534,7 @@ int main(void)
         cmocka_unit_test(test_lock_handoff_histogram),
         cmocka_unit_test(test_batch_histogram),
         cmocka_unit_test(test_lock_timeouts_and_external_figures),
+        cmocka_unit_test(test_sale_stages_and_http_parts),
         cmocka_unit_test(test_no_modes_and_null),
         cmocka_unit_test(test_concurrent_updates_are_not_lost),
     };

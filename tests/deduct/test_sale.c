@@ -49,6 +49,9 @@ static void lines_free(lines *l)
 /* Runs one sale of l's lines of goods from `source` (segment: which, or how many) under a
  * fenced holding with `token`, in mode m (scripted_mode, or one built on it), and leaves the
  * sale's `left` in *left when left is not NULL. Returns sale_run's answer. */
+/* The stages of the last sale run_sale_in ran (sale.stage_ns, deduct.h's deduct_stage). */
+static int64_t g_stage_ns[DEDUCT_STAGES_];
+
 static int run_sale_in(const mode *m, bool pipeline, bool leave_after_commit, int64_t goods,
                        sale_source source, int segment, lines *l, int64_t token, bool *left)
 {
@@ -76,6 +79,7 @@ static int run_sale_in(const mode *m, bool pipeline, bool leave_after_commit, in
     db_pool_release(g_pool, s.conn);
     if (left != NULL)
         *left = s.left;
+    memcpy(g_stage_ns, s.stage_ns, sizeof(g_stage_ns));
     return rc;
 }
 
@@ -262,9 +266,12 @@ static void test_stale_token_sells_nothing(void **state)
 /* When timed_mode's guard was left (clock_now_ns), 0 while it was not. */
 static _Atomic int64_t g_left_ns;
 
+#define RELEASE_MS 20 /* how long timed_mode's leave takes, as a release's round trip would */
+
 static void timed_leave(guard_env *env, guard_hold *hold)
 {
     atomic_store(&g_left_ns, clock_now_ns());
+    clock_sleep_ms(RELEASE_MS);
     guard_none__leave(env, hold);
 }
 
@@ -286,7 +293,9 @@ static const mode timed_mode = {.name = "timed",
  * of that before sale_run returns, the sale answers 200 and sells; statement by statement,
  * or when the caller asks for leave_after_commit, the sale leaves nothing (its caller does,
  * after the answer). The read that makes the early release safe (the claim's row lock) is
- * tests/db/test_fence.c's.
+ * tests/db/test_fence.c's. The sale's clock (sale.stage_ns) puts the slow COMMIT in its
+ * commit stage, and a release made while COMMIT travels in the release stage alone: the
+ * stages never count a moment twice.
  */
 static void test_guard_left_as_commit_is_sent(void **state)
 {
@@ -332,6 +341,16 @@ static void test_guard_left_as_commit_is_sent(void **state)
         } else {
             assert_int_equal(left_ns, 0); /* the caller leaves, after the answer */
         }
+        assert_true(g_stage_ns[DEDUCT_STAGE_COMMIT] >= (SLOW_COMMIT_MS - 100) * 1000000LL);
+        assert_true(g_stage_ns[DEDUCT_STAGE_CLAIM] > 0);
+        assert_true(g_stage_ns[DEDUCT_STAGE_CLAIM] < SLOW_COMMIT_MS / 2 * 1000000LL);
+        if (runs[i].left_early)
+            assert_true(g_stage_ns[DEDUCT_STAGE_RELEASE] >= RELEASE_MS * 1000000LL);
+        else
+            assert_int_equal(g_stage_ns[DEDUCT_STAGE_RELEASE], 0);
+        assert_true(g_stage_ns[DEDUCT_STAGE_CLAIM] + g_stage_ns[DEDUCT_STAGE_COMMIT] +
+                        g_stage_ns[DEDUCT_STAGE_RELEASE] <=
+                    end - start);
         lines_free(&l);
     }
     holder_conn_exec("DROP TRIGGER slow_commit ON orders");
