@@ -101,6 +101,15 @@ function place(x, yy, s, anchor, size, weight,    w, x1, x2, i, moved) {
     occupy(x1, yy - size * 0.8, x2, yy + size * 0.25)
     return yy
 }
+# The y of a label of that size, at yy or just under a line of the driver's that would cross
+# it (the lines run across every lane, under the labels).
+function off_driver(yy, size,    k, ly) {
+    for (k = 1; k <= NF_; k++) {
+        ly = yv(F_MS[k])
+        if (ly > yy - size * 0.8 - 1 && ly < yy + size * 0.25 + 1) yy = ly + size * 0.8 + 2
+    }
+    return yy
+}
 # A box no later label may overlap (a label, an arrow).
 function occupy(x1, y1, x2, y2) { NOCC++; OCC_X1[NOCC] = x1; OCC_Y1[NOCC] = y1; OCC_X2[NOCC] = x2; OCC_Y2[NOCC] = y2 }
 function line(x1, y1, x2, y2, color, width, dash) {
@@ -443,7 +452,14 @@ END {
     EXTRA_W = 64
     STOCK_X = LOCK_X + 190 + NLN * EXTRA_W
     SUBTITLE = (SCHEMATIC != "") ? "a schematic, not a run: " SCHEMATIC : "a ladder row drawn from a real run: requests straight to the replicas, their points as the replicas traced them; lease L = " LEASE " ms"
-    WIDTH = STOCK_X + 235
+    # The right end of the lanes' lines: the driver's short words ("the driver continues
+    # svc-1"), right-aligned there, must start clear of the stock row's line (scx + 8, below);
+    # a sentence longer than that lane runs on to the left, above the lanes, as a caption.
+    RIGHT_X = STOCK_X + 200
+    for (i = 1; i <= NF_; i++)
+        if (length(F_TEXT[i]) <= 30 && STOCK_X + 78 + length(F_TEXT[i]) * 5.8 > RIGHT_X)
+            RIGHT_X = int(STOCK_X + 78 + length(F_TEXT[i]) * 5.8)
+    WIDTH = RIGHT_X + 35
     # Wide enough for the subtitle and the legend.
     if (24 + length(SUBTITLE) * 6.2 > WIDTH) WIDTH = int(24 + length(SUBTITLE) * 6.2)
     if (WIDTH < 900) WIDTH = 900
@@ -462,16 +478,16 @@ END {
         inb = 0
         for (i = 1; i <= NB; i++) if (t > B_FROM[i] - 30 && t < B_TO[i] + 30) inb = 1
         if (inb) continue
-        line(X0 - 6, y(t), STOCK_X + 200, y(t), "#ececec", 1, "")
+        line(X0 - 6, y(t), RIGHT_X, y(t), "#ececec", 1, "")
         text(X0 - 10, y(t) + 4, t " ms", "end", 10, "#666", "")
     }
     for (i = 1; i <= NB; i++) {
         y1 = yv(B_FROM[i]) + 4; y2 = yv(B_TO[i]) - 4
-        printf "<rect x=\"%d\" y=\"%.1f\" width=\"%d\" height=\"%.1f\" fill=\"#f6f6f6\"/>\n", X0 - 6, y1, STOCK_X + 206 - X0, y2 - y1
+        printf "<rect x=\"%d\" y=\"%.1f\" width=\"%d\" height=\"%.1f\" fill=\"#f6f6f6\"/>\n", X0 - 6, y1, RIGHT_X + 6 - X0, y2 - y1
         for (e = 0; e < 2; e++) {
             yy = (e == 0) ? y1 : y2
             d = ""
-            for (x = X0 - 6; x <= STOCK_X + 200; x += 12) d = d (d == "" ? "M" : " L") x "," sprintf("%.1f", yy + ((x / 12) % 2 ? -3 : 3))
+            for (x = X0 - 6; x <= RIGHT_X; x += 12) d = d (d == "" ? "M" : " L") x "," sprintf("%.1f", yy + ((x / 12) % 2 ? -3 : 3))
             printf "<path d=\"%s\" fill=\"none\" stroke=\"#999\" stroke-width=\"1\"/>\n", d
         }
         text(X0 - 10, (y1 + y2) / 2 + 4, "+" int(B_TO[i] - B_FROM[i]) " ms", "end", 9.5, "#555", "bold")
@@ -513,7 +529,7 @@ END {
     text(scx, 72, "stock row", "middle", 13, "#000", "bold")
     text(scx, 88, "goods.stock, orders", "middle", 10, "#333", "")
 
-    for (i = 1; i <= NF_; i++) line(X0 - 4, y(F_MS[i]), STOCK_X + 200, y(F_MS[i]), "#d62728", 1.5, "2,2")
+    for (i = 1; i <= NF_; i++) line(X0 - 4, y(F_MS[i]), RIGHT_X, y(F_MS[i]), "#d62728", 1.5, "2,2")
     # What later labels must keep clear of, claimed before any is drawn: the commits' arrows
     # (drawn later, above the lanes) and the driver's notes at the right.
     for (i = 1; i <= NC; i++)
@@ -522,7 +538,7 @@ END {
             occupy(cx + 16, yv(C_MS[i]) - 2.5, scx - 12, yv(C_MS[i]) + 2.5)
         }
     for (i = 1; i <= NF_; i++) {
-        F_Y[i] = place(STOCK_X + 200, yv(F_MS[i]) - 4, F_TEXT[i], "end", 10, "")
+        F_Y[i] = place(RIGHT_X, yv(F_MS[i]) - 4, F_TEXT[i], "end", 10, "")
     }
 
     # The lock's holdings, shaded in the holder's colour, in the lock lane and the holder's.
@@ -590,7 +606,7 @@ END {
             line(cx - 8, y(end) + 8, cx + 8, y(end) - 8, "#d62728", 2, "")
         } else {
             s = STATUS[r] (ERROR[r] != "-" ? " " ERROR[r] : "")
-            ltext(cx, y(end) + 14, s, "middle", 10, (STATUS[r] == "200" ? "#2a7a2a" : "#c05000"), "bold")
+            ltext(cx, off_driver(yv(end) + 14, 10), s, "middle", 10, (STATUS[r] == "200" ? "#2a7a2a" : "#c05000"), "bold")
             line(cx - 10, y(end), cx + 10, y(end), "#333", 2, "")
         }
     }
@@ -692,6 +708,9 @@ END {
     # Two carts that each own their first lock and wait for the other's: from each one's step
     # after its first hold to its second hold (held again, having given up), an arrow to the
     # lane of the cart whose lock it waits for, both ways while both wait: the cycle.
+    # The arrows are claimed first, so that no label is drawn across one; the words saying it
+    # is a cycle go under the lower arrow.
+    cyc_y = ""; cyc_x = 0
     for (j = 1; j <= NREQ; j++) {
         r = REQ[j]
         if (!(r in CART) || BL_N[r] < 2) continue
@@ -706,11 +725,17 @@ END {
             ym = (yv(wfrom) + yv(wto)) / 2 + (j < i ? -14 : 14)
             line(cx + (qx > cx ? 8 : -8), ym, qx + (qx > cx ? -14 : 14), ym, "#8c564b", 1.5, "")
             printf "<polygon points=\"%s,%.1f %s,%.1f %s,%.1f\" fill=\"#8c564b\"/>\n", qx + (qx > cx ? -8 : 8), ym, qx + (qx > cx ? -15 : 15), ym - 4, qx + (qx > cx ? -15 : 15), ym + 4
-            ltext((cx + qx) / 2, ym - 4, r " waits for " q "'s lock", "middle", 8.5, "#8c564b", "bold")
-            if (wfrom < qto && qfrom < wto && j < i)
-                ltext((cx + qx) / 2, (yv(wfrom) + yv(wto)) / 2 + 34, "each waits for the other: a cycle", "middle", 9, "#d62728", "bold")
+            occupy((cx < qx ? cx : qx) + 8, ym - 4.5, (cx < qx ? qx : cx) - 8, ym + 4.5)
+            W_R[++NW] = r; W_Q[NW] = q; W_X[NW] = (cx + qx) / 2; W_Y[NW] = ym
+            if (wfrom < qto && qfrom < wto) {
+                cyc_x = (cx + qx) / 2
+                if (cyc_y == "" || ym > cyc_y) cyc_y = ym
+            }
         }
     }
+    for (k = 1; k <= NW; k++)
+        ltext(W_X[k], W_Y[k] - 8, W_R[k] " waits for " W_Q[k] "'s lock", "middle", 8.5, "#8c564b", "bold")
+    if (cyc_y != "") ltext(cyc_x, cyc_y + 18, "each waits for the other: a cycle", "middle", 9, "#d62728", "bold")
 
     # Where a request was held at a point (X-Fault: hold-at) until the driver stepped it on:
     # grey from the moment it reached the point for as long as it was held there.
@@ -754,7 +779,7 @@ END {
                 if (pn == "read") lbl = lbl " (stale)"
             }
             printf "<circle cx=\"%s\" cy=\"%.1f\" r=\"2.5\" fill=\"#333\"/>\n", cx, yy
-            ty = ltext(cx + 14, yy + 3, lbl, "start", 8.5, col, wt)
+            ty = ltext(cx + 14, off_driver(yy + 3, 8.5), lbl, "start", 8.5, col, wt)
             if (ty > yy + 6) line(cx + 3, yy, cx + 12, ty - 3, "#999", 0.6, "")
         }
     }
@@ -802,7 +827,7 @@ END {
     # The faults the driver caused, across every lane (their lines were drawn first, under
     # the labels; their words last, above all).
     for (i = 1; i <= NF_; i++) {
-        printf "<text x=\"%s\" y=\"%.1f\" text-anchor=\"end\" font-size=\"10\" fill=\"#d62728\" paint-order=\"stroke\" stroke=\"#fff\" stroke-width=\"3\">%s</text>\n", STOCK_X + 200, F_Y[i], esc(F_TEXT[i])
+        printf "<text x=\"%s\" y=\"%.1f\" text-anchor=\"end\" font-size=\"10\" fill=\"#d62728\" paint-order=\"stroke\" stroke=\"#fff\" stroke-width=\"3\">%s</text>\n", RIGHT_X, F_Y[i], esc(F_TEXT[i])
     }
 
     # The books, and what the picture is made of.
