@@ -262,7 +262,8 @@ expand() {
 
 # The documents that quote.
 quoting() {
-    grep -lE '^<!-- (quote|ladder-row|rows): ' README.md "$COURSE"/README.md $(chapters) docs/lab/*.md 2>/dev/null || true
+    grep -lE '^<!-- (quote|ladder-row|rows): ' README.md "$COURSE"/README.md $(chapters) docs/judging.md \
+        docs/lab/*.md 2>/dev/null || true
 }
 
 # ---- the checks ----
