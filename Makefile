@@ -66,7 +66,7 @@ endif
 
 LOCK_SRC := $(wildcard lock/*.c lock/queue/*.c lock/etcd/*.c lock/zookeeper/*.c)
 DB_SRC := $(wildcard db/*.c)
-SERVICE_SRC := $(filter-out service/main.c,$(wildcard service/*.c service/modes/*.c))
+SERVICE_SRC := $(filter-out service/main.c,$(wildcard service/*.c service/*/*.c service/guards/modes/*.c))
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_SUPPORT_SRC := $(wildcard tests/support/*.c)
 # The stack's test programs (tests/stack/test_*.c, one per concern, run against one running

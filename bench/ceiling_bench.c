@@ -24,7 +24,7 @@
  *   COMPARE mode=redis off_median=812.4 on_median=1290.3 ratio_median=1.59 ratios=1.61,1.52,1.66
  *
  * deduct_execute() with the table's mode is the very code a replica runs for
- * POST /api/deduct (service/deduct.c, service/modes.c): guard -> BEGIN -> SELECT ->
+ * POST /api/deduct (service/sale/deduct.c, service/guards/modes.c): guard -> BEGIN -> SELECT ->
  * UPDATE -> INSERT -> COMMIT -> unguard. So for `redis` this is the lock -> transaction ->
  * unlock loop of one client, and for `none` and `local` the same statements with no lock
  * (or an uncontended mutex). The load report (loadtest/run) divides each row's req/s by
@@ -49,8 +49,8 @@
 #include "lock/lock.h"
 #include "service/config.h"
 #include "service/core.h"
-#include "service/deduct.h"
-#include "service/modes.h"
+#include "service/sale/deduct.h"
+#include "service/guards/modes.h"
 
 #define WARMUP_OPS 20
 #define MAX_MODES 16

@@ -389,7 +389,7 @@ int db_idempotency_fetch(db_conn *conn, int64_t goods_id, const char *key, int *
  *   what settles a recorded cart whose answer was lost. DB_ERR_INVALID for n out of range
  *   or a count < 1.
  * db_order_idempotency_claim / _store / _fetch: the Idempotency-Key records of carts, unique
- *   per (cart, key), where `cart` is the cart's canonical text (service/cart.h); the claim
+ *   per (cart, key), where `cart` is the cart's canonical text (service/sale/cart.h); the claim
  *   also records the cart's goods (goods_ids, n), so that a reset of any of them deletes the
  *   record. The same contract as db_idempotency_claim / _store / _fetch below.
  */

@@ -1,7 +1,7 @@
 /*
  * stock.c - the statements of the read-check-write, the reset and the stock report.
  *
- * A deduction, as service/deduct.c runs it, is five round trips to PostgreSQL:
+ * A deduction, as service/sale/deduct.c runs it, is five round trips to PostgreSQL:
  *   BEGIN; the read (db_stock_read, or db_stock_claim with a fencing token);
  *   UPDATE goods (db_stock_write); INSERT INTO orders (db_order_insert); COMMIT
  * (plus, with an Idempotency-Key, the claim and the store). Nothing here adds one on the

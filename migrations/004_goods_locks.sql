@@ -3,7 +3,7 @@
 -- "Unique index as a lock": to take the lock of goods N, insert the row N; the primary key
 -- lets only one such row exist, so a second taker's insert finds it and waits (polling);
 -- to release, delete it. Each is a transaction of its own, so the row is seen by every
--- replica at once (service/guards_lockrow.c; the rungs: service/modes/pg_lockrow*.c).
+-- replica at once (service/guards/guards_lockrow.c; the rungs: service/guards/modes/pg_lockrow*.c).
 --
 -- `owner` is the holder's random token: a release deletes only its own row.
 -- `locked_until` is the lease of pg-lockrow-ttl (NULL for pg-lockrow: no expiry). Without

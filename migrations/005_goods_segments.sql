@@ -8,7 +8,7 @@
 -- segment lock is Redis', so no fence_source column is needed.
 --
 -- Units move between goods.stock and the segments only under pg_advisory_xact_lock(goods)
--- and the rows' locks, so every mode's books stay exact (service/sharded.c explains why).
+-- and the rows' locks, so every mode's books stay exact (service/sale/sharded.c explains why).
 -- Rows are never deleted: a reset empties them and keeps the fence, as it keeps goods.fence.
 CREATE TABLE goods_segments (
     goods bigint  NOT NULL REFERENCES goods (id),

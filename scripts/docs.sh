@@ -32,9 +32,9 @@
 # The checks (make docs-check runs them all; make test counts each as one case):
 #   numbering   the chapters are docs/course/NN-*.md, 01 up without a gap, each titled
 #               "# N. ..."
-#   modes       every mode of service/modes.c's table has a chapter (its name in a chapter's
+#   modes       every mode of service/guards/modes.c's table has a chapter (its name in a chapter's
 #               title) and a line of README.md's table linking to it, under that number, and
-#               a file service/modes/<mode>.c ('-' as '_') that its chapter names
+#               a file service/guards/modes/<mode>.c ('-' as '_') that its chapter names
 #   files       every path a document names in backticks (service/..., lock/..., ...) exists
 #   names       every function, statement, setting or script name a chapter names in
 #               backticks (snake_case with an underscore, DB__*, SETTING_NAMES) is a word of
@@ -280,9 +280,9 @@ check_numbering() {
     [ -z "$out" ] || fail "$out"
 }
 
-# The modes of service/modes.c's table.
+# The modes of service/guards/modes.c's table.
 modes_of_table() {
-    sed -n 's/^ *{\.name = "\([a-z0-9-]*\)".*/\1/p' service/modes.c
+    sed -n 's/^ *{\.name = "\([a-z0-9-]*\)".*/\1/p' service/guards/modes.c
 }
 
 check_modes() {
@@ -296,9 +296,9 @@ check_modes() {
             for (i = 1; i <= nm; i++) {
                 m = modes[i]; found = ""
                 for (f in title) if (index(title[f], "`" m "`")) found = f
-                if (found == "") { print "mode " m " (service/modes.c) has no chapter: no " course "NN-*.md titled with `" m "`"; continue }
+                if (found == "") { print "mode " m " (service/guards/modes.c) has no chapter: no " course "NN-*.md titled with `" m "`"; continue }
                 # The file of the mode, by the one convention (CONTRIBUTING.md#the-files-of-the-modes).
-                file = "service/modes/" m ".c"; gsub(/-/, "_", file)
+                file = "service/guards/modes/" m ".c"; gsub(/-/, "_", file)
                 if ((getline line < file) <= 0) print "mode " m ": no file " file " (its guard or transaction shape)"
                 close(file)
                 if (!index(text[found], "`" file "`")) print found ": names no `" file "` (the file of the mode)"

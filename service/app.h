@@ -12,7 +12,7 @@
 #include "service/config.h"
 #include "service/core.h"
 #include "service/metrics.h"
-#include "service/modes.h"
+#include "service/guards/modes.h"
 
 typedef struct app {
     const service_config *config;

@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "service/batch.h"
+#include "service/sale/batch.h"
 
 int core_create(const service_config *cfg, int db_pool_size, int redis_pool_size,
                 const char *instance, core *out, char *err, size_t errlen)

@@ -13,8 +13,8 @@
 #include "db/db.h"
 #include "lock/lock.h"
 #include "service/config.h"
-#include "service/deduct.h"
-#include "service/modes.h"
+#include "service/sale/deduct.h"
+#include "service/guards/modes.h"
 
 typedef struct core {
     db_pool *db;

@@ -24,13 +24,13 @@
 #include "db/db.h"
 #include "lock/lock.h"
 #include "service/app.h"
-#include "service/lab.h"
+#include "service/lab/lab.h"
 #include "service/clock.h"
 #include "service/config.h"
-#include "service/http.h"
+#include "service/http/http.h"
 #include "service/log.h"
 #include "service/metrics.h"
-#include "service/modes.h"
+#include "service/guards/modes.h"
 
 /* How long start-up and `migrate` wait for PostgreSQL to come up before giving up. */
 #define DB_STARTUP_WAIT_MS 15000

@@ -33,7 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "service/deduct.h"
+#include "service/sale/deduct.h"
 
 static const int status_codes[] = {200, 400, 401, 404, 405, 409, 413, 415, 500, 503};
 #define METRICS__N_STATUS (sizeof(status_codes) / sizeof(status_codes[0]) + 1)

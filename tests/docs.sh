@@ -3,7 +3,7 @@
 #
 # run_docs_check runs scripts/docs.sh --check once (what make docs-check runs) and counts one
 # case per check it reports: the chapters numbered without a gap, a chapter and a line of
-# README.md's table for every mode of service/modes.c, every file and name a document gives
+# README.md's table for every mode of service/guards/modes.c, every file and name a document gives
 # existing, every quote equal to its source, every link leading somewhere, every timeline
 # what its events draw, every chapter with a figure, a "try it" and a link to the next, and
 # no mention of the project's own work items; then all of them again

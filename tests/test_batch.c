@@ -21,8 +21,8 @@
 
 #include <cmocka.h>
 
-#include "service/batch.h"
-#include "service/sale.h"
+#include "service/sale/batch.h"
+#include "service/sale/sale.h"
 
 /* ---- sale_allocate ------------------------------------------------------------------ */
 

@@ -1,5 +1,5 @@
 /*
- * test_cart.c - the pure parts of a cart (service/cart.h): the order its locks are taken in,
+ * test_cart.c - the pure parts of a cart (service/sale/cart.h): the order its locks are taken in,
  * and its canonical text, the scope of its Idempotency-Key.
  */
 #include <setjmp.h>
@@ -11,7 +11,7 @@
 
 #include <string.h>
 
-#include "service/cart.h"
+#include "service/sale/cart.h"
 
 static void test_sorted_by_goods_id(void **state)
 {

@@ -1,5 +1,5 @@
 /*
- * test_faults.c - the X-Fault parser (service/faults.c): what is accepted, what is refused
+ * test_faults.c - the X-Fault parser (service/lab/faults.c): what is accepted, what is refused
  * with a reason, and that a refused value sets nothing. The faults themselves act on a real
  * stack (loadtest/ladder, loadtest/chaos).
  */
@@ -12,7 +12,7 @@
 
 #include <string.h>
 
-#include "service/faults.h"
+#include "service/lab/faults.h"
 
 static void test_each_fault_alone(void **state)
 {

@@ -1,5 +1,5 @@
 /*
- * test_lab.c - the lab's pure parts (service/lab.c, and the step body of service/request.c):
+ * test_lab.c - the lab's pure parts (service/lab/lab.c, and the step body of service/http/request.c):
  * the hold-at parser, the request id's shape, and the table of held requests with real
  * threads: a request held at its points and stepped, its hold budget, a duplicate id, a full
  * table, the ring of traces. The routes act on a real stack (tests/stack/test_lab_routes.c).
@@ -18,8 +18,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "service/lab.h"
-#include "service/request.h"
+#include "service/lab/lab.h"
+#include "service/http/request.h"
 
 #define BIT(p) (1u << (p))
 

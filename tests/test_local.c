@@ -1,10 +1,10 @@
 /*
- * test_local.c - the local guard's line (service/modes/local.c): turns in arrival order, no
+ * test_local.c - the local guard's line (service/guards/modes/local.c): turns in arrival order, no
  * barging past the line, a waiter that gives up in the middle of it, and hand-offs racing
  * time-outs without the stripe ever being lost. Threads of one process, no server; run
  * under ThreadSanitizer too (tests/tsan.sh).
  *
- * White-box: it includes service/guards.h for guard_local__waiting (to know a thread has
+ * White-box: it includes service/guards/guards.h for guard_local__waiting (to know a thread has
  * joined the line before the next one starts, rather than sleeping and hoping) and for the
  * layout of guard_env, to give one thread a shorter wait bound than the others on the same
  * stripes (a copy of the environment that shares its stripes).
@@ -21,8 +21,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "service/guards.h"
-#include "service/modes.h"
+#include "service/guards/guards.h"
+#include "service/guards/modes.h"
 
 #define GOODS 7
 #define LINE 8

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "service/deduct.h"
+#include "service/sale/deduct.h"
 #include "service/metrics.h"
 
 static const char *const mode_names[] = {"none", "local", "redis"};

@@ -14,7 +14,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "service/modes.h"
+#include "service/guards/modes.h"
 
 static double now_s(void)
 {

@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "service/request.h"
+#include "service/http/request.h"
 
 #define GOODS_RULE "goods_id must be an integer from 1 to 9223372036854775807"
 #define COUNT_RULE "count must be an integer from 1 to 10000"

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "service/response.h"
+#include "service/http/response.h"
 
 /* Parses body (and frees it): it must be one JSON object with exactly n_fields keys. The
  * caller decrefs the result. */

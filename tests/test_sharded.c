@@ -15,8 +15,8 @@
 
 #include <cmocka.h>
 
-#include "service/sale.h"
-#include "service/sharded.h"
+#include "service/sale/sale.h"
+#include "service/sale/sharded.h"
 
 /* ---- sale_split ------------------------------------------------------------------- */
 

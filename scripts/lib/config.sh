@@ -131,7 +131,7 @@ stack_config() {
             $((REDLOCK_PORT_BASE + v)))"
     done
     export REDLOCK_NODES
-    # A replica offers the etcd mode only when told where etcd is (service/modes.h), so only
+    # A replica offers the etcd mode only when told where etcd is (service/guards/modes.h), so only
     # a stack that runs etcd tells it; an ETCD_ENDPOINT of our own environment (even empty:
     # a replica without etcd beside ones with) passes through like the variables above.
     if [ "$WITH_ETCD" = 1 ]; then

@@ -4,7 +4,7 @@
  */
 #include "tests/deduct/deduct_support.h"
 #include "service/clock.h"
-#include "service/guards.h"
+#include "service/guards/guards.h"
 #include "tests/support/cases.h"
 
 #include <errno.h>

@@ -1,6 +1,6 @@
 /*
  * deduct_support.h - what the programs of tests/deduct/ share: the read-check-write of
- * service/sale.c (through deduct_execute) run by lock holders whose steps a driver orders
+ * service/sale/sale.c (through deduct_execute) run by lock holders whose steps a driver orders
  * exactly, against a real PostgreSQL.
  *
  * The case the fencing token exists for: two requests both believe they hold the lock for
@@ -38,8 +38,8 @@
 #include <time.h>
 
 #include "db/db.h"
-#include "service/deduct.h"
-#include "service/modes.h"
+#include "service/sale/deduct.h"
+#include "service/guards/modes.h"
 
 /* How long a released step may take before the driver calls it "waiting in PostgreSQL". */
 #define STEP_SETTLE_MS 250

@@ -15,7 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "service/batch.h"
+#include "service/sale/batch.h"
 
 /* ---- one interleaving ----------------------------------------------------------------- */
 

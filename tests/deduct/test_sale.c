@@ -1,5 +1,5 @@
 /*
- * test_sale.c - the one read-check-write (service/sale.h, sale_run) run directly, against a
+ * test_sale.c - the one read-check-write (service/sale/sale.h, sale_run) run directly, against a
  * real PostgreSQL, in the shapes its three callers give it: several lines at once (the
  * batch), from the goods row with segments that hold stock (a mode after redis-sharded), from
  * one segment (redis-sharded's fast path). Each case that takes the goods row runs twice:
@@ -17,8 +17,8 @@
 #include <string.h>
 
 #include "service/clock.h"
-#include "service/guards.h"
-#include "service/sale.h"
+#include "service/guards/guards.h"
+#include "service/sale/sale.h"
 
 #define LINES_MAX 4
 

@@ -18,8 +18,8 @@
 #include <hiredis/hiredis.h>
 
 #include "lock/lock.h"
-#include "service/batch.h"
-#include "service/guards.h"
+#include "service/sale/batch.h"
+#include "service/guards/guards.h"
 #include "tests/support/redis_server.h"
 
 /*

@@ -1,0 +1,171 @@
+/*
+ * deduct.c - one deduction: the request's guard around the read-check-write (sale.h).
+ *
+ * The order of the steps is the lesson, so it is spelled out in deduct_execute_as():
+ *   1. an idempotent retry is answered from the store before anything is locked;
+ *   2. the guard is taken before the transaction begins;
+ *   3. the connection is taken after the guard;
+ *   4. the sale (sale_run): the stock is read (with a fencing token: the row claimed for it;
+ *      a PostgreSQL rung reads in its own shape, mode_tx), checked and written back, the
+ *      guard is asked whether it still holds, then the transaction commits;
+ *   5. the guard is left only after the commit.
+ * A batched mode and a sharded one run the same sale from their own engines (batch.c,
+ * sharded.c), once per batch and once per segment.
+ */
+#include "service/sale/deduct.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "service/sale/batch.h"
+#include "service/clock.h"
+#include "service/sale/sale.h"
+#include "service/sale/sharded.h"
+
+const char *deduct_point_name(deduct_point point)
+{
+    switch (point) {
+    case DEDUCT_AT_ENTERED:
+        return "entered";
+    case DEDUCT_AT_BEGUN:
+        return "begun";
+    case DEDUCT_AT_READ:
+        return "read";
+    case DEDUCT_AT_WRITTEN:
+        return "written";
+    case DEDUCT_AT_CHECKED:
+        return "checked";
+    case DEDUCT_AT_COMMITTED:
+        return "committed";
+    }
+    return "?";
+}
+
+const char *deduct_stage_name(deduct_stage stage)
+{
+    switch (stage) {
+    case DEDUCT_STAGE_ACQUIRE:
+        return "acquire";
+    case DEDUCT_STAGE_CLAIM:
+        return "claim";
+    case DEDUCT_STAGE_COMMIT:
+        return "commit";
+    case DEDUCT_STAGE_RELEASE:
+        return "release";
+    case DEDUCT_STAGE_REST:
+        return "rest";
+    case DEDUCT_STAGES_:
+        break;
+    }
+    return "?";
+}
+
+/* The sale's stages into out (deduct.h's deduct_stage); REST is what the others leave of
+ * the whole, from `began`. A hook's pauses are not a sale's cost: such a sale is not timed. */
+static void keep_stages(deduct_result *out, const sale *s, int64_t began)
+{
+    int64_t rest = clock_now_ns() - began;
+
+    out->timed = s->hook == NULL;
+    out->stage_ns[DEDUCT_STAGE_CLAIM] = s->stage_ns[DEDUCT_STAGE_CLAIM];
+    out->stage_ns[DEDUCT_STAGE_COMMIT] = s->stage_ns[DEDUCT_STAGE_COMMIT];
+    out->stage_ns[DEDUCT_STAGE_RELEASE] += s->stage_ns[DEDUCT_STAGE_RELEASE];
+    for (int i = 0; i < DEDUCT_STAGE_REST; i++)
+        rest -= out->stage_ns[i];
+    out->stage_ns[DEDUCT_STAGE_REST] = rest;
+}
+
+/* Looks for a stored answer on a connection of its own, before any guard is taken, so that
+ * a retry does not queue for the lock. true when answered. */
+static bool try_replay(const deduct_env *env, int64_t goods_id, const char *key, deduct_result *out)
+{
+    db_conn *conn = NULL;
+    bool answered;
+
+    if (db_pool_acquire(env->db, (int)env->db_wait_ms, &conn) != DB_OK)
+        return false; /* the main path will meet the same failure and answer it */
+    answered = sale_replay(conn, goods_id, key, out);
+    db_pool_release(env->db, conn);
+    return answered;
+}
+
+int deduct_execute(const deduct_env *env, const mode *m, int64_t goods_id, int64_t count,
+                   const char *idempotency_key, const deduct_hook *hook, deduct_result *out)
+{
+    return deduct_execute_as(env, m, goods_id, count, idempotency_key, NULL, hook, out);
+}
+
+int deduct_execute_as(const deduct_env *env, const mode *m, int64_t goods_id, int64_t count,
+                      const char *idempotency_key, const char *request_id, const deduct_hook *hook,
+                      deduct_result *out)
+{
+    sale_line line = {.count = count, .key = idempotency_key, .request_id = request_id, .out = out};
+    guard_hold hold;
+    sale s = {.env = env,
+              .mode = m,
+              .goods_id = goods_id,
+              .lines = &line,
+              .n = 1,
+              .source = SALE_FROM_GOODS,
+              .holds = &hold,
+              .n_holds = 1,
+              .hook = hook,
+              /* A cache rung deletes the cached stock when it leaves (service/guards/cache.h): only
+               * once COMMIT has answered, or a miss between the two reads the old row and
+               * caches it for good. */
+              .leave_after_commit = m->cache != MODE_CACHE_NONE};
+    char detail[256] = "";
+    int64_t began = clock_now_ns(), at;
+    int rc, result;
+
+    memset(out, 0, sizeof(*out));
+
+    if (m->batched && env->batch != NULL && hook == NULL)
+        return batch_execute(env->batch, env, m, goods_id, count, idempotency_key, request_id, out);
+    if (m->parts != NULL && hook == NULL)
+        return sharded_execute(env, m, goods_id, count, idempotency_key, request_id, out);
+
+    if (idempotency_key != NULL && try_replay(env, goods_id, idempotency_key, out))
+        return 0;
+
+    at = clock_now_ns();
+    rc = m->enter(env->guards, goods_id, &hold, detail, sizeof(detail));
+    out->stage_ns[DEDUCT_STAGE_ACQUIRE] = clock_now_ns() - at;
+    out->waited = hold.waited;
+    out->wait_seconds = hold.wait_seconds;
+    out->handed_off = hold.handed_off;
+    out->handoff_seconds = hold.handoff_seconds;
+    if (rc != GUARD_OK)
+        return sale_answer_503(out, rc == GUARD_ERR_TIMEOUT ? "lock_timeout" : "unavailable",
+                               detail);
+
+    /* The hook stops a deduction at "entered" as its guard would have failed. */
+    rc = hook != NULL && hook->at != NULL
+             ? hook->at(hook->arg, DEDUCT_AT_ENTERED, &hold, detail, sizeof(detail))
+             : GUARD_OK;
+    if (rc != GUARD_OK) {
+        result =
+            sale_answer_503(out, rc == GUARD_ERR_TIMEOUT ? "lock_timeout" : "unavailable", detail);
+        m->leave(env->guards, &hold);
+        return result;
+    }
+
+    /* The connection is taken after the guard: a request waiting for the lock should not
+     * hold one of the pool's few connections idle while it waits. */
+    rc = db_pool_acquire(env->db, (int)env->db_wait_ms, &s.conn);
+    if (rc != DB_OK) {
+        result = sale_answer_db(out, NULL, "connect", rc);
+    } else {
+        /* The read-check-write every mode runs (sale.c's read_check_write), once. */
+        result = sale_run(&s) < 0 ? -1 : 0;
+        db_pool_release(env->db, s.conn);
+    }
+
+    if (!s.left) {
+        at = clock_now_ns();
+        m->leave(env->guards, &hold);
+        out->stage_ns[DEDUCT_STAGE_RELEASE] = clock_now_ns() - at;
+    }
+    keep_stages(out, &s, began);
+    return result;
+}
