@@ -49,6 +49,7 @@
 #include "lock/lock.h"
 #include "service/config.h"
 #include "service/core.h"
+#include "service/http/response.h"
 #include "service/sale/deduct.h"
 #include "service/guards/modes.h"
 
@@ -397,7 +398,8 @@ int main(int argc, char **argv)
         return 2;
 
     /* What a replica builds (service/core.c), with one client's worth of connections. */
-    if (core_create(&cfg, 1, 2, "ceiling-bench", &env, err, sizeof(err)) != 0) {
+    if (core_create(&cfg, 1, 2, "ceiling-bench", &response_sale_bodies, &env, err, sizeof(err)) !=
+        0) {
         fprintf(stderr, "ceiling-bench: %s\n", err);
         goto out;
     }

@@ -2,7 +2,18 @@
 # check-includes.sh - the module boundaries, checked (CONTRIBUTING.md, "Modules"):
 #   - service/ and bench/ include only the public headers of lock/ and db/;
 #   - lock/ includes nothing of db/ or service/, and db/ nothing of lock/ or service/;
-#   - history/ (the history checker) includes nothing of lock/, db/ or service/.
+#   - history/ (the history checker) includes nothing of lock/, db/ or service/;
+#   - the rooms of service/ include one way, down (service/README.md draws them):
+#       main.c                                      the process: may include every room
+#       http/     the server, routes, requests and answers' bodies: the sale, lab/, guards/,
+#                 core.h, app.h, metrics.h and the ground floor
+#       core.c/h, app.h, metrics.c/h  what a replica is built of, and what it counts: the
+#                 sale, guards/, the ground floor
+#       lab/      the held requests and X-Fault: the sale, guards/, the ground floor
+#       sale/     every way of selling: guards/ and the ground floor
+#       guards/   the mode table, the guards and modes/: the ground floor
+#       config, log, clock                          the ground floor: nothing of service/
+#     and the sale's internal headers are included by the sale's own files only.
 # Prints each offending line and exits 1; silent and 0 when the tree keeps to them.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -30,4 +41,27 @@ pattern='#include "(lock|service)/' allowed='^$'
 check "db/ knows PostgreSQL, nothing of lock/ or service/" db/*.[ch]
 pattern='#include "(lock|db|service)/' allowed='^$'
 check "history/ knows jansson, nothing of lock/, db/ or service/" history/*.[ch]
+# The rooms of service/. Each check names what a room must not include.
+room_files() { # room_files PATTERN...: the files of service/ that exist among the patterns
+    local f
+    for f in "$@"; do [ -e "$f" ] && echo "$f"; done
+}
+ground=$(room_files service/{config,log,clock}.[ch])
+pattern='#include "service/(http|lab|sale|guards)/|#include "service/(app|core)\.h"' allowed='^$'
+check "config, log and clock are the ground floor: they include nothing of service/'s rooms" \
+    $ground
+pattern='#include "service/(http|lab|sale)/|#include "service/(app|core)\.h"' allowed='^$'
+check "guards/ (the mode table, the guards, modes/) include nothing of the sale, lab/, http/ or core" \
+    service/guards/**/*.[ch]
+pattern='#include "service/(http|lab)/|#include "service/(app|core)\.h"' allowed='^$'
+check "sale/ includes nothing of http/ (the answers' bodies come in deduct_env.bodies), lab/ or core" \
+    service/sale/*.[ch]
+pattern='#include "service/http/|#include "service/(app|core)\.h"' allowed='^$'
+check "lab/ includes nothing of http/ or core" service/lab/*.[ch]
+pattern='#include "service/(http|lab)/' allowed='^$'
+check "core, app.h and metrics include nothing of http/ or lab/" service/core.[ch] service/app.h \
+    service/metrics.[ch]
+pattern='#include "service/sale/sale_(answer|source|store|tally)\.h"' allowed='^$'
+check "the sale's internal headers are the sale's own" \
+    $(ls service/**/*.[ch] bench/*.[ch] tests/**/*.[ch] | grep -v '^service/sale/')
 exit $bad

@@ -67,7 +67,7 @@ SCHEMATICS=$COURSE/schematics
 REPLAY_ROWS=docs/replay/rows.js
 # The documents whose links and paths are checked; the chapters' names too.
 docs_all() {
-    ls README.md CONTRIBUTING.md tests/README.md lock/README.md docker/README.md \
+    ls README.md CONTRIBUTING.md tests/README.md lock/README.md service/README.md docker/README.md \
         docs/*.md "$COURSE"/*.md docs/lab/*.md 2>/dev/null
 }
 chapters() { ls "$COURSE"/[0-9][0-9]-*.md 2>/dev/null; }

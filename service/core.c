@@ -10,7 +10,8 @@
 #include "service/sale/batch.h"
 
 int core_create(const service_config *cfg, int db_pool_size, int redis_pool_size,
-                const char *instance, core *out, char *err, size_t errlen)
+                const char *instance, const sale_bodies *bodies, core *out, char *err,
+                size_t errlen)
 {
     db_pool_options db_opts;
     lock_options lock_opts;
@@ -90,6 +91,7 @@ int core_create(const service_config *cfg, int db_pool_size, int redis_pool_size
     out->deduct.db_wait_ms = cfg->db_wait_ms;
     out->deduct.guards = out->guards;
     out->deduct.instance = instance;
+    out->deduct.bodies = bodies;
     out->deduct.business_delay_ms = cfg->business_delay_ms;
     out->deduct.pipeline = strcmp(cfg->db_pipeline, "on") == 0;
     /* LOCK_WAIT_MS=0 means "do not wait"; PostgreSQL's lock_timeout=0 means "wait for ever",

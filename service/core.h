@@ -13,7 +13,7 @@
 #include "db/db.h"
 #include "lock/lock.h"
 #include "service/config.h"
-#include "service/sale/deduct.h"
+#include "service/sale/base.h"
 #include "service/guards/modes.h"
 
 typedef struct core {
@@ -26,11 +26,13 @@ typedef struct core {
 /*
  * Builds the core with db_pool_size PostgreSQL connections and redis_pool_size Redis
  * command connections, recording orders under `instance` (not copied: it must outlive the
- * core). Nothing connects yet: both pools connect lazily. Returns 0, or -1 with a reason
- * in err; core_destroy() is safe either way.
+ * core) and writing the sales' answers with `bodies` (not copied either; the replica's are
+ * http/response.h's response_sale_bodies). Nothing connects yet: both pools connect lazily. Returns
+ * 0, or -1 with a reason in err; core_destroy() is safe either way.
  */
 int core_create(const service_config *cfg, int db_pool_size, int redis_pool_size,
-                const char *instance, core *out, char *err, size_t errlen);
+                const char *instance, const sale_bodies *bodies, core *out, char *err,
+                size_t errlen);
 
 /* Stops the lock client's threads and closes both pools. Every connection must have been
  * returned. Safe on a zeroed or half-built core. */

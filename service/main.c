@@ -28,6 +28,7 @@
 #include "service/clock.h"
 #include "service/config.h"
 #include "service/http/http.h"
+#include "service/http/response.h"
 #include "service/log.h"
 #include "service/metrics.h"
 #include "service/guards/modes.h"
@@ -155,8 +156,8 @@ static int serve(const service_config *cfg)
     sigaddset(&stop_signals, SIGINT);
     pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
 
-    if (core_create(cfg, cfg->db_pool_size, cfg->redis_pool_size, cfg->instance, &a.core, err,
-                    sizeof(err)) != 0) {
+    if (core_create(cfg, cfg->db_pool_size, cfg->redis_pool_size, cfg->instance,
+                    &response_sale_bodies, &a.core, err, sizeof(err)) != 0) {
         fprintf(stderr, "stockd: %s\n", err);
         goto out;
     }

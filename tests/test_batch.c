@@ -22,6 +22,7 @@
 #include <cmocka.h>
 
 #include "service/sale/batch.h"
+#include "service/http/response.h"
 #include "service/sale/sale.h"
 
 /* ---- sale_allocate ------------------------------------------------------------------ */
@@ -154,7 +155,7 @@ typedef struct shot {
     deduct_result res;
 } shot;
 
-static const deduct_env g_env = {.instance = "test"};
+static const deduct_env g_env = {.instance = "test", .bodies = &response_sale_bodies};
 
 static void *shot_thread(void *arg)
 {

@@ -15,7 +15,7 @@
 
 static void test_sorted_by_goods_id(void **state)
 {
-    const order_item items[] = {{7, 1}, {1, 2}, {42, 1}, {3, 5}};
+    const cart_item items[] = {{7, 1}, {1, 2}, {42, 1}, {3, 5}};
     size_t order[4];
 
     (void)state;
@@ -29,7 +29,7 @@ static void test_sorted_by_goods_id(void **state)
 /* The deadlock's two carts: in opposite orders as listed, in one order once sorted. */
 static void test_opposite_carts_share_one_order(void **state)
 {
-    const order_item a[] = {{1, 1}, {7, 1}}, b[] = {{7, 1}, {1, 1}};
+    const cart_item a[] = {{1, 1}, {7, 1}}, b[] = {{7, 1}, {1, 1}};
     size_t oa[2], ob[2];
 
     (void)state;
@@ -43,7 +43,7 @@ static void test_opposite_carts_share_one_order(void **state)
 
 static void test_as_listed_keeps_the_request_order(void **state)
 {
-    const order_item items[] = {{9, 1}, {2, 1}, {5, 1}};
+    const cart_item items[] = {{9, 1}, {2, 1}, {5, 1}};
     size_t order[3];
 
     (void)state;
@@ -60,7 +60,7 @@ static int64_t stripe_of_4(int64_t goods_id)
 /* Goods that share a lock come out next to each other, so that the cart takes it once. */
 static void test_shared_locks_adjacent(void **state)
 {
-    const order_item items[] = {{5, 1}, {2, 1}, {1, 1}, {6, 1}};
+    const cart_item items[] = {{5, 1}, {2, 1}, {1, 1}, {6, 1}};
     size_t order[4];
 
     (void)state;
@@ -74,7 +74,7 @@ static void test_shared_locks_adjacent(void **state)
 
 static void test_text_is_canonical(void **state)
 {
-    const order_item a[] = {{7, 1}, {1, 2}}, b[] = {{1, 2}, {7, 1}}, c[] = {{1, 3}, {7, 1}};
+    const cart_item a[] = {{7, 1}, {1, 2}}, b[] = {{1, 2}, {7, 1}}, c[] = {{1, 3}, {7, 1}};
     char ta[CART_TEXT_MAX], tb[CART_TEXT_MAX], tc[CART_TEXT_MAX];
 
     (void)state;
@@ -89,13 +89,13 @@ static void test_text_is_canonical(void **state)
 /* The largest cart fits CART_TEXT_MAX; a buffer too small is refused, not overrun. */
 static void test_text_bounds(void **state)
 {
-    order_item items[REQUEST_MAX_ITEMS];
+    cart_item items[CART_MAX_ITEMS];
     char text[CART_TEXT_MAX], small[8];
 
     (void)state;
-    for (int i = 0; i < REQUEST_MAX_ITEMS; i++)
-        items[i] = (order_item){INT64_MAX - i, 10000};
-    assert_int_equal(cart_text(items, REQUEST_MAX_ITEMS, text, sizeof(text)), 0);
+    for (int i = 0; i < CART_MAX_ITEMS; i++)
+        items[i] = (cart_item){INT64_MAX - i, 10000};
+    assert_int_equal(cart_text(items, CART_MAX_ITEMS, text, sizeof(text)), 0);
     assert_true(strlen(text) < CART_TEXT_MAX);
     assert_int_equal(cart_text(items, 2, small, sizeof(small)), -1);
 }

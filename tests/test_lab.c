@@ -1,8 +1,9 @@
 /*
- * test_lab.c - the lab's pure parts (service/lab/lab.c, and the step body of service/http/request.c):
- * the hold-at parser, the request id's shape, and the table of held requests with real
- * threads: a request held at its points and stepped, its hold budget, a duplicate id, a full
- * table, the ring of traces. The routes act on a real stack (tests/stack/test_lab_routes.c).
+ * test_lab.c - the lab's pure parts (service/lab/lab.c, and the step body of
+ * service/http/request.c): the hold-at parser, the request id's shape, and the table of held
+ * requests with real threads: a request held at its points and stepped, its hold budget, a
+ * duplicate id, a full table, the ring of traces. The routes act on a real stack
+ * (tests/stack/test_lab_routes.c).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -42,9 +43,8 @@ static void test_split_hold_at(void **state)
                      0);
     assert_int_equal(points, BIT(LAB_AT_READ) | BIT(LAB_AT_CHECKED));
     assert_string_equal(rest, "crash-in-section,pause-in-section=20");
-    assert_int_equal(lab_split_fault("nested,hold-at=written", &points, rest, sizeof(rest), d,
-                                     sizeof(d)),
-                     0);
+    assert_int_equal(
+        lab_split_fault("nested,hold-at=written", &points, rest, sizeof(rest), d, sizeof(d)), 0);
     assert_int_equal(points, BIT(LAB_AT_WRITTEN));
     assert_string_equal(rest, "nested");
     /* No hold-at: everything is the rest, for faults_parse. */
@@ -99,7 +99,7 @@ static void test_request_id(void **state)
     (void)state;
     assert_true(lab_request_id_valid("A"));
     assert_true(lab_request_id_valid("A-1_b"));
-    assert_true(lab_request_id_valid("01234567890123456789012345678901")); /* 32 */
+    assert_true(lab_request_id_valid("01234567890123456789012345678901"));   /* 32 */
     assert_false(lab_request_id_valid("012345678901234567890123456789012")); /* 33 */
     assert_false(lab_request_id_valid(""));
     assert_false(lab_request_id_valid(NULL));
@@ -111,13 +111,22 @@ static void test_request_id(void **state)
 static void test_step_body(void **state)
 {
     char id[LAB_ID_MAX + 1], d[256];
-    const char *bad[] = {"", "{}", "[]", "\"A\"", "{\"id\":\"A\",\"x\":1}", "{\"id\":7}",
-                         "{\"id\":\"\"}", "{\"id\":\"a b\"}", "{\"id\":\"A\",\"id\":\"B\"}",
-                         "{\"id\":\"A\"} x", "{\"id\":\"A\\u0000\"}",
+    const char *bad[] = {"",
+                         "{}",
+                         "[]",
+                         "\"A\"",
+                         "{\"id\":\"A\",\"x\":1}",
+                         "{\"id\":7}",
+                         "{\"id\":\"\"}",
+                         "{\"id\":\"a b\"}",
+                         "{\"id\":\"A\",\"id\":\"B\"}",
+                         "{\"id\":\"A\"} x",
+                         "{\"id\":\"A\\u0000\"}",
                          "{\"id\":\"012345678901234567890123456789012\"}"};
 
     (void)state;
-    assert_int_equal(request_parse_lab_step("{\"id\":\"A-1\"}", 12, id, sizeof(id), d, sizeof(d)), 0);
+    assert_int_equal(request_parse_lab_step("{\"id\":\"A-1\"}", 12, id, sizeof(id), d, sizeof(d)),
+                     0);
     assert_string_equal(id, "A-1");
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         if (request_parse_lab_step(bad[i], strlen(bad[i]), id, sizeof(id), d, sizeof(d)) != -1)
@@ -196,8 +205,9 @@ static void test_hold_and_step(void **state)
 
     (void)state;
     json = wait_listed(t, "A", "\"point\":\"read\"");
-    assert_non_null(strstr(json, "{\"requests\":[{\"id\":\"A\",\"mode\":\"setnx-ttl\",\"goods_id\":7,"
-                                 "\"point\":\"read\",\"held_ms\":"));
+    assert_non_null(strstr(json,
+                           "{\"requests\":[{\"id\":\"A\",\"mode\":\"setnx-ttl\",\"goods_id\":7,"
+                           "\"point\":\"read\",\"held_ms\":"));
     free(json);
     assert_int_equal(r.reached, LAB_AT_READ); /* held at read: entered and begun passed */
     /* Another id is not held: -1 (the route's 404). */
@@ -276,7 +286,8 @@ static void test_hold_budget(void **state)
     int64_t start = ms_now(), took;
 
     (void)state;
-    assert_int_equal(lab_start(t, "A", "redis", 1, BIT(LAB_AT_ENTERED) | BIT(LAB_AT_CHECKED), &r.run), 0);
+    assert_int_equal(
+        lab_start(t, "A", "redis", 1, BIT(LAB_AT_ENTERED) | BIT(LAB_AT_CHECKED), &r.run), 0);
     assert_int_equal(pthread_create(&th, NULL, runner_main, &r), 0);
     pthread_join(th, NULL);
     took = ms_now() - start;

@@ -51,8 +51,8 @@ void lab_routes_step(app *a, const http_request *req, http_reply *reply)
 
     if (!lab_on(a, reply))
         return;
-    if (request_parse_lab_step(req->body, req->body_len, id, sizeof(id), detail,
-                               sizeof(detail)) != 0) {
+    if (request_parse_lab_step(req->body, req->body_len, id, sizeof(id), detail, sizeof(detail)) !=
+        0) {
         reply_body(reply, 400, response_error("bad_request", detail));
         return;
     }
@@ -74,8 +74,9 @@ void lab_routes_trace(app *a, const http_request *req, http_reply *reply)
     if (!lab_on(a, reply))
         return;
     if (!lab_request_id_valid(id)) {
-        reply_body(reply, 400, response_error("bad_request",
-                                              "the id must be 1 to 32 characters of A-Za-z0-9_-"));
+        reply_body(
+            reply, 400,
+            response_error("bad_request", "the id must be 1 to 32 characters of A-Za-z0-9_-"));
         return;
     }
     body = lab_trace_json(a->lab, id, &found);
@@ -85,7 +86,8 @@ void lab_routes_trace(app *a, const http_request *req, http_reply *reply)
         reply_body(reply, 200, body);
 }
 
-/* The rungs whose lock is a plain Redis string, lock:<rung>:goods:N (service/guards/guards_poll.c). */
+/* The rungs whose lock is a plain Redis string, lock:<rung>:goods:N (service/guards/guards_poll.c).
+ */
 static bool string_lock_rung(const char *name)
 {
     static const char *const rungs[] = {"setnx", "setnx-ttl", "owner-get-del", "owner-lua"};
@@ -109,9 +111,9 @@ void lab_routes_lock(app *a, const http_request *req, http_reply *reply)
     if (!lab_on(a, reply))
         return;
     if (request_parse_goods_id(req->path + strlen(LAB_LOCK_PREFIX), &goods_id) != 0) {
-        reply_body(reply, 400, response_error("bad_request",
-                                              "goods_id must be an integer from 1 to "
-                                              "9223372036854775807"));
+        reply_body(reply, 400,
+                   response_error("bad_request", "goods_id must be an integer from 1 to "
+                                                 "9223372036854775807"));
         return;
     }
     if (rung == NULL || !string_lock_rung(rung)) {

@@ -416,7 +416,7 @@ static void item_detail(size_t i, char *detail, size_t dlen)
 
 /* Reads item i of the items array into *out: an object with exactly goods_id and count.
  * Returns 0, or -1 with detail filled. */
-static int get_item(json_t *v, size_t i, order_item *out, char *detail, size_t dlen)
+static int get_item(json_t *v, size_t i, cart_item *out, char *detail, size_t dlen)
 {
     int64_t *const ints[] = {&out->goods_id, &out->count};
 

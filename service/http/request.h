@@ -13,6 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "service/sale/cart.h"
+
 #define REQUEST_MAX_BODY 16384 /* bytes; a larger body is a 413 */
 #define REQUEST_MAX_COUNT 10000
 #define REQUEST_MAX_STOCK 1000000000
@@ -25,16 +27,12 @@ typedef struct deduct_request {
     char mode[REQUEST_MODE_MAX]; /* that mode, when has_mode (not checked against the table) */
 } deduct_request;
 
-/* An order of several goods (POST /api/order): its items in the request's order. */
-#define REQUEST_MAX_ITEMS 16
-
-typedef struct order_item {
-    int64_t goods_id; /* 1 .. 2^63-1, each goods at most once per order */
-    int64_t count;    /* 1 .. 10000 */
-} order_item;
+/* An order of several goods (POST /api/order): its items in the request's order, each a
+ * cart's item (service/sale/cart.h). */
+#define REQUEST_MAX_ITEMS CART_MAX_ITEMS
 
 typedef struct order_request {
-    order_item items[REQUEST_MAX_ITEMS];
+    cart_item items[REQUEST_MAX_ITEMS];
     size_t n_items;              /* 1 .. REQUEST_MAX_ITEMS */
     bool has_mode;               /* as deduct_request's */
     char mode[REQUEST_MODE_MAX]; /* as deduct_request's */

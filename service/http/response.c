@@ -373,3 +373,12 @@ char *response_deduct_503(const char *error, const char *detail)
         return response_error(error, detail);
     return response_error(error, NULL);
 }
+
+const sale_bodies response_sale_bodies = {
+    .deducted = response_deducted,
+    .insufficient = response_insufficient,
+    .unknown_goods = response_unknown_goods,
+    .refused = response_deduct_503,
+    .ordered = response_ordered,
+    .sold_out = response_sold_out,
+};

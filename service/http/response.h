@@ -12,6 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "service/sale/bodies.h"
+
 struct json_t; /* jansson's */
 
 /* {"ok":false,"error":<error>} plus "detail" when detail is not NULL. */
@@ -20,7 +22,7 @@ char *response_error(const char *error, const char *detail);
 /* A deduction's 503 body for `error` (lock_timeout, lock_lost, unavailable, conflict,
  * commit_unknown), by API.md's rule: "unavailable" and "conflict" say why (`detail`),
  * "commit_unknown" says how to find out, lock_timeout and lock_lost carry no detail.
- * Every sale (sale.c) answers with it. malloc'd or NULL. */
+ * Every sale answers with it (response_sale_bodies.refused). malloc'd or NULL. */
 char *response_deduct_503(const char *error, const char *detail);
 
 /* {"ok":true,"goods_id":..,"count":..,"remaining":..,"order_id":..,"mode":..,"instance":..} */
@@ -96,5 +98,9 @@ char *response_cache_peek(int64_t goods_id, const char *key, bool cached, int64_
  * "fence":123}; owner and process_id are null when the lock is free. */
 char *response_lock(int64_t goods_id, const char *lock_name, bool held, const char *owner,
                     int64_t count, int64_t ttl_ms, int64_t fence);
+
+/* The bodies of a sale's answers (service/sale/bodies.h), as this file writes them: the replica
+ * hands them to every sale (core_create), which stores the very body it answers with. */
+extern const sale_bodies response_sale_bodies;
 
 #endif

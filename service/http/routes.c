@@ -21,6 +21,7 @@
 #include "service/http/lab_routes.h"
 #include "service/guards/lock_names.h"
 #include "service/log.h"
+#include "service/sale/deduct.h"
 #include "service/sale/order.h"
 #include "service/http/request.h"
 #include "service/http/response.h"
@@ -384,7 +385,7 @@ static void handle_order(app *a, const http_request *req, http_reply *reply)
         faults.arg = &lab;
     }
     /* reply->request_id: the client's id when it has the API's shape (above), else NULL. */
-    if (order_execute(&a->core.deduct, m, &orq, key, reply->request_id,
+    if (order_execute(&a->core.deduct, m, orq.items, orq.n_items, key, reply->request_id,
                       fault != NULL ? &faults : NULL, &res) != 0) {
         if (lab_used)
             lab_finish(&lab, 500, "internal");

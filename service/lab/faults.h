@@ -43,7 +43,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "service/sale/deduct.h"
+#include "service/sale/base.h"
 #include "service/guards/modes.h"
 
 #define FAULTS_MAX_MS 60000

@@ -37,7 +37,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "service/sale/deduct.h"
+#include "service/sale/base.h"
 #include "service/lab/faults.h"
 
 #define LAB_SLOTS 64      /* requests in flight, and traces kept, per replica */

@@ -41,7 +41,6 @@
 #include <time.h>
 
 #include "service/clock.h"
-#include "service/http/response.h"
 #include "service/sale/sale.h"
 
 #define BATCH_STRIPES 64
@@ -116,9 +115,9 @@ void batch_queue_destroy(batch_queue *q)
 /* ---- answers ------------------------------------------------------------------------- */
 
 /* A 503 as every sale answers it (sale_answer_503). */
-static void set_503(batch_item *it, const char *error, const char *detail)
+static void set_503(const deduct_env *env, batch_item *it, const char *error, const char *detail)
 {
-    if (sale_answer_503(it->out, error, detail) != 0)
+    if (sale_answer_503(env, it->out, error, detail) != 0)
         it->rc = -1;
 }
 
@@ -266,11 +265,12 @@ static void item_release(batch_item *it)
 
 /* A follower's deadline passed: 503 lock_timeout into the caller's result, nothing sold (in
  * the queue nothing was begun; in an unsealed batch the leader will roll back). */
-static void answer_timeout(deduct_result *out, int64_t arrived_ns, bool in_batch)
+static void answer_timeout(const deduct_env *env, deduct_result *out, int64_t arrived_ns,
+                           bool in_batch)
 {
     batch_item tmp = {.out = out};
 
-    set_503(&tmp, "lock_timeout",
+    set_503(env, &tmp, "lock_timeout",
             in_batch ? "redis-batch: the batch did not reach its commit within BATCH_WAIT_MS"
                      : "redis-batch: not taken into a batch within BATCH_WAIT_MS");
     out->waited = true;
@@ -307,7 +307,7 @@ int batch_execute(batch_queue *q, const deduct_env *env, const mode *m, int64_t 
         pthread_mutex_unlock(&s->mu);
         snprintf(detail, sizeof(detail), "redis-batch: %d requests already queued on this replica",
                  q->opts.max_queued);
-        set_503(self, "unavailable", detail);
+        set_503(env, self, "unavailable", detail);
         goto out;
     }
     if (s->tail != NULL)
@@ -336,13 +336,14 @@ int batch_execute(batch_queue *q, const deduct_env *env, const mode *m, int64_t 
              * roll back, and frees the item. */
             self->withdrawn = true;
             pthread_mutex_unlock(&s->mu);
-            answer_timeout(out, self->arrived_ns, true);
+            answer_timeout(env, out, self->arrived_ns, true);
             item_release(self);
             return out->body == NULL ? -1 : 0;
         }
         unlink_item(s, self);
         pthread_mutex_unlock(&s->mu);
-        set_503(self, "lock_timeout", "redis-batch: not taken into a batch within BATCH_WAIT_MS");
+        set_503(env, self, "lock_timeout",
+                "redis-batch: not taken into a batch within BATCH_WAIT_MS");
         self->res.waited = true;
         self->res.wait_seconds = clock_seconds_since(self->arrived_ns);
         goto out;

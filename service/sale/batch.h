@@ -41,7 +41,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "service/sale/deduct.h"
+#include "service/sale/base.h"
 
 typedef struct batch_options {
     int max_batch;   /* requests per transaction at most (BATCH_MAX) */

@@ -8,7 +8,7 @@
 #include <stdio.h>
 
 /* Whether item a's lock comes before item b's. */
-static bool before(const order_item *a, const order_item *b, cart_lock_of_fn lock_of)
+static bool before(const cart_item *a, const cart_item *b, cart_lock_of_fn lock_of)
 {
     if (lock_of != NULL) {
         int64_t la = lock_of(a->goods_id), lb = lock_of(b->goods_id);
@@ -18,7 +18,7 @@ static bool before(const order_item *a, const order_item *b, cart_lock_of_fn loc
     return a->goods_id < b->goods_id;
 }
 
-void cart_lock_order(const order_item *items, size_t n, bool as_listed, cart_lock_of_fn lock_of,
+void cart_lock_order(const cart_item *items, size_t n, bool as_listed, cart_lock_of_fn lock_of,
                      size_t *order)
 {
     for (size_t i = 0; i < n; i++) {
@@ -32,16 +32,16 @@ void cart_lock_order(const order_item *items, size_t n, bool as_listed, cart_loc
     }
 }
 
-int cart_text(const order_item *items, size_t n, char *buf, size_t len)
+int cart_text(const cart_item *items, size_t n, char *buf, size_t len)
 {
-    size_t order[REQUEST_MAX_ITEMS], used = 0;
+    size_t order[CART_MAX_ITEMS], used = 0;
 
-    if (n > REQUEST_MAX_ITEMS || len == 0)
+    if (n > CART_MAX_ITEMS || len == 0)
         return -1;
     buf[0] = '\0';
     cart_lock_order(items, n, false, NULL, order);
     for (size_t k = 0; k < n; k++) {
-        const order_item *it = &items[order[k]];
+        const cart_item *it = &items[order[k]];
         int w = snprintf(buf + used, len - used, "%s%" PRId64 "x%" PRId64, k > 0 ? "," : "",
                          it->goods_id, it->count);
         if (w < 0 || (size_t)w >= len - used)

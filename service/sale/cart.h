@@ -16,7 +16,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "service/http/request.h"
+/* The most goods one cart may hold (POST /api/order's items). */
+#define CART_MAX_ITEMS 16
+
+/* One goods of a cart and how many of it. */
+typedef struct cart_item {
+    int64_t goods_id; /* 1 .. 2^63-1, each goods at most once per cart */
+    int64_t count;    /* 1 .. 10000 */
+} cart_item;
 
 /* Which lock a goods takes, when several goods share one (the local guard's stripes): the
  * cart sorts by it and takes a shared lock once. NULL: each goods has a lock of its own. */
@@ -25,9 +32,9 @@ typedef int64_t (*cart_lock_of_fn)(int64_t goods_id);
 /*
  * Fills order[0..n) with the indices of items in the order their locks are to be taken:
  * as listed (as_listed: 0, 1, ..., n-1), else ascending by (lock_of(goods_id), goods_id)
- * (lock_of NULL: by goods id alone). n <= REQUEST_MAX_ITEMS.
+ * (lock_of NULL: by goods id alone). n <= CART_MAX_ITEMS.
  */
-void cart_lock_order(const order_item *items, size_t n, bool as_listed, cart_lock_of_fn lock_of,
+void cart_lock_order(const cart_item *items, size_t n, bool as_listed, cart_lock_of_fn lock_of,
                      size_t *order);
 
 /*
@@ -35,7 +42,7 @@ void cart_lock_order(const order_item *items, size_t n, bool as_listed, cart_loc
  * "GOODSxCOUNT" joined by commas ("1x2,7x1"), whatever order the request listed them in.
  * Returns 0, or -1 when it does not fit in len bytes (CART_TEXT_MAX always fits).
  */
-#define CART_TEXT_MAX (REQUEST_MAX_ITEMS * 27 + 1)
-int cart_text(const order_item *items, size_t n, char *buf, size_t len);
+#define CART_TEXT_MAX (CART_MAX_ITEMS * 27 + 1)
+int cart_text(const cart_item *items, size_t n, char *buf, size_t len);
 
 #endif

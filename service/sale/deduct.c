@@ -136,7 +136,7 @@ int deduct_execute_as(const deduct_env *env, const mode *m, int64_t goods_id, in
     out->handed_off = hold.handed_off;
     out->handoff_seconds = hold.handoff_seconds;
     if (rc != GUARD_OK)
-        return sale_answer_503(out, rc == GUARD_ERR_TIMEOUT ? "lock_timeout" : "unavailable",
+        return sale_answer_503(env, out, rc == GUARD_ERR_TIMEOUT ? "lock_timeout" : "unavailable",
                                detail);
 
     /* The hook stops a deduction at "entered" as its guard would have failed. */
@@ -144,8 +144,8 @@ int deduct_execute_as(const deduct_env *env, const mode *m, int64_t goods_id, in
              ? hook->at(hook->arg, DEDUCT_AT_ENTERED, &hold, detail, sizeof(detail))
              : GUARD_OK;
     if (rc != GUARD_OK) {
-        result =
-            sale_answer_503(out, rc == GUARD_ERR_TIMEOUT ? "lock_timeout" : "unavailable", detail);
+        result = sale_answer_503(env, out, rc == GUARD_ERR_TIMEOUT ? "lock_timeout" : "unavailable",
+                                 detail);
         m->leave(env->guards, &hold);
         return result;
     }
@@ -154,7 +154,7 @@ int deduct_execute_as(const deduct_env *env, const mode *m, int64_t goods_id, in
      * hold one of the pool's few connections idle while it waits. */
     rc = db_pool_acquire(env->db, (int)env->db_wait_ms, &s.conn);
     if (rc != DB_OK) {
-        result = sale_answer_db(out, NULL, "connect", rc);
+        result = sale_answer_db(env, out, NULL, "connect", rc);
     } else {
         /* The read-check-write every mode runs (sale.c's read_check_write), once. */
         result = sale_run(&s) < 0 ? -1 : 0;

@@ -26,110 +26,13 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "db/db.h"
-#include "service/guards/modes.h"
-
-typedef struct deduct_env {
-    db_pool *db;               /* not owned */
-    int64_t db_wait_ms;        /* bound on waiting for a pooled connection */
-    guard_env *guards;         /* not owned */
-    const char *instance;      /* this replica's name, written with each order */
-    int64_t business_delay_ms; /* sleep between the read and the write (teaching) */
-    /* Whether the sales that run a fixed sequence of statements send them in batches
-     * (libpq's pipeline mode: db_claim_begin, db_sale_commit) or one per round trip: the
-     * same statements and answers, fewer waits while the lock is held. DB_PIPELINE. */
-    bool pipeline;
-    /* The PostgreSQL rungs (a mode with a transaction shape) wait for their locks inside
-     * PostgreSQL: each of their transactions bounds those waits by this (SET LOCAL
-     * lock_timeout), and a wait that runs out answers 503 lock_timeout, as a guard's does.
-     * 0: no bound of ours (PostgreSQL's default; statement_timeout still ends the wait). */
-    int64_t lock_wait_ms;
-    /* How many times a transaction whose write lost an optimistic race (DB_ERR_RETRY) is run
-     * again, after a short random pause, before the answer is 503 conflict. 0: never. */
-    int optimistic_retries;
-    struct batch_queue *batch; /* the queues of the batched modes (service/sale/batch.h); NULL:
-                                  a batched mode runs the single path below */
-    int shard_segments;        /* redis-sharded: segments per goods (SHARD_SEGMENTS; out of
-                                  1..DB_SEGMENTS_MAX: SHARD_SEGMENTS_DEFAULT) */
-    int64_t shard_try_ms;      /* redis-sharded: the short wait for a segment's lock before the
-                                  sale moves on to the next (SHARD_TRY_MS; 0: one try) */
-} deduct_env;
-
-/*
- * The named points of a deduction, in the order a sale reaches them. A hook (below) is
- * called at each one, in the request's thread; tests use it to order two deductions
- * exactly, and fault injection to pause or crash at a known place. A point is reached only
- * on the way to a sale: a 404, 409 or 503 stops before the next one.
- */
-typedef enum deduct_point {
-    DEDUCT_AT_ENTERED,   /* the guard is held; no transaction yet */
-    DEDUCT_AT_BEGUN,     /* the transaction is open; the goods row not read yet */
-    DEDUCT_AT_READ,      /* the stock was read and is enough; nothing written yet: the race
-                            window (BUSINESS_DELAY_MS sleeps here, before the hook) */
-    DEDUCT_AT_WRITTEN,   /* stock written and order recorded; not committed yet */
-    DEDUCT_AT_CHECKED,   /* the guard said it still holds (tx-inside: it has been left);
-                            COMMIT is next: the gap no check before a commit can close */
-    DEDUCT_AT_COMMITTED, /* committed; the guard is still held */
-} deduct_point;
-
-/*
- * A hook is called at each point with the request's holding of its guard (it may set the
- * holding's fault fields). It returns GUARD_OK to go on, or GUARD_ERR_TIMEOUT /
- * GUARD_ERR_UNAVAILABLE with a reason in `why` to stop the deduction there as if its guard had
- * failed: the transaction, if open, rolls back and the answer is 503 lock_timeout / unavailable.
- * (Fault injection's nested step stops a deduction this way; tests' hooks only go on.)
- */
-typedef struct deduct_hook {
-    int (*at)(void *arg, deduct_point point, guard_hold *hold, char *why, size_t why_len);
-    void *arg;
-    int64_t *seen_stock; /* NULL, or set before the call at "read" to the stock read and
-                            before the call at "written" to the stock written (the lab's
-                            trace) */
-} deduct_hook;
+#include "service/sale/base.h"
 
 /* The point's name ("entered", "begun", "read", "written", "checked", "committed"). */
 const char *deduct_point_name(deduct_point point);
 
-/*
- * Where a single sale's time went (deduct_result.stage_ns), in the order a sale spends it,
- * measured by the replica's monotonic clock at the stages' boundaries. The stages do not
- * overlap, so they add up to the deduction's whole time: a guard given back while COMMIT
- * travels (sale.c, leave_once_sent) counts as RELEASE, and the commit's wait around it as
- * COMMIT only once.
- */
-typedef enum deduct_stage {
-    DEDUCT_STAGE_ACQUIRE, /* the guard's enter: the lock taken, its wait included */
-    DEDUCT_STAGE_CLAIM,   /* BEGIN, the keys' claims, the stock read (a fenced claim), the
-                             check in C */
-    DEDUCT_STAGE_COMMIT,  /* the write, the orders, the stored answers, the last look at the
-                             guard, COMMIT and its flush */
-    DEDUCT_STAGE_RELEASE, /* the guard's leave */
-    DEDUCT_STAGE_REST,    /* the rest: the stored-answer lookup, a pooled connection, the
-                             answer built, a retry's pause */
-    DEDUCT_STAGES_
-} deduct_stage;
-
 /* The stage's name: "acquire", "claim", "commit", "release", "rest". */
 const char *deduct_stage_name(deduct_stage stage);
-
-typedef struct deduct_result {
-    int retries;            /* transactions run again after a lost optimistic race */
-    int status;             /* HTTP status: 200, 404, 409 or 503 */
-    char *body;             /* JSON body, malloc'd: the caller frees it */
-    const char *outcome;    /* metrics outcome: "deducted", "insufficient_stock", ... */
-    bool waited;            /* the guard measured a wait */
-    double wait_seconds;    /* how long the guard took to enter */
-    bool handed_off;        /* the lock came from a release to the line (redis) */
-    double handoff_seconds; /* then: the gap since that release, the serial order's idle time */
-    int batch_size;         /* redis-batch, on its leader's result only: the requests of the
-                               batch it ran under its holding of the lock (0 otherwise) */
-    char detail[256];       /* why, for a 503 ("" otherwise): logged by the caller */
-    /* The single path without a hook (one request, one transaction of its own): timed, and
-     * where its time went, stage by stage (deduct_stage). A batch's and the segments' sales
-     * are not timed. */
-    bool timed;
-    int64_t stage_ns[DEDUCT_STAGES_];
-} deduct_result;
 
 /*
  * A transaction shape may ask for its transaction to be run again (mode_tx.write returning
@@ -154,11 +57,6 @@ typedef struct deduct_result {
  */
 int deduct_execute(const deduct_env *env, const mode *m, int64_t goods_id, int64_t count,
                    const char *idempotency_key, const deduct_hook *hook, deduct_result *out);
-
-/*
- * The longest request id a sale records (the API's X-Request-Id: 1 to 32 of A-Za-z0-9_-).
- */
-#define DEDUCT_REQUEST_ID_MAX 32
 
 /*
  * deduct_execute, with the client's request id (NULL: none; else at most

@@ -20,25 +20,25 @@
 
 #include "service/sale/cart.h"
 #include "service/clock.h"
-#include "service/http/response.h"
 #include "service/sale/sale.h"
 
 /* One run of a cart, shared by the steps below. */
 typedef struct cart_run {
     const deduct_env *env;
     const mode *mode;
-    const order_request *req;
-    const char *key;                 /* Idempotency-Key or NULL */
-    const char *request_id;          /* X-Request-Id, kept with the orders, or NULL */
-    char text[CART_TEXT_MAX];        /* the cart's canonical text: the key's scope */
-    const order_faults *faults;      /* NULL: none */
-    size_t order[REQUEST_MAX_ITEMS]; /* the items' indices in lock order */
-    guard_hold holds[REQUEST_MAX_ITEMS];
+    const cart_item *items;
+    size_t n_items;
+    const char *key;              /* Idempotency-Key or NULL */
+    const char *request_id;       /* X-Request-Id, kept with the orders, or NULL */
+    char text[CART_TEXT_MAX];     /* the cart's canonical text: the key's scope */
+    const order_faults *faults;   /* NULL: none */
+    size_t order[CART_MAX_ITEMS]; /* the items' indices in lock order */
+    guard_hold holds[CART_MAX_ITEMS];
     size_t n_holds;
-    size_t hold_of[REQUEST_MAX_ITEMS]; /* item i's holding: holds[hold_of[i]] */
-    int64_t goods[REQUEST_MAX_ITEMS], counts[REQUEST_MAX_ITEMS]; /* in the request's order */
-    int64_t stock[REQUEST_MAX_ITEMS]; /* as read; after the sale, what each keeps */
-    bool folded;                      /* a goods' segments were folded back already */
+    size_t hold_of[CART_MAX_ITEMS];                        /* item i's holding: holds[hold_of[i]] */
+    int64_t goods[CART_MAX_ITEMS], counts[CART_MAX_ITEMS]; /* in the request's order */
+    int64_t stock[CART_MAX_ITEMS]; /* as read; after the sale, what each keeps */
+    bool folded;                   /* a goods' segments were folded back already */
     db_conn *conn;
     deduct_result *out;
 } cart_run;
@@ -48,7 +48,7 @@ typedef struct cart_run {
 
 static int answer_503(cart_run *c, const char *error, const char *detail)
 {
-    return sale_answer_503(c->out, error, detail);
+    return sale_answer_503(c->env, c->out, error, detail);
 }
 
 /* A failed statement (rc) inside the transaction: lock_timeout when a row lock was not had
@@ -105,10 +105,10 @@ static void leave_all(cart_run *c)
  * and every guard taken so far left. */
 static int enter_all(cart_run *c)
 {
-    const order_item *items = c->req->items;
+    const cart_item *items = c->items;
     int64_t last_lock = 0;
 
-    for (size_t k = 0; k < c->req->n_items; k++) {
+    for (size_t k = 0; k < c->n_items; k++) {
         size_t i = c->order[k];
         int64_t goods = items[i].goods_id;
         int64_t lock = c->mode->lock_of != NULL ? c->mode->lock_of(goods) : goods;
@@ -168,7 +168,7 @@ static int sold_out(cart_run *c, size_t i)
     }
     c->out->status = 409;
     c->out->outcome = "insufficient_stock";
-    c->out->body = response_sold_out(c->goods[i], c->stock[i]);
+    c->out->body = c->env->bodies->sold_out(c->goods[i], c->stock[i]);
     return c->out->body != NULL ? DB_OK : DB_ERR_NOMEM;
 }
 
@@ -176,7 +176,7 @@ static int unknown_goods(cart_run *c, size_t i)
 {
     c->out->status = 404;
     c->out->outcome = "unknown_goods";
-    c->out->body = response_unknown_goods(c->goods[i]);
+    c->out->body = c->env->bodies->unknown_goods(c->goods[i]);
     return c->out->body != NULL ? DB_OK : DB_ERR_NOMEM;
 }
 
@@ -191,8 +191,8 @@ static int failed(cart_run *c, const char *what, int rc)
  * answer set (c->out->status); FOLD; or a failure with its 503 set. */
 static int read_all(cart_run *c)
 {
-    bool missing[REQUEST_MAX_ITEMS] = {false};
-    size_t n = c->req->n_items;
+    bool missing[CART_MAX_ITEMS] = {false};
+    size_t n = c->n_items;
     int rc;
 
     for (size_t k = 0; k < n; k++) {
@@ -244,7 +244,7 @@ static int read_all(cart_run *c)
 /* Writes every row in lock order; c->stock[i] becomes what each keeps. */
 static int write_all(cart_run *c)
 {
-    for (size_t k = 0; k < c->req->n_items; k++) {
+    for (size_t k = 0; k < c->n_items; k++) {
         size_t i = c->order[k];
         tx_seen seen = {c->stock[i], 0};
         int rc = c->mode->tx != NULL
@@ -262,9 +262,9 @@ static int write_all(cart_run *c)
 static int sell(cart_run *c)
 {
     const mode_tx *tx = c->mode->tx;
-    size_t n = c->req->n_items;
-    int64_t fences[REQUEST_MAX_ITEMS], cart_id = 0;
-    bool fenced[REQUEST_MAX_ITEMS];
+    size_t n = c->n_items;
+    int64_t fences[CART_MAX_ITEMS], cart_id = 0;
+    bool fenced[CART_MAX_ITEMS];
     const char *fence_source = NULL;
     int rc;
 
@@ -301,8 +301,8 @@ static int sell(cart_run *c)
         return failed(c, "record the orders", rc);
     c->out->status = 200;
     c->out->outcome = "deducted";
-    c->out->body = response_ordered(cart_id, c->goods, c->counts, c->stock, n, c->mode->name,
-                                    c->env->instance);
+    c->out->body = c->env->bodies->ordered(cart_id, c->goods, c->counts, c->stock, n, c->mode->name,
+                                           c->env->instance);
     return c->out->body != NULL ? DB_OK : DB_ERR_NOMEM;
 }
 
@@ -318,7 +318,7 @@ static void drop_answer(cart_run *c)
  * -1 when out of memory, or FOLD (rolled back, no answer). */
 static int run_attempt(cart_run *c)
 {
-    size_t n = c->req->n_items;
+    size_t n = c->n_items;
     int rc;
 
     rc = db_begin(c->conn);
@@ -399,7 +399,7 @@ static int try_replay(cart_run *c)
     return answer_replay(c, status, body) == 0 ? 1 : -1;
 }
 
-int order_execute(const deduct_env *env, const mode *m, const order_request *req,
+int order_execute(const deduct_env *env, const mode *m, const cart_item *items, size_t n_items,
                   const char *idempotency_key, const char *request_id, const order_faults *faults,
                   deduct_result *out)
 {
@@ -411,17 +411,18 @@ int order_execute(const deduct_env *env, const mode *m, const order_request *req
         return -1;
     *c = (cart_run){.env = env,
                     .mode = m,
-                    .req = req,
+                    .items = items,
+                    .n_items = n_items,
                     .key = idempotency_key,
                     .request_id = request_id,
                     .faults = faults,
                     .out = out};
-    for (size_t i = 0; i < req->n_items; i++) {
-        c->goods[i] = req->items[i].goods_id;
-        c->counts[i] = req->items[i].count;
+    for (size_t i = 0; i < n_items; i++) {
+        c->goods[i] = items[i].goods_id;
+        c->counts[i] = items[i].count;
     }
-    cart_lock_order(req->items, req->n_items, m->cart == MODE_CART_AS_LISTED, m->lock_of, c->order);
-    if (cart_text(req->items, req->n_items, c->text, sizeof(c->text)) != 0)
+    cart_lock_order(items, n_items, m->cart == MODE_CART_AS_LISTED, m->lock_of, c->order);
+    if (cart_text(items, n_items, c->text, sizeof(c->text)) != 0)
         goto out; /* cannot happen: CART_TEXT_MAX holds any cart */
 
     if (idempotency_key != NULL) {
@@ -449,7 +450,7 @@ int order_execute(const deduct_env *env, const mode *m, const order_request *req
              * own, every guard still held) and run the cart once more. */
             int64_t moved = 0;
             char failed[256] = "";
-            for (size_t i = 0; i < req->n_items && rc == DB_OK; i++)
+            for (size_t i = 0; i < n_items && rc == DB_OK; i++)
                 rc = sale_fold(c->conn, c->goods[i], &moved, failed, sizeof(failed));
             result = rc != DB_OK ? answer_503(c, "unavailable", failed) : run_attempt(c);
             if (result == FOLD)

@@ -21,10 +21,11 @@
 #ifndef SERVICE_ORDER_H
 #define SERVICE_ORDER_H
 
+#include <stddef.h>
 #include <stdint.h>
 
-#include "service/sale/deduct.h"
-#include "service/http/request.h"
+#include "service/sale/base.h"
+#include "service/sale/cart.h"
 
 /*
  * A cart's fault point (X-Fault, only with FAULTS=on): after its first guard is taken (for a
@@ -41,20 +42,21 @@ typedef struct order_faults {
 } order_faults;
 
 /*
- * Sells the cart `req` in mode m (m->cart != MODE_CART_NONE). idempotency_key may be NULL;
- * when given, its scope is the key with the whole cart (cart_text: the same items listed in
- * another order are the same cart): an answer stored earlier for both is returned unchanged
- * and nothing is sold; otherwise the 200/404/409 answer is stored with the sale.
+ * Sells the cart items[0..n_items) (1 <= n_items <= CART_MAX_ITEMS, no goods twice) in mode
+ * m (m->cart != MODE_CART_NONE). idempotency_key may be NULL; when given, its scope is the key
+ * with the whole cart (cart_text: the same items listed in another order are the same cart):
+ * an answer stored earlier for both is returned unchanged and nothing is sold; otherwise the
+ * 200/404/409 answer is stored with the sale.
  * request_id (the client's X-Request-Id, or NULL) is recorded with each of the cart's orders,
  * as a single sale's is (sale.h), so that a recorder settles a cart whose answer was lost.
  * faults (NULL: none) is what the cart does at its fault point (order_faults).
- * Fills *out as deduct_execute does: status 200 (response_ordered), 404 unknown_goods (the
+ * Fills *out as deduct_execute does: status 200 (sale_bodies.ordered), 404 unknown_goods (the
  * first unknown goods in the request's order), 409 sold_out (the first item short of stock),
  * or 503 (lock_timeout, lock_lost, unavailable, conflict, commit_unknown), 503 conflict also
  * for a transaction PostgreSQL chose as a deadlock's victim. A guard's wait is the sum of
  * the guards' waits. Returns 0 with *out filled (free out->body), or -1 when out of memory.
  */
-int order_execute(const deduct_env *env, const mode *m, const order_request *req,
+int order_execute(const deduct_env *env, const mode *m, const cart_item *items, size_t n_items,
                   const char *idempotency_key, const char *request_id, const order_faults *faults,
                   deduct_result *out);
 

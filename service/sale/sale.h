@@ -33,7 +33,7 @@
 #include <stdint.h>
 
 #include "db/db.h"
-#include "service/sale/deduct.h"
+#include "service/sale/base.h"
 #include "service/guards/modes.h"
 
 /* One request of a sale: what it asks for, and where its answer goes. */
@@ -146,12 +146,14 @@ void sale_split(int64_t total, int k, int64_t *shares);
  * to out->detail (the log), and to the body for "unavailable" only (API.md). Frees a body
  * set before. Returns 0, or -1 when out of memory (out->body NULL).
  */
-int sale_answer_503(deduct_result *out, const char *error, const char *detail);
+int sale_answer_503(const deduct_env *env, deduct_result *out, const char *error,
+                    const char *detail);
 
 /* A failed statement `what` (rc, a DB_ERR_* code, described from conn, which may be NULL):
  * 503 "postgresql: <what>: <why>", commit_unknown for DB_ERR_COMMIT_UNKNOWN, unavailable
  * otherwise. Returns as sale_answer_503. */
-int sale_answer_db(deduct_result *out, const db_conn *conn, const char *what, int rc);
+int sale_answer_db(const deduct_env *env, deduct_result *out, const db_conn *conn, const char *what,
+                   int rc);
 
 /*
  * Folds goods_id's segments back into its row, on conn outside any transaction: one plain

@@ -7,25 +7,25 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "service/http/response.h"
-
-int sale_answer_503(deduct_result *out, const char *error, const char *detail)
+int sale_answer_503(const deduct_env *env, deduct_result *out, const char *error,
+                    const char *detail)
 {
     free(out->body);
     out->status = 503;
     out->outcome = error;
     snprintf(out->detail, sizeof(out->detail), "%s", detail);
-    out->body = response_deduct_503(error, detail);
+    out->body = env->bodies->refused(error, detail);
     return out->body != NULL ? 0 : -1;
 }
 
-int sale_answer_db(deduct_result *out, const db_conn *conn, const char *what, int rc)
+int sale_answer_db(const deduct_env *env, deduct_result *out, const db_conn *conn, const char *what,
+                   int rc)
 {
     char why[200], detail[256];
 
     snprintf(detail, sizeof(detail), "postgresql: %s: %s", what,
              db_describe_error(rc, conn, why, sizeof(why)));
-    return sale_answer_503(out, rc == DB_ERR_COMMIT_UNKNOWN ? "commit_unknown" : "unavailable",
+    return sale_answer_503(env, out, rc == DB_ERR_COMMIT_UNKNOWN ? "commit_unknown" : "unavailable",
                            detail);
 }
 
@@ -33,7 +33,7 @@ void sale_fail(sale *s, const char *error, const char *detail)
 {
     for (size_t i = 0; i < s->n; i++)
         if (sale__pending(&s->lines[i]))
-            (void)sale_answer_503(s->lines[i].out, error, detail);
+            (void)sale_answer_503(s->env, s->lines[i].out, error, detail);
 }
 
 /*
@@ -68,16 +68,17 @@ bool sale__answer_lines(sale *s, const sale_tally *t, bool unknown, int64_t offs
         if (unknown) {
             out->status = 404;
             out->outcome = "unknown_goods";
-            out->body = response_unknown_goods(s->goods_id);
+            out->body = s->env->bodies->unknown_goods(s->goods_id);
         } else if (!t->sold[j]) {
             out->status = 409;
             out->outcome = "insufficient_stock";
-            out->body = response_insufficient(s->goods_id, t->left[j]);
+            out->body = s->env->bodies->insufficient(s->goods_id, t->left[j]);
         } else {
             out->status = 200;
             out->outcome = "deducted";
-            out->body = response_deducted(s->goods_id, t->counts[j], t->left[j] + offset,
-                                          t->order_ids[sold++], s->mode->name, s->env->instance);
+            out->body =
+                s->env->bodies->deducted(s->goods_id, t->counts[j], t->left[j] + offset,
+                                         t->order_ids[sold++], s->mode->name, s->env->instance);
         }
         ok = ok && out->body != NULL;
     }

@@ -27,7 +27,6 @@
 #include <string.h>
 
 #include "service/clock.h"
-#include "service/http/response.h"
 #include "service/sale/sale.h"
 
 /* ---- the pure parts ------------------------------------------------------------------ */
@@ -72,7 +71,7 @@ typedef enum shard_step {
 
 static shard_step answer_503(shard_sale *s, const char *error, const char *detail)
 {
-    (void)sale_answer_503(s->line.out, error, detail);
+    (void)sale_answer_503(s->env, s->line.out, error, detail);
     return STEP_ANSWERED;
 }
 
@@ -104,7 +103,7 @@ static bool borrow(shard_sale *s)
     if (rc == DB_OK)
         return true;
     s->conn = NULL;
-    (void)sale_answer_db(s->line.out, NULL, "connect", rc);
+    (void)sale_answer_db(s->env, s->line.out, NULL, "connect", rc);
     return false;
 }
 
@@ -246,7 +245,7 @@ static shard_step look(shard_sale *s, int64_t *hints)
 
     rc = db_segments_read(s->conn, s->goods_id, s->k, &goods_stock, hints, &total);
     if (rc != DB_OK && rc != DB_ERR_NOT_FOUND) {
-        (void)sale_answer_db(s->line.out, s->conn, "read segments", rc);
+        (void)sale_answer_db(s->env, s->line.out, s->conn, "read segments", rc);
         return STEP_ANSWERED;
     }
     /* The hint's snapshot answers a 404 or a 409 by itself: at that moment the goods did not
@@ -260,18 +259,18 @@ static shard_step look(shard_sale *s, int64_t *hints)
                 return STEP_ANSWERED;
             rc = db_segments_read(s->conn, s->goods_id, s->k, &goods_stock, hints, &total);
             if (rc != DB_OK) {
-                (void)sale_answer_db(s->line.out, s->conn, "read segments", rc);
+                (void)sale_answer_db(s->env, s->line.out, s->conn, "read segments", rc);
                 return STEP_ANSWERED;
             }
         } else if (rc == DB_ERR_NOT_FOUND) {
             s->line.out->status = 404;
             s->line.out->outcome = "unknown_goods";
-            s->line.out->body = response_unknown_goods(s->goods_id);
+            s->line.out->body = s->env->bodies->unknown_goods(s->goods_id);
             return STEP_ANSWERED;
         } else {
             s->line.out->status = 409;
             s->line.out->outcome = "insufficient_stock";
-            s->line.out->body = response_insufficient(s->goods_id, total);
+            s->line.out->body = s->env->bodies->insufficient(s->goods_id, total);
             return STEP_ANSWERED;
         }
     }

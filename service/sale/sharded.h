@@ -48,7 +48,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "service/sale/deduct.h"
+#include "service/sale/base.h"
 
 #define SHARD_SEGMENTS_DEFAULT 8
 

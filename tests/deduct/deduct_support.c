@@ -5,6 +5,7 @@
 #include "tests/deduct/deduct_support.h"
 #include "service/clock.h"
 #include "service/guards/guards.h"
+#include "service/http/response.h"
 #include "tests/support/cases.h"
 
 #include <errno.h>
@@ -46,11 +47,11 @@ int scripted_still_held(guard_env *env, const guard_hold *hold)
 }
 
 const mode scripted_mode = {.name = "scripted",
-                                   .safe = true,
-                                   .summary = "a fixed token, a loss never noticed",
-                                   .enter = scripted_enter,
-                                   .still_held = scripted_still_held,
-                                   .leave = guard_none__leave};
+                            .safe = true,
+                            .summary = "a fixed token, a loss never noticed",
+                            .enter = scripted_enter,
+                            .still_held = scripted_still_held,
+                            .leave = guard_none__leave};
 
 int64_t now_ms(void)
 {
@@ -100,18 +101,24 @@ static int holder_at(void *arg, deduct_point point, guard_hold *hold, char *why,
     return GUARD_OK;
 }
 
+deduct_env deduct_test_env(void)
+{
+    return (deduct_env){.db = g_pool,
+                        .db_wait_ms = 2000,
+                        .guards = g_guards,
+                        .instance = "test",
+                        .bodies = &response_sale_bodies};
+}
+
 static void *holder_run(void *arg)
 {
     holder *h = arg;
-    deduct_env env = {.db = g_pool,
-                      .db_wait_ms = 2000,
-                      .guards = g_guards,
-                      .instance = "test",
-                      .lock_wait_ms = g_lock_wait_ms,
-                      .optimistic_retries = g_optimistic_retries};
+    deduct_env env = deduct_test_env();
     deduct_hook hook = {holder_at, h, NULL};
     int rc;
 
+    env.lock_wait_ms = g_lock_wait_ms;
+    env.optimistic_retries = g_optimistic_retries;
     t_token = h->token;
     rc = deduct_execute(&env, h->mode, h->goods, 1, h->key, &hook, &h->res);
     pthread_mutex_lock(&h->mu);
@@ -173,7 +180,7 @@ holder g_holders[MAX_HOLDERS];
 static bool g_started[MAX_HOLDERS];
 
 holder *holder_start_keyed(int i, char name, int64_t token, int64_t goods, const mode *m,
-                                  const char *key)
+                           const char *key)
 {
     holder *h = &g_holders[i];
 
@@ -385,9 +392,10 @@ int deduct_test_main(const char *name, const struct CMUnitTest *tests, size_t n,
     if (!migrations_dir || !migrations_dir[0])
         migrations_dir = "migrations";
     if (!g_base_url || !g_base_url[0] || strstr(g_base_url, "://") != NULL) {
-        fprintf(stderr, "%s: FAIL: TEST_DATABASE_URL must name, as a key=value string, "
-                        "a PostgreSQL server the test may create a database on (tests/run-all.sh "
-                        "starts one)\n",
+        fprintf(stderr,
+                "%s: FAIL: TEST_DATABASE_URL must name, as a key=value string, "
+                "a PostgreSQL server the test may create a database on (tests/run-all.sh "
+                "starts one)\n",
                 name);
         return 1;
     }

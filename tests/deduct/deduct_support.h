@@ -50,8 +50,12 @@ extern char *g_conninfo; /* the test database, for the cases' own raw connection
 extern db_pool *g_pool;
 extern guard_env *g_guards; /* the real guards */
 /* What holder_run's deductions run with; cases that need other values set them first. */
-extern int64_t g_lock_wait_ms; /* deduct_env.lock_wait_ms (0: no lock_timeout) */
+extern int64_t g_lock_wait_ms;   /* deduct_env.lock_wait_ms (0: no lock_timeout) */
 extern int g_optimistic_retries; /* deduct_env.optimistic_retries (16) */
+
+/* What every case's deductions run with: the test database's pool, the real guards, the
+ * replica's answers; a case sets the rest (pipeline, lock_wait_ms...) on its copy. */
+deduct_env deduct_test_env(void);
 
 /* The scripted guard: the token of the holder's thread, a loss it never notices; none's
  * leave (nothing to give back). Its still_held is public for modes built on it. */

@@ -281,7 +281,7 @@ static void test_pg_optimistic_retry_keeps_the_key(void **state)
 
     holder *b = holder_start_keyed(1, 'B', 0, goods, m, "same-key");
     assert_true(holder_settle(b, STEP_LIMIT_MS));
-    assert_false(holder_step(b, STEP_SETTLE_MS)); /* B's claim of K waits for A */
+    assert_false(holder_step(b, STEP_SETTLE_MS));   /* B's claim of K waits for A */
     assert_true(lock_waiter_within(STEP_LIMIT_MS)); /* in PostgreSQL's queue, not on its way */
 
     holder *c = holder_start_keyed(2, 'C', 0, goods, m, NULL);
@@ -337,6 +337,6 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_pg_optimistic_retry_keeps_the_key, holders_finish),
     };
 
-    return deduct_test_main("test_interleavings", tests, sizeof(tests) / sizeof(tests[0]),
-                            argc, argv);
+    return deduct_test_main("test_interleavings", tests, sizeof(tests) / sizeof(tests[0]), argc,
+                            argv);
 }

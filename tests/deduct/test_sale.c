@@ -55,12 +55,7 @@ static int64_t g_stage_ns[DEDUCT_STAGES_];
 static int run_sale_in(const mode *m, bool pipeline, bool leave_after_commit, int64_t goods,
                        sale_source source, int segment, lines *l, int64_t token, bool *left)
 {
-    deduct_env env = {.db = g_pool,
-                      .db_wait_ms = 2000,
-                      .guards = g_guards,
-                      .instance = "test",
-                      .pipeline = pipeline,
-                      .optimistic_retries = 16};
+    deduct_env env = deduct_test_env();
     guard_hold hold = {.fenced = true, .fence = token, .fence_source = "test"};
     sale s = {.env = &env,
               .mode = m,
@@ -74,6 +69,8 @@ static int run_sale_in(const mode *m, bool pipeline, bool leave_after_commit, in
               .leave_after_commit = leave_after_commit};
     int rc;
 
+    env.pipeline = pipeline;
+    env.optimistic_retries = 16;
     assert_int_equal(db_pool_acquire(g_pool, 2000, &s.conn), DB_OK);
     rc = sale_run(&s);
     db_pool_release(g_pool, s.conn);

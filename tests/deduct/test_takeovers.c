@@ -210,7 +210,7 @@ typedef struct batch_shot {
 static void *batch_shot_run(void *arg)
 {
     batch_shot *b = arg;
-    deduct_env env = {.db = g_pool, .db_wait_ms = 2000, .guards = g_guards, .instance = "test"};
+    deduct_env env = deduct_test_env();
 
     b->started_ms = now_ms();
     batch_execute(b->q, &env, &batch_slow_mode, b->goods, 1, NULL, NULL, &b->res);
@@ -348,8 +348,9 @@ static void test_fence_counter_behind_after_failover(void **state)
                                .db = g_pool,
                                .db_wait_ms = 2000};
     assert_int_equal(guard_env_create(&gopts, &guards), 0);
-    deduct_env env = {
-        .db = g_pool, .db_wait_ms = 2000, .guards = guards, .instance = "test", .pipeline = true};
+    deduct_env env = deduct_test_env();
+    env.guards = guards;
+    env.pipeline = true;
     reset_goods(goods, 100);
 
     assert_int_equal(deduct_execute(&env, m, goods, 1, NULL, NULL, &res), 0);

@@ -11,5 +11,6 @@
 int guard_etcd__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
                       size_t detail_len)
 {
-    return guards_queue__enter(env->etcd, &guards_queue__etcd, env, goods_id, hold, detail, detail_len);
+    return guards_queue__enter(env->etcd, &guards_queue__etcd, env, goods_id, hold, detail,
+                               detail_len);
 }
