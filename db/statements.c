@@ -105,7 +105,7 @@ static const struct db__statement stmts[DB__STMT_COUNT] = {
     /* The redis-fence-write rung's write: the token checked (and raised) only here, as
      * DB__STOCK_CLAIM checks it, after a plain read. It refuses a holder whose token is
      * older than one already written, but not a newer holder whose read came before an
-     * older holder's write: that is the rung's flaw (docs/course/09-redis.md). */
+     * older holder's write: that is the rung's flaw (docs/course/10-redis-fence-write.md). */
     [DB__STOCK_WRITE_FENCED] = {"stock_write_fenced",
                                 "WITH raised AS ("
                                 " INSERT INTO goods_fences (goods, source, fence)"
