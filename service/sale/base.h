@@ -97,7 +97,8 @@ typedef enum deduct_stage {
                              check in C */
     DEDUCT_STAGE_COMMIT,  /* the write, the orders, the stored answers, the last look at the
                              guard, COMMIT and its flush */
-    DEDUCT_STAGE_RELEASE, /* the guard's leave */
+    DEDUCT_STAGE_RELEASE, /* the guard's leave (tx-inside's, made before COMMIT on purpose,
+                             is counted in COMMIT) */
     DEDUCT_STAGE_REST,    /* the rest: the stored-answer lookup, a pooled connection, the
                              answer built, a retry's pause */
     DEDUCT_STAGES_

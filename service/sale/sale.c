@@ -85,19 +85,6 @@ static void lap(sale *s, deduct_stage stage)
     s->lap_ns = now;
 }
 
-/* The guard given back inside the sale (tx-inside, or once COMMIT is sent): its time is the
- * RELEASE stage's, not that of the stage it interrupts (the next lap starts that much later). */
-static void leave_inside(sale *s)
-{
-    int64_t began = clock_now_ns(), took;
-
-    s->mode->leave(s->env->guards, &s->holds[0]);
-    s->left = true;
-    took = clock_now_ns() - began;
-    s->stage_ns[DEDUCT_STAGE_RELEASE] += took;
-    s->lap_ns += took;
-}
-
 /* ---- the steps ----------------------------------------------------------------------- */
 
 /* BEGIN, the DEDUCT_AT_BEGUN point, and for a PostgreSQL rung the bound on its lock waits.
@@ -281,8 +268,10 @@ static step commit(sale *s, const sale_tally *t)
 
     /* The tx-inside pitfall, on purpose: the guard is given back before the commit, so the
      * next holder reads the stock while this transaction's write is not yet visible. */
-    if (s->mode->leaves_inside_tx)
-        leave_inside(s);
+    if (s->mode->leaves_inside_tx) {
+        s->mode->leave(s->env->guards, &s->holds[0]);
+        s->left = true;
+    }
 
     /* Between the check and the commit: a holder paused here (a GC-like stop of the whole
      * process) commits after its lease ran out, whatever it checked; only a fencing token
@@ -339,7 +328,15 @@ static bool pipelined(const sale *s)
  */
 static void leave_once_sent(void *arg)
 {
-    leave_inside(arg);
+    sale *s = arg;
+    int64_t began = clock_now_ns(), took;
+
+    s->mode->leave(s->env->guards, &s->holds[0]);
+    s->left = true;
+    /* Its time is the RELEASE stage's, not the commit's it interrupts (deduct.h). */
+    took = clock_now_ns() - began;
+    s->stage_ns[DEDUCT_STAGE_RELEASE] += took;
+    s->lap_ns += took;
 }
 
 /* The sale in two round trips (pipelined()): same answers, same order of steps. */

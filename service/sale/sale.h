@@ -88,7 +88,7 @@ typedef struct sale {
     bool leave_after_commit;
     /* set by the sale */
     int64_t stage_ns[DEDUCT_STAGES_]; /* where its time went: CLAIM, COMMIT, and RELEASE
-                                         when the sale left the guard itself (deduct.h) */
+                                         when it left the guard as COMMIT was sent (deduct.h) */
     int64_t lap_ns;                   /* the clock at the last stage boundary */
     bool left; /* the guard of holds[0] was left before the transaction ended: inside it
                   (tx-inside), or once its COMMIT was sent (a sale in two round trips); the
