@@ -285,6 +285,8 @@ const char *db_strerror(int code)
         return "the lock row is held by another owner";
     case DB_ERR_DEADLOCK:
         return "chosen as the victim of a deadlock";
+    case DB_ERR_SERIALIZATION:
+        return "could not serialize beside a concurrent transaction";
     case DB_ERR_COMMIT_UNKNOWN:
         return "COMMIT sent, answer lost: the transaction may have committed";
     case DB_ERR_SCHEMA:
@@ -332,6 +334,28 @@ int db_replication_mode(db_conn *conn, const char **out)
 int db_begin(db_conn *conn)
 {
     return db__run(conn, DB__BEGIN, NULL, NULL);
+}
+
+int db__begin_statement(db_isolation isolation)
+{
+    switch (isolation) {
+    case DB_READ_COMMITTED:
+        return DB__BEGIN;
+    case DB_REPEATABLE_READ:
+        return DB__BEGIN_REPEATABLE_READ;
+    case DB_SERIALIZABLE:
+        return DB__BEGIN_SERIALIZABLE;
+    }
+    return -1;
+}
+
+int db_begin_isolated(db_conn *conn, db_isolation isolation)
+{
+    int id = db__begin_statement(isolation);
+
+    if (id < 0)
+        return DB_ERR_INVALID;
+    return db__run(conn, (enum db__stmt_id)id, NULL, NULL);
 }
 
 int db_commit(db_conn *conn)

@@ -37,6 +37,10 @@ enum {
     DB_ERR_DEADLOCK = -15,       /* PostgreSQL found a cycle of lock waits and chose this
                                     transaction as its victim (SQLSTATE 40P01): the session is
                                     fine, the transaction must be rolled back */
+    DB_ERR_SERIALIZATION = -16,  /* a REPEATABLE READ or SERIALIZABLE transaction could not be
+                                    serialized beside a concurrent one (SQLSTATE 40001): the
+                                    session is fine, the transaction must be rolled back and
+                                    may be run again from its start */
 };
 
 typedef struct db_pool db_pool;
@@ -125,17 +129,36 @@ int db_replication_mode(db_conn *conn, const char **out);
 /*
  * Transactions (READ COMMITTED, PostgreSQL's default), one round trip each.
  * db_commit returns DB_ERR_QUERY when the transaction had already failed (PostgreSQL then
- * rolls it back); DB_ERR_UNAVAILABLE when the connection was unusable before COMMIT could be
+ * rolls it back); DB_ERR_SERIALIZATION when a SERIALIZABLE transaction is refused at its
+ * COMMIT (rolled back); DB_ERR_UNAVAILABLE when the connection was unusable before COMMIT could be
  * sent (nothing committed); DB_ERR_COMMIT_UNKNOWN when COMMIT was sent and its answer did not
  * come (the connection broke, or reply_timeout_ms ran out): the server may have committed.
  * Errors (for every statement below): DB_ERR_QUERY when PostgreSQL refused the statement
- * (a constraint, statement_timeout, a serialization failure or deadlock): the session is
- * fine, the transaction must be rolled back; DB_ERR_UNAVAILABLE when the session itself
+ * (a constraint, statement_timeout): the session is fine, the transaction must be rolled
+ * back (a deadlock and a serialization failure have codes of their own, DB_ERR_DEADLOCK and
+ * DB_ERR_SERIALIZATION, with the same contract); DB_ERR_UNAVAILABLE when the session itself
  * failed: it is marked broken and replaced on its next borrowing.
  */
 int db_begin(db_conn *conn);
 int db_commit(db_conn *conn);
 int db_rollback(db_conn *conn);
+
+/*
+ * The isolation a transaction begins with. Under the two stricter levels PostgreSQL refuses,
+ * rather than waits out, what it cannot fit into one order: an UPDATE of a row that a
+ * transaction committed after this one's snapshot fails with DB_ERR_SERIALIZATION (40001)
+ * at both; SERIALIZABLE also fails a transaction whose reads and writes form a cycle with
+ * concurrent ones (SSI), at any statement or at COMMIT.
+ */
+typedef enum db_isolation {
+    DB_READ_COMMITTED = 0, /* PostgreSQL's default: what db_begin opens */
+    DB_REPEATABLE_READ,
+    DB_SERIALIZABLE,
+} db_isolation;
+
+/* BEGIN ISOLATION LEVEL `isolation`: one round trip, as db_begin (DB_READ_COMMITTED is
+ * db_begin). DB_ERR_INVALID for a value outside the enum (nothing sent). */
+int db_begin_isolated(db_conn *conn, db_isolation isolation);
 
 /*
  * The read-check-write, one statement each.
@@ -264,11 +287,12 @@ int db_stock_take(db_conn *conn, int64_t goods_id, int64_t count, int64_t *stock
  *   keeps no trace of it). Must be called inside a transaction; DB_ERR_INVALID for ms < 1.
  */
 int db_set_lock_timeout(db_conn *conn, int64_t ms);
-/* BEGIN and db_set_lock_timeout(ms) in one round trip (libpq's pipeline mode): the PostgreSQL
- * rungs' first two statements. DB_OK: the transaction is open with the bound set. On any
- * error the transaction may be open (BEGIN may have gone through): the caller rolls back.
- * DB_ERR_INVALID for ms < 1 (nothing sent). */
-int db_begin_lock_timeout(db_conn *conn, int64_t ms);
+/* db_begin_isolated(isolation) and db_set_lock_timeout(ms) in one round trip (libpq's
+ * pipeline mode): the PostgreSQL rungs' first two statements. DB_OK: the transaction is open
+ * with the bound set. On any error the transaction may be open (BEGIN may have gone
+ * through): the caller rolls back. DB_ERR_INVALID for ms < 1 or an isolation outside the enum
+ * (nothing sent). */
+int db_begin_lock_timeout(db_conn *conn, db_isolation isolation, int64_t ms);
 
 /*
  * The pg-optimistic rung: no lock is taken at the read; the write succeeds only if the row

@@ -153,7 +153,7 @@ int db__check(db_conn *c, PGresult *res, ExecStatusType want)
     ExecStatusType st = res ? PQresultStatus(res) : PGRES_FATAL_ERROR;
     const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
     const char *primary = res ? PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY) : NULL;
-    bool lost, lock_timeout, deadlock;
+    bool lost, lock_timeout, deadlock, serialization;
 
     if (res && st == want)
         return DB_OK;
@@ -179,6 +179,9 @@ int db__check(db_conn *c, PGresult *res, ExecStatusType want)
     /* deadlock_detected: this transaction was chosen as the victim of a cycle of waits (two
      * transactions that took the same rows in opposite orders); the other goes on. */
     deadlock = state != NULL && strcmp(state, "40P01") == 0;
+    /* serialization_failure: under REPEATABLE READ or SERIALIZABLE, PostgreSQL refused to let
+     * this transaction go on beside a concurrent one it cannot be ordered with. */
+    serialization = state != NULL && strcmp(state, "40001") == 0;
     PQclear(res);
     if (lost) {
         c->broken = true;
@@ -186,6 +189,8 @@ int db__check(db_conn *c, PGresult *res, ExecStatusType want)
     }
     if (deadlock)
         return DB_ERR_DEADLOCK;
+    if (serialization)
+        return DB_ERR_SERIALIZATION;
     return lock_timeout ? DB_ERR_LOCK_TIMEOUT : DB_ERR_QUERY;
 }
 

@@ -70,6 +70,8 @@ struct db_pool {
 enum db__stmt_id {
     /* transaction control: no parameters, sent as plain queries, never prepared */
     DB__BEGIN,
+    DB__BEGIN_REPEATABLE_READ,
+    DB__BEGIN_SERIALIZABLE,
     DB__COMMIT,
     DB__ROLLBACK,
     /* session */
@@ -186,10 +188,15 @@ const char *db__sql(enum db__stmt_id id);
  * returns DB_OK and leaves res to the caller. Otherwise keeps the error text in c->err and
  * maps it: a failure of the connection itself (libpq lost the server, SQLSTATE class 08,
  * 57P01..57P03: the server is shutting down or starting, or 25006: it refuses writes, so it is
- * no longer the primary) is DB_ERR_UNAVAILABLE and marks the connection broken; every other
- * error is DB_ERR_QUERY, the session stays usable.
+ * no longer the primary) is DB_ERR_UNAVAILABLE and marks the connection broken; 40P01 is
+ * DB_ERR_DEADLOCK, 40001 DB_ERR_SERIALIZATION, 55P03 DB_ERR_LOCK_TIMEOUT; every other error is
+ * DB_ERR_QUERY. Except for the first, the session stays usable.
  */
 int db__check(db_conn *c, PGresult *res, ExecStatusType want);
+
+/* The BEGIN statement (a DB__BEGIN* id) that opens a transaction at `isolation`; -1 for a
+ * value outside the enum. */
+int db__begin_statement(db_isolation isolation);
 
 /* Keeps a printf-style error text in c->err. */
 void db__set_error(db_conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -228,18 +228,20 @@ int db_claim_begin(db_conn *conn, int64_t goods_id, const char *source, int64_t 
     return rc;
 }
 
-int db_begin_lock_timeout(db_conn *conn, int64_t ms)
+int db_begin_lock_timeout(db_conn *conn, db_isolation isolation, int64_t ms)
 {
     char ms_buf[DB__I64_LEN];
     const char *bound[1];
-    const enum db__stmt_id ids[2] = {DB__BEGIN, DB__SET_LOCK_TIMEOUT};
+    int begin = db__begin_statement(isolation);
+    enum db__stmt_id ids[2] = {DB__BEGIN, DB__SET_LOCK_TIMEOUT};
     const char *const *params[2] = {NULL, bound};
     PGresult *res[2];
     pipe_out out;
     int rc;
 
-    if (!conn || ms < 1)
+    if (!conn || ms < 1 || begin < 0)
         return DB_ERR_INVALID; /* 0 would mean "no bound" to PostgreSQL */
+    ids[0] = (enum db__stmt_id)begin;
     bound[0] = db__i64(ms_buf, ms);
     rc = run_pipeline(conn, ids, params, 2, NULL, res, &out);
     if (rc != DB_OK)

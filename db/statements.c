@@ -32,6 +32,10 @@
 
 static const struct db__statement stmts[DB__STMT_COUNT] = {
     [DB__BEGIN] = {"begin", "BEGIN", 0, PGRES_COMMAND_OK, true},
+    [DB__BEGIN_REPEATABLE_READ] = {"begin_repeatable_read", "BEGIN ISOLATION LEVEL REPEATABLE READ",
+                                   0, PGRES_COMMAND_OK, true},
+    [DB__BEGIN_SERIALIZABLE] = {"begin_serializable", "BEGIN ISOLATION LEVEL SERIALIZABLE", 0,
+                                PGRES_COMMAND_OK, true},
     [DB__COMMIT] = {"commit", "COMMIT", 0, PGRES_COMMAND_OK, true},
     [DB__ROLLBACK] = {"rollback", "ROLLBACK", 0, PGRES_COMMAND_OK, true},
 

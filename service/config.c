@@ -142,7 +142,8 @@ static const setting settings[] = {
            "the lab: how long POST /api/lab/step waits for the stepped request to hold again or "
            "answer before it answers \"running\""),
     NUMBER("OPTIMISTIC_RETRIES", KIND_INT, optimistic_retries, "16", 0, 1000,
-           "pg-optimistic: times a transaction that lost its race is run again before 503 conflict"),
+           "pg-optimistic, pg-serializable: times a transaction that lost its race is run again "
+           "before 503 conflict"),
     NUMBER("LOCKROW_TTL_MS", KIND_INT64, lockrow_ttl_ms, "30000", 100, 600000,
            "pg-lockrow-ttl: how long a lock row lives; a taker may delete one older than this"),
     {"ADMIN_TOKEN", KIND_STRING, FIELD(admin_token), "", 0, 255,

@@ -40,7 +40,7 @@ typedef struct service_config {
     char faults[4];              /* FAULTS: "on" lets requests inject faults (X-Fault) */
     int64_t lab_hold_ms;         /* LAB_HOLD_MS: a lab request's hold budget */
     int64_t lab_step_wait_ms;    /* LAB_STEP_WAIT_MS: bound on a step's wait */
-    int optimistic_retries;      /* OPTIMISTIC_RETRIES: pg-optimistic's runs after a lost race */
+    int optimistic_retries;      /* OPTIMISTIC_RETRIES: pg-optimistic's, pg-serializable's reruns */
     int64_t lockrow_ttl_ms;      /* LOCKROW_TTL_MS: pg-lockrow-ttl's row lease */
     char admin_token[256];       /* ADMIN_TOKEN: "" = admin endpoint open */
     int64_t business_delay_ms;   /* BUSINESS_DELAY_MS: sleep between the read and the write */

@@ -525,7 +525,8 @@ char *metrics_render(metrics *m, const metrics_external *ext)
                   atomic_load_explicit(&m->lock_timeouts, memory_order_relaxed));
     write_counter(&b, "stock_optimistic_retries_total",
                   "Transactions run again because an optimistic write lost its race "
-                  "(pg-optimistic); divide by its deducted outcomes for retries per sale.",
+                  "(pg-optimistic) or PostgreSQL refused it with 40001 (pg-serializable); "
+                  "divide by their deducted outcomes for retries per sale.",
                   atomic_load_explicit(&m->optimistic_retries, memory_order_relaxed));
     render_external(ext != NULL ? ext : &none, &b);
 

@@ -113,19 +113,22 @@ static void test_every_row_answers_without_its_server(void **state)
 
 static void test_pg_rungs_are_safe_shapes_without_a_guard(void **state)
 {
-    const char *names[] = {"pg-for-update", "pg-atomic", "pg-advisory"};
+    const char *names[] = {"pg-for-update", "pg-atomic", "pg-advisory", "pg-serializable"};
     size_t n = 0;
     const mode *all = modes_all(&n);
 
     (void)state;
     assert_true(n >= 6);
-    for (size_t i = 0; i < 3; i++) {
+    for (size_t i = 0; i < 4; i++) {
         const mode *m = modes_find(names[i]);
         assert_non_null(m);
         assert_true(m->safe);
         assert_non_null(m->tx);
         assert_non_null(m->tx->read);
         assert_non_null(m->tx->write);
+        /* only pg-serializable asks for more than READ COMMITTED: PostgreSQL's refusal (40001)
+         * is what keeps its plain read-check-write apart */
+        assert_int_equal(m->tx->isolation, i == 3 ? DB_SERIALIZABLE : DB_READ_COMMITTED);
         /* no guard: the database closes the race (none's enter, leave and still_held) */
         assert_ptr_equal(m->enter, modes_find("none")->enter);
         assert_ptr_equal(m->leave, modes_find("none")->leave);

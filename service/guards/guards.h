@@ -196,11 +196,12 @@ void guard_queue_lock__leave(guard_env *env, guard_hold *hold);
 #undef GUARD_DECL
 
 /* The PostgreSQL modes: no guard (none's), a transaction shape each. */
-extern const mode_tx pg_for_update__tx;  /* pg_for_update.c */
-extern const mode_tx pg_atomic__tx;      /* pg_atomic.c */
-extern const mode_tx pg_advisory__tx;    /* pg_advisory.c */
-extern const mode_tx pg_optimistic__tx;  /* pg_optimistic.c */
-extern const mode_tx pg_multi_naive__tx; /* pg_multi_naive.c: pg-for-update's read and write */
+extern const mode_tx pg_for_update__tx;   /* pg_for_update.c */
+extern const mode_tx pg_atomic__tx;       /* pg_atomic.c */
+extern const mode_tx pg_advisory__tx;     /* pg_advisory.c */
+extern const mode_tx pg_optimistic__tx;   /* pg_optimistic.c */
+extern const mode_tx pg_serializable__tx; /* pg_serializable.c */
+extern const mode_tx pg_multi_naive__tx;  /* pg_multi_naive.c: pg-for-update's read and write */
 /* pg_for_update.c's read (SELECT ... FOR UPDATE) and write (the stock computed in C). */
 int pg_for_update__read(db_conn *conn, int64_t goods_id, int64_t count, tx_seen *seen);
 int pg_for_update__write(db_conn *conn, int64_t goods_id, int64_t count, const tx_seen *seen);

@@ -40,6 +40,8 @@
  *
  *   pg-for-update     modes/pg_for_update.c     SELECT ... FOR UPDATE: the row's lock.
  *   pg-optimistic     modes/pg_optimistic.c     a version column: write if unchanged, or retry.
+ *   pg-serializable   modes/pg_serializable.c   the plain read-check-write, SERIALIZABLE: 40001
+ *                                               and a retry.
  *   pg-atomic         modes/pg_atomic.c         one conditional UPDATE: check and write at once.
  *   pg-multi-naive    modes/pg_multi_naive.c    a cart's rows locked in the cart's order: 40P01.
  *   pg-advisory       modes/pg_advisory.c       pg_advisory_xact_lock on the goods id.
@@ -193,6 +195,12 @@ static const mode mode_table[] = {
                 "unchanged, and run the transaction again after a lost race (up to "
                 "OPTIMISTIC_RETRIES, then 503 conflict): right with any number of replicas",
      NO_GUARD, .still_held = guards__always_held, .tx = &pg_optimistic__tx},
+    {.name = "pg-serializable", .safe = true,
+     .summary = "no lock: the plain read-check-write in a SERIALIZABLE transaction; PostgreSQL "
+                "refuses the one of two concurrent sales it cannot order (SQLSTATE 40001), which "
+                "runs again (up to OPTIMISTIC_RETRIES, then 503 conflict): right with any "
+                "number of replicas",
+     NO_GUARD, .still_held = guards__always_held, .tx = &pg_serializable__tx},
     {.name = "pg-atomic", .safe = true,
      .summary = "no guard and no read: one conditional UPDATE ... WHERE stock >= n checks and "
                 "writes at once: right with any number of replicas",

@@ -143,13 +143,19 @@ typedef struct mode_tx {
     int (*read)(db_conn *conn, int64_t goods_id, int64_t count, tx_seen *seen);
     /* Writes the stock after selling `count` of what `seen` holds. DB_ERR_RETRY when the
      * shape found that it lost a race (the optimistic one): nothing was written, and the
-     * deduction rolls back and runs the whole transaction again (deduct.h says how often). */
+     * deduction rolls back and runs the whole transaction again (deduct.h says how often);
+     * DB_ERR_SERIALIZATION, PostgreSQL's refusal, is run again the same way. */
     int (*write)(db_conn *conn, int64_t goods_id, int64_t count, const tx_seen *seen);
     /* A cart's check and write of every item at once (pg-atomic: one statement), with
      * db_stock_take_cart's contract; NULL: a cart reads and writes item by item with read
      * and write above, in the cart's lock order. */
     int (*take_cart)(db_conn *conn, const int64_t *goods_ids, const int64_t *counts, size_t n,
                      int64_t *left, size_t *failed);
+    /* The isolation the transaction begins with (DB_READ_COMMITTED unless said). Under a
+     * stricter one PostgreSQL may refuse any statement or the COMMIT with
+     * DB_ERR_SERIALIZATION: the deduction then rolls back and runs the whole transaction
+     * again, as after DB_ERR_RETRY. */
+    db_isolation isolation;
 } mode_tx;
 
 /* Whether, and how, a mode sells a cart (POST /api/order, service/sale/order.h). */

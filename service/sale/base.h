@@ -41,8 +41,9 @@ typedef struct deduct_env {
      * lock_timeout), and a wait that runs out answers 503 lock_timeout, as a guard's does.
      * 0: no bound of ours (PostgreSQL's default; statement_timeout still ends the wait). */
     int64_t lock_wait_ms;
-    /* How many times a transaction whose write lost an optimistic race (DB_ERR_RETRY) is run
-     * again, after a short random pause, before the answer is 503 conflict. 0: never. */
+    /* How many times a transaction whose write lost an optimistic race (DB_ERR_RETRY), or
+     * that PostgreSQL could not serialize (DB_ERR_SERIALIZATION), is run again, after a short
+     * random pause, before the answer is 503 conflict. 0: never. */
     int optimistic_retries;
     struct batch_queue *batch; /* the queues of the batched modes (service/sale/batch.h); NULL:
                                   a batched mode runs the single path below */
@@ -105,7 +106,7 @@ typedef enum deduct_stage {
 } deduct_stage;
 
 typedef struct deduct_result {
-    int retries;            /* transactions run again after a lost optimistic race */
+    int retries;            /* transactions run again after a lost optimistic race or a 40001 */
     int status;             /* HTTP status: 200, 404, 409 or 503 */
     char *body;             /* JSON body, malloc'd: the caller frees it */
     const char *outcome;    /* metrics outcome: "deducted", "insufficient_stock", ... */

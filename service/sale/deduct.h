@@ -36,7 +36,8 @@ const char *deduct_stage_name(deduct_stage stage);
 
 /*
  * A transaction shape may ask for its transaction to be run again (mode_tx.write returning
- * DB_ERR_RETRY: pg-optimistic lost its race). The transaction is then rolled back, the
+ * DB_ERR_RETRY: pg-optimistic lost its race; PostgreSQL refusing pg-serializable's with
+ * DB_ERR_SERIALIZATION). The transaction is then rolled back, the
  * idempotency claim with it, and run again from BEGIN, claim included: a twin request that
  * committed in the meantime is found there and its answer replayed, so a retry never sells
  * twice. The hook sees "begun" and "read" once per run of the transaction.

@@ -30,14 +30,20 @@
 typedef enum step {
     STEP_ANSWERED, /* every line answered; the transaction committed or rolled back */
     STEP_SHORT,    /* sale.h's SALE_SHORT: rolled back, no answer set */
-    STEP_RETRY,    /* lost an optimistic race: rolled back, no answer set (sale_run) */
+    STEP_RETRY,    /* lost an optimistic race, or refused 40001: rolled back, no answer set */
     STEP_FOLD,     /* the goods row is short but segments hold stock: rolled back, no answer */
     STEP_COMMIT,   /* read_check_write: every answer set, the transaction to be committed */
 } step;
 
-/* Inside the transaction: a statement failed; answers it, then rolls back. */
+/* Inside the transaction: a statement failed; answers it, then rolls back. A transaction
+ * PostgreSQL could not serialize beside a concurrent one (a stricter isolation's 40001) is
+ * not answered: it rolls back and runs again (sale_run), as after a lost optimistic race. */
 static step failed(sale *s, const char *what, int rc)
 {
+    if (rc == DB_ERR_SERIALIZATION) {
+        db_rollback(s->conn);
+        return STEP_RETRY;
+    }
     sale_fail_db(s, what, rc);
     db_rollback(s->conn);
     return STEP_ANSWERED;
@@ -91,18 +97,19 @@ static void lap(sale *s, deduct_stage stage)
  * true when open; false with every line answered (the transaction rolled back). */
 static bool begin(sale *s)
 {
+    const db_isolation isolation = s->mode->tx != NULL ? s->mode->tx->isolation : DB_READ_COMMITTED;
     char why[256] = "";
     int rc;
 
     /* A PostgreSQL rung's first two statements are fixed: with nobody to stop between them
      * (no hook), they travel together, one round trip. */
     if (s->env->pipeline && s->mode->tx != NULL && s->env->lock_wait_ms > 0 && s->hook == NULL) {
-        rc = db_begin_lock_timeout(s->conn, s->env->lock_wait_ms);
+        rc = db_begin_lock_timeout(s->conn, isolation, s->env->lock_wait_ms);
         if (rc != DB_OK)
             failed(s, "begin and set lock_timeout", rc);
         return rc == DB_OK;
     }
-    rc = db_begin(s->conn);
+    rc = db_begin_isolated(s->conn, isolation);
     if (rc != DB_OK) {
         sale_fail_db(s, "begin", rc);
         return false;
@@ -125,15 +132,15 @@ static bool begin(sale *s)
     return true;
 }
 
-/* The keys' claims (sale__claim_keys). true to go on; false with every line answered (the
- * transaction rolled back). */
-static bool claim_keys(sale *s)
+/* The keys' claims (sale__claim_keys). true to go on; false with the transaction rolled back
+ * and *next saying why (every line answered, or STEP_RETRY: see failed). */
+static bool claim_keys(sale *s, step *next)
 {
     const char *what = "";
     int rc = sale__claim_keys(s, &what);
 
     if (rc != DB_OK)
-        failed(s, what, rc);
+        *next = failed(s, what, rc);
     return rc == DB_OK;
 }
 
@@ -283,6 +290,8 @@ static step commit(sale *s, const sale_tally *t)
         return give_up(s, "lock_timeout", s->commit_refused);
 
     rc = db_commit(s->conn);
+    if (rc == DB_ERR_SERIALIZATION)
+        return STEP_RETRY; /* refused at COMMIT, rolled back: run again (sale_run) */
     if (rc != DB_OK) {
         sale_fail_db(s, "commit", rc);
         return STEP_ANSWERED;
@@ -421,8 +430,10 @@ static step run_once(sale *s, bool *folded)
             sale_fail(s, "unavailable", "out of memory");
             next = STEP_ANSWERED;
         }
-    } else if (!begin(s) || !claim_keys(s)) {
+    } else if (!begin(s)) {
         next = STEP_ANSWERED;
+    } else if (!claim_keys(s, &next)) {
+        /* next says it */
     } else if (!sale__tally_init(&t, s)) { /* after the keys: a replayed line is not pending */
         next = give_up(s, "unavailable", "out of memory");
     } else if (t.pending == 0) {
@@ -478,10 +489,13 @@ int sale_run(sale *s)
         if (next != STEP_RETRY)
             break;
         if (attempt >= s->env->optimistic_retries) {
+            const bool refused = s->mode->tx != NULL && s->mode->tx->isolation != DB_READ_COMMITTED;
             char detail[200];
             snprintf(detail, sizeof(detail),
-                     "gave up after %d attempts: each time another sale of goods %lld committed "
-                     "between the read and the write",
+                     refused ? "gave up after %d attempts: each time PostgreSQL could not "
+                               "serialize it beside another sale of goods %lld (SQLSTATE 40001)"
+                             : "gave up after %d attempts: each time another sale of goods %lld "
+                               "committed between the read and the write",
                      attempt + 1, (long long)s->goods_id);
             sale_fail(s, "conflict", detail);
             break;

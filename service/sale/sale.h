@@ -103,10 +103,11 @@ enum {
 
 /*
  * Runs the sale on s->conn with the guards held (transaction included: the sale begins and
- * commits it). A transaction that lost an optimistic race (mode_tx.write: DB_ERR_RETRY) is
- * rolled back and run again, from BEGIN and the key's claim, up to env->optimistic_retries
- * times after a short random pause (then 503 conflict); one whose goods row falls short
- * while segments hold stock is run once more after sale_fold. Every failure after BEGIN
+ * commits it). A transaction that lost an optimistic race (mode_tx.write: DB_ERR_RETRY), or
+ * that PostgreSQL refused under a stricter isolation (DB_ERR_SERIALIZATION, at any statement
+ * or the COMMIT), is rolled back and run again, from BEGIN and the key's claim, up to
+ * env->optimistic_retries times after a short random pause (then 503 conflict); one whose goods row
+ * falls short while segments hold stock is run once more after sale_fold. Every failure after BEGIN
  * rolls back, so a line that does not answer 200 sold nothing; when the transaction fails,
  * every line not replayed gets the same 503. Each line's out->retries counts its reruns.
  * Returns SALE_DONE, SALE_SHORT, or -1 when an answer could not be built (out of memory:

@@ -2,7 +2,8 @@
  * test_statements.c - the statements of the read-check-write against a real PostgreSQL: read,
  * write and the order inserted (one and many), the cart's statements, the PostgreSQL rungs'
  * (FOR UPDATE, atomic, advisory, versioned, the lock row), lock waits ended by lock_timeout,
- * and a failed transaction that commits nothing.
+ * the lost update at each isolation (40001 at the two stricter), and a failed transaction that
+ * commits nothing.
  *
  * The environment and the fixtures: tests/db/db_support.h.
  */
@@ -439,8 +440,8 @@ static void test_lock_waits_end_at_lock_timeout(void **state)
     expect_lock_timeout(f, c, "the conditional UPDATE", db_stock_take(c, 1, 1, &s), start);
 
     /* BEGIN and the bound in one round trip: the same bound holds */
-    assert_int_equal(db_begin_lock_timeout(c, 0), DB_ERR_INVALID);
-    assert_int_equal(db_begin_lock_timeout(c, 200), DB_OK);
+    assert_int_equal(db_begin_lock_timeout(c, DB_READ_COMMITTED, 0), DB_ERR_INVALID);
+    assert_int_equal(db_begin_lock_timeout(c, DB_READ_COMMITTED, 200), DB_OK);
     start = now_ms();
     expect_lock_timeout(f, c, "the conditional UPDATE (pipelined BEGIN)",
                         db_stock_take(c, 1, 1, &s), start);
@@ -458,6 +459,58 @@ static void test_lock_waits_end_at_lock_timeout(void **state)
     assert_int_equal(s, 10);
     assert_int_equal(db_rollback(c), DB_OK);
     db_pool_release(f->pool, c);
+}
+
+/*
+ * Two sales of one row that both read before either writes (the lost update), at each
+ * isolation. READ COMMITTED lets the second UPDATE write the value it computed from its stale
+ * read: two sales, one unit taken. REPEATABLE READ and SERIALIZABLE refuse that UPDATE with
+ * 40001 (DB_ERR_SERIALIZATION), the session usable; run again, the second sale reads what the
+ * first committed. (B opens its SERIALIZABLE transaction with db_begin_lock_timeout: the
+ * pipelined BEGIN sets the level too.)
+ */
+static void test_isolation_and_the_lost_update(void **state)
+{
+    static const db_isolation levels[] = {DB_READ_COMMITTED, DB_REPEATABLE_READ, DB_SERIALIZABLE};
+    fixture *f = *state;
+    db_conn *a = acquire(f->pool), *b = acquire(f->pool);
+
+    for (size_t i = 0; i < sizeof(levels) / sizeof(levels[0]); i++) {
+        int64_t sa = 0, sb = 0;
+        int rc;
+
+        reset_ok(a, 1, 10);
+        assert_int_equal(db_begin_isolated(a, levels[i]), DB_OK);
+        assert_int_equal(levels[i] == DB_SERIALIZABLE ? db_begin_lock_timeout(b, levels[i], 1000)
+                                                      : db_begin_isolated(b, levels[i]),
+                         DB_OK);
+        assert_int_equal(db_stock_read(a, 1, &sa), DB_OK);
+        assert_int_equal(db_stock_read(b, 1, &sb), DB_OK);
+        assert_int_equal(sa, 10);
+        assert_int_equal(sb, 10);
+        assert_int_equal(db_stock_write(a, 1, sa - 1), DB_OK);
+        assert_int_equal(db_commit(a), DB_OK);
+        rc = db_stock_write(b, 1, sb - 1);
+        if (levels[i] == DB_READ_COMMITTED) {
+            assert_int_equal(rc, DB_OK);
+            assert_int_equal(db_commit(b), DB_OK);
+            assert_int_equal(stock_of(a, 1), 9); /* the lost update */
+            continue;
+        }
+        assert_int_equal(rc, DB_ERR_SERIALIZATION);
+        assert_non_null(strstr(db_conn_error(b), "40001"));
+        assert_int_equal(db_rollback(b), DB_OK);
+        assert_int_equal(db_begin_isolated(b, levels[i]), DB_OK);
+        assert_int_equal(db_stock_read(b, 1, &sb), DB_OK);
+        assert_int_equal(sb, 9);
+        assert_int_equal(db_stock_write(b, 1, sb - 1), DB_OK);
+        assert_int_equal(db_commit(b), DB_OK);
+        assert_int_equal(stock_of(a, 1), 8);
+    }
+    assert_int_equal(db_begin_isolated(a, (db_isolation)7), DB_ERR_INVALID);
+    assert_int_equal(db_begin_lock_timeout(a, (db_isolation)7, 1000), DB_ERR_INVALID);
+    db_pool_release(f->pool, a);
+    db_pool_release(f->pool, b);
 }
 
 static void test_a_failed_transaction_does_not_commit(void **state)
@@ -491,6 +544,8 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_versioned_read_and_write, setup_migrated, teardown),
         cmocka_unit_test_setup_teardown(test_lockrow_take_and_release, setup_migrated, teardown),
         cmocka_unit_test_setup_teardown(test_lock_waits_end_at_lock_timeout, setup_migrated,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_isolation_and_the_lost_update, setup_migrated,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_a_failed_transaction_does_not_commit, setup_migrated,
                                         teardown),

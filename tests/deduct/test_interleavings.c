@@ -1,8 +1,8 @@
 /*
  * test_interleavings.c - two lock holders of one goods, in every order of their steps: the
  * older holder's R W C with the newer holder's R W C (20 interleavings), for the fenced
- * scripted guard and for the PostgreSQL rungs; the five steps named; pg-optimistic's retries
- * (out of retries, the Idempotency-Key kept across a retry).
+ * scripted guard and for the PostgreSQL rungs; the five steps named; pg-optimistic's and
+ * pg-serializable's retries (out of retries; the Idempotency-Key kept across a retry).
  *
  * The holders, the scripted guard, the database: tests/deduct/deduct_support.h.
  */
@@ -201,18 +201,18 @@ static void test_pg_rungs_every_interleaving(void **state)
 }
 
 /*
- * pg-optimistic in every interleaving: both sell, from two different stocks. Its read takes
- * no lock, so in the five steps' order the second read does not wait: the second write finds
- * the version moved on, and that holder's transaction runs again (a retry), reads what the
- * first committed, and sells from it.
+ * A rung whose read takes no lock and whose lost race is run again (pg-optimistic: the version
+ * moved on; pg-serializable: PostgreSQL's 40001), in every interleaving: both sell, from two
+ * different stocks. In the five steps' order the second read does not wait: the second write
+ * is refused, and that holder's transaction runs again (a retry), reads what the first
+ * committed, and sells from it. Goods goods..goods+19 and goods+90.
  */
-static void test_pg_optimistic_every_interleaving(void **state)
+static void retrying_every_interleaving(const char *name, int64_t goods)
 {
-    const mode *m = modes_find("pg-optimistic");
+    const mode *m = modes_find(name);
     char trace[512];
     int n = 0;
 
-    (void)state;
     assert_non_null(m);
     for (int mask = 0; mask < (1 << (2 * STEPS)); mask++) {
         char plan[2 * STEPS + 1];
@@ -225,34 +225,56 @@ static void test_pg_optimistic_every_interleaving(void **state)
         plan[2 * STEPS] = '\0';
         if (olders != STEPS)
             continue;
-        if (run_interleaving(plan, 5000 + n, m, trace, sizeof(trace)) != 2)
-            fail_msg("pg-optimistic %s: not both sold: %s", plan, trace);
+        if (run_interleaving(plan, goods + n, m, trace, sizeof(trace)) != 2)
+            fail_msg("%s %s: not both sold: %s", name, plan, trace);
         n++;
     }
     assert_int_equal(n, 20);
-    run_interleaving("ONOONN", 5090, m, trace, sizeof(trace));
+    run_interleaving("ONOONN", goods + 90, m, trace, sizeof(trace));
     if (strstr(trace, "N.R(waits)") != NULL ||
         strstr(trace, "N(11): 200 deducted after 1 retry") == NULL)
-        fail_msg("pg-optimistic ONOONN: want the second read not to wait and the second holder "
-                 "to sell after exactly one retry: %s",
-                 trace);
+        fail_msg("%s ONOONN: want the second read not to wait and the second holder to sell "
+                 "after exactly one retry: %s",
+                 name, trace);
+}
+
+static void test_pg_optimistic_every_interleaving(void **state)
+{
+    (void)state;
+    retrying_every_interleaving("pg-optimistic", 5000);
+}
+
+static void test_pg_serializable_every_interleaving(void **state)
+{
+    (void)state;
+    retrying_every_interleaving("pg-serializable", 3300);
 }
 
 /* With no retries allowed, the holder that lost the race answers 503 conflict and sells
- * nothing: the books still balance. */
-static void test_pg_optimistic_out_of_retries(void **state)
+ * nothing: the books still balance. Goods `goods`. */
+static void retrying_out_of_retries(const char *name, int64_t goods)
 {
-    const mode *m = modes_find("pg-optimistic");
+    const mode *m = modes_find(name);
     char trace[512];
 
-    (void)state;
     g_optimistic_retries = 0;
-    int sold = run_interleaving("ONOONN", 5095, m, trace, sizeof(trace));
+    int sold = run_interleaving("ONOONN", goods, m, trace, sizeof(trace));
     g_optimistic_retries = 16;
     if (sold != 1 || strstr(trace, "N(11): 503 conflict") == NULL)
-        fail_msg("pg-optimistic ONOONN without retries: want the second holder to answer 503 "
-                 "conflict: %s",
-                 trace);
+        fail_msg("%s ONOONN without retries: want the second holder to answer 503 conflict: %s",
+                 name, trace);
+}
+
+static void test_pg_optimistic_out_of_retries(void **state)
+{
+    (void)state;
+    retrying_out_of_retries("pg-optimistic", 5095);
+}
+
+static void test_pg_serializable_out_of_retries(void **state)
+{
+    (void)state;
+    retrying_out_of_retries("pg-serializable", 3395);
 }
 
 /*
@@ -335,6 +357,8 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_pg_optimistic_every_interleaving, holders_finish),
         cmocka_unit_test_teardown(test_pg_optimistic_out_of_retries, holders_finish),
         cmocka_unit_test_teardown(test_pg_optimistic_retry_keeps_the_key, holders_finish),
+        cmocka_unit_test_teardown(test_pg_serializable_every_interleaving, holders_finish),
+        cmocka_unit_test_teardown(test_pg_serializable_out_of_retries, holders_finish),
     };
 
     return deduct_test_main("test_interleavings", tests, sizeof(tests) / sizeof(tests[0]), argc,

@@ -318,13 +318,15 @@ static void test_admin_reset(void **state)
     }
 }
 
-/* GET /api/modes: the default and at least none/local/redis, with their safe flags. */
+/* GET /api/modes: the default and at least none/local/redis and the PostgreSQL rungs, with their
+ * safe flags. */
 static void test_modes_endpoint(void **state)
 {
     (void)state;
     begin_case("modes_endpoint");
-    const char *want[] = {"none", "local", "redis", "pg-for-update", "pg-atomic", "pg-advisory"};
-    const bool want_safe[] = {false, false, true, true, true, true};
+    const char *want[] = {"none",      "local",       "redis",          "pg-for-update",
+                          "pg-atomic", "pg-advisory", "pg-serializable"};
+    const bool want_safe[] = {false, false, true, true, true, true, true};
     enum { N_WANT = sizeof(want) / sizeof(want[0]) };
 
     json_t *j = expect_json(get(g_env.stock_url, "/api/modes"), 200, "GET /api/modes");

@@ -22,4 +22,7 @@ static int write_computed(db_conn *conn, int64_t goods_id, int64_t count, const 
     return db_stock_write(conn, goods_id, seen->stock - count);
 }
 
-const mode_tx pg_advisory__tx = {lock_then_read, write_computed, NULL};
+const mode_tx pg_advisory__tx = {
+    .read = lock_then_read,
+    .write = write_computed,
+};

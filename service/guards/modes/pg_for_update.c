@@ -20,4 +20,7 @@ int pg_for_update__write(db_conn *conn, int64_t goods_id, int64_t count, const t
     return db_stock_write(conn, goods_id, seen->stock - count);
 }
 
-const mode_tx pg_for_update__tx = {pg_for_update__read, pg_for_update__write, NULL};
+const mode_tx pg_for_update__tx = {
+    .read = pg_for_update__read,
+    .write = pg_for_update__write,
+};

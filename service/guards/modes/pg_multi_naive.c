@@ -10,4 +10,7 @@
  */
 #include "service/guards/guards.h"
 
-const mode_tx pg_multi_naive__tx = {pg_for_update__read, pg_for_update__write, NULL};
+const mode_tx pg_multi_naive__tx = {
+    .read = pg_for_update__read,
+    .write = pg_for_update__write,
+};
