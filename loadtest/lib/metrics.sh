@@ -76,6 +76,24 @@ metrics_batch_summary() {
                if (n <= 0) print "-"; else printf "%d batches, %.1f requests each on average", n, r / n }'
 }
 
+# metrics_retries URL...: stock_optimistic_retries_total summed over the replicas given (the
+# transactions pg-optimistic and pg-serializable ran again after a lost race).
+metrics_retries() {
+    local url
+    for url in "$@"; do
+        metrics__get "$url"
+    done | awk '$1 == "stock_optimistic_retries_total" { s += $2 } END { printf "%d\n", s }'
+}
+
+# metrics_retry_summary BEFORE AFTER SOLD: "N transactions run again, R per sale" between two
+# metrics_retries readings, over SOLD sales ("-" when none ran again).
+metrics_retry_summary() {
+    awk -v b="$1" -v a="$2" -v s="$3" 'BEGIN {
+        n = a - b
+        if (n <= 0) print "-"
+        else printf "%d transactions run again, %.2f per sale", n, (s > 0 ? n / s : 0) }'
+}
+
 # metrics_context_switches URL...: the context switches of the replicas given so far, both
 # kinds of stock_process_context_switches_total summed over them (the whole process's, ended
 # threads too); nothing when one of them does not answer (a sum without it is no figure).
