@@ -4,7 +4,7 @@
  * time-outs without the stripe ever being lost. Threads of one process, no server; run
  * under ThreadSanitizer too (tests/tsan.sh).
  *
- * White-box: it includes service/guards/guards.h for guard_local__waiting (to know a thread has
+ * White-box: it includes service/guards/guards.h for guard_local_waiting (to know a thread has
  * joined the line before the next one starts, rather than sleeping and hoping) and for the
  * layout of guard_env, to give one thread a shorter wait bound than the others on the same
  * stripes (a copy of the environment that shares its stripes).
@@ -84,7 +84,7 @@ static void *take_turn(void *arg)
     guard_hold hold;
     char detail[64];
 
-    w->rc = guard_local__enter(w->env, GOODS, &hold, detail, sizeof(detail));
+    w->rc = guard_local_enter(w->env, GOODS, &hold, detail, sizeof(detail));
     w->seconds = hold.wait_seconds;
     if (w->rc == GUARD_OK) {
         turns_record(w->turns, w->id);
@@ -92,7 +92,7 @@ static void *take_turn(void *arg)
             pthread_mutex_lock(w->gate);
             pthread_mutex_unlock(w->gate);
         }
-        guard_local__leave(w->env, &hold);
+        guard_local_leave(w->env, &hold);
     }
     return NULL;
 }
@@ -102,10 +102,10 @@ static void await_line(guard_env *env, int64_t n)
 {
     double give_up = now_s() + 10.0;
 
-    while (guard_local__waiting(env, GOODS) != n) {
+    while (guard_local_waiting(env, GOODS) != n) {
         if (now_s() > give_up)
             fail_msg("the line stayed at %lld waiters, want %lld",
-                     (long long)guard_local__waiting(env, GOODS), (long long)n);
+                     (long long)guard_local_waiting(env, GOODS), (long long)n);
         sched_yield();
     }
 }
@@ -126,16 +126,16 @@ static void test_serves_the_line_in_arrival_order(void **state)
     guard_hold hold;
     char detail[64];
 
-    assert_int_equal(guard_local__enter(env, GOODS, &hold, detail, sizeof(detail)), GUARD_OK);
+    assert_int_equal(guard_local_enter(env, GOODS, &hold, detail, sizeof(detail)), GUARD_OK);
     for (int i = 0; i < LINE; i++) {
         w[i] = (struct waiter){.env = env, .turns = &turns, .id = i};
         pthread_create(&thread[i], NULL, take_turn, &w[i]);
         await_line(env, i + 1);
     }
-    guard_local__leave(env, &hold);
-    assert_int_equal(guard_local__enter(env, GOODS, &hold, detail, sizeof(detail)), GUARD_OK);
+    guard_local_leave(env, &hold);
+    assert_int_equal(guard_local_enter(env, GOODS, &hold, detail, sizeof(detail)), GUARD_OK);
     turns_record(&turns, LINE); /* the holder that came back */
-    guard_local__leave(env, &hold);
+    guard_local_leave(env, &hold);
     for (int i = 0; i < LINE; i++) {
         pthread_join(thread[i], NULL);
         assert_int_equal(w[i].rc, GUARD_OK);
@@ -166,13 +166,13 @@ static void test_try_once_does_not_barge_past_the_line(void **state)
 
     at_once.wait_ms = 0;
     pthread_mutex_lock(&gate);
-    assert_int_equal(guard_local__enter(env, GOODS, &hold, detail, sizeof(detail)), GUARD_OK);
+    assert_int_equal(guard_local_enter(env, GOODS, &hold, detail, sizeof(detail)), GUARD_OK);
     pthread_create(&thread, NULL, take_turn, &w);
     await_line(env, 1);
-    guard_local__leave(env, &hold);
-    int rc = guard_local__enter(&at_once, GOODS, &barger, detail, sizeof(detail));
+    guard_local_leave(env, &hold);
+    int rc = guard_local_enter(&at_once, GOODS, &barger, detail, sizeof(detail));
     if (rc == GUARD_OK)
-        guard_local__leave(&at_once, &barger);
+        guard_local_leave(&at_once, &barger);
     pthread_mutex_unlock(&gate);
     pthread_join(thread, NULL);
     assert_int_equal(rc, GUARD_ERR_TIMEOUT);
@@ -196,7 +196,7 @@ static void test_a_waiter_timing_out_mid_line_leaves_it(void **state)
     char detail[64];
 
     shorter.wait_ms = 50;
-    assert_int_equal(guard_local__enter(env, GOODS, &hold, detail, sizeof(detail)), GUARD_OK);
+    assert_int_equal(guard_local_enter(env, GOODS, &hold, detail, sizeof(detail)), GUARD_OK);
     for (int i = 0; i < 3; i++) {
         w[i] = (struct waiter){.env = i == 1 ? &shorter : env, .turns = &turns, .id = i};
         pthread_create(&thread[i], NULL, take_turn, &w[i]);
@@ -205,8 +205,8 @@ static void test_a_waiter_timing_out_mid_line_leaves_it(void **state)
     pthread_join(thread[1], NULL);
     assert_int_equal(w[1].rc, GUARD_ERR_TIMEOUT);
     assert_true(w[1].seconds >= 0.049);
-    assert_int_equal(guard_local__waiting(env, GOODS), 2);
-    guard_local__leave(env, &hold);
+    assert_int_equal(guard_local_waiting(env, GOODS), 2);
+    guard_local_leave(env, &hold);
     pthread_join(thread[0], NULL);
     pthread_join(thread[2], NULL);
     assert_int_equal(w[0].rc, GUARD_OK);
@@ -214,9 +214,9 @@ static void test_a_waiter_timing_out_mid_line_leaves_it(void **state)
     assert_int_equal(turns.n, 2);
     assert_int_equal(turns.order[0], 0);
     assert_int_equal(turns.order[1], 2);
-    assert_int_equal(guard_local__waiting(env, GOODS), 0);
-    assert_int_equal(guard_local__enter(env, GOODS, &hold, detail, sizeof(detail)), GUARD_OK);
-    guard_local__leave(env, &hold);
+    assert_int_equal(guard_local_waiting(env, GOODS), 0);
+    assert_int_equal(guard_local_enter(env, GOODS, &hold, detail, sizeof(detail)), GUARD_OK);
+    guard_local_leave(env, &hold);
 }
 
 #define RACERS 6
@@ -238,7 +238,7 @@ static void *race(void *arg)
     for (int i = 0; i < ROUNDS; i++) {
         guard_hold hold;
         char detail[64];
-        int rc = guard_local__enter(r->env, GOODS, &hold, detail, sizeof(detail));
+        int rc = guard_local_enter(r->env, GOODS, &hold, detail, sizeof(detail));
 
         if (rc == GUARD_OK) {
             (*r->inside)++;
@@ -247,7 +247,7 @@ static void *race(void *arg)
                 nanosleep(&(struct timespec){.tv_nsec = 200 * 1000}, NULL);
             else if (i % 2 == 0)
                 sched_yield(); /* or across a reschedule */
-            guard_local__leave(r->env, &hold);
+            guard_local_leave(r->env, &hold);
         } else if (rc == GUARD_ERR_TIMEOUT) {
             r->timed_out++;
         } /* else: counted by neither, which the sum below finds */
@@ -284,10 +284,10 @@ static void test_hand_offs_racing_timeouts_lose_no_stripe(void **state)
     }
     assert_int_equal(entered + timed_out, RACERS * ROUNDS);
     assert_int_equal(inside, entered);
-    assert_int_equal(guard_local__waiting(env, GOODS), 0);
+    assert_int_equal(guard_local_waiting(env, GOODS), 0);
     brief.wait_ms = 0;
-    assert_int_equal(guard_local__enter(&brief, GOODS, &hold, detail, sizeof(detail)), GUARD_OK);
-    guard_local__leave(&brief, &hold);
+    assert_int_equal(guard_local_enter(&brief, GOODS, &hold, detail, sizeof(detail)), GUARD_OK);
+    guard_local_leave(&brief, &hold);
 }
 
 int main(void)

@@ -107,60 +107,60 @@ void guards__lockrow_leave(guard_env *env, guard_hold *hold);
 /* ---- the modes' files: service/guards/modes/<mode>.c -------------------------------------- */
 
 #define GUARD_DECL(prefix)                                                                         \
-    int prefix##__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,          \
-                        size_t detail_len)
+    int prefix##_enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,           \
+                       size_t detail_len)
 
 GUARD_DECL(guard_none); /* none.c; also the PostgreSQL modes' */
-void guard_none__leave(guard_env *env, guard_hold *hold);
+void guard_none_leave(guard_env *env, guard_hold *hold);
 GUARD_DECL(guard_local); /* local.c: a stripe of this process's mutexes */
-void guard_local__leave(guard_env *env, guard_hold *hold);
+void guard_local_leave(guard_env *env, guard_hold *hold);
 /* Builds (0) or frees env->local; -1 when out of memory. */
-int guard_local__init(guard_env *env);
-void guard_local__destroy(guard_env *env);
+int guard_local_init(guard_env *env);
+void guard_local_destroy(guard_env *env);
 /* The stripe goods_id's local lock is (its index): a cart takes each stripe once. */
-int64_t guard_local__stripe_of(int64_t goods_id);
+int64_t guard_local_stripe_of(int64_t goods_id);
 /* How many requests wait in line for goods_id's stripe now (tests/test_local.c watches its
  * line form). Thread-safe; takes the stripe's mutex for a moment. */
-int64_t guard_local__waiting(guard_env *env, int64_t goods_id);
+int64_t guard_local_waiting(guard_env *env, int64_t goods_id);
 
 GUARD_DECL(guard_local_unshared); /* local_unshared.c: a mutex made per call, shared by none */
-void guard_local_unshared__leave(guard_env *env, guard_hold *hold);
+void guard_local_unshared_leave(guard_env *env, guard_hold *hold);
 
 GUARD_DECL(guard_redis);             /* redis.c: watchdog, fenced */
 GUARD_DECL(guard_redis_fence_write); /* redis_fence_write.c: redis's lock, fenced at the write */
 GUARD_DECL(guard_redis_batch);       /* redis_batch.c: redis's, once per batch */
 GUARD_DECL(guard_redis_sharded);     /* redis_sharded.c: redis's, for the hooked path */
-extern const mode_parts guard_redis_sharded__parts; /* redis_sharded.c: a segment's lock */
-GUARD_DECL(guard_setnx);                            /* setnx.c */
-void guard_setnx__leave(guard_env *env, guard_hold *hold);
+extern const mode_parts guard_redis_sharded_parts; /* redis_sharded.c: a segment's lock */
+GUARD_DECL(guard_setnx);                           /* setnx.c */
+void guard_setnx_leave(guard_env *env, guard_hold *hold);
 GUARD_DECL(guard_setnx_ttl); /* setnx_ttl.c */
-void guard_setnx_ttl__leave(guard_env *env, guard_hold *hold);
+void guard_setnx_ttl_leave(guard_env *env, guard_hold *hold);
 GUARD_DECL(guard_owner_get_del); /* owner_get_del.c */
-void guard_owner_get_del__leave(guard_env *env, guard_hold *hold);
+void guard_owner_get_del_leave(guard_env *env, guard_hold *hold);
 GUARD_DECL(guard_owner_lua); /* owner_lua.c */
-void guard_owner_lua__leave(guard_env *env, guard_hold *hold);
+void guard_owner_lua_leave(guard_env *env, guard_hold *hold);
 GUARD_DECL(guard_redis_nowatchdog); /* redis_nowatchdog.c: fixed lease, no token */
 GUARD_DECL(guard_redis_nofence);    /* redis_nofence.c: watchdog, no token */
 GUARD_DECL(guard_tx_inside);        /* tx_inside.c: redis-nofence's, left before COMMIT */
 GUARD_DECL(guard_multi_naive);      /* multi_naive.c: redis's, a cart in listed order */
 GUARD_DECL(guard_cache_aside);      /* cache_aside.c: redis's; the cache entry deleted after */
-void guard_cache_aside__leave(guard_env *env, guard_hold *hold);
+void guard_cache_aside_leave(guard_env *env, guard_hold *hold);
 GUARD_DECL(guard_cache_rwlock); /* cache_rwlock.c: redis's and the write side around the sale */
-void guard_cache_rwlock__leave(guard_env *env, guard_hold *hold);
-int guard_cache_rwlock__still_held(guard_env *env, const guard_hold *hold);
+void guard_cache_rwlock_leave(guard_env *env, guard_hold *hold);
+int guard_cache_rwlock_still_held(guard_env *env, const guard_hold *hold);
 GUARD_DECL(guard_pg_lockrow);     /* pg_lockrow.c: the lock row, no expiry */
 GUARD_DECL(guard_pg_lockrow_ttl); /* pg_lockrow_ttl.c: the lock row with an expiry */
 
 /* redlock.c: Redlock (lock/redlock.h) on "lock:redlock:goods:<id>" with the fixed lease;
  * still_held checks the validity on this process's clock. */
 GUARD_DECL(guard_redlock);
-int guard_redlock__still_held(guard_env *env, const guard_hold *hold);
-void guard_redlock__leave(guard_env *env, guard_hold *hold);
+int guard_redlock_still_held(guard_env *env, const guard_hold *hold);
+void guard_redlock_leave(guard_env *env, guard_hold *hold);
 /* Builds env->redlock when opts->redlock_nodes is set, and adds MODE_NEEDS_REDLOCK to
  * env->has: 0, or -1 when the clients cannot be made. Nothing connects yet. The destroy
  * frees them (safe when there are none). */
-int guard_redlock__init(guard_env *env, const guard_env_options *opts);
-void guard_redlock__destroy(guard_env *env);
+int guard_redlock_init(guard_env *env, const guard_env_options *opts);
+void guard_redlock_destroy(guard_env *env);
 
 /* etcd.c and zookeeper.c: the queue lock of lock/queue/ on "goods-<id>", through the helper
  * below, fenced by the node's order number (etcd's create revision, ZooKeeper's czxid).
@@ -175,8 +175,8 @@ typedef struct guards_queue_rung {
     const char *service; /* for texts: "etcd", "ZooKeeper" */
     const char *source;  /* the fencing token's source, and the log's prefix */
 } guards_queue_rung;
-extern const guards_queue_rung guards_queue__etcd;
-extern const guards_queue_rung guards_queue__zookeeper;
+extern const guards_queue_rung guards__queue_etcd;
+extern const guards_queue_rung guards__queue_zookeeper;
 
 /* Takes goods_id's queue lock on q (NULL: the mode's client is not configured, 503) within
  * env->wait_ms, for the calling thread: GUARD_OK with hold fenced by the node's order number
@@ -184,26 +184,26 @@ extern const guards_queue_rung guards_queue__zookeeper;
 /* The two modes' clients, built into env at start-up: the etcd client (env->etcd) when
  * opts->etcd_endpoint is set, the ZooKeeper client (env->zk) when opts->zookeeper_hosts is,
  * each then adding its MODE_NEEDS_* bit to env->has. Nothing connects yet. 0, or -1 when a
- * client cannot be made. guards_queue__destroy frees them (safe when there are none). */
-int guards_queue__init(guard_env *env, const guard_env_options *opts);
-void guards_queue__destroy(guard_env *env);
-int guards_queue__enter(queue_lock *q, const guards_queue_rung *r, guard_env *env, int64_t goods_id,
+ * client cannot be made. guards__queue_destroy frees them (safe when there are none). */
+int guards__queue_init(guard_env *env, const guard_env_options *opts);
+void guards__queue_destroy(guard_env *env);
+int guards__queue_enter(queue_lock *q, const guards_queue_rung *r, guard_env *env, int64_t goods_id,
                         guard_hold *hold, char *detail, size_t detail_len);
 /* Both modes' still_held and leave: the holding's fence_source names the client it took. */
-int guard_queue_lock__still_held(guard_env *env, const guard_hold *hold);
-void guard_queue_lock__leave(guard_env *env, guard_hold *hold);
+int guards__queue_still_held(guard_env *env, const guard_hold *hold);
+void guards__queue_leave(guard_env *env, guard_hold *hold);
 
 #undef GUARD_DECL
 
 /* The PostgreSQL modes: no guard (none's), a transaction shape each. */
-extern const mode_tx pg_for_update__tx;   /* pg_for_update.c */
-extern const mode_tx pg_atomic__tx;       /* pg_atomic.c */
-extern const mode_tx pg_advisory__tx;     /* pg_advisory.c */
-extern const mode_tx pg_optimistic__tx;   /* pg_optimistic.c */
-extern const mode_tx pg_serializable__tx; /* pg_serializable.c */
-extern const mode_tx pg_multi_naive__tx;  /* pg_multi_naive.c: pg-for-update's read and write */
+extern const mode_tx pg_for_update_tx;   /* pg_for_update.c */
+extern const mode_tx pg_atomic_tx;       /* pg_atomic.c */
+extern const mode_tx pg_advisory_tx;     /* pg_advisory.c */
+extern const mode_tx pg_optimistic_tx;   /* pg_optimistic.c */
+extern const mode_tx pg_serializable_tx; /* pg_serializable.c */
+extern const mode_tx pg_multi_naive_tx;  /* pg_multi_naive.c: pg-for-update's read and write */
 /* pg_for_update.c's read (SELECT ... FOR UPDATE) and write (the stock computed in C). */
-int pg_for_update__read(db_conn *conn, int64_t goods_id, int64_t count, tx_seen *seen);
-int pg_for_update__write(db_conn *conn, int64_t goods_id, int64_t count, const tx_seen *seen);
+int pg_for_update_read(db_conn *conn, int64_t goods_id, int64_t count, tx_seen *seen);
+int pg_for_update_write(db_conn *conn, int64_t goods_id, int64_t count, const tx_seen *seen);
 
 #endif

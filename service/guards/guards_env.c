@@ -26,8 +26,8 @@ int guard_env_create(const guard_env_options *opts, guard_env **out)
     env->db = opts->db;
     env->db_wait_ms = opts->db_wait_ms;
     env->row_lease_ms = opts->row_lease_ms;
-    if (guard_local__init(env) != 0 || guard_redlock__init(env, opts) != 0 ||
-        guards_queue__init(env, opts) != 0) {
+    if (guard_local_init(env) != 0 || guard_redlock_init(env, opts) != 0 ||
+        guards__queue_init(env, opts) != 0) {
         guard_env_destroy(env);
         return -1;
     }
@@ -39,9 +39,9 @@ void guard_env_destroy(guard_env *env)
 {
     if (env == NULL)
         return;
-    guards_queue__destroy(env);
-    guard_redlock__destroy(env);
-    guard_local__destroy(env);
+    guards__queue_destroy(env);
+    guard_redlock_destroy(env);
+    guard_local_destroy(env);
     free(env);
 }
 

@@ -17,7 +17,7 @@
  * fence_source says which client took it.
  *
  * The two clients are this file's too: built from the settings at start-up
- * (guards_queue__init, from guard_env_create), freed with the guards, so that no other
+ * (guards__queue_init, from guard_env_create), freed with the guards, so that no other
  * file of service/ calls lock/etcd/ or lock/zookeeper/.
  */
 #include <inttypes.h>
@@ -31,8 +31,8 @@
 #include "service/guards/guards.h"
 #include "service/log.h"
 
-const guards_queue_rung guards_queue__etcd = {"etcd", "etcd"};
-const guards_queue_rung guards_queue__zookeeper = {"ZooKeeper", "zookeeper"};
+const guards_queue_rung guards__queue_etcd = {"etcd", "etcd"};
+const guards_queue_rung guards__queue_zookeeper = {"ZooKeeper", "zookeeper"};
 
 /* Makes *client with `create` when `servers` is set (not NULL, not ""), on servers, the lease
  * lease_ms and the request bound timeout_ms (each 0: the queue lock's default), and adds
@@ -57,7 +57,7 @@ static int make_client(guard_env *env, queue_lock **client, unsigned need,
     return 0;
 }
 
-int guards_queue__init(guard_env *env, const guard_env_options *opts)
+int guards__queue_init(guard_env *env, const guard_env_options *opts)
 {
     if (make_client(env, &env->etcd, MODE_NEEDS_ETCD, etcd_lock_client_create, opts->etcd_endpoint,
                     opts->queue_lease_ms, (int)opts->etcd_timeout_ms) != 0)
@@ -66,7 +66,7 @@ int guards_queue__init(guard_env *env, const guard_env_options *opts)
                        opts->zookeeper_hosts, opts->queue_lease_ms, opts->zookeeper_timeout_ms);
 }
 
-void guards_queue__destroy(guard_env *env)
+void guards__queue_destroy(guard_env *env)
 {
     queue_lock_destroy(env->etcd);
     queue_lock_destroy(env->zk);
@@ -74,7 +74,7 @@ void guards_queue__destroy(guard_env *env)
     env->zk = NULL;
 }
 
-int guards_queue__enter(queue_lock *q, const guards_queue_rung *r, guard_env *env, int64_t goods_id,
+int guards__queue_enter(queue_lock *q, const guards_queue_rung *r, guard_env *env, int64_t goods_id,
                         guard_hold *hold, char *detail, size_t detail_len)
 {
     char owner[QUEUE_LOCK_OWNER_MAX];
@@ -114,10 +114,10 @@ int guards_queue__enter(queue_lock *q, const guards_queue_rung *r, guard_env *en
 /* The client a holding was taken with: its token's source names the rung. */
 static queue_lock *client_of(const guard_env *env, const guard_hold *hold)
 {
-    return hold->fence_source == guards_queue__etcd.source ? env->etcd : env->zk;
+    return hold->fence_source == guards__queue_etcd.source ? env->etcd : env->zk;
 }
 
-int guard_queue_lock__still_held(guard_env *env, const guard_hold *hold)
+int guards__queue_still_held(guard_env *env, const guard_hold *hold)
 {
     char owner[QUEUE_LOCK_OWNER_MAX];
 
@@ -127,7 +127,7 @@ int guard_queue_lock__still_held(guard_env *env, const guard_hold *hold)
                : GUARD_ERR_LOST;
 }
 
-void guard_queue_lock__leave(guard_env *env, guard_hold *hold)
+void guards__queue_leave(guard_env *env, guard_hold *hold)
 {
     char owner[QUEUE_LOCK_OWNER_MAX];
     int rc;

@@ -72,11 +72,11 @@
 
 /* ---- the table ----------------------------------------------------------------------- */
 
-#define GUARD(prefix) .enter = prefix##__enter, .leave = prefix##__leave
-#define NO_GUARD .enter = guard_none__enter, .leave = guard_none__leave
+#define GUARD(prefix) .enter = prefix##_enter, .leave = prefix##_leave
+#define NO_GUARD .enter = guard_none_enter, .leave = guard_none_leave
 #define REDIS_LOCK(prefix)                                                                         \
-    .enter = prefix##__enter, .leave = guards__redis_leave,                                        \
-    .still_held = guards__redis_still_held, .fence_refused = guards__redis_fence_refused
+    .enter = prefix##_enter, .leave = guards__redis_leave, .still_held = guards__redis_still_held, \
+    .fence_refused = guards__redis_fence_refused
 
 /* clang-format off */
 static const mode mode_table[] = {
@@ -88,7 +88,7 @@ static const mode mode_table[] = {
      .summary = "the same under a mutex of the process: right with one replica, oversells "
                 "with several",
      GUARD(guard_local), .still_held = guards__always_held,
-     .cart = MODE_CART_SORTED, .lock_of = guard_local__stripe_of},
+     .cart = MODE_CART_SORTED, .lock_of = guard_local_stripe_of},
     {.name = "redis", .safe = true,
      .summary = "the same under the Redis reentrant lock (owner, watchdog, bounded wait, "
                 "fencing): right with any number of replicas",
@@ -111,7 +111,7 @@ static const mode mode_table[] = {
                 "lock and fencing token of its own: a sale takes one segment and moves on "
                 "when it is busy or short; all segments at once for the last units: right "
                 "with any number of replicas",
-     REDIS_LOCK(guard_redis_sharded), .parts = &guard_redis_sharded__parts},
+     REDIS_LOCK(guard_redis_sharded), .parts = &guard_redis_sharded_parts},
 
     /* The ladder's Redis rungs, in the order the course builds them: each fixes the flaw
      * of the one before and shows the next (loadtest/ladder provokes each). */
@@ -172,7 +172,7 @@ static const mode mode_table[] = {
                 "the cache under the read side, the sale writes and deletes the entry under "
                 "the write side, and a waiting writer shuts out new readers: the cache never "
                 "says a stock gone",
-     GUARD(guard_cache_rwlock), .still_held = guard_cache_rwlock__still_held,
+     GUARD(guard_cache_rwlock), .still_held = guard_cache_rwlock_still_held,
      .fence_refused = guards__redis_fence_refused, .cache = MODE_CACHE_RWLOCK},
 
     /* Rung 8: a quorum of independent Redis servers; listed and served only by a replica
@@ -181,41 +181,41 @@ static const mode mode_table[] = {
      .summary = "Redlock: SET NX PX on a majority of 5 independent Redis servers, fixed lease, "
                 "no fencing token: survives 2 servers down, but a process stopped past its "
                 "validity commits after the next holder read",
-     GUARD(guard_redlock), .still_held = guard_redlock__still_held,
+     GUARD(guard_redlock), .still_held = guard_redlock_still_held,
      .needs = MODE_NEEDS_REDLOCK},
 
     /* PostgreSQL alone: the database closes the race, each in its transaction shape. */
     {.name = "pg-for-update", .safe = true,
      .summary = "no guard: the read is SELECT ... FOR UPDATE, so PostgreSQL's row lock keeps "
                 "the read-check-write apart: right with any number of replicas",
-     NO_GUARD, .still_held = guards__always_held, .tx = &pg_for_update__tx,
+     NO_GUARD, .still_held = guards__always_held, .tx = &pg_for_update_tx,
      .cart = MODE_CART_SORTED},
     {.name = "pg-optimistic", .safe = true,
      .summary = "no lock: read the stock and its version, write only if the version is "
                 "unchanged, and run the transaction again after a lost race (up to "
                 "OPTIMISTIC_RETRIES, then 503 conflict): right with any number of replicas",
-     NO_GUARD, .still_held = guards__always_held, .tx = &pg_optimistic__tx},
+     NO_GUARD, .still_held = guards__always_held, .tx = &pg_optimistic_tx},
     {.name = "pg-serializable", .safe = true,
      .summary = "no lock: the plain read-check-write in a SERIALIZABLE transaction; PostgreSQL "
                 "refuses the one of two concurrent sales it cannot order (SQLSTATE 40001), which "
                 "runs again (up to OPTIMISTIC_RETRIES, then 503 conflict): right with any "
                 "number of replicas",
-     NO_GUARD, .still_held = guards__always_held, .tx = &pg_serializable__tx},
+     NO_GUARD, .still_held = guards__always_held, .tx = &pg_serializable_tx},
     {.name = "pg-atomic", .safe = true,
      .summary = "no guard and no read: one conditional UPDATE ... WHERE stock >= n checks and "
                 "writes at once: right with any number of replicas",
-     NO_GUARD, .still_held = guards__always_held, .tx = &pg_atomic__tx,
+     NO_GUARD, .still_held = guards__always_held, .tx = &pg_atomic_tx,
      .cart = MODE_CART_SORTED},
     {.name = "pg-multi-naive", .safe = false,
      .summary = "pg-for-update with a cart's rows locked in the order the cart lists them: two "
                 "carts in opposite orders wait for each other, PostgreSQL finds the cycle and "
                 "rolls one back (deadlock victim, 503 conflict), the other sells",
-     NO_GUARD, .still_held = guards__always_held, .tx = &pg_multi_naive__tx,
+     NO_GUARD, .still_held = guards__always_held, .tx = &pg_multi_naive_tx,
      .cart = MODE_CART_AS_LISTED},
     {.name = "pg-advisory", .safe = true,
      .summary = "no guard: pg_advisory_xact_lock on the goods id inside the transaction, then "
                 "the same read-check-write: right with any number of replicas",
-     NO_GUARD, .still_held = guards__always_held, .tx = &pg_advisory__tx},
+     NO_GUARD, .still_held = guards__always_held, .tx = &pg_advisory_tx},
 
     /* PostgreSQL as a lock service: a row whose unique key is the lock, outliving the
      * transaction, as the Redis rungs' keys do. */
@@ -223,13 +223,13 @@ static const mode mode_table[] = {
      .summary = "a row of goods_locks as the lock (insert to take, delete to release, waiters "
                 "poll): excludes across replicas, but a holder that dies leaves its row and the "
                 "goods answers lock_timeout for ever",
-     .enter = guard_pg_lockrow__enter, .leave = guards__lockrow_leave,
+     .enter = guard_pg_lockrow_enter, .leave = guards__lockrow_leave,
      .still_held = guards__always_held},
     {.name = "pg-lockrow-ttl", .safe = false,
      .summary = "the lock row with an expiry that a taker may delete: no more wedge, but a "
                 "section longer than LOCKROW_TTL_MS lets a second holder in, with no fence to "
                 "stop it: oversells",
-     .enter = guard_pg_lockrow_ttl__enter, .leave = guards__lockrow_leave,
+     .enter = guard_pg_lockrow_ttl_enter, .leave = guards__lockrow_leave,
      .still_held = guards__always_held},
 
     /* The other lock services: listed and served only by a replica configured with one. */
@@ -237,14 +237,14 @@ static const mode mode_table[] = {
      .summary = "the same under an etcd lock (lease kept alive, key per waiter, watch on the "
                 "predecessor, create revision as fencing token): right with any number of "
                 "replicas",
-     .enter = guard_etcd__enter, .leave = guard_queue_lock__leave,
-     .still_held = guard_queue_lock__still_held, .needs = MODE_NEEDS_ETCD},
+     .enter = guard_etcd_enter, .leave = guards__queue_leave,
+     .still_held = guards__queue_still_held, .needs = MODE_NEEDS_ETCD},
     {.name = "zookeeper", .safe = true,
      .summary = "the same under a ZooKeeper lock (ephemeral sequential node per waiter, watch "
                 "on the predecessor, session as lease, node's czxid as fencing token): right "
                 "with any number of replicas",
-     .enter = guard_zookeeper__enter, .leave = guard_queue_lock__leave,
-     .still_held = guard_queue_lock__still_held, .needs = MODE_NEEDS_ZOOKEEPER},
+     .enter = guard_zookeeper_enter, .leave = guards__queue_leave,
+     .still_held = guards__queue_still_held, .needs = MODE_NEEDS_ZOOKEEPER},
 };
 /* clang-format on */
 

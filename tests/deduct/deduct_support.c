@@ -31,7 +31,7 @@ static _Thread_local int64_t t_token;
 static int scripted_enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
                           size_t detail_len)
 {
-    int rc = guard_none__enter(env, goods_id, hold, detail, detail_len);
+    int rc = guard_none_enter(env, goods_id, hold, detail, detail_len);
 
     hold->fenced = true;
     hold->fence = t_token;
@@ -51,7 +51,7 @@ const mode scripted_mode = {.name = "scripted",
                             .summary = "a fixed token, a loss never noticed",
                             .enter = scripted_enter,
                             .still_held = scripted_still_held,
-                            .leave = guard_none__leave};
+                            .leave = guard_none_leave};
 
 int64_t now_ms(void)
 {

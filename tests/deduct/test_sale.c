@@ -269,7 +269,7 @@ static void timed_leave(guard_env *env, guard_hold *hold)
 {
     atomic_store(&g_left_ns, clock_now_ns());
     clock_sleep_ms(RELEASE_MS);
-    guard_none__leave(env, hold);
+    guard_none_leave(env, hold);
 }
 
 /* scripted_mode whose leave says when it ran. */

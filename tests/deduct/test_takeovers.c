@@ -196,7 +196,7 @@ static const mode batch_slow_mode = {.name = "batch-slow",
                                      .summary = "a slow guard for the batch's bounds",
                                      .enter = batch_slow_enter,
                                      .still_held = scripted_still_held,
-                                     .leave = guard_none__leave,
+                                     .leave = guard_none_leave,
                                      .batched = true};
 
 typedef struct batch_shot {

@@ -13,8 +13,8 @@ typedef struct cache_state {
 } cache_state;
 GUARD_STATE_FITS(cache_state);
 
-int guard_cache_aside__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
-                             size_t detail_len)
+int guard_cache_aside_enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
+                            size_t detail_len)
 {
     int rc = guards__redis_enter(env, goods_id, env->lease_ms, true, hold, detail, detail_len);
 
@@ -22,7 +22,7 @@ int guard_cache_aside__enter(guard_env *env, int64_t goods_id, guard_hold *hold,
     return rc;
 }
 
-void guard_cache_aside__leave(guard_env *env, guard_hold *hold)
+void guard_cache_aside_leave(guard_env *env, guard_hold *hold)
 {
     cache_forget(env->lock, GUARD_STATE(cache_state, hold)->goods_id);
     guards__redis_leave(env, hold);

@@ -20,8 +20,8 @@ typedef struct rw_state {
 } rw_state;
 GUARD_STATE_FITS(rw_state);
 
-int guard_cache_rwlock__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
-                              size_t detail_len)
+int guard_cache_rwlock_enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
+                             size_t detail_len)
 {
     rw_state *st;
     int rc = guards__redis_enter(env, goods_id, env->lease_ms, true, hold, detail, detail_len);
@@ -45,7 +45,7 @@ int guard_cache_rwlock__enter(guard_env *env, int64_t goods_id, guard_hold *hold
     return GUARD_ERR_UNAVAILABLE;
 }
 
-int guard_cache_rwlock__still_held(guard_env *env, const guard_hold *hold)
+int guard_cache_rwlock_still_held(guard_env *env, const guard_hold *hold)
 {
     const rw_state *st = GUARD_CSTATE(rw_state, hold);
 
@@ -54,7 +54,7 @@ int guard_cache_rwlock__still_held(guard_env *env, const guard_hold *hold)
     return guards__redis_still_held(env, hold);
 }
 
-void guard_cache_rwlock__leave(guard_env *env, guard_hold *hold)
+void guard_cache_rwlock_leave(guard_env *env, guard_hold *hold)
 {
     rw_state *st = GUARD_STATE(rw_state, hold);
 

@@ -8,9 +8,9 @@
  */
 #include "service/guards/guards.h"
 
-int guard_etcd__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
-                      size_t detail_len)
+int guard_etcd_enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
+                     size_t detail_len)
 {
-    return guards_queue__enter(env->etcd, &guards_queue__etcd, env, goods_id, hold, detail,
+    return guards__queue_enter(env->etcd, &guards__queue_etcd, env, goods_id, hold, detail,
                                detail_len);
 }

@@ -65,7 +65,7 @@ typedef struct local_state {
 } local_state;
 GUARD_STATE_FITS(local_state);
 
-int guard_local__init(guard_env *env)
+int guard_local_init(guard_env *env)
 {
     int i;
 
@@ -79,7 +79,7 @@ int guard_local__init(guard_env *env)
     return 0;
 }
 
-void guard_local__destroy(guard_env *env)
+void guard_local_destroy(guard_env *env)
 {
     int i;
 
@@ -91,14 +91,14 @@ void guard_local__destroy(guard_env *env)
     env->local = NULL;
 }
 
-int64_t guard_local__stripe_of(int64_t goods_id)
+int64_t guard_local_stripe_of(int64_t goods_id)
 {
     return (int64_t)((uint64_t)goods_id % LOCAL_STRIPES);
 }
 
-int64_t guard_local__waiting(guard_env *env, int64_t goods_id)
+int64_t guard_local_waiting(guard_env *env, int64_t goods_id)
 {
-    local_stripe *stripe = &env->local->stripe[guard_local__stripe_of(goods_id)];
+    local_stripe *stripe = &env->local->stripe[guard_local_stripe_of(goods_id)];
     int64_t n;
 
     pthread_mutex_lock(&stripe->mu);
@@ -130,10 +130,10 @@ static void line_leave(local_stripe *stripe, local_waiter *w)
     stripe->waiting--;
 }
 
-int guard_local__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
-                       size_t detail_len)
+int guard_local_enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
+                      size_t detail_len)
 {
-    local_stripe *stripe = &env->local->stripe[guard_local__stripe_of(goods_id)];
+    local_stripe *stripe = &env->local->stripe[guard_local_stripe_of(goods_id)];
     local_waiter self = {.next = NULL, .granted = false};
     int64_t start;
     struct timespec deadline;
@@ -172,7 +172,7 @@ int guard_local__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char 
     return GUARD_OK;
 }
 
-void guard_local__leave(guard_env *env, guard_hold *hold)
+void guard_local_leave(guard_env *env, guard_hold *hold)
 {
     local_stripe *stripe = GUARD_STATE(local_state, hold)->stripe;
     local_waiter *next;

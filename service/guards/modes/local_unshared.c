@@ -21,8 +21,8 @@ typedef struct unshared_state {
 } unshared_state;
 GUARD_STATE_FITS(unshared_state);
 
-int guard_local_unshared__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
-                                size_t detail_len)
+int guard_local_unshared_enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
+                               size_t detail_len)
 {
     pthread_mutex_t *mine = malloc(sizeof(*mine));
 
@@ -39,7 +39,7 @@ int guard_local_unshared__enter(guard_env *env, int64_t goods_id, guard_hold *ho
     return GUARD_OK;
 }
 
-void guard_local_unshared__leave(guard_env *env, guard_hold *hold)
+void guard_local_unshared_leave(guard_env *env, guard_hold *hold)
 {
     pthread_mutex_t *mine = GUARD_STATE(unshared_state, hold)->mine;
 

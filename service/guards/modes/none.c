@@ -8,8 +8,8 @@
 
 #include "service/guards/guards.h"
 
-int guard_none__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
-                      size_t detail_len)
+int guard_none_enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
+                     size_t detail_len)
 {
     (void)env;
     (void)goods_id;
@@ -19,7 +19,7 @@ int guard_none__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *
     return GUARD_OK;
 }
 
-void guard_none__leave(guard_env *env, guard_hold *hold)
+void guard_none_leave(guard_env *env, guard_hold *hold)
 {
     (void)env;
     (void)hold;

@@ -12,14 +12,14 @@
 #include "lock/naive.h"
 #include "service/guards/guards.h"
 
-int guard_owner_get_del__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
-                               size_t detail_len)
+int guard_owner_get_del_enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
+                              size_t detail_len)
 {
     return guards__poll(env, "owner-get-del", goods_id, true, guards__try_owned_set, hold, detail,
                         detail_len);
 }
 
-void guard_owner_get_del__leave(guard_env *env, guard_hold *hold)
+void guard_owner_get_del_leave(guard_env *env, guard_hold *hold)
 {
     char value[sizeof(hold->token)];
     bool found = false;

@@ -10,14 +10,14 @@
 #include "lock/naive.h"
 #include "service/guards/guards.h"
 
-int guard_owner_lua__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
-                           size_t detail_len)
+int guard_owner_lua_enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
+                          size_t detail_len)
 {
     return guards__poll(env, "owner-lua", goods_id, true, guards__try_owned_set, hold, detail,
                         detail_len);
 }
 
-void guard_owner_lua__leave(guard_env *env, guard_hold *hold)
+void guard_owner_lua_leave(guard_env *env, guard_hold *hold)
 {
     bool deleted = false;
 

@@ -22,7 +22,7 @@ static int write_computed(db_conn *conn, int64_t goods_id, int64_t count, const 
     return db_stock_write(conn, goods_id, seen->stock - count);
 }
 
-const mode_tx pg_advisory__tx = {
+const mode_tx pg_advisory_tx = {
     .read = lock_then_read,
     .write = write_computed,
 };

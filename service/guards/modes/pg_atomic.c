@@ -30,5 +30,5 @@ static int already_written(db_conn *conn, int64_t goods_id, int64_t count, const
 }
 
 /* A cart: every item's check and write in one statement (db_stock_take_cart). */
-const mode_tx pg_atomic__tx = {
+const mode_tx pg_atomic_tx = {
     .read = take, .write = already_written, .take_cart = db_stock_take_cart};

@@ -8,19 +8,19 @@
 #include "service/guards/guards.h"
 
 /* The read: SELECT ... FOR UPDATE, the row locked until the transaction ends. */
-int pg_for_update__read(db_conn *conn, int64_t goods_id, int64_t count, tx_seen *seen)
+int pg_for_update_read(db_conn *conn, int64_t goods_id, int64_t count, tx_seen *seen)
 {
     (void)count;
     return db_stock_read_for_update(conn, goods_id, &seen->stock);
 }
 
 /* The write: the stock computed in C from what the locked read saw. */
-int pg_for_update__write(db_conn *conn, int64_t goods_id, int64_t count, const tx_seen *seen)
+int pg_for_update_write(db_conn *conn, int64_t goods_id, int64_t count, const tx_seen *seen)
 {
     return db_stock_write(conn, goods_id, seen->stock - count);
 }
 
-const mode_tx pg_for_update__tx = {
-    .read = pg_for_update__read,
-    .write = pg_for_update__write,
+const mode_tx pg_for_update_tx = {
+    .read = pg_for_update_read,
+    .write = pg_for_update_write,
 };

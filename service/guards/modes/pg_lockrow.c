@@ -10,8 +10,8 @@
  */
 #include "service/guards/guards.h"
 
-int guard_pg_lockrow__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
-                            size_t detail_len)
+int guard_pg_lockrow_enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
+                           size_t detail_len)
 {
     return guards__lockrow_enter(env, goods_id, 0, hold, detail, detail_len);
 }

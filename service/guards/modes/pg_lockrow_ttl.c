@@ -11,8 +11,8 @@
  */
 #include "service/guards/guards.h"
 
-int guard_pg_lockrow_ttl__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
-                                size_t detail_len)
+int guard_pg_lockrow_ttl_enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
+                               size_t detail_len)
 {
     /* At least 1 ms: 0 would mean "no expiry" to db_lockrow_take. */
     return guards__lockrow_enter(env, goods_id, env->row_lease_ms > 0 ? env->row_lease_ms : 1, hold,

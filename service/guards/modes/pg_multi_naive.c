@@ -10,7 +10,7 @@
  */
 #include "service/guards/guards.h"
 
-const mode_tx pg_multi_naive__tx = {
-    .read = pg_for_update__read,
-    .write = pg_for_update__write,
+const mode_tx pg_multi_naive_tx = {
+    .read = pg_for_update_read,
+    .write = pg_for_update_write,
 };

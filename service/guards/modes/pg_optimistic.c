@@ -29,7 +29,7 @@ static int write_if_unchanged(db_conn *conn, int64_t goods_id, int64_t count, co
     return db_stock_write_versioned(conn, goods_id, seen->stock - count, seen->version);
 }
 
-const mode_tx pg_optimistic__tx = {
+const mode_tx pg_optimistic_tx = {
     .read = read_versioned,
     .write = write_if_unchanged,
 };

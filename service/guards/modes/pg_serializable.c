@@ -24,5 +24,5 @@ static int read_plain(db_conn *conn, int64_t goods_id, int64_t count, tx_seen *s
     return db_stock_read(conn, goods_id, &seen->stock);
 }
 
-const mode_tx pg_serializable__tx = {
-    .read = read_plain, .write = pg_for_update__write, .isolation = DB_SERIALIZABLE};
+const mode_tx pg_serializable_tx = {
+    .read = read_plain, .write = pg_for_update_write, .isolation = DB_SERIALIZABLE};

@@ -10,8 +10,8 @@
  */
 #include "service/guards/guards.h"
 
-int guard_redis_fence_write__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
-                                   size_t detail_len)
+int guard_redis_fence_write_enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
+                                  size_t detail_len)
 {
     return guards__redis_enter(env, goods_id, env->lease_ms, true, hold, detail, detail_len);
 }

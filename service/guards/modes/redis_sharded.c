@@ -12,8 +12,8 @@
 #include "service/guards/guards.h"
 #include "service/guards/lock_names.h"
 
-int guard_redis_sharded__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
-                               size_t detail_len)
+int guard_redis_sharded_enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
+                              size_t detail_len)
 {
     return guards__redis_enter(env, goods_id, env->lease_ms, true, hold, detail, detail_len);
 }
@@ -35,4 +35,4 @@ static int enter_segment(guard_env *env, int64_t goods_id, int seg, int64_t wait
     return guards__redis_take(env, name, wait_ms, env->lease_ms, true, hold, detail, detail_len);
 }
 
-const mode_parts guard_redis_sharded__parts = {ready, enter_segment};
+const mode_parts guard_redis_sharded_parts = {ready, enter_segment};

@@ -28,7 +28,7 @@ typedef struct redlock_state {
 } redlock_state;
 GUARD_STATE_FITS(redlock_state);
 
-int guard_redlock__init(guard_env *env, const guard_env_options *opts)
+int guard_redlock_init(guard_env *env, const guard_env_options *opts)
 {
     redlock_node nodes[REDLOCK_MAX_NODES];
     redlock_options ro;
@@ -52,14 +52,14 @@ int guard_redlock__init(guard_env *env, const guard_env_options *opts)
     return 0;
 }
 
-void guard_redlock__destroy(guard_env *env)
+void guard_redlock_destroy(guard_env *env)
 {
     redlock_destroy(env->redlock);
     env->redlock = NULL;
 }
 
-int guard_redlock__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
-                         size_t detail_len)
+int guard_redlock_enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
+                        size_t detail_len)
 {
     int64_t start;
     redlock_holding h;
@@ -103,7 +103,7 @@ static void holding_of(const guard_hold *hold, redlock_holding *h)
     h->valid_until_ns = GUARD_CSTATE(redlock_state, hold)->valid_until_ns;
 }
 
-int guard_redlock__still_held(guard_env *env, const guard_hold *hold)
+int guard_redlock_still_held(guard_env *env, const guard_hold *hold)
 {
     redlock_holding h;
 
@@ -112,7 +112,7 @@ int guard_redlock__still_held(guard_env *env, const guard_hold *hold)
     return redlock_is_held(&h) == LOCK_OK ? GUARD_OK : GUARD_ERR_LOST;
 }
 
-void guard_redlock__leave(guard_env *env, guard_hold *hold)
+void guard_redlock_leave(guard_env *env, guard_hold *hold)
 {
     redlock_holding h;
     int deleted;

@@ -15,13 +15,13 @@ static int try_setnx(guard_env *env, guard_hold *hold, bool *acquired)
     return naive_setnx(env->lock, hold->name, acquired);
 }
 
-int guard_setnx__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
-                       size_t detail_len)
+int guard_setnx_enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
+                      size_t detail_len)
 {
     return guards__poll(env, "setnx", goods_id, false, try_setnx, hold, detail, detail_len);
 }
 
-void guard_setnx__leave(guard_env *env, guard_hold *hold)
+void guard_setnx_leave(guard_env *env, guard_hold *hold)
 {
     guards__pause_before_release(hold);
     (void)naive_del(env->lock, hold->name); /* a failed DEL leaves the goods locked: the flaw */

@@ -14,13 +14,13 @@ static int try_set_px(guard_env *env, guard_hold *hold, bool *acquired)
     return naive_set_nx_px(env->lock, hold->name, "1", env->fixed_lease_ms, acquired);
 }
 
-int guard_setnx_ttl__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
-                           size_t detail_len)
+int guard_setnx_ttl_enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
+                          size_t detail_len)
 {
     return guards__poll(env, "setnx-ttl", goods_id, false, try_set_px, hold, detail, detail_len);
 }
 
-void guard_setnx_ttl__leave(guard_env *env, guard_hold *hold)
+void guard_setnx_ttl_leave(guard_env *env, guard_hold *hold)
 {
     guards__pause_before_release(hold);
     (void)naive_del(env->lock, hold->name); /* whoever holds it now: the flaw */

@@ -8,9 +8,9 @@
  */
 #include "service/guards/guards.h"
 
-int guard_zookeeper__enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
-                           size_t detail_len)
+int guard_zookeeper_enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
+                          size_t detail_len)
 {
-    return guards_queue__enter(env->zk, &guards_queue__zookeeper, env, goods_id, hold, detail,
+    return guards__queue_enter(env->zk, &guards__queue_zookeeper, env, goods_id, hold, detail,
                                detail_len);
 }
