@@ -98,7 +98,7 @@ LOCK_SUPPORT_OBJ := $(call obj,$(LOCK_SUPPORT_SRC))
 HISTORY_OBJ := $(call obj,$(HISTORY_SRC))
 
 PROGRAMS := $(B)/stockd $(B)/lock-bench $(B)/ceiling-bench $(B)/check-history \
-            $(B)/history-clock $(B)/fault-relay $(B)/libclock-shift.so
+            $(B)/history-clock $(B)/fault-relay $(B)/libclock-shift.so $(B)/split-vote
 TESTS := $(patsubst tests/%.c,$(B)/tests/%,$(TEST_SRC))
 STACK_TESTS := $(patsubst tests/%.c,$(B)/tests/%,$(STACK_TEST_SRC))
 DB_TESTS := $(patsubst tests/%.c,$(B)/tests/%,$(DB_TEST_SRC))
@@ -146,6 +146,9 @@ $(B)/stockd: $(B)/obj/service/main.o $(MODULE_OBJ)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(B)/lock-bench: $(B)/obj/bench/lock_bench.o $(B)/obj/bench/clock.o $(LOCK_OBJ)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(B)/split-vote: $(B)/obj/bench/split_vote.o $(B)/obj/bench/clock.o $(LOCK_OBJ)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(B)/ceiling-bench: $(B)/obj/bench/ceiling_bench.o $(B)/obj/bench/clock.o $(SERVICE_OBJ) $(DB_OBJ) $(LOCK_OBJ)

@@ -25,6 +25,9 @@ struct redlock {
     lock_client *nodes[REDLOCK_MAX_NODES];
     char where[REDLOCK_MAX_NODES][280]; /* "host:port", for error messages */
     int64_t retry_base_ms;
+    bool retry_fixed;
+    void (*before_set)(void *arg, int attempt, int node);
+    void *before_set_arg;
 };
 
 /* ---- parsing ---- */
@@ -148,6 +151,9 @@ int redlock_create(const redlock_options *opts, redlock **out)
     if (r == NULL)
         return LOCK_ERR_NOMEM;
     r->retry_base_ms = opts->retry_base_ms;
+    r->retry_fixed = opts->retry_fixed;
+    r->before_set = opts->before_set;
+    r->before_set_arg = opts->before_set_arg;
     for (int i = 0; i < opts->n_nodes; i++) {
         lock_options lo;
         int rc;
@@ -239,14 +245,17 @@ static int release_all(redlock *r, const char *name, const char *value)
     return deleted_on;
 }
 
-/* One attempt: SET NX PX on every node. Counts the grants and the nodes that answered. */
-static void attempt(redlock *r, const char *name, const char *value, int64_t lease_ms, int *granted,
-                    int *answered, char *why, size_t why_len)
+/* One attempt (the n-th): SET NX PX on every node. Counts the grants and the nodes that
+ * answered. */
+static void attempt(redlock *r, int n, const char *name, const char *value, int64_t lease_ms,
+                    int *granted, int *answered, char *why, size_t why_len)
 {
     *granted = 0;
     *answered = 0;
     for (int i = 0; i < r->n; i++) {
         bool acquired = false;
+        if (r->before_set != NULL)
+            r->before_set(r->before_set_arg, n, i);
         int rc = naive_set_nx_px(r->nodes[i], name, value, lease_ms, &acquired);
         if (rc == LOCK_OK) {
             (*answered)++;
@@ -279,12 +288,14 @@ int redlock_lock(redlock *r, const char *name, int64_t wait_ms, int64_t lease_ms
         int64_t start = lock__now_ns(), elapsed_ms, validity, delay;
         int granted;
 
+        out->attempts++;
         /* A fresh value per attempt: a late grant of a failed attempt (a reply that came
          * after we gave up on the node) can then never pass for this attempt's. */
         if (random_value(out->value, sizeof(out->value)) != 0)
             return LOCK_ERR_NOMEM;
         why[0] = '\0';
-        attempt(r, name, out->value, lease_ms, &granted, &answered, why, sizeof(why));
+        attempt(r, out->attempts, name, out->value, lease_ms, &granted, &answered, why,
+                sizeof(why));
         elapsed_ms = (lock__now_ns() - start) / LOCK__NS_PER_MS;
         validity = redlock_validity_ms(lease_ms, elapsed_ms, drift);
         if (redlock_acquired(granted, r->n, validity)) {
@@ -297,7 +308,8 @@ int redlock_lock(redlock *r, const char *name, int64_t wait_ms, int64_t lease_ms
         /* Not had: give back what was granted, at once, so that another client is not
          * kept out for a lease by our minority. */
         release_all(r, name, out->value);
-        delay = redlock_retry_delay_ms(r->retry_base_ms, random32());
+        delay = r->retry_fixed ? r->retry_base_ms
+                               : redlock_retry_delay_ms(r->retry_base_ms, random32());
         if (lock__now_ns() + lock__ms_to_ns(delay) >= deadline)
             break;
         sleep_ms(delay);

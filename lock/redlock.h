@@ -13,7 +13,8 @@
  *      trust the lock for `validity` ms from the start, no longer;
  *   4. otherwise release on every node (a node may have set the key and lost its reply),
  *      sleep a random delay (so competing clients fall out of step) and go back to 1, until
- *      the wait bound.
+ *      the wait bound. Several clients that ask at once can each win fewer than a majority
+ *      (a split vote: nobody holds); the random delay is what makes the next round differ.
  *
  * What it is not (docs/course/13-redlock.md says why):
  *   - no fencing token: there is no single counter that every grant goes through, so nothing
@@ -89,6 +90,15 @@ typedef struct redlock_options {
     int node_timeout_ms;       /* connect and command timeout per node (> 0); default 100 */
     int pool_size;             /* command connections per node (> 0); default 8 */
     int64_t retry_base_ms;     /* retry after base..2*base ms (> 0); default 20 */
+    bool retry_fixed;          /* retry after exactly retry_base_ms, no random part: clients
+                                  that failed together come back together (only to show why
+                                  the random part is there: bench/split_vote.c); default
+                                  false */
+    /* Called just before the SET of each node of each attempt (attempt from 1, node the index
+     * in `nodes`), on the thread that locks; NULL (the default): nothing. A tool holds its
+     * clients there to make them ask at the same moment (bench/split_vote.c). */
+    void (*before_set)(void *arg, int attempt, int node);
+    void *before_set_arg;
 } redlock_options;
 
 /* Fills *opts with the defaults above and no nodes. */
@@ -113,6 +123,8 @@ typedef struct redlock_holding {
     int granted;            /* nodes that granted it */
     int64_t validity_ms;    /* validity at the moment it was had */
     int64_t valid_until_ns; /* CLOCK_MONOTONIC: the lock is trusted until then */
+    int attempts;           /* attempts made by the call that filled it (1: the first one
+                               had it), also when it failed */
 } redlock_holding;
 
 /*

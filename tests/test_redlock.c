@@ -14,6 +14,9 @@
  *                     anywhere; all back: had again
  *   validity          is_held until the validity ends, lost after it; an expired holding's
  *                     unlock does not delete the next holder's keys
+ *   split vote        five clients, each asking the nodes from its own first, their first
+ *                     attempt held in step: nobody holds after it (each won one node), and
+ *                     the random retry delay lets one of them hold later within the wait
  */
 #include "lock/redlock.h"
 #include "tests/support/redis_server.h"
@@ -368,6 +371,77 @@ static void test_validity_ends_and_late_unlock_is_harmless(void **state)
     assert_int_equal(redlock_unlock(g.rl, &b), NODES);
 }
 
+/* ---- the split vote ---- */
+
+static pthread_barrier_t g_step;
+
+/* before_set: the five clients' SETs of their first attempt, one node at a time. */
+static void split_in_step(void *arg, int attempt, int node)
+{
+    (void)arg;
+    (void)node;
+    if (attempt == 1)
+        pthread_barrier_wait(&g_step);
+}
+
+typedef struct voter {
+    redlock *rl;
+    int rc;
+    redlock_holding h;
+} voter;
+
+static void *vote(void *arg)
+{
+    voter *v = arg;
+
+    v->rc = redlock_lock(v->rl, "rl:split", 1000, 2000, &v->h);
+    if (v->rc == LOCK_OK)
+        redlock_unlock(v->rl, &v->h); /* the next one may have it */
+    return NULL;
+}
+
+static void test_split_vote(void **state)
+{
+    voter v[NODES];
+    pthread_t th[NODES];
+    int held = 0;
+
+    (void)state;
+    assert_int_equal(pthread_barrier_init(&g_step, NULL, NODES), 0);
+    for (int i = 0; i < NODES; i++) {
+        redlock_node order[NODES];
+        redlock_options o;
+
+        for (int k = 0; k < NODES; k++)
+            order[k] = g.nodes[(i + k) % NODES];
+        redlock_options_init(&o);
+        o.nodes = order;
+        o.n_nodes = NODES;
+        o.node_timeout_ms = NODE_TIMEOUT_MS;
+        o.before_set = split_in_step;
+        v[i].rl = NULL;
+        assert_int_equal(redlock_create(&o, &v[i].rl), LOCK_OK);
+    }
+    for (int i = 0; i < NODES; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, vote, &v[i]), 0);
+    for (int i = 0; i < NODES; i++)
+        pthread_join(th[i], NULL);
+    for (int i = 0; i < NODES; i++) {
+        print_message("split vote: client %d: %s after %d attempt%s\n", i + 1,
+                      v[i].rc == LOCK_OK ? "held" : lock_strerror(v[i].rc), v[i].h.attempts,
+                      v[i].h.attempts == 1 ? "" : "s");
+        if (v[i].rc == LOCK_OK) {
+            held++;
+            assert_true(v[i].h.attempts >= 2); /* nobody held after the first round */
+        } else {
+            assert_int_equal(v[i].rc, LOCK_ERR_TIMEOUT);
+        }
+        redlock_destroy(v[i].rl);
+    }
+    pthread_barrier_destroy(&g_step);
+    assert_true(held >= 1);
+}
+
 int main(void)
 {
 #define CASE(f) cmocka_unit_test_setup_teardown(f, case_setup, case_teardown)
@@ -379,6 +453,7 @@ int main(void)
         CASE(test_minority_down_still_works),
         CASE(test_majority_down_fails_within_bound),
         CASE(test_validity_ends_and_late_unlock_is_harmless),
+        CASE(test_split_vote),
     };
 #undef CASE
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
