@@ -5,7 +5,8 @@
  *
  * The cases every queue-lock backend passes (mutual exclusion, reentrancy and tokens, the
  * wait bound, the wake-up) are tests/support/queue_cases.c's; the cases here are
- * ZooKeeper's own: an expired session, the server down and back, a hung server.
+ * ZooKeeper's own: an expired session, the server down and back, a hung server, a connection
+ * attempt the server accepts and never answers.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,10 +14,12 @@
 #include <cmocka.h>
 
 #include <inttypes.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -27,6 +30,7 @@
 #include "lock/zookeeper/zk_lock.h"
 #include "tests/support/zk_server.h"
 #include "tests/support/queue_cases.h"
+#include "tests/support/relay.h"
 
 /* The request timeout of the tests' clients: generous, because the machine is shared and a
  * JVM starved of CPU answers late; the bounds asserted below are in terms of it. */
@@ -227,6 +231,62 @@ static void test_hung_server_bounded(void **state)
     queue_lock_destroy(c);
 }
 
+/* ---- a connection attempt the server never answers ------------------------------------ */
+
+/* This case's session timeout: the service's default lease, under which the library gives
+ * one connection attempt two thirds of it (20 s) to be answered. */
+#define STUCK_LEASE_MS 30000
+
+/* The first connection on a listening socket within wait_ms, or -1. */
+static int accept_within(int listener, int wait_ms)
+{
+    struct pollfd p = {.fd = listener, .events = POLLIN};
+
+    return poll(&p, 1, wait_ms) == 1 ? accept(listener, NULL, NULL) : -1;
+}
+
+/*
+ * ZooKeeper restarted, and the client's first connection attempt fell in the moment the
+ * server listens but does not serve yet: the server accepts it and never answers it (seen on
+ * a loaded machine, every replica stuck at once, since they all try on the same beat). The
+ * test holds that moment open: its own socket on the server's port accepts the attempt and
+ * answers nothing, then the server starts there again. The library alone would wait 20 s on
+ * the attempt; the client gives it up within a request timeout of first finding it pending,
+ * opens a new handle, and has the lock within two request timeouts of the restart.
+ */
+static void test_unanswered_attempt_replaced(void **state)
+{
+    zk_lock_client *c = queue_cases_client(STUCK_LEASE_MS);
+    int listener, attempt;
+    int64_t start, took;
+
+    (void)state;
+    assert_non_null(c);
+    assert_int_equal(queue_lock_acquire(c, "stuck", queue_cases_owner(), 0, NULL), QUEUE_LOCK_OK);
+    assert_int_equal(queue_lock_release(c, "stuck", queue_cases_owner()), QUEUE_LOCK_OK);
+    assert_int_equal(zk_server_stop(server), 0);
+    listener = relay_listen_loopback(zk_server_port(server));
+    assert_true(listener >= 0);
+    /* The library tries again every sixtieth of the session timeout (500 ms). */
+    attempt = accept_within(listener, 5000);
+    close(listener);
+    assert_true(attempt >= 0);
+    assert_int_equal(zk_server_restart(server), 0);
+    start = queue_cases_now_ms();
+    while (queue_lock_acquire(c, "stuck", queue_cases_owner(), 0, NULL) != QUEUE_LOCK_OK &&
+           queue_cases_now_ms() - start < 25000)
+        queue_cases_sleep_ms(100);
+    took = queue_cases_now_ms() - start;
+    close(attempt);
+    print_message("a connection attempt left unanswered: the lock had %" PRId64
+                  " ms after the restart\n",
+                  took);
+    assert_int_equal(queue_lock_is_held(c, "stuck", queue_cases_owner()), QUEUE_LOCK_OK);
+    assert_int_equal(queue_lock_release(c, "stuck", queue_cases_owner()), QUEUE_LOCK_OK);
+    assert_true(took <= 2 * REQUEST_TIMEOUT_MS + 1000); /* + the new handle's connect */
+    queue_lock_destroy(c);
+}
+
 static int group_setup(void **state)
 {
     (void)state;
@@ -280,6 +340,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_session_expired_is_lost),
         cmocka_unit_test(test_server_down),
         cmocka_unit_test(test_hung_server_bounded),
+        cmocka_unit_test(test_unanswered_attempt_replaced),
     };
     return cmocka_run_group_tests_name("zookeeper", tests, group_setup, group_teardown);
 }

@@ -44,6 +44,7 @@ typedef struct zk_session {
     struct zk_call *calls; /* requests sent whose completion has not run yet */
     bool connected;
     bool dead;               /* expired or ended: no request is made on it any more */
+    int64_t pending_since;   /* monotonic ns: a look first found its connection attempt pending */
     int timeout_ms;          /* the timeout the server granted */
     int64_t confirmed_until; /* monotonic ns: the server surely keeps the session until then */
 } zk_session;
@@ -156,14 +157,89 @@ static void note_answer(zk_be *c, zk_session *s, int zrc)
 }
 
 /*
+ * Whether session s's handle is stuck in one connection attempt: the TCP connect in progress,
+ * or the handshake sent and unanswered (ZOO_CONNECTING_STATE, ZOO_ASSOCIATING_STATE), for a
+ * request timeout. The library gives an attempt two thirds of the session timeout (20 s with
+ * the service's 30 s lease) before it tries again, and a server that accepts a connection and
+ * never answers it holds the handle all that time: ZooKeeper does so with a connection made
+ * as it starts listening, before it serves (measured: the first connection after a restart,
+ * unanswered for 25 s, the next ones closed at once, then answered). A server that is down
+ * refuses at once, and the library tries again every sixtieth of the timeout: that is no
+ * stuck attempt, and its session, which may still live on the server, is kept.
+ *
+ * The library tells no event per attempt, so the state is looked at by every thread that
+ * waits for the session, at each look: "since" is when a look first found an attempt
+ * pending, and a look that finds none starts it again. Called with c->mu held.
+ */
+static bool stalled_locked(zk_be *c, zk_session *s)
+{
+    int state = zoo_state(s->zh);
+    int64_t now = lock__now_ns();
+
+    if (state != ZOO_CONNECTING_STATE && state != ZOO_ASSOCIATING_STATE) {
+        s->pending_since = 0;
+        return false;
+    }
+    if (s->pending_since == 0)
+        s->pending_since = now;
+    return now - s->pending_since >= lock__ms_to_ns(c->timeout_ms);
+}
+
+/* Opens a handle as the current session; the library connects it on its own thread. Called
+ * with c->mu held and no thread opening; drops it meanwhile. QUEUE_LOCK_OK, or
+ * QUEUE_LOCK_ERR_NOMEM or QUEUE_LOCK_ERR_SERVER with the error set. */
+static int open_locked(zk_be *c)
+{
+    zk_session *s = calloc(1, sizeof(*s));
+    zhandle_t *zh;
+
+    if (s == NULL) {
+        lock__error_set("cannot create a ZooKeeper handle for %s", c->hosts);
+        return QUEUE_LOCK_ERR_NOMEM;
+    }
+    s->c = c;
+    s->timeout_ms = c->session_ms;
+    /* The opener's reference until zh is in place: the watcher, which may run before
+     * zookeeper_init returns, could end the session, and the keeper must not close it
+     * before it has its handle. */
+    s->refs = 1;
+    c->opening = true;
+    pthread_mutex_unlock(&c->mu);
+    zh = zookeeper_init(c->hosts, watcher, c->session_ms, NULL, s, 0);
+    pthread_mutex_lock(&c->mu);
+    c->opening = false;
+    pthread_cond_broadcast(&c->cv);
+    if (zh == NULL) {
+        free(s); /* no handle: no watcher ran, nothing else knows s */
+        lock__error_set("cannot create a ZooKeeper handle for %s", c->hosts);
+        return QUEUE_LOCK_ERR_NOMEM;
+    }
+    s->zh = zh;
+    s->refs--;
+    if (s->dead) {
+        queue_lock__wake(c->q); /* retired already: the keeper closes it */
+        lock__error_set("the new ZooKeeper session for %s ended at once", c->hosts);
+        return QUEUE_LOCK_ERR_SERVER;
+    }
+    s->id = ++c->next_session_id;
+    c->current = s;
+    return QUEUE_LOCK_OK;
+}
+
+/*
  * A connected session with a reference taken (unref() it), opening one if there is none.
  * Waits at most one request timeout for it to connect: the library connects on its own
- * thread, and a server that is down must cost a request that bound, not more.
+ * thread, and a server that is down must cost a request that bound, not more. A handle not
+ * connected yet stays, and keeps trying, for the next call; one stuck in an attempt
+ * (stalled_locked) is given up: its session leaves the client as an expired one does (its
+ * holdings lost, its nodes gone when the server expires it), the keeper closes its handle,
+ * and a new one is opened, by this call if its time is not spent, else by the next.
  */
 static int get_session(zk_be *c, zk_session **out)
 {
     int64_t until = lock__deadline_ns(c->timeout_ms);
     zk_session *s;
+    int rc;
 
     pthread_mutex_lock(&c->mu);
     for (;;) {
@@ -174,50 +250,26 @@ static int get_session(zk_be *c, zk_session **out)
             *out = s;
             return QUEUE_LOCK_OK;
         }
-        if (s == NULL && !c->opening)
-            break; /* this thread opens one */
-        if (lock__cond_wait_until(&c->cv, &c->mu, until) == ETIMEDOUT) {
-            pthread_mutex_unlock(&c->mu);
-            lock__error_set("no connected ZooKeeper session within %d ms (%s)", c->timeout_ms,
-                            c->hosts);
-            return QUEUE_LOCK_ERR_SERVER;
+        if (s != NULL && stalled_locked(c, s)) {
+            retire_locked(s);
+            continue;
         }
-    }
-    c->opening = true;
-    pthread_mutex_unlock(&c->mu);
-
-    s = calloc(1, sizeof(*s));
-    if (s != NULL) {
-        s->c = c;
-        s->timeout_ms = c->session_ms;
-        /* The watcher may run before zookeeper_init returns: s is complete but for zh,
-         * which the watcher does not read. */
-        s->zh = zookeeper_init(c->hosts, watcher, c->session_ms, NULL, s, 0);
-    }
-    pthread_mutex_lock(&c->mu);
-    c->opening = false;
-    if (s == NULL || s->zh == NULL) {
-        pthread_cond_broadcast(&c->cv);
-        pthread_mutex_unlock(&c->mu);
-        free(s);
-        lock__error_set("cannot create a ZooKeeper handle for %s", c->hosts);
-        return QUEUE_LOCK_ERR_NOMEM;
-    }
-    s->id = ++c->next_session_id;
-    c->current = s;
-    pthread_cond_broadcast(&c->cv);
-    for (;;) {
-        if (s->connected && !s->dead) {
-            s->refs++;
-            pthread_mutex_unlock(&c->mu);
-            *out = s;
-            return QUEUE_LOCK_OK;
+        if (s == NULL && !c->opening) {
+            rc = open_locked(c);
+            if (rc != QUEUE_LOCK_OK) {
+                pthread_mutex_unlock(&c->mu);
+                return rc;
+            }
+            continue;
         }
-        if (lock__cond_wait_until(&c->cv, &c->mu, until) == ETIMEDOUT || s->dead)
+        if (lock__cond_wait_until(&c->cv, &c->mu, until) == ETIMEDOUT)
             break;
     }
+    /* A last look: an attempt stuck past its bound is given up now, for the next call. */
+    s = c->current;
+    if (s != NULL && !s->connected && stalled_locked(c, s))
+        retire_locked(s);
     pthread_mutex_unlock(&c->mu);
-    /* Not connected yet: the handle stays, and keeps trying, for the next call. */
     lock__error_set("no connected ZooKeeper session within %d ms (%s)", c->timeout_ms, c->hosts);
     return QUEUE_LOCK_ERR_SERVER;
 }
@@ -691,8 +743,7 @@ static bool zk_alive(void *be, uint64_t session)
 
     pthread_mutex_lock(&c->mu);
     s = c->current;
-    alive = s != NULL && s->id == session && s->connected &&
-            lock__now_ns() < s->confirmed_until;
+    alive = s != NULL && s->id == session && s->connected && lock__now_ns() < s->confirmed_until;
     pthread_mutex_unlock(&c->mu);
     return alive;
 }
@@ -714,7 +765,7 @@ static int64_t zk_keep_alive(void *be)
     now = lock__now_ns();
     if (c->stopping || s == NULL || !s->connected || now < c->confirm_at) {
         int64_t next = s != NULL && s->connected && c->confirm_at > now ? c->confirm_at
-                                                                       : lock__add_ns(now, period);
+                                                                        : lock__add_ns(now, period);
 
         pthread_mutex_unlock(&c->mu);
         return next;

@@ -17,6 +17,12 @@
  *     has a greater token. (The sequence number grows only within one parent, and starts
  *     again at 0 if the parent is deleted and created again: a weaker token.)
  *   - an unclear create or delete ends the session, which takes every node of it away.
+ *   - a connection attempt the server accepts and leaves unanswered for a request timeout
+ *     (ZooKeeper does so with a connection made as it starts) gives the session up (its
+ *     holdings lost, its nodes gone when the server expires it), and a new one is opened:
+ *     the library alone would wait two thirds of the session timeout on the attempt. An
+ *     attempt refused (a server down) does not: the library tries again on its own, and the
+ *     session, which may outlive the server's restart, is kept.
  *
  * A request is made only on a connected session (after at most one request timeout spent
  * waiting for one to connect), and each answer is awaited at most one request timeout: the

@@ -161,6 +161,11 @@ const char *zk_server_hosts(const zk_server *s)
     return s->hosts;
 }
 
+int zk_server_port(const zk_server *s)
+{
+    return s->port;
+}
+
 int zk_server_stop(zk_server *s)
 {
     return child_stop(&s->pid, STOP_WAIT_MS);

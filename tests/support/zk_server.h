@@ -20,6 +20,9 @@ int zk_server_start(zk_server **out);
 /* "127.0.0.1:PORT", the client's host string. */
 const char *zk_server_hosts(const zk_server *s);
 
+/* Its port, which a test may hold while the server is stopped (restart starts it there). */
+int zk_server_port(const zk_server *s);
+
 /* Stops it (SIGTERM, SIGKILL after 5 s) and reaps it. 0, or -1 when not running. */
 int zk_server_stop(zk_server *s);
 
