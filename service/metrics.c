@@ -39,11 +39,10 @@ static const int status_codes[] = {200, 400, 401, 404, 405, 409, 413, 415, 500, 
 #define METRICS__N_STATUS (sizeof(status_codes) / sizeof(status_codes[0]) + 1)
 #define METRICS__STATUS_OTHER (METRICS__N_STATUS - 1)
 
-static const char *const outcome_names[] = {
-    "deducted",    "insufficient_stock", "unknown_goods",  "lock_timeout", "lock_lost",
-    "unavailable", "replayed",           "commit_unknown", "conflict",
-};
-#define METRICS__N_OUTCOMES (sizeof(outcome_names) / sizeof(outcome_names[0]))
+/* The outcomes counted: every deduct_outcome but DEDUCT_NO_OUTCOME, in the enum's order
+ * (index o is outcome o + 1), named by deduct_outcome_name. */
+#define METRICS__N_OUTCOMES ((size_t)DEDUCT_OUTCOMES_ - 1)
+#define METRICS__OUTCOME_NAME(o) deduct_outcome_name((deduct_outcome)((o) + 1))
 
 /* Upper bounds of the lock-wait buckets, in seconds: from an uncontended Redis round trip
  * (well under a millisecond on loopback) to beyond the default 2 s wait bound. */
@@ -176,16 +175,16 @@ static size_t mode_index(const metrics *m, const char *name)
     return mi;
 }
 
-void metrics_count_deduction(metrics *m, const char *mode_name, const char *outcome)
+void metrics_count_deduction(metrics *m, const char *mode_name, deduct_outcome outcome)
 {
     size_t mi, oi;
 
-    if (m == NULL || mode_name == NULL || outcome == NULL)
+    if (m == NULL || mode_name == NULL || outcome <= DEDUCT_NO_OUTCOME ||
+        outcome >= DEDUCT_OUTCOMES_)
         return;
     mi = mode_index(m, mode_name);
-    for (oi = 0; oi < METRICS__N_OUTCOMES && strcmp(outcome_names[oi], outcome) != 0; oi++)
-        ;
-    if (mi == m->n_modes || oi == METRICS__N_OUTCOMES)
+    oi = (size_t)outcome - 1;
+    if (mi == m->n_modes)
         return;
     atomic_fetch_add_explicit(&m->deductions[mi * METRICS__N_OUTCOMES + oi], 1,
                               memory_order_relaxed);
@@ -422,7 +421,7 @@ static void render_deductions(metrics *m, text_buf *b)
             uint64_t v = atomic_load_explicit(&m->deductions[i * METRICS__N_OUTCOMES + o],
                                               memory_order_relaxed);
             buf_printf(b, "stock_deductions_total{mode=\"%s\",outcome=\"%s\"} %llu\n", label,
-                       outcome_names[o], (unsigned long long)v);
+                       METRICS__OUTCOME_NAME(o), (unsigned long long)v);
         }
     }
 }
@@ -562,7 +561,8 @@ json_t *metrics_to_json(metrics *m)
         for (size_t oi = 0; !failed && oi < METRICS__N_OUTCOMES; oi++) {
             uint64_t v = atomic_load_explicit(&m->deductions[mi * METRICS__N_OUTCOMES + oi],
                                               memory_order_relaxed);
-            failed |= json_object_set_new(by, outcome_names[oi], json_integer((json_int_t)v));
+            failed |=
+                json_object_set_new(by, METRICS__OUTCOME_NAME(oi), json_integer((json_int_t)v));
         }
         failed |= json_object_set_new(deductions, m->mode_names[mi], by);
     }

@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "service/sale/base.h"
+
 struct json_t; /* jansson's */
 
 typedef struct metrics metrics;
@@ -33,10 +35,8 @@ typedef enum metrics_route {
  * "other". A static string. */
 const char *metrics_route_name(metrics_route route);
 
-/* mode_names: the mode table's names (copied); outcomes are a fixed set:
- * "deducted", "insufficient_stock", "unknown_goods", "lock_timeout", "lock_lost",
- * "unavailable", "replayed" (an idempotent retry answered from the store), "commit_unknown",
- * "conflict" (an optimistic mode out of retries).
+/* mode_names: the mode table's names (copied); outcomes are deduct_outcome's (base.h),
+ * labelled with deduct_outcome_name.
  * Returns the metrics (free with metrics_destroy()), or NULL when out of memory. */
 metrics *metrics_create(const char *const *mode_names, size_t n_modes);
 /* Frees m; no other call may be running on it. NULL is a no-op. */
@@ -48,8 +48,8 @@ void metrics_destroy(metrics *m);
 /* status: the HTTP status answered; one outside the fixed set 200 400 401 404 405 409 413
  * 415 500 503 is counted as status="other". */
 void metrics_count_request(metrics *m, metrics_route route, int status);
-/* Unknown mode or outcome names are ignored. */
-void metrics_count_deduction(metrics *m, const char *mode, const char *outcome);
+/* An unknown mode name, and DEDUCT_NO_OUTCOME, are ignored. */
+void metrics_count_deduction(metrics *m, const char *mode, deduct_outcome outcome);
 /* seconds waited for a lock, whether it was taken or not; negative or NaN counts as 0.
  * Buckets: 0.0005 0.001 0.0025 0.005 0.01 0.025 0.05 0.1 0.25 0.5 1 2.5 5 +Inf. */
 void metrics_observe_lock_wait(metrics *m, double seconds);

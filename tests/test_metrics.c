@@ -102,7 +102,7 @@ static void test_every_line_is_well_formed(void **state)
 
     (void)state;
     metrics_count_request(m, ROUTE_DEDUCT, 200);
-    metrics_count_deduction(m, "redis", "deducted");
+    metrics_count_deduction(m, "redis", DEDUCT_DEDUCTED);
     metrics_observe_lock_wait(m, 0.003);
     text = metrics_render(m, &ext);
     assert_non_null(text);
@@ -221,14 +221,14 @@ static void test_deductions_by_mode_and_outcome(void **state)
     char *text, series[160];
 
     (void)state;
-    metrics_count_deduction(m, "redis", "deducted");
-    metrics_count_deduction(m, "redis", "deducted");
-    metrics_count_deduction(m, "none", "insufficient_stock");
-    metrics_count_deduction(m, "local", "replayed");
-    metrics_count_deduction(m, "local", "conflict");
-    metrics_count_deduction(m, "nosuch", "deducted"); /* ignored */
-    metrics_count_deduction(m, "redis", "exploded");  /* ignored */
-    metrics_count_deduction(m, NULL, "deducted");     /* ignored */
+    metrics_count_deduction(m, "redis", DEDUCT_DEDUCTED);
+    metrics_count_deduction(m, "redis", DEDUCT_DEDUCTED);
+    metrics_count_deduction(m, "none", DEDUCT_INSUFFICIENT_STOCK);
+    metrics_count_deduction(m, "local", DEDUCT_REPLAYED);
+    metrics_count_deduction(m, "local", DEDUCT_CONFLICT);
+    metrics_count_deduction(m, "nosuch", DEDUCT_DEDUCTED);  /* ignored */
+    metrics_count_deduction(m, "redis", DEDUCT_NO_OUTCOME); /* ignored */
+    metrics_count_deduction(m, NULL, DEDUCT_DEDUCTED);      /* ignored */
 
     text = metrics_render(m, NULL);
     assert_non_null(text);
@@ -457,7 +457,7 @@ static void test_no_modes_and_null(void **state)
 
     (void)state;
     assert_non_null(m);
-    metrics_count_deduction(m, "redis", "deducted");
+    metrics_count_deduction(m, "redis", DEDUCT_DEDUCTED);
     text = metrics_render(m, NULL);
     assert_non_null(text);
     assert_non_null(strstr(text, "# TYPE stock_deductions_total counter\n"));
@@ -476,7 +476,7 @@ static void *record(void *arg)
     metrics *m = arg;
     for (int i = 0; i < PER_THREAD; i++) {
         metrics_count_request(m, ROUTE_DEDUCT, 200);
-        metrics_count_deduction(m, "redis", "deducted");
+        metrics_count_deduction(m, "redis", DEDUCT_DEDUCTED);
         metrics_observe_lock_wait(m, 0.001);
         metrics_observe_sale(m, "redis", (const int64_t[DEDUCT_STAGES_]){1, 2, 3, 4, 5}, 6);
         metrics_observe_http(m, ROUTE_DEDUCT, 1, 2, 3);

@@ -85,7 +85,7 @@ static const mode *choose_mode(app *a, const http_request *req, bool has_mode,
 static void record_deduction(app *a, const mode *m, const deduct_result *res, int64_t began)
 {
     metrics_count_deduction(a->metrics, m->name, res->outcome);
-    if (res->timed && strcmp(res->outcome, "deducted") == 0) {
+    if (res->timed && res->outcome == DEDUCT_DEDUCTED) {
         int64_t json_ns = clock_now_ns() - began;
         for (int i = 0; i < DEDUCT_STAGES_; i++)
             json_ns -= res->stage_ns[i];
@@ -97,12 +97,13 @@ static void record_deduction(app *a, const mode *m, const deduct_result *res, in
         metrics_observe_lock_handoff(a->metrics, res->handoff_seconds);
     if (res->batch_size > 0)
         metrics_observe_batch(a->metrics, res->batch_size);
-    if (strcmp(res->outcome, "lock_timeout") == 0)
+    if (res->outcome == DEDUCT_LOCK_TIMEOUT)
         metrics_count_lock_timeout(a->metrics);
     metrics_count_optimistic_retries(a->metrics, res->retries);
     if (res->status >= 500) {
         char quoted[300];
-        log_event(LOG_WARN, "deduct_failed", "mode=%s outcome=%s detail=%s", m->name, res->outcome,
+        log_event(LOG_WARN, "deduct_failed", "mode=%s outcome=%s detail=%s", m->name,
+                  deduct_outcome_name(res->outcome),
                   log_quote(quoted, sizeof(quoted), res->detail));
     }
 }
@@ -263,7 +264,7 @@ static void handle_deduct(app *a, const http_request *req, http_reply *reply)
         return;
     }
     if (lab_used)
-        lab_finish(&lab, res.status, res.outcome);
+        lab_finish(&lab, res.status, deduct_outcome_name(res.outcome));
     record_deduction(a, m, &res, began);
     reply_json(reply, res.status, res.body);
 }
@@ -394,7 +395,7 @@ static void handle_order(app *a, const http_request *req, http_reply *reply)
         return;
     }
     if (lab_used)
-        lab_finish(&lab, res.status, res.outcome);
+        lab_finish(&lab, res.status, deduct_outcome_name(res.outcome));
     record_deduction(a, m, &res, 0); /* a cart is not timed */
     reply_json(reply, res.status, res.body);
 }

@@ -70,6 +70,9 @@ typedef enum deduct_point {
     DEDUCT_AT_COMMITTED, /* committed; the guard is still held */
 } deduct_point;
 
+/* The point's name ("entered", "begun", "read", "written", "checked", "committed"). */
+const char *deduct_point_name(deduct_point point);
+
 /*
  * A hook is called at each point with the request's holding of its guard (it may set the
  * holding's fault fields). It returns GUARD_OK to go on, or GUARD_ERR_TIMEOUT /
@@ -105,11 +108,41 @@ typedef enum deduct_stage {
     DEDUCT_STAGES_
 } deduct_stage;
 
+/* The stage's name: "acquire", "claim", "commit", "release", "rest". */
+const char *deduct_stage_name(deduct_stage stage);
+
+/*
+ * How a deduction ended, as the metrics count it and a 503's body names it (API.md): one
+ * value per answer, whatever way of selling gave it.
+ */
+typedef enum deduct_outcome {
+    DEDUCT_NO_OUTCOME,         /* not answered yet */
+    DEDUCT_DEDUCTED,           /* 200: sold */
+    DEDUCT_INSUFFICIENT_STOCK, /* 409 */
+    DEDUCT_UNKNOWN_GOODS,      /* 404 */
+    DEDUCT_LOCK_TIMEOUT,       /* 503: the guard, or a lock inside PostgreSQL, not had in time */
+    DEDUCT_LOCK_LOST,          /* 503: the guard's lease or fence was lost before the commit */
+    DEDUCT_UNAVAILABLE,        /* 503: a dependency failed */
+    DEDUCT_REPLAYED,           /* the answer stored with the Idempotency-Key, given again */
+    DEDUCT_COMMIT_UNKNOWN,     /* 503: COMMIT was sent and its answer lost */
+    DEDUCT_CONFLICT,           /* 503: an optimistic race lost too often, or a deadlock's victim */
+    DEDUCT_OUTCOMES_
+} deduct_outcome;
+
+/* The outcome's name, as API.md and the metrics write it ("deducted", "insufficient_stock",
+ * "unknown_goods", "lock_timeout", "lock_lost", "unavailable", "replayed", "commit_unknown",
+ * "conflict"); "" for DEDUCT_NO_OUTCOME. */
+const char *deduct_outcome_name(deduct_outcome outcome);
+
+/* The outcome of a guard that could not be entered (rc, a GUARD_ERR_* code of modes.h):
+ * DEDUCT_LOCK_TIMEOUT when the wait ran out, DEDUCT_UNAVAILABLE otherwise. */
+deduct_outcome guard_outcome(int rc);
+
 typedef struct deduct_result {
     int retries;            /* transactions run again after a lost optimistic race or a 40001 */
     int status;             /* HTTP status: 200, 404, 409 or 503 */
     char *body;             /* JSON body, malloc'd: the caller frees it */
-    const char *outcome;    /* metrics outcome: "deducted", "insufficient_stock", ... */
+    deduct_outcome outcome; /* how it ended (deduct_outcome_name: the metrics' label) */
     bool waited;            /* the guard measured a wait */
     double wait_seconds;    /* how long the guard took to enter */
     bool handed_off;        /* the lock came from a release to the line (redis) */

@@ -115,7 +115,7 @@ void batch_queue_destroy(batch_queue *q)
 /* ---- answers ------------------------------------------------------------------------- */
 
 /* A 503 as every sale answers it (sale_answer_503). */
-static void set_503(const deduct_env *env, batch_item *it, const char *error, const char *detail)
+static void set_503(const deduct_env *env, batch_item *it, deduct_outcome error, const char *detail)
 {
     if (sale_answer_503(env, it->out, error, detail) != 0)
         it->rc = -1;
@@ -188,7 +188,7 @@ static void run_batch(const deduct_env *env, const mode *m, int rc, guard_hold *
         it->out->wait_seconds = clock_seconds_since(it->arrived_ns);
     }
     if (rc != GUARD_OK) {
-        sale_fail(&s, rc == GUARD_ERR_TIMEOUT ? "lock_timeout" : "unavailable", detail);
+        sale_fail(&s, guard_outcome(rc), detail);
     } else {
         /* Once per holding, on the leader's result (the head of the queue, taken first):
          * how the lock came to it, and how many requests it carried. */
@@ -270,7 +270,7 @@ static void answer_timeout(const deduct_env *env, deduct_result *out, int64_t ar
 {
     batch_item tmp = {.out = out};
 
-    set_503(env, &tmp, "lock_timeout",
+    set_503(env, &tmp, DEDUCT_LOCK_TIMEOUT,
             in_batch ? "redis-batch: the batch did not reach its commit within BATCH_WAIT_MS"
                      : "redis-batch: not taken into a batch within BATCH_WAIT_MS");
     out->waited = true;
@@ -307,7 +307,7 @@ int batch_execute(batch_queue *q, const deduct_env *env, const mode *m, int64_t 
         pthread_mutex_unlock(&s->mu);
         snprintf(detail, sizeof(detail), "redis-batch: %d requests already queued on this replica",
                  q->opts.max_queued);
-        set_503(env, self, "unavailable", detail);
+        set_503(env, self, DEDUCT_UNAVAILABLE, detail);
         goto out;
     }
     if (s->tail != NULL)
@@ -342,7 +342,7 @@ int batch_execute(batch_queue *q, const deduct_env *env, const mode *m, int64_t 
         }
         unlink_item(s, self);
         pthread_mutex_unlock(&s->mu);
-        set_503(env, self, "lock_timeout",
+        set_503(env, self, DEDUCT_LOCK_TIMEOUT,
                 "redis-batch: not taken into a batch within BATCH_WAIT_MS");
         self->res.waited = true;
         self->res.wait_seconds = clock_seconds_since(self->arrived_ns);

@@ -22,44 +22,6 @@
 #include "service/sale/sale.h"
 #include "service/sale/sharded.h"
 
-const char *deduct_point_name(deduct_point point)
-{
-    switch (point) {
-    case DEDUCT_AT_ENTERED:
-        return "entered";
-    case DEDUCT_AT_BEGUN:
-        return "begun";
-    case DEDUCT_AT_READ:
-        return "read";
-    case DEDUCT_AT_WRITTEN:
-        return "written";
-    case DEDUCT_AT_CHECKED:
-        return "checked";
-    case DEDUCT_AT_COMMITTED:
-        return "committed";
-    }
-    return "?";
-}
-
-const char *deduct_stage_name(deduct_stage stage)
-{
-    switch (stage) {
-    case DEDUCT_STAGE_ACQUIRE:
-        return "acquire";
-    case DEDUCT_STAGE_CLAIM:
-        return "claim";
-    case DEDUCT_STAGE_COMMIT:
-        return "commit";
-    case DEDUCT_STAGE_RELEASE:
-        return "release";
-    case DEDUCT_STAGE_REST:
-        return "rest";
-    case DEDUCT_STAGES_:
-        break;
-    }
-    return "?";
-}
-
 /* The sale's stages into out (deduct.h's deduct_stage); REST is what the others leave of
  * the whole, from `began`. A hook's pauses are not a sale's cost: such a sale is not timed. */
 static void keep_stages(deduct_result *out, const sale *s, int64_t began)
@@ -136,16 +98,14 @@ int deduct_execute_as(const deduct_env *env, const mode *m, int64_t goods_id, in
     out->handed_off = hold.handed_off;
     out->handoff_seconds = hold.handoff_seconds;
     if (rc != GUARD_OK)
-        return sale_answer_503(env, out, rc == GUARD_ERR_TIMEOUT ? "lock_timeout" : "unavailable",
-                               detail);
+        return sale_answer_503(env, out, guard_outcome(rc), detail);
 
     /* The hook stops a deduction at "entered" as its guard would have failed. */
     rc = hook != NULL && hook->at != NULL
              ? hook->at(hook->arg, DEDUCT_AT_ENTERED, &hold, detail, sizeof(detail))
              : GUARD_OK;
     if (rc != GUARD_OK) {
-        result = sale_answer_503(env, out, rc == GUARD_ERR_TIMEOUT ? "lock_timeout" : "unavailable",
-                                 detail);
+        result = sale_answer_503(env, out, guard_outcome(rc), detail);
         m->leave(env->guards, &hold);
         return result;
     }

@@ -28,12 +28,6 @@
 
 #include "service/sale/base.h"
 
-/* The point's name ("entered", "begun", "read", "written", "checked", "committed"). */
-const char *deduct_point_name(deduct_point point);
-
-/* The stage's name: "acquire", "claim", "commit", "release", "rest". */
-const char *deduct_stage_name(deduct_stage stage);
-
 /*
  * A transaction shape may ask for its transaction to be run again (mode_tx.write returning
  * DB_ERR_RETRY: pg-optimistic lost its race; PostgreSQL refusing pg-serializable's with

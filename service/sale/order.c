@@ -46,7 +46,7 @@ typedef struct cart_run {
 /* Run again: the goods' stock is in segments (fold them back first). */
 #define FOLD 1
 
-static int answer_503(cart_run *c, const char *error, const char *detail)
+static int answer_503(cart_run *c, deduct_outcome error, const char *detail)
 {
     return sale_answer_503(c->env, c->out, error, detail);
 }
@@ -62,20 +62,21 @@ static int answer_db_failure(cart_run *c, const char *what, int rc)
         snprintf(detail, sizeof(detail),
                  "postgresql: %s: no lock within lock_timeout (%" PRId64 " ms)", what,
                  c->env->lock_wait_ms);
-        return answer_503(c, "lock_timeout", detail);
+        return answer_503(c, DEDUCT_LOCK_TIMEOUT, detail);
     }
     snprintf(detail, sizeof(detail), "postgresql: %s: %s", what,
              db_describe_error(rc, c->conn, why, sizeof(why)));
     if (rc == DB_ERR_DEADLOCK)
-        return answer_503(c, "conflict", detail);
-    return answer_503(c, rc == DB_ERR_COMMIT_UNKNOWN ? "commit_unknown" : "unavailable", detail);
+        return answer_503(c, DEDUCT_CONFLICT, detail);
+    return answer_503(c, rc == DB_ERR_COMMIT_UNKNOWN ? DEDUCT_COMMIT_UNKNOWN : DEDUCT_UNAVAILABLE,
+                      detail);
 }
 
 static int answer_replay(cart_run *c, int status, char *body)
 {
     c->out->status = status;
     c->out->body = body;
-    c->out->outcome = "replayed";
+    c->out->outcome = DEDUCT_REPLAYED;
     return 0;
 }
 
@@ -136,10 +137,7 @@ static int enter_all(cart_run *c)
             if (c->n_holds > 0 && c->mode->tx == NULL)
                 between_locks(c);
             leave_all(c);
-            return answer_503(c, rc == GUARD_ERR_TIMEOUT ? "lock_timeout" : "unavailable",
-                              detail) == 0
-                       ? rc
-                       : DB_ERR_NOMEM;
+            return answer_503(c, guard_outcome(rc), detail) == 0 ? rc : DB_ERR_NOMEM;
         }
         c->hold_of[i] = c->n_holds++;
         last_lock = lock;
@@ -167,7 +165,7 @@ static int sold_out(cart_run *c, size_t i)
         return FOLD;
     }
     c->out->status = 409;
-    c->out->outcome = "insufficient_stock";
+    c->out->outcome = DEDUCT_INSUFFICIENT_STOCK;
     c->out->body = c->env->bodies->sold_out(c->goods[i], c->stock[i]);
     return c->out->body != NULL ? DB_OK : DB_ERR_NOMEM;
 }
@@ -175,7 +173,7 @@ static int sold_out(cart_run *c, size_t i)
 static int unknown_goods(cart_run *c, size_t i)
 {
     c->out->status = 404;
-    c->out->outcome = "unknown_goods";
+    c->out->outcome = DEDUCT_UNKNOWN_GOODS;
     c->out->body = c->env->bodies->unknown_goods(c->goods[i]);
     return c->out->body != NULL ? DB_OK : DB_ERR_NOMEM;
 }
@@ -227,7 +225,7 @@ static int read_all(cart_run *c)
             snprintf(detail, sizeof(detail),
                      "goods %" PRId64 ": fencing token %" PRId64 " is older than the stored one",
                      c->goods[i], h->fence);
-            return answer_503(c, "lock_lost", detail) == 0 ? rc : DB_ERR_NOMEM;
+            return answer_503(c, DEDUCT_LOCK_LOST, detail) == 0 ? rc : DB_ERR_NOMEM;
         }
         if (rc != DB_OK)
             return failed(c, "read stock", rc);
@@ -300,7 +298,7 @@ static int sell(cart_run *c)
     if (rc != DB_OK)
         return failed(c, "record the orders", rc);
     c->out->status = 200;
-    c->out->outcome = "deducted";
+    c->out->outcome = DEDUCT_DEDUCTED;
     c->out->body = c->env->bodies->ordered(cart_id, c->goods, c->counts, c->stock, n, c->mode->name,
                                            c->env->instance);
     return c->out->body != NULL ? DB_OK : DB_ERR_NOMEM;
@@ -371,7 +369,7 @@ static int run_attempt(cart_run *c)
         if (c->mode->still_held(c->env->guards, &c->holds[h]) != GUARD_OK) {
             db_rollback(c->conn);
             drop_answer(c);
-            return answer_503(c, "lock_lost", "a lock's lease was lost before the commit");
+            return answer_503(c, DEDUCT_LOCK_LOST, "a lock's lease was lost before the commit");
         }
     }
     rc = db_commit(c->conn);
@@ -452,7 +450,7 @@ int order_execute(const deduct_env *env, const mode *m, const cart_item *items, 
             char failed[256] = "";
             for (size_t i = 0; i < n_items && rc == DB_OK; i++)
                 rc = sale_fold(c->conn, c->goods[i], &moved, failed, sizeof(failed));
-            result = rc != DB_OK ? answer_503(c, "unavailable", failed) : run_attempt(c);
+            result = rc != DB_OK ? answer_503(c, DEDUCT_UNAVAILABLE, failed) : run_attempt(c);
             if (result == FOLD)
                 result = -1; /* cannot happen: c->folded stops a second fold */
         }

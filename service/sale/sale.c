@@ -50,7 +50,7 @@ static step failed(sale *s, const char *what, int rc)
 }
 
 /* Inside the transaction: rolls back, then answers every line the same 503. */
-static step give_up(sale *s, const char *error, const char *detail)
+static step give_up(sale *s, deduct_outcome error, const char *detail)
 {
     db_rollback(s->conn);
     sale_fail(s, error, detail);
@@ -70,7 +70,7 @@ static int reached(sale *s, deduct_point point, char *why, size_t why_len)
  * would have. */
 static step hook_stopped(sale *s, int rc, const char *why)
 {
-    return give_up(s, rc == GUARD_ERR_TIMEOUT ? "lock_timeout" : "unavailable", why);
+    return give_up(s, guard_outcome(rc), why);
 }
 
 /* Tells the hook, if it asked (deduct_hook.seen_stock), the stock of the point it is about to
@@ -195,10 +195,10 @@ static step read_check_write(sale *s, sale_tally *t, bool *folded)
         return STEP_SHORT;
     }
     if (rc == DB_ERR_FENCED)
-        return give_up(s, "lock_lost", detail);
+        return give_up(s, DEDUCT_LOCK_LOST, detail);
     if (rc == DB_ERR_NOT_FOUND) {
         if (!sale__answer_lines(s, t, true, 0))
-            return give_up(s, "unavailable", "out of memory");
+            return give_up(s, DEDUCT_UNAVAILABLE, "out of memory");
         goto store;
     }
     if (rc != DB_OK && rc != DB_ERR_INSUFFICIENT)
@@ -223,7 +223,7 @@ static step read_check_write(sale *s, sale_tally *t, bool *folded)
         rc = sale__write_stock(s, t, &total_left);
         if (rc == DB_ERR_FENCED) { /* redis-fence-write: a newer token wrote first */
             sale__fence_refused(s, detail, sizeof(detail));
-            return give_up(s, "lock_lost", detail);
+            return give_up(s, DEDUCT_LOCK_LOST, detail);
         }
         if (rc == DB_ERR_RETRY) {
             db_rollback(s->conn); /* lost the race: nothing written, no answer (sale_run) */
@@ -252,7 +252,7 @@ static step read_check_write(sale *s, sale_tally *t, bool *folded)
             return hook_stopped(s, rc, detail);
     }
     if (!sale__answer_lines(s, t, false, total_left - t->after))
-        return give_up(s, "unavailable", "out of memory");
+        return give_up(s, DEDUCT_UNAVAILABLE, "out of memory");
 
 store:
     rc = sale__store_answers(s, t);
@@ -271,7 +271,7 @@ static step commit(sale *s, const sale_tally *t)
      * belong to someone else, whose write we must not follow with ours. */
     for (size_t i = 0; i < s->n_holds; i++)
         if (s->mode->still_held(s->env->guards, &s->holds[i]) != GUARD_OK)
-            return give_up(s, "lock_lost", "the lock's lease was lost before the commit");
+            return give_up(s, DEDUCT_LOCK_LOST, "the lock's lease was lost before the commit");
 
     /* The tx-inside pitfall, on purpose: the guard is given back before the commit, so the
      * next holder reads the stock while this transaction's write is not yet visible. */
@@ -287,7 +287,7 @@ static step commit(sale *s, const sale_tally *t)
     if (rc != GUARD_OK)
         return hook_stopped(s, rc, why);
     if (s->may_commit != NULL && !s->may_commit(s->may_commit_arg))
-        return give_up(s, "lock_timeout", s->commit_refused);
+        return give_up(s, DEDUCT_LOCK_TIMEOUT, s->commit_refused);
 
     rc = db_commit(s->conn);
     if (rc == DB_ERR_SERIALIZATION)
@@ -362,12 +362,12 @@ static step in_two_round_trips(sale *s, sale_tally *t, bool *folded)
     rc = db_claim_begin(s->conn, s->goods_id, h->fence_source, h->fence, &t->stock);
     if (rc == DB_ERR_FENCED) {
         sale__fence_refused(s, detail, sizeof(detail));
-        return give_up(s, "lock_lost", detail);
+        return give_up(s, DEDUCT_LOCK_LOST, detail);
     }
     if (rc == DB_ERR_NOT_FOUND) {
         db_rollback(s->conn);
         if (!sale__answer_lines(s, t, true, 0))
-            sale_fail(s, "unavailable", "out of memory");
+            sale_fail(s, DEDUCT_UNAVAILABLE, "out of memory");
         return STEP_ANSWERED;
     }
     if (rc != DB_OK)
@@ -383,7 +383,7 @@ static step in_two_round_trips(sale *s, sale_tally *t, bool *folded)
     if (t->n_sold == 0) {
         db_rollback(s->conn); /* nothing to write: every line 409 */
         if (!sale__answer_lines(s, t, false, 0))
-            sale_fail(s, "unavailable", "out of memory");
+            sale_fail(s, DEDUCT_UNAVAILABLE, "out of memory");
         return STEP_ANSWERED;
     }
     if (s->env->business_delay_ms > 0)
@@ -391,9 +391,9 @@ static step in_two_round_trips(sale *s, sale_tally *t, bool *folded)
 
     /* Last look before the commit, which now travels with the write. */
     if (s->mode->still_held(s->env->guards, h) != GUARD_OK)
-        return give_up(s, "lock_lost", "the lock's lease was lost before the commit");
+        return give_up(s, DEDUCT_LOCK_LOST, "the lock's lease was lost before the commit");
     if (s->may_commit != NULL && !s->may_commit(s->may_commit_arg))
-        return give_up(s, "lock_timeout", s->commit_refused);
+        return give_up(s, DEDUCT_LOCK_TIMEOUT, s->commit_refused);
 
     /* The write, the orders and COMMIT: one round trip, the guard given back while it
      * travels (leave_once_sent). A refusal rolls back inside. */
@@ -427,7 +427,7 @@ static step run_once(sale *s, bool *folded)
         if (sale__tally_init(&t, s)) {
             next = in_two_round_trips(s, &t, folded);
         } else {
-            sale_fail(s, "unavailable", "out of memory");
+            sale_fail(s, DEDUCT_UNAVAILABLE, "out of memory");
             next = STEP_ANSWERED;
         }
     } else if (!begin(s)) {
@@ -435,7 +435,7 @@ static step run_once(sale *s, bool *folded)
     } else if (!claim_keys(s, &next)) {
         /* next says it */
     } else if (!sale__tally_init(&t, s)) { /* after the keys: a replayed line is not pending */
-        next = give_up(s, "unavailable", "out of memory");
+        next = give_up(s, DEDUCT_UNAVAILABLE, "out of memory");
     } else if (t.pending == 0) {
         db_rollback(s->conn); /* every line a replay: nothing to read or write */
         next = STEP_ANSWERED;
@@ -480,7 +480,7 @@ int sale_run(sale *s)
             char why[256];
             int64_t moved = 0;
             if (sale_fold(s->conn, s->goods_id, &moved, why, sizeof(why)) != DB_OK) {
-                sale_fail(s, "unavailable", why);
+                sale_fail(s, DEDUCT_UNAVAILABLE, why);
                 break;
             }
             attempt--;
@@ -497,7 +497,7 @@ int sale_run(sale *s)
                              : "gave up after %d attempts: each time another sale of goods %lld "
                                "committed between the read and the write",
                      attempt + 1, (long long)s->goods_id);
-            sale_fail(s, "conflict", detail);
+            sale_fail(s, DEDUCT_CONFLICT, detail);
             break;
         }
         for (size_t i = 0; i < s->n; i++)

@@ -118,7 +118,7 @@ int sale_run(sale *s);
 /* Answers every line of s that has no final answer 503 `error` (sale_answer_503), or a
  * failed step `what` (sale_answer_db), when the sale cannot start (no guard, no connection).
  * s->conn may be NULL. */
-void sale_fail(sale *s, const char *error, const char *detail);
+void sale_fail(sale *s, deduct_outcome error, const char *detail);
 void sale_fail_db(sale *s, const char *what, int rc);
 
 /*
@@ -143,11 +143,11 @@ int64_t sale_allocate(int64_t stock, const int64_t *counts, size_t n, bool *sold
 void sale_split(int64_t total, int k, int64_t *shares);
 
 /*
- * Sets out to a 503: `error` is both the body's error and the metrics outcome; `detail` goes
- * to out->detail (the log), and to the body for "unavailable" only (API.md). Frees a body
- * set before. Returns 0, or -1 when out of memory (out->body NULL).
+ * Sets out to a 503: `error` (its name) is both the body's error and the metrics outcome; `detail`
+ * goes to out->detail (the log), and to the body for "unavailable" only (API.md). Frees a body set
+ * before. Returns 0, or -1 when out of memory (out->body NULL).
  */
-int sale_answer_503(const deduct_env *env, deduct_result *out, const char *error,
+int sale_answer_503(const deduct_env *env, deduct_result *out, deduct_outcome error,
                     const char *detail);
 
 /* A failed statement `what` (rc, a DB_ERR_* code, described from conn, which may be NULL):

@@ -7,14 +7,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-int sale_answer_503(const deduct_env *env, deduct_result *out, const char *error,
+int sale_answer_503(const deduct_env *env, deduct_result *out, deduct_outcome error,
                     const char *detail)
 {
     free(out->body);
     out->status = 503;
     out->outcome = error;
     snprintf(out->detail, sizeof(out->detail), "%s", detail);
-    out->body = env->bodies->refused(error, detail);
+    out->body = env->bodies->refused(deduct_outcome_name(error), detail);
     return out->body != NULL ? 0 : -1;
 }
 
@@ -25,11 +25,11 @@ int sale_answer_db(const deduct_env *env, deduct_result *out, const db_conn *con
 
     snprintf(detail, sizeof(detail), "postgresql: %s: %s", what,
              db_describe_error(rc, conn, why, sizeof(why)));
-    return sale_answer_503(env, out, rc == DB_ERR_COMMIT_UNKNOWN ? "commit_unknown" : "unavailable",
-                           detail);
+    return sale_answer_503(
+        env, out, rc == DB_ERR_COMMIT_UNKNOWN ? DEDUCT_COMMIT_UNKNOWN : DEDUCT_UNAVAILABLE, detail);
 }
 
-void sale_fail(sale *s, const char *error, const char *detail)
+void sale_fail(sale *s, deduct_outcome error, const char *detail)
 {
     for (size_t i = 0; i < s->n; i++)
         if (sale__pending(&s->lines[i]))
@@ -50,12 +50,12 @@ void sale_fail_db(sale *s, const char *what, int rc)
     if (rc == DB_ERR_LOCK_TIMEOUT) {
         snprintf(detail, sizeof(detail), "postgresql: %s: no lock within lock_timeout (%lld ms)",
                  what, (long long)s->env->lock_wait_ms);
-        sale_fail(s, "lock_timeout", detail);
+        sale_fail(s, DEDUCT_LOCK_TIMEOUT, detail);
         return;
     }
     snprintf(detail, sizeof(detail), "postgresql: %s: %s", what,
              db_describe_error(rc, s->conn, why, sizeof(why)));
-    sale_fail(s, rc == DB_ERR_COMMIT_UNKNOWN ? "commit_unknown" : "unavailable", detail);
+    sale_fail(s, rc == DB_ERR_COMMIT_UNKNOWN ? DEDUCT_COMMIT_UNKNOWN : DEDUCT_UNAVAILABLE, detail);
 }
 
 bool sale__answer_lines(sale *s, const sale_tally *t, bool unknown, int64_t offset)
@@ -67,15 +67,15 @@ bool sale__answer_lines(sale *s, const sale_tally *t, bool unknown, int64_t offs
         free(out->body);
         if (unknown) {
             out->status = 404;
-            out->outcome = "unknown_goods";
+            out->outcome = DEDUCT_UNKNOWN_GOODS;
             out->body = s->env->bodies->unknown_goods(s->goods_id);
         } else if (!t->sold[j]) {
             out->status = 409;
-            out->outcome = "insufficient_stock";
+            out->outcome = DEDUCT_INSUFFICIENT_STOCK;
             out->body = s->env->bodies->insufficient(s->goods_id, t->left[j]);
         } else {
             out->status = 200;
-            out->outcome = "deducted";
+            out->outcome = DEDUCT_DEDUCTED;
             out->body =
                 s->env->bodies->deducted(s->goods_id, t->counts[j], t->left[j] + offset,
                                          t->order_ids[sold++], s->mode->name, s->env->instance);

@@ -14,7 +14,7 @@ static void replayed(deduct_result *out, int status, char *body)
     free(out->body);
     out->status = status;
     out->body = body;
-    out->outcome = "replayed";
+    out->outcome = DEDUCT_REPLAYED;
 }
 
 int sale__claim_keys(sale *s, const char **what)
@@ -71,7 +71,7 @@ void sale__forget_answers(sale *s)
         free(out->body);
         out->body = NULL;
         out->status = 0;
-        out->outcome = NULL;
+        out->outcome = DEDUCT_NO_OUTCOME;
         s->lines[i].answered = false;
         s->lines[i].twin = NULL;
     }
@@ -89,7 +89,7 @@ void sale__answer_twins(sale *s)
         free(out->body);
         snprintf(out->detail, sizeof(out->detail), "%s", first->detail);
         out->status = first->status;
-        out->outcome = first->status < 500 ? "replayed" : first->outcome;
+        out->outcome = first->status < 500 ? DEDUCT_REPLAYED : first->outcome;
         out->body = first->body != NULL ? strdup(first->body) : NULL;
     }
 }

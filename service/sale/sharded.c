@@ -69,7 +69,7 @@ typedef enum shard_step {
     STEP_GO,       /* look(): the hint is read, on to the segments */
 } shard_step;
 
-static shard_step answer_503(shard_sale *s, const char *error, const char *detail)
+static shard_step answer_503(shard_sale *s, deduct_outcome error, const char *detail)
 {
     (void)sale_answer_503(s->env, s->line.out, error, detail);
     return STEP_ANSWERED;
@@ -78,7 +78,7 @@ static shard_step answer_503(shard_sale *s, const char *error, const char *detai
 /* A segment's guard was not entered (rc, a GUARD_ERR_* code; detail from the guard). */
 static shard_step answer_guard_failure(shard_sale *s, int rc, const char *detail)
 {
-    return answer_503(s, rc == GUARD_ERR_TIMEOUT ? "lock_timeout" : "unavailable", detail);
+    return answer_503(s, guard_outcome(rc), detail);
 }
 
 /* Enters the guard of segment seg (mode_parts.enter), waiting at most wait_ms (0: one try);
@@ -264,12 +264,12 @@ static shard_step look(shard_sale *s, int64_t *hints)
             }
         } else if (rc == DB_ERR_NOT_FOUND) {
             s->line.out->status = 404;
-            s->line.out->outcome = "unknown_goods";
+            s->line.out->outcome = DEDUCT_UNKNOWN_GOODS;
             s->line.out->body = s->env->bodies->unknown_goods(s->goods_id);
             return STEP_ANSWERED;
         } else {
             s->line.out->status = 409;
-            s->line.out->outcome = "insufficient_stock";
+            s->line.out->outcome = DEDUCT_INSUFFICIENT_STOCK;
             s->line.out->body = s->env->bodies->insufficient(s->goods_id, total);
             return STEP_ANSWERED;
         }
@@ -318,7 +318,7 @@ static shard_step fast_path(shard_sale *s, const int *order, int n, int64_t wait
         char detail[160];
         snprintf(detail, sizeof(detail), "%s not had within %" PRId64 " ms", s->busy,
                  guard_env_wait_ms(s->env->guards));
-        return answer_503(s, "lock_timeout", detail);
+        return answer_503(s, DEDUCT_LOCK_TIMEOUT, detail);
     }
     return step;
 }
@@ -350,7 +350,7 @@ static shard_step run(shard_sale *s)
             snprintf(detail, sizeof(detail),
                      "no segment of goods %" PRId64 " could sell within %" PRId64 " ms",
                      s->goods_id, wait_ms);
-            return answer_503(s, "lock_timeout", detail);
+            return answer_503(s, DEDUCT_LOCK_TIMEOUT, detail);
         }
         step = look_once(s, hints);
         if (step != STEP_GO)
@@ -380,6 +380,6 @@ int sharded_execute(const deduct_env *env, const mode *m, int64_t goods_id, int6
     if (m->parts->ready(env->guards, detail, sizeof(detail)) == GUARD_OK)
         (void)run(&s);
     else
-        (void)answer_503(&s, "unavailable", detail);
+        (void)answer_503(&s, DEDUCT_UNAVAILABLE, detail);
     return out->body != NULL ? 0 : -1;
 }

@@ -45,9 +45,9 @@ static void test_pg_lockrow_excludes(void **state)
     holder_finish(1); /* b never gets past its guard: it must end by itself */
     int64_t took = now_ms() - start;
     printf("    a second taker while the row is held: %d %s after %lld ms (bound 300 ms)\n",
-           b->res.status, b->res.outcome, (long long)took);
+           b->res.status, deduct_outcome_name(b->res.outcome), (long long)took);
     assert_int_equal(b->res.status, 503);
-    assert_string_equal(b->res.outcome, "lock_timeout");
+    assert_string_equal(deduct_outcome_name(b->res.outcome), "lock_timeout");
     assert_true(took >= 290 && took < 3000);
     free(b->res.body);
     b->res.body = NULL;
@@ -149,10 +149,10 @@ static void test_pg_rungs_lock_wait_is_bounded(void **state)
         holder_finish(0);
         int64_t took = now_ms() - start;
         printf("    %s with the row and its advisory lock held elsewhere: %d %s after %lld ms\n",
-               names[i], h->res.status, h->res.outcome, (long long)took);
-        if (h->res.status != 503 || strcmp(h->res.outcome, "lock_timeout") != 0)
+               names[i], h->res.status, deduct_outcome_name(h->res.outcome), (long long)took);
+        if (h->res.status != 503 || h->res.outcome != DEDUCT_LOCK_TIMEOUT)
             fail_msg("%s: answered %d %s (%s), want 503 lock_timeout", names[i], h->res.status,
-                     h->res.outcome, h->res.detail);
+                     deduct_outcome_name(h->res.outcome), h->res.detail);
         assert_true(took >= 290 && took < 3000);
         free(h->res.body);
         h->res.body = NULL;
@@ -272,14 +272,14 @@ static void test_batch_leader_stuck_in_postgresql(void **state)
     for (int i = 0; i < FOLLOWERS; i++) {
         batch_shot *f = &followers[i];
         printf("    follower %d: %d %s after %lld ms\n", i, f->res.status,
-               f->res.outcome != NULL ? f->res.outcome : "-", (long long)f->took_ms);
+               deduct_outcome_name(f->res.outcome), (long long)f->took_ms);
         assert_int_equal(f->res.status, 503);
-        assert_string_equal(f->res.outcome, "lock_timeout");
+        assert_string_equal(deduct_outcome_name(f->res.outcome), "lock_timeout");
         assert_true(f->took_ms >= wait_ms - 10 && f->took_ms < wait_ms + 300);
         free(f->res.body);
     }
-    printf("    leader: %d %s after %lld ms\n", leader.res.status, leader.res.outcome,
-           (long long)leader.took_ms);
+    printf("    leader: %d %s after %lld ms\n", leader.res.status,
+           deduct_outcome_name(leader.res.outcome), (long long)leader.took_ms);
     assert_int_equal(leader.res.status, 503);
     free(leader.res.body);
     /* No 503 sold anything: the batch was rolled back. */
@@ -308,7 +308,7 @@ static void eight_sales(deduct_env *env, const mode *m, int64_t goods, int *sold
         assert_int_equal(deduct_execute(env, m, goods, 1, NULL, NULL, &res), 0);
         if (res.status == 200)
             (*sold)++;
-        else if (res.status == 503 && strcmp(res.outcome, "lock_lost") == 0)
+        else if (res.status == 503 && res.outcome == DEDUCT_LOCK_LOST)
             (*refused)++;
         free(res.body);
     }
