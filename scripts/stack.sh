@@ -75,7 +75,7 @@
 #   REDIS_VIA          N:PORT,...: replica N reaches Redis at PORT (a relay in front of it)
 #                      instead of REDIS_PORT [unset]
 #   REDLOCK_VIA        N:PORT,...: the replicas reach Redlock node N at PORT (a relay in front
-#                      of it) instead of its own port [unset]
+#                      of it) instead of its own port; R/N:PORT: replica R alone [unset]
 #   REDLOCK_CLOCK_SHIFT  N:FILE: Redlock node N's wall clock is moved by the milliseconds in
 #                      FILE, read again at every call, so that rewriting FILE jumps that
 #                      server's clock (build/libclock-shift.so; CLOCK_SHIFT_LIB: another) [unset]

@@ -31,7 +31,7 @@ run_ladder() {
         mapfile -t ports < <(pick_free_ports 6) # nginx, PostgreSQL, Redis, etcd (2), ZooKeeper
         base=$(pick_port_block 3)
         rlbase=$(pick_port_block 5) # the 5 Redlock nodes
-        relbase=$(pick_port_block 6) # the relays (Redlock nodes 4 and 5, svc-1 to Redis), their controls
+        relbase=$(pick_port_block 14) # the relays (Redlock nodes 4 and 5, svc-1 to Redis, svc-1 to Redlock nodes 2 to 5), their controls
         echo "(loadtest/ladder --check --part $k/$LADDER_PARTS: RUN_DIR=$dir, replicas :$base.., log $log)"
         LADDER_RUN_DIR=$dir LADDER_HTTP_PORT=${ports[0]} LADDER_PG_PORT=${ports[1]} \
             LADDER_REDIS_PORT=${ports[2]} LADDER_REPLICA_PORT_BASE=$base \

@@ -122,14 +122,9 @@ stack_config() {
     fi
     export DATABASE_URL MODE
     export REDIS_HOST=127.0.0.1 REDIS_PORT
-    # The replicas serve the redlock mode only when given its nodes. REDLOCK_VIA
-    # ("4:PORT,5:PORT") has them reach node N at PORT instead: a relay its caller runs in
-    # front of the node (the ladder's, which cuts a node off from one request at a time).
-    REDLOCK_NODES=""
-    for ((v = 0; v < REDLOCK_SERVERS; v++)); do
-        REDLOCK_NODES+="${REDLOCK_NODES:+,}127.0.0.1:$(via_port "${REDLOCK_VIA:-}" $((v + 1)) \
-            $((REDLOCK_PORT_BASE + v)))"
-    done
+    # The replicas serve the redlock mode only when given its nodes (redlock_nodes_of; each
+    # replica is started with its own, replicas.sh).
+    REDLOCK_NODES=$(redlock_nodes_of 0)
     export REDLOCK_NODES
     # A replica offers the etcd mode only when told where etcd is (service/guards/modes.h), so only
     # a stack that runs etcd tells it; an ETCD_ENDPOINT of our own environment (even empty:
@@ -154,6 +149,21 @@ stack_config() {
         export REDIS_CLUSTER_NODES
     fi
     export MIGRATIONS_DIR=${MIGRATIONS_DIR:-$STACK_ROOT/migrations}
+}
+
+# redlock_nodes_of R: REDLOCK_NODES as replica R reaches the Redlock nodes. REDLOCK_VIA
+# ("4:PORT,5:PORT,1/2:PORT") has node N reached at PORT instead: a relay its caller runs in
+# front of the node, "N:PORT" for every replica (the ladder's, which cuts a node off from one
+# request at a time), "R/N:PORT" for replica R alone (the ladder's partition of one replica);
+# R 0: every replica's.
+redlock_nodes_of() {
+    local v port list=""
+    for ((v = 1; v <= REDLOCK_SERVERS; v++)); do
+        port=$(via_port "${REDLOCK_VIA:-}" "$v" $((REDLOCK_PORT_BASE + v - 1)))
+        port=$(via_port "${REDLOCK_VIA:-}" "$1/$v" "$port")
+        list+="${list:+,}127.0.0.1:$port"
+    done
+    echo "$list"
 }
 
 # via_port SPEC N PORT: the port that SPEC ("N:PORT,...": where something is reached through

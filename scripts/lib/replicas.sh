@@ -100,8 +100,10 @@ replica_start() {
     # therefore does not set SIGINT/SIGQUIT to "ignored" as a background job would.
     # shellcheck disable=SC2016 # expanded by the wrapper, not here
     # REDIS_VIA ("N:PORT,..."): replica N reaches Redis at PORT, a relay in front of it (the
-    # ladder's partition row cuts one replica off).
+    # ladder's partition row cuts one replica off); its Redlock nodes likewise (REDLOCK_VIA's
+    # "N/NODE:PORT", redlock_nodes_of).
     PORT=$port INSTANCE=$name REDIS_PORT=$(via_port "${REDIS_VIA:-}" "$n" "$REDIS_PORT") \
+        REDLOCK_NODES=$(redlock_nodes_of "$n") \
         setsid -f bash -c '
         pidfile=$1 exitfile=$2 logfile=$3
         shift 3
