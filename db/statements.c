@@ -197,12 +197,12 @@ static const struct db__statement stmts[DB__STMT_COUNT] = {
     [DB__LOCKROW_RELEASE] = {"lockrow_release",
                              "DELETE FROM goods_locks WHERE goods = $1 AND owner = $2", 2,
                              PGRES_COMMAND_OK, false},
-    /* Only run when a claim or a write changed no row, to tell "unknown goods" from
-     * "fenced". */
     /* After a claim was refused: the token it was refused against, for the lock service to
      * move its counter past (a counter left behind by a failover). */
     [DB__FENCE_OF] = {"fence_of", "SELECT fence FROM goods_fences WHERE goods = $1 AND source = $2",
                       2, PGRES_TUPLES_OK, false},
+    /* Only run when a claim or a write changed no row, to tell "unknown goods" from
+     * "fenced". */
     [DB__GOODS_EXISTS] = {"goods_exists", "SELECT 1 FROM goods WHERE id = $1", 1, PGRES_TUPLES_OK,
                           false},
     /* $7, the client's request id (NULL: none), rides in the INSERT the sale runs anyway:

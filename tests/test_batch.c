@@ -24,6 +24,7 @@
 #include "service/sale/batch.h"
 #include "service/http/response.h"
 #include "service/sale/sale.h"
+#include "service/sale/stock.h"
 
 /* ---- sale_allocate ------------------------------------------------------------------ */
 

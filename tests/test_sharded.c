@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "service/sale/sale.h"
+#include "service/sale/stock.h"
 #include "service/sale/sharded.h"
 
 /* ---- sale_split ------------------------------------------------------------------- */

@@ -1,10 +1,11 @@
 /*
- * guards.h - the guards and transaction shapes of the mode table (internal to service/).
+ * guards.h - the guards and transaction shapes of the mode table (internal to
+ * service/guards/: modes.h is the room's interface).
  *
  * One convention names the files: every mode's guard or transaction shape lives in
  * service/guards/modes/<mode>.c, the mode's name with '-' as '_' (redis-nofence:
  * modes/redis_nofence.c). What several modes share is a helper named as one,
- * service/guards*.c: guards_env.c (the environment, which builds and frees the state of the
+ * service/guards/guards*.c: guards_env.c (the environment, which builds and frees the state of the
  * guards that have their own), guards.c (the guard that cannot be lost, the pause before a
  * release), guards_poll.c (the polling modes' wait), guards_redis.c (the lock of
  * lock/ as a guard), guards_lockrow.c (a PostgreSQL row as the lock), guards_queue.c (the
@@ -178,15 +179,15 @@ typedef struct guards_queue_rung {
 extern const guards_queue_rung guards__queue_etcd;
 extern const guards_queue_rung guards__queue_zookeeper;
 
-/* Takes goods_id's queue lock on q (NULL: the mode's client is not configured, 503) within
- * env->wait_ms, for the calling thread: GUARD_OK with hold fenced by the node's order number
- * and fence_source r->source; GUARD_ERR_TIMEOUT, GUARD_ERR_UNAVAILABLE with detail set. */
 /* The two modes' clients, built into env at start-up: the etcd client (env->etcd) when
  * opts->etcd_endpoint is set, the ZooKeeper client (env->zk) when opts->zookeeper_hosts is,
  * each then adding its MODE_NEEDS_* bit to env->has. Nothing connects yet. 0, or -1 when a
  * client cannot be made. guards__queue_destroy frees them (safe when there are none). */
 int guards__queue_init(guard_env *env, const guard_env_options *opts);
 void guards__queue_destroy(guard_env *env);
+/* Takes goods_id's queue lock on q (NULL: the mode's client is not configured, 503) within
+ * env->wait_ms, for the calling thread: GUARD_OK with hold fenced by the node's order number
+ * and fence_source r->source; GUARD_ERR_TIMEOUT, GUARD_ERR_UNAVAILABLE with detail set. */
 int guards__queue_enter(queue_lock *q, const guards_queue_rung *r, guard_env *env, int64_t goods_id,
                         guard_hold *hold, char *detail, size_t detail_len);
 /* Both modes' still_held and leave: the holding's fence_source names the client it took. */

@@ -3,9 +3,9 @@
  * replicas, a one-line summary, its guard and, for the PostgreSQL rungs, its transaction
  * shape.
  *
- * Every mode runs the same read-check-write (service/sale/sale.c); only the guard around it
- * differs. A guard is entered before the transaction begins and left after it ends, and
- * may be asked, just before the commit, whether it still holds. A new mode is one more row
+ * Every mode runs the same read-check-write (service/sale/sale.h tells its steps, and where
+ * the guard is entered, asked and left among them); only the guard around it differs. A new
+ * mode is one more row
  * in the table (modes.c) and one file named after it (service/guards/modes/<mode>.c, declared in
  * service/guards/guards.h); the header of modes.c says what else a mode whose guard needs a
  * service of its own must touch, and why.

@@ -1,15 +1,7 @@
 /*
- * deduct.c - one deduction: the request's guard around the read-check-write (sale.h).
- *
- * The order of the steps is the lesson, so it is spelled out in deduct_execute_as():
- *   1. an idempotent retry is answered from the store before anything is locked;
- *   2. the guard is taken before the transaction begins;
- *   3. the connection is taken after the guard;
- *   4. the sale (sale_run): the stock is read (with a fencing token: the row claimed for it;
- *      a PostgreSQL rung reads in its own shape, mode_tx), checked and written back, the
- *      guard is asked whether it still holds, then the transaction commits;
- *   5. the guard is left only after the commit.
- * A batched mode and a sharded one run the same sale from their own engines (batch.c,
+ * deduct.c - one deduction: the request's guard around the read-check-write, in sale.h's
+ * order of steps: deduct_execute_as() takes steps 1 to 3 and 9 itself, and sale_run the
+ * rest. A batched mode and a sharded one run the same sale from their own engines (batch.c,
  * sharded.c), once per batch and once per segment.
  */
 #include "service/sale/deduct.h"
@@ -110,13 +102,12 @@ int deduct_execute_as(const deduct_env *env, const mode *m, int64_t goods_id, in
         return result;
     }
 
-    /* The connection is taken after the guard: a request waiting for the lock should not
-     * hold one of the pool's few connections idle while it waits. */
+    /* The connection after the guard (sale.h, step 3). */
     rc = db_pool_acquire(env->db, (int)env->db_wait_ms, &s.conn);
     if (rc != DB_OK) {
         result = sale_answer_db(env, out, NULL, "connect", rc);
     } else {
-        /* The read-check-write every mode runs (sale.c's read_check_write), once. */
+        /* Steps 4 to 8 (sale.h), once. */
         result = sale_run(&s) < 0 ? -1 : 0;
         db_pool_release(env->db, s.conn);
     }

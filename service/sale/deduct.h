@@ -1,24 +1,15 @@
 /*
- * deduct.h - one deduction: the read-check-write every mode runs (service/sale/sale.h runs it, for
- * one request here, once per batch in batch.h, once per segment in sharded.h), under the
- * mode's guard:
- *
- *   guard.enter -> BEGIN -> [claim the idempotency key] -> read the stock -> if short, 409
- *   -> UPDATE goods SET stock = <new value computed here> -> INSERT the order
- *   -> [store the answer with the key] -> guard.still_held? -> COMMIT -> guard.leave
- *
- * The new stock is computed in C from the value read, not by "stock = stock - n" in SQL:
- * that read-modify-write across two statements is exactly the race the guards exist to
- * close. The guard is left only after the commit; leaving it before would let the next
- * holder read the stock this transaction has not yet committed.
+ * deduct.h - one deduction: one request's sale (sale.h tells its steps, in order) under its
+ * mode's guard; a batched or sharded mode's request is handed to its engine (batch.h,
+ * sharded.h).
  *
  * A guard that hands out fencing tokens (redis) makes the read a claim of the goods row
  * for its token (db_stock_claim): then a holder whose lock was lost mid-section can no
  * longer oversell, whatever the interleaving: the next holder either reads what it
  * committed, or one of the two is refused and sells nothing (db/db.h states the invariant).
  *
- * No HTTP here: the result is an HTTP status and a JSON body, so the same code serves the
- * service and the ceiling benchmark.
+ * No HTTP here: the result is a status and a body written by deduct_env.bodies, so the same
+ * code serves the service and the ceiling benchmark.
  */
 #ifndef SERVICE_DEDUCT_H
 #define SERVICE_DEDUCT_H

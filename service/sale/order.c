@@ -21,6 +21,7 @@
 #include "service/sale/cart.h"
 #include "service/clock.h"
 #include "service/sale/sale.h"
+#include "service/sale/stock.h"
 
 /* One run of a cart, shared by the steps below. */
 typedef struct cart_run {

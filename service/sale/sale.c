@@ -1,30 +1,24 @@
 /*
- * sale.c - the read-check-write every mode runs (sale.h): the transaction, its steps in
- * order, the hook's points, the retries.
+ * sale.c - the read-check-write every mode runs (sale.h): the transaction, its steps, the
+ * hook's points, the retries; the answers of its lines and the answers stored with the keys.
  *
- * The order of the steps is the lesson, so each has its own function below, in the order a
- * sale reaches them: begin, claim_keys, read_check_write (read, check, write, record, store),
- * commit. The guard was taken before the transaction begins and is left after it ends; a
- * fenced holder's plain sale of the goods row sends the same steps in two round trips
- * (in_two_round_trips), and gives the guard back as soon as its COMMIT is sent, which its
- * claim's row lock makes safe (leave_once_sent), unless its caller asks otherwise
- * (leave_after_commit). Every failure after BEGIN rolls back, so a line that does not answer
- * 200 sold nothing: this file alone begins, rolls back and commits.
- *
- * What the steps use lives beside it, each in its own file: the check's working state and
- * its pure arithmetic (sale_tally.c), the answers (sale_answer.c), the sources of the stock
- * and the fold of the segments (sale_source.c), the stored answers (sale_store.c).
+ * The order of the steps is the lesson: each of sale.h's steps 4 to 8 has its own function
+ * below, in that order (begin, claim_keys, read_check_write: read, check, write, record,
+ * store; commit). A fenced holder's plain sale of the goods row sends the same steps in two
+ * round trips (in_two_round_trips) and gives the guard back as soon as its COMMIT is sent
+ * (leave_once_sent), unless its caller asks otherwise (leave_after_commit). Every failure
+ * after BEGIN rolls back, so a line that does not answer 200 sold nothing: this file alone
+ * begins, rolls back and commits. Where the stock is read from and written to, and how the
+ * check shares it, is stock.c's (internal.h).
  */
 #include "service/sale/sale.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "service/clock.h"
-#include "service/sale/sale_answer.h"
-#include "service/sale/sale_source.h"
-#include "service/sale/sale_store.h"
-#include "service/sale/sale_tally.h"
+#include "service/sale/internal.h"
 
 /* What one run of the transaction came to. */
 typedef enum step {
@@ -34,6 +28,14 @@ typedef enum step {
     STEP_FOLD,     /* the goods row is short but segments hold stock: rolled back, no answer */
     STEP_COMMIT,   /* read_check_write: every answer set, the transaction to be committed */
 } step;
+
+/* The answers of the lines and those stored with the keys (defined at the end, after the
+ * steps they serve). */
+static bool answer_lines(sale *s, const sale_tally *t, bool unknown, int64_t offset);
+static int claim_each_key(sale *s, const char **what);
+static int store_answers(sale *s, const sale_tally *t);
+static void forget_answers(sale *s);
+static void answer_twins(sale *s);
 
 /* Inside the transaction: a statement failed; answers it, then rolls back. A transaction
  * PostgreSQL could not serialize beside a concurrent one (a stricter isolation's 40001) is
@@ -132,12 +134,12 @@ static bool begin(sale *s)
     return true;
 }
 
-/* The keys' claims (sale__claim_keys). true to go on; false with the transaction rolled back
+/* The keys' claims (claim_each_key). true to go on; false with the transaction rolled back
  * and *next saying why (every line answered, or STEP_RETRY: see failed). */
 static bool claim_keys(sale *s, step *next)
 {
     const char *what = "";
-    int rc = sale__claim_keys(s, &what);
+    int rc = claim_each_key(s, &what);
 
     if (rc != DB_OK)
         *next = failed(s, what, rc);
@@ -197,7 +199,7 @@ static step read_check_write(sale *s, sale_tally *t, bool *folded)
     if (rc == DB_ERR_FENCED)
         return give_up(s, DEDUCT_LOCK_LOST, detail);
     if (rc == DB_ERR_NOT_FOUND) {
-        if (!sale__answer_lines(s, t, true, 0))
+        if (!answer_lines(s, t, true, 0))
             return give_up(s, DEDUCT_UNAVAILABLE, "out of memory");
         goto store;
     }
@@ -251,11 +253,11 @@ static step read_check_write(sale *s, sale_tally *t, bool *folded)
         if (rc != GUARD_OK)
             return hook_stopped(s, rc, detail);
     }
-    if (!sale__answer_lines(s, t, false, total_left - t->after))
+    if (!answer_lines(s, t, false, total_left - t->after))
         return give_up(s, DEDUCT_UNAVAILABLE, "out of memory");
 
 store:
-    rc = sale__store_answers(s, t);
+    rc = store_answers(s, t);
     if (rc != DB_OK)
         return failed(s, "store idempotent answer", rc);
     return STEP_COMMIT;
@@ -366,7 +368,7 @@ static step in_two_round_trips(sale *s, sale_tally *t, bool *folded)
     }
     if (rc == DB_ERR_NOT_FOUND) {
         db_rollback(s->conn);
-        if (!sale__answer_lines(s, t, true, 0))
+        if (!answer_lines(s, t, true, 0))
             sale_fail(s, DEDUCT_UNAVAILABLE, "out of memory");
         return STEP_ANSWERED;
     }
@@ -382,7 +384,7 @@ static step in_two_round_trips(sale *s, sale_tally *t, bool *folded)
     lap(s, DEDUCT_STAGE_CLAIM);
     if (t->n_sold == 0) {
         db_rollback(s->conn); /* nothing to write: every line 409 */
-        if (!sale__answer_lines(s, t, false, 0))
+        if (!answer_lines(s, t, false, 0))
             sale_fail(s, DEDUCT_UNAVAILABLE, "out of memory");
         return STEP_ANSWERED;
     }
@@ -411,7 +413,7 @@ static step in_two_round_trips(sale *s, sale_tally *t, bool *folded)
         return STEP_ANSWERED;
     }
     /* Committed: a NULL body is out of memory (sale_run). */
-    (void)sale__answer_lines(s, t, false, 0);
+    (void)answer_lines(s, t, false, 0);
     return STEP_ANSWERED;
 }
 
@@ -421,7 +423,7 @@ static step run_once(sale *s, bool *folded)
     sale_tally t = {0};
     step next;
 
-    sale__forget_answers(s);
+    forget_answers(s);
     s->lap_ns = clock_now_ns();
     if (pipelined(s)) {
         if (sale__tally_init(&t, s)) {
@@ -504,11 +506,210 @@ int sale_run(sale *s)
             s->lines[i].out->retries++;
         clock_sleep_us(retry_pause_us(attempt, &seed));
     }
-    sale__answer_twins(s);
+    answer_twins(s);
     if (next == STEP_SHORT)
         return SALE_SHORT;
     for (size_t i = 0; i < s->n; i++)
         if (s->lines[i].out->body == NULL)
             return -1;
     return SALE_DONE;
+}
+
+/* ---- the answers ----------------------------------------------------------------------- */
+
+int sale_answer_503(const deduct_env *env, deduct_result *out, deduct_outcome error,
+                    const char *detail)
+{
+    free(out->body);
+    out->status = 503;
+    out->outcome = error;
+    snprintf(out->detail, sizeof(out->detail), "%s", detail);
+    out->body = env->bodies->refused(deduct_outcome_name(error), detail);
+    return out->body != NULL ? 0 : -1;
+}
+
+int sale_answer_db(const deduct_env *env, deduct_result *out, const db_conn *conn, const char *what,
+                   int rc)
+{
+    char why[200], detail[256];
+
+    snprintf(detail, sizeof(detail), "postgresql: %s: %s", what,
+             db_describe_error(rc, conn, why, sizeof(why)));
+    return sale_answer_503(
+        env, out, rc == DB_ERR_COMMIT_UNKNOWN ? DEDUCT_COMMIT_UNKNOWN : DEDUCT_UNAVAILABLE, detail);
+}
+
+void sale_fail(sale *s, deduct_outcome error, const char *detail)
+{
+    for (size_t i = 0; i < s->n; i++)
+        if (sale__pending(&s->lines[i]))
+            (void)sale_answer_503(s->env, s->lines[i].out, error, detail);
+}
+
+/*
+ * A failed statement `what`: 503 lock_timeout when it waited for a lock inside PostgreSQL
+ * past the bound (lock_timeout, deduct_env.lock_wait_ms), as a guard's wait would;
+ * commit_unknown when COMMIT was sent and its answer lost (the sale may have happened: a
+ * retry with the same Idempotency-Key waits for that transaction and replays its answer);
+ * unavailable otherwise. Called before any rollback, which would replace the error's text.
+ */
+void sale_fail_db(sale *s, const char *what, int rc)
+{
+    char why[200], detail[256];
+
+    if (rc == DB_ERR_LOCK_TIMEOUT) {
+        snprintf(detail, sizeof(detail), "postgresql: %s: no lock within lock_timeout (%lld ms)",
+                 what, (long long)s->env->lock_wait_ms);
+        sale_fail(s, DEDUCT_LOCK_TIMEOUT, detail);
+        return;
+    }
+    snprintf(detail, sizeof(detail), "postgresql: %s: %s", what,
+             db_describe_error(rc, s->conn, why, sizeof(why)));
+    sale_fail(s, rc == DB_ERR_COMMIT_UNKNOWN ? DEDUCT_COMMIT_UNKNOWN : DEDUCT_UNAVAILABLE, detail);
+}
+
+/* Sets each pending line's answer from the check in t: 404 for an unknown goods, else 200 or
+ * 409. `offset` turns what the check left into the goods' whole stock (a segment's sale:
+ * the other segments' and the row's). false when a body could not be built (out of memory). */
+static bool answer_lines(sale *s, const sale_tally *t, bool unknown, int64_t offset)
+{
+    bool ok = true;
+
+    for (size_t j = 0, sold = 0; j < t->pending; j++) {
+        deduct_result *out = s->lines[t->line[j]].out;
+        free(out->body);
+        if (unknown) {
+            out->status = 404;
+            out->outcome = DEDUCT_UNKNOWN_GOODS;
+            out->body = s->env->bodies->unknown_goods(s->goods_id);
+        } else if (!t->sold[j]) {
+            out->status = 409;
+            out->outcome = DEDUCT_INSUFFICIENT_STOCK;
+            out->body = s->env->bodies->insufficient(s->goods_id, t->left[j]);
+        } else {
+            out->status = 200;
+            out->outcome = DEDUCT_DEDUCTED;
+            out->body =
+                s->env->bodies->deducted(s->goods_id, t->counts[j], t->left[j] + offset,
+                                         t->order_ids[sold++], s->mode->name, s->env->instance);
+        }
+        ok = ok && out->body != NULL;
+    }
+    return ok;
+}
+
+/* ---- the answers stored with the keys ---------------------------------------------------
+ *
+ * A keyed line's key is claimed before the stock is read and its answer stored with it
+ * before COMMIT, in the sale's transaction: a concurrent twin request waits for that
+ * transaction at the claim and then finds the answer instead of selling a second time. */
+
+/* Sets out to the stored answer (status, body: taken over) as a replay. */
+static void replayed(deduct_result *out, int status, char *body)
+{
+    free(out->body);
+    out->status = status;
+    out->body = body;
+    out->outcome = DEDUCT_REPLAYED;
+}
+
+/*
+ * Claims the key of every keyed line (the first of twins only; a later line with the same
+ * key gets sale_line.twin). A key that a committed sale holds already is answered from the
+ * store (under READ COMMITTED the fetch sees that commit; the claim inserted nothing and
+ * the transaction goes on): that line is `answered`. DB_OK to go on; otherwise the failed
+ * statement's DB_* code, with *what naming it.
+ */
+static int claim_each_key(sale *s, const char **what)
+{
+    for (size_t i = 0; i < s->n; i++) {
+        sale_line *l = &s->lines[i];
+        int status = 0, rc;
+        char *body = NULL;
+
+        if (l->key == NULL)
+            continue;
+        for (size_t j = 0; j < i && l->twin == NULL; j++)
+            if (s->lines[j].key != NULL && strcmp(s->lines[j].key, l->key) == 0)
+                l->twin = s->lines[j].twin != NULL ? s->lines[j].twin : &s->lines[j];
+        if (l->twin != NULL)
+            continue; /* answered as its twin is, at the end (sale_run) */
+        rc = db_idempotency_claim(s->conn, s->goods_id, l->key);
+        if (rc == DB_OK)
+            continue;
+        if (rc != DB_ERR_CONFLICT) {
+            *what = "claim idempotency key";
+            return rc;
+        }
+        rc = db_idempotency_fetch(s->conn, s->goods_id, l->key, &status, &body);
+        if (rc != DB_OK) {
+            *what = "fetch idempotent answer";
+            return rc;
+        }
+        replayed(l->out, status, body);
+        l->answered = true;
+    }
+    return DB_OK;
+}
+
+/* Stores each pending keyed line's answer (set by then) under its key: DB_OK, or the failed
+ * statement's DB_* code ("store idempotent answer"). */
+static int store_answers(sale *s, const sale_tally *t)
+{
+    for (size_t j = 0; j < t->pending; j++) {
+        sale_line *l = &s->lines[t->line[j]];
+        int rc;
+
+        if (l->key == NULL)
+            continue;
+        rc = db_idempotency_store(s->conn, s->goods_id, l->key, l->out->status, l->out->body);
+        if (rc != DB_OK)
+            return rc;
+    }
+    return DB_OK;
+}
+
+/* Forgets what an earlier run of the transaction answered (replays, twins): it was rolled
+ * back, and the next run claims the keys again. */
+static void forget_answers(sale *s)
+{
+    for (size_t i = 0; i < s->n; i++) {
+        deduct_result *out = s->lines[i].out;
+        free(out->body);
+        out->body = NULL;
+        out->status = 0;
+        out->outcome = DEDUCT_NO_OUTCOME;
+        s->lines[i].answered = false;
+        s->lines[i].twin = NULL;
+    }
+}
+
+/* A line whose key an earlier line of the sale carries gets that one's answer, as a replay
+ * would give it after the commit (or its 503 when the sale failed). */
+static void answer_twins(sale *s)
+{
+    for (size_t i = 0; i < s->n; i++) {
+        deduct_result *out = s->lines[i].out;
+        const deduct_result *first;
+
+        if (s->lines[i].twin == NULL)
+            continue;
+        first = s->lines[i].twin->out;
+        free(out->body);
+        snprintf(out->detail, sizeof(out->detail), "%s", first->detail);
+        out->status = first->status;
+        out->outcome = first->status < 500 ? DEDUCT_REPLAYED : first->outcome;
+        out->body = first->body != NULL ? strdup(first->body) : NULL;
+    }
+}
+
+bool sale_replay(db_conn *conn, int64_t goods_id, const char *key, deduct_result *out)
+{
+    char *body = NULL;
+    int status = 0;
+
+    if (db_idempotency_fetch(conn, goods_id, key, &status, &body) != DB_OK)
+        return false;
+    replayed(out, status, body);
+    return true;
 }

@@ -1,29 +1,37 @@
 /*
- * sale.h - the read-check-write every mode runs, in one place: the single request
- * (deduct.c) runs it once, the batch (batch.c) once per batch, the segments (sharded.c)
- * once per segment or once over all of them. A sale is one transaction:
+ * sale.h - the read-check-write every mode runs, in one place, and the order of its steps,
+ * told here once (every other file points here). Every way of selling takes them in this
+ * order: one request (deduct.c) once, a batch (batch.c) once for all its requests, a goods
+ * in segments (sharded.c) once per segment or once over all of them, a cart (order.c) once
+ * over all its goods:
  *
- *   BEGIN -> claim each line's idempotency key (a stored answer is replayed)
- *   -> read the stock (a fenced claim, a plain read, or a PostgreSQL rung's own shape)
- *   -> check each line in arrival order against what is left (sale_allocate)
- *   -> write the stock computed here -> record the orders -> store the answers with the keys
- *   -> every guard still held? -> COMMIT
+ *    1. an Idempotency-Key's stored answer is looked up, before anything is locked
+ *       (sale_replay): a retry does not queue for the lock;
+ *    2. the mode's guard is entered (mode.enter), before the transaction begins;
+ *    3. a pooled connection is taken, after the guard: a request waiting for the lock holds
+ *       none of the pool's few connections idle;
+ *    4. BEGIN, and each line's key claimed (a stored answer is replayed);
+ *    5. the stock read: a claim of the row for the guard's fencing token, a plain read, or a
+ *       PostgreSQL rung's own shape;
+ *    6. each line checked in arrival order against what is left (sale_allocate): short, 409;
+ *    7. the stock computed here written back, the orders recorded, the answers stored with
+ *       the keys;
+ *    8. every guard asked whether it still holds, then COMMIT;
+ *    9. the guard left, after the commit.
  *
- * The new stock is computed in C from the value read, not by "stock = stock - n" in SQL:
- * that read-modify-write across two statements is exactly the race the guards exist to
- * close. What differs between the ways of selling is only where the stock is read from
- * and written to (sale_source) and how many requests share the transaction (the lines).
- * The guard is the caller's: entered before the sale, left after it (tx-inside aside).
+ * sale_run is steps 4 to 8; the caller does the others. The new stock is computed in C from
+ * the value read, not by "stock = stock - n" in SQL: that read-modify-write across two
+ * statements is exactly the race the guards exist to close. The guard is left only after
+ * the commit (9): leaving it before would let the next holder read the stock this
+ * transaction has not yet committed, which tx-inside shows on purpose; a sale in two round
+ * trips leaves it while COMMIT travels, which its claim's row lock makes safe (sale.c,
+ * leave_once_sent). What differs between the ways of selling is only where the stock is read
+ * from and written to (sale_source) and how many requests share the transaction (the lines).
  *
- * It also holds the steps around it that every way of selling shares: one 503 answer and one
- * database-failure answer, and the fold of redis-sharded's segments back into the goods row
- * (a transaction of its own, which the service opens and commits around db_segments_fold).
- *
- * This header is the whole sale's interface; its code is cut by job: the transaction and
- * its steps (sale.c), the check's working state and arithmetic (sale_tally.c: sale_allocate,
- * sale_split), the answers (sale_answer.c: sale_answer_503, sale_answer_db, sale_fail,
- * sale_fail_db), the sources of the stock (sale_source.c: sale_fold), the stored answers
- * (sale_store.c: sale_replay). Their own headers are internal to the sale.
+ * This header is sale.c's: the transaction, the answers of its lines (one 503 and one
+ * database-failure answer that every way of selling shares) and the answers stored with the
+ * keys. The stock's part that callers use too (the allocation, the split, the fold of the
+ * segments) is stock.h's; what the two files share is internal.h's.
  */
 #ifndef SERVICE_SALE_H
 #define SERVICE_SALE_H
@@ -130,19 +138,6 @@ void sale_fail_db(sale *s, const char *what, int rc);
 bool sale_replay(db_conn *conn, int64_t goods_id, const char *key, deduct_result *out);
 
 /*
- * The arrival-order allocation, pure: `stock` units are left; request i asks counts[i].
- * Each request in turn is sold when what is left covers it, and then takes it; a request
- * that is not covered is refused and takes nothing (a later, smaller one may still be sold).
- * Sets sold[i] and left[i] (what is left after request i's turn: for a refused one, the
- * stock it was refused against). Returns the stock left after all n.
- */
-int64_t sale_allocate(int64_t stock, const int64_t *counts, size_t n, bool *sold, int64_t *left);
-
-/* Cuts `total` (>= 0) units into k (>= 1) shares as even as can be: the first total % k
- * shares get one unit more than the rest. (SALE_FROM_SEGMENTS spreads what is left so.) */
-void sale_split(int64_t total, int k, int64_t *shares);
-
-/*
  * Sets out to a 503: `error` (its name) is both the body's error and the metrics outcome; `detail`
  * goes to out->detail (the log), and to the body for "unavailable" only (API.md). Frees a body set
  * before. Returns 0, or -1 when out of memory (out->body NULL).
@@ -155,14 +150,5 @@ int sale_answer_503(const deduct_env *env, deduct_result *out, deduct_outcome er
  * otherwise. Returns as sale_answer_503. */
 int sale_answer_db(const deduct_env *env, deduct_result *out, const db_conn *conn, const char *what,
                    int rc);
-
-/*
- * Folds goods_id's segments back into its row, on conn outside any transaction: one plain
- * read, and when segments hold stock, a transaction of its own (BEGIN, db_segments_fold,
- * COMMIT). *moved gets the units moved. DB_OK (an unknown goods moves nothing) or a DB_ERR_*
- * code, with detail filled for the 503 ("postgresql: fold segments: <the statement's
- * error>", kept across the rollback).
- */
-int sale_fold(db_conn *conn, int64_t goods_id, int64_t *moved, char *detail, size_t detail_len);
 
 #endif

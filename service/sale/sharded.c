@@ -28,6 +28,7 @@
 
 #include "service/clock.h"
 #include "service/sale/sale.h"
+#include "service/sale/stock.h"
 
 /* ---- the pure parts ------------------------------------------------------------------ */
 
