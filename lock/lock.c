@@ -27,8 +27,9 @@
  *      wait (grant_is_taken_as_is says when no round trip is needed); otherwise go to 3,
  *      until acquired or the deadline has passed;
  *   5. leaving without the lock, on every way out, give up the place in line (leave.lua),
- *      or take the lock a release granted us since our last try, or a hold that an acquire
- *      whose answer was lost made after all (settle_failed_try).
+ *      or, when leave.lua says we hold the lock (a release granted it since our last try, or
+ *      an acquire whose answer was lost made a hold after all), take it with acquire.lua
+ *      (settle_failed_try).
  * Steps 0-4 are try_until_deadline (step 4: try_sleep), step 5 try_finish.
  * An acquire whose answer is lost (late, swallowed, cut, never sent) may still have run,
  * leaving a hold nobody knows of: its give-back is written behind it on the same connection,
@@ -298,7 +299,7 @@ int64_t lock_last_handoff_us(void)
     return last_handoff_us;
 }
 
-/* Whether a reply of acquire.lua (or leave.lua) is an array of n integers. */
+/* Whether a reply of acquire.lua is an array of n integers. */
 static bool integers(const redisReply *r, size_t n)
 {
     if (r->type != REDIS_REPLY_ARRAY || r->elements != n)
@@ -520,56 +521,60 @@ static int release_settled(lock_client *c, const lock__keys *k, const char *owne
 /* What leave.lua's one run came to. */
 typedef enum leave_outcome {
     LEAVE_OUT,   /* answered: the owner is out of the line and holds nothing */
-    LEAVE_TOOK,  /* answered: the owner held the lock (a grant, or a lost acquire that ran),
-                    and now holds it with its count and lease: *a says so */
-    LEAVE_UNSURE /* no answer (or none could be sent): it may have taken the lock */
+    LEAVE_HELD,  /* answered: the owner holds the lock (a grant, or a lost acquire that ran);
+                    leave.lua changed nothing, and acquire.lua takes it (take_held) */
+    LEAVE_UNSURE /* no answer (or none could be sent) */
 } leave_outcome;
 
-/*
- * Runs leave.lua once, by hard_by at the latest, on the pool's reserved connection if every
- * other one is out (a waiter that gives up must not wait behind the acquirers). leave.lua
- * takes the owner out of the line, or, if the owner holds the lock, hands it the holding
- * with `count` holds and `lease` ms. With sync_replicas, a holding taken so is kept only once
- * enough replicas have it, as any acquisition (sync_or_undo; LEAVE_OUT when undone).
- */
+/* Runs leave.lua once, by hard_by at the latest, on the pool's reserved connection if every
+ * other one is out (a waiter that gives up must not wait behind the acquirers). */
 static leave_outcome leave_line(lock_client *c, const lock__keys *k, const char *owner,
-                                const char *count, const char *lease, int64_t hard_by, attempt *a)
+                                int64_t hard_by)
 {
-    const char *keys[4] = {k->name, k->waiters, k->waiters_until, k->fence};
-    const char *args[4] = {owner, k->channel, count, lease};
+    const char *keys[3] = {k->name, k->waiters, k->waiters_until};
+    const char *args[2] = {owner, k->channel};
     lock__conn *conn = NULL;
     redisReply *r = NULL;
-    int64_t sent_ns = lock__now_ns(); /* the cluster's router sets it again when it sends */
     leave_outcome out;
     int rc;
 
     if (c->cluster != NULL) {
-        rc = lock__cluster_script(c->cluster, LOCK__SCRIPT_LEAVE, true, hard_by, hard_by, 4, keys,
-                                  4, args, &sent_ns, &r);
+        rc = lock__cluster_script(c->cluster, LOCK__SCRIPT_LEAVE, true, hard_by, hard_by, 3, keys,
+                                  2, args, NULL, &r);
     } else {
         if (lock__pool_borrow_for_release(c->pool, hard_by, &conn) != LOCK_OK)
             return LEAVE_UNSURE;
-        sent_ns = lock__now_ns(); /* after the wait for a connection */
-        rc = lock__script_run(conn, LOCK__SCRIPT_LEAVE, hard_by, 4, keys, 4, args, &r);
-        if (rc == LOCK_OK && reply_acquired(r) && c->opts.sync_replicas > 0 &&
-            sync_or_undo(c, conn, k, owner, count, &r) != LOCK_OK) {
-            lock__pool_return(c->pool, conn);
-            return LEAVE_OUT; /* taken, then given back: too few replicas had it */
-        }
+        rc = lock__script_run(conn, LOCK__SCRIPT_LEAVE, hard_by, 3, keys, 2, args, &r);
         lock__pool_return(c->pool, conn);
     }
     if (rc != LOCK_OK)
         return LEAVE_UNSURE;
-    out = LEAVE_OUT;
-    if (reply_acquired(r)) {
-        a->acquired = true;
-        a->count = r->element[0]->integer;
-        a->token = r->element[1]->integer;
-        a->sent_ns = sent_ns;
-        out = LEAVE_TOOK;
-    }
+    out = r->type == REDIS_REPLY_INTEGER && r->integer == 2 ? LEAVE_HELD : LEAVE_OUT;
     freeReplyObject(r);
     return out;
+}
+
+/*
+ * The owner holds the lock after all (LEAVE_HELD): taken with acquire.lua as a holding the
+ * owner has, with `count` holds, `lease` ms, and the token `known` only if the counter still
+ * says it (else a new one: the counter may have been moved under the holding), with no place
+ * in line; with sync_replicas, kept only once enough replicas have it (pooled_script). By
+ * hard_by. LEAVE_OUT when acquire.lua says the lock is not the owner's any more (its grant
+ * lapsed meanwhile); LEAVE_UNSURE when its answer was lost, or it could not be sent.
+ */
+static leave_outcome take_held(lock_client *c, const lock__keys *k, const char *owner,
+                               const char *count, const char *lease, const char *known,
+                               int64_t hard_by, attempt *a)
+{
+    attempt took = {0};
+    int rc = attempt_once(c, k, owner, lease, count, "0", known, hard_by, hard_by, &took);
+
+    if (rc != LOCK_OK)
+        return LEAVE_UNSURE;
+    if (!took.acquired)
+        return LEAVE_OUT;
+    *a = took;
+    return LEAVE_HELD;
 }
 
 /*
@@ -580,33 +585,35 @@ static leave_outcome leave_line(lock_client *c, const lock__keys *k, const char 
  * connection (pooled_script) runs only if that connection reached Redis, which a connection
  * cut after the acquire went through does not. So one leave.lua settles both: out of the
  * line, or, if the caller holds the lock after all (a release granted it since its last try,
- * or the lost acquire ran), the holding is the caller's (LOCK_OK). If leave.lua's own answer
- * is lost as well, a release gives back whatever either may have added (release_settled).
- * Everything ends by hard_by: a round trip that timed out at the bound leaves none, and then
- * the first lease bounds what is left (first_lease_ms). Returns the call's result.
+ * or the lost acquire ran), the holding is the caller's (LOCK_OK), taken with acquire.lua
+ * (take_held: its token is checked as any reentrant take's). If an answer is lost on the
+ * way, a release gives back whatever either may have added (release_settled). Everything
+ * ends by hard_by: a round trip that timed out at the bound leaves none, and then the first
+ * lease bounds what is left (first_lease_ms). Returns the call's result.
  */
 static int settle_failed_try(lock_client *c, const lock__keys *k, const char *owner,
-                             const char *count, const char *lease, bool in_line, int64_t hard_by,
-                             int rc, attempt *a)
+                             const char *count, const char *lease, const char *known, bool in_line,
+                             int64_t hard_by, int rc, attempt *a)
 {
     bool unsure = rc == LOCK_ERR_REDIS && a->sent_ns != 0;
     leave_outcome left;
     int64_t ignored;
+    char why[256];
 
     if (!in_line && !unsure)
         return rc;
     if (lock__now_ns() >= hard_by)
         return rc; /* no time left: the follow-up and the first lease */
-    left = leave_line(c, k, owner, count, lease, hard_by, a);
-    if (left == LEAVE_TOOK)
+    snprintf(why, sizeof(why), "%s", lock__error_text()); /* the try's own error */
+    left = leave_line(c, k, owner, hard_by);
+    if (left == LEAVE_HELD)
+        left = lock__now_ns() < hard_by ? take_held(c, k, owner, count, lease, known, hard_by, a)
+                                        : LEAVE_OUT; /* no time: its lease ends it */
+    if (left == LEAVE_HELD)
         return LOCK_OK;
-    if (left == LEAVE_UNSURE && lock__now_ns() < hard_by) {
-        char why[256];
-
-        snprintf(why, sizeof(why), "%s", lock__error_text());
+    if (left == LEAVE_UNSURE && lock__now_ns() < hard_by)
         release_settled(c, k, owner, strtoll(count, NULL, 10) - 1, hard_by, hard_by, &ignored);
-        lock__error_set("%s", why); /* the try's own error is the one to report */
-    }
+    lock__error_set("%s", why); /* the try's own error is the one to report */
     return rc;
 }
 
@@ -631,9 +638,9 @@ static bool grant_is_taken_as_is(const lock_client *c, const lock__grant *grant,
  * The lease a watchdog holding starts with: the waiter liveness (or the watchdog lease, if
  * shorter), not the watchdog lease. The watchdog extends it to the full lease within a third
  * of it, so a holder that lives sees no difference; but a holding whose taker never heard
- * the answer (a reply cut after acquire.lua or leave.lua ran), and that nothing could give
- * back, keeps the others out for no longer than a waiter's place in line would (a grant from
- * release.lua starts the same way). A section shorter than a third of it is never renewed.
+ * the answer (a reply cut after acquire.lua ran), and that nothing could give back, keeps
+ * the others out for no longer than a waiter's place in line would (a grant from release.lua
+ * starts the same way). A section shorter than a third of it is never renewed.
  */
 static int64_t first_lease_ms(const lock_client *c)
 {
@@ -796,8 +803,8 @@ static int try_finish(try_call *t, int rc, int64_t *fence_token)
     lock_client *c = t->c;
 
     if (rc != LOCK_OK)
-        rc = settle_failed_try(c, &t->k, t->owner, t->count, t->lease, t->in_line, t->hard_deadline,
-                               rc, &t->a);
+        rc = settle_failed_try(c, &t->k, t->owner, t->count, t->lease, t->known, t->in_line,
+                               t->hard_deadline, rc, &t->a);
     if (rc == LOCK_OK) {
         rc = lock__holdings_acquired(
             c->holdings, t->k.name, lock__thread_number(), t->owner, t->a.count, t->a.token,

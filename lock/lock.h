@@ -128,10 +128,11 @@ void lock_client_destroy(lock_client *c);
  * sync_replicas, also a grant that too few replicas acknowledged, released again); LOCK_ERR_BUSY;
  * LOCK_ERR_INVALID.
  * An acquire whose answer is lost (late, swallowed, cut, or never sent) is settled within
- * the same bound: leave.lua hands the caller a hold the acquire made (LOCK_OK) or takes it out
- * of the line, and a release whose answer is read gives back what is left; whatever the
- * bound leaves no time for ends with the first lease of a LOCK_LEASE_WATCHDOG holding (the
- * waiter liveness, extended to the watchdog lease at the first renewal) or with lease_ms.
+ * the same bound: leave.lua finds a hold the acquire made, which acquire.lua then takes for
+ * the caller (LOCK_OK), or takes it out of the line, and a release whose answer is read gives
+ * back what is left; whatever the bound leaves no time for ends with the first lease of a
+ * LOCK_LEASE_WATCHDOG holding (the waiter liveness, extended to the watchdog lease at the
+ * first renewal) or with lease_ms.
  * A LOCK_LEASE_WATCHDOG holding's token is larger than every token before it (a token names
  * one holding; lock/README.md, "Fencing tokens").
  */

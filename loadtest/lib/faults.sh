@@ -182,7 +182,7 @@ inject() {
 #                    (whose wait, LOCK_WAIT_MS, is 300 ms: loadtest/chaos) waits in line
 #                    behind it, every reply to its acquire.lua held 400 ms: the release
 #                    grants it the lock while that reply is on its way, the reply says
-#                    "wait" and the wait is over, so leave.lua runs and takes the late grant;
+#                    "wait" and the wait is over, so leave.lua runs and finds the late grant;
 #                    leave.lua's reply is cut.
 # Then nginx resumes. Says on stderr how many replies were cut and the lock's PTTL after (a
 # hold left with the extra replica's lease shows above the stack's LOCK_LEASE_MS).

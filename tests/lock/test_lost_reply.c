@@ -15,7 +15,8 @@
  *
  * Also: a release message read after the address moved (a failover) grants nothing; a token
  * names one holding (a reentrant take after the counter moved gets a new one); a try that ends
- * with an error leaves the line; a holding leave.lua hands over waits for the replicas too.
+ * with an error leaves the line; a holding leave.lua hands over waits for the replicas too,
+ * and presents a token of its own even when the counter moved under it.
  *
  * The server, the fixtures and the tools: tests/lock/lock_support.h. White-box where it says.
  */
@@ -26,7 +27,9 @@
 #include "lock/subscriber.h" /* white-box: a subscriber whose master moves */
 #include "tests/support/relay.h"
 
+#include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -38,8 +41,9 @@
 typedef enum loss { LATE, SWALLOW, CUT, UNSENT } loss;
 static const char *const loss_names[] = {"late", "swallow", "cut", "unsent"};
 
-/* A client of the test's Redis through a new relay (*r, to stop after the client). */
-static lock_client *client_through(relay **r)
+/* A client of the test's Redis through a new relay (*r, to stop after the client), with this
+ * command timeout. */
+static lock_client *client_through_timeout(relay **r, int timeout_ms)
 {
     lock_options o;
     lock_client *c = NULL;
@@ -47,11 +51,17 @@ static lock_client *client_through(relay **r)
     assert_int_equal(relay_start(0, g_state.port, r), 0);
     lock_options_init(&o);
     o.redis_port = relay_port(*r);
-    o.command_timeout_ms = TIMEOUT_MS;
+    o.command_timeout_ms = timeout_ms;
     o.waiter_liveness_ms = LIVENESS_MS;
     o.watchdog_lease_ms = WATCHDOG_MS;
     assert_int_equal(lock_client_create(&o, &c), LOCK_OK);
     return c;
+}
+
+/* The same with the faulted client's command timeout (TIMEOUT_MS). */
+static lock_client *client_through(relay **r)
+{
+    return client_through_timeout(r, TIMEOUT_MS);
 }
 
 /* The relay's fault for each way of losing a reply. */
@@ -355,6 +365,90 @@ static void test_sync_on_the_leave_path(void **state)
     relay_stop(r);
 }
 
+/* What the thread that raises the counter under a holding saw and did. */
+typedef struct raise_under {
+    const char *name;
+    long long counter; /* the counter it found once the holding existed (0: none in time) */
+    int64_t raised;    /* the value it raised it to */
+    int rc;            /* lock_fence_raise's */
+} raise_under;
+
+/* Waits (1 s at most) for the lock to be held, then raises its counter past what it is, as
+ * the service does with a token the storage saw after a failover: the token of another
+ * holding. Its own connection: the test's is the main thread's. */
+static void *raise_once_held(void *p)
+{
+    raise_under *u = p;
+    redisContext *rc = redisConnect("127.0.0.1", g_state.port);
+    int64_t until = now_ns() + 1000 * MS;
+    redisReply *r;
+
+    u->rc = LOCK_ERR_REDIS;
+    while (rc != NULL && rc->err == 0 && now_ns() < until) {
+        r = redisCommand(rc, "EXISTS %s", u->name);
+        bool held = r != NULL && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+
+        if (r != NULL)
+            freeReplyObject(r);
+        if (held) {
+            r = redisCommand(rc, "GET %s:fence", u->name);
+            if (r != NULL && r->type == REDIS_REPLY_STRING)
+                u->counter = strtoll(r->str, NULL, 10);
+            if (r != NULL)
+                freeReplyObject(r);
+            u->raised = u->counter + 10;
+            u->rc = lock_fence_raise(g_state.client, u->name, u->raised);
+            break;
+        }
+        sleep_ms(1);
+    }
+    if (rc != NULL)
+        redisFree(rc);
+    return NULL;
+}
+
+/*
+ * leave.lua finds a holding nobody knows the token of (the acquire that made it ran, its
+ * answer came too late), and the counter was moved under it meanwhile (fence_raise.lua, to a
+ * token the storage accepted: another holding's). The holding handed over must present a
+ * token of its own, past the raised counter, never the counter itself, which the row would
+ * take as the other holding's equal.
+ */
+static void test_leave_hands_over_its_own_token(void **state)
+{
+    relay *r = NULL;
+    /* A command timeout of 1 s: the raise must fall between the acquire and the leave, which
+     * are that far apart, on a loaded machine too. */
+    lock_client *c = client_through_timeout(&r, 1000);
+    raise_under u = {.name = "t:leaveraise"};
+    pthread_t raiser;
+    int64_t token = 0;
+    int rc;
+
+    (void)state;
+    load_scripts();
+    /* The acquire runs; its answer comes after the client's timeout; the give-back written
+     * behind it on its connection is cut before it reaches Redis (it is release.lua's text:
+     * an EVAL); and the client settles its try with leave.lua (a wait of 1 s leaves it the
+     * time). The counter is raised between the acquire and the leave. */
+    relay_set(r, RELAY_DELAY, 3000, lock__script_sha(LOCK__SCRIPT_ACQUIRE), 1);
+    relay_then(r, RELAY_CUT_REQUEST, 0, "release.lua:", 1);
+    assert_int_equal(pthread_create(&raiser, NULL, raise_once_held, &u), 0);
+    rc = lock_try_lock(c, u.name, 1000, 5000, &token); /* a lease past the wait */
+    pthread_join(raiser, NULL);
+    assert_int_equal(u.rc, LOCK_OK);
+    assert_true(u.counter > 0);
+    print_message("leave.lua handed over a holding: rc %d, token %lld; the counter was %lld, "
+                  "raised to %lld under it\n",
+                  rc, (long long)token, u.counter, (long long)u.raised);
+    assert_int_equal(rc, LOCK_OK);
+    assert_true(token > u.raised);
+    assert_int_equal(lock_is_held(c, u.name), LOCK_OK);
+    assert_int_equal(lock_unlock(c, u.name), LOCK_OK);
+    lock_client_destroy(c);
+    relay_stop(r);
+}
+
 #define CASE(t) cmocka_unit_test_setup_teardown(t, case_setup, case_teardown)
 
 int main(int argc, char **argv)
@@ -380,6 +474,7 @@ int main(int argc, char **argv)
         CASE(test_token_names_one_holding),
         CASE(test_error_leaves_the_line),
         CASE(test_sync_on_the_leave_path),
+        CASE(test_leave_hands_over_its_own_token),
     };
 
     return lock_test_main("test_lost_reply", tests, sizeof(tests) / sizeof(tests[0]), argc, argv);
