@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -47,7 +48,7 @@ int child_find_program(const char *name, const char *package, char *path, size_t
 pid_t child_spawn(const char *path, const char *const *argv, const char *log)
 {
     int fd = -1;
-    pid_t pid;
+    pid_t pid, parent = getpid();
 
     if (log == NULL)
         log = "/dev/null";
@@ -59,6 +60,11 @@ pid_t child_spawn(const char *path, const char *const *argv, const char *log)
     fflush(stderr);
     pid = fork();
     if (pid == 0) {
+        /* Killed when the test dies (a crash, a harness's time limit): its teardown, which
+         * stops the server, never runs then. The setting outlives the exec. Should the test
+         * have died before it was made, the child has a new parent already: it goes at once. */
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent)
+            _exit(125);
         if (fd >= 0 && (dup2(fd, STDOUT_FILENO) < 0 || dup2(fd, STDERR_FILENO) < 0))
             _exit(126);
         /* execv takes char *const[]: it does not change the strings. */

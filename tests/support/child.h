@@ -31,8 +31,12 @@ int child_find_program(const char *name, const char *package, char *path, size_t
  * Starts `path` with argv (argv[0] first, NULL-ended) as a child, its standard output and
  * error appended to the file `log` (NULL: /dev/null, for a server that writes a log of its
  * own). Never ours: a server left behind by a test killed at its time limit would hold the
- * harness's pipe open, and the harness would wait for it forever. Between the fork and the
- * exec the child only calls dup2, execv and _exit. Returns its PID, or -1.
+ * harness's pipe open, and the harness would wait for it forever. The child dies with the
+ * test (SIGKILL, PR_SET_PDEATHSIG): a test that crashes or is killed leaves no server behind.
+ * The kernel sends it when the thread that forked ends, not the process: call this from the
+ * thread that lives as long as the program (every test does, from its main thread). Between
+ * the fork and the exec the child only calls prctl, getppid, dup2, execv and _exit. Returns
+ * its PID, or -1.
  */
 pid_t child_spawn(const char *path, const char *const *argv, const char *log);
 
