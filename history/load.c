@@ -255,6 +255,27 @@ static int order_item(const struct loader *l, const struct pending *p, int64_t g
     return -1;
 }
 
+/* A sale's ok (a deduct's, an order's) carries the order id its 200 gave: HISTORY.md asks for
+ * it, and the ledger matches each ok to its order row by it. Any integer. */
+static int need_order_id(struct loader *l, json_t *ev)
+{
+    int64_t id;
+    return need_int(l, ev, "order_id", &id, INT64_MIN);
+}
+
+/* The errors HISTORY.md names as an `info`'s: after them the sale may have happened, so a
+ * `fail` (certainly no effect) that says one contradicts itself, and would be dropped from
+ * the check as if nothing had been sold. */
+static bool error_may_have_sold(const char *error)
+{
+    static const char *const unknown[] = {"commit_unknown", "timeout", "upstream_timeout",
+                                          "upstream_failed"};
+    for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++)
+        if (strcmp(error, unknown[i]) == 0)
+            return true;
+    return false;
+}
+
 /* An order's ok: `items` names every goods of the invocation once, each with `remaining`. */
 static int on_ok_order(struct loader *l, json_t *ev, struct pending *p)
 {
@@ -265,6 +286,8 @@ static int on_ok_order(struct loader *l, json_t *ev, struct pending *p)
     if (json_array_size(items) != p->op.nitems)
         return fail_at(l, "the ok names %zu items, its invocation (line %ld) %u",
                        json_array_size(items), p->op.line_call, p->op.nitems);
+    if (need_order_id(l, ev) != 0)
+        return -1;
     for (size_t i = 0; i < p->op.nitems; i++) {
         json_t *x = json_array_get(items, i);
         int64_t goods, remaining, count = 0;
@@ -384,7 +407,7 @@ static int on_ok(struct loader *l, json_t *ev, struct pending *p)
     case HIST_F_ORDER:
         return on_ok_order(l, ev, p);
     case HIST_F_DEDUCT:
-        if (need_int(l, ev, "remaining", &op->b, 0) != 0)
+        if (need_int(l, ev, "remaining", &op->b, 0) != 0 || need_order_id(l, ev) != 0)
             return -1;
         if (op->b > INT64_MAX - op->a)
             return fail_at(l, "\"remaining\" + count overflows a 64-bit integer");
@@ -423,6 +446,9 @@ static int on_fail(struct loader *l, json_t *ev, struct pending *p)
         if (!s)
             return e ? fail_at(l, "\"error\" must be a string")
                      : fail_at(l, "a %s fail needs \"error\"", f_name(op->f));
+        if (error_may_have_sold(s))
+            return fail_at(l, "a fail says nothing was sold, \"%s\" that it may have been: an info",
+                           s);
         snprintf(op->answer, sizeof op->answer, "fail %.40s", s);
         if (op->f == HIST_F_ORDER) {
             int rc = on_fail_order(l, ev, p, s);
@@ -442,9 +468,14 @@ static int on_fail(struct loader *l, json_t *ev, struct pending *p)
 
 static int on_info(struct loader *l, json_t *ev, struct pending *p)
 {
-    (void)l;
     struct hist_op *op = &p->op;
-    const char *s = json_string_value(json_object_get(ev, "error"));
+    json_t *e = json_object_get(ev, "error");
+    const char *s = json_string_value(e);
+    /* A sale's info says why its outcome is unknown (HISTORY.md); a read's needs nothing. */
+    if (!s && (op->f == HIST_F_DEDUCT || op->f == HIST_F_ORDER))
+        return e ? fail_at(l, "\"error\" must be a string")
+                 : fail_at(l, "an info needs \"error\" (why the %s's outcome is unknown)",
+                           f_name(op->f));
     snprintf(op->answer, sizeof op->answer, "info %.40s", s ? s : "");
     op->outcome = HIST_UNKNOWN;
     op->ret = HIST_TIME_INF;

@@ -26,7 +26,11 @@
     ",\"type\":\"invoke\",\"f\":\"deduct\",\"goods_id\":1,\"count\":1,\"time\":" #t "}\n"
 #define OK(p, t, r)                                                                                \
     "{\"process\":" #p ",\"type\":\"ok\",\"f\":\"deduct\",\"goods_id\":1,\"remaining\":" #r        \
-    ",\"time\":" #t "}\n"
+    ",\"order_id\":" #t ",\"time\":" #t "}\n"
+/* A sale's completion of type T, its fields E (each after a comma), no others. */
+#define DONE(p, t, T, E)                                                                           \
+    "{\"process\":" #p ",\"time\":" #t ",\"type\":\"" T "\""                                       \
+    ",\"f\":\"deduct\",\"goods_id\":1" E "}\n"
 
 static enum hist_verdict check(const char *text, enum hist_model_kind kind)
 {
@@ -63,6 +67,18 @@ static void test_malformed_lines(void **state)
                      3, "\"type\" must be");
     expect_malformed(RESET2 "not json\n", 3, "not JSON");
     expect_malformed(INV(1, 5) OK(1, 6, 1), 1, "neither an ok reset nor an ok read");
+    /* HISTORY.md's fields by answer: an ok names its order, an info why it is unknown, and a
+     * fail never says the sale may have happened. */
+    expect_malformed(RESET2 INV(1, 5) DONE(1, 6, "ok", ",\"remaining\":1"), 4,
+                     "missing \"order_id\"");
+    expect_malformed(RESET2 INV(1, 5) DONE(1, 6, "ok", ",\"remaining\":1,\"order_id\":\"7\""), 4,
+                     "\"order_id\" must be an integer");
+    expect_malformed(RESET2 INV(1, 5) DONE(1, 6, "info", ""), 4, "an info needs \"error\"");
+    expect_malformed(RESET2 INV(1, 5) DONE(1, 6, "info", ",\"error\":5"), 4,
+                     "\"error\" must be a string");
+    expect_malformed(RESET2 INV(1, 5) DONE(1, 6, "fail", ",\"error\":\"commit_unknown\""), 4,
+                     "\"commit_unknown\" that it may have been: an info");
+    expect_malformed(RESET2 INV(1, 5) DONE(1, 6, "fail", ",\"error\":\"timeout\""), 4, "an info");
 }
 
 /* One step of m from the slot [lo, hi] (the stock) or value lo (the register): whether it is
