@@ -124,6 +124,7 @@
 #define GOODS_SHARD_MIXED 4406LL
 #define GOODS_ORDER 4500LL          /* 4500 .. 4509: test_order's answers */
 #define GOODS_ORDER_DEADLOCK 4510LL /* 4510 .. 4511: the two opposite carts */
+#define GOODS_ORDER_HTTP 4512LL     /* a cart's 413, 415, bad key and query mode */
 #define GOODS_ORDER_LOAD 4520LL     /* 4520 .. 4534: 5 hot goods per safe cart mode */
 #define GOODS_CACHE 4601LL          /* test_cache's answers */
 #define GOODS_CACHE_HELD 4602LL     /* 4602 .. 4603: the held miss, cache-aside and rwlock */

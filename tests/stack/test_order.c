@@ -228,6 +228,57 @@ static void test_order_bad_carts(void **state)
     expect_unchanged(g, &before, "after the bad carts");
 }
 
+/* Where API.md gives a cart "every other answer as for /api/deduct": a body over 16384 bytes
+ * is 413 (nginx's and the replica's own), a Content-Type not JSON 415, a key of the wrong
+ * shape 400, the mode taken from the query when the body names none (the body's wins), an
+ * unknown one 400 unknown_mode; nothing sold by a refusal. */
+static void test_order_answers_as_deduct(void **state)
+{
+    const long long g = GOODS_ORDER_HTTP, one = 1;
+    const size_t big_len = 16385;
+    char body[160], with_mode[200], *big = own(malloc(big_len + 1), free);
+    http_request rq = {.method = "POST", .base = g_env.stock_url, .path = "/api/order"};
+    int n;
+
+    (void)state;
+    begin_case("order: a cart's 413, 415, bad key and query mode answer as a deduct's");
+    if (big == NULL)
+        fail_msg("out of memory");
+    snprintf(body, sizeof(body), "{\"items\":[{\"goods_id\":%lld,\"count\":1}]}", g);
+    snprintf(with_mode, sizeof(with_mode),
+             "{\"items\":[{\"goods_id\":%lld,\"count\":1}],\"mode\":\"redis\"}", g);
+    n = snprintf(big, big_len + 1, "{\"items\":[{\"goods_id\":%lld,\"count\":1}]", g);
+    memset(big + n, ' ', big_len - 1 - (size_t)n);
+    big[big_len - 1] = '}';
+    big[big_len] = '\0';
+    reset_goods(g, 10);
+
+    rq.body = big;
+    expect_error(call(&rq), 413, "payload_too_large", "a cart of 16385 bytes via nginx");
+    rq.base = g_env.replicas[0];
+    expect_error(call(&rq), 413, "payload_too_large", "a cart of 16385 bytes via a replica");
+    rq.chunked = true;
+    expect_error(call(&rq), 413, "payload_too_large", "a chunked cart of 16385 bytes");
+    rq = (http_request){.method = "POST", .base = g_env.stock_url, .path = "/api/order"};
+    rq.body = body;
+    rq.content_type = "text/plain";
+    expect_error(call(&rq), 415, "unsupported_media_type", "a cart sent as text/plain");
+    rq.content_type = NULL;
+    rq.headers[0] = "Idempotency-Key: two words";
+    expect_error(call(&rq), 400, "bad_request", "a cart with a key of the wrong shape");
+    rq.headers[0] = NULL;
+    rq.path = "/api/order?mode=nope";
+    expect_error(call(&rq), 400, "unknown_mode", "a cart with ?mode=nope");
+    expect_stock(g, 10, 10, 0, 0, "after the refused carts");
+
+    rq.path = "/api/order?mode=pg-atomic";
+    expect_ordered(call(&rq), &g, &one, (const long long[]){9}, 1, "pg-atomic", "?mode=pg-atomic");
+    rq.body = with_mode;
+    expect_ordered(call(&rq), &g, &one, (const long long[]){8}, 1, "redis",
+                   "the body's mode beside ?mode=pg-atomic");
+    expect_stock(g, 10, 8, 2, 2, "after the two carts");
+}
+
 /* The key's scope is the whole cart: the same cart (listed in any order) replays the first
  * answer and sells once; the same key on another cart is another order. */
 static void test_order_idempotent_replay(void **state)
@@ -680,6 +731,7 @@ int main(int argc, char **argv)
                                         case_teardown),
         cmocka_unit_test_setup_teardown(test_order_unknown_goods, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_order_bad_carts, case_setup, case_teardown),
+        cmocka_unit_test_setup_teardown(test_order_answers_as_deduct, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_order_idempotent_replay, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_order_fault_refusals, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_order_deadlock_multi_naive, case_setup, case_teardown),
