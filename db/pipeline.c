@@ -83,6 +83,86 @@ typedef struct pipe_out {
     int failed;   /* the statement refused, or the first whose answer did not come */
 } pipe_out;
 
+/* Prepares ids[0..n-1] where needed, enters pipeline mode and sends them (params[i] each)
+ * and a Sync, flushed by *deadline: reply_timeout_ms from entering the mode, which the
+ * caller keeps for the answers (why: the text of its expiry). DB_OK, or the code of what
+ * failed (c broken when the exchange itself did). */
+static int send_batch(db_conn *c, const enum db__stmt_id *ids, const char *const *const *params,
+                      int n, int64_t *deadline, char *why, size_t why_len, pipe_out *out)
+{
+    int timeout_ms = c->pool != NULL ? c->pool->reply_timeout_ms : 0;
+    int rc, i;
+
+    for (i = 0; i < n; i++) {
+        rc = db__prepare(c, ids[i]);
+        if (rc != DB_OK)
+            return rc;
+    }
+    if (!PQenterPipelineMode(c->pg)) {
+        broken(c, NULL);
+        return DB_ERR_UNAVAILABLE;
+    }
+    snprintf(why, why_len, "no answer from PostgreSQL within %d ms", timeout_ms);
+    *deadline = db__now_ms() + timeout_ms;
+    out->sent = true;
+    for (i = 0; i < n; i++)
+        if (!db__send_prepared(c, ids[i], params[i])) {
+            broken(c, NULL);
+            return DB_ERR_UNAVAILABLE;
+        }
+    if (!PQpipelineSync(c->pg)) {
+        broken(c, NULL);
+        return DB_ERR_UNAVAILABLE;
+    }
+    return flush_by(c, *deadline, why);
+}
+
+/* Reads the n statements' results by deadline: one per statement (then a NULL), an ABORTED
+ * one for each statement skipped after an error. res[i] as run_pipeline's. Returns DB_OK or
+ * the first refusal's code (out->refused, out->failed); *lost set when the connection was
+ * lost on the way (out->failed: the first statement whose answer did not come). */
+static int read_answers(db_conn *c, const enum db__stmt_id *ids, int n, int64_t deadline,
+                        const char *why, PGresult **res, pipe_out *out, bool *lost)
+{
+    int rc = DB_OK;
+
+    for (int i = 0; i < n; i++) {
+        PGresult *r = next_by(c, deadline, why, lost), *extra;
+        if (*lost) {
+            if (rc == DB_OK)
+                out->failed = i;
+            return rc;
+        }
+        if (r != NULL && PQresultStatus(r) == PGRES_PIPELINE_ABORTED) {
+            PQclear(r);
+        } else if (rc == DB_OK) {
+            int crc = db__check(c, r, db__want(ids[i]));
+            if (crc == DB_OK)
+                res[i] = r;
+            else {
+                rc = crc;
+                out->failed = i;
+                if (c->broken) {
+                    *lost = true;
+                    return rc;
+                }
+                out->refused = true;
+            }
+        } else {
+            PQclear(r);
+        }
+        /* The NULL that ends statement i's results. */
+        while ((extra = next_by(c, deadline, why, lost)) != NULL)
+            PQclear(extra);
+        if (*lost) {
+            if (rc == DB_OK)
+                out->failed = i + 1 < n ? i + 1 : i;
+            return rc;
+        }
+    }
+    return rc;
+}
+
 /*
  * Sends statements ids[0..n-1] (params[i] each) in one pipeline ending with a Sync, and
  * reads every answer within one reply_timeout_ms. res[i] gets statement i's result when it
@@ -95,10 +175,11 @@ static int run_pipeline(db_conn *c, const enum db__stmt_id *ids, const char *con
                         int n, const db_on_sent *on_sent, PGresult **res, pipe_out *out)
 {
     int timeout_ms = c->pool != NULL ? c->pool->reply_timeout_ms : 0;
-    int64_t deadline;
+    int64_t deadline = 0;
     char why[96];
     bool lost = false;
-    int rc = DB_OK, i;
+    PGresult *sync;
+    int rc, i;
 
     out->sent = out->refused = false;
     out->failed = 0;
@@ -108,28 +189,7 @@ static int run_pipeline(db_conn *c, const enum db__stmt_id *ids, const char *con
         db__set_error(c, "the connection is closed");
         return DB_ERR_UNAVAILABLE;
     }
-    for (i = 0; i < n; i++) {
-        rc = db__prepare(c, ids[i]);
-        if (rc != DB_OK)
-            return rc;
-    }
-    if (!PQenterPipelineMode(c->pg)) {
-        broken(c, NULL);
-        return DB_ERR_UNAVAILABLE;
-    }
-    snprintf(why, sizeof(why), "no answer from PostgreSQL within %d ms", timeout_ms);
-    deadline = db__now_ms() + timeout_ms;
-    out->sent = true;
-    for (i = 0; i < n; i++)
-        if (!db__send_prepared(c, ids[i], params[i])) {
-            broken(c, NULL);
-            return DB_ERR_UNAVAILABLE;
-        }
-    if (!PQpipelineSync(c->pg)) {
-        broken(c, NULL);
-        return DB_ERR_UNAVAILABLE;
-    }
-    rc = flush_by(c, deadline, why);
+    rc = send_batch(c, ids, params, n, &deadline, why, sizeof(why), out);
     if (rc != DB_OK)
         return rc;
     if (on_sent != NULL && on_sent->fn != NULL) {
@@ -138,52 +198,19 @@ static int run_pipeline(db_conn *c, const enum db__stmt_id *ids, const char *con
         on_sent->fn(on_sent->arg);
         deadline = db__now_ms() + timeout_ms;
     }
-
-    /* One result per statement (then a NULL), an ABORTED one for each statement skipped
-     * after an error, and the Sync's. */
-    for (i = 0; i < n; i++) {
-        PGresult *r = next_by(c, deadline, why, &lost), *extra;
-        if (lost) {
-            if (rc == DB_OK)
-                out->failed = i;
-            goto lost;
-        }
-        if (r != NULL && PQresultStatus(r) == PGRES_PIPELINE_ABORTED) {
-            PQclear(r);
-        } else if (rc == DB_OK) {
-            int crc = db__check(c, r, db__want(ids[i]));
-            if (crc == DB_OK)
-                res[i] = r;
-            else {
-                rc = crc;
-                out->failed = i;
-                if (c->broken)
-                    goto lost;
-                out->refused = true;
-            }
-        } else {
-            PQclear(r);
-        }
-        /* The NULL that ends statement i's results. */
-        while ((extra = next_by(c, deadline, why, &lost)) != NULL)
-            PQclear(extra);
-        if (lost) {
-            if (rc == DB_OK)
-                out->failed = i + 1 < n ? i + 1 : i;
-            goto lost;
-        }
-    }
-    {
-        PGresult *sync = next_by(c, deadline, why, &lost);
-        if (lost)
-            goto lost;
-        if (sync == NULL || PQresultStatus(sync) != PGRES_PIPELINE_SYNC) {
-            PQclear(sync);
-            broken(c, "pipeline: no Sync where one was due");
-            return DB_ERR_UNAVAILABLE;
-        }
+    rc = read_answers(c, ids, n, deadline, why, res, out, &lost);
+    if (lost)
+        goto lost;
+    /* The Sync's result. */
+    sync = next_by(c, deadline, why, &lost);
+    if (lost)
+        goto lost;
+    if (sync == NULL || PQresultStatus(sync) != PGRES_PIPELINE_SYNC) {
         PQclear(sync);
+        broken(c, "pipeline: no Sync where one was due");
+        return DB_ERR_UNAVAILABLE;
     }
+    PQclear(sync);
     if (!PQexitPipelineMode(c->pg)) {
         broken(c, NULL);
         return DB_ERR_UNAVAILABLE;

@@ -272,7 +272,7 @@ static cluster_node *node_at(lock__cluster *cl, const char *host, int port)
     cluster_node *node = NULL;
     int idx;
 
-    snprintf(a.host, sizeof(a.host), "%s", host);
+    snprintf(a.host, sizeof(a.host), "%.*s", (int)sizeof(a.host) - 1, host);
     a.port = port;
     pthread_mutex_lock(&cl->mu);
     idx = node_index_locked(cl, &a);
@@ -548,6 +548,63 @@ static int send_asking(lock__conn *conn, const request *q, int64_t hard_by, redi
  * LOCK__CLUSTER_REDIRECTS_MAX redirections. *out may be an error reply that is not a
  * redirection.
  */
+/* The node for this turn: the redirection's (asking) or the slot's master, read from the
+ * map again once if unknown. Held until node_drop. LOCK_OK, or LOCK_ERR_NOMEM /
+ * LOCK_ERR_REDIS (no master known). */
+static int pick_node(lock__cluster *cl, int slot, const lock__redirect *asking, int64_t hard_by,
+                     cluster_node **node)
+{
+    if (asking != NULL) {
+        /* Held from here to the connection's return, as node_of_slot's is. */
+        *node = node_at(cl, asking->host, asking->port);
+        return *node != NULL ? LOCK_OK : LOCK_ERR_NOMEM;
+    }
+    *node = node_of_slot(cl, slot);
+    if (*node == NULL) {
+        map_doubted(cl, hard_by);
+        *node = node_of_slot(cl, slot);
+    }
+    if (*node == NULL) {
+        lock__error_set("redis cluster: no master known for slot %d", slot);
+        return LOCK_ERR_REDIS;
+    }
+    return LOCK_OK;
+}
+
+/* Sends q once on a connection of node's pool, borrowed by borrow_by (ASKING first when
+ * asking), and lets go of the connection and of node. LOCK_OK with *r, or the failure's
+ * code: a Redis failure makes the map doubted (a failover may have moved the master), and
+ * the command is not retried: it may have run. */
+static int send_once(lock__cluster *cl, cluster_node *node, const request *q, bool asking,
+                     int64_t borrow_by, int64_t hard_by, int64_t *sent_ns, redisReply **r)
+{
+    lock__conn *conn = NULL;
+    int rc;
+
+    if (q->urgent)
+        rc = lock__pool_borrow_for_release(node->pool, borrow_by, &conn);
+    else
+        rc = lock__pool_borrow(node->pool, borrow_by, &conn);
+    if (rc != LOCK_OK) {
+        node_drop(cl, node);
+        return rc;
+    }
+    if (sent_ns != NULL)
+        *sent_ns = lock__now_ns();
+    if (asking)
+        rc = send_asking(conn, q, hard_by, r);
+    else if (q->is_script)
+        rc = lock__script_run_reply(conn, q->script, hard_by, q->nkeys, q->keys, q->nargs, q->args,
+                                    r);
+    else
+        rc = lock__conn_command(conn, hard_by, q->argc, q->argv, NULL, r);
+    lock__pool_return(node->pool, conn);
+    node_drop(cl, node);
+    if (rc == LOCK_ERR_REDIS)
+        map_doubted(cl, hard_by);
+    return rc;
+}
+
 static int send_to_slot(lock__cluster *cl, int slot, const request *q, int64_t borrow_by,
                         int64_t hard_by, int64_t *sent_ns, redisReply **out)
 {
@@ -565,54 +622,16 @@ static int send_to_slot(lock__cluster *cl, int slot, const request *q, int64_t b
         lock__now_ns() - atomic_load(&cl->refreshed_ns) > lock__ms_to_ns(REFRESH_MAX_AGE_MS))
         (void)refresh_until(cl, false, borrow_by > lock__now_ns() ? borrow_by : hard_by);
     for (int hops = 0;; hops++) {
-        lock__conn *conn = NULL;
         redisReply *r = NULL;
 
-        if (asking) {
-            /* Held from here to the connection's return, as node_of_slot's is. */
-            node = node_at(cl, redirect.host, redirect.port);
-            if (node == NULL)
-                return LOCK_ERR_NOMEM;
-        } else {
-            node = node_of_slot(cl, slot);
-            if (node == NULL) {
-                map_doubted(cl, hard_by);
-                node = node_of_slot(cl, slot);
-            }
-            if (node == NULL) {
-                lock__error_set("redis cluster: no master known for slot %d", slot);
-                return LOCK_ERR_REDIS;
-            }
-        }
+        rc = pick_node(cl, slot, asking ? &redirect : NULL, hard_by, &node);
+        if (rc != LOCK_OK)
+            return rc;
         /* The first borrow waits as the caller allows; one after a redirection has only
          * what is left of the command's own bound. */
-        if (q->urgent)
-            rc = lock__pool_borrow_for_release(node->pool, hops == 0 ? borrow_by : hard_by, &conn);
-        else
-            rc = lock__pool_borrow(node->pool, hops == 0 ? borrow_by : hard_by, &conn);
-        if (rc != LOCK_OK) {
-            node_drop(cl, node);
+        rc = send_once(cl, node, q, asking, hops == 0 ? borrow_by : hard_by, hard_by, sent_ns, &r);
+        if (rc != LOCK_OK)
             return rc;
-        }
-        if (sent_ns != NULL)
-            *sent_ns = lock__now_ns();
-        if (asking)
-            rc = send_asking(conn, q, hard_by, &r);
-        else if (q->is_script)
-            rc = lock__script_run_reply(conn, q->script, hard_by, q->nkeys, q->keys, q->nargs,
-                                        q->args, &r);
-        else
-            rc = lock__conn_command(conn, hard_by, q->argc, q->argv, NULL, &r);
-        lock__pool_return(node->pool, conn);
-        node_drop(cl, node);
-        node = NULL;
-        if (rc != LOCK_OK) {
-            /* The master may be gone (a failover): read the map again, so the next command
-             * goes to the one promoted. This one is not retried: it may have run. */
-            if (rc == LOCK_ERR_REDIS)
-                map_doubted(cl, hard_by);
-            return rc;
-        }
         if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "TRYAGAIN", 8) == 0) {
             /* A slot half-way through a migration, with some of the script's keys moved and
              * some not: nothing ran. The migration ends soon; try again shortly, within the

@@ -144,6 +144,73 @@ static void client_moved(void *arg)
     lock__subscriber_moved(c->subscriber);
 }
 
+/* Where the client's connections go first: the address of opts, moved to the master a
+ * Sentinel names (when opts->sentinels; the follower keeps asking otherwise), or to a
+ * cluster's first seed (when opts->cluster_nodes: a classic PUBLISH reaches every node of a
+ * cluster, cluster.h, so the subscriber listens there). LOCK_OK or a LOCK_ERR_* code. */
+static int find_address(lock_client *c, const lock_options *opts)
+{
+    int rc = lock__conn_address_init(&c->addr, c->host, opts->redis_port);
+
+    if (rc != LOCK_OK)
+        return rc;
+    c->addr_ready = true;
+    if (opts->sentinels != NULL) {
+        lock__addr master;
+
+        c->sentinels = malloc(sizeof(*c->sentinels));
+        if (c->sentinels == NULL)
+            return LOCK_ERR_NOMEM;
+        rc = lock__sentinels_parse(c->sentinels, opts->sentinels, opts->master_name,
+                                   opts->connect_timeout_ms);
+        if (rc != LOCK_OK)
+            return rc;
+        if (lock__sentinel_master(c->sentinels, &master) == LOCK_OK)
+            lock__conn_address_move(&c->addr, master.host, master.port);
+    }
+    if (opts->cluster_nodes != NULL) {
+        rc = lock__cluster_create(opts->cluster_nodes, opts->pool_size, opts->connect_timeout_ms,
+                                  opts->command_timeout_ms, &c->cluster);
+        if (rc != LOCK_OK)
+            return rc;
+        lock__conn_address_move(&c->addr, lock__cluster_first_seed(c->cluster)->host,
+                                lock__cluster_first_seed(c->cluster)->port);
+    }
+    return LOCK_OK;
+}
+
+/* The client's threads and pool, once its address is known: the command pool, the
+ * holdings and their watchdog, the subscriber, and the listeners of a cluster's or a
+ * Sentinel's moves. LOCK_OK or a LOCK_ERR_* code. */
+static int start_parts(lock_client *c, const lock_options *opts)
+{
+    int rc;
+
+    c->conn_cfg.addr = &c->addr;
+    c->conn_cfg.connect_timeout_ms = opts->connect_timeout_ms;
+    c->conn_cfg.command_timeout_ms = opts->command_timeout_ms;
+    atomic_init(&c->timeouts, 0);
+    if (lock__process_id_new(c->process_id) != 0)
+        return LOCK_ERR_INVALID; /* no kernel randomness: nothing the caller can fix here */
+    rc = lock__pool_create(&c->conn_cfg, opts->pool_size, &c->pool);
+    if (rc != LOCK_OK)
+        return rc;
+    rc = lock__holdings_create(opts->watchdog_lease_ms, opts->max_hold_ms, &c->holdings);
+    if (rc != LOCK_OK)
+        return rc;
+    rc = lock__watchdog_start(c->holdings, &c->conn_cfg, c->cluster, &c->watchdog);
+    if (rc != LOCK_OK)
+        return rc;
+    rc = lock__subscriber_create(&c->conn_cfg, c->process_id, &c->subscriber);
+    if (rc != LOCK_OK)
+        return rc;
+    if (c->cluster != NULL)
+        lock__cluster_keep_listener(c->cluster, &c->addr, client_moved, c);
+    if (c->sentinels != NULL)
+        return lock__sentinel_follower_start(c->sentinels, &c->addr, client_moved, c, &c->follower);
+    return LOCK_OK;
+}
+
 int lock_client_create(const lock_options *opts, lock_client **out)
 {
     lock_client *c;
@@ -165,66 +232,14 @@ int lock_client_create(const lock_options *opts, lock_client **out)
     if (c->host == NULL)
         goto fail;
     c->opts.redis_host = c->host;
-    c->opts.sentinels = c->opts.master_name = NULL; /* not kept: parsed below */
+    c->opts.sentinels = c->opts.master_name = NULL; /* not kept: parsed by find_address */
     c->opts.cluster_nodes = NULL;
-    rc = lock__conn_address_init(&c->addr, c->host, opts->redis_port);
+    rc = find_address(c, opts);
     if (rc != LOCK_OK)
         goto fail;
-    c->addr_ready = true;
-    if (opts->sentinels != NULL) {
-        lock__addr master;
-
-        rc = LOCK_ERR_NOMEM;
-        c->sentinels = malloc(sizeof(*c->sentinels));
-        if (c->sentinels == NULL)
-            goto fail;
-        rc = lock__sentinels_parse(c->sentinels, opts->sentinels, opts->master_name,
-                                   opts->connect_timeout_ms);
-        if (rc != LOCK_OK)
-            goto fail;
-        /* The first commands go to the master if a Sentinel can say where it is now; if
-         * none can, the follower keeps asking. */
-        if (lock__sentinel_master(c->sentinels, &master) == LOCK_OK)
-            lock__conn_address_move(&c->addr, master.host, master.port);
-    }
-    if (opts->cluster_nodes != NULL) {
-        rc = lock__cluster_create(opts->cluster_nodes, opts->pool_size, opts->connect_timeout_ms,
-                                  opts->command_timeout_ms, &c->cluster);
-        if (rc != LOCK_OK)
-            goto fail;
-        /* The subscriber listens on the first seed: a classic PUBLISH reaches every node
-         * of a cluster (cluster.h). */
-        lock__conn_address_move(&c->addr, lock__cluster_first_seed(c->cluster)->host,
-                                lock__cluster_first_seed(c->cluster)->port);
-    }
-    rc = LOCK_ERR_NOMEM;
-    c->conn_cfg.addr = &c->addr;
-    c->conn_cfg.connect_timeout_ms = opts->connect_timeout_ms;
-    c->conn_cfg.command_timeout_ms = opts->command_timeout_ms;
-    atomic_init(&c->timeouts, 0);
-    if (lock__process_id_new(c->process_id) != 0) {
-        rc = LOCK_ERR_INVALID; /* no kernel randomness: nothing the caller can fix here */
-        goto fail;
-    }
-    rc = lock__pool_create(&c->conn_cfg, opts->pool_size, &c->pool);
+    rc = start_parts(c, opts);
     if (rc != LOCK_OK)
         goto fail;
-    rc = lock__holdings_create(opts->watchdog_lease_ms, opts->max_hold_ms, &c->holdings);
-    if (rc != LOCK_OK)
-        goto fail;
-    rc = lock__watchdog_start(c->holdings, &c->conn_cfg, c->cluster, &c->watchdog);
-    if (rc != LOCK_OK)
-        goto fail;
-    rc = lock__subscriber_create(&c->conn_cfg, c->process_id, &c->subscriber);
-    if (rc != LOCK_OK)
-        goto fail;
-    if (c->cluster != NULL)
-        lock__cluster_keep_listener(c->cluster, &c->addr, client_moved, c);
-    if (c->sentinels != NULL) {
-        rc = lock__sentinel_follower_start(c->sentinels, &c->addr, client_moved, c, &c->follower);
-        if (rc != LOCK_OK)
-            goto fail;
-    }
     *out = c;
     return LOCK_OK;
 

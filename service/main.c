@@ -129,18 +129,55 @@ static metrics *create_metrics(void)
     return metrics_create(names, n);
 }
 
+/* What the replica is made of, built from cfg into a (its default mode already checked
+ * against the build's table): the core, the check that it serves that mode, the schema's
+ * check, the metrics and, with FAULTS=on, the lab's table. 0, or the exit status (1; 2: a
+ * configuration error) with the reason on stderr; a half-built a is freed by serve. */
+static int build(const service_config *cfg, app *a)
+{
+    char err[256];
+
+    if (core_create(cfg, cfg->db_pool_size, cfg->redis_pool_size, cfg->instance,
+                    &response_sale_bodies, &a->core, err, sizeof(err)) != 0) {
+        fprintf(stderr, "stockd: %s\n", err);
+        return 1;
+    }
+    if (!modes_served(a->default_mode, a->core.guards)) {
+        char missing[120];
+        fprintf(stderr, "stockd: MODE: the mode '%s' is served only with %s set\n",
+                cfg->default_mode,
+                modes_missing(a->default_mode, a->core.guards, missing, sizeof(missing)));
+        return 2; /* a configuration error, like a bad variable */
+    }
+    if (check_schema(cfg, a->core.db) != 0)
+        return 1;
+    a->metrics = create_metrics();
+    if (a->metrics == NULL) {
+        fprintf(stderr, "stockd: out of memory\n");
+        return 1;
+    }
+    if (strcmp(cfg->faults, "on") == 0) {
+        a->lab = lab_table_create(cfg->lab_hold_ms, cfg->lab_step_wait_ms);
+        if (a->lab == NULL) {
+            fprintf(stderr, "stockd: out of memory\n");
+            return 1;
+        }
+    }
+    return 0;
+}
+
 static int serve(const service_config *cfg)
 {
     app a;
     http_server *server = NULL;
     sigset_t stop_signals;
     char err[256];
-    int sig = 0, left, status = 1;
+    int sig = 0, left, status;
 
     memset(&a, 0, sizeof(a));
     a.config = cfg;
     /* Checked against the build's table now, before anything starts, and against what
-     * this replica offers once its guards exist (below). */
+     * this replica offers once its guards exist (build). */
     a.default_mode = modes_find(cfg->default_mode);
     if (a.default_mode == NULL) {
         char known[600];
@@ -156,34 +193,10 @@ static int serve(const service_config *cfg)
     sigaddset(&stop_signals, SIGINT);
     pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
 
-    if (core_create(cfg, cfg->db_pool_size, cfg->redis_pool_size, cfg->instance,
-                    &response_sale_bodies, &a.core, err, sizeof(err)) != 0) {
-        fprintf(stderr, "stockd: %s\n", err);
+    status = build(cfg, &a);
+    if (status != 0)
         goto out;
-    }
-    if (!modes_served(a.default_mode, a.core.guards)) {
-        char missing[120];
-        fprintf(stderr, "stockd: MODE: the mode '%s' is served only with %s set\n",
-                cfg->default_mode,
-                modes_missing(a.default_mode, a.core.guards, missing, sizeof(missing)));
-        status = 2; /* a configuration error, like a bad variable */
-        goto out;
-    }
-    if (check_schema(cfg, a.core.db) != 0)
-        goto out;
-    a.metrics = create_metrics();
-    if (a.metrics == NULL) {
-        fprintf(stderr, "stockd: out of memory\n");
-        goto out;
-    }
-
-    if (strcmp(cfg->faults, "on") == 0) {
-        a.lab = lab_table_create(cfg->lab_hold_ms, cfg->lab_step_wait_ms);
-        if (a.lab == NULL) {
-            fprintf(stderr, "stockd: out of memory\n");
-            goto out;
-        }
-    }
+    status = 1;
     if (http_start(&a, &server, err, sizeof(err)) != 0) {
         fprintf(stderr, "stockd: %s\n", err);
         goto out;

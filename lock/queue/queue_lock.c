@@ -236,22 +236,13 @@ static int join_line(queue_lock *q, const char *name, queue_lock__session *s, ch
     }
 }
 
-int queue_lock_acquire(queue_lock *q, const char *name, const char *owner, int64_t wait_ms,
-                       int64_t *token)
+/* Reentry: no round trip, the same token. A holding whose lease is gone is not reentered:
+ * the owner must release it (and learns it is lost from is_held). QUEUE_LOCK_OK when
+ * reentered, QUEUE_LOCK_ERR_LOST for a lost one, 1 when owner holds no such lock. */
+static int reenter(queue_lock *q, const char *name, const char *owner, int64_t *token)
 {
-    char node[QUEUE_LOCK__NODE_MAX], pred[QUEUE_LOCK__NODE_MAX];
-    queue_lock__session s;
-    int64_t deadline, mine = 0, cursor = 0;
     holding *h;
-    int rc;
 
-    lock__error_clear();
-    if (q == NULL || !valid(name, owner) || wait_ms < 0)
-        return QUEUE_LOCK_ERR_INVALID;
-    deadline = lock__deadline_ns(wait_ms);
-
-    /* Reentry: no round trip, the same token. A holding whose lease is gone is not
-     * reentered: the owner must release it (and learns it is lost from is_held). */
     pthread_mutex_lock(&q->mu);
     h = find_locked(q, name, owner, NULL);
     if (h != NULL && q->ops->alive(q->be, h->session)) {
@@ -263,50 +254,84 @@ int queue_lock_acquire(queue_lock *q, const char *name, const char *owner, int64
     }
     pthread_mutex_unlock(&q->mu);
     if (h != NULL) {
-        lock__error_set("%s: held under a lost %s lease; release it first", name,
-                        q->ops->service);
+        lock__error_set("%s: held under a lost %s lease; release it first", name, q->ops->service);
         return QUEUE_LOCK_ERR_LOST;
     }
+    return 1;
+}
 
-    rc = join_line(q, name, &s, node, &mine);
-    if (rc != QUEUE_LOCK_OK)
-        return rc;
+/* Waits in line until node (order number mine) is first: QUEUE_LOCK_OK, or the failure's
+ * code (QUEUE_LOCK_ERR_TIMEOUT at the deadline). */
+static int wait_first(queue_lock *q, queue_lock__session *s, const char *name, const char *node,
+                      int64_t mine, int64_t deadline)
+{
+    char pred[QUEUE_LOCK__NODE_MAX];
+    int64_t cursor = 0;
+    int rc;
+
     for (;;) {
-        rc = q->ops->predecessor(q->be, &s, name, node, mine, pred, &cursor);
+        rc = q->ops->predecessor(q->be, s, name, node, mine, pred, &cursor);
+        if (rc != QUEUE_LOCK_OK || pred[0] == '\0')
+            return rc; /* pred empty: first in line, held */
+        if (lock__now_ns() >= deadline)
+            return QUEUE_LOCK_ERR_TIMEOUT;
+        rc = q->ops->watch_deletion(q->be, s, pred, cursor, deadline);
         if (rc != QUEUE_LOCK_OK)
-            goto give_up;
-        if (pred[0] == '\0')
-            break; /* first in line: held */
-        if (lock__now_ns() >= deadline) {
-            rc = QUEUE_LOCK_ERR_TIMEOUT;
-            goto give_up;
-        }
-        rc = q->ops->watch_deletion(q->be, &s, pred, cursor, deadline);
-        if (rc != QUEUE_LOCK_OK)
-            goto give_up;
+            return rc;
     }
+}
 
-    h = calloc(1, sizeof(*h));
-    if (h == NULL) {
-        rc = QUEUE_LOCK_ERR_NOMEM;
-        goto give_up;
-    }
+/* Records the holding of name by owner (node, token mine, under session `session`):
+ * QUEUE_LOCK_OK, or QUEUE_LOCK_ERR_NOMEM. */
+static int keep_holding(queue_lock *q, const char *name, const char *owner, const char *node,
+                        int64_t mine, uint64_t session)
+{
+    holding *h = calloc(1, sizeof(*h));
+
+    if (h == NULL)
+        return QUEUE_LOCK_ERR_NOMEM;
     snprintf(h->name, sizeof(h->name), "%s", name);
     snprintf(h->owner, sizeof(h->owner), "%s", owner);
     snprintf(h->node, sizeof(h->node), "%s", node);
     h->count = 1;
     h->token = mine;
-    h->session = s.id;
+    h->session = session;
     pthread_mutex_lock(&q->mu);
     h->next = q->holdings;
     q->holdings = h;
     pthread_mutex_unlock(&q->mu);
-    q->ops->put_session(q->be, &s);
-    if (token != NULL)
-        *token = mine;
     return QUEUE_LOCK_OK;
+}
 
-give_up:
+int queue_lock_acquire(queue_lock *q, const char *name, const char *owner, int64_t wait_ms,
+                       int64_t *token)
+{
+    char node[QUEUE_LOCK__NODE_MAX];
+    queue_lock__session s;
+    int64_t deadline, mine = 0;
+    int rc;
+
+    lock__error_clear();
+    if (q == NULL || !valid(name, owner) || wait_ms < 0)
+        return QUEUE_LOCK_ERR_INVALID;
+    deadline = lock__deadline_ns(wait_ms);
+    rc = reenter(q, name, owner, token);
+    if (rc != 1)
+        return rc;
+
+    rc = join_line(q, name, &s, node, &mine);
+    if (rc != QUEUE_LOCK_OK)
+        return rc;
+    rc = wait_first(q, &s, name, node, mine, deadline);
+    if (rc == QUEUE_LOCK_OK)
+        rc = keep_holding(q, name, owner, node, mine, s.id);
+    if (rc == QUEUE_LOCK_OK) {
+        q->ops->put_session(q->be, &s);
+        if (token != NULL)
+            *token = mine;
+        return QUEUE_LOCK_OK;
+    }
+
     /* Leave the line; if even that gets no clear answer, the node goes with the lease. The
      * caller learns why it gave up, not how the delete went. */
     {

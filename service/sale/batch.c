@@ -277,39 +277,33 @@ static void answer_timeout(const deduct_env *env, deduct_result *out, int64_t ar
     out->wait_seconds = clock_seconds_since(arrived_ns);
 }
 
-int batch_execute(batch_queue *q, const deduct_env *env, const mode *m, int64_t goods_id,
-                  int64_t count, const char *idempotency_key, const char *request_id,
-                  deduct_result *out)
+/* A new item for this request: one reference (its caller's), arrived now. NULL when out of
+ * memory. */
+static batch_item *item_new(int64_t goods_id, int64_t count, const char *key,
+                            const char *request_id)
 {
-    batch_stripe *s = &q->stripes[(uint64_t)goods_id % BATCH_STRIPES];
-    batch_item *self;
-    struct timespec deadline;
-    int rc, ret;
+    batch_item *it = calloc(1, sizeof(*it));
 
-    memset(out, 0, sizeof(*out));
-    self = calloc(1, sizeof(*self));
-    if (self == NULL)
-        return -1;
-    self->goods_id = goods_id;
-    self->count = count;
-    self->key = idempotency_key;
+    if (it == NULL)
+        return NULL;
+    it->goods_id = goods_id;
+    it->count = count;
+    it->key = key;
     if (request_id != NULL)
-        snprintf(self->request_id, sizeof(self->request_id), "%s", request_id);
-    self->out = &self->res;
-    atomic_init(&self->refs, 1);
-    clock_cond_init(&self->wake);
-    self->arrived_ns = clock_now_ns();
-    deadline = clock_timespec(self->arrived_ns + q->opts.wait_ms * 1000000LL);
+        snprintf(it->request_id, sizeof(it->request_id), "%s", request_id);
+    it->out = &it->res;
+    atomic_init(&it->refs, 1);
+    clock_cond_init(&it->wake);
+    it->arrived_ns = clock_now_ns();
+    return it;
+}
 
-    pthread_mutex_lock(&s->mu);
-    if (s->queued >= q->opts.max_queued) {
-        char detail[128];
-        pthread_mutex_unlock(&s->mu);
-        snprintf(detail, sizeof(detail), "redis-batch: %d requests already queued on this replica",
-                 q->opts.max_queued);
-        set_503(env, self, DEDUCT_UNAVAILABLE, detail);
-        goto out;
-    }
+/* Under s->mu: queues self at the tail, leading when the queue was idle. false when the
+ * queue is full (nothing changed). */
+static bool enqueue(const batch_queue *q, batch_stripe *s, batch_item *self)
+{
+    if (s->queued >= q->opts.max_queued)
+        return false;
     if (s->tail != NULL)
         s->tail->next = self;
     else
@@ -320,15 +314,29 @@ int batch_execute(batch_queue *q, const deduct_env *env, const mode *m, int64_t 
         s->running = true; /* the queue was empty: this request leads */
         self->lead = true;
     }
+    return true;
+}
 
+/* How a queued request's wait ended. */
+typedef enum turn {
+    TURN_ANSWERED,  /* a leader ran it: its answer is set (s->mu held) */
+    TURN_LEAD,      /* it leads the next batch (s->mu held) */
+    TURN_WITHDRAWN, /* its deadline passed inside an unsealed batch: left to the leader, who
+                       frees it (s->mu released) */
+    TURN_TIMED_OUT, /* its deadline passed in the queue: unlinked (s->mu released) */
+} turn;
+
+/* Under s->mu: waits until self is answered or leads, or its deadline passes. A request
+ * whose batch is committing waits for that commit whatever its deadline: its outcome is one
+ * COMMIT's reply bound away, and it may not leave before the commit that may contain it. */
+static turn wait_turn(batch_stripe *s, batch_item *self, const struct timespec *deadline)
+{
     while (!self->done && !self->lead) {
         if (self->sealed) {
-            /* The batch is committing: its outcome is one COMMIT's reply bound away, and a
-             * request may not leave before the commit that may contain it. */
             pthread_cond_wait(&self->wake, &s->mu);
             continue;
         }
-        rc = pthread_cond_timedwait(&self->wake, &s->mu, &deadline);
+        int rc = pthread_cond_timedwait(&self->wake, &s->mu, deadline);
         if (rc != ETIMEDOUT || self->done || self->lead || self->sealed)
             continue;
         if (self->taken) {
@@ -336,72 +344,111 @@ int batch_execute(batch_queue *q, const deduct_env *env, const mode *m, int64_t 
              * roll back, and frees the item. */
             self->withdrawn = true;
             pthread_mutex_unlock(&s->mu);
-            answer_timeout(env, out, self->arrived_ns, true);
-            item_release(self);
-            return out->body == NULL ? -1 : 0;
+            return TURN_WITHDRAWN;
         }
         unlink_item(s, self);
         pthread_mutex_unlock(&s->mu);
-        set_503(env, self, DEDUCT_LOCK_TIMEOUT,
-                "redis-batch: not taken into a batch within BATCH_WAIT_MS");
-        self->res.waited = true;
-        self->res.wait_seconds = clock_seconds_since(self->arrived_ns);
-        goto out;
+        return TURN_TIMED_OUT;
     }
+    return self->done ? TURN_ANSWERED : TURN_LEAD;
+}
 
-    if (self->lead && !self->done) {
-        batch_item *one[1], **items = malloc((size_t)q->opts.max_batch * sizeof(*items));
-        sale_line one_line[1], *lines = malloc((size_t)q->opts.max_batch * sizeof(*lines));
-        int max = q->opts.max_batch, grc;
-        guard_hold hold;
-        char detail[256] = "";
-        size_t n, i;
+/* The leader's part, entered under s->mu and left without it: the lock first, then the
+ * queue: every request that came while the lock was awaited (other replicas' batches held
+ * it) joins this batch. The leader stays at the head of the queue meanwhile: nothing but a
+ * leader takes from it, and a leader does not time out, so it is still there to be taken
+ * first. Then the batch runs, its items are made done, and the queue is handed on. */
+static void lead(const batch_queue *q, batch_stripe *s, const deduct_env *env, const mode *m,
+                 batch_item *self)
+{
+    batch_item *one[1], **items = malloc((size_t)q->opts.max_batch * sizeof(*items));
+    sale_line one_line[1], *lines = malloc((size_t)q->opts.max_batch * sizeof(*lines));
+    int max = q->opts.max_batch, grc;
+    guard_hold hold;
+    char detail[256] = "";
+    size_t n, i;
 
-        if (items == NULL || lines == NULL) { /* out of memory: a batch of this request
-                                                 alone still works */
-            free(items);
-            free(lines);
-            items = one;
-            lines = one_line;
-            max = 1;
-        }
-        /* The lock first, then the queue: every request that came while the lock was awaited
-         * (other replicas' batches held it) joins this batch. The leader stays at the head of
-         * the queue meanwhile: nothing but a leader takes from it, and a leader does not
-         * time out, so it is still there to be taken first. */
-        pthread_mutex_unlock(&s->mu);
-        grc = m->enter(env->guards, goods_id, &hold, detail, sizeof(detail));
-        pthread_mutex_lock(&s->mu);
-        n = take_batch(s, goods_id, max, items);
-        pthread_mutex_unlock(&s->mu);
-        run_batch(env, m, grc, &hold, detail, s, items, lines, n);
-        pthread_mutex_lock(&s->mu);
-        for (i = 0; i < n; i++)
-            items[i]->done = true;
-        /* Hand the queue on: the next waiting request's thread runs the next batch. */
-        if (s->head != NULL) {
-            s->head->lead = true;
-            pthread_cond_signal(&s->head->wake);
-        } else {
-            s->running = false;
-        }
-        pthread_mutex_unlock(&s->mu);
-        /* Wake the answered once the mutex is free for them to take (the header says why);
-         * an item is still ours until we let go of it, so its condition variable is there.
-         * `withdrawn` is read without the mutex, but it can no longer change: a request
-         * withdraws only while it is not done, and it was made done above, under it. */
-        for (i = 0; i < n; i++) {
-            if (items[i] != self && !items[i]->withdrawn)
-                pthread_cond_signal(&items[i]->wake);
-            item_release(items[i]);
-        }
-        if (items != one) {
-            free(items);
-            free(lines);
-        }
-        goto out;
+    if (items == NULL || lines == NULL) { /* out of memory: a batch of this request alone
+                                             still works */
+        free(items);
+        free(lines);
+        items = one;
+        lines = one_line;
+        max = 1;
     }
     pthread_mutex_unlock(&s->mu);
+    grc = m->enter(env->guards, self->goods_id, &hold, detail, sizeof(detail));
+    pthread_mutex_lock(&s->mu);
+    n = take_batch(s, self->goods_id, max, items);
+    pthread_mutex_unlock(&s->mu);
+    run_batch(env, m, grc, &hold, detail, s, items, lines, n);
+    pthread_mutex_lock(&s->mu);
+    for (i = 0; i < n; i++)
+        items[i]->done = true;
+    /* Hand the queue on: the next waiting request's thread runs the next batch. */
+    if (s->head != NULL) {
+        s->head->lead = true;
+        pthread_cond_signal(&s->head->wake);
+    } else {
+        s->running = false;
+    }
+    pthread_mutex_unlock(&s->mu);
+    /* Wake the answered once the mutex is free for them to take (the header says why);
+     * an item is still ours until we let go of it, so its condition variable is there.
+     * `withdrawn` is read without the mutex, but it can no longer change: a request
+     * withdraws only while it is not done, and it was made done above, under it. */
+    for (i = 0; i < n; i++) {
+        if (items[i] != self && !items[i]->withdrawn)
+            pthread_cond_signal(&items[i]->wake);
+        item_release(items[i]);
+    }
+    if (items != one) {
+        free(items);
+        free(lines);
+    }
+}
+
+int batch_execute(batch_queue *q, const deduct_env *env, const mode *m, int64_t goods_id,
+                  int64_t count, const char *idempotency_key, const char *request_id,
+                  deduct_result *out)
+{
+    batch_stripe *s = &q->stripes[(uint64_t)goods_id % BATCH_STRIPES];
+    batch_item *self;
+    struct timespec deadline;
+    char detail[128];
+    int ret;
+
+    memset(out, 0, sizeof(*out));
+    self = item_new(goods_id, count, idempotency_key, request_id);
+    if (self == NULL)
+        return -1;
+    deadline = clock_timespec(self->arrived_ns + q->opts.wait_ms * 1000000LL);
+
+    pthread_mutex_lock(&s->mu);
+    if (!enqueue(q, s, self)) {
+        pthread_mutex_unlock(&s->mu);
+        snprintf(detail, sizeof(detail), "redis-batch: %d requests already queued on this replica",
+                 q->opts.max_queued);
+        set_503(env, self, DEDUCT_UNAVAILABLE, detail);
+        goto out;
+    }
+    switch (wait_turn(s, self, &deadline)) {
+    case TURN_WITHDRAWN:
+        answer_timeout(env, out, self->arrived_ns, true);
+        item_release(self);
+        return out->body == NULL ? -1 : 0;
+    case TURN_TIMED_OUT:
+        answer_timeout(env, &self->res, self->arrived_ns, false);
+        if (self->res.body == NULL)
+            self->rc = -1; /* out of memory */
+        break;
+    case TURN_LEAD:
+        lead(q, s, env, m, self); /* leaves s->mu */
+        break;
+    case TURN_ANSWERED:
+        pthread_mutex_unlock(&s->mu);
+        break;
+    }
 
 out:
     *out = self->res;
