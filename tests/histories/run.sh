@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # run.sh BUILD_DIR - runs BUILD_DIR/check-history on every committed history under
 # tests/histories/ and requires the verdict its name states:
-#   stock/*.yes.jsonl, *.no.jsonl, *.malformed.jsonl      the stock model (exit 0, 1, 2)
+#   stock/*.yes.jsonl, *.no.jsonl, *.malformed.jsonl      the stock model (exit 0, 1, 2; a
+#                                                          malformed one for the reason that
+#                                                          malformed.tsv gives it)
 #   orders/*.jsonl                                         the stock model with carts (`order`)
 #   knossos/*.jsonl, porcupine/*.jsonl                     --model register, the published
 #                                                          verdict (PROVENANCE)
@@ -34,7 +36,7 @@ expect() {
     malformed) code=2 ;;
     esac
     if [ "$rc" -eq "$code" ] && { [ "$want" = malformed ] || [ "$last" = "linearizable: $want" ]; } &&
-        { [ "$want" != malformed ] || grep -q 'line [0-9]' "$tmp/out"; }; then
+        { [ "$want" != malformed ] || { grep -q 'line [0-9]' "$tmp/out" && malformed_for "$name"; }; }; then
         passed=$((passed + 1))
         return 0
     fi
@@ -42,6 +44,14 @@ expect() {
     echo "[  FAILED  ] $name: wanted $want (exit $code), got exit $rc, last line: $last"
     sed 's/^/    /' "$tmp/out" | head -20
     return 1
+}
+
+# malformed_for NAME: the checker's reason ($tmp/out) holds the one malformed.tsv gives NAME.
+malformed_for() {
+    local why
+    why=$(awk -F '\t' -v n="$1" '$1 == n { print $2 }' "$dir/malformed.tsv")
+    [ -n "$why" ] || { echo "    no reason for $1 in tests/histories/malformed.tsv"; return 1; }
+    grep -qF -- "$why" "$tmp/out" || { echo "    wanted the reason: $why"; return 1; }
 }
 
 verdict_of() { # NAME.VERDICT.jsonl -> VERDICT
