@@ -32,6 +32,7 @@
 #include "lock/etcd/etcd_lock.h"
 #include "tests/support/etcd_server.h"
 #include "tests/support/queue_cases.h"
+#include "tests/support/relay.h"
 
 static etcd_server *server;
 
@@ -183,112 +184,6 @@ static void test_hung_server_bounded(void **state)
 
 /* ---- lost answers to writes ---------------------------------------------------------- */
 
-/*
- * A TCP proxy in front of etcd that loses what the test tells it to: PROXY_PASS forwards both
- * ways; PROXY_SWALLOW forwards requests (etcd applies them) and drops the answers;
- * PROXY_BLACKHOLE drops the requests (etcd never sees them). One thread per connection; a
- * connection whose client left is kept open towards etcd, so that etcd finishes the request
- * rather than cancel it.
- */
-enum { PROXY_PASS, PROXY_SWALLOW, PROXY_BLACKHOLE };
-
-static _Atomic int g_proxy_mode;
-static _Atomic bool g_proxy_stop;
-static int g_proxy_fd = -1, g_proxy_port, g_etcd_port;
-static pthread_t g_proxy_thread;
-
-static void *proxy_pipe(void *arg)
-{
-    int cfd = (int)(intptr_t)arg, ufd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons((uint16_t)g_etcd_port)};
-    struct pollfd p[2];
-    char buf[16384];
-    bool client_open = true;
-    int64_t linger_until = 0;
-
-    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (ufd < 0 || connect(ufd, (struct sockaddr *)&to, sizeof(to)) != 0)
-        goto out;
-    while (!atomic_load(&g_proxy_stop)) {
-        int n = 0;
-
-        p[0] = (struct pollfd){.fd = client_open ? cfd : -1, .events = POLLIN};
-        p[1] = (struct pollfd){.fd = ufd, .events = POLLIN};
-        if (poll(p, 2, 50) < 0)
-            break;
-        if (!client_open && queue_cases_now_ms() >= linger_until)
-            break;
-        if (client_open && (p[0].revents & (POLLIN | POLLHUP | POLLERR))) {
-            ssize_t r = read(cfd, buf, sizeof(buf));
-            if (r <= 0) {
-                client_open = false; /* keep etcd's side a little: let it finish */
-                linger_until = queue_cases_now_ms() + 3000;
-            } else if (atomic_load(&g_proxy_mode) != PROXY_BLACKHOLE) {
-                n = (int)write(ufd, buf, (size_t)r);
-            }
-        }
-        if (p[1].revents & (POLLIN | POLLHUP | POLLERR)) {
-            ssize_t r = read(ufd, buf, sizeof(buf));
-            if (r <= 0)
-                break;
-            if (client_open && atomic_load(&g_proxy_mode) == PROXY_PASS)
-                n = (int)write(cfd, buf, (size_t)r);
-        }
-        (void)n;
-    }
-out:
-    if (ufd >= 0)
-        close(ufd);
-    close(cfd);
-    return NULL;
-}
-
-static void *proxy_main(void *arg)
-{
-    (void)arg;
-    while (!atomic_load(&g_proxy_stop)) {
-        struct pollfd p = {.fd = g_proxy_fd, .events = POLLIN};
-        pthread_t t;
-        int cfd;
-
-        if (poll(&p, 1, 50) <= 0)
-            continue;
-        cfd = accept(g_proxy_fd, NULL, NULL);
-        if (cfd < 0)
-            continue;
-        if (pthread_create(&t, NULL, proxy_pipe, (void *)(intptr_t)cfd) == 0)
-            pthread_detach(t);
-        else
-            close(cfd);
-    }
-    return NULL;
-}
-
-static int proxy_start(void)
-{
-    struct sockaddr_in a = {.sin_family = AF_INET};
-    socklen_t len = sizeof(a);
-
-    g_etcd_port = atoi(strrchr(etcd_server_endpoint(server), ':') + 1);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    g_proxy_fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (g_proxy_fd < 0 || bind(g_proxy_fd, (struct sockaddr *)&a, sizeof(a)) != 0 ||
-        listen(g_proxy_fd, 64) != 0 || getsockname(g_proxy_fd, (struct sockaddr *)&a, &len) != 0)
-        return -1;
-    g_proxy_port = ntohs(a.sin_port);
-    atomic_store(&g_proxy_mode, PROXY_PASS);
-    atomic_store(&g_proxy_stop, false);
-    return pthread_create(&g_proxy_thread, NULL, proxy_main, NULL);
-}
-
-static void proxy_stop(void)
-{
-    atomic_store(&g_proxy_stop, true);
-    pthread_join(g_proxy_thread, NULL);
-    close(g_proxy_fd);
-    queue_cases_sleep_ms(150); /* the connection threads see the flag within one poll */
-}
-
 /* Takes `name` with another client of its own within wait_ms: how long it took, or -1. */
 static int64_t other_takes_within(const char *name, int64_t wait_ms)
 {
@@ -306,9 +201,9 @@ static int64_t other_takes_within(const char *name, int64_t wait_ms)
 }
 
 /*
- * Through the proxy: a put that etcd applies but whose answer is lost, then a release whose
- * delete never reaches etcd. Each time the client must leave nothing behind within the
- * lease's TTL (2 s here) at most: another client takes the lock. Before, the put's key sat at
+ * Through a relay (tests/support/relay.h): a put that etcd applies but whose answer is lost, then a
+ * release whose delete never reaches etcd. Each time the client must leave nothing behind within
+ * the lease's TTL (2 s here) at most: another client takes the lock. Before, the put's key sat at
  * the head of the line, and the undeleted key stayed, under a lease the keep-alive renewed
  * for ever: the other client timed out on it for as long as the first one lived.
  */
@@ -316,12 +211,17 @@ static void test_lost_answers_leave_nothing(void **state)
 {
     queue_lock_options opts;
     etcd_lock_client *c = NULL;
+    relay *proxy = NULL;
     char endpoint[64];
     int64_t took;
 
     (void)state;
-    assert_int_equal(proxy_start(), 0);
-    snprintf(endpoint, sizeof(endpoint), "http://127.0.0.1:%d", g_proxy_port);
+    /* The relay in front of etcd loses what the test tells it to: a swallow forwards the
+     * requests (etcd applies them) and drops the answers; a drop forwards nothing (etcd never
+     * sees the request). */
+    assert_int_equal(relay_start(0, atoi(strrchr(etcd_server_endpoint(server), ':') + 1), &proxy),
+                     0);
+    snprintf(endpoint, sizeof(endpoint), "http://127.0.0.1:%d", relay_port(proxy));
     queue_lock_options_init(&opts);
     opts.servers = endpoint;
     opts.lease_ms = 2000;
@@ -331,10 +231,10 @@ static void test_lost_answers_leave_nothing(void **state)
     assert_int_equal(queue_lock_acquire(c, "lostput", queue_cases_owner(), 0, NULL), QUEUE_LOCK_OK);
     assert_int_equal(queue_lock_release(c, "lostput", queue_cases_owner()), QUEUE_LOCK_OK);
 
-    atomic_store(&g_proxy_mode, PROXY_SWALLOW);
+    relay_set(proxy, RELAY_SWALLOW, 0, NULL, 0);
     assert_int_equal(queue_lock_acquire(c, "lostput", queue_cases_owner(), 0, NULL),
                      QUEUE_LOCK_ERR_SERVER);
-    atomic_store(&g_proxy_mode, PROXY_PASS);
+    relay_set(proxy, RELAY_PASS, 0, NULL, 0);
     took = other_takes_within("lostput", 4000);
     printf("    a put whose answer was lost: another client took the lock after %" PRId64
            " ms (bound: the lease, 2000 ms)\n",
@@ -342,16 +242,16 @@ static void test_lost_answers_leave_nothing(void **state)
     assert_true(took >= 0 && took <= 2000 + 500);
 
     assert_int_equal(queue_lock_acquire(c, "lostdel", queue_cases_owner(), 0, NULL), QUEUE_LOCK_OK);
-    atomic_store(&g_proxy_mode, PROXY_BLACKHOLE);
+    relay_set(proxy, RELAY_DROP, 0, NULL, 0);
     assert_int_equal(queue_lock_release(c, "lostdel", queue_cases_owner()), QUEUE_LOCK_ERR_SERVER);
-    atomic_store(&g_proxy_mode, PROXY_PASS);
+    relay_set(proxy, RELAY_PASS, 0, NULL, 0);
     took = other_takes_within("lostdel", 4000);
     printf("    a release whose delete never arrived: another client took the lock after %" PRId64
            " ms\n",
            took);
     assert_true(took >= 0 && took <= 2000 + 500);
     queue_lock_destroy(c);
-    proxy_stop();
+    relay_stop(proxy);
 }
 
 static int group_setup(void **state)
