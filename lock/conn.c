@@ -6,6 +6,7 @@
 #include "lock/error.h"
 #include "lock/result.h"
 
+#include <errno.h>
 #include <poll.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -202,9 +203,16 @@ int lock__conn_command(lock__conn *conn, int64_t deadline_ns, int argc, const ch
     reply = redisCommandArgv(conn->ctx, argc, argv, lens);
     if (reply == NULL) {
         /* I/O error, timeout or EOF: the context is unusable (a late reply could still
-         * arrive on it), so it is closed and the next command reconnects. */
-        lock__error_set("redis %s:%d: %s: %s", conn->host, conn->port, argv[0],
-                        conn->ctx->errstr[0] != '\0' ? conn->ctx->errstr : "no reply");
+         * arrive on it), so it is closed and the next command reconnects. A timeout is said
+         * as one: hiredis reports it as the read's errno, "Resource temporarily
+         * unavailable", which tells a reader of the 503 nothing. */
+        int read_errno = errno;
+        if (conn->ctx->err == REDIS_ERR_IO && (read_errno == EAGAIN || read_errno == EWOULDBLOCK))
+            lock__error_set("redis %s:%d: %s: no answer within %lld ms", conn->host, conn->port,
+                            argv[0], (long long)(conn->timeout_ns / LOCK__NS_PER_MS));
+        else
+            lock__error_set("redis %s:%d: %s: %s", conn->host, conn->port, argv[0],
+                            conn->ctx->errstr[0] != '\0' ? conn->ctx->errstr : "no reply");
         rc = conn->ctx->err == REDIS_ERR_OOM ? LOCK_ERR_NOMEM : LOCK_ERR_REDIS;
         if (conn->follow_argc > 0)
             write_follow_up(conn);

@@ -93,6 +93,26 @@ static long long redis_hold_count(const char *name)
     return n;
 }
 
+/* A command that gets no answer within the command timeout fails, and its error says so:
+ * hiredis alone reports the read's errno ("Resource temporarily unavailable"), which a
+ * replica's 503 unavailable would pass on to the client. */
+static void test_timeout_said_as_one(void **state)
+{
+    lock_client *c = client_with_timeout(200);
+    sleeper z;
+    int rc;
+
+    (void)state;
+    assert_int_equal(lock_ping(c), LOCK_OK);
+    sleeper_start(&z, 0.5);
+    rc = lock_ping(c);
+    pthread_join(z.thread, NULL);
+    assert_int_equal(rc, LOCK_ERR_REDIS);
+    if (strstr(lock_last_error(), "PING: no answer within 200 ms") == NULL)
+        fail_msg("the error does not say the timeout: %s", lock_last_error());
+    lock_client_destroy(c);
+}
+
 /*
  * A reentrant take whose reply is lost: the script ran after the client's timeout (Redis
  * counted 2 holds while the client counts 1). The client gives back what the take may have
@@ -232,6 +252,7 @@ static void test_release_with_the_pool_exhausted(void **state)
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_timeout_said_as_one, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_lost_reply_on_acquire, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_lost_reply_on_first_acquire,
                                         case_setup, case_teardown),
