@@ -136,10 +136,11 @@ static int idempotency_teardown(void **state)
         static const char *const cleanup[] = {
             "DELETE FROM idempotency WHERE goods = $1",
             "DELETE FROM orders WHERE goods = $1",
+            "DELETE FROM goods_fences WHERE goods = $1", /* a redis sale's high-water mark */
             "DELETE FROM goods WHERE id = $1",
         };
         char err[512];
-        for (size_t i = 0; i < 3; i++)
+        for (size_t i = 0; i < sizeof(cleanup) / sizeof(cleanup[0]); i++)
             if (sql_run(cleanup[i], 1, g_fresh_goods, 0, NULL, NULL, err, sizeof(err)) != 0)
                 fprintf(stderr, "clean-up of goods %lld: %s\n", g_fresh_goods, err);
         g_fresh_goods = 0;
