@@ -19,7 +19,7 @@
 
 #include "db/db.h"
 #include "lock/lock.h"
-#include "service/guards/modes.h"
+#include "service/guards/mode.h"
 
 #define CACHE_TTL_MS 60000 /* a filled entry lives this long unless a sale deletes it */
 /* The rung a cached read follows when its mode keeps no cache (or it names none): the safe one.

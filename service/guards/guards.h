@@ -1,6 +1,6 @@
 /*
  * guards.h - the guards and transaction shapes of the mode table (internal to
- * service/guards/: modes.h is the room's interface).
+ * service/guards/: mode.h and modes.h are the room's interface).
  *
  * One convention names the files: every mode's guard or transaction shape lives in
  * service/guards/modes/<mode>.c, the mode's name with '-' as '_' (redis-nofence:
@@ -23,7 +23,7 @@
 
 #include "lock/queue/queue_lock.h"
 #include "lock/redlock.h"
-#include "service/guards/modes.h"
+#include "service/guards/mode.h"
 
 /* How long the polling rungs (setnx ... owner-lua) sleep between two tries. */
 #define RUNG_POLL_MS 20
@@ -55,7 +55,7 @@ struct guard_env {
 #define GUARD_STATE_FITS(type)                                                                     \
     _Static_assert(sizeof(type) <= GUARD_STATE_BYTES, #type " does not fit guard_hold.state")
 
-/* ---- helpers: guards.c (guards_env.c: modes.h's guard_env_*) ----------------------- */
+/* ---- helpers: guards.c (guards_env.c: mode.h's guard_env_*) ----------------------- */
 
 /* still_held of a guard that cannot be lost (none, local, the polling modes): GUARD_OK. */
 int guards__always_held(guard_env *env, const guard_hold *hold);

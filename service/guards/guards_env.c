@@ -1,5 +1,5 @@
 /*
- * guards_env.c - the guards' environment (modes.h's guard_env), built once at start-up: the
+ * guards_env.c - the guards' environment (mode.h's guard_env), built once at start-up: the
  * settings every guard reads, and the state of the guards that have their own (the local
  * guard's mutexes, the Redlock clients, the queue-lock clients), each built and freed by
  * that guard's file. A file of its own so that the guards' helpers (guards.c), which the

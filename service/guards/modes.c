@@ -58,7 +58,7 @@
  *
  * Adding a mode means a row here and its file under modes/ (declared in guards.h). A mode
  * whose guard needs a backing service of its own also touches: guard_env_options and
- * guard_env (modes.h, guards.h: the client, handed in at start-up), config.c and core.c
+ * guard_env (mode.h, guards.h: the client, handed in at start-up), config.c and core.c
  * (the setting that names the service, the client built from it), and a MODE_NEEDS_* bit
  * with its setting in needs_settings below (so that a replica without the service neither
  * lists nor serves the mode).
@@ -282,7 +282,7 @@ static const struct {
 
 const char *modes_missing(const mode *m, const guard_env *env, char *buf, size_t len)
 {
-    unsigned lacking = m != NULL ? m->needs & ~guard_env_has(env) : 0;
+    unsigned lacking = m != NULL ? m->needs & ~env->has : 0;
     size_t used = 0;
 
     if (len == 0)
@@ -302,7 +302,7 @@ const char *modes_missing(const mode *m, const guard_env *env, char *buf, size_t
 
 bool modes_served(const mode *m, const guard_env *env)
 {
-    return m != NULL && (m->needs & ~guard_env_has(env)) == 0;
+    return m != NULL && (m->needs & ~env->has) == 0;
 }
 
 const mode *modes_find_served(const guard_env *env, const char *name)

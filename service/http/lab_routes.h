@@ -7,7 +7,8 @@
 #ifndef SERVICE_LAB_ROUTES_H
 #define SERVICE_LAB_ROUTES_H
 
-#include "service/http/routes.h"
+#include "service/app.h"
+#include "service/http/message.h"
 
 /* GET /api/lab/requests */
 void lab_routes_requests(app *a, const http_request *req, http_reply *reply);

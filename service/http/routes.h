@@ -11,38 +11,10 @@
 #include <stdint.h>
 
 #include "service/app.h"
+#include "service/http/message.h"
 #include "service/metrics.h"
 
 typedef struct route route;
-
-/* A request as the handlers see it. */
-typedef struct http_request {
-    const char *method;
-    const char *path;
-    /* Looks up a header (case-insensitive) or a query argument; NULL when absent. */
-    const char *(*header)(void *transport, const char *name);
-    const char *(*query)(void *transport, const char *name);
-    void *transport;
-    const char *body; /* not NUL-terminated */
-    size_t body_len;
-} http_request;
-
-/* An answer. body is malloc'd (the carrier frees it); content_type is static. */
-typedef struct http_reply {
-    int status;
-    char *body;
-    const char *content_type;
-    const char *allow;     /* for a 405: the methods the path takes (the Allow header) */
-    bool bearer_challenge; /* for a 401: ask for a bearer token (WWW-Authenticate) */
-    /* For a deduction: the request's own valid Idempotency-Key, sent back in the header of
-     * the same name, so that a client with many requests open on one connection pool (wrk)
-     * can tell which one an answer is for. Points into the request; NULL: no header. */
-    const char *idempotency_key;
-    /* Likewise the request's X-Request-Id, when it has the API's shape and the deduction ran:
-     * the id a recorder names its requests by (it costs the sale nothing, the key costs two
-     * statements). Points into the request; NULL: no header. */
-    const char *request_id;
-} http_reply;
 
 /*
  * Called when the request line and headers are in, before any body is read: finds the

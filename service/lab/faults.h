@@ -44,7 +44,7 @@
 #include <stdint.h>
 
 #include "service/sale/base.h"
-#include "service/guards/modes.h"
+#include "service/guards/mode.h"
 
 #define FAULTS_MAX_MS 60000
 /* The exit status of a process that crash-in-section ended: not one a real failure gives. */

@@ -22,8 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "service/sale/sale.h"
-#include "service/sale/stock.h"
+#include "service/sale/base.h"
 
 /* ---- stock.c: the tally of one run ---- */
 

@@ -19,6 +19,7 @@
 
 #include "service/clock.h"
 #include "service/sale/internal.h"
+#include "service/sale/stock.h"
 
 /* What one run of the transaction came to. */
 typedef enum step {

@@ -42,66 +42,7 @@
 
 #include "db/db.h"
 #include "service/sale/base.h"
-#include "service/guards/modes.h"
-
-/* One request of a sale: what it asks for, and where its answer goes. */
-typedef struct sale_line {
-    int64_t count;
-    const char *key;        /* Idempotency-Key or NULL */
-    const char *request_id; /* the client's X-Request-Id, written with its order, or NULL */
-    deduct_result *out;     /* its answer: status, body (malloc'd), outcome, detail */
-    /* the sale's own, while it runs */
-    bool answered;                /* the answer is final already (replayed from the store) */
-    const struct sale_line *twin; /* NULL, or an earlier line of the sale with the same key,
-                                     whose answer this one gets, as a replay would give it
-                                     after the commit */
-} sale_line;
-
-/* Where a sale reads its stock from and writes it to. */
-typedef enum sale_source {
-    SALE_FROM_GOODS,    /* the goods row: every mode but redis-sharded's own sales. A line
-                           it refuses while segments hold stock makes the sale fold them back
-                           into the row (sale_fold) and run once more */
-    SALE_FROM_SEGMENT,  /* one segment's row (redis-sharded's fast path), fenced with the
-                           segment's token; a segment that does not cover is SALE_SHORT */
-    SALE_FROM_SEGMENTS, /* the goods row and every segment, gathered, sold from in total and
-                           spread evenly again (redis-sharded's slow path), under every
-                           segment's lock */
-    SALE_FROM_HINT,     /* the goods row and every segment read without a lock: only ever a
-                           refusal (404, 409) stored with the key; stock that covers the line
-                           is SALE_SHORT (go to the segments) */
-} sale_source;
-
-typedef struct sale {
-    const deduct_env *env;
-    const mode *mode; /* its still_held asks the holdings; its name goes with each order */
-    int64_t goods_id;
-    sale_line *lines; /* in arrival order: the first to come is the first served */
-    size_t n;         /* 1..DB_ORDERS_MAX; more than one with SALE_FROM_GOODS only */
-    sale_source source;
-    int segment; /* SALE_FROM_SEGMENT: which; SEGMENTS and HINT: how many (1..DB_SEGMENTS_MAX) */
-    guard_hold *holds; /* what the sale runs under, each asked still_held before COMMIT: one;
-                          SALE_FROM_SEGMENTS: segment i's in holds[i]; HINT: none */
-    size_t n_holds;
-    db_conn *conn;           /* borrowed by the caller, after the guard */
-    const deduct_hook *hook; /* or NULL; called with holds[0] at each deduct_point (one line) */
-    /* Asked after the last look at the guards, just before COMMIT (the batch seals its
-     * followers there); false: the sale rolls back and every line answers 503 lock_timeout
-     * with commit_refused as the detail. NULL: always true. */
-    bool (*may_commit)(void *arg);
-    void *may_commit_arg;
-    const char *commit_refused;
-    /* The caller's choice: a sale in two round trips keeps the guard until COMMIT's answer
-     * instead of giving it back once COMMIT is sent (sale.c, leave_once_sent). */
-    bool leave_after_commit;
-    /* set by the sale */
-    int64_t stage_ns[DEDUCT_STAGES_]; /* where its time went: CLAIM, COMMIT, and RELEASE
-                                         when it left the guard as COMMIT was sent (deduct.h) */
-    int64_t lap_ns;                   /* the clock at the last stage boundary */
-    bool left; /* the guard of holds[0] was left before the transaction ended: inside it
-                  (tx-inside), or once its COMMIT was sent (a sale in two round trips); the
-                  caller must not leave it again */
-} sale;
+#include "service/guards/mode.h"
 
 /* sale_run's answers besides -1. */
 enum {

@@ -10,6 +10,7 @@
  * answers a failure and rolls back.
  */
 #include "service/sale/internal.h"
+#include "service/sale/stock.h"
 
 #include <inttypes.h>
 #include <stdio.h>
