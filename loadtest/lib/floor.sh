@@ -4,13 +4,14 @@
 # them with this one function, so that no two reports give one figure two ways.
 # shellcheck shell=bash
 
-# floor_report LIMITS CEILING: Markdown on stdout. LIMITS is loadtest/limits' output;
-# CEILING, redis's serial ceiling in sales a second (build/ceiling-bench: one client, no
-# HTTP) measured in the same run, or "" when none was. The table's first cells are its keys
+# floor_report LIMITS CEILING [WHENCE]: Markdown on stdout. LIMITS is loadtest/limits'
+# output; CEILING, redis's serial ceiling in sales a second (build/ceiling-bench: one client,
+# no HTTP) measured in the same run, or "" when none was; WHENCE says which measurement it is
+# (words after "one client, no HTTP, "). The table's first cells are its keys
 # (scripts/docs.sh pastes rows by them): acquire, claim, commit, release, rest, the sale,
 # the replica's HTTP, outside the replica, one request.
 floor_report() {
-    awk -v ceiling="${2:-}" '
+    awk -v ceiling="${2:-}" -v whence="${3:-}" '
         function kv(line, into,    i, n, f, k) {
             n = split(line, f, " ")
             for (i = 2; i <= n; i++) { k = f[i]; sub(/=.*/, "", k); into[k] = substr(f[i], length(k) + 2) }
@@ -57,7 +58,7 @@ floor_report() {
             if (!has_floor) print "The floor was not measured" (fl["error"] != "" ? " (" fl["error"] ")" : "") "."
             if (!has_b) print "The serial sale was not measured" (b["error"] != "" ? " (" b["error"] ")" : "") "."
             if (ceiling + 0 > 0 && has_floor)
-                printf "\nredis'\''s serial ceiling (`build/ceiling-bench`, one client, no HTTP): %.0f sales/s, %.1f µs a sale: %.2f of the floor'\''s %.0f sales/s.\n",
-                    ceiling, 1e6 / ceiling, ceiling / (1e6 / fl["sale_us"]), 1e6 / fl["sale_us"]
+                printf "\nredis'\''s serial ceiling (`build/ceiling-bench`, one client, no HTTP%s): %.0f sales/s, %.1f µs a sale: %.2f of the floor'\''s %.0f sales/s.\n",
+                    whence != "" ? ", " whence : "", ceiling, 1e6 / ceiling, ceiling / fl["sales_per_s"], fl["sales_per_s"]
         }' "$1"
 }
