@@ -51,7 +51,7 @@
 
 typedef struct record {
     int64_t sent_ms;
-    int64_t sent_ns, done_ns; /* CLOCK_MONOTONIC, for the history */
+    int64_t sent_ns, done_ns;    /* CLOCK_MONOTONIC, for the history */
     int64_t remaining, order_id; /* of a 200; -1: not in the answer */
     int32_t took_ms;
     int16_t status;
@@ -164,8 +164,8 @@ static void write_history(FILE *f, const worker *w, long goods)
                     "{\"time\":%" PRId64 ",\"process\":%ld,\"type\":\"ok\",\"f\":\"deduct\","
                     "\"goods_id\":%ld,\"remaining\":%" PRId64 ",\"order_id\":%" PRId64 ","
                     "\"key\":\"%s-%ld-%zu\",\"status\":200}\n",
-                    r->done_ns, w->index, goods, r->remaining, r->order_id, w->key_prefix,
-                    w->index, k);
+                    r->done_ns, w->index, goods, r->remaining, r->order_id, w->key_prefix, w->index,
+                    k);
         else
             fprintf(f,
                     "{\"time\":%" PRId64 ",\"process\":%ld,\"type\":\"%s\",\"f\":\"deduct\","
@@ -292,86 +292,66 @@ static void follow_end_file(const char *path, int64_t start_wall_ms)
     }
 }
 
-int main(int argc, char **argv)
-{
-    const char *url = NULL, *mode = NULL, *out_path = NULL, *history_path = NULL,
-               *key_prefix = NULL, *end_path = NULL;
-    int64_t start_wall_ms;
-    FILE *history = NULL;
-    long goods = 0, threads = 16, seconds = 10, timeout_ms = 10000;
-    char payload[256];
-    worker *workers;
-    FILE *out;
-    size_t total = 0, unrecorded = 0;
+/* The command line. */
+typedef struct options {
+    const char *url, *mode, *out_path, *history_path, *key_prefix, *end_path;
+    long goods, threads, seconds, timeout_ms;
+} options;
 
+/* Reads the command line into *o, or ends with the usage. */
+static void parse_args(int argc, char **argv, options *o)
+{
+    *o = (options){.threads = 16, .seconds = 10, .timeout_ms = 10000};
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--url") == 0)
-            url = argv[i + 1];
+            o->url = argv[i + 1];
         else if (strcmp(argv[i], "--mode") == 0)
-            mode = argv[i + 1];
+            o->mode = argv[i + 1];
         else if (strcmp(argv[i], "--goods") == 0)
-            goods = number(argv[i + 1], 1, LONG_MAX);
+            o->goods = number(argv[i + 1], 1, LONG_MAX);
         else if (strcmp(argv[i], "--threads") == 0)
-            threads = number(argv[i + 1], 1, 256);
+            o->threads = number(argv[i + 1], 1, 256);
         else if (strcmp(argv[i], "--seconds") == 0)
-            seconds = number(argv[i + 1], 1, 3600);
+            o->seconds = number(argv[i + 1], 1, 3600);
         else if (strcmp(argv[i], "--end-file") == 0)
-            end_path = argv[i + 1];
+            o->end_path = argv[i + 1];
         else if (strcmp(argv[i], "--timeout-ms") == 0)
-            timeout_ms = number(argv[i + 1], 100, 600000);
+            o->timeout_ms = number(argv[i + 1], 100, 600000);
         else if (strcmp(argv[i], "--out") == 0)
-            out_path = argv[i + 1];
+            o->out_path = argv[i + 1];
         else if (strcmp(argv[i], "--history") == 0)
-            history_path = argv[i + 1];
+            o->history_path = argv[i + 1];
         else if (strcmp(argv[i], "--key-prefix") == 0)
-            key_prefix = argv[i + 1];
+            o->key_prefix = argv[i + 1];
         else
             usage();
     }
-    if (argc % 2 == 0 || url == NULL || mode == NULL || goods == 0 || out_path == NULL ||
-        strlen(mode) > 64)
+    if (argc % 2 == 0 || o->url == NULL || o->mode == NULL || o->goods == 0 ||
+        o->out_path == NULL || strlen(o->mode) > 64)
         usage();
     /* A key is at most 128 characters: the prefix, two numbers and two dashes. */
-    if ((history_path == NULL) != (key_prefix == NULL) ||
-        (key_prefix != NULL && (strlen(key_prefix) < 1 || strlen(key_prefix) > 64 ||
-                                strspn(key_prefix, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-                                                   "0123456789_.:-") != strlen(key_prefix))))
+    if ((o->history_path == NULL) != (o->key_prefix == NULL) ||
+        (o->key_prefix != NULL &&
+         (strlen(o->key_prefix) < 1 || strlen(o->key_prefix) > 64 ||
+          strspn(o->key_prefix, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                "0123456789_.:-") != strlen(o->key_prefix))))
         usage();
-    snprintf(payload, sizeof(payload), "{\"goods_id\":%ld,\"count\":1,\"mode\":\"%s\"}", goods,
-             mode);
+}
 
-    curl_global_init(CURL_GLOBAL_DEFAULT);
-    workers = calloc((size_t)threads, sizeof(*workers));
-    if (workers == NULL)
-        return 1;
-    g_start_ms = bench_now_ms();
-    atomic_store(&g_end_ms, g_start_ms + seconds * 1000);
-    start_wall_ms = bench_wall_ms();
-    printf("START %" PRId64 "\n", start_wall_ms);
-    fflush(stdout);
-    for (long i = 0; i < threads; i++) {
-        worker *w = &workers[i];
-        w->url = url;
-        w->payload = payload;
-        w->timeout_ms = timeout_ms;
-        w->key_prefix = key_prefix;
-        w->index = i + 1;
-        w->records = malloc(sizeof(record) * MAX_RECORDS);
-        if (w->records == NULL || pthread_create(&w->thread, NULL, run, w) != 0) {
-            fprintf(stderr, "chaos-load: cannot start thread %ld\n", i);
-            return 1;
-        }
-    }
-    if (end_path != NULL)
-        follow_end_file(end_path, start_wall_ms);
-    out = fopen(out_path, "w");
-    if (history_path != NULL)
-        history = fopen(history_path, "w");
-    for (long i = 0; i < threads; i++) {
+/* Joins the workers and writes what each saw: a line per request into the output, and the
+ * history when asked. 0, or 1 when a file could not be written (said on stderr). */
+static int join_and_write(const options *o, worker *workers)
+{
+    FILE *out = fopen(o->out_path, "w"), *history = NULL;
+    size_t total = 0, unrecorded = 0;
+
+    if (o->history_path != NULL)
+        history = fopen(o->history_path, "w");
+    for (long i = 0; i < o->threads; i++) {
         worker *w = &workers[i];
         pthread_join(w->thread, NULL);
         if (history != NULL)
-            write_history(history, w, goods);
+            write_history(history, w, o->goods);
         for (size_t k = 0; out != NULL && k < w->count; k++)
             fprintf(out, "%" PRId64 ",%d,%d,%s\n", w->records[k].sent_ms, w->records[k].took_ms,
                     w->records[k].status, w->records[k].error);
@@ -379,18 +359,58 @@ int main(int argc, char **argv)
         unrecorded += w->unrecorded;
         free(w->records);
     }
-    free(workers);
-    curl_global_cleanup();
     if (out == NULL || fclose(out) != 0) {
-        fprintf(stderr, "chaos-load: cannot write %s\n", out_path);
+        fprintf(stderr, "chaos-load: cannot write %s\n", o->out_path);
         if (history != NULL)
             fclose(history);
         return 1;
     }
-    if (history_path != NULL && (history == NULL || fclose(history) != 0)) {
-        fprintf(stderr, "chaos-load: cannot write %s\n", history_path);
+    if (o->history_path != NULL && (history == NULL || fclose(history) != 0)) {
+        fprintf(stderr, "chaos-load: cannot write %s\n", o->history_path);
         return 1;
     }
     printf("DONE requests=%zu unrecorded=%zu\n", total, unrecorded);
     return 0;
+}
+
+int main(int argc, char **argv)
+{
+    options o;
+    int64_t start_wall_ms;
+    char payload[256];
+    worker *workers;
+    int rc;
+
+    parse_args(argc, argv, &o);
+    snprintf(payload, sizeof(payload), "{\"goods_id\":%ld,\"count\":1,\"mode\":\"%s\"}", o.goods,
+             o.mode);
+
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    workers = calloc((size_t)o.threads, sizeof(*workers));
+    if (workers == NULL)
+        return 1;
+    g_start_ms = bench_now_ms();
+    atomic_store(&g_end_ms, g_start_ms + o.seconds * 1000);
+    start_wall_ms = bench_wall_ms();
+    printf("START %" PRId64 "\n", start_wall_ms);
+    fflush(stdout);
+    for (long i = 0; i < o.threads; i++) {
+        worker *w = &workers[i];
+        w->url = o.url;
+        w->payload = payload;
+        w->timeout_ms = o.timeout_ms;
+        w->key_prefix = o.key_prefix;
+        w->index = i + 1;
+        w->records = malloc(sizeof(record) * MAX_RECORDS);
+        if (w->records == NULL || pthread_create(&w->thread, NULL, run, w) != 0) {
+            fprintf(stderr, "chaos-load: cannot start thread %ld\n", i);
+            return 1;
+        }
+    }
+    if (o.end_path != NULL)
+        follow_end_file(o.end_path, start_wall_ms);
+    rc = join_and_write(&o, workers);
+    free(workers);
+    curl_global_cleanup();
+    return rc;
 }

@@ -273,6 +273,25 @@ static void *worker_main(void *arg)
  * N threads on one key for o->seconds, the threads spread over clients[0..nclients)
  * (thread i uses client i % nclients); prints the figures. Returns 0, or -1 on errors.
  */
+/* Fairness between processes: each client's mean wait (thread i of `started` uses client
+ * i % nclients). */
+static void print_client_waits(const worker *w, int started, int nclients)
+{
+    printf("  mean wait per client          ");
+    for (int k = 0; k < nclients; k++) {
+        int64_t sum = 0;
+        size_t n = 0;
+
+        for (int i = k; i < started; i += nclients) {
+            for (size_t j = 0; j < w[i].waits.n; j++)
+                sum += w[i].waits.v[j];
+            n += w[i].waits.n;
+        }
+        printf("%s%.3f", k > 0 ? " / " : "", n > 0 ? (double)sum / (double)n / 1e6 : 0.0);
+    }
+    printf(" ms\n");
+}
+
 static int run_contended(lock_client **clients, int nclients, const bench_opts *o)
 {
     static worker w[MAX_THREADS];
@@ -327,22 +346,8 @@ static int run_contended(lock_client **clients, int nclients, const bench_opts *
            percentile_ms(&handoff_gaps, 50), percentile_ms(&handoff_gaps, 99));
     printf("  wait (try_lock -> acquired)   median %.3f ms, p99 %.3f ms, max %.3f ms\n",
            percentile_ms(&waits, 50), percentile_ms(&waits, 99), percentile_ms(&waits, 100));
-    if (nclients > 1) {
-        /* Fairness between processes: each client's mean wait (thread i uses client i % n). */
-        printf("  mean wait per client          ");
-        for (int k = 0; k < nclients; k++) {
-            int64_t sum = 0;
-            size_t n = 0;
-
-            for (int i = k; i < started; i += nclients) {
-                for (size_t j = 0; j < w[i].waits.n; j++)
-                    sum += w[i].waits.v[j];
-                n += w[i].waits.n;
-            }
-            printf("%s%.3f", k > 0 ? " / " : "", n > 0 ? (double)sum / (double)n / 1e6 : 0.0);
-        }
-        printf(" ms\n");
-    }
+    if (nclients > 1)
+        print_client_waits(w, started, nclients);
     printf("  errors                        %d\n", atomic_load(&sh.errors));
     rc = atomic_load(&sh.errors) == 0 ? 0 : -1;
 out:
