@@ -6,7 +6,7 @@
 #   LOCK_BENCH=path   the binary to run (default build/lock-bench, built if missing)
 #   LOCK_BENCH_APPENDFSYNC=always   the server writes every command to an append-only file
 #                     and fsyncs it before answering (what a Redlock node needs to come back
-#                     from a crash with its keys: docs/course/14-redlock-servers.md); unset: off
+#                     from a crash with its keys: docs/course/15-redlock-servers.md); unset: off
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 

@@ -17,7 +17,7 @@
  * None of this makes a lock safe across a failover: a lock granted by the old master and not
  * yet copied to the replica is simply absent on the new master, and a second holder can
  * take it. The fence (the token checked at the read, db_stock_claim) is what keeps the books
- * right then; LOCK_SYNC_REPLICAS (WAIT) narrows the window. docs/course/17-sentinel-failover.md.
+ * right then; LOCK_SYNC_REPLICAS (WAIT) narrows the window. docs/course/18-sentinel-failover.md.
  *
  * Every call is bounded by a timeout. The follower (below) keeps one thread of its own per
  * lock client; the rest runs in the caller's thread. The watch is used by one thread at a

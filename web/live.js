@@ -6,7 +6,7 @@
  *   GET /api/lock/N              who holds lock:goods:N in Redis now (owner, count, TTL, token)
  *   GET /api/cache/N             what the product page's cache holds for N (cache:goods:N), a
  *                                look that never fills it: shown beside the stock, red when
- *                                the two differ (a stale cache, docs/course/24-cache-aside.md)
+ *                                the two differ (a stale cache, docs/course/26-cache-aside.md)
  *   GET /replica/R/api/replica   replica R's own view (nginx routes it to that replica): its
  *                                name, the process id its lock owners start with, its counters
  * The holder is named by matching the owner's process id with a replica's. Nothing is

@@ -204,7 +204,7 @@ history__seconds_since() {
 # against. `units` for redis-sharded: its sales commit side by side, one per segment, and a 200
 # tells the rest as its own transaction saw it, so two sales may tell the same figure; what it
 # promises is every unit sold while the stock covered it, a sold_out only while it did not,
-# and exact reads (docs/course/29-redis-sharded.md). `stock`, the exact counter, for every
+# and exact reads (docs/course/31-redis-sharded.md). `stock`, the exact counter, for every
 # other mode.
 history_model_for() {
     case $1 in
