@@ -166,6 +166,8 @@ int db__conn_open(db_conn *c, const char *conninfo, int connect_timeout_ms,
     c->prepared = 0;
     c->broken = false;
     c->err[0] = '\0';
+    c->no_answer_ms = 0;
+    c->cancelled = false;
     rc = db__set_statement_timeout(c, statement_timeout_ms);
     if (rc != DB_OK) {
         snprintf(err, errlen, "setting statement_timeout: %s", c->err);
@@ -246,6 +248,17 @@ int db_set_lock_timeout(db_conn *conn, int64_t ms)
 const char *db_conn_error(const db_conn *conn)
 {
     return conn ? conn->err : "";
+}
+
+int db_conn_no_answer_ms(const db_conn *conn)
+{
+    return conn != NULL ? conn->no_answer_ms : 0;
+}
+
+int db_conn_cancelled_ms(const db_conn *conn)
+{
+    return conn != NULL && conn->cancelled && conn->pool != NULL ? conn->pool->statement_timeout_ms
+                                                                 : 0;
 }
 
 const char *db_describe_error(int code, const db_conn *conn, char *buf, size_t len)

@@ -109,6 +109,15 @@ void db_pool_get_stats(db_pool *pool, db_pool_stats *out);
 const char *db_conn_error(const db_conn *conn);
 const char *db_strerror(int code);
 
+/* When conn's last error (a DB_ERR_UNAVAILABLE) was PostgreSQL not answering within the
+ * reply bound: that bound in ms; 0 for any other error, none, or a NULL conn. For a caller
+ * that says what happened in its own words (db_conn_error() is libpq's or PostgreSQL's). */
+int db_conn_no_answer_ms(const db_conn *conn);
+
+/* When conn's last error (a DB_ERR_QUERY) was PostgreSQL cancelling the statement at the
+ * pool's statement_timeout (SQLSTATE 57014): that bound in ms; 0 otherwise. */
+int db_conn_cancelled_ms(const db_conn *conn);
+
 /*
  * Writes one line explaining a failure into buf: db_strerror(code), then, when there is
  * one, PostgreSQL's text: conn's last error, or (conn NULL, after a failed

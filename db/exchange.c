@@ -55,6 +55,8 @@ void db__set_error(db_conn *c, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(c->err, sizeof(c->err), fmt, ap);
     va_end(ap);
+    c->no_answer_ms = 0;
+    c->cancelled = false;
 }
 
 int db__wait_socket(PGconn *pg, short events, int64_t deadline)
@@ -78,13 +80,15 @@ int db__wait_socket(PGconn *pg, short events, int64_t deadline)
     }
 }
 
-/* Marks c broken after a failed exchange, with the reason. Returns NULL (no result). */
-static PGresult *exchange_failed(db_conn *c, const char *why)
+/* Marks c broken after a failed exchange, with the reason (NULL: libpq's), and the bound
+ * that ran out when it was no answer in time (0 otherwise). Returns NULL (no result). */
+static PGresult *exchange_failed(db_conn *c, const char *why, int no_answer_ms)
 {
     if (why != NULL)
         db__set_error(c, "%s", why);
     else
         db__copy_line(c->err, sizeof(c->err), PQerrorMessage(c->pg));
+    c->no_answer_ms = no_answer_ms;
     c->broken = true;
     return NULL;
 }
@@ -103,10 +107,11 @@ PGresult *db__await_result(db_conn *c)
     while ((flushed = PQflush(c->pg)) == 1) {
         ready = db__wait_socket(c->pg, POLLOUT, deadline);
         if (ready <= 0)
-            return exchange_failed(c, ready == 0 ? why : "poll failed");
+            return exchange_failed(c, ready == 0 ? why : "poll failed",
+                                   ready == 0 ? timeout_ms : 0);
     }
     if (flushed < 0)
-        return exchange_failed(c, NULL);
+        return exchange_failed(c, NULL, 0);
     /* Read until libpq has the whole answer; then collect its results (one per statement:
      * keep the last, as PQexec does). */
     for (;;) {
@@ -114,11 +119,12 @@ PGresult *db__await_result(db_conn *c)
             ready = db__wait_socket(c->pg, POLLIN, deadline);
             if (ready <= 0) {
                 PQclear(last);
-                return exchange_failed(c, ready == 0 ? why : "poll failed");
+                return exchange_failed(c, ready == 0 ? why : "poll failed",
+                                       ready == 0 ? timeout_ms : 0);
             }
             if (!PQconsumeInput(c->pg)) {
                 PQclear(last);
-                return exchange_failed(c, NULL);
+                return exchange_failed(c, NULL, 0);
             }
         }
         r = PQgetResult(c->pg);
@@ -182,6 +188,8 @@ int db__check(db_conn *c, PGresult *res, ExecStatusType want)
     /* serialization_failure: under REPEATABLE READ or SERIALIZABLE, PostgreSQL refused to let
      * this transaction go on beside a concurrent one it cannot be ordered with. */
     serialization = state != NULL && strcmp(state, "40001") == 0;
+    /* query_canceled: here, only ever by statement_timeout (nothing else cancels). */
+    c->cancelled = state != NULL && strcmp(state, "57014") == 0;
     PQclear(res);
     if (lost) {
         c->broken = true;

@@ -47,6 +47,8 @@ struct db_conn {
     bool broken;           /* the session is unusable: closed on release, reopened on use */
     bool in_use;           /* borrowed (guarded by pool->mu) */
     char err[DB__ERR_LEN]; /* the last error on this connection, "" if none */
+    int no_answer_ms;      /* that error: no answer within this bound (0: another error) */
+    bool cancelled;        /* that error: the statement cancelled at statement_timeout */
 };
 
 struct db_pool {

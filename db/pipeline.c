@@ -35,6 +35,15 @@ static void broken(db_conn *c, const char *why)
     c->broken = true;
 }
 
+/* c broken after a failed wait (ready: db__wait_socket's answer): no answer by the deadline
+ * (the pool's reply bound: db_conn_no_answer_ms says so), or poll itself failed. */
+static void wait_failed(db_conn *c, int ready, const char *why)
+{
+    broken(c, ready == 0 ? why : "poll failed");
+    if (ready == 0 && c->pool != NULL)
+        c->no_answer_ms = c->pool->reply_timeout_ms;
+}
+
 /* Flushes what is queued, before deadline. DB_OK, or DB_ERR_UNAVAILABLE (c broken). */
 static int flush_by(db_conn *c, int64_t deadline, const char *why)
 {
@@ -43,7 +52,7 @@ static int flush_by(db_conn *c, int64_t deadline, const char *why)
     while ((flushed = PQflush(c->pg)) == 1) {
         ready = db__wait_socket(c->pg, POLLOUT, deadline);
         if (ready <= 0) {
-            broken(c, ready == 0 ? why : "poll failed");
+            wait_failed(c, ready, why);
             return DB_ERR_UNAVAILABLE;
         }
     }
@@ -63,7 +72,7 @@ static PGresult *next_by(db_conn *c, int64_t deadline, const char *why, bool *lo
     while (PQisBusy(c->pg)) {
         ready = db__wait_socket(c->pg, POLLIN, deadline);
         if (ready <= 0) {
-            broken(c, ready == 0 ? why : "poll failed");
+            wait_failed(c, ready, why);
             *lost = true;
             return NULL;
         }

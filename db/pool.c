@@ -210,6 +210,8 @@ int db_pool_acquire(db_pool *pool, int timeout_ms, db_conn **out)
         add_open(pool, +1);
     }
     c->err[0] = '\0'; /* the borrower sees its own errors only */
+    c->no_answer_ms = 0;
+    c->cancelled = false;
     *out = c;
     return DB_OK;
 }

@@ -125,6 +125,7 @@ static int conn_connect(lock__conn *conn, int64_t deadline_ns)
     }
     if (ctx->err != 0) {
         lock__error_set("redis %s:%d: connect: %s", conn->host, conn->port, ctx->errstr);
+        lock__error_met(LOCK_MET_UNREACHABLE, 0);
         redisFree(ctx);
         return LOCK_ERR_REDIS;
     }
@@ -207,12 +208,15 @@ int lock__conn_command(lock__conn *conn, int64_t deadline_ns, int argc, const ch
          * as one: hiredis reports it as the read's errno, "Resource temporarily
          * unavailable", which tells a reader of the 503 nothing. */
         int read_errno = errno;
-        if (conn->ctx->err == REDIS_ERR_IO && (read_errno == EAGAIN || read_errno == EWOULDBLOCK))
+        if (conn->ctx->err == REDIS_ERR_IO && (read_errno == EAGAIN || read_errno == EWOULDBLOCK)) {
             lock__error_set("redis %s:%d: %s: no answer within %lld ms", conn->host, conn->port,
                             argv[0], (long long)(conn->timeout_ns / LOCK__NS_PER_MS));
-        else
+            lock__error_met(LOCK_MET_NO_ANSWER, (long long)(conn->timeout_ns / LOCK__NS_PER_MS));
+        } else {
             lock__error_set("redis %s:%d: %s: %s", conn->host, conn->port, argv[0],
                             conn->ctx->errstr[0] != '\0' ? conn->ctx->errstr : "no reply");
+            lock__error_met(LOCK_MET_UNREACHABLE, 0);
+        }
         rc = conn->ctx->err == REDIS_ERR_OOM ? LOCK_ERR_NOMEM : LOCK_ERR_REDIS;
         if (conn->follow_argc > 0)
             write_follow_up(conn);

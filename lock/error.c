@@ -9,10 +9,27 @@
 
 /* Long enough for hiredis' errstr (128 bytes) plus a short prefix naming the step. */
 static _Thread_local char last_error[256];
+static _Thread_local int last_met;              /* a lock_met */
+static _Thread_local long long last_timeout_ms; /* for LOCK_MET_NO_ANSWER */
 
 void lock__error_clear(void)
 {
     last_error[0] = '\0';
+    last_met = LOCK_MET_OTHER;
+    last_timeout_ms = 0;
+}
+
+void lock__error_met(int met, long long timeout_ms)
+{
+    last_met = met;
+    last_timeout_ms = timeout_ms;
+}
+
+lock_met lock_last_met(int64_t *timeout_ms)
+{
+    if (timeout_ms != NULL)
+        *timeout_ms = last_met == LOCK_MET_NO_ANSWER ? (int64_t)last_timeout_ms : 0;
+    return (lock_met)last_met;
 }
 
 void lock__error_set(const char *fmt, ...)

@@ -17,6 +17,10 @@ void lock__error_clear(void);
 /* Sets the calling thread's last error (printf-style, truncated to fit). */
 void lock__error_set(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* Records what the calling thread's failing call met (lock_last_met); lock__error_clear
+ * forgets it. timeout_ms: the command timeout, for LOCK_MET_NO_ANSWER. */
+void lock__error_met(int met, long long timeout_ms);
+
 /* The calling thread's last error ("" when none); valid until the thread's next call. */
 const char *lock__error_text(void);
 

@@ -178,8 +178,13 @@ void lock_get_stats(lock_client *c, lock_stats *out);
 const char *lock_strerror(int code);
 
 /* The last Redis error text seen by the calling thread ("" if none); valid until its next
- * call on any lock_client. */
+ * call on any lock_client. It is Redis' or hiredis' own text: for a log, not for a client. */
 const char *lock_last_error(void);
+
+/* What the calling thread's last call met (LOCK_MET_OTHER when it did not fail); for
+ * LOCK_MET_NO_ANSWER, *timeout_ms (may be NULL) is set to the command timeout that ran out.
+ * Valid until the thread's next call on any lock_client. */
+lock_met lock_last_met(int64_t *timeout_ms);
 
 /*
  * Raises the fencing counter of lock `name` to at least `at_least`, the largest token of this

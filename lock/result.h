@@ -20,4 +20,12 @@ enum {
     LOCK_ERR_BUSY = -7, /* no command connection could be had within the wait bound */
 };
 
+/* How the calling thread's last failed call met Redis, for a caller that says it to a client
+ * in words of its own (lock_last_met(), lock.h; lock_last_error() is the library's text). */
+typedef enum {
+    LOCK_MET_OTHER = 0,   /* no failure, or one its code says alone, or an error reply */
+    LOCK_MET_UNREACHABLE, /* no connection could be made, or it broke under a command */
+    LOCK_MET_NO_ANSWER,   /* a command went unanswered for the command timeout */
+} lock_met;
+
 #endif

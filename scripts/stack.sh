@@ -9,6 +9,8 @@
 #                                  (svc-1, postgres, redis, redlock-1, nginx, access, migrate)
 #   scripts/stack.sh redis-stop    stop Redis only (the tests' "dependency down" cases)
 #   scripts/stack.sh redis-start   start it again
+#   scripts/stack.sh redis-freeze  SIGSTOP Redis: a server that hangs
+#   scripts/stack.sh redis-thaw    SIGCONT it
 #   scripts/stack.sh redlock-stop N...   stop Redlock nodes N... (by PID; the ladder's
 #                                  minority-down scenario)
 #   scripts/stack.sh redlock-start N...  start them again (empty; with REDLOCK_APPENDFSYNC=always,
@@ -341,7 +343,7 @@ main() {
     [ $# -gt 0 ] && shift
     stack_config
     case $cmd in
-    up | down | redis-stop | redis-start | redlock-stop | redlock-start | redlock-kill | redlock-restart | etcd-stop | etcd-start | \
+    up | down | redis-stop | redis-start | redis-freeze | redis-thaw | redlock-stop | redlock-start | redlock-kill | redlock-restart | etcd-stop | etcd-start | \
         zookeeper-stop | zookeeper-start | \
         pg-stop | pg-start | pg-ha-kill | pg-ha-start | \
         pg-freeze | pg-thaw | replica-stop | replica-start | replica-start-extra)
@@ -355,6 +357,8 @@ main() {
     logs) cmd_logs "$@" ;;
     redis-stop) redis_stop ;;
     redis-start) redis_start ;;
+    redis-freeze) redis_freeze ;;
+    redis-thaw) redis_thaw ;;
     redlock-stop | redlock-start | redlock-kill | redlock-restart)
         [ $# -gt 0 ] || die "name the Redlock nodes by number, e.g. '$cmd 1 2'"
         for n in "$@"; do

@@ -76,6 +76,22 @@ redis_stop() {
     stop_server redis "$(redis_pid)" "$(redis__pattern)" TERM:10 KILL:5
 }
 
+# SIGSTOP Redis by its PID: a server that hangs (nothing refused, nothing answered), for the
+# tests' "dependency frozen" case; redis_thaw undoes it.
+redis_freeze() {
+    local pid
+    pid=$(redis_pid) || die "redis is not running"
+    kill -STOP "$pid"
+    log "redis frozen (SIGSTOP to pid $pid)"
+}
+
+redis_thaw() {
+    local pid
+    pid=$(redis_pid) || die "redis is not running"
+    kill -CONT "$pid"
+    log "redis thawed (SIGCONT to pid $pid)"
+}
+
 redis_status() {
     status_row redis "$(redis_pid)" "$(redis__pattern | sed "s/^redis-server //")"
 }

@@ -9,6 +9,7 @@
 #include "lock/cache.h"
 #include "lock/rwlock.h"
 #include "service/guards/lock_names.h"
+#include "service/guards/outage.h"
 #include "service/log.h"
 
 void cache_key(const lock_client *lock, int64_t goods_id, char *buf, size_t len)
@@ -34,8 +35,7 @@ void cache_forget(lock_client *lock, int64_t goods_id)
 
 static int redis_failed(int rc, char *detail, size_t detail_len)
 {
-    snprintf(detail, detail_len, "redis: %s%s%s", lock_strerror(rc),
-             lock_last_error()[0] ? ": " : "", lock_last_error());
+    outage_redis("Redis", rc, "cached read", detail, detail_len);
     return CACHE_ERR_UNAVAILABLE;
 }
 
@@ -45,18 +45,15 @@ static int fill(const cache_env *env, const char *key, int64_t goods_id, const c
 {
     db_stock_report report;
     db_conn *conn = NULL;
-    char why[200];
     int rc = db_pool_acquire(env->db, (int)env->db_wait_ms, &conn);
 
     if (rc == DB_OK) {
         rc = db_stock_report_read(conn, goods_id, &report);
         if (rc != DB_OK && rc != DB_ERR_NOT_FOUND)
-            snprintf(detail, detail_len, "postgresql: %s",
-                     db_describe_error(rc, conn, why, sizeof(why)));
+            outage_postgresql(rc, conn, "cache fill", detail, detail_len);
         db_pool_release(env->db, conn);
     } else {
-        snprintf(detail, detail_len, "postgresql: %s",
-                 db_describe_error(rc, NULL, why, sizeof(why)));
+        outage_postgresql(rc, NULL, "cache fill", detail, detail_len);
     }
     if (rc == DB_ERR_NOT_FOUND)
         return CACHE_ERR_NOT_FOUND;

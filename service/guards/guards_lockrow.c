@@ -22,6 +22,7 @@
 
 #include "service/clock.h"
 #include "service/guards/guards.h"
+#include "service/guards/outage.h"
 #include "service/log.h"
 
 /* A waiter tries again this often. Fixed on purpose (the lesson is polling): shorter costs
@@ -68,19 +69,16 @@ static int take_once(guard_env *env, int64_t goods_id, const char *owner, int64_
                      bool *took_over, char *detail, size_t detail_len)
 {
     db_conn *conn = NULL;
-    char why[200];
     int rc;
 
     rc = db_pool_acquire(env->db, (int)env->db_wait_ms, &conn);
     if (rc != DB_OK) {
-        snprintf(detail, detail_len, "postgresql: take lock row: %s",
-                 db_describe_error(rc, NULL, why, sizeof(why)));
+        outage_postgresql(rc, NULL, "take lock row", detail, detail_len);
         return rc;
     }
     rc = db_lockrow_take(conn, goods_id, owner, ttl_ms, took_over);
     if (rc != DB_OK && rc != DB_ERR_HELD)
-        snprintf(detail, detail_len, "postgresql: take lock row: %s",
-                 db_describe_error(rc, conn, why, sizeof(why)));
+        outage_postgresql(rc, conn, "take lock row", detail, detail_len);
     db_pool_release(env->db, conn);
     return rc;
 }

@@ -17,6 +17,7 @@
 #include "service/clock.h"
 #include "service/guards/guards.h"
 #include "service/guards/lock_names.h"
+#include "service/guards/outage.h"
 
 int guards__poll(guard_env *env, const char *rung, int64_t goods_id, bool with_token,
                  guards__try_fn try_once, guard_hold *hold, char *detail, size_t detail_len)
@@ -41,8 +42,7 @@ int guards__poll(guard_env *env, const char *rung, int64_t goods_id, bool with_t
         rc = try_once(env, hold, &acquired);
         hold->wait_seconds = clock_seconds_since(start);
         if (rc != LOCK_OK) {
-            snprintf(detail, detail_len, "redis: %s%s%s", lock_strerror(rc),
-                     lock_last_error()[0] ? ": " : "", lock_last_error());
+            outage_redis("Redis", rc, "take lock", detail, detail_len);
             return GUARD_ERR_UNAVAILABLE;
         }
         if (acquired)

@@ -29,6 +29,7 @@
 #include "lock/zookeeper/zk_lock.h"
 #include "service/clock.h"
 #include "service/guards/guards.h"
+#include "service/guards/outage.h"
 #include "service/log.h"
 
 const guards_queue_rung guards__queue_etcd = {"etcd", "etcd"};
@@ -105,8 +106,7 @@ int guards__queue_enter(queue_lock *q, const guards_queue_rung *r, guard_env *en
                  hold->name, env->wait_ms);
         return GUARD_ERR_TIMEOUT;
     default:
-        snprintf(detail, detail_len, "%s: %s%s%s", r->source, queue_lock_strerror(rc),
-                 queue_lock_last_error()[0] ? ": " : "", queue_lock_last_error());
+        outage_queue(r->service, rc, "take lock", detail, detail_len);
         return GUARD_ERR_UNAVAILABLE;
     }
 }

@@ -12,6 +12,7 @@
 #include "service/clock.h"
 #include "service/guards/guards.h"
 #include "service/guards/lock_names.h"
+#include "service/guards/outage.h"
 #include "service/log.h"
 
 int guards__redis_take(guard_env *env, const char *name, int64_t wait_ms, int64_t lease_ms,
@@ -43,11 +44,10 @@ int guards__redis_take(guard_env *env, const char *name, int64_t wait_ms, int64_
         snprintf(detail, detail_len, "%s not had within %" PRId64 " ms", hold->name, env->wait_ms);
         return GUARD_ERR_TIMEOUT;
     case LOCK_ERR_BUSY:
-        snprintf(detail, detail_len, "redis: no connection free within the wait bound");
+        outage_redis("Redis", rc, "take lock", detail, detail_len);
         return GUARD_ERR_BUSY;
     default:
-        snprintf(detail, detail_len, "redis: %s%s%s", lock_strerror(rc),
-                 lock_last_error()[0] ? ": " : "", lock_last_error());
+        outage_redis("Redis", rc, "take lock", detail, detail_len);
         return GUARD_ERR_UNAVAILABLE;
     }
 }

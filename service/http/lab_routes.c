@@ -12,6 +12,7 @@
 
 #include "service/lab/lab.h"
 #include "service/guards/lock_names.h"
+#include "service/guards/outage.h"
 #include "service/http/request.h"
 #include "service/http/response.h"
 
@@ -129,10 +130,10 @@ void lab_routes_lock(app *a, const http_request *req, http_reply *reply)
     if (rc == LOCK_OK && found)
         rc = naive_pttl(a->core.lock, name, &ttl_ms);
     if (rc != LOCK_OK) {
-        char detail[300];
-        snprintf(detail, sizeof(detail), "redis: %s%s%s", lock_strerror(rc),
-                 lock_last_error()[0] ? ": " : "", lock_last_error());
-        reply_body(reply, 503, response_error("unavailable", detail));
+        char detail[160];
+        reply_body(reply, 503,
+                   response_error("unavailable",
+                                  outage_redis("Redis", rc, "lab lock", detail, sizeof(detail))));
         return;
     }
     body = json_pack("{s:I, s:s, s:b, s:s?, s:I}", "goods_id", (json_int_t)goods_id, "lock", name,

@@ -20,6 +20,7 @@
 #include "service/lab/lab.h"
 #include "service/http/lab_routes.h"
 #include "service/guards/lock_names.h"
+#include "service/guards/outage.h"
 #include "service/log.h"
 #include "service/sale/deduct.h"
 #include "service/sale/order.h"
@@ -402,15 +403,14 @@ static void handle_order(app *a, const http_request *req, http_reply *reply)
 
 /* ---- GET /api/stock/{goods_id} and POST /api/admin/reset ------------------------------ */
 
-/* Answers 503 for a PostgreSQL failure; conn is the connection it happened on, or NULL when
- * none could be borrowed. */
-static void reply_db_failure(http_reply *reply, const db_conn *conn, int rc)
+/* Answers 503 for a PostgreSQL failure at `step`; conn is the connection it happened on, or
+ * NULL when none could be borrowed. */
+static void reply_db_failure(http_reply *reply, const db_conn *conn, const char *step, int rc)
 {
-    char why[200], detail[256];
+    char detail[160];
 
-    snprintf(detail, sizeof(detail), "postgresql: %s",
-             db_describe_error(rc, conn, why, sizeof(why)));
-    reply_error(reply, 503, "unavailable", detail);
+    reply_error(reply, 503, "unavailable",
+                outage_postgresql(rc, conn, step, detail, sizeof(detail)));
 }
 
 /* Borrows a connection within wait_ms or answers 503. */
@@ -420,7 +420,7 @@ static db_conn *borrow_connection(app *a, int64_t wait_ms, http_reply *reply)
     int rc = db_pool_acquire(a->core.db, (int)wait_ms, &conn);
 
     if (rc != DB_OK)
-        reply_db_failure(reply, NULL, rc);
+        reply_db_failure(reply, NULL, "borrow a connection", rc);
     return conn;
 }
 
@@ -437,14 +437,12 @@ static bool path_goods_id(const http_request *req, const char *prefix, int64_t *
     return true;
 }
 
-/* Answers 503 for a failed call of the lock client (rc), with Redis' own words. */
-static void reply_redis_failure(http_reply *reply, int rc)
+/* Answers 503 for a failed call of the lock client (rc) at `step`. */
+static void reply_redis_failure(http_reply *reply, const char *step, int rc)
 {
-    char detail[300];
+    char detail[160];
 
-    snprintf(detail, sizeof(detail), "redis: %s%s%s", lock_strerror(rc),
-             lock_last_error()[0] ? ": " : "", lock_last_error());
-    reply_error(reply, 503, "unavailable", detail);
+    reply_error(reply, 503, "unavailable", outage_redis("Redis", rc, step, detail, sizeof(detail)));
 }
 
 /* ?audit=1 adds the full ledger's sums to the report (db_stock_audit_read); absent or 0, the
@@ -573,7 +571,7 @@ static void handle_stock(app *a, const http_request *req, http_reply *reply)
     else if (rc == DB_ERR_NOT_FOUND)
         reply_json(reply, 404, response_unknown_goods(goods_id));
     else
-        reply_db_failure(reply, conn, rc);
+        reply_db_failure(reply, conn, "read stock", rc);
     db_pool_release(a->core.db, conn);
 }
 
@@ -600,7 +598,7 @@ static void handle_reset(app *a, const http_request *req, http_reply *reply)
         log_event(LOG_INFO, "reset", "goods_id=%lld stock=%lld", (long long)rr.goods_id,
                   (long long)rr.stock);
     } else {
-        reply_db_failure(reply, conn, rc);
+        reply_db_failure(reply, conn, "reset", rc);
     }
     db_pool_release(a->core.db, conn);
 }
@@ -648,13 +646,13 @@ static void handle_readyz(app *a, const http_request *req, http_reply *reply)
         return;
     rc = db_ping(conn);
     if (rc != DB_OK)
-        reply_db_failure(reply, conn, rc);
+        reply_db_failure(reply, conn, "readiness", rc);
     db_pool_release(a->core.db, conn);
     if (rc != DB_OK)
         return;
     rc = lock_ping(a->core.lock);
     if (rc != LOCK_OK) {
-        reply_redis_failure(reply, rc);
+        reply_redis_failure(reply, "readiness", rc);
         return;
     }
     reply_json(reply, 200, response_health(true, "ready", a->config->instance, NULL));
@@ -729,7 +727,7 @@ static void handle_lock(app *a, const http_request *req, http_reply *reply)
     goods_lock_name(a->core.lock, "lock:goods:", goods_id, name, sizeof(name));
     rc = lock_inspect(a->core.lock, name, &h);
     if (rc != LOCK_OK) {
-        reply_redis_failure(reply, rc);
+        reply_redis_failure(reply, "inspect lock", rc);
         return;
     }
     reply_json(reply, 200,
@@ -750,7 +748,7 @@ static void handle_cache(app *a, const http_request *req, http_reply *reply)
     cache_key(a->core.lock, goods_id, key, sizeof(key));
     rc = lock_cache_get(a->core.lock, key, &stock, &hit);
     if (rc != LOCK_OK) {
-        reply_redis_failure(reply, rc);
+        reply_redis_failure(reply, "peek cache", rc);
         return;
     }
     reply_json(reply, 200, response_cache_peek(goods_id, key, hit, stock));

@@ -20,6 +20,7 @@
 
 #include "service/sale/cart.h"
 #include "service/clock.h"
+#include "service/guards/outage.h"
 #include "service/sale/sale.h"
 #include "service/sale/stock.h"
 
@@ -57,7 +58,7 @@ static int answer_503(cart_run *c, deduct_outcome error, const char *detail)
  * victim, unavailable otherwise. */
 static int answer_db_failure(cart_run *c, const char *what, int rc)
 {
-    char why[200], detail[256];
+    char detail[160];
 
     if (rc == DB_ERR_LOCK_TIMEOUT) {
         snprintf(detail, sizeof(detail),
@@ -65,8 +66,7 @@ static int answer_db_failure(cart_run *c, const char *what, int rc)
                  c->env->lock_wait_ms);
         return answer_503(c, DEDUCT_LOCK_TIMEOUT, detail);
     }
-    snprintf(detail, sizeof(detail), "postgresql: %s: %s", what,
-             db_describe_error(rc, c->conn, why, sizeof(why)));
+    outage_postgresql(rc, c->conn, what, detail, sizeof(detail));
     if (rc == DB_ERR_DEADLOCK)
         return answer_503(c, DEDUCT_CONFLICT, detail);
     return answer_503(c, rc == DB_ERR_COMMIT_UNKNOWN ? DEDUCT_COMMIT_UNKNOWN : DEDUCT_UNAVAILABLE,

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "service/clock.h"
+#include "service/guards/outage.h"
 #include "service/sale/internal.h"
 #include "service/sale/stock.h"
 
@@ -532,10 +533,9 @@ int sale_answer_503(const deduct_env *env, deduct_result *out, deduct_outcome er
 int sale_answer_db(const deduct_env *env, deduct_result *out, const db_conn *conn, const char *what,
                    int rc)
 {
-    char why[200], detail[256];
+    char detail[160];
 
-    snprintf(detail, sizeof(detail), "postgresql: %s: %s", what,
-             db_describe_error(rc, conn, why, sizeof(why)));
+    outage_postgresql(rc, conn, what, detail, sizeof(detail));
     return sale_answer_503(
         env, out, rc == DB_ERR_COMMIT_UNKNOWN ? DEDUCT_COMMIT_UNKNOWN : DEDUCT_UNAVAILABLE, detail);
 }
@@ -556,7 +556,7 @@ void sale_fail(sale *s, deduct_outcome error, const char *detail)
  */
 void sale_fail_db(sale *s, const char *what, int rc)
 {
-    char why[200], detail[256];
+    char detail[160];
 
     if (rc == DB_ERR_LOCK_TIMEOUT) {
         snprintf(detail, sizeof(detail), "postgresql: %s: no lock within lock_timeout (%lld ms)",
@@ -564,8 +564,7 @@ void sale_fail_db(sale *s, const char *what, int rc)
         sale_fail(s, DEDUCT_LOCK_TIMEOUT, detail);
         return;
     }
-    snprintf(detail, sizeof(detail), "postgresql: %s: %s", what,
-             db_describe_error(rc, s->conn, why, sizeof(why)));
+    outage_postgresql(rc, s->conn, what, detail, sizeof(detail));
     sale_fail(s, rc == DB_ERR_COMMIT_UNKNOWN ? DEDUCT_COMMIT_UNKNOWN : DEDUCT_UNAVAILABLE, detail);
 }
 

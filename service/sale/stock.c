@@ -9,6 +9,7 @@
  * Statements and arithmetic only, inside the sale's open transaction (the fold aside): sale.c
  * answers a failure and rolls back.
  */
+#include "service/guards/outage.h"
 #include "service/sale/internal.h"
 #include "service/sale/stock.h"
 
@@ -227,7 +228,6 @@ bool sale__segments_hold_stock(db_conn *conn, int64_t goods_id)
 int sale_fold(db_conn *conn, int64_t goods_id, int64_t *moved, char *detail, size_t detail_len)
 {
     int64_t goods_stock = 0, seg[1], total = 0;
-    char why[200];
     int rc;
 
     *moved = 0;
@@ -245,8 +245,7 @@ int sale_fold(db_conn *conn, int64_t goods_id, int64_t *moved, char *detail, siz
         goto out;
     }
     /* The statement's error, before the rollback replaces it. */
-    snprintf(detail, detail_len, "postgresql: fold segments: %s",
-             db_describe_error(rc, conn, why, sizeof(why)));
+    outage_postgresql(rc, conn, "fold segments", detail, detail_len);
     (void)db_rollback(conn);
     *moved = 0;
     return rc == DB_ERR_NOT_FOUND ? DB_OK : rc;
@@ -256,8 +255,7 @@ out:
         return DB_OK;
     if (rc != DB_OK) {
         *moved = 0;
-        snprintf(detail, detail_len, "postgresql: fold segments: %s",
-                 db_describe_error(rc, conn, why, sizeof(why)));
+        outage_postgresql(rc, conn, "fold segments", detail, detail_len);
     }
     return rc;
 }

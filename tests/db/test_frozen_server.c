@@ -110,11 +110,13 @@ static void test_a_frozen_server_fails_a_statement_in_time(void **state)
     assert_int_equal(t.rc, DB_ERR_UNAVAILABLE);
     assert_true(t.ms >= 450 && t.ms < 1500);
     assert_non_null(strstr(db_conn_error(c), "no answer from PostgreSQL within 500 ms"));
+    assert_int_equal(db_conn_no_answer_ms(c), 500);
     db_pool_release(pool, c); /* broken: closed, not rolled back */
     kill(g_frozen_backend, SIGCONT);
     g_frozen_backend = 0;
 
     c = acquire(pool);
+    assert_int_equal(db_conn_no_answer_ms(c), 0); /* a new borrow: no error of its own */
     assert_int_equal(stock_of(c, 1), 10);
     db_pool_release(pool, c);
     db_pool_destroy(pool);
@@ -174,6 +176,7 @@ static void test_pipelined_claim_behind_a_held_row_is_bounded(void **state)
     assert_int_equal(t.rc, DB_ERR_UNAVAILABLE);
     assert_true(t.ms >= 450 && t.ms < 1500);
     assert_non_null(strstr(db_conn_error(c), "no answer from PostgreSQL within 500 ms"));
+    assert_int_equal(db_conn_no_answer_ms(c), 500);
     db_pool_release(pool, c); /* broken: closed, and its transaction with it */
 
     c = acquire(pool);
@@ -198,7 +201,8 @@ static void test_pipelined_lost_commit_answer_is_unknown(void **state)
     /* one sale first, so that the statements are prepared on this session: a prepare is a
      * round trip of its own, before anything of the batch is sent */
     assert_int_equal(db_claim_begin(c, 1, "redis", 8, &s), DB_OK);
-    assert_int_equal(db_sale_commit(c, 1, 10, 1, "redis", "svc-1", 8, "redis", NULL, NULL, &id), DB_OK);
+    assert_int_equal(db_sale_commit(c, 1, 10, 1, "redis", "svc-1", 8, "redis", NULL, NULL, &id),
+                     DB_OK);
     assert_int_equal(db_claim_begin(c, 1, "redis", 9, &s), DB_OK);
     g_frozen_backend = pool_backend_pid(f);
     assert_true(g_frozen_backend > 0);
@@ -222,8 +226,8 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_a_frozen_server_fails_a_statement_in_time,
                                         setup_migrated, teardown),
-        cmocka_unit_test_setup_teardown(test_a_lost_commit_answer_is_unknown,
-                                        setup_migrated, teardown),
+        cmocka_unit_test_setup_teardown(test_a_lost_commit_answer_is_unknown, setup_migrated,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_pipelined_claim_behind_a_held_row_is_bounded,
                                         setup_migrated, teardown),
         cmocka_unit_test_setup_teardown(test_pipelined_lost_commit_answer_is_unknown,

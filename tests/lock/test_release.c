@@ -110,6 +110,12 @@ static void test_timeout_said_as_one(void **state)
     assert_int_equal(rc, LOCK_ERR_REDIS);
     if (strstr(lock_last_error(), "PING: no answer within 200 ms") == NULL)
         fail_msg("the error does not say the timeout: %s", lock_last_error());
+    /* And says it as a kind, for a caller that words it itself (service/guards/outage.c). */
+    int64_t timeout_ms = 0;
+    assert_int_equal(lock_last_met(&timeout_ms), LOCK_MET_NO_ANSWER);
+    assert_int_equal(timeout_ms, 200);
+    assert_int_equal(lock_ping(c), LOCK_OK);
+    assert_int_equal(lock_last_met(&timeout_ms), LOCK_MET_OTHER);
     lock_client_destroy(c);
 }
 
@@ -254,11 +260,11 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_timeout_said_as_one, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_lost_reply_on_acquire, case_setup, case_teardown),
-        cmocka_unit_test_setup_teardown(test_lost_reply_on_first_acquire,
-                                        case_setup, case_teardown),
+        cmocka_unit_test_setup_teardown(test_lost_reply_on_first_acquire, case_setup,
+                                        case_teardown),
         cmocka_unit_test_setup_teardown(test_lost_reply_on_release, case_setup, case_teardown),
-        cmocka_unit_test_setup_teardown(test_release_with_the_pool_exhausted,
-                                        case_setup, case_teardown),
+        cmocka_unit_test_setup_teardown(test_release_with_the_pool_exhausted, case_setup,
+                                        case_teardown),
     };
 
     return lock_test_main("test_release", tests, sizeof(tests) / sizeof(tests[0]), argc, argv);

@@ -4,8 +4,10 @@
  * restart once Redis is back); PostgreSQL down (every mode, the stock and the reset answer
  * 503 unavailable quickly, /readyz 503, /healthz 200, every mode sells again once it is
  * back); PostgreSQL frozen under load (every answer within its bound, nothing sold without a
- * 200). Each teardown brings its server back even when an assertion failed. Run it after the
- * other programs: a dependency down must not disturb them.
+ * 200); Redis frozen (503 unavailable within the lock's bounds, sales again once it thaws).
+ * Every 503 of these cases names its dependency in the service's own words and carries none
+ * of a library's text (API.md). Each teardown brings its server back even when an assertion
+ * failed. Run it after the other programs: a dependency down must not disturb them.
  *
  * Run alone as tests/stack/test_contract.c says: STACK_PROGRAMS=deps_down make
  * test-integration. It stops and starts the stack's own servers with scripts/stack.sh
@@ -23,6 +25,37 @@
  * connection, and a refused connect fails at once; this leaves a second for the rest. */
 #define PG_DOWN_ANSWER_S 3.0
 #define PG_READY_WAIT_S 15.0 /* how long PostgreSQL's return may take to show in /readyz */
+
+/* Words of the libraries' own error texts (libpq's and PostgreSQL's, hiredis' and Redis', the
+ * lock module's command names), each once seen in a 503's detail: API.md's detail "speaks of
+ * the request, never of a library's internals". */
+static const char *const library_words[] = {"Connection refused",
+                                            "Is the server running",
+                                            "EVALSHA",
+                                            "errno",
+                                            "SQLSTATE",
+                                            "Resource temporarily",
+                                            "connection to server",
+                                            "server closed",
+                                            ".lua",
+                                            "127.0.0.1",
+                                            "statement timeout",
+                                            NULL};
+
+/* Asserts a 503 `error` whose detail names `dependency` (in any case) in the service's own
+ * words: none of library_words. */
+static void expect_said_503(const http_reply *r, const char *error, const char *dependency,
+                            const char *what)
+{
+    json_t *j = expect_error(r, 503, error, what);
+    const char *detail = field_str(j, "detail", what);
+    if (strcasestr(detail, dependency) == NULL)
+        fail_msg("%s: the detail does not name %s: %s", what, dependency, detail);
+    for (size_t i = 0; library_words[i] != NULL; i++)
+        if (strstr(detail, library_words[i]) != NULL)
+            fail_msg("%s: the detail carries a library's text (\"%s\"): %s", what, library_words[i],
+                     detail);
+}
 
 /* ------------------------------------------------------------------------------------------
  * Case: Redis down, and back
@@ -82,8 +115,7 @@ static void test_redis_down(void **state)
         snprintf(what, sizeof(what), "redis-mode deduct with Redis down, via %s", base);
         http_reply *r = deduct(base, GOODS_DOWN, 1, "redis", NULL);
         printf("    %s: %ld in %.3f s\n", what, r->status, r->seconds);
-        json_t *j = expect_error(r, 503, "unavailable", what);
-        (void)field_str(j, "detail", what);
+        expect_said_503(r, "unavailable", "redis", what);
         if (r->seconds >= DOWN_ANSWER_S)
             fail_msg("%s: answered after %.2f s, want under %.1f s", what, r->seconds,
                      DOWN_ANSWER_S);
@@ -149,13 +181,10 @@ static int pg_case_teardown(void **state)
     return case_teardown(state);
 }
 
-/* Asserts a 503 unavailable whose detail names PostgreSQL. */
+/* Asserts a 503 unavailable whose detail names PostgreSQL in the service's own words. */
 static void expect_pg_unavailable(const http_reply *r, const char *what)
 {
-    json_t *j = expect_error(r, 503, "unavailable", what);
-    const char *detail = field_str(j, "detail", what);
-    if (strstr(detail, "postgresql") == NULL)
-        fail_msg("%s: the detail does not name postgresql: %s", what, detail);
+    expect_said_503(r, "unavailable", "postgresql", what);
 }
 
 static void test_postgres_down(void **state)
@@ -294,6 +323,7 @@ static void test_postgres_frozen(void **state)
     (void)state;
     begin_case("postgres_frozen");
     reset_goods(g, 5000);
+    reset_goods(GOODS_PG_FROZEN_PROBE, 10);
     load_plan *p = load_plan_new("frozen", g_env.stock_url, g, "redis", 100000, 16);
     /* The load runs until 1.5 s after the thaw, however long freezing takes on a busy
      * machine; this bound is a backstop. */
@@ -304,14 +334,25 @@ static void test_postgres_frozen(void **state)
     usleep(500 * 1000);
     g_pg_frozen = true; /* set first: a half-done freeze is undone by the teardown too */
     int rc = stack_script("pg-freeze");
-    if (rc == 0)
-        usleep((useconds_t)(PG_FROZEN_FOR_S * 1e6));
+    http_reply *probe = NULL;
+    if (rc == 0) {
+        /* One sale of a goods of its own (its lock free), answered while frozen: its detail
+         * is checked once the load is joined. */
+        double frozen_at = now_s();
+        probe = deduct(g_env.replicas[0], GOODS_PG_FROZEN_PROBE, 1, "redis", NULL);
+        double left = PG_FROZEN_FOR_S - (now_s() - frozen_at);
+        if (left > 0)
+            usleep((useconds_t)(left * 1e6));
+    }
     if (stack_script("pg-thaw") == 0)
         g_pg_frozen = false;
     atomic_store(&p->until, now_s() + 1.5);
     pthread_join(runner, NULL);
     if (rc != 0)
         fail_msg("scripts/stack.sh pg-freeze failed");
+    printf("    a sale alone while frozen: %ld in %.3f s: %s\n", probe->status, probe->seconds,
+           probe->body != NULL ? probe->body : "");
+    expect_said_503(probe, "unavailable", "postgresql", "a sale alone while PostgreSQL is frozen");
 
     const load_counts *c = &p->counts;
     int n = atomic_load(&p->n_timed);
@@ -341,6 +382,53 @@ static void test_postgres_frozen(void **state)
     expect_deducted(deduct(g_env.stock_url, g, 1, "redis", NULL), g, 1, -1, "redis",
                     "a deduct after the thaw");
 }
+/* ------------------------------------------------------------------------------------------
+ * Case: Redis frozen, and thawed
+ *
+ * A Redis that takes connections and answers nothing (SIGSTOP): every command fails at the
+ * lock's command timeout, and the sale answers 503 unavailable saying so in the service's
+ * words, within the lock's wait bound and one command timeout.
+ * ------------------------------------------------------------------------------------------ */
+
+static bool g_redis_frozen; /* this process froze Redis and has not thawed it yet */
+
+static int redis_frozen_teardown(void **state)
+{
+    if (g_redis_frozen) {
+        if (stack_script("redis-thaw") != 0)
+            fprintf(stderr, "scripts/stack.sh redis-thaw failed: Redis stays frozen\n");
+        g_redis_frozen = false;
+    }
+    return case_teardown(state);
+}
+
+static void test_redis_frozen(void **state)
+{
+    const long long g = GOODS_REDIS_FROZEN;
+    char what[160];
+
+    (void)state;
+    begin_case("redis_frozen");
+    reset_goods(g, 100);
+    g_redis_frozen = true; /* set first: a half-done freeze is undone by the teardown too */
+    if (stack_script("redis-freeze") != 0)
+        fail_msg("scripts/stack.sh redis-freeze failed");
+    /* Through nginx and on one replica: each answer waits out the lock's wait bound. */
+    for (size_t i = 0; i <= 1; i++) {
+        const char *base = i == 0 ? g_env.stock_url : g_env.replicas[0];
+        snprintf(what, sizeof(what), "redis-mode deduct with Redis frozen, via %s", base);
+        http_reply *r = deduct(base, g, 1, "redis", NULL);
+        printf("    %s: %ld in %.3f s: %s\n", what, r->status, r->seconds, r->body);
+        expect_said_503(r, "unavailable", "redis", what);
+    }
+    if (stack_script("redis-thaw") != 0)
+        fail_msg("scripts/stack.sh redis-thaw failed");
+    g_redis_frozen = false;
+    expect_stock(g, 100, 100, 0, 0, "after the 503s with Redis frozen");
+    expect_deducted(deduct(g_env.stock_url, g, 1, "redis", NULL), g, 1, 99, "redis",
+                    "a deduct after Redis thawed");
+}
+
 /* Usage: test_deps_down [PATTERN | --list] (stack_main in tests/stack/env.c). */
 int main(int argc, char **argv)
 {
@@ -348,6 +436,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_redis_down, case_setup, redis_case_teardown),
         cmocka_unit_test_setup_teardown(test_postgres_down, case_setup, pg_case_teardown),
         cmocka_unit_test_setup_teardown(test_postgres_frozen, case_setup, pg_frozen_teardown),
+        cmocka_unit_test_setup_teardown(test_redis_frozen, case_setup, redis_frozen_teardown),
     };
     return stack_main("deps-down", tests, sizeof(tests) / sizeof(tests[0]), argc, argv);
 }

@@ -625,8 +625,9 @@ static void *cart_load_run(void *arg)
             json_decref(j);
         } else if (r.status == 503 &&
                    (strstr(r.body, "\"error\":\"lock_timeout\"") != NULL ||
-                    strstr(r.body, "\"detail\":\"postgresql: connect:") != NULL ||
-                    strstr(r.body, "(SQLSTATE 57014)") != NULL)) {
+                    strstr(r.body, "\"detail\":\"PostgreSQL is unreachable\"") != NULL ||
+                    strstr(r.body, "\"detail\":\"no PostgreSQL connection was free") != NULL ||
+                    strstr(r.body, "\"detail\":\"PostgreSQL did not finish a statement") != NULL)) {
             /* A bound ran out under this load: a lock wait (LOCK_WAIT_MS), a statement that
              * waited behind the others' row locks one wait after another past PostgreSQL's
              * statement_timeout, or a session a replica's pool opened lazily in a burst of 64

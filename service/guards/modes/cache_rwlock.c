@@ -12,6 +12,7 @@
 #include "lock/rwlock.h"
 #include "service/guards/cache.h"
 #include "service/guards/guards.h"
+#include "service/guards/outage.h"
 #include "service/log.h"
 
 typedef struct rw_state {
@@ -40,8 +41,7 @@ int guard_cache_rwlock_enter(guard_env *env, int64_t goods_id, guard_hold *hold,
                  env->wait_ms);
         return GUARD_ERR_TIMEOUT;
     }
-    snprintf(detail, detail_len, "redis: %s%s%s", lock_strerror(rc),
-             lock_last_error()[0] ? ": " : "", lock_last_error());
+    outage_redis("Redis", rc, "take write side", detail, detail_len);
     return GUARD_ERR_UNAVAILABLE;
 }
 

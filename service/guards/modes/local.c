@@ -12,6 +12,7 @@
 
 #include "service/clock.h"
 #include "service/guards/guards.h"
+#include "service/log.h"
 
 /*
  * The local guard keeps one lock per stripe, not per goods: goods ids range up to 2^63,
@@ -165,7 +166,10 @@ int guard_local_enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *
         return GUARD_ERR_TIMEOUT;
     }
     if (rc != 0) {
-        snprintf(detail, detail_len, "local lock: %s", strerror(rc));
+        char quoted[120];
+        log_event(LOG_WARN, "local_lock_failed", "error=%s",
+                  log_quote(quoted, sizeof(quoted), strerror(rc)));
+        snprintf(detail, detail_len, "the local lock failed");
         return GUARD_ERR_UNAVAILABLE;
     }
     GUARD_STATE(local_state, hold)->stripe = stripe;

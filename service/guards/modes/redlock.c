@@ -19,6 +19,7 @@
 #include "lock/redlock.h"
 #include "service/clock.h"
 #include "service/guards/guards.h"
+#include "service/guards/outage.h"
 #include "service/log.h"
 
 /* A holding's own state: until when it is trusted (the token, the value written, is
@@ -87,8 +88,7 @@ int guard_redlock_enter(guard_env *env, int64_t goods_id, guard_hold *hold, char
                  hold->name, redlock_nodes(env->redlock), env->wait_ms);
         return GUARD_ERR_TIMEOUT;
     default:
-        snprintf(detail, detail_len, "redlock: %s%s%s", lock_strerror(rc),
-                 lock_last_error()[0] ? ": " : "", lock_last_error());
+        outage_redlock(rc, redlock_nodes(env->redlock), "take lock", detail, detail_len);
         return GUARD_ERR_UNAVAILABLE;
     }
 }
