@@ -226,8 +226,10 @@ int db_orders_insert_many(db_conn *conn, int64_t goods_id, const int64_t *counts
  * db_commit, sent in two batches, with the check left to the caller in between. Each batch
  * is one round trip, bounded by reply_timeout_ms as any other.
  *
- * db_claim_begin: BEGIN and the claim (db_stock_claim: same arguments, same answers). On
- *   DB_OK the transaction is open with the row claimed. On any error the transaction may be
+ * db_claim_begin: BEGIN and the claim (db_stock_claim: same arguments, same answers); with
+ *   lock_timeout_ms > 0, db_set_lock_timeout(lock_timeout_ms) between them, in the same round
+ *   trip (0: no bound but statement_timeout), so that a claim that waits longer for the row
+ *   fails with DB_ERR_LOCK_TIMEOUT. On DB_OK the transaction is open with the row claimed. On any error the transaction may be
  *   open (BEGIN may have gone through): the caller rolls back, as after db_stock_claim;
  *   DB_ERR_FENCED and DB_ERR_NOT_FOUND take one more round trip, to say which.
  * db_sale_commit: the write (new_stock), the order (count, mode, instance, the holder's
@@ -253,7 +255,7 @@ typedef struct db_on_sent {
 } db_on_sent;
 
 int db_claim_begin(db_conn *conn, int64_t goods_id, const char *source, int64_t token,
-                   int64_t *stock);
+                   int64_t lock_timeout_ms, int64_t *stock);
 int db_sale_commit(db_conn *conn, int64_t goods_id, int64_t new_stock, int64_t count,
                    const char *mode, const char *instance, int64_t fence, const char *fence_source,
                    const char *request_id, const db_on_sent *on_sent, int64_t *order_id);

@@ -240,27 +240,34 @@ lost:
 }
 
 int db_claim_begin(db_conn *conn, int64_t goods_id, const char *source, int64_t token,
-                   int64_t *stock)
+                   int64_t lock_timeout_ms, int64_t *stock)
 {
     db__claim_params claim;
-    const enum db__stmt_id ids[2] = {DB__BEGIN, DB__STOCK_CLAIM};
-    const char *const *params[2] = {NULL, claim.v};
-    PGresult *res[2];
+    char ms_buf[DB__I64_LEN];
+    const char *bound[1] = {db__i64(ms_buf, lock_timeout_ms)};
+    /* With a bound, SET LOCAL lock_timeout between BEGIN and the claim, in the same trip. */
+    const bool bounded = lock_timeout_ms > 0;
+    const enum db__stmt_id ids[3] = {DB__BEGIN, bounded ? DB__SET_LOCK_TIMEOUT : DB__STOCK_CLAIM,
+                                     DB__STOCK_CLAIM};
+    const char *const *params[3] = {NULL, bounded ? bound : claim.v, claim.v};
+    const int n = bounded ? 3 : 2;
+    PGresult *res[3];
     pipe_out out;
     int rc;
 
-    if (!conn || !source || !stock)
+    if (!conn || !source || !stock || lock_timeout_ms < 0)
         return DB_ERR_INVALID;
     db__claim_params_make(&claim, goods_id, token, source);
-    rc = run_pipeline(conn, ids, params, 2, NULL, res, &out);
+    rc = run_pipeline(conn, ids, params, n, NULL, res, &out);
     if (rc != DB_OK)
         return rc;
-    PQclear(res[0]);
-    if (PQntuples(res[1]) == 0)
+    for (int i = 0; i < n - 1; i++)
+        PQclear(res[i]);
+    if (PQntuples(res[n - 1]) == 0)
         rc = db__why_not_claimed(conn, claim.id);
     else
-        rc = db__get_i64(conn, res[1], 0, 0, stock);
-    PQclear(res[1]);
+        rc = db__get_i64(conn, res[n - 1], 0, 0, stock);
+    PQclear(res[n - 1]);
     return rc;
 }
 

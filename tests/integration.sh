@@ -20,7 +20,7 @@
 #                      those two settings
 #        DELAYED_REPLICA_URLS, DELAYED_REPLICA_DELAY_MS
 #                      two more, svc-5 and svc-6, also not behind nginx, with
-#                      BUSINESS_DELAY_MS=2500, the default watchdog lease and a waiter
+#                      BUSINESS_DELAY_MS=1500, the default watchdog lease and a waiter
 #                      liveness (a holding's first lease) of 30 s: their watchdog does not
 #                      look during the pause: the holders of the five-step
 #                      cases, whose lock vanishes while they are inside their section
@@ -70,9 +70,11 @@ IT_DB_REPLY_TIMEOUT_MS=6000
 IT_SLOW_REPLICA=$((IT_REPLICAS + 1))
 IT_SLOW_DELAY_MS=1500
 IT_SLOW_LEASE_MS=600
-# The delayed replicas: a pause inside the section with a lease far longer than it.
+# The delayed replicas: a pause inside the section with a lease far longer than it, and
+# shorter than the lock wait bound (IT_LOCK_WAIT_MS): the new holder's claim waits for the
+# paused holder's row at most that long (a fenced sale's lock_timeout), then answers 503.
 IT_DELAYED_REPLICAS="$((IT_REPLICAS + 2)) $((IT_REPLICAS + 3))"
-IT_DELAYED_DELAY_MS=2500
+IT_DELAYED_DELAY_MS=1500
 # Their first lease (a holding starts with the waiter liveness, lock/README.md) as long as the
 # watchdog's, so that the watchdog does not look within the pause either.
 IT_DELAYED_LIVENESS_MS=30000

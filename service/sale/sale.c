@@ -97,18 +97,39 @@ static void lap(sale *s, deduct_stage stage)
 
 /* ---- the steps ----------------------------------------------------------------------- */
 
-/* BEGIN, the DEDUCT_AT_BEGUN point, and for a PostgreSQL rung the bound on its lock waits.
+/*
+ * Whether the sale bounds its waits for locks inside PostgreSQL by its lock wait bound
+ * (lock_timeout), so that such a wait ends in 503 lock_timeout as a guard's does. A
+ * PostgreSQL rung's lock is the database's own (a row lock, an advisory lock). A fenced
+ * holder waits for the goods' row only behind a holder its guard no longer excludes: one that
+ * lost its lock inside its section and still holds the row in its transaction (or, for an
+ * instant, the one whose COMMIT is on its way after it gave the guard back early). Both are a
+ * lock not had within the bound, not PostgreSQL failing; without the bound the wait would end
+ * at statement_timeout, later, as "unavailable". The other modes' waits for the row (none,
+ * local across replicas) are their lesson, and end at statement_timeout.
+ */
+static int64_t row_wait_bound(const sale *s)
+{
+    bool fenced = false;
+
+    for (size_t i = 0; i < s->n_holds; i++)
+        fenced = fenced || s->holds[i].fenced;
+    return s->env->lock_wait_ms > 0 && (s->mode->tx != NULL || fenced) ? s->env->lock_wait_ms : 0;
+}
+
+/* BEGIN, the DEDUCT_AT_BEGUN point, and the bound on its lock waits (row_wait_bound).
  * true when open; false with every line answered (the transaction rolled back). */
 static bool begin(sale *s)
 {
     const db_isolation isolation = s->mode->tx != NULL ? s->mode->tx->isolation : DB_READ_COMMITTED;
+    const int64_t bound = row_wait_bound(s);
     char why[256] = "";
     int rc;
 
-    /* A PostgreSQL rung's first two statements are fixed: with nobody to stop between them
-     * (no hook), they travel together, one round trip. */
-    if (s->env->pipeline && s->mode->tx != NULL && s->env->lock_wait_ms > 0 && s->hook == NULL) {
-        rc = db_begin_lock_timeout(s->conn, isolation, s->env->lock_wait_ms);
+    /* The first two statements are fixed: with nobody to stop between them (no hook), they
+     * travel together, one round trip. */
+    if (s->env->pipeline && bound > 0 && s->hook == NULL) {
+        rc = db_begin_lock_timeout(s->conn, isolation, bound);
         if (rc != DB_OK)
             failed(s, "begin and set lock_timeout", rc);
         return rc == DB_OK;
@@ -123,11 +144,9 @@ static bool begin(sale *s)
         hook_stopped(s, rc, why);
         return false;
     }
-    /* A PostgreSQL rung's lock is the database's own (a row lock, an advisory lock), and a
-     * request waits for it inside a statement: bound that wait as a guard's wait is bound,
-     * before anything in the transaction can wait (the key's claim can, too). */
-    if (s->mode->tx != NULL && s->env->lock_wait_ms > 0) {
-        rc = db_set_lock_timeout(s->conn, s->env->lock_wait_ms);
+    /* Before anything in the transaction can wait (the key's claim can, too). */
+    if (bound > 0) {
+        rc = db_set_lock_timeout(s->conn, bound);
         if (rc != DB_OK) {
             failed(s, "set lock_timeout", rc);
             return false;
@@ -363,7 +382,8 @@ static step in_two_round_trips(sale *s, sale_tally *t, bool *folded)
     int rc;
 
     /* BEGIN and the claim: one round trip. */
-    rc = db_claim_begin(s->conn, s->goods_id, h->fence_source, h->fence, &t->stock);
+    rc = db_claim_begin(s->conn, s->goods_id, h->fence_source, h->fence, row_wait_bound(s),
+                        &t->stock);
     if (rc == DB_ERR_FENCED) {
         sale__fence_refused(s, detail, sizeof(detail));
         return give_up(s, DEDUCT_LOCK_LOST, detail);

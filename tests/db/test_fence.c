@@ -174,7 +174,7 @@ static void test_pipelined_sale_commits(void **state)
     int64_t s = 0, id = 0;
 
     reset_ok(c, 1, 10);
-    assert_int_equal(db_claim_begin(c, 1, "redis", 5, &s), DB_OK);
+    assert_int_equal(db_claim_begin(c, 1, "redis", 5, 0, &s), DB_OK);
     assert_int_equal(s, 10);
     assert_int_equal(db_sale_commit(c, 1, 7, 3, "redis", "svc-1", 5, "redis", NULL, NULL, &id),
                      DB_OK);
@@ -188,14 +188,14 @@ static void test_pipelined_sale_commits(void **state)
                              0, NULL),
                      1);
     /* a second sale on the same session, then the plain statements still work */
-    assert_int_equal(db_claim_begin(c, 1, "redis", 6, &s), DB_OK);
+    assert_int_equal(db_claim_begin(c, 1, "redis", 6, 0, &s), DB_OK);
     assert_int_equal(s, 7);
     assert_int_equal(db_sale_commit(c, 1, 6, 1, "redis", "svc-1", 6, "redis", NULL, NULL, &id),
                      DB_OK);
     assert_int_equal(db_ping(c), DB_OK);
     assert_int_equal(stock_of(c, 1), 6);
     /* unknown goods: the claim says so; nothing to commit */
-    assert_int_equal(db_claim_begin(c, 2, "redis", 7, &s), DB_ERR_NOT_FOUND);
+    assert_int_equal(db_claim_begin(c, 2, "redis", 7, 0, &s), DB_ERR_NOT_FOUND);
     assert_int_equal(db_rollback(c), DB_OK);
     db_pool_release(f->pool, c);
 }
@@ -221,7 +221,7 @@ static void next_holder_claims(void *arg)
     next_holder *n = arg;
 
     n->calls++;
-    n->rc = db_claim_begin(n->conn, 1, "redis", n->token, &n->stock_seen);
+    n->rc = db_claim_begin(n->conn, 1, "redis", n->token, 0, &n->stock_seen);
     assert_int_equal(db_rollback(n->conn), DB_OK);
 }
 
@@ -235,7 +235,7 @@ static void sell_with_a_claim_behind(db_conn *c, db_conn *other, int64_t token, 
     const db_on_sent on_sent = {next_holder_claims, &n};
     int64_t s = 0, id = 0;
 
-    assert_int_equal(db_claim_begin(c, 1, "redis", token, &s), DB_OK);
+    assert_int_equal(db_claim_begin(c, 1, "redis", token, 0, &s), DB_OK);
     assert_int_equal(db_sale_commit(c, 1, new_stock, count, "redis", "svc-1", token, "redis", NULL,
                                     &on_sent, &id),
                      want_rc);
@@ -260,7 +260,7 @@ static void test_claim_while_commit_travels_reads_its_outcome(void **state)
     sell_with_a_claim_behind(c, other, 7, -1, 8, DB_ERR_QUERY, 7);
 
     /* the batched commit: the same moment, the same outcome */
-    assert_int_equal(db_claim_begin(c, 1, "redis", 9, &s), DB_OK);
+    assert_int_equal(db_claim_begin(c, 1, "redis", 9, 0, &s), DB_OK);
     assert_int_equal(db_batch_commit(c, 1, 4, counts, 2, "redis-batch", "svc-1", 9, "redis", NULL,
                                      &on_sent, ids),
                      DB_OK);
@@ -287,10 +287,10 @@ static void test_pipelined_claim_refuses_an_older_token(void **state)
     int64_t s = 0, id = 0;
 
     reset_ok(c, 1, 10);
-    assert_int_equal(db_claim_begin(c, 1, "redis", 5, &s), DB_OK);
+    assert_int_equal(db_claim_begin(c, 1, "redis", 5, 0, &s), DB_OK);
     assert_int_equal(db_sale_commit(c, 1, 9, 1, "redis", "svc-1", 5, "redis", NULL, NULL, &id),
                      DB_OK);
-    assert_int_equal(db_claim_begin(c, 1, "redis", 4, &s), DB_ERR_FENCED);
+    assert_int_equal(db_claim_begin(c, 1, "redis", 4, 0, &s), DB_ERR_FENCED);
     assert_non_null(strstr(db_conn_error(c), "newer"));
     assert_int_equal(db_rollback(c), DB_OK);
     assert_int_equal(stock_of(c, 1), 9);
@@ -309,7 +309,7 @@ static void test_pipelined_error_leaves_nothing(void **state)
     int64_t s = 0, id = 0;
 
     reset_ok(c, 1, 10);
-    assert_int_equal(db_claim_begin(c, 1, "redis", 5, &s), DB_OK);
+    assert_int_equal(db_claim_begin(c, 1, "redis", 5, 0, &s), DB_OK);
     assert_int_equal(db_sale_commit(c, 1, -1, 11, "redis", "svc-1", 5, "redis", NULL, NULL, &id),
                      DB_ERR_QUERY);
     assert_non_null(strstr(db_conn_error(c), "write stock"));
@@ -317,7 +317,7 @@ static void test_pipelined_error_leaves_nothing(void **state)
     assert_int_equal(orders_of(f, 1), 0);
     assert_int_equal(fence_of(f, 1), 0);
 
-    assert_int_equal(db_claim_begin(c, 1, "redis", 6, &s), DB_OK);
+    assert_int_equal(db_claim_begin(c, 1, "redis", 6, 0, &s), DB_OK);
     assert_int_equal(db_sale_commit(c, 1, 10, 0, "redis", "svc-1", 6, "redis", NULL, NULL, &id),
                      DB_ERR_QUERY);
     assert_non_null(strstr(db_conn_error(c), "record order"));
@@ -326,7 +326,7 @@ static void test_pipelined_error_leaves_nothing(void **state)
     assert_int_equal(fence_of(f, 1), 0);
 
     /* the session is idle and out of pipeline mode: a whole sale goes through */
-    assert_int_equal(db_claim_begin(c, 1, "redis", 7, &s), DB_OK);
+    assert_int_equal(db_claim_begin(c, 1, "redis", 7, 0, &s), DB_OK);
     assert_int_equal(db_sale_commit(c, 1, 8, 2, "redis", "svc-1", 7, "redis", NULL, NULL, &id),
                      DB_OK);
     assert_int_equal(stock_of(c, 1), 8);
@@ -345,7 +345,7 @@ static void test_pipelined_batch_commits(void **state)
     int64_t s = 0, ids[3] = {0, 0, 0};
 
     reset_ok(c, 1, 10);
-    assert_int_equal(db_claim_begin(c, 1, "redis", 5, &s), DB_OK);
+    assert_int_equal(db_claim_begin(c, 1, "redis", 5, 0, &s), DB_OK);
     const char *rids[3] = {"b-1", NULL, "b-3"};
     assert_int_equal(
         db_batch_commit(c, 1, 5, counts, 3, "redis-batch", "svc-1", 5, "redis", rids, NULL, ids),
@@ -374,7 +374,7 @@ static void test_pipelined_batch_commits(void **state)
     }
 
     /* the write refused (below zero): the orders and COMMIT skipped, rolled back */
-    assert_int_equal(db_claim_begin(c, 1, "redis", 6, &s), DB_OK);
+    assert_int_equal(db_claim_begin(c, 1, "redis", 6, 0, &s), DB_OK);
     assert_int_equal(
         db_batch_commit(c, 1, -1, counts, 3, "redis-batch", "svc-1", 6, "redis", NULL, NULL, ids),
         DB_ERR_QUERY);
@@ -419,7 +419,7 @@ static void test_pipelined_commit_with_a_missed_write_is_unknown(void **state)
     reset_ok(c, 1, 10);
     trigger_ok(f, "BEFORE UPDATE ON goods",
                "IF NEW.stock <> OLD.stock THEN RETURN NULL; END IF; RETURN NEW;");
-    assert_int_equal(db_claim_begin(c, 1, "redis", 5, &s), DB_OK);
+    assert_int_equal(db_claim_begin(c, 1, "redis", 5, 0, &s), DB_OK);
     assert_int_equal(db_sale_commit(c, 1, 7, 3, "redis", "svc-1", 5, "redis", NULL, NULL, &id),
                      DB_ERR_COMMIT_UNKNOWN);
     assert_non_null(strstr(db_conn_error(c), "found no row"));
@@ -439,7 +439,7 @@ static void test_pipelined_batch_with_unmatched_ids_is_unknown(void **state)
 
     reset_ok(c, 1, 10);
     trigger_ok(f, "BEFORE INSERT ON orders", "NEW.count := NEW.count + 100; RETURN NEW;");
-    assert_int_equal(db_claim_begin(c, 1, "redis", 5, &s), DB_OK);
+    assert_int_equal(db_claim_begin(c, 1, "redis", 5, 0, &s), DB_OK);
     assert_int_equal(
         db_batch_commit(c, 1, 7, counts, 2, "redis-batch", "svc-1", 5, "redis", NULL, NULL, ids),
         DB_ERR_COMMIT_UNKNOWN);

@@ -43,7 +43,7 @@ static void *timed_call_run(void *arg)
     int64_t id = 0;
 
     if (t->what == 2)
-        t->rc = db_claim_begin(t->conn, 1, "redis", 9, &s);
+        t->rc = db_claim_begin(t->conn, 1, "redis", 9, 0, &s);
     else if (t->what == 3)
         t->rc = db_sale_commit(t->conn, 1, 7, 3, "redis", "svc-1", 9, "redis", NULL, NULL, &id);
     else
@@ -200,10 +200,10 @@ static void test_pipelined_lost_commit_answer_is_unknown(void **state)
     reset_ok(c, 1, 10);
     /* one sale first, so that the statements are prepared on this session: a prepare is a
      * round trip of its own, before anything of the batch is sent */
-    assert_int_equal(db_claim_begin(c, 1, "redis", 8, &s), DB_OK);
+    assert_int_equal(db_claim_begin(c, 1, "redis", 8, 0, &s), DB_OK);
     assert_int_equal(db_sale_commit(c, 1, 10, 1, "redis", "svc-1", 8, "redis", NULL, NULL, &id),
                      DB_OK);
-    assert_int_equal(db_claim_begin(c, 1, "redis", 9, &s), DB_OK);
+    assert_int_equal(db_claim_begin(c, 1, "redis", 9, 0, &s), DB_OK);
     g_frozen_backend = pool_backend_pid(f);
     assert_true(g_frozen_backend > 0);
     assert_int_equal(kill(g_frozen_backend, SIGSTOP), 0);

@@ -116,7 +116,7 @@ static void test_orders_request_id(void **state)
                              " AND request_id = 'r-1'",
                              1, params),
                      1);
-    assert_int_equal(db_claim_begin(c, 1, "redis", 5, &stock), DB_OK);
+    assert_int_equal(db_claim_begin(c, 1, "redis", 5, 0, &stock), DB_OK);
     assert_int_equal(
         db_sale_commit(c, 1, stock - 1, 1, "redis", "svc-1", 5, "redis", "p-2", NULL, &id), DB_OK);
     snprintf(id_buf, sizeof(id_buf), "%lld", (long long)id);

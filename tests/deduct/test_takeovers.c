@@ -172,6 +172,87 @@ static void test_pg_rungs_lock_wait_is_bounded(void **state)
     assert_int_equal(report_of(goods).stock, 5);
 }
 
+/* ---- a fenced holder behind the row of one that lost its lock ------------------------ */
+
+/* A fenced guard (redis' shape: a token, the claim in two round trips when nothing else
+ * asks for the statements one by one) whose holding stays good. */
+static int fenced_enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
+                        size_t detail_len)
+{
+    int rc = guard_none_enter(env, goods_id, hold, detail, detail_len);
+
+    hold->fenced = true;
+    hold->fence = 1000;
+    hold->fence_source = "test";
+    return rc;
+}
+
+static const mode fenced_mode = {.name = "fenced",
+                                 .safe = true,
+                                 .summary = "a fixed token, never lost",
+                                 .enter = fenced_enter,
+                                 .still_held = scripted_still_held,
+                                 .leave = guard_none_leave};
+
+/* Asserts a 503 lock_timeout after about the bound (300 ms), and frees the body. */
+static void expect_bounded(const char *what, deduct_result *res, int64_t took)
+{
+    printf("    %s: %d %s after %lld ms\n", what, res->status, deduct_outcome_name(res->outcome),
+           (long long)took);
+    if (res->status != 503 || res->outcome != DEDUCT_LOCK_TIMEOUT)
+        fail_msg("%s: answered %d %s (%s), want 503 lock_timeout", what, res->status,
+                 deduct_outcome_name(res->outcome), res->detail);
+    assert_true(took >= 290 && took < 3000);
+    free(res->body);
+    res->body = NULL;
+}
+
+/*
+ * The goods row held by a holder that lost its lock inside its section (its transaction still
+ * open: here, another session's): a fenced holder's claim waits for that row, and the wait is
+ * a lock not had, bounded like a guard's: 503 lock_timeout after the lock wait bound (here
+ * 300 ms), having sold nothing, on the statement path (redis with a hook, a key, or
+ * redis-fence-write) and in two round trips (redis' plain sale); not "unavailable" at
+ * statement_timeout (5 s), PostgreSQL's "canceling statement due to statement timeout".
+ */
+static void test_fenced_sale_behind_a_held_row_is_bounded(void **state)
+{
+    const int64_t goods = 5202;
+    deduct_env env = deduct_test_env();
+    deduct_result res = {0};
+    char sql[160];
+
+    (void)state;
+    reset_goods(goods, 10);
+    g_holder_conn = PQconnectdb(g_conninfo);
+    assert_int_equal(PQstatus(g_holder_conn), CONNECTION_OK);
+    holder_conn_exec("BEGIN");
+    snprintf(sql, sizeof(sql), "UPDATE goods SET updated = now() WHERE id = %lld",
+             (long long)goods);
+    holder_conn_exec(sql);
+
+    g_lock_wait_ms = 300;
+    holder *h = holder_start(0, 'N', 20, goods, &scripted_mode);
+    int64_t start = now_ms();
+    holder_finish(0);
+    expect_bounded("the statement path", &h->res, now_ms() - start);
+
+    env.lock_wait_ms = 300;
+    env.pipeline = true;
+    start = now_ms();
+    assert_int_equal(deduct_execute(&env, &fenced_mode, goods, 1, NULL, NULL, &res), 0);
+    expect_bounded("two round trips", &res, now_ms() - start);
+    db_stock_report r = report_of(goods);
+    assert_int_equal(r.stock, 10);
+    assert_int_equal(r.sold, 0);
+
+    holder_conn_exec("ROLLBACK"); /* the row is free: the sale goes through at once */
+    assert_int_equal(deduct_execute(&env, &fenced_mode, goods, 1, NULL, NULL, &res), 0);
+    assert_int_equal(res.status, 200);
+    free(res.body);
+    assert_int_equal(report_of(goods).stock, 9);
+}
+
 /* ---- redis-batch: a leader stuck in PostgreSQL --------------------------------------- */
 
 /* A guard that takes a while (so that the followers queue behind the leader) and hands out a
@@ -395,6 +476,8 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_pg_lockrow_excludes, holders_finish),
         cmocka_unit_test_teardown(test_pg_lockrow_ttl_two_holders_after_expiry, holders_finish),
         cmocka_unit_test_teardown(test_pg_rungs_lock_wait_is_bounded, holder_conn_teardown),
+        cmocka_unit_test_teardown(test_fenced_sale_behind_a_held_row_is_bounded,
+                                  holder_conn_teardown),
         cmocka_unit_test_teardown(test_batch_leader_stuck_in_postgresql, holder_conn_teardown),
         cmocka_unit_test_teardown(test_fence_counter_behind_after_failover, holder_conn_teardown),
     };

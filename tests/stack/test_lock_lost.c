@@ -24,7 +24,8 @@
  * has read; a new holder reads before the first one writes; the first one writes and
  * commits (it has not noticed anything); the new one writes and commits. Both sold from one
  * read: one unit sold twice. With the claim, the new holder's read waits for the first one's
- * commit and reads its result, in both orders of the writes.
+ * commit and reads its result, in both orders of the writes (the pause is shorter than the
+ * lock wait bound, which bounds that wait too: a longer one would answer 503 lock_timeout).
  *
  * Run alone as tests/stack/test_contract.c says: STACK_PROGRAMS=lock_lost make
  * test-integration. It needs the slow and delayed replicas tests/integration.sh starts
@@ -361,7 +362,8 @@ static void test_lock_lost_fence(void **state)
     const long long newer = counter + 60LL * 1000 * 1000;
 
     sql_exec("UPDATE goods SET fence = $2, fence_source = 'redis' WHERE id = $1", g, newer);
-    /* The claim compares with the source's own high-water mark (migrations/006_goods_fences.sql). */
+    /* The claim compares with the source's own high-water mark (migrations/006_goods_fences.sql).
+     */
     sql_exec("INSERT INTO goods_fences (goods, source, fence) VALUES ($1, 'redis', $2)"
              " ON CONFLICT (goods, source) DO UPDATE SET fence = EXCLUDED.fence",
              g, newer);
