@@ -116,6 +116,20 @@ static void test_pg_lockrow_ttl_two_holders_after_expiry(void **state)
     b->res.body = NULL;
 }
 
+/* Opens g_holder_conn and, in a transaction left open, locks goods' row (an UPDATE), as a
+ * holder inside its section would. */
+static void hold_goods_row(int64_t goods)
+{
+    char sql[160];
+
+    g_holder_conn = PQconnectdb(g_conninfo);
+    assert_int_equal(PQstatus(g_holder_conn), CONNECTION_OK);
+    holder_conn_exec("BEGIN");
+    snprintf(sql, sizeof(sql), "UPDATE goods SET updated = now() WHERE id = %lld",
+             (long long)goods);
+    holder_conn_exec(sql);
+}
+
 /*
  * The PostgreSQL rungs wait for their locks inside PostgreSQL, and that wait is bounded like
  * a guard's: with the goods row locked by another transaction (and its advisory lock held),
@@ -131,12 +145,7 @@ static void test_pg_rungs_lock_wait_is_bounded(void **state)
 
     (void)state;
     reset_goods(goods, 10);
-    g_holder_conn = PQconnectdb(g_conninfo);
-    assert_int_equal(PQstatus(g_holder_conn), CONNECTION_OK);
-    holder_conn_exec("BEGIN");
-    snprintf(sql, sizeof(sql), "UPDATE goods SET updated = now() WHERE id = %lld",
-             (long long)goods);
-    holder_conn_exec(sql);
+    hold_goods_row(goods);
     snprintf(sql, sizeof(sql), "SELECT pg_advisory_xact_lock(%lld)", (long long)goods);
     holder_conn_exec(sql);
 
@@ -220,16 +229,10 @@ static void test_fenced_sale_behind_a_held_row_is_bounded(void **state)
     const int64_t goods = 5202;
     deduct_env env = deduct_test_env();
     deduct_result res = {0};
-    char sql[160];
 
     (void)state;
     reset_goods(goods, 10);
-    g_holder_conn = PQconnectdb(g_conninfo);
-    assert_int_equal(PQstatus(g_holder_conn), CONNECTION_OK);
-    holder_conn_exec("BEGIN");
-    snprintf(sql, sizeof(sql), "UPDATE goods SET updated = now() WHERE id = %lld",
-             (long long)goods);
-    holder_conn_exec(sql);
+    hold_goods_row(goods);
 
     g_lock_wait_ms = 300;
     holder *h = holder_start(0, 'N', 20, goods, &scripted_mode);
@@ -255,21 +258,12 @@ static void test_fenced_sale_behind_a_held_row_is_bounded(void **state)
 
 /* ---- redis-batch: a leader stuck in PostgreSQL --------------------------------------- */
 
-/* A guard that takes a while (so that the followers queue behind the leader) and hands out a
- * fixed token of a source of its own. */
+/* fenced_enter's guard, taking a while (so that the followers queue behind the leader). */
 static int batch_slow_enter(guard_env *env, int64_t goods_id, guard_hold *hold, char *detail,
                             size_t detail_len)
 {
-    (void)env;
-    (void)goods_id;
-    (void)detail;
-    (void)detail_len;
     usleep(150 * 1000);
-    memset(hold, 0, sizeof(*hold));
-    hold->fenced = true;
-    hold->fence = 100;
-    hold->fence_source = "batch-test";
-    return GUARD_OK;
+    return fenced_enter(env, goods_id, hold, detail, detail_len);
 }
 
 static const mode batch_slow_mode = {.name = "batch-slow",
@@ -314,19 +308,13 @@ static void test_batch_leader_stuck_in_postgresql(void **state)
     const int64_t goods = 5301, wait_ms = 400;
     batch_shot leader = {0}, followers[FOLLOWERS];
     batch_queue *q = NULL;
-    char sql[160];
     int64_t until;
     bool all;
 
     (void)state;
     reset_goods(goods, 10);
     assert_int_equal(batch_queue_create(&(batch_options){64, 1024, wait_ms}, &q), 0);
-    g_holder_conn = PQconnectdb(g_conninfo);
-    assert_int_equal(PQstatus(g_holder_conn), CONNECTION_OK);
-    holder_conn_exec("BEGIN");
-    snprintf(sql, sizeof(sql), "UPDATE goods SET updated = now() WHERE id = %lld",
-             (long long)goods);
-    holder_conn_exec(sql);
+    hold_goods_row(goods);
 
     leader = (batch_shot){.q = q, .goods = goods, .took_ms = -1};
     assert_int_equal(pthread_create(&leader.thread, NULL, batch_shot_run, &leader), 0);
