@@ -22,7 +22,7 @@ void cache_rwlock_name(const lock_client *lock, int64_t goods_id, char *buf, siz
     goods_lock_name(lock, "rwlock:goods:", goods_id, buf, len);
 }
 
-void cache_forget(lock_client *lock, int64_t goods_id)
+int cache_forget(lock_client *lock, int64_t goods_id)
 {
     char key[96];
     int rc;
@@ -31,6 +31,7 @@ void cache_forget(lock_client *lock, int64_t goods_id)
     rc = lock_cache_delete(lock, key);
     if (rc != LOCK_OK)
         log_event(LOG_WARN, "cache_delete_failed", "key=%s error=%s", key, lock_strerror(rc));
+    return rc;
 }
 
 static int redis_failed(int rc, char *detail, size_t detail_len)

@@ -62,8 +62,9 @@ int cache_read_stock(const cache_env *env, mode_cache how, int64_t goods_id, con
 void cache_key(const lock_client *lock, int64_t goods_id, char *buf, size_t len);
 void cache_rwlock_name(const lock_client *lock, int64_t goods_id, char *buf, size_t len);
 
-/* A sale's delete of goods_id's entry, after its commit; a failure is logged, and the entry
- * then lives until its TTL. */
-void cache_forget(lock_client *lock, int64_t goods_id);
+/* Deletes goods_id's entry: a sale's, after its commit, and a reset's. LOCK_OK, or the lock
+ * client's code; a failure is logged (the entry then lives until its TTL), and the calling
+ * thread's lock_last_met() says what it met. */
+int cache_forget(lock_client *lock, int64_t goods_id);
 
 #endif

@@ -590,17 +590,27 @@ static void handle_reset(app *a, const http_request *req, http_reply *reply)
     if (conn == NULL)
         return;
     rc = db_goods_reset(conn, rr.goods_id, rr.stock);
-    if (rc == DB_OK) {
-        /* The cached stock (cache.h) would say the stock before the reset until its TTL. */
-        if (a->core.lock != NULL)
-            cache_forget(a->core.lock, rr.goods_id);
-        reply_json(reply, 200, response_reset(rr.goods_id, rr.stock));
-        log_event(LOG_INFO, "reset", "goods_id=%lld stock=%lld", (long long)rr.goods_id,
-                  (long long)rr.stock);
-    } else {
+    if (rc != DB_OK)
         reply_db_failure(reply, conn, "reset", rc);
-    }
     db_pool_release(a->core.db, conn);
+    if (rc != DB_OK)
+        return;
+    /* The cached stock (cache.h) would say the stock before the reset until its TTL, and a
+     * cached read would answer it: the reset is not done until the entry is gone. Its
+     * database part is, and sets the same values again when retried. */
+    if (a->core.lock != NULL && (rc = cache_forget(a->core.lock, rr.goods_id)) != LOCK_OK) {
+        char said[160];
+        outage_redis("Redis", rc, "reset's cache delete", said, sizeof(said));
+        snprintf(detail, sizeof(detail),
+                 "%s: the stock was reset in PostgreSQL, but its cached stock could not be "
+                 "cleared; retry the reset",
+                 said);
+        reply_error(reply, 503, "unavailable", detail);
+        return;
+    }
+    reply_json(reply, 200, response_reset(rr.goods_id, rr.stock));
+    log_event(LOG_INFO, "reset", "goods_id=%lld stock=%lld", (long long)rr.goods_id,
+              (long long)rr.stock);
 }
 
 /* ---- GET /api/modes, /healthz, /readyz, /metrics -------------------------------------- */

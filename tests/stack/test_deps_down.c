@@ -4,7 +4,8 @@
  * restart once Redis is back); PostgreSQL down (every mode, the stock and the reset answer
  * 503 unavailable quickly, /readyz 503, /healthz 200, every mode sells again once it is
  * back); PostgreSQL frozen under load (every answer within its bound, nothing sold without a
- * 200); Redis frozen (503 unavailable within the lock's bounds, sales again once it thaws).
+ * 200); Redis frozen (503 unavailable within the lock's bounds, a reset that cannot clear the
+ * cached stock 503 too, sales again once it thaws).
  * Every 503 of these cases names its dependency in the service's own words and carries none
  * of a library's text (API.md). Each teardown brings its server back even when an assertion
  * failed. Run it after the other programs: a dependency down must not disturb them.
@@ -421,11 +422,31 @@ static void test_redis_frozen(void **state)
         printf("    %s: %ld in %.3f s: %s\n", what, r->status, r->seconds, r->body);
         expect_said_503(r, "unavailable", "redis", what);
     }
+    expect_stock(g, 100, 100, 0, 0, "after the 503s with Redis frozen");
+
+    /* A reset that cannot clear the goods' cached stock is not done: a cached read would go
+     * on answering the stock before it. 503 unavailable, saying so; its database part is
+     * done, and a retry sets the same values again. */
+    char body[96];
+    snprintf(body, sizeof(body), "{\"goods_id\":%lld,\"stock\":50}", g);
+    http_request reset = {.method = "POST",
+                          .base = g_env.stock_url,
+                          .path = "/api/admin/reset",
+                          .body = body,
+                          .headers = {g_env.auth_header}};
+    http_reply *r = call(&reset);
+    printf("    admin reset with Redis frozen: %ld in %.3f s: %s\n", r->status, r->seconds,
+           r->body);
+    expect_said_503(r, "unavailable", "redis", "admin reset with Redis frozen");
+    if (strstr(r->body, "retry the reset") == NULL)
+        fail_msg("the reset's 503 does not say to retry it: %s", r->body);
+    expect_stock(g, 50, 50, 0, 0, "after the reset's 503: its database part done");
+
     if (stack_script("redis-thaw") != 0)
         fail_msg("scripts/stack.sh redis-thaw failed");
     g_redis_frozen = false;
-    expect_stock(g, 100, 100, 0, 0, "after the 503s with Redis frozen");
-    expect_deducted(deduct(g_env.stock_url, g, 1, "redis", NULL), g, 1, 99, "redis",
+    expect_json(call(&reset), 200, "the reset retried after Redis thawed");
+    expect_deducted(deduct(g_env.stock_url, g, 1, "redis", NULL), g, 1, 49, "redis",
                     "a deduct after Redis thawed");
 }
 
