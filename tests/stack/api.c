@@ -147,18 +147,25 @@ void expect_unchanged(long long goods_id, const stock_view *before, const char *
     expect_stock(goods_id, before->initial, before->stock, before->sold, before->orders, what);
 }
 
-void reset_goods(long long goods_id, long long stock)
+http_reply *reset_call(long long goods_id, long long stock)
 {
-    char body[128], what[96];
+    char body[128];
 
     snprintf(body, sizeof(body), "{\"goods_id\":%lld,\"stock\":%lld}", goods_id, stock);
-    snprintf(what, sizeof(what), "reset goods %lld to %lld", goods_id, stock);
     http_request rq = {.method = "POST",
                        .base = g_env.stock_url,
                        .path = "/api/admin/reset",
                        .body = body,
                        .headers = {g_env.auth_header}};
-    json_t *j = expect_json(call(&rq), 200, what);
+    return call(&rq);
+}
+
+void reset_goods(long long goods_id, long long stock)
+{
+    char what[96];
+
+    snprintf(what, sizeof(what), "reset goods %lld to %lld", goods_id, stock);
+    json_t *j = expect_json(reset_call(goods_id, stock), 200, what);
     if (!field_bool(j, "ok", what))
         fail_msg("%s: ok is false", what);
     expect_field_int(j, "goods_id", goods_id, what);

@@ -314,6 +314,8 @@ void expect_unchanged(long long goods_id, const stock_view *before, const char *
 
 /* POST /api/admin/reset through nginx with the token; asserts the 200 answer. */
 void reset_goods(long long goods_id, long long stock);
+/* The same reset, through nginx, its answer whatever it is. */
+http_reply *reset_call(long long goods_id, long long stock);
 
 /* Writes a deduct body: {"goods_id":..,"count":..} plus "mode" when mode is not NULL. */
 void deduct_body(char *buf, size_t len, long long goods_id, long long count, const char *mode);

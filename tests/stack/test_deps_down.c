@@ -192,7 +192,7 @@ static void test_postgres_down(void **state)
 {
     const char *modes[] = {"none", "local", "redis"};
     const long long g = GOODS_PG_DOWN;
-    char what[200], path[64], body[96], key[64];
+    char what[200], path[64], key[64];
 
     (void)state;
     begin_case("postgres_down");
@@ -243,13 +243,7 @@ static void test_postgres_down(void **state)
         snprintf(what, sizeof(what), "GET %s with PostgreSQL down, via %s", path, base);
         expect_pg_unavailable(get(base, path), what);
     }
-    snprintf(body, sizeof(body), "{\"goods_id\":%lld,\"stock\":5}", g);
-    http_request reset = {.method = "POST",
-                          .base = g_env.stock_url,
-                          .path = "/api/admin/reset",
-                          .body = body,
-                          .headers = {g_env.auth_header}};
-    expect_pg_unavailable(call(&reset), "admin reset with PostgreSQL down");
+    expect_pg_unavailable(reset_call(g, 5), "admin reset with PostgreSQL down");
 
     /* Not ready, but alive. */
     for (size_t i = 0; i < g_env.n_replicas; i++) {
@@ -427,14 +421,7 @@ static void test_redis_frozen(void **state)
     /* A reset that cannot clear the goods' cached stock is not done: a cached read would go
      * on answering the stock before it. 503 unavailable, saying so; its database part is
      * done, and a retry sets the same values again. */
-    char body[96];
-    snprintf(body, sizeof(body), "{\"goods_id\":%lld,\"stock\":50}", g);
-    http_request reset = {.method = "POST",
-                          .base = g_env.stock_url,
-                          .path = "/api/admin/reset",
-                          .body = body,
-                          .headers = {g_env.auth_header}};
-    http_reply *r = call(&reset);
+    http_reply *r = reset_call(g, 50);
     printf("    admin reset with Redis frozen: %ld in %.3f s: %s\n", r->status, r->seconds,
            r->body);
     expect_said_503(r, "unavailable", "redis", "admin reset with Redis frozen");
@@ -445,7 +432,7 @@ static void test_redis_frozen(void **state)
     if (stack_script("redis-thaw") != 0)
         fail_msg("scripts/stack.sh redis-thaw failed");
     g_redis_frozen = false;
-    expect_json(call(&reset), 200, "the reset retried after Redis thawed");
+    expect_json(reset_call(g, 50), 200, "the reset retried after Redis thawed");
     expect_deducted(deduct(g_env.stock_url, g, 1, "redis", NULL), g, 1, 49, "redis",
                     "a deduct after Redis thawed");
 }
