@@ -255,6 +255,19 @@ int db_conn_no_answer_ms(const db_conn *conn)
     return conn != NULL ? conn->no_answer_ms : 0;
 }
 
+void db_conn_set_budget(db_conn *conn, int64_t ms)
+{
+    if (conn != NULL) {
+        conn->budgeted = true;
+        conn->budget_ms = ms;
+    }
+}
+
+int64_t db_conn_budget_left(const db_conn *conn)
+{
+    return conn != NULL && conn->budgeted ? conn->budget_ms : 0;
+}
+
 int db_conn_cancelled_ms(const db_conn *conn)
 {
     return conn != NULL && conn->cancelled && conn->pool != NULL ? conn->pool->statement_timeout_ms

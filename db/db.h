@@ -114,6 +114,19 @@ const char *db_strerror(int code);
  * that says what happened in its own words (db_conn_error() is libpq's or PostgreSQL's). */
 int db_conn_no_answer_ms(const db_conn *conn);
 
+/*
+ * A budget for the time conn waits for PostgreSQL's answers until its release, all its
+ * exchanges together (the time between them, the caller's, is not counted): each exchange
+ * waits at most what is left (at least 1 ms), besides its own reply bound
+ * (reply_timeout_ms), so that a caller's statements are bounded as a whole rather than one
+ * by one. A wait the budget cuts fails as one the reply bound cuts (DB_ERR_UNAVAILABLE, the
+ * connection broken, db_conn_no_answer_ms the pool's reply bound). db_conn_budget_left: what
+ * is left (<= 0 once spent; 0 without a budget), to hand to the caller's next borrow.
+ * Released, the connection forgets its budget.
+ */
+void db_conn_set_budget(db_conn *conn, int64_t ms);
+int64_t db_conn_budget_left(const db_conn *conn);
+
 /* When conn's last error (a DB_ERR_QUERY) was PostgreSQL cancelling the statement at the
  * pool's statement_timeout (SQLSTATE 57014): that bound in ms; 0 otherwise. */
 int db_conn_cancelled_ms(const db_conn *conn);
@@ -229,9 +242,9 @@ int db_orders_insert_many(db_conn *conn, int64_t goods_id, const int64_t *counts
  * db_claim_begin: BEGIN and the claim (db_stock_claim: same arguments, same answers); with
  *   lock_timeout_ms > 0, db_set_lock_timeout(lock_timeout_ms) between them, in the same round
  *   trip (0: no bound but statement_timeout), so that a claim that waits longer for the row
- *   fails with DB_ERR_LOCK_TIMEOUT. On DB_OK the transaction is open with the row claimed. On any error the transaction may be
- *   open (BEGIN may have gone through): the caller rolls back, as after db_stock_claim;
- *   DB_ERR_FENCED and DB_ERR_NOT_FOUND take one more round trip, to say which.
+ *   fails with DB_ERR_LOCK_TIMEOUT. On DB_OK the transaction is open with the row claimed. On any
+ * error the transaction may be open (BEGIN may have gone through): the caller rolls back, as after
+ * db_stock_claim; DB_ERR_FENCED and DB_ERR_NOT_FOUND take one more round trip, to say which.
  * db_sale_commit: the write (new_stock), the order (count, mode, instance, the holder's
  *   fence and fence_source, request_id as db_order_insert's; sets *order_id) and COMMIT. Call it
  * only after db_claim_begin (or db_stock_claim) succeeded in this transaction: the row is then the

@@ -93,10 +93,26 @@ static PGresult *exchange_failed(db_conn *c, const char *why, int no_answer_ms)
     return NULL;
 }
 
-PGresult *db__await_result(db_conn *c)
+int64_t db__reply_deadline(const db_conn *c)
+{
+    int64_t bound = c->pool != NULL ? c->pool->reply_timeout_ms : 0;
+
+    if (c->budgeted && c->budget_ms < bound)
+        bound = c->budget_ms > 1 ? c->budget_ms : 1;
+    return db__now_ms() + bound;
+}
+
+void db__spend(db_conn *c, int64_t since_ms)
+{
+    if (c->budgeted)
+        c->budget_ms -= db__now_ms() - since_ms;
+}
+
+/* db__await_result's wait, within db__reply_deadline. */
+static PGresult *await_result(db_conn *c)
 {
     int timeout_ms = c->pool != NULL ? c->pool->reply_timeout_ms : 0;
-    int64_t deadline = db__now_ms() + timeout_ms;
+    int64_t deadline = db__reply_deadline(c);
     PGresult *last = NULL, *r;
     int flushed, ready;
     char why[96];
@@ -133,6 +149,15 @@ PGresult *db__await_result(db_conn *c)
         PQclear(last);
         last = r;
     }
+}
+
+PGresult *db__await_result(db_conn *c)
+{
+    int64_t since = db__now_ms();
+    PGresult *r = await_result(c);
+
+    db__spend(c, since);
+    return r;
 }
 
 /*

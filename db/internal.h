@@ -49,6 +49,8 @@ struct db_conn {
     char err[DB__ERR_LEN]; /* the last error on this connection, "" if none */
     int no_answer_ms;      /* that error: no answer within this bound (0: another error) */
     bool cancelled;        /* that error: the statement cancelled at statement_timeout */
+    bool budgeted;         /* this borrow's waits for answers are bounded as a whole: */
+    int64_t budget_ms;     /* what is left of that bound (db_conn_set_budget); may be < 0 */
 };
 
 struct db_pool {
@@ -139,6 +141,13 @@ enum db__stmt_id {
  * deadline of db/ is built on. db__timespec_after: the monotonic time ms from now, for
  * pthread_cond_timedwait on a condition made by db__cond_init (0, or -1 on failure). */
 int64_t db__now_ms(void);
+
+/* When the answer to an exchange of c that starts now must have come: reply_timeout_ms from
+ * now, or, sooner, what is left of c's budget (db_conn_set_budget; at least 1 ms). */
+int64_t db__reply_deadline(const db_conn *c);
+
+/* Takes the time since since_ms (a db__now_ms) off c's budget, when it has one. */
+void db__spend(db_conn *c, int64_t since_ms);
 struct timespec db__timespec_after(int64_t ms);
 int db__cond_init(pthread_cond_t *cond);
 /* Waits until pg's socket is ready for `events` (POLLIN, POLLOUT), or until deadline (from

@@ -112,7 +112,7 @@ static int send_batch(db_conn *c, const enum db__stmt_id *ids, const char *const
         return DB_ERR_UNAVAILABLE;
     }
     snprintf(why, why_len, "no answer from PostgreSQL within %d ms", timeout_ms);
-    *deadline = db__now_ms() + timeout_ms;
+    *deadline = db__reply_deadline(c);
     out->sent = true;
     for (i = 0; i < n; i++)
         if (!db__send_prepared(c, ids[i], params[i])) {
@@ -180,10 +180,9 @@ static int read_answers(db_conn *c, const enum db__stmt_id *ids, int n, int64_t 
  * DB_ERR_UNAVAILABLE (c broken) when the exchange itself failed; *out says where. The
  * session leaves pipeline mode before returning, unless it is broken.
  */
-static int run_pipeline(db_conn *c, const enum db__stmt_id *ids, const char *const *const *params,
-                        int n, const db_on_sent *on_sent, PGresult **res, pipe_out *out)
+static int run_batch(db_conn *c, const enum db__stmt_id *ids, const char *const *const *params,
+                     int n, const db_on_sent *on_sent, PGresult **res, pipe_out *out)
 {
-    int timeout_ms = c->pool != NULL ? c->pool->reply_timeout_ms : 0;
     int64_t deadline = 0;
     char why[96];
     bool lost = false;
@@ -205,7 +204,7 @@ static int run_pipeline(db_conn *c, const enum db__stmt_id *ids, const char *con
         /* Everything is on the wire: the caller's work in the meantime (db.h), then the
          * answers, within a bound of their own from now. */
         on_sent->fn(on_sent->arg);
-        deadline = db__now_ms() + timeout_ms;
+        deadline = db__reply_deadline(c);
     }
     rc = read_answers(c, ids, n, deadline, why, res, out, &lost);
     if (lost)
@@ -237,6 +236,17 @@ lost:
         res[i] = NULL;
     }
     return DB_ERR_UNAVAILABLE;
+}
+
+/* run_batch, its time taken off c's budget (db_conn_set_budget). */
+static int run_pipeline(db_conn *c, const enum db__stmt_id *ids, const char *const *const *params,
+                        int n, const db_on_sent *on_sent, PGresult **res, pipe_out *out)
+{
+    int64_t since = db__now_ms();
+    int rc = run_batch(c, ids, params, n, on_sent, res, out);
+
+    db__spend(c, since);
+    return rc;
 }
 
 int db_claim_begin(db_conn *conn, int64_t goods_id, const char *source, int64_t token,

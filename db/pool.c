@@ -212,6 +212,7 @@ int db_pool_acquire(db_pool *pool, int timeout_ms, db_conn **out)
     c->err[0] = '\0'; /* the borrower sees its own errors only */
     c->no_answer_ms = 0;
     c->cancelled = false;
+    c->budgeted = false; /* a borrow's budget is its own */
     *out = c;
     return DB_OK;
 }

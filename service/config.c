@@ -163,7 +163,8 @@ static const setting settings[] = {
     NUMBER("DB_WAIT_MS", KIND_INT64, db_wait_ms, "2000", 0, 600000,
            "how long a request waits for a pooled PostgreSQL connection before a 503"),
     NUMBER("DB_REPLY_TIMEOUT_MS", KIND_INT, db_reply_timeout_ms, "6000", 100, 600000,
-           "how long any PostgreSQL round trip may take before the request answers 503"),
+           "how long any PostgreSQL round trip, and a sale's round trips together, may take "
+           "before the request answers 503"),
     NUMBER("DB_IDLE_IN_TX_MS", KIND_INT, db_idle_in_tx_ms, "30000", 0, 3600000,
            "the database's lease on a transaction: PostgreSQL ends a session left idle inside "
            "one this long (idle_in_transaction_session_timeout), freeing its row locks, as when "

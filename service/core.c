@@ -76,6 +76,7 @@ static void deduct_env_of(const service_config *cfg, const char *instance,
 {
     c->deduct.db = c->db;
     c->deduct.db_wait_ms = cfg->db_wait_ms;
+    c->deduct.db_deadline_ms = cfg->db_reply_timeout_ms;
     c->deduct.guards = c->guards;
     c->deduct.instance = instance;
     c->deduct.bodies = bodies;

@@ -36,11 +36,18 @@ typedef struct deduct_env {
      * (libpq's pipeline mode: db_claim_begin, db_sale_commit) or one per round trip: the
      * same statements and answers, fewer waits while the lock is held. DB_PIPELINE. */
     bool pipeline;
-    /* The PostgreSQL rungs (a mode with a transaction shape) wait for their locks inside
-     * PostgreSQL: each of their transactions bounds those waits by this (SET LOCAL
-     * lock_timeout), and a wait that runs out answers 503 lock_timeout, as a guard's does.
-     * 0: no bound of ours (PostgreSQL's default; statement_timeout still ends the wait). */
+    /* The PostgreSQL rungs (a mode with a transaction shape), and a fenced holder behind the
+     * row of one that lost its lock, wait for their locks inside PostgreSQL: each of their
+     * transactions bounds those waits by this (SET LOCAL lock_timeout), and a wait that runs
+     * out answers 503 lock_timeout, as a guard's does. 0: no bound of ours (PostgreSQL's
+     * default; statement_timeout still ends the wait). */
     int64_t lock_wait_ms;
+    /* A sale's time against PostgreSQL, every statement of it together (the replay of a key
+     * included; the guard's wait not): past it, the sale answers 503 (db_conn_set_deadline).
+     * DB_REPLY_TIMEOUT_MS, the bound of one round trip, so that a sale on a PostgreSQL that
+     * stopped answering answers within one such bound, whatever its number of statements.
+     * 0: each statement its own bound. */
+    int64_t db_deadline_ms;
     /* How many times a transaction whose write lost an optimistic race (DB_ERR_RETRY), or
      * that PostgreSQL could not serialize (DB_ERR_SERIALIZATION), is run again, after a short
      * random pause, before the answer is 503 conflict. 0: never. */

@@ -30,16 +30,22 @@ static void keep_stages(deduct_result *out, const sale *s, int64_t began)
 }
 
 /* Looks for a stored answer on a connection of its own, before any guard is taken, so that
- * a retry does not queue for the lock. true when answered. */
-static bool try_replay(const deduct_env *env, int64_t goods_id, const char *key, deduct_result *out)
+ * a retry does not queue for the lock. 1 when answered: replayed, or 503 when PostgreSQL
+ * took the sale's whole time against it (*budget, base.h's db_deadline_ms) without
+ * answering, so that the sale neither takes its guard nor borrows again; 0 to go on; -1 when
+ * the answer could not be built (out of memory). */
+static int try_replay(const deduct_env *env, int64_t goods_id, const char *key, deduct_result *out,
+                      int64_t *budget)
 {
     db_conn *conn = NULL;
-    bool answered;
+    int answered;
 
-    if (db_pool_acquire(env->db, (int)env->db_wait_ms, &conn) != DB_OK)
-        return false; /* the main path will meet the same failure and answer it */
-    answered = sale_replay(conn, goods_id, key, out);
-    db_pool_release(env->db, conn);
+    if (sale_borrow(env, *budget, &conn) != DB_OK)
+        return 0; /* the main path will meet the same failure and answer it */
+    answered = sale_replay(conn, goods_id, key, out) ? 1 : 0;
+    if (answered == 0 && env->db_deadline_ms > 0 && db_conn_budget_left(conn) <= 0)
+        answered = sale_answer_db(env, out, conn, "replay", DB_ERR_UNAVAILABLE) == 0 ? 1 : -1;
+    sale_give_back(env, budget, conn);
     return answered;
 }
 
@@ -70,6 +76,7 @@ int deduct_execute_as(const deduct_env *env, const mode *m, int64_t goods_id, in
               .leave_after_commit = m->cache != MODE_CACHE_NONE};
     char detail[256] = "";
     int64_t began = clock_now_ns(), at;
+    int64_t budget = env->db_deadline_ms; /* the sale's time against PostgreSQL (base.h) */
     int rc, result;
 
     memset(out, 0, sizeof(*out));
@@ -79,8 +86,9 @@ int deduct_execute_as(const deduct_env *env, const mode *m, int64_t goods_id, in
     if (m->parts != NULL && hook == NULL)
         return sharded_execute(env, m, goods_id, count, idempotency_key, request_id, out);
 
-    if (idempotency_key != NULL && try_replay(env, goods_id, idempotency_key, out))
-        return 0;
+    rc = idempotency_key != NULL ? try_replay(env, goods_id, idempotency_key, out, &budget) : 0;
+    if (rc != 0)
+        return rc > 0 ? 0 : -1;
 
     at = clock_now_ns();
     rc = m->enter(env->guards, goods_id, &hold, detail, sizeof(detail));
@@ -103,13 +111,13 @@ int deduct_execute_as(const deduct_env *env, const mode *m, int64_t goods_id, in
     }
 
     /* The connection after the guard (sale.h, step 3). */
-    rc = db_pool_acquire(env->db, (int)env->db_wait_ms, &s.conn);
+    rc = sale_borrow(env, budget, &s.conn);
     if (rc != DB_OK) {
         result = sale_answer_db(env, out, NULL, "connect", rc);
     } else {
         /* Steps 4 to 8 (sale.h), once. */
         result = sale_run(&s) < 0 ? -1 : 0;
-        db_pool_release(env->db, s.conn);
+        sale_give_back(env, &budget, s.conn);
     }
 
     if (!s.left) {

@@ -383,16 +383,16 @@ static int run_attempt(cart_run *c)
 
 /* Looks for a stored answer before any guard is taken, so that a retry does not queue for
  * the locks. 1 when answered, 0 when not, -1 when out of memory. */
-static int try_replay(cart_run *c)
+static int try_replay(cart_run *c, int64_t *budget)
 {
     db_conn *conn = NULL;
     char *body = NULL;
     int status = 0, rc;
 
-    if (db_pool_acquire(c->env->db, (int)c->env->db_wait_ms, &conn) != DB_OK)
+    if (sale_borrow(c->env, *budget, &conn) != DB_OK)
         return 0; /* the main path meets the same failure and answers it */
     rc = db_order_idempotency_fetch(conn, c->text, c->key, &status, &body);
-    db_pool_release(c->env->db, conn);
+    sale_give_back(c->env, budget, conn);
     if (rc != DB_OK)
         return 0;
     return answer_replay(c, status, body) == 0 ? 1 : -1;
@@ -403,6 +403,7 @@ int order_execute(const deduct_env *env, const mode *m, const cart_item *items, 
                   deduct_result *out)
 {
     cart_run *c = calloc(1, sizeof(*c));
+    int64_t budget = env->db_deadline_ms; /* the cart's time against PostgreSQL (base.h) */
     int rc, result = -1;
 
     memset(out, 0, sizeof(*out));
@@ -425,7 +426,7 @@ int order_execute(const deduct_env *env, const mode *m, const cart_item *items, 
         goto out; /* cannot happen: CART_TEXT_MAX holds any cart */
 
     if (idempotency_key != NULL) {
-        rc = try_replay(c);
+        rc = try_replay(c, &budget);
         if (rc != 0) {
             result = rc > 0 ? 0 : -1;
             goto out;
@@ -439,7 +440,7 @@ int order_execute(const deduct_env *env, const mode *m, const cart_item *items, 
     }
     /* The connection after the guards, as for a single sale: no idle connection held while
      * waiting for a lock. */
-    rc = db_pool_acquire(env->db, (int)env->db_wait_ms, &c->conn);
+    rc = sale_borrow(env, budget, &c->conn);
     if (rc != DB_OK) {
         result = answer_db_failure(c, "connect", rc);
     } else {
@@ -455,7 +456,7 @@ int order_execute(const deduct_env *env, const mode *m, const cart_item *items, 
             if (result == FOLD)
                 result = -1; /* cannot happen: c->folded stops a second fold */
         }
-        db_pool_release(env->db, c->conn);
+        sale_give_back(env, &budget, c->conn);
     }
     leave_all(c);
 out:

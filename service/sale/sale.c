@@ -723,6 +723,22 @@ static void answer_twins(sale *s)
     }
 }
 
+int sale_borrow(const deduct_env *env, int64_t budget, db_conn **out)
+{
+    int rc = db_pool_acquire(env->db, (int)env->db_wait_ms, out);
+
+    if (rc == DB_OK && env->db_deadline_ms > 0)
+        db_conn_set_budget(*out, budget);
+    return rc;
+}
+
+void sale_give_back(const deduct_env *env, int64_t *budget, db_conn *conn)
+{
+    if (env->db_deadline_ms > 0)
+        *budget = db_conn_budget_left(conn);
+    db_pool_release(env->db, conn);
+}
+
 bool sale_replay(db_conn *conn, int64_t goods_id, const char *key, deduct_result *out)
 {
     char *body = NULL;

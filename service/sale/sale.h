@@ -71,6 +71,17 @@ void sale_fail(sale *s, deduct_outcome error, const char *detail);
 void sale_fail_db(sale *s, const char *what, int rc);
 
 /*
+ * A connection for a sale that borrows more than one (a key's replay, then the sale's own),
+ * with what is left of the sale's time against PostgreSQL (deduct_env.db_deadline_ms; start
+ * *budget at it): sale_borrow is db_pool_acquire with that budget set on the connection
+ * (db_conn_set_budget), sale_give_back keeps what is left in *budget and releases it. So a
+ * PostgreSQL that stops answering costs a sale one reply bound, not one per borrow. Without
+ * a db_deadline_ms they are db_pool_acquire and db_pool_release.
+ */
+int sale_borrow(const deduct_env *env, int64_t budget, db_conn **out);
+void sale_give_back(const deduct_env *env, int64_t *budget, db_conn *conn);
+
+/*
  * The answer stored earlier under (goods_id, key), looked up on conn outside any
  * transaction before any guard is taken, so that a retry does not queue for the lock: true
  * with out set (status, body, outcome "replayed"); false when there is none or it could not
