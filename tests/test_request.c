@@ -168,8 +168,29 @@ static void test_deduct_mode_kept_for_the_caller(void **state)
                      0);
     assert_true(d.has_mode);
     assert_string_equal(d.mode, "");
+    /* For the detail of its 400, as received (request_quote). */
+    assert_string_equal(d.mode_shown, "\"redis\\u0000x\"");
     assert_int_equal(parse_deduct("{\"goods_id\":1,\"count\":1,\"mode\":\"\\u0000\"}", &d), 0);
     assert_string_equal(d.mode, "");
+}
+
+/* A client's text in a detail: quoted, escaped where it would not print, cut with "...". */
+static void test_quote(void **state)
+{
+    char buf[REQUEST_SHOWN_MAX], small[12];
+
+    (void)state;
+    assert_string_equal(request_quote(buf, sizeof(buf), "redis", 5), "\"redis\"");
+    assert_string_equal(request_quote(buf, sizeof(buf), "redis\0", 6), "\"redis\\u0000\"");
+    assert_string_equal(request_quote(buf, sizeof(buf), "a\"b\\c\n", 6), "\"a\\\"b\\\\c\\u000a\"");
+    assert_string_equal(request_quote(buf, sizeof(buf), "\xc3\xa9t\xc3\xa9", 5),
+                        "\"\xc3\xa9t\xc3\xa9\"");
+    assert_string_equal(request_quote(buf, sizeof(buf), "a\xff", 2), "\"a\\xff\"");
+    assert_string_equal(request_quote(buf, sizeof(buf), "\xc3", 1), "\"\\xc3\"");
+    /* Cut with "..." before the closing quote, never inside an escape or a character. */
+    assert_string_equal(request_quote(small, sizeof(small), "abcdefghij", 10), "\"abcdef...\"");
+    assert_string_equal(request_quote(small, sizeof(small), "ab\0cdef", 7), "\"ab...\"");
+    assert_string_equal(request_quote(small, 7, "abc", 3), "");
 }
 
 static void test_deduct_mode_length_limit(void **state)
@@ -527,6 +548,7 @@ int main(void)
         cmocka_unit_test(test_deduct_bounds),
         cmocka_unit_test(test_deduct_with_mode_any_order_and_blanks),
         cmocka_unit_test(test_deduct_mode_kept_for_the_caller),
+        cmocka_unit_test(test_quote),
         cmocka_unit_test(test_deduct_mode_length_limit),
         cmocka_unit_test(test_deduct_parses_exactly_len_bytes),
         cmocka_unit_test(test_reset_accepts_bounds),

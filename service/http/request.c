@@ -77,6 +77,60 @@ static size_t utf8_cut(const char *s, size_t n)
     return n - lead >= want ? n : lead;
 }
 
+/* The bytes of the UTF-8 character at s[0..n), or 0 when none starts there (a stray
+ * continuation byte, a lead byte whose continuation is missing). */
+static size_t utf8_char(const char *s, size_t n)
+{
+    unsigned char c = (unsigned char)s[0];
+    size_t want = c < 0x80 ? 1 : c >= 0xf8 ? 0 : c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc0 ? 2 : 0;
+
+    if (want == 0 || want > n)
+        return 0;
+    for (size_t i = 1; i < want; i++)
+        if (((unsigned char)s[i] & 0xc0) != 0x80)
+            return 0;
+    return want;
+}
+
+const char *request_quote(char *buf, size_t len, const char *text, size_t text_len)
+{
+    size_t o = 0, i = 0;
+
+    if (len < 8) {
+        if (len > 0)
+            buf[0] = '\0';
+        return buf;
+    }
+    buf[o++] = '"';
+    while (i < text_len) {
+        unsigned char c = (unsigned char)text[i];
+        size_t take =
+            c < 0x20 || c == 0x7f || c == '"' || c == '\\' ? 1 : utf8_char(text + i, text_len - i);
+        char piece[8];
+        size_t n;
+
+        if (c == '"' || c == '\\')
+            n = (size_t)snprintf(piece, sizeof(piece), "\\%c", c);
+        else if (c < 0x20 || c == 0x7f)
+            n = (size_t)snprintf(piece, sizeof(piece), "\\u%04x", c);
+        else if (take == 0)
+            n = (size_t)snprintf(piece, sizeof(piece), "\\x%02x", c);
+        else
+            n = (size_t)snprintf(piece, sizeof(piece), "%.*s", (int)take, text + i);
+        if (o + n + 5 > len) { /* room for '...', the quote and the NUL */
+            memcpy(buf + o, "...", 3);
+            o += 3;
+            break;
+        }
+        memcpy(buf + o, piece, n);
+        o += n;
+        i += take > 0 ? take : 1;
+    }
+    buf[o++] = '"';
+    buf[o] = '\0';
+    return buf;
+}
+
 /* printf into detail, then make sure a cut did not split a UTF-8 character. */
 __attribute__((format(printf, 3, 4))) static void set_detail(char *detail, size_t len,
                                                              const char *fmt, ...)
@@ -371,7 +425,7 @@ static int close_body(json_t *root, int rc, void *out, size_t size)
 
 /* Reads the optional "mode" string of obj into mode (REQUEST_MODE_MAX bytes). Returns 0, or
  * -1 with detail filled when it is not a string. */
-static int get_mode(json_t *obj, bool *has_mode, char *mode, char *detail, size_t dlen)
+static int get_mode(json_t *obj, bool *has_mode, char *mode, char *shown, char *detail, size_t dlen)
 {
     json_t *v = json_object_get(obj, "mode");
 
@@ -382,6 +436,7 @@ static int get_mode(json_t *obj, bool *has_mode, char *mode, char *detail, size_
         return -1;
     }
     *has_mode = true;
+    request_quote(shown, REQUEST_SHOWN_MAX, json_string_value(v), json_string_length(v));
     /* A name too long to be any mode's, or holding a NUL ("redis\u0000x" must not read as
      * "redis"), stays empty: the caller answers unknown_mode. */
     if (json_string_length(v) < REQUEST_MODE_MAX &&
@@ -400,7 +455,7 @@ int request_parse_deduct(const char *body, size_t len, deduct_request *out, char
     memset(out, 0, sizeof(*out));
     root = open_body(body, len, deduct_keys, deduct_ints, detail, detail_len);
     if (root != NULL && get_ints(root, deduct_ints, ints, detail, detail_len) == 0 &&
-        get_mode(root, &out->has_mode, out->mode, detail, detail_len) == 0)
+        get_mode(root, &out->has_mode, out->mode, out->mode_shown, detail, detail_len) == 0)
         rc = 0;
     return close_body(root, rc, out, sizeof(*out));
 }
@@ -470,7 +525,7 @@ int request_parse_order(const char *body, size_t len, order_request *out, char *
         }
         out->n_items = i + 1;
     }
-    if (get_mode(root, &out->has_mode, out->mode, detail, detail_len) < 0)
+    if (get_mode(root, &out->has_mode, out->mode, out->mode_shown, detail, detail_len) < 0)
         goto out;
     rc = 0;
 out:

@@ -18,13 +18,17 @@
 #define REQUEST_MAX_BODY 16384 /* bytes; a larger body is a 413 */
 #define REQUEST_MAX_COUNT 10000
 #define REQUEST_MAX_STOCK 1000000000
-#define REQUEST_MODE_MAX 32 /* longest accepted mode name, terminator included */
+#define REQUEST_MODE_MAX 32  /* longest accepted mode name, terminator included */
+#define REQUEST_SHOWN_MAX 80 /* a client's text quoted in a detail (request_quote), with its NUL   \
+                              */
 
 typedef struct deduct_request {
-    int64_t goods_id;            /* 1 .. 2^63-1 */
-    int64_t count;               /* 1 .. 10000 */
-    bool has_mode;               /* the body named a mode */
-    char mode[REQUEST_MODE_MAX]; /* that mode, when has_mode (not checked against the table) */
+    int64_t goods_id;                   /* 1 .. 2^63-1 */
+    int64_t count;                      /* 1 .. 10000 */
+    bool has_mode;                      /* the body named a mode */
+    char mode[REQUEST_MODE_MAX];        /* that mode, when has_mode (not checked against the table);
+                                           "" when no mode's name could be it (too long, a NUL) */
+    char mode_shown[REQUEST_SHOWN_MAX]; /* that mode as received, request_quote'd */
 } deduct_request;
 
 /* An order of several goods (POST /api/order): its items in the request's order, each a
@@ -33,9 +37,10 @@ typedef struct deduct_request {
 
 typedef struct order_request {
     cart_item items[REQUEST_MAX_ITEMS];
-    size_t n_items;              /* 1 .. REQUEST_MAX_ITEMS */
-    bool has_mode;               /* as deduct_request's */
-    char mode[REQUEST_MODE_MAX]; /* as deduct_request's */
+    size_t n_items;                     /* 1 .. REQUEST_MAX_ITEMS */
+    bool has_mode;                      /* as deduct_request's */
+    char mode[REQUEST_MODE_MAX];        /* as deduct_request's */
+    char mode_shown[REQUEST_SHOWN_MAX]; /* as deduct_request's */
 } order_request;
 
 typedef struct reset_request {
@@ -72,6 +77,15 @@ int request_parse_lab_step(const char *body, size_t len, char *id, size_t id_len
 
 /* Parses the {goods_id} path segment: decimal digits only, 1 .. 2^63-1. Returns 0 or -1. */
 int request_parse_goods_id(const char *text, int64_t *out);
+
+/*
+ * A client's text (text[0..text_len), which may hold NULs) as a detail shows it: in double
+ * quotes, '"' and '\\' escaped with a backslash, a control character as \uXXXX (a NUL as
+ * \u0000), a byte that starts no UTF-8 character as \xXX, the rest as it is; cut with "..."
+ * before the closing quote when it does not fit in len bytes (at least 8; less gives "").
+ * Returns buf.
+ */
+const char *request_quote(char *buf, size_t len, const char *text, size_t text_len);
 
 /* Whether an Idempotency-Key value has the documented shape: 1..128 of [A-Za-z0-9_.:-]. */
 bool request_idempotency_key_valid(const char *key);

@@ -59,13 +59,14 @@ static void reply_error(http_reply *reply, int status, const char *error, const 
 
 /* ---- POST /api/deduct ---------------------------------------------------------------- */
 
-/* The mode named by the body, else by the query, else the replica's default. */
+/* The mode named by the body (body_mode; body_shown: as received, request_quote'd), else by
+ * the query, else the replica's default. */
 static const mode *choose_mode(app *a, const http_request *req, bool has_mode,
-                               const char *body_mode, http_reply *reply)
+                               const char *body_mode, const char *body_shown, http_reply *reply)
 {
     const char *name = has_mode ? body_mode : req->query(req->transport, "mode");
     const mode *m;
-    char detail[600], known[400];
+    char detail[600], known[400], shown[REQUEST_SHOWN_MAX];
 
     if (name == NULL)
         return a->default_mode;
@@ -73,7 +74,9 @@ static const mode *choose_mode(app *a, const http_request *req, bool has_mode,
     m = modes_find_served(a->core.guards, name);
     if (m == NULL) {
         char quoted[80];
-        snprintf(detail, sizeof(detail), "unknown mode '%.40s'; known modes: %s", name,
+        /* As received: a body's mode may hold a NUL, which `name` cannot. */
+        snprintf(detail, sizeof(detail), "unknown mode %s; known modes: %s",
+                 has_mode ? body_shown : request_quote(shown, sizeof(shown), name, strlen(name)),
                  modes_list_served(a->core.guards, known, sizeof(known)));
         reply_error(reply, 400, "unknown_mode", detail);
         log_event(LOG_DEBUG, "unknown_mode", "mode=%s", log_quote(quoted, sizeof(quoted), name));
@@ -232,7 +235,7 @@ static void handle_deduct(app *a, const http_request *req, http_reply *reply)
                     "/api/stock/{goods_id}?cached=1)");
         return;
     }
-    m = choose_mode(a, req, dr.has_mode, dr.mode, reply);
+    m = choose_mode(a, req, dr.has_mode, dr.mode, dr.mode_shown, reply);
     if (m == NULL)
         return;
     run = (fault_run){.plan = &plan, .mode = m, .guards = a->core.guards, .goods_id = dr.goods_id};
@@ -292,7 +295,7 @@ static void handle_deduct_dry(app *a, const http_request *req, http_reply *reply
         reply_error(reply, 400, "bad_request", detail);
         return;
     }
-    m = choose_mode(a, req, dr.has_mode, dr.mode, reply);
+    m = choose_mode(a, req, dr.has_mode, dr.mode, dr.mode_shown, reply);
     if (m == NULL)
         return;
     reply_json(reply, 200,
@@ -366,7 +369,7 @@ static void handle_order(app *a, const http_request *req, http_reply *reply)
     if (fault != NULL &&
         !order_fault(a, req, fault, request_id, &faults.pause_between_locks_ms, &holds, reply))
         return;
-    m = choose_mode(a, req, orq.has_mode, orq.mode, reply);
+    m = choose_mode(a, req, orq.has_mode, orq.mode, orq.mode_shown, reply);
     if (m == NULL)
         return;
     if (m->cart == MODE_CART_NONE) {
@@ -504,7 +507,7 @@ static void handle_cached_stock(app *a, const http_request *req, int64_t goods_i
 
     if (fault != NULL && !cached_fault(a, req, fault, request_id, &holds, reply))
         return;
-    m = choose_mode(a, req, false, NULL, reply);
+    m = choose_mode(a, req, false, NULL, NULL, reply);
     if (m == NULL)
         return;
     if (fault != NULL && !lab_enter(a, request_id, m, goods_id, holds, &lab, &lab_used, reply))

@@ -178,6 +178,18 @@ static void test_encoded_nul(void **state)
             (void)field_str(j, "detail", what);
             expect_stock(GOODS_ENCODED, 10, 10, 0, 0, what);
         }
+        /* A body's "\u0000" is a NUL in the mode: the detail shows the mode as it was
+         * received, escaped, not as a C string cuts it (''). */
+        char body[96], what[160];
+        snprintf(body, sizeof(body), "{\"goods_id\":%lld,\"count\":1,\"mode\":\"redis\\u0000\"}",
+                 GOODS_ENCODED);
+        snprintf(what, sizeof(what), "mode \"redis\\u0000\" in the body via %s", names[b]);
+        http_request rq = {.method = "POST", .base = bases[b], .path = "/api/deduct", .body = body};
+        json_t *j = expect_error(call(&rq), 400, "unknown_mode", what);
+        const char *detail = field_str(j, "detail", what);
+        if (strncmp(detail, "unknown mode \"redis\\u0000\";", 25) != 0)
+            fail_msg("%s: the detail does not show the mode as received: %s", what, detail);
+        expect_stock(GOODS_ENCODED, 10, 10, 0, 0, what);
     }
     /* The other escapes are still decoded: re%64is is redis. */
     expect_deducted(
