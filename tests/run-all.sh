@@ -133,9 +133,11 @@ server_suites() {
     else
         suite_broken test_etcd "$build/tests/test_etcd missing"
     fi
-    # test_zookeeper starts a ZooKeeper of its own (a JVM: the "zookeeper" group), once.
+    # test_zookeeper starts a ZooKeeper of its own (a JVM: the "zookeeper" group), once. Its
+    # allocation stacks are unwound in full, for tests/lsan.supp to name the library's frames.
     if [ -x "$build/tests/test_zookeeper" ]; then
-        run_suite test_zookeeper 120 "$build/tests/test_zookeeper"
+        run_suite test_zookeeper 120 env ASAN_OPTIONS="$ASAN_OPTIONS:fast_unwind_on_malloc=0" \
+            "$build/tests/test_zookeeper"
     else
         suite_broken test_zookeeper "$build/tests/test_zookeeper missing"
     fi

@@ -18,6 +18,8 @@ HARNESS_FAILURES=()
 # Sanitizer settings for every suite: leaks are failures, reports carry stack traces.
 # (detect_leaks is on by default on x86-64 Linux; it is spelled out as it is a claim.)
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
+# A leak inside a library that the project cannot free, each entry with its reason.
+export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/tests/lsan.supp}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}
 # cmocka's default output is the one we count from.
 unset CMOCKA_MESSAGE_OUTPUT CMOCKA_XML_FILE
