@@ -51,7 +51,8 @@ typedef struct batch_item {
     /* the request */
     int64_t goods_id;
     int64_t count;
-    const char *key;                            /* Idempotency-Key or NULL */
+    char *key; /* Idempotency-Key (a copy: a follower withdrawn at its deadline is answered and its
+                  request freed while the leader's claim still sends its key), or NULL */
     char request_id[DEDUCT_REQUEST_ID_MAX + 1]; /* the client's (a copy), "" for none */
     int64_t arrived_ns;                         /* clock_now_ns() */
     deduct_result *out; /* &res: the caller's result is filled from it when done */
@@ -260,6 +261,7 @@ static void item_release(batch_item *it)
     if (it->withdrawn)
         free(it->res.body);
     pthread_cond_destroy(&it->wake);
+    free(it->key);
     free(it);
 }
 
@@ -286,9 +288,12 @@ static batch_item *item_new(int64_t goods_id, int64_t count, const char *key,
 
     if (it == NULL)
         return NULL;
+    if (key != NULL && (it->key = strdup(key)) == NULL) {
+        free(it);
+        return NULL;
+    }
     it->goods_id = goods_id;
     it->count = count;
-    it->key = key;
     if (request_id != NULL)
         snprintf(it->request_id, sizeof(it->request_id), "%s", request_id);
     it->out = &it->res;

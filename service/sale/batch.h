@@ -62,8 +62,8 @@ void batch_queue_destroy(batch_queue *q);
  * Runs one deduction of `count` units of `goods_id` in mode m (its guard is the lock the
  * batch is taken under, and its name is recorded with each order) as part of a batch, and
  * waits for its answer: the same contract as deduct_execute (service/sale/deduct.h) without the
- * hook; request_id is copied (its first DEDUCT_REQUEST_ID_MAX characters) before the call
- * returns. Returns 0 with *out filled (free out->body), or -1 when out of memory.
+ * hook; request_id (its first DEDUCT_REQUEST_ID_MAX characters) and idempotency_key are copied
+ * before the call returns. Returns 0 with *out filled (free out->body), or -1 when out of memory.
  */
 int batch_execute(batch_queue *q, const deduct_env *env, const mode *m, int64_t goods_id,
                   int64_t count, const char *idempotency_key, const char *request_id,

@@ -288,8 +288,16 @@ static void *batch_shot_run(void *arg)
     batch_shot *b = arg;
     deduct_env env = deduct_test_env();
 
+    /* Each request with an Idempotency-Key of its own, freed the moment its answer is back,
+     * as a replica frees a request's headers: the batch must have copied it, since a
+     * follower that withdraws at its deadline is gone while its leader's claim still runs. */
+    char *key = malloc(64);
+
+    assert_non_null(key);
+    snprintf(key, 64, "takeover-%lld-%p", (long long)b->goods, (void *)b);
     b->started_ms = now_ms();
-    batch_execute(b->q, &env, &batch_slow_mode, b->goods, 1, NULL, NULL, &b->res);
+    batch_execute(b->q, &env, &batch_slow_mode, b->goods, 1, key, NULL, &b->res);
+    free(key);
     b->took_ms = now_ms() - b->started_ms;
     atomic_store(&b->answered, true);
     return NULL;
