@@ -245,6 +245,9 @@ static int get_session(zk_be *c, zk_session **out)
     for (;;) {
         s = c->current;
         if (s != NULL && s->connected) {
+            /* An attempt found pending before this connection is over: a later one is timed
+             * from its own first look, not from the old attempt's. */
+            s->pending_since = 0;
             s->refs++;
             pthread_mutex_unlock(&c->mu);
             *out = s;
