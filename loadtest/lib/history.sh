@@ -285,6 +285,19 @@ history__settle_sql() {
     cat "$1"
     echo '\.'
     cat <<'SQL'
+-- The order rows that name an open operation's request id, each with the stock after it (the
+-- goods' initial less the units of its orders up to that one): one running sum over each
+-- goods' orders, in one pass. (A sum per row, its own scan of the goods' orders, cost every
+-- open operation a scan of them all: 14.5 s for 1,081 open over 22,861 orders.)
+CREATE TEMP TABLE named AS
+SELECT * FROM (
+    SELECT x.id, x.goods, x.count, x.cart, x.cart_items, x.request_id,
+           g.initial - sum(x.count) OVER (PARTITION BY x.goods ORDER BY x.id) AS remaining
+      FROM orders x JOIN goods g ON g.id = x.goods
+     WHERE x.goods IN (SELECT goods FROM open_ops WHERE rid <> '')) a
+ WHERE a.request_id IN (SELECT rid FROM open_ops WHERE rid <> '');
+CREATE INDEX ON named (goods, request_id);
+ANALYZE named;
 SELECT json_build_object('name', CASE WHEN o.rid <> '' THEN o.rid ELSE o.key END, 'f', o.f,
        'key', o.key, 'rid', o.rid, 'how', o.how, 'process', o.process, 'goods', o.goods,
        'status', CASE WHEN o.rid = '' THEN i.status WHEN r.id IS NOT NULL THEN 200 END,
@@ -293,9 +306,7 @@ SELECT json_build_object('name', CASE WHEN o.rid <> '' THEN o.rid ELSE o.key END
   FROM open_ops o
   LEFT JOIN idempotency i ON o.rid = '' AND i.goods = o.goods AND i.key = o.key
   LEFT JOIN LATERAL (
-        SELECT x.id, g.initial - (SELECT sum(y.count) FROM orders y
-                                   WHERE y.goods = x.goods AND y.id <= x.id) AS remaining
-          FROM orders x JOIN goods g ON g.id = x.goods
+        SELECT x.id, x.remaining FROM named x
          WHERE o.rid <> '' AND x.goods = o.goods AND x.request_id = o.rid
          LIMIT 1) r ON true
  WHERE o.f = 'deduct';
@@ -316,10 +327,8 @@ SELECT json_build_object('name', o.rid, 'f', 'order', 'rid', o.rid, 'how', o.how
   FROM open_ops o
   LEFT JOIN LATERAL (
         SELECT x.id, x.count, x.cart, x.cart_items,
-               (SELECT count(*) FROM orders z WHERE z.cart = x.cart) AS cart_rows,
-               g.initial - (SELECT sum(y.count) FROM orders y
-                             WHERE y.goods = x.goods AND y.id <= x.id) AS remaining
-          FROM orders x JOIN goods g ON g.id = x.goods
+               (SELECT count(*) FROM orders z WHERE z.cart = x.cart) AS cart_rows, x.remaining
+          FROM named x
          WHERE x.goods = o.goods AND x.request_id = o.rid) x ON true
  WHERE o.f = 'order'
  GROUP BY o.rid, o.how, o.process;
