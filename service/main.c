@@ -31,6 +31,7 @@
 #include "service/http/response.h"
 #include "service/log.h"
 #include "service/metrics.h"
+#include "service/sale/batch.h"
 #include "service/guards/modes.h"
 
 /* How long start-up and `migrate` wait for PostgreSQL to come up before giving up. */
@@ -201,6 +202,8 @@ static int serve(const service_config *cfg)
         fprintf(stderr, "stockd: %s\n", err);
         goto out;
     }
+    /* A batch's next leader runs as a worker's job, as fair as any request (batch.h). */
+    batch_queue_set_runner(a.core.deduct.batch, http_run_later, server);
     log_event(LOG_INFO, "listening", "address=%s port=%d instance=%s mode=%s workers=%d",
               cfg->bind_address, cfg->port, cfg->instance, cfg->default_mode, cfg->worker_threads);
 
@@ -212,6 +215,9 @@ static int serve(const service_config *cfg)
     left = http_drain(server, cfg->lock_wait_ms + cfg->db_wait_ms + DRAIN_SLACK_MS);
     if (left > 0)
         log_event(LOG_WARN, "drain_incomplete", "in_flight=%d", left);
+    /* From here a batch's leader runs the batches after its own: no job outlives the
+     * workers. */
+    batch_queue_set_runner(a.core.deduct.batch, NULL, NULL);
     status = 0;
 
 out:

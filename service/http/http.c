@@ -13,6 +13,15 @@
  * long as it waits, and nginx sends requests on whichever idle connection it holds: a request
  * held by the lab for a minute would hold the step meant to release it behind itself.
  *
+ * A handler on a worker may park its request (http_request.park, message.h): it returns
+ * with the connection still suspended, and whoever has the answer later fills the reply and
+ * calls finish, which resumes the connection (libmicrohttpd allows that from any thread).
+ * Of the worker's return and the finish, the later resumes (`park_holders`): a finish that
+ * comes before the handler has returned must not hand the exchange to the loop, which may
+ * free it, while the worker still runs in it. A redis-batch follower waits so, with no
+ * thread (service/sale/batch.h), and its batch's next leader runs as a worker's job
+ * (http_run_later).
+ *
  * An answer known from the headers alone (404, 405, 401, 415, 413) is sent at the first
  * call when a body is on its way, so that the body is never read: libmicrohttpd then closes
  * the connection. Without a body it waits for the last call, which keeps the connection
@@ -25,6 +34,7 @@
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -53,6 +63,12 @@
 
 typedef struct exchange exchange;
 
+/* What a worker runs: an exchange's handler, or a job (http_run_later). */
+typedef struct work {
+    void (*run)(http_server *srv, struct work *w);
+    struct work *next; /* in the workers' queue */
+} work;
+
 struct http_server {
     struct MHD_Daemon *daemon;
     MHD_socket listen_fd; /* closed after the daemon stops (MHD's rule after quiesce) */
@@ -61,22 +77,27 @@ struct http_server {
 
     /* The workers and their queue of exchanges to run (suspended connections). */
     pthread_mutex_t mu;
-    pthread_cond_t work;
-    exchange *head, *tail; /* guarded by mu */
-    bool stopping;         /* guarded by mu: the workers end once the queue is empty */
+    pthread_cond_t wake;
+    work *head, *tail; /* guarded by mu */
+    bool stopping;     /* guarded by mu: the workers end once the queue is empty */
     pthread_t *workers;
     int n_workers;
 };
 
 struct exchange {
+    work w;             /* first: the queue's entry is the exchange */
     const route *route; /* NULL once answered early */
     /* A request run by a worker: what the handler reads, its connection, its answer. */
     struct MHD_Connection *conn;
     const char *method, *url; /* libmicrohttpd's, valid until the request completes */
     http_reply reply;
     atomic_bool answered; /* the worker has set `reply` (release), the loop reads it (acquire) */
-    exchange *next;       /* in the workers' queue */
     int64_t queued_ns;    /* when it joined the queue (clock_now_ns) */
+    /* A parked request (the top of this file): its answer's way back, and who resumes. */
+    http_parked parked;
+    bool is_parked;          /* set by the handler's thread (park_exchange) */
+    atomic_int park_holders; /* the worker and the finish: the second to let go resumes */
+    int64_t began_ns;        /* when its handler began */
     /* The replica's time for it (metrics_observe_http): from its headers in, waiting for a
      * worker, in its handler. A worker sets the last two before `answered`. */
     int64_t started_ns, queue_ns, handler_ns;
@@ -245,6 +266,18 @@ static bool take_body(exchange *ex, const char *data, size_t size)
     return true;
 }
 
+/* Under srv->mu: queues w for a worker. */
+static void enqueue_work(http_server *srv, work *w)
+{
+    w->next = NULL;
+    if (srv->tail != NULL)
+        srv->tail->next = w;
+    else
+        srv->head = w;
+    srv->tail = w;
+    pthread_cond_signal(&srv->wake);
+}
+
 /* Suspends the connection and queues its exchange for a worker (the loop goes on with its
  * other connections). The suspension comes first, so that the worker's resume always finds
  * the connection suspended. False, the connection is then closed, when the workers have
@@ -257,33 +290,59 @@ static bool hand_to_worker(http_server *srv, exchange *ex)
         return false;
     }
     MHD_suspend_connection(ex->conn);
-    ex->next = NULL;
     ex->queued_ns = clock_now_ns();
-    if (srv->tail != NULL)
-        srv->tail->next = ex;
-    else
-        srv->head = ex;
-    srv->tail = ex;
-    pthread_cond_signal(&srv->work);
+    enqueue_work(srv, &ex->w);
     pthread_mutex_unlock(&srv->mu);
     return true;
 }
 
-/* Runs one queued exchange's handler, keeps the answer and resumes the connection, whose loop
- * then sends it (on_request). */
-static void run_exchange(http_server *srv, exchange *ex)
+/* Lets go of a parked exchange (the worker once its handler returned, and the finish): the
+ * second resumes its connection, whose loop then sends the answer. */
+static void park_release(exchange *ex)
 {
+    if (atomic_fetch_sub_explicit(&ex->park_holders, 1, memory_order_acq_rel) == 1)
+        MHD_resume_connection(ex->conn);
+}
+
+/* A parked request's answer is in its reply (http_parked.finish). */
+static void finish_parked(http_parked *p)
+{
+    exchange *ex = (exchange *)((char *)p - offsetof(exchange, parked));
+
+    ex->handler_ns = clock_now_ns() - ex->began_ns;
+    atomic_store_explicit(&ex->answered, true, memory_order_release);
+    park_release(ex);
+}
+
+static http_parked *park_exchange(const http_request *req)
+{
+    exchange *ex = req->carrier;
+
+    ex->is_parked = true;
+    atomic_store_explicit(&ex->park_holders, 2, memory_order_relaxed);
+    ex->parked = (http_parked){.reply = &ex->reply, .finish = finish_parked};
+    return &ex->parked;
+}
+
+/* Runs one queued exchange's handler, keeps the answer and resumes the connection, whose loop
+ * then sends it (on_request); a parked one is resumed by the later of this and its finish. */
+static void run_exchange(http_server *srv, work *w)
+{
+    exchange *ex = (exchange *)w;
     http_request req = {.method = ex->method,
                         .path = ex->url,
                         .header = lookup_header,
                         .query = lookup_query,
                         .transport = ex->conn,
                         .body = ex->body != NULL ? ex->body : "",
-                        .body_len = ex->len};
+                        .body_len = ex->len,
+                        .park = park_exchange,
+                        .carrier = ex};
 
     int64_t began = clock_now_ns(), waited_ms = clock_ms_since(ex->queued_ns);
 
     ex->queue_ns = began - ex->queued_ns;
+    ex->began_ns = began;
     memset(&ex->reply, 0, sizeof(ex->reply));
     /* Load shed: a request that waited for a worker past the lock's own wait bound is
      * answered 503 without being run (nothing sold), so that a queue longer than the workers
@@ -292,6 +351,10 @@ static void run_exchange(http_server *srv, exchange *ex)
         routes_shed_queued(&ex->reply, waited_ms, srv->n_workers);
     else
         routes_finish(srv->a, ex->route, &req, &ex->reply);
+    if (ex->is_parked) {
+        park_release(ex); /* ex may be gone after this */
+        return;
+    }
     ex->handler_ns = clock_now_ns() - began;
     atomic_store_explicit(&ex->answered, true, memory_order_release);
     MHD_resume_connection(ex->conn);
@@ -300,22 +363,22 @@ static void run_exchange(http_server *srv, exchange *ex)
 static void *worker_main(void *arg)
 {
     http_server *srv = arg;
-    exchange *ex;
+    work *w;
 
     for (;;) {
         pthread_mutex_lock(&srv->mu);
         while (srv->head == NULL && !srv->stopping)
-            pthread_cond_wait(&srv->work, &srv->mu);
-        ex = srv->head;
-        if (ex == NULL) { /* stopping, and nothing left to run */
+            pthread_cond_wait(&srv->wake, &srv->mu);
+        w = srv->head;
+        if (w == NULL) { /* stopping, and nothing left to run */
             pthread_mutex_unlock(&srv->mu);
             return NULL;
         }
-        srv->head = ex->next;
+        srv->head = w->next;
         if (srv->head == NULL)
             srv->tail = NULL;
         pthread_mutex_unlock(&srv->mu);
-        run_exchange(srv, ex);
+        w->run(srv, w);
     }
 }
 
@@ -323,7 +386,7 @@ static void *worker_main(void *arg)
 static bool start_workers(http_server *srv, int n)
 {
     pthread_mutex_init(&srv->mu, NULL);
-    pthread_cond_init(&srv->work, NULL);
+    pthread_cond_init(&srv->wake, NULL);
     srv->workers = calloc((size_t)n, sizeof(*srv->workers));
     if (srv->workers == NULL)
         return false;
@@ -337,18 +400,54 @@ static bool start_workers(http_server *srv, int n)
     return false;
 }
 
+/* A job for a worker (http_run_later). */
+typedef struct job {
+    work w; /* first */
+    void (*fn)(void *arg);
+    void *arg;
+} job;
+
+static void run_job(http_server *srv, work *w)
+{
+    job *j = (job *)w;
+
+    (void)srv;
+    j->fn(j->arg);
+    free(j);
+}
+
+int http_run_later(void *server, void (*fn)(void *arg), void *arg)
+{
+    http_server *srv = server;
+    job *j = malloc(sizeof(*j));
+
+    if (j == NULL)
+        return -1;
+    *j = (job){.w = {.run = run_job}, .fn = fn, .arg = arg};
+    pthread_mutex_lock(&srv->mu);
+    if (srv->stopping) {
+        pthread_mutex_unlock(&srv->mu);
+        free(j);
+        return -1;
+    }
+    enqueue_work(srv, &j->w);
+    pthread_mutex_unlock(&srv->mu);
+    return 0;
+}
+
 /* Lets the workers run what is queued, then ends and joins them; frees what start_workers
- * made. Every suspended connection has been resumed once this returns. */
+ * made. Every suspended connection has been resumed once this returns: a parked request's
+ * batch runs on a worker, or on the thread that is refused a worker's job. */
 static void stop_workers(http_server *srv)
 {
     pthread_mutex_lock(&srv->mu);
     srv->stopping = true;
-    pthread_cond_broadcast(&srv->work);
+    pthread_cond_broadcast(&srv->wake);
     pthread_mutex_unlock(&srv->mu);
     for (int i = 0; i < srv->n_workers; i++)
         pthread_join(srv->workers[i], NULL);
     free(srv->workers);
-    pthread_cond_destroy(&srv->work);
+    pthread_cond_destroy(&srv->wake);
     pthread_mutex_destroy(&srv->mu);
 }
 
@@ -410,6 +509,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (ex->too_large) {
         routes_too_large(&reply);
     } else if (routes_waits(ex->route)) {
+        ex->w.run = run_exchange;
         ex->conn = conn;
         ex->method = method;
         ex->url = url;

@@ -33,6 +33,11 @@ int http_start(app *a, http_server **out, char *err, size_t errlen);
  */
 int http_drain(http_server *s, int64_t timeout_ms);
 
+/* Runs fn(arg) on one of the workers, after what is queued for them (batch.h's
+ * batch_runner, with the server as ctx). Returns 0, or -1 when the workers are stopping or
+ * out of memory: the caller then runs it. */
+int http_run_later(void *server, void (*fn)(void *arg), void *arg);
+
 /* Closes every connection, joins the threads and frees the server. NULL is a no-op. */
 void http_stop(http_server *s);
 

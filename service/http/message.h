@@ -8,8 +8,19 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+typedef struct http_reply http_reply;
+typedef struct http_request http_request;
+
+/* A request whose handler returned before its answer was known (http_request.park): the
+ * answer goes into *reply, and finish(p) sends it, from any thread, once; p and the
+ * request are gone after. */
+typedef struct http_parked {
+    http_reply *reply; /* the handler's, with what it set before parking */
+    void (*finish)(struct http_parked *p);
+} http_parked;
+
 /* A request as the handlers see it. */
-typedef struct http_request {
+struct http_request {
     const char *method;
     const char *path;
     /* Looks up a header (case-insensitive) or a query argument; NULL when absent. */
@@ -18,10 +29,15 @@ typedef struct http_request {
     void *transport;
     const char *body; /* not NUL-terminated */
     size_t body_len;
-} http_request;
+    /* Parks the request: its handler then returns without an answer and leaves `reply`
+     * alone, and the answer is given later through the parked request. NULL where a request
+     * cannot park (it is run on an event loop); the function's NULL: it cannot either. */
+    http_parked *(*park)(const http_request *req);
+    void *carrier; /* the carrier's own, for park */
+};
 
 /* An answer. body is malloc'd (the carrier frees it); content_type is static. */
-typedef struct http_reply {
+struct http_reply {
     int status;
     char *body;
     const char *content_type;
@@ -35,6 +51,6 @@ typedef struct http_reply {
      * the id a recorder names its requests by (it costs the sale nothing, the key costs two
      * statements). Points into the request; NULL: no header. */
     const char *request_id;
-} http_reply;
+};
 
 #endif

@@ -22,6 +22,7 @@
 #include "service/guards/lock_names.h"
 #include "service/guards/outage.h"
 #include "service/log.h"
+#include "service/sale/batch.h"
 #include "service/sale/deduct.h"
 #include "service/sale/order.h"
 #include "service/http/request.h"
@@ -194,6 +195,63 @@ static bool lab_enter(app *a, const char *request_id, const mode *m, int64_t goo
     return true;
 }
 
+/* After the answer: counts it and makes the reply. */
+static void reply_deduction(app *a, const mode *m, const deduct_result *res, int64_t began,
+                            http_reply *reply)
+{
+    record_deduction(a, m, res, began);
+    reply_json(reply, res->status, res->body);
+}
+
+/* What a parked deduction keeps until its batch answers it. */
+typedef struct parked_deduction {
+    app *a;
+    const mode *m;
+    int64_t began;
+    http_parked *parked;
+} parked_deduction;
+
+/* A parked deduction's answer (batch.h's batch_done), from the thread that has it. */
+static void deduction_answered(void *arg, deduct_result *res)
+{
+    parked_deduction *p = arg;
+    http_parked *parked = p->parked;
+
+    if (res->body == NULL) /* out of memory: the carrier answers 500 */
+        parked->reply->status = 500;
+    else
+        reply_deduction(p->a, p->m, res, p->began, parked->reply);
+    free(p);
+    parked->finish(parked);
+}
+
+/* A batched sale without a hook joins its batch and parks its request: no thread waits
+ * for the batch (batch.h). false when it cannot park: the caller runs it as any other. */
+static bool park_deduction(app *a, const http_request *req, const mode *m, const deduct_request *dr,
+                           const char *key, const char *request_id, int64_t began)
+{
+    parked_deduction *p;
+
+    if (!deduct_batches(&a->core.deduct, m) || req->park == NULL)
+        return false;
+    p = malloc(sizeof(*p));
+    if (p == NULL)
+        return false;
+    *p = (parked_deduction){.a = a, .m = m, .began = began, .parked = req->park(req)};
+    if (p->parked == NULL) {
+        free(p);
+        return false;
+    }
+    if (batch_submit(a->core.deduct.batch, &a->core.deduct, m, dr->goods_id, dr->count, key,
+                     request_id, deduction_answered, p) != 0) {
+        http_parked *parked = p->parked;
+        parked->reply->status = 500; /* out of memory */
+        free(p);
+        parked->finish(parked);
+    }
+    return true;
+}
+
 static void handle_deduct(app *a, const http_request *req, http_reply *reply)
 {
     deduct_request dr;
@@ -259,6 +317,8 @@ static void handle_deduct(app *a, const http_request *req, http_reply *reply)
     if (!lab_request_id_valid(request_id))
         request_id = NULL;
     reply->request_id = request_id; /* and, for a recorder, back with every answer */
+    if (fault == NULL && !lab_used && park_deduction(a, req, m, &dr, key, request_id, began))
+        return; /* answered later, by its batch (deduction_answered) */
     if (deduct_execute_as(&a->core.deduct, m, dr.goods_id, dr.count, key, request_id,
                           fault != NULL || lab_used ? &hook : NULL, &res) != 0) {
         if (lab_used)
@@ -269,8 +329,7 @@ static void handle_deduct(app *a, const http_request *req, http_reply *reply)
     }
     if (lab_used)
         lab_finish(&lab, res.status, deduct_outcome_name(res.outcome));
-    record_deduction(a, m, &res, began);
-    reply_json(reply, res.status, res.body);
+    reply_deduction(a, m, &res, began, reply);
 }
 
 /*

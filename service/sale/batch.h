@@ -20,7 +20,12 @@
  * cover. A request is never answered before the commit that contains it; when anything of
  * the transaction fails (the lock, a statement, the fence, the commit) every request of the
  * batch gets the same 503 and nothing of the batch is sold. The leader then hands the queue
- * to the next waiting request's thread, so no thread runs more than its own batch.
+ * to a worker (batch_queue_set_runner) that runs the next batch; without one it runs the
+ * next batch itself.
+ *
+ * A waiting request holds no thread: it is an entry in the queue with a function to call
+ * with its answer (batch_submit). The leader calls it for every request of its batch, and
+ * the queue's timer for a request whose wait bound passed.
  *
  * While one batch holds the lock, the next requests pile up in the queue: the busier the
  * goods, the bigger the batch, and the lock and the commit are paid once per batch instead
@@ -57,6 +62,29 @@ int batch_queue_create(const batch_options *opts, batch_queue **out);
 
 /* Frees the queue; no request may be in it (the HTTP server has stopped). NULL: no-op. */
 void batch_queue_destroy(batch_queue *q);
+
+/* What a request's answer is given to, from whichever thread answers it (the leader's, the
+ * timer's, the caller's): exactly once per accepted request. res->body is the callee's to
+ * free; NULL when out of memory building the answer. */
+typedef void (*batch_done)(void *arg, deduct_result *res);
+
+/* What runs a job on another thread: returns 0 when `job(arg)` will run, -1 when not (the
+ * caller then runs it). */
+typedef int (*batch_runner)(void *ctx, void (*job)(void *arg), void *arg);
+
+/* Sets the runner the next batch's leader is handed to (NULL: the leader runs the next batch
+ * itself). Safe while requests run. */
+void batch_queue_set_runner(batch_queue *q, batch_runner run, void *ctx);
+
+/*
+ * Queues one deduction of `count` units of `goods_id` in mode m, as batch_execute, and
+ * returns without waiting: done(arg, ...) is called with its answer, maybe before this
+ * returns (the request led its batch, or was refused). idempotency_key and request_id are
+ * copied. Returns 0, or -1 when out of memory (done is then never called).
+ */
+int batch_submit(batch_queue *q, const deduct_env *env, const mode *m, int64_t goods_id,
+                 int64_t count, const char *idempotency_key, const char *request_id,
+                 batch_done done, void *arg);
 
 /*
  * Runs one deduction of `count` units of `goods_id` in mode m (its guard is the lock the

@@ -55,6 +55,11 @@ int deduct_execute(const deduct_env *env, const mode *m, int64_t goods_id, int64
     return deduct_execute_as(env, m, goods_id, count, idempotency_key, NULL, hook, out);
 }
 
+bool deduct_batches(const deduct_env *env, const mode *m)
+{
+    return m->batched && env->batch != NULL;
+}
+
 int deduct_execute_as(const deduct_env *env, const mode *m, int64_t goods_id, int64_t count,
                       const char *idempotency_key, const char *request_id, const deduct_hook *hook,
                       deduct_result *out)
@@ -81,7 +86,7 @@ int deduct_execute_as(const deduct_env *env, const mode *m, int64_t goods_id, in
 
     memset(out, 0, sizeof(*out));
 
-    if (m->batched && env->batch != NULL && hook == NULL)
+    if (hook == NULL && deduct_batches(env, m))
         return batch_execute(env->batch, env, m, goods_id, count, idempotency_key, request_id, out);
     if (m->parts != NULL && hook == NULL)
         return sharded_execute(env, m, goods_id, count, idempotency_key, request_id, out);

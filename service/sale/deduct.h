@@ -44,6 +44,10 @@
 int deduct_execute(const deduct_env *env, const mode *m, int64_t goods_id, int64_t count,
                    const char *idempotency_key, const deduct_hook *hook, deduct_result *out);
 
+/* Whether a deduction in mode m without a hook joins the replica's batch (mode.batched, and
+ * a queue): its caller may then submit it and be answered later (batch_submit). */
+bool deduct_batches(const deduct_env *env, const mode *m);
+
 /*
  * deduct_execute, with the client's request id (NULL: none; else at most
  * DEDUCT_REQUEST_ID_MAX characters, which the caller has checked) written into the sale's
