@@ -2,7 +2,8 @@
  * test_batch.c - the redis-batch mode's pure parts, without servers: the arrival-order
  * allocation, and the queue (leader, hand-off, bounds) driven through a mode whose guard
  * is a stub that counts and delays its entries and then fails, so that no database is
- * reached and every answer is the guard's 503.
+ * reached and every answer is the guard's 503; and requests parked without a thread
+ * (batch_submit), answered by a job the runner runs, or by the queue's timer.
  *
  * The mode itself, against real Redis, PostgreSQL and nginx, is tested by tests/stack/
  * (test_oversell's load_redis_batch_three, test_idempotency's batch_idempotency).
@@ -278,6 +279,161 @@ static void test_queue_wait_and_size_are_bounded(void **state)
     batch_queue_destroy(q);
 }
 
+/* ---- parked requests: no thread per waiting request --------------------------------- */
+
+/* What a parked request got, and when (batch_submit's done). */
+typedef struct parked {
+    _Atomic bool answered;
+    int status;
+    char outcome[32];
+    int64_t took_ms;
+    struct timespec t0;
+    pthread_t answered_on;
+} parked;
+
+static int64_t ms_since(const struct timespec *t0)
+{
+    struct timespec t1;
+
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    return (int64_t)(t1.tv_sec - t0->tv_sec) * 1000 + (t1.tv_nsec - t0->tv_nsec) / 1000000;
+}
+
+static void parked_done(void *arg, deduct_result *res)
+{
+    parked *p = arg;
+
+    p->status = res->status;
+    snprintf(p->outcome, sizeof(p->outcome), "%s", deduct_outcome_name(res->outcome));
+    p->took_ms = ms_since(&p->t0);
+    p->answered_on = pthread_self();
+    free(res->body);
+    atomic_store(&p->answered, true);
+}
+
+static parked *submit_parked(batch_queue *q, parked *p, int64_t goods_id)
+{
+    clock_gettime(CLOCK_MONOTONIC, &p->t0);
+    assert_int_equal(
+        batch_submit(q, &g_env, &stub_mode, goods_id, 1, "key-1", "req-1", parked_done, p), 0);
+    return p;
+}
+
+static void wait_answered(parked *p, int n)
+{
+    for (int i = 0; i < n; i++)
+        while (!atomic_load(&p[i].answered))
+            usleep(1000);
+}
+
+/* A runner that runs each job on a thread of its own, and counts them (the service's runs
+ * them on its HTTP workers). */
+static atomic_int g_jobs;
+
+typedef struct job_arg {
+    void (*job)(void *);
+    void *arg;
+} job_arg;
+
+static void *job_thread(void *arg)
+{
+    job_arg j = *(job_arg *)arg;
+
+    free(arg);
+    j.job(j.arg);
+    return NULL;
+}
+
+static int thread_runner(void *ctx, void (*job)(void *), void *arg)
+{
+    job_arg *j = malloc(sizeof(*j));
+    pthread_t t;
+
+    (void)ctx;
+    assert_non_null(j);
+    *j = (job_arg){job, arg};
+    atomic_fetch_add(&g_jobs, 1);
+    assert_int_equal(pthread_create(&t, NULL, job_thread, j), 0);
+    pthread_detach(t);
+    return 0;
+}
+
+/* Requests submitted while a batch holds the guard wait with no thread of their own: the
+ * submitting thread goes on at once. The leader takes what fits its batch (8: itself and
+ * 7 parked) once it has the guard, and hands the queue on: each next batch's leader runs as
+ * the runner's job, not on a thread of the requests. */
+static void test_parked_requests_are_answered_by_jobs(void **state)
+{
+    enum { N = 16 };
+    shot leader;
+    parked p[N];
+    batch_queue *q = NULL;
+    struct timespec t0;
+
+    (void)state;
+    memset(p, 0, sizeof(p));
+    assert_int_equal(batch_queue_create(&(batch_options){8, 1024, 5000}, &q), 0);
+    batch_queue_set_runner(q, thread_runner, NULL);
+    atomic_store(&g_entries, 0);
+    atomic_store(&g_jobs, 0);
+    g_enter_delay_ms = 200;
+    leader = (shot){.q = q, .goods_id = 11};
+    assert_int_equal(pthread_create(&leader.thread, NULL, shot_thread, &leader), 0);
+    usleep(50 * 1000); /* the leader is inside the guard */
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int i = 0; i < N; i++)
+        submit_parked(q, &p[i], 11);
+    assert_true(ms_since(&t0) < 100); /* nobody waited in batch_submit */
+    for (int i = 0; i < N; i++)
+        assert_false(atomic_load(&p[i].answered));
+    wait_answered(p, N);
+    pthread_join(leader.thread, NULL);
+    assert_int_equal(leader.res.status, 503);
+    free(leader.res.body);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(p[i].status, 503);
+        assert_string_equal(p[i].outcome, "unavailable");
+        /* the first 7 in the leader's batch, on its thread; the rest on jobs' */
+        assert_int_equal(pthread_equal(p[i].answered_on, leader.thread) != 0, i < 7);
+    }
+    printf("    %d parked requests: %d batches, %d jobs\n", N, atomic_load(&g_entries),
+           atomic_load(&g_jobs));
+    assert_int_equal(atomic_load(&g_entries), 3); /* 8, 8 and 1 */
+    assert_int_equal(atomic_load(&g_jobs), 2);
+    batch_queue_set_runner(q, NULL, NULL);
+    batch_queue_destroy(q);
+}
+
+/* A parked request's wait bound holds with no thread waiting for it: the queue's timer
+ * answers it 503 lock_timeout at BATCH_WAIT_MS, long before the leader's guard lets go;
+ * one past BATCH_QUEUE_MAX is answered 503 at once, inside batch_submit. */
+static void test_parked_request_times_out(void **state)
+{
+    shot leader;
+    parked waiting = {0}, extra = {0};
+    batch_queue *q = NULL;
+
+    (void)state;
+    assert_int_equal(batch_queue_create(&(batch_options){64, 2, 100}, &q), 0);
+    g_enter_delay_ms = 600;
+    leader = (shot){.q = q, .goods_id = 13};
+    assert_int_equal(pthread_create(&leader.thread, NULL, shot_thread, &leader), 0);
+    usleep(100 * 1000);
+    submit_parked(q, &waiting, 13);
+    submit_parked(q, &extra, 13);
+    assert_true(atomic_load(&extra.answered));
+    assert_int_equal(extra.status, 503);
+    assert_string_equal(extra.outcome, "unavailable");
+    wait_answered(&waiting, 1);
+    printf("    parked request answered after %lld ms\n", (long long)waiting.took_ms);
+    assert_int_equal(waiting.status, 503);
+    assert_string_equal(waiting.outcome, "lock_timeout");
+    assert_true(waiting.took_ms >= 95 && waiting.took_ms < 350);
+    pthread_join(leader.thread, NULL);
+    free(leader.res.body);
+    batch_queue_destroy(q);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -289,6 +445,8 @@ int main(void)
         cmocka_unit_test(test_concurrent_requests_share_batches),
         cmocka_unit_test(test_batch_size_is_bounded),
         cmocka_unit_test(test_queue_wait_and_size_are_bounded),
+        cmocka_unit_test(test_parked_requests_are_answered_by_jobs),
+        cmocka_unit_test(test_parked_request_times_out),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
