@@ -278,6 +278,8 @@ static void enqueue_work(http_server *srv, work *w)
     pthread_cond_signal(&srv->wake);
 }
 
+static void run_exchange(http_server *srv, work *w);
+
 /* Suspends the connection and queues its exchange for a worker (the loop goes on with its
  * other connections). The suspension comes first, so that the worker's resume always finds
  * the connection suspended. False, the connection is then closed, when the workers have
@@ -290,6 +292,7 @@ static bool hand_to_worker(http_server *srv, exchange *ex)
         return false;
     }
     MHD_suspend_connection(ex->conn);
+    ex->w.run = run_exchange;
     ex->queued_ns = clock_now_ns();
     enqueue_work(srv, &ex->w);
     pthread_mutex_unlock(&srv->mu);
@@ -314,12 +317,17 @@ static void finish_parked(http_parked *p)
     park_release(ex);
 }
 
+/* http_request.park. On a worker the connection is suspended already, and the worker holds
+ * it too; on an event loop it is suspended here, and the finish alone resumes it: the loop
+ * serves the resumed connection only once its handler has returned. */
 static http_parked *park_exchange(const http_request *req)
 {
     exchange *ex = req->carrier;
 
     ex->is_parked = true;
-    atomic_store_explicit(&ex->park_holders, 2, memory_order_relaxed);
+    if (req->on_loop)
+        MHD_suspend_connection(ex->conn);
+    atomic_store_explicit(&ex->park_holders, req->on_loop ? 1 : 2, memory_order_relaxed);
     ex->parked = (http_parked){.reply = &ex->reply, .finish = finish_parked};
     return &ex->parked;
 }
@@ -451,6 +459,29 @@ static void stop_workers(http_server *srv)
     pthread_mutex_destroy(&srv->mu);
 }
 
+/* Runs a handler on the event loop: one that never waits, or one tried here first
+ * (routes_loop_first), which answers, parks, or asks for a worker. */
+static enum MHD_Result run_on_loop(http_server *srv, exchange *ex, http_request *req)
+{
+    int64_t began = clock_now_ns();
+
+    req->body = ex->body != NULL ? ex->body : "";
+    req->body_len = ex->len;
+    req->on_loop = routes_waits(ex->route);
+    req->park = req->on_loop ? park_exchange : NULL;
+    req->carrier = ex;
+    ex->began_ns = began;
+    memset(&ex->reply, 0, sizeof(ex->reply));
+    routes_finish(srv->a, ex->route, req, &ex->reply);
+    if (ex->is_parked)
+        return MHD_YES; /* answered by finish_parked; the loop sends it once resumed */
+    if (ex->reply.needs_worker)
+        return hand_to_worker(srv, ex) ? MHD_YES : MHD_NO;
+    ex->handler_ns = clock_now_ns() - began;
+    ex->route = NULL;
+    return send_reply(srv->a, ex->conn, ex, &ex->reply);
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_data_size, void **state)
@@ -506,21 +537,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             return MHD_YES; /* a body on a GET means nothing here: ignore it */
         return take_body(ex, upload_data, size) ? MHD_YES : MHD_NO;
     }
-    if (ex->too_large) {
+    ex->conn = conn;
+    ex->method = method;
+    ex->url = url;
+    if (ex->too_large)
         routes_too_large(&reply);
-    } else if (routes_waits(ex->route)) {
-        ex->w.run = run_exchange;
-        ex->conn = conn;
-        ex->method = method;
-        ex->url = url;
+    else if (routes_waits(ex->route) && !routes_loop_first(ex->route))
         return hand_to_worker(srv, ex) ? MHD_YES : MHD_NO;
-    } else {
-        int64_t began = clock_now_ns();
-        req.body = ex->body != NULL ? ex->body : "";
-        req.body_len = ex->len;
-        routes_finish(a, ex->route, &req, &reply);
-        ex->handler_ns = clock_now_ns() - began;
-    }
+    else
+        return run_on_loop(srv, ex, &req);
     ex->route = NULL;
     return send_reply(a, conn, ex, &reply);
 }

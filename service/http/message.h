@@ -34,6 +34,9 @@ struct http_request {
      * cannot park (it is run on an event loop); the function's NULL: it cannot either. */
     http_parked *(*park)(const http_request *req);
     void *carrier; /* the carrier's own, for park */
+    /* Run on an event loop (routes_loop_first): the handler must not wait; it parks, answers
+     * at once, or sets reply->needs_worker and returns having changed nothing. */
+    bool on_loop;
 };
 
 /* An answer. body is malloc'd (the carrier frees it); content_type is static. */
@@ -51,6 +54,9 @@ struct http_reply {
      * the id a recorder names its requests by (it costs the sale nothing, the key costs two
      * statements). Points into the request; NULL: no header. */
     const char *request_id;
+    /* Set by a handler run on an event loop that would have to wait: the carrier runs it
+     * again, from the start, on a worker. */
+    bool needs_worker;
 };
 
 #endif

@@ -42,8 +42,9 @@ struct route {
     bool admin;         /* needs the bearer token when ADMIN_TOKEN is set */
     metrics_route metric;
     handler_fn handle;
-    bool waits; /* may wait (a lock, PostgreSQL, Redis, a held request): run off the event
-                   loop (routes_waits) */
+    bool waits;      /* may wait (a lock, PostgreSQL, Redis, a held request): run off the event
+                        loop (routes_waits) */
+    bool loop_first; /* tried on the event loop first (routes_loop_first) */
 };
 
 static void reply_json(http_reply *reply, int status, char *body)
@@ -296,6 +297,12 @@ static void handle_deduct(app *a, const http_request *req, http_reply *reply)
     m = choose_mode(a, req, dr.has_mode, dr.mode, dr.mode_shown, reply);
     if (m == NULL)
         return;
+    /* On the event loop only a batched sale goes on (it parks); the rest may wait. Nothing
+     * was changed so far: the worker starts again from the top. */
+    if (req->on_loop && (fault != NULL || trace != NULL || !deduct_batches(&a->core.deduct, m))) {
+        reply->needs_worker = true;
+        return;
+    }
     run = (fault_run){.plan = &plan, .mode = m, .guards = a->core.guards, .goods_id = dr.goods_id};
     if (fault != NULL && !lab_enter(a, request_id, m, dr.goods_id, holds, &lab, &lab_used, reply))
         return;
@@ -318,7 +325,11 @@ static void handle_deduct(app *a, const http_request *req, http_reply *reply)
         request_id = NULL;
     reply->request_id = request_id; /* and, for a recorder, back with every answer */
     if (fault == NULL && !lab_used && park_deduction(a, req, m, &dr, key, request_id, began))
-        return; /* answered later, by its batch (deduction_answered) */
+        return;         /* answered later, by its batch (deduction_answered) */
+    if (req->on_loop) { /* it could not park (out of memory): a worker runs it */
+        reply->needs_worker = true;
+        return;
+    }
     if (deduct_execute_as(&a->core.deduct, m, dr.goods_id, dr.count, key, request_id,
                           fault != NULL || lab_used ? &hook : NULL, &res) != 0) {
         if (lab_used)
@@ -829,22 +840,23 @@ static void handle_cache(app *a, const http_request *req, http_reply *reply)
 /* ---- the table and the checks before the body ---------------------------------------- */
 
 static const route route_table[] = {
-    {"/api/deduct", false, "POST", true, false, ROUTE_DEDUCT, handle_deduct, true},
-    {"/api/deduct/dry", false, "POST", true, false, ROUTE_OTHER, handle_deduct_dry, false},
-    {"/api/order", false, "POST", true, false, ROUTE_ORDER, handle_order, true},
-    {"/api/stock/", true, "GET", false, false, ROUTE_STOCK, handle_stock, true},
-    {"/api/admin/reset", false, "POST", true, true, ROUTE_RESET, handle_reset, true},
-    {"/api/modes", false, "GET", false, false, ROUTE_MODES, handle_modes, false},
-    {"/healthz", false, "GET", false, false, ROUTE_HEALTHZ, handle_healthz, false},
-    {"/readyz", false, "GET", false, false, ROUTE_READYZ, handle_readyz, true},
-    {"/metrics", false, "GET", false, false, ROUTE_METRICS, handle_metrics, false},
-    {"/api/replica", false, "GET", false, false, ROUTE_REPLICA, handle_replica, true},
-    {"/api/lock/", true, "GET", false, false, ROUTE_LOCK, handle_lock, true},
-    {"/api/cache/", true, "GET", false, false, ROUTE_OTHER, handle_cache, true},
-    {"/api/lab/requests", false, "GET", false, false, ROUTE_OTHER, lab_routes_requests, false},
-    {"/api/lab/step", false, "POST", true, false, ROUTE_OTHER, lab_routes_step, true},
-    {"/api/lab/trace/", true, "GET", false, false, ROUTE_OTHER, lab_routes_trace, false},
-    {"/api/lab/lock/", true, "GET", false, false, ROUTE_OTHER, lab_routes_lock, true},
+    {"/api/deduct", false, "POST", true, false, ROUTE_DEDUCT, handle_deduct, true, true},
+    {"/api/deduct/dry", false, "POST", true, false, ROUTE_OTHER, handle_deduct_dry, false, false},
+    {"/api/order", false, "POST", true, false, ROUTE_ORDER, handle_order, true, false},
+    {"/api/stock/", true, "GET", false, false, ROUTE_STOCK, handle_stock, true, false},
+    {"/api/admin/reset", false, "POST", true, true, ROUTE_RESET, handle_reset, true, false},
+    {"/api/modes", false, "GET", false, false, ROUTE_MODES, handle_modes, false, false},
+    {"/healthz", false, "GET", false, false, ROUTE_HEALTHZ, handle_healthz, false, false},
+    {"/readyz", false, "GET", false, false, ROUTE_READYZ, handle_readyz, true, false},
+    {"/metrics", false, "GET", false, false, ROUTE_METRICS, handle_metrics, false, false},
+    {"/api/replica", false, "GET", false, false, ROUTE_REPLICA, handle_replica, true, false},
+    {"/api/lock/", true, "GET", false, false, ROUTE_LOCK, handle_lock, true, false},
+    {"/api/cache/", true, "GET", false, false, ROUTE_OTHER, handle_cache, true, false},
+    {"/api/lab/requests", false, "GET", false, false, ROUTE_OTHER, lab_routes_requests, false,
+     false},
+    {"/api/lab/step", false, "POST", true, false, ROUTE_OTHER, lab_routes_step, true, false},
+    {"/api/lab/trace/", true, "GET", false, false, ROUTE_OTHER, lab_routes_trace, false, false},
+    {"/api/lab/lock/", true, "GET", false, false, ROUTE_OTHER, lab_routes_lock, true, false},
 };
 
 static const route *find_route(const char *path)
@@ -942,6 +954,11 @@ void routes_shed(http_reply *reply, int max_connections)
 bool routes_waits(const route *r)
 {
     return r->waits;
+}
+
+bool routes_loop_first(const route *r)
+{
+    return r->loop_first;
 }
 
 void routes_shed_queued(http_reply *reply, int64_t waited_ms, int workers)

@@ -31,6 +31,10 @@ const route *routes_begin(app *a, const http_request *req, metrics_route *metric
  * connections (http.c). /healthz, /metrics, /api/modes and the like answer from memory. */
 bool routes_waits(const route *r);
 
+/* Whether the route's handler is tried on the event loop first (http_request.on_loop): a
+ * redis-batch sale parks there without a worker, anything else asks for one. */
+bool routes_loop_first(const route *r);
+
 /* Called with the whole body (at most REQUEST_MAX_BODY bytes): runs the handler. */
 void routes_finish(app *a, const route *r, const http_request *req, http_reply *reply);
 

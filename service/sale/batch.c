@@ -467,6 +467,8 @@ int batch_submit(batch_queue *q, const deduct_env *env, const mode *m, int64_t g
     batch_stripe *s;
     char detail[128];
     bool queued, leads;
+    batch_runner run;
+    void *ctx;
 
     if (it == NULL)
         return -1;
@@ -476,6 +478,8 @@ int batch_submit(batch_queue *q, const deduct_env *env, const mode *m, int64_t g
     pthread_mutex_lock(&s->mu);
     queued = enqueue(q, s, it);
     leads = queued && it->lead;
+    run = q->run;
+    ctx = q->run_ctx;
     pthread_mutex_unlock(&s->mu);
     if (!queued) {
         snprintf(detail, sizeof(detail), "redis-batch: %d requests already queued on this replica",
@@ -483,7 +487,8 @@ int batch_submit(batch_queue *q, const deduct_env *env, const mode *m, int64_t g
         answer_503(env, done, arg, DEDUCT_UNAVAILABLE, detail, it->arrived_ns);
         item_free(it);
     } else if (leads) {
-        lead(it);
+        if (run == NULL || run(ctx, lead_job, it) != 0)
+            lead(it); /* no runner: the caller leads */
     } else {
         tell_timer(q);
     }

@@ -79,8 +79,9 @@ void batch_queue_set_runner(batch_queue *q, batch_runner run, void *ctx);
 /*
  * Queues one deduction of `count` units of `goods_id` in mode m, as batch_execute, and
  * returns without waiting: done(arg, ...) is called with its answer, maybe before this
- * returns (the request led its batch, or was refused). idempotency_key and request_id are
- * copied. Returns 0, or -1 when out of memory (done is then never called).
+ * returns (refused; or it leads its batch and there is no runner, so the caller runs it).
+ * With a runner, the caller never waits here for more than the queue's mutex. idempotency_key and
+ * request_id are copied. Returns 0, or -1 when out of memory (done is then never called).
  */
 int batch_submit(batch_queue *q, const deduct_env *env, const mode *m, int64_t goods_id,
                  int64_t count, const char *idempotency_key, const char *request_id,
