@@ -13,14 +13,15 @@
  * long as it waits, and nginx sends requests on whichever idle connection it holds: a request
  * held by the lab for a minute would hold the step meant to release it behind itself.
  *
- * A handler on a worker may park its request (http_request.park, message.h): it returns
- * with the connection still suspended, and whoever has the answer later fills the reply and
- * calls finish, which resumes the connection (libmicrohttpd allows that from any thread).
- * Of the worker's return and the finish, the later resumes (`park_holders`): a finish that
- * comes before the handler has returned must not hand the exchange to the loop, which may
- * free it, while the worker still runs in it. A redis-batch follower waits so, with no
- * thread (service/sale/batch.h), and its batch's next leader runs as a worker's job
- * (http_run_later).
+ * A handler may park its request (http_request.park, message.h): it returns with the
+ * connection suspended, and whoever has the answer later fills the reply and calls finish,
+ * which resumes the connection (libmicrohttpd allows that from any thread). On a worker, of
+ * the worker's return and the finish the later resumes (`park_holders`): a finish that comes
+ * before the handler has returned must not hand the exchange to the loop, which may free it,
+ * while the worker still runs in it. A route tried on the loop first (routes_loop_first: a
+ * sale) parks there, or asks for a worker (reply.needs_worker) before it has changed
+ * anything: a redis-batch request waits so, with no thread and no worker (service/sale/
+ * batch.h), and its batch's leader runs as a worker's job (http_run_later).
  *
  * An answer known from the headers alone (404, 405, 401, 415, 413) is sent at the first
  * call when a body is on its way, so that the body is never read: libmicrohttpd then closes

@@ -5,8 +5,10 @@
  * connections) read requests and write answers and never wait; a request whose handler may
  * wait (routes_waits: a sale's lock and PostgreSQL, a lab step) is run by one of
  * WORKER_THREADS workers while its connection is suspended, and more such requests queue for
- * a worker. At most MAX_CONNECTIONS connections, one more answered 503 (docs/serving.md says
- * why each is sized as it is). Idle or slow clients are cut after CONNECTION_TIMEOUT_S.
+ * a worker. A redis-batch sale is tried on its event loop first and parks there, its
+ * connection suspended until its batch's leader (a worker) answers it. At most
+ * MAX_CONNECTIONS connections, one more answered 503 (docs/serving.md says why each is sized
+ * as it is). Idle or slow clients are cut after CONNECTION_TIMEOUT_S.
  *
  * Bodies are read as they stream in and refused past REQUEST_MAX_BODY: a declared
  * Content-Length over the limit is answered 413 before a byte of the body is read; a
