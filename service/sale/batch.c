@@ -351,17 +351,23 @@ static void answer_batch(batch_item **items, size_t n)
     }
 }
 
+static void lead_job(void *arg);
+
 /* One batch, led by `self` (the queue's head, marked lead): the lock first, then the queue:
  * every request that came while the lock was awaited (other replicas' batches held it)
  * joins this batch. The leader stays at the head of the queue meanwhile: nothing but a
  * leader takes from it, and the timer leaves a leader alone, so it is still there to be
- * taken first. Returns the next batch's leader, or NULL when the queue is idle. */
+ * taken first. Then the queue is handed on, before this batch's requests are answered: the
+ * next batch gathers while they are. Returns the next batch's leader when this thread is to
+ * run it (no runner took it), else NULL. */
 static batch_item *run_one_batch(batch_item *self, batch_item **items, sale_line *lines, int max)
 {
     batch_stripe *s = self->stripe;
     const deduct_env *env = self->env;
     const mode *m = self->mode;
     batch_item *next;
+    batch_runner run;
+    void *ctx;
     guard_hold hold;
     char detail[256] = "";
     int grc;
@@ -374,15 +380,18 @@ static batch_item *run_one_batch(batch_item *self, batch_item **items, sale_line
     run_batch(env, m, grc, &hold, detail, s, items, lines, n);
     pthread_mutex_lock(&s->mu);
     next = hand_on(s);
+    run = self->q->run;
+    ctx = self->q->run_ctx;
     pthread_mutex_unlock(&s->mu);
+    /* A worker runs the next batch, as fair as any other request; without one, this thread
+     * does once it has answered its own. */
+    if (next != NULL && run != NULL && run(ctx, lead_job, next) == 0)
+        next = NULL;
     answer_batch(items, n);
     return next;
 }
 
-static void lead_job(void *arg);
-
-/* Runs batches from `self` on: the next batch's leader goes to the runner when there is one
- * (a worker runs it, as fair as any other request), else this thread runs it too. */
+/* Runs batches from `self` on, as long as no runner takes the next one. */
 static void lead(batch_item *self)
 {
     batch_queue *q = self->q;
@@ -397,21 +406,8 @@ static void lead(batch_item *self)
         lines = one_line;
         max = 1;
     }
-    while (self != NULL) {
-        batch_stripe *s = self->stripe;
-        batch_runner run;
-        void *ctx;
-
+    while (self != NULL)
         self = run_one_batch(self, items, lines, max);
-        if (self == NULL)
-            break;
-        pthread_mutex_lock(&s->mu);
-        run = q->run;
-        ctx = q->run_ctx;
-        pthread_mutex_unlock(&s->mu);
-        if (run != NULL && run(ctx, lead_job, self) == 0)
-            break;
-    }
     if (items != one) {
         free(items);
         free(lines);
