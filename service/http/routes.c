@@ -253,6 +253,18 @@ static bool park_deduction(app *a, const http_request *req, const mode *m, const
     return true;
 }
 
+/* On an event loop only a plain batched sale goes on, to park; anything else asks for a
+ * worker, which runs the handler again from the top (nothing was changed so far). true when
+ * it asked. */
+static bool ask_for_worker(app *a, const http_request *req, const mode *m, bool plain,
+                           http_reply *reply)
+{
+    if (!req->on_loop || (plain && deduct_batches(&a->core.deduct, m)))
+        return false;
+    reply->needs_worker = true;
+    return true;
+}
+
 static void handle_deduct(app *a, const http_request *req, http_reply *reply)
 {
     deduct_request dr;
@@ -297,12 +309,8 @@ static void handle_deduct(app *a, const http_request *req, http_reply *reply)
     m = choose_mode(a, req, dr.has_mode, dr.mode, dr.mode_shown, reply);
     if (m == NULL)
         return;
-    /* On the event loop only a batched sale goes on (it parks); the rest may wait. Nothing
-     * was changed so far: the worker starts again from the top. */
-    if (req->on_loop && (fault != NULL || trace != NULL || !deduct_batches(&a->core.deduct, m))) {
-        reply->needs_worker = true;
+    if (ask_for_worker(a, req, m, fault == NULL && trace == NULL, reply))
         return;
-    }
     run = (fault_run){.plan = &plan, .mode = m, .guards = a->core.guards, .goods_id = dr.goods_id};
     if (fault != NULL && !lab_enter(a, request_id, m, dr.goods_id, holds, &lab, &lab_used, reply))
         return;
@@ -325,11 +333,9 @@ static void handle_deduct(app *a, const http_request *req, http_reply *reply)
         request_id = NULL;
     reply->request_id = request_id; /* and, for a recorder, back with every answer */
     if (fault == NULL && !lab_used && park_deduction(a, req, m, &dr, key, request_id, began))
-        return;         /* answered later, by its batch (deduction_answered) */
-    if (req->on_loop) { /* it could not park (out of memory): a worker runs it */
-        reply->needs_worker = true;
+        return; /* answered later, by its batch (deduction_answered) */
+    if (ask_for_worker(a, req, m, false, reply)) /* it could not park (out of memory) */
         return;
-    }
     if (deduct_execute_as(&a->core.deduct, m, dr.goods_id, dr.count, key, request_id,
                           fault != NULL || lab_used ? &hook : NULL, &res) != 0) {
         if (lab_used)
