@@ -5,7 +5,8 @@
 # error), that the merged history is in time order, and that BUILD_DIR's history-clock is
 # monotonic. The settling and the ledger need a database: loadtest/ladder runs them on
 # every row (tests/ladder.sh), and run_history_settle checks them on the db suite's
-# PostgreSQL: a deduction's and a cart's `info` settled, a cart balanced, real phantoms kept.
+# PostgreSQL: a deduction's and a cart's `info` settled (a sale's remaining counted over its
+# own goods' orders up to it), a cart balanced, real phantoms kept.
 
 run_history_lib() {
     local build=$1 dir
@@ -132,6 +133,8 @@ run_history_settle() {
         history__cart_ledger "$dir" "$port" "$db"
     check "an unknown cart is settled from its rows by request id: taken, or not; no phantom" \
         history__cart_settled "$dir"
+    check "a settled sale's remaining counts its own goods' orders up to it, not the others'" \
+        history__settled_remaining "$dir"
     check "a cart's row no request was told of is a phantom: a failed cart's, an unsent one's, half a cart" \
         history__cart_phantom "$dir"
     check_group_end
@@ -246,6 +249,38 @@ history__cart_settled() {
         and (map(select(.request_id == "cs-2" and .resolved and .type == "fail"
                         and .error == "not_taken")) | length == 1)' "$dir/resolved.jsonl" \
         >/dev/null || { cat "$dir/resolved.jsonl" >&2; return 1; }
+}
+
+# Goods 20 and 21 of 10 units, their orders interleaved (ids 901 to 905): ra-1 (2 units of goods 20), rb-1 (1
+# of goods 21), ra-2 (1 of 20), rb-2 (3 of 21), ra-3 (1 of 20). ra-1 and rb-1 were answered;
+# ra-2 and rb-2 timed out and ra-3 never answered, and their rows say they sold: settled with
+# each goods' stock after them, 7, 6 and 6 (the initial less the units of that goods' orders
+# up to each), which the reads of 6 and 6 then explain.
+history__settled_remaining() {
+    local dir=$1/settled-remaining
+    history__settle_case "$dir" "INSERT INTO goods (id, stock, initial) VALUES (20, 6, 10), (21, 6, 10);
+        INSERT INTO orders (id, goods, count, mode, instance, request_id)
+        VALUES (901, 20, 2, 'redis', 'svc-1', 'ra-1'), (902, 21, 1, 'redis', 'svc-1', 'rb-1'),
+               (903, 20, 1, 'redis', 'svc-1', 'ra-2'), (904, 21, 3, 'redis', 'svc-1', 'rb-2'),
+               (905, 20, 1, 'redis', 'svc-1', 'ra-3')" || return 1
+    history_reset "$dir/events.jsonl" 0 20 10 1 2
+    history_reset "$dir/events.jsonl" 0 21 10 3 4
+    printf '%s\n' '{"time":10,"process":1,"type":"invoke","f":"deduct","goods_id":20,"count":2,"request_id":"ra-1"}' \
+        '{"time":12,"process":2,"type":"invoke","f":"deduct","goods_id":21,"count":1,"request_id":"rb-1"}' \
+        '{"time":14,"process":1,"type":"ok","f":"deduct","goods_id":20,"remaining":8,"order_id":901,"request_id":"ra-1"}' \
+        '{"time":16,"process":2,"type":"ok","f":"deduct","goods_id":21,"remaining":9,"order_id":902,"request_id":"rb-1"}' \
+        '{"time":20,"process":1,"type":"invoke","f":"deduct","goods_id":20,"count":1,"request_id":"ra-2"}' \
+        '{"time":22,"process":2,"type":"invoke","f":"deduct","goods_id":21,"count":3,"request_id":"rb-2"}' \
+        '{"time":30,"process":1,"type":"info","f":"deduct","goods_id":20,"error":"timeout","request_id":"ra-2"}' \
+        '{"time":32,"process":2,"type":"info","f":"deduct","goods_id":21,"error":"timeout","request_id":"rb-2"}' \
+        '{"time":40,"process":3,"type":"invoke","f":"deduct","goods_id":20,"count":1,"request_id":"ra-3"}' \
+        >>"$dir/events.jsonl"
+    history_read "$dir/events.jsonl" 4 20 6 50 51
+    history_read "$dir/events.jsonl" 4 21 6 52 53
+    history__judged "$dir" ok "3 taken" || return 1
+    jq -e -s 'map(select(.resolved) | {(.request_id): .remaining}) | add
+              == {"ra-2": 7, "rb-2": 6, "ra-3": 6}' "$dir/resolved.jsonl" >/dev/null ||
+        { cat "$dir/resolved.jsonl" >&2; return 1; }
 }
 
 # Real phantoms stay phantoms. Goods 12 and 13: cart cp-1 answered 503 lock_timeout (nothing
