@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# binaries-ab.sh [--rounds 3] [--seconds 5] [--connections 64] BINARY... - two (or more) builds
+# binaries-ab.sh [--rounds 3] [--seconds 5] [--connections 64] [--loads dry,batch] BINARY... -
+# two (or more) builds
 # of the service compared on one running stack, in turn: each round restarts the stack's
 # replicas on each binary (scripts/stack.sh replica-stop, then replica-start with STOCKD set)
-# and puts two loads through nginx, the POST ceiling (POST /api/deduct/dry, which needs the
-# replicas started with FAULTS=on) and a batched sale (POST /api/deduct in redis-batch, goods
-# 999003), each a wrk run of --seconds with 2 threads. Rounds alternate the binaries so that
+# and puts the --loads through nginx, each a wrk run of --seconds with 2 threads: `dry`, the
+# POST ceiling (POST /api/deduct/dry, which needs the replicas started with FAULTS=on);
+# `batch`, a batched sale (POST /api/deduct in redis-batch, goods 999003); `redis`, a sale in
+# the redis mode (goods 999002). Rounds alternate the binaries so that
 # every figure has a neighbour the machine measured within a minute of it.
 #
 # Per load, one line: the binary's file name, the load, req/s (deduct.lua's RESULT line),
@@ -18,7 +20,7 @@
 #
 # The stack is the one scripts/stack.sh names from the environment (RUN_DIR, HTTP_PORT and the
 # other ports: see its header); the replicas are left running on the last binary. The batched
-# goods is reset to a billion units first (a load never sells it out), and its books are
+# goods are reset to a billion units first (a load never sells it out), and its books are
 # left as the loads made them.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -27,12 +29,13 @@ source "$ROOT/loadtest/lib/books.sh"
 # shellcheck source=loadtest/lib/machine.sh
 source "$ROOT/loadtest/lib/machine.sh"
 
-ROUNDS=3 SECONDS_PER=5 CONNECTIONS=64
+ROUNDS=3 SECONDS_PER=5 CONNECTIONS=64 LOADS=dry,batch
 while [ $# -gt 0 ]; do
     case $1 in
     --rounds) ROUNDS=${2:?} && shift ;;
     --seconds) SECONDS_PER=${2:?} && shift ;;
     --connections) CONNECTIONS=${2:?} && shift ;;
+    --loads) LOADS=${2:?} && shift ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' && exit 0 ;;
     -*) echo "binaries-ab: unknown option $1" >&2 && exit 2 ;;
     *) break ;;
@@ -45,7 +48,11 @@ for bin in "$@"; do
 done
 command -v wrk >/dev/null || { echo "binaries-ab: wrk not found" >&2; exit 1; }
 BASE=http://127.0.0.1:${HTTP_PORT:-8080}
-BATCH_GOODS=999003
+BATCH_GOODS=999003 REDIS_GOODS=999002
+IFS=, read -ra LOAD_NAMES <<<"$LOADS"
+for name in "${LOAD_NAMES[@]}"; do
+    case $name in dry | batch | redis) ;; *) echo "binaries-ab: unknown load $name" >&2 && exit 2 ;; esac
+done
 mapfile -t REPLICA_IDS < <(seq 1 "${REPLICAS:-3}")
 
 # The replicas' CPU ticks (utime + stime of each, from its PID file) and their context
@@ -86,14 +93,19 @@ load() {
     rm -f "$out"
 }
 
-books_reset "$BASE" 1000000000 "$BATCH_GOODS" >/dev/null || exit 1
+books_reset "$BASE" 1000000000 "$REDIS_GOODS" 2 >/dev/null || exit 1
 for ((round = 1; round <= ROUNDS; round++)); do
     for bin in "$@"; do
         "$ROOT/scripts/stack.sh" replica-stop "${REPLICA_IDS[@]}" >/dev/null 2>&1 || true
         STOCKD=$bin "$ROOT/scripts/stack.sh" replica-start "${REPLICA_IDS[@]}" >/dev/null ||
             { echo "binaries-ab: the replicas did not start on $bin" >&2; exit 1; }
         name=$(basename "$bin")
-        load "$name r$round dry" /api/deduct/dry goods=1
-        load "$name r$round batch" /api/deduct mode=redis-batch goods=$BATCH_GOODS
+        for what in "${LOAD_NAMES[@]}"; do
+            case $what in
+            dry) load "$name r$round dry" /api/deduct/dry goods=1 ;;
+            batch) load "$name r$round batch" /api/deduct mode=redis-batch goods=$BATCH_GOODS ;;
+            redis) load "$name r$round redis" /api/deduct mode=redis goods=$REDIS_GOODS ;;
+            esac
+        done
     done
 done
