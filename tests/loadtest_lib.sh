@@ -11,8 +11,9 @@
 # over several stock reports (books_sum), the machine's busy share between two readings
 # (machine_busy), redis-batch's batches between two /metrics readings (metrics_batch_summary),
 # the checker's model for each mode (history_model_for),
-# that the defaults are stated once, in loadtest/lib/measure.sh, and that every measurement
-# loadtest/run makes records a history to judge.
+# that the defaults are stated once, in loadtest/lib/measure.sh, that every measurement
+# loadtest/run makes records a history to judge, and that every sale load of loadtest/targets
+# does.
 
 run_loadtest_lib() {
     local dir
@@ -43,6 +44,8 @@ run_loadtest_lib() {
     check "the measurement's defaults are stated in one place" loadtest_lib__defaults_once
     check "every measure_row of the load tools records its history (MEASURE_HISTORY)" \
         loadtest_lib__measured_recorded
+    check "every sale load of loadtest/targets records into its goods' history (sale_args)" \
+        loadtest_lib__targets_recorded
     check_group_end
     rm -rf "$dir"
 }
@@ -143,6 +146,19 @@ loadtest_lib__measured_recorded() {
            }
            line = "" }
          END { exit (calls >= 3 && !bad) ? 0 : 1 }' loadtest/run loadtest/chaos-pg
+}
+
+# Every load of loadtest/targets that sells (a `run` with a mode=) takes its goods and its
+# history from sale_args, and nothing else names a goods for it: a sale load added to the
+# round without them would sell unjudged.
+loadtest_lib__targets_recorded() {
+    awk '/^[[:space:]]*(sale_args .* && )?run [a-z0-9-]+ .* mode=/ {
+             sales++
+             if ($0 !~ /sale_args [^ ]+ [0-9] && run / || $0 !~ /"\$\{SALE\[@\]\}"$/ || $0 ~ / goods=/) {
+                 print "not recorded: " $0 > "/dev/stderr"; bad++
+             }
+         }
+         END { exit (sales >= 3 && !bad) ? 0 : 1 }' loadtest/targets
 }
 
 # Run alone: a minimal check with the harness's shape.
