@@ -46,6 +46,8 @@
 # Environment: CHECK_HISTORY (build/check-history), HISTORY_CLOCK (build/history-clock),
 # HISTORY_DB (a libpq conninfo; default DATABASE_URL, else the stack's PG_PORT on loopback).
 # jq and psql are needed for the judging.
+# shellcheck shell=bash
+# shellcheck disable=SC2034 # HISTORY_VERDICT and the other HISTORY_* are for the caller
 
 HISTORY__ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 # The process ids history_resolve gives the sales it settles from an info: above every
