@@ -196,6 +196,22 @@ static bool lab_enter(app *a, const char *request_id, const mode *m, int64_t goo
     return true;
 }
 
+/* After a sale ran (rc: deduct_execute_as's or order_execute's): closes its lab entry, if it
+ * has one, with its answer. false when the sale could not build an answer (out of memory):
+ * then the reply is a 500. */
+static bool sale_answered(int rc, lab_run *lab, bool lab_used, const deduct_result *res,
+                          http_reply *reply)
+{
+    if (lab_used)
+        lab_finish(lab, rc != 0 ? 500 : res->status,
+                   rc != 0 ? "internal" : deduct_outcome_name(res->outcome));
+    if (rc == 0)
+        return true;
+    reply->status = 500;
+    reply->body = NULL;
+    return false;
+}
+
 /* After the answer: counts it and makes the reply. */
 static void reply_deduction(app *a, const mode *m, const deduct_result *res, int64_t began,
                             http_reply *reply)
@@ -282,6 +298,7 @@ static void handle_deduct(app *a, const http_request *req, http_reply *reply)
     const mode *m;
     char detail[256], quoted[160];
     int64_t began = clock_now_ns();
+    int rc;
 
     if (request_parse_deduct(req->body, req->body_len, &dr, detail, sizeof(detail)) != 0) {
         reply_error(reply, 400, "bad_request", detail);
@@ -336,17 +353,10 @@ static void handle_deduct(app *a, const http_request *req, http_reply *reply)
         return; /* answered later, by its batch (deduction_answered) */
     if (ask_for_worker(a, req, m, false, reply)) /* it could not park (out of memory) */
         return;
-    if (deduct_execute_as(&a->core.deduct, m, dr.goods_id, dr.count, key, request_id,
-                          fault != NULL || lab_used ? &hook : NULL, &res) != 0) {
-        if (lab_used)
-            lab_finish(&lab, 500, "internal");
-        reply->status = 500;
-        reply->body = NULL;
-        return;
-    }
-    if (lab_used)
-        lab_finish(&lab, res.status, deduct_outcome_name(res.outcome));
-    reply_deduction(a, m, &res, began, reply);
+    rc = deduct_execute_as(&a->core.deduct, m, dr.goods_id, dr.count, key, request_id,
+                           fault != NULL || lab_used ? &hook : NULL, &res);
+    if (sale_answered(rc, &lab, lab_used, &res, reply))
+        reply_deduction(a, m, &res, began, reply);
 }
 
 /*
@@ -431,6 +441,7 @@ static void handle_order(app *a, const http_request *req, http_reply *reply)
     bool lab_used = false;
     const mode *m;
     char detail[600], known[400];
+    int rc;
 
     /* A request id of the API's shape goes back with every answer and is kept with the
      * cart's orders, for a recorder, as a deduction's is (another is no id of ours). */
@@ -466,16 +477,10 @@ static void handle_order(app *a, const http_request *req, http_reply *reply)
         faults.arg = &lab;
     }
     /* reply->request_id: the client's id when it has the API's shape (above), else NULL. */
-    if (order_execute(&a->core.deduct, m, orq.items, orq.n_items, key, reply->request_id,
-                      fault != NULL ? &faults : NULL, &res) != 0) {
-        if (lab_used)
-            lab_finish(&lab, 500, "internal");
-        reply->status = 500;
-        reply->body = NULL;
+    rc = order_execute(&a->core.deduct, m, orq.items, orq.n_items, key, reply->request_id,
+                       fault != NULL ? &faults : NULL, &res);
+    if (!sale_answered(rc, &lab, lab_used, &res, reply))
         return;
-    }
-    if (lab_used)
-        lab_finish(&lab, res.status, deduct_outcome_name(res.outcome));
     record_deduction(a, m, &res, 0); /* a cart is not timed */
     reply_json(reply, res.status, res.body);
 }

@@ -67,8 +67,6 @@ typedef struct batch_item {
     /* its place in the queue; guarded by the stripe's mutex */
     struct batch_item *next;
     bool lead;      /* it leads the next batch: the timer leaves it to the lock's own bound */
-    bool taken;     /* in the running batch */
-    bool sealed;    /* the batch is committing: only its outcome is awaited now */
     bool withdrawn; /* answered 503 by the timer inside an unsealed batch */
 } batch_item;
 
@@ -79,6 +77,7 @@ struct batch_stripe {
     bool running;       /* a leader exists: a newcomer queues */
     batch_item **batch; /* the running batch's items, for the timer */
     size_t batch_n;
+    bool batch_sealed; /* it is committing: its requests await only its outcome */
 };
 
 struct batch_queue {
@@ -197,8 +196,7 @@ static bool seal_batch(void *arg)
     pthread_mutex_lock(&r->stripe->mu);
     for (i = 0; i < r->n; i++)
         any_withdrawn = any_withdrawn || r->items[i]->withdrawn;
-    for (i = 0; i < r->n && !any_withdrawn; i++)
-        r->items[i]->sealed = true;
+    r->stripe->batch_sealed = !any_withdrawn;
     pthread_mutex_unlock(&r->stripe->mu);
     return !any_withdrawn;
 }
@@ -293,7 +291,6 @@ static size_t take_batch(batch_stripe *s, int64_t goods_id, int max, batch_item 
         next = it->next;
         if (it->goods_id == goods_id) {
             unlink_item(s, it);
-            it->taken = true;
             items[n++] = it;
         }
         it = next;
@@ -328,6 +325,7 @@ static batch_item *hand_on(batch_stripe *s)
 {
     s->batch = NULL;
     s->batch_n = 0;
+    s->batch_sealed = false;
     if (s->head == NULL) {
         s->running = false;
         return NULL;
@@ -515,9 +513,9 @@ static size_t expire(batch_stripe *s, int64_t now, int64_t *next, late *owed)
     size_t n = 0;
     batch_item *it = s->head, *after;
 
-    for (size_t i = 0; i < s->batch_n; i++) {
+    for (size_t i = 0; i < s->batch_n && !s->batch_sealed; i++) {
         batch_item *b = s->batch[i];
-        if (b->lead || b->sealed || b->withdrawn)
+        if (b->lead || b->withdrawn)
             continue;
         if (b->deadline_ns > now || n == TIMER_ANSWERS) {
             *next = n == TIMER_ANSWERS ? now : b->deadline_ns < *next ? b->deadline_ns : *next;
