@@ -28,6 +28,8 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$ROOT/loadtest/lib/books.sh"
 # shellcheck source=loadtest/lib/machine.sh
 source "$ROOT/loadtest/lib/machine.sh"
+# shellcheck source=loadtest/lib/metrics.sh
+source "$ROOT/loadtest/lib/metrics.sh"
 
 ROUNDS=3 SECONDS_PER=5 CONNECTIONS=64 LOADS=dry,batch
 while [ $# -gt 0 ]; do
@@ -56,17 +58,14 @@ done
 mapfile -t REPLICA_IDS < <(seq 1 "${REPLICAS:-3}")
 
 # The replicas' CPU ticks (utime + stime of each, from its PID file) and their context
-# switches (their /metrics), as "TICKS SWITCHES".
+# switches (loadtest/lib/metrics.sh: their /metrics), as "TICKS SWITCHES".
 replicas() {
-    local id pid ticks=0 switches=0 t w
+    local id run=${RUN_DIR:-$ROOT/.run} ticks=0 urls=()
     for id in "${REPLICA_IDS[@]}"; do
-        pid=$(cat "${RUN_DIR:-$ROOT/.run}/replicas/svc-$id.pid")
-        t=$(awk '{ print $14 + $15 }' "/proc/$pid/stat")
-        w=$(curl -s --max-time 5 "http://127.0.0.1:$(cat "${RUN_DIR:-$ROOT/.run}/replicas/svc-$id.port")/metrics" |
-            awk '/^stock_process_context_switches_total/ { n += $2 } END { print n + 0 }')
-        ticks=$((ticks + t)) switches=$((switches + w))
+        ticks=$((ticks + $(awk '{ print $14 + $15 }' "/proc/$(cat "$run/replicas/svc-$id.pid")/stat")))
+        urls+=("http://127.0.0.1:$(cat "$run/replicas/svc-$id.port")")
     done
-    echo "$ticks $switches"
+    echo "$ticks $(metrics_context_switches "${urls[@]}")"
 }
 
 # One load: LABEL PATH deduct.lua's arguments...
