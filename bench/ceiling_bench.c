@@ -9,7 +9,8 @@
  * For each mode, in order: the goods is reset to a stock too large to run out, a few
  * deductions warm the connections up (they are opened lazily, and each statement is
  * prepared on first use), then one thread calls deduct_execute() in a loop for the given
- * time and one line is printed:
+ * time and one line is printed, after which the goods' stock must be the reset's less every
+ * unit sold (else the run fails: another client moved the books):
  *
  *   CEILING mode=redis ops=3712 seconds=3.001 per_sec=1236.9 failures=0 pipeline=on
  *
@@ -35,7 +36,8 @@
  * REDIS_HOST, REDIS_PORT, LOCK_WAIT_MS, LOCK_LEASE_MS, REDIS_TIMEOUT_MS, DB_WAIT_MS,
  * BUSINESS_DELAY_MS), so the benchmark and the replicas it is compared with agree; the
  * flags above override the first three. Exit status: 0 when every mode ran without a
- * failure, 1 when a deduction failed, 2 on bad usage or configuration.
+ * failure, 1 when a deduction failed or the books did not balance, 2 on bad usage or
+ * configuration.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -248,6 +250,34 @@ static int reset_goods(core *env, int64_t goods_id, int64_t stock)
     return rc == DB_OK ? 0 : -1;
 }
 
+/* Whether the goods' stock is what its reset left less the units this run sold: every 200
+ * of one client is one unit gone, and nothing else may have moved it (another client on the
+ * goods makes the figure no serial ceiling). Returns 0, or -1 (message printed). */
+static int check_books(core *env, const mode *m, int64_t goods_id, int64_t reset, uint64_t sold)
+{
+    db_conn *conn = NULL;
+    int64_t stock = -1;
+    int rc = db_pool_acquire(env->db, 5000, &conn);
+
+    if (rc == DB_OK) {
+        rc = db_stock_read(conn, goods_id, &stock);
+        db_pool_release(env->db, conn);
+    }
+    if (rc != DB_OK) {
+        fprintf(stderr, "ceiling-bench: mode %s: the books could not be read: %s\n", m->name,
+                db_strerror(rc));
+        return -1;
+    }
+    if (stock != reset - (int64_t)sold) {
+        fprintf(stderr,
+                "ceiling-bench: mode %s: the books do not balance: stock %" PRId64 " after %" PRIu64
+                " units sold from %" PRId64 " (expected %" PRId64 ")\n",
+                m->name, stock, sold, reset, reset - (int64_t)sold);
+        return -1;
+    }
+    return 0;
+}
+
 /* One deduction of one unit; *sold says whether it answered 200 (the first other answer
  * is printed, once per mode through *reported). Returns 0, or -1 when out of memory. */
 static int deduct_once(core *env, const mode *m, int64_t goods_id, bool *sold, bool *reported)
@@ -267,8 +297,9 @@ static int deduct_once(core *env, const mode *m, int64_t goods_id, bool *sold, b
 }
 
 /* Measures one mode with env's current DB_PIPELINE and prints its CEILING line; *rate gets
- * its sales per second. Returns 0; BENCH_FAILURES when some deductions did not sell (the
- * line is printed all the same); -1 when the mode could not be measured (message printed). */
+ * its sales per second. Returns 0; BENCH_FAILURES when some deductions did not sell or the
+ * books do not balance (the line is printed all the same); -1 when the mode could not be
+ * measured (message printed). */
 #define BENCH_FAILURES (-2)
 static int measure_mode(core *env, const mode *m, const bench_options *opts, double *rate)
 {
@@ -304,6 +335,8 @@ static int measure_mode(core *env, const mode *m, const bench_options *opts, dou
            " pipeline=%s\n",
            m->name, ops, elapsed, *rate, failures, env->deduct.pipeline ? "on" : "off");
     fflush(stdout);
+    if (check_books(env, m, opts->goods_id, opts->stock, WARMUP_OPS + ops) != 0)
+        return BENCH_FAILURES;
     return failures == 0 ? 0 : BENCH_FAILURES;
 }
 
