@@ -9,8 +9,9 @@
  * For each mode, in order: the goods is reset to a stock too large to run out, a few
  * deductions warm the connections up (they are opened lazily, and each statement is
  * prepared on first use), then one thread calls deduct_execute() in a loop for the given
- * time and one line is printed, after which the goods' stock must be the reset's less every
- * unit sold (else the run fails: another client moved the books):
+ * time and one line is printed, after which the goods' books must say every unit sold and
+ * nothing else (its stock the reset's less them, its counters as many sold; else the run
+ * fails: another client moved them):
  *
  *   CEILING mode=redis ops=3712 seconds=3.001 per_sec=1236.9 failures=0 pipeline=on
  *
@@ -250,17 +251,19 @@ static int reset_goods(core *env, int64_t goods_id, int64_t stock)
     return rc == DB_OK ? 0 : -1;
 }
 
-/* Whether the goods' stock is what its reset left less the units this run sold: every 200
- * of one client is one unit gone, and nothing else may have moved it (another client on the
- * goods makes the figure no serial ceiling). Returns 0, or -1 (message printed). */
+/* Whether the goods' books are what its reset and this run's sales make them: every 200 of
+ * one client is one unit gone and one unit recorded sold, and nothing else may have moved
+ * them (another client on the goods makes the figure no serial ceiling). The stock is the
+ * goods' whole, its segments' included (db_stock_report_read), as the modes that split it
+ * keep it. Returns 0, or -1 (message printed). */
 static int check_books(core *env, const mode *m, int64_t goods_id, int64_t reset, uint64_t sold)
 {
     db_conn *conn = NULL;
-    int64_t stock = -1;
+    db_stock_report r;
     int rc = db_pool_acquire(env->db, 5000, &conn);
 
     if (rc == DB_OK) {
-        rc = db_stock_read(conn, goods_id, &stock);
+        rc = db_stock_report_read(conn, goods_id, &r);
         db_pool_release(env->db, conn);
     }
     if (rc != DB_OK) {
@@ -268,11 +271,12 @@ static int check_books(core *env, const mode *m, int64_t goods_id, int64_t reset
                 db_strerror(rc));
         return -1;
     }
-    if (stock != reset - (int64_t)sold) {
+    if (r.stock != reset - (int64_t)sold || r.sold != (int64_t)sold) {
         fprintf(stderr,
-                "ceiling-bench: mode %s: the books do not balance: stock %" PRId64 " after %" PRIu64
-                " units sold from %" PRId64 " (expected %" PRId64 ")\n",
-                m->name, stock, sold, reset, reset - (int64_t)sold);
+                "ceiling-bench: mode %s: the books do not balance: %" PRIu64
+                " units sold from %" PRId64 ", the books say stock %" PRId64 " and %" PRId64
+                " sold\n",
+                m->name, sold, reset, r.stock, r.sold);
         return -1;
     }
     return 0;
